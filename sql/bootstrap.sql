@@ -1,0 +1,86 @@
+-- pg_workfence: tables, sequence, indexes and privileges.
+--
+-- Runs first in the install script (pgrx `bootstrap`). CREATE EXTENSION has
+-- created schema workfence (from the control file) and put it first on the
+-- search_path; every name below is still schema-qualified so nothing depends on it.
+
+-- The fencing token. One sequence for the whole extension, CACHE 1 (the
+-- default) so that values are handed out in the order the claims ask for them
+-- even across backends; NO CYCLE so a token is never reissued.
+CREATE SEQUENCE workfence.epoch_seq AS bigint
+    MINVALUE 1 START WITH 1 CACHE 1 NO CYCLE;
+COMMENT ON SEQUENCE workfence.epoch_seq IS
+    'The fencing-token source: every successful claim takes nextval() as its epoch. Never reset: '
+    'a token must never be handed out twice, not after finish, delete, re-enqueue nor dump and restore.';
+
+CREATE TYPE workfence.item_state AS ENUM ('pending', 'claimed', 'done', 'failed', 'cancelled');
+COMMENT ON TYPE workfence.item_state IS
+    'Life cycle of an item: pending -> claimed -> done | failed | cancelled; claimed -> pending on '
+    'release, on a retryable failure, or when an expired lease is claimed anew.';
+
+CREATE TABLE workfence.items (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue         text NOT NULL,
+    key           text NOT NULL,
+    payload       jsonb NOT NULL,
+    priority      integer NOT NULL DEFAULT 0,
+    run_at        timestamptz NOT NULL,
+    state         workfence.item_state NOT NULL DEFAULT 'pending',
+    attempts      integer NOT NULL DEFAULT 0,
+    max_attempts  integer NOT NULL,
+    owner         text,
+    epoch         bigint,
+    lease_until   timestamptz,
+    last_error    text,
+    result        jsonb,
+    created_at    timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    finished_at   timestamptz,
+    CONSTRAINT items_queue_key_unique UNIQUE (queue, key),
+    CONSTRAINT items_attempts_range CHECK (attempts >= 0 AND max_attempts >= 1),
+    CONSTRAINT items_claimed_has_lease CHECK (
+        state <> 'claimed' OR (owner IS NOT NULL AND epoch IS NOT NULL AND lease_until IS NOT NULL))
+);
+
+COMMENT ON TABLE workfence.items IS
+    'Work items of every queue. Write only through the workfence.work_* functions: they check the '
+    'lease (owner AND epoch) atomically. Not writable by PUBLIC.';
+COMMENT ON COLUMN workfence.items.id IS 'Item id, unique in the database.';
+COMMENT ON COLUMN workfence.items.queue IS 'Queue name: non-empty, at most 128 bytes, no control characters.';
+COMMENT ON COLUMN workfence.items.key IS 'Key, unique within the queue; a UUIDv7 when the submitter gave none.';
+COMMENT ON COLUMN workfence.items.payload IS 'What the worker needs to do the work, stored byte for byte as given.';
+COMMENT ON COLUMN workfence.items.priority IS 'Lower runs first.';
+COMMENT ON COLUMN workfence.items.run_at IS 'Not claimable before this server time (also the retry time after a failure).';
+COMMENT ON COLUMN workfence.items.state IS 'pending, claimed, done, failed or cancelled.';
+COMMENT ON COLUMN workfence.items.attempts IS 'Claims that counted as attempts (a release gives its attempt back).';
+COMMENT ON COLUMN workfence.items.max_attempts IS 'After this many failed attempts the item is failed (dead letter).';
+COMMENT ON COLUMN workfence.items.owner IS 'Owner named by the latest claim. Checked, but NOT an identity: the epoch is.';
+COMMENT ON COLUMN workfence.items.epoch IS 'Fencing token of the latest claim (from workfence.epoch_seq).';
+COMMENT ON COLUMN workfence.items.lease_until IS 'Server time at which the current lease lapses; NULL unless claimed.';
+COMMENT ON COLUMN workfence.items.last_error IS 'Error text of the latest work_fail.';
+COMMENT ON COLUMN workfence.items.result IS 'Result given to work_finish.';
+COMMENT ON COLUMN workfence.items.created_at IS 'Server time of the enqueue.';
+COMMENT ON COLUMN workfence.items.finished_at IS 'Server time the item became done, failed or cancelled.';
+
+-- The two claim paths, each with an index it can walk in order (a single OR
+-- over both cannot use either partial index).
+CREATE INDEX items_due_idx ON workfence.items (queue, priority, run_at, id)
+    WHERE state = 'pending';
+COMMENT ON INDEX workfence.items_due_idx IS 'Claim path 1: pending items in claim order (priority, run_at, id).';
+CREATE INDEX items_lease_idx ON workfence.items (queue, lease_until)
+    WHERE state = 'claimed';
+COMMENT ON INDEX workfence.items_lease_idx IS 'Claim path 2: claimed items by lease expiry, to find lapsed leases.';
+
+-- Nobody writes the tables directly; the functions run as the caller, so a
+-- role that should use the queue is granted what the functions need
+-- (see README, "Privileges"). PUBLIC gets nothing.
+REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
+REVOKE ALL ON SEQUENCE workfence.epoch_seq FROM PUBLIC;
+
+-- pg_dump keeps the rows and the sequence position of an extension's
+-- configuration tables, so a restore never hands out an epoch twice.
+SELECT pg_catalog.pg_extension_config_dump('workfence.items', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.epoch_seq', '');
+
+COMMENT ON INDEX workfence.items_pkey IS 'Items by id: every token call finds its row here.';
+COMMENT ON INDEX workfence.items_queue_key_unique IS 'One item per (queue, key): idempotent enqueue and work_claim_key.';
+COMMENT ON SEQUENCE workfence.items_id_seq IS 'Identity of workfence.items.id.';

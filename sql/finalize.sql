@@ -1,0 +1,29 @@
+-- pg_workfence: documentation of every function, for \df+ and \dd.
+-- Runs last in the install script (pgrx `finalize`), after every function exists.
+
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer) IS
+'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25) -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned unchanged with inserted = false. run_at NULL = now (server time). Errors: 22004 NULL argument, 22023 bad queue/key/run_at/max_attempts.';
+
+COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer) IS
+'work_claim(queue, owner, lease interval, max_items DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token) and lease_until = clock_timestamp() + lease. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range.';
+
+COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
+'work_claim_key(queue, key, owner, lease interval) -> zero or one (id, key, payload, epoch, attempt, lease_until). Claims the named item if it is claimable, under the rules of work_claim. Errors: 22004 NULL argument, 22023 bad queue/key/owner/lease.';
+
+COMMENT ON FUNCTION workfence.work_renew(bigint, text, bigint, interval) IS
+'work_renew(id, owner, epoch, lease interval) -> boolean. True and lease_until = clock_timestamp() + lease only if the item is claimed under exactly this owner AND epoch; false otherwise (stop the job). Errors: 22004 NULL argument, 22023 bad owner or lease.';
+
+COMMENT ON FUNCTION workfence.work_finish(bigint, text, bigint, jsonb) IS
+'work_finish(id, owner, epoch, result jsonb DEFAULT NULL) -> boolean. True and the item done only under the current lease; repeating it with the same token returns true and changes nothing; any other token gets false. Errors: 22004 NULL id/owner/epoch, 22023 bad owner.';
+
+COMMENT ON FUNCTION workfence.work_finish_many(text, bigint[], bigint[], jsonb[]) IS
+'work_finish_many(owner, ids bigint[], epochs bigint[], results jsonb[] DEFAULT NULL) -> setof (id, finished). The batch form of work_finish in one statement; each (id, epoch) judged as work_finish would. Errors: 22004 NULL argument or element, 22023 bad owner or arrays of unequal length.';
+
+COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
+'work_release(id, owner, epoch, delay interval DEFAULT ''0'') -> boolean. Hands a claimed item back unfinished: pending again from clock_timestamp() + delay, attempt given back, token dead. False for any token but the current one. Errors: 22004 NULL argument, 22023 bad owner, delay negative or over 365 days.';
+
+COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
+'work_fail(id, owner, epoch, error text, retry_in interval DEFAULT NULL) -> boolean. Records error; pending again after retry_in (NULL: exponential backoff with jitter, 2^n/2..2^n s, at most 1 h) or failed once attempts are used up. False (nothing recorded) for any token but the current one. Errors: 22004 NULL id/owner/epoch/error, 22023 bad owner or retry_in.';
+
+COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
+'work_assert(id, owner, epoch) -> void. Raises SQLSTATE 55000 (lease lost; DETAIL says why) unless the token is current, and holds the item''s row lock (FOR NO KEY UPDATE) to the end of the transaction, so the worker''s own writes in that transaction commit only while it holds the lease. Errors: 55000 lease lost, 22004 NULL argument, 22023 bad owner.';

@@ -1,0 +1,272 @@
+//! `work_claim` and `work_claim_key`: take items under a fresh lease.
+//!
+//! A claim takes items that are pending and due, or claimed under a lease that
+//! has lapsed (server time), locks them with `FOR UPDATE SKIP LOCKED` so that
+//! concurrent claimers neither wait on each other nor get the same item, and
+//! gives each a fresh epoch from `workfence.epoch_seq` in the same statement.
+
+use pgrx::datum::Interval;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::SpiTupleTable;
+
+use crate::error::{OrReport, Result};
+use crate::jsonb::RawJsonb;
+use crate::plans::{self, Statement};
+use crate::validate::{self, IntervalParts};
+
+/// One claimed item: (id, key, payload, epoch, attempt, lease_until).
+type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
+
+/// The shared second half of both claim statements. `picked(id)` names the
+/// locked rows; `$2` is the owner, `$3` the lease.
+///
+/// An expired lease whose item has used up its attempts is not handed out:
+/// the item becomes `failed` (a dead letter) and keeps its last epoch, so a
+/// worker that keeps crashing on it cannot make it loop forever.
+macro_rules! claim_update {
+    () => {
+        ", upd AS ( \
+           UPDATE workfence.items AS i SET \
+             state = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                          THEN 'failed'::workfence.item_state \
+                          ELSE 'claimed'::workfence.item_state END, \
+             epoch = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                          THEN i.epoch \
+                          ELSE pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass) END, \
+             owner = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                          THEN i.owner ELSE $2 END, \
+             lease_until = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                          THEN NULL \
+                          ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3 END, \
+             attempts = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                          THEN i.attempts ELSE i.attempts OPERATOR(pg_catalog.+) 1 END, \
+             last_error = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                          THEN 'lease expired on the final attempt' ELSE i.last_error END, \
+             finished_at = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                          THEN pg_catalog.clock_timestamp() ELSE NULL END \
+           FROM picked \
+           WHERE i.id OPERATOR(pg_catalog.=) picked.id \
+           RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.state, \
+                     i.priority, i.run_at \
+         ) \
+         SELECT upd.id, upd.key, upd.payload, upd.epoch, upd.attempts, upd.lease_until \
+           FROM upd \
+          WHERE upd.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+          ORDER BY upd.priority, upd.run_at, upd.id"
+    };
+}
+
+// Two claim paths, each walking its own partial index in order: pending and
+// due (items_due_idx), and claimed with a lapsed lease (items_lease_idx). One
+// OR over both would use neither index. `(SELECT clock_timestamp())` is
+// evaluated once (an InitPlan), so it can bound the index scan.
+static CLAIM: Statement = Statement {
+    name: "claim",
+    sql: concat!(
+        "WITH due AS ( \
+           SELECT i.id, i.priority, i.run_at FROM workfence.items AS i \
+            WHERE i.queue OPERATOR(pg_catalog.=) $1 \
+              AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state \
+              AND i.run_at OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp()) \
+            ORDER BY i.priority, i.run_at, i.id \
+            LIMIT $4 \
+            FOR UPDATE SKIP LOCKED \
+         ), lapsed AS ( \
+           SELECT i.id, i.priority, i.run_at FROM workfence.items AS i \
+            WHERE i.queue OPERATOR(pg_catalog.=) $1 \
+              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+              AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp()) \
+            ORDER BY i.priority, i.run_at, i.id \
+            LIMIT $4 \
+            FOR UPDATE SKIP LOCKED \
+         ), picked AS ( \
+           SELECT c.id FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c \
+            ORDER BY c.priority, c.run_at, c.id \
+            LIMIT $4 \
+         )",
+        claim_update!()
+    ),
+    args: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::INTERVALOID,
+        pg_sys::INT4OID,
+    ],
+};
+
+static CLAIM_KEY: Statement = Statement {
+    name: "claim_key",
+    sql: concat!(
+        "WITH picked AS ( \
+           SELECT i.id FROM workfence.items AS i \
+            WHERE i.queue OPERATOR(pg_catalog.=) $1 \
+              AND i.key OPERATOR(pg_catalog.=) $4 \
+              AND ((i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state \
+                    AND i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) \
+                OR (i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+                    AND i.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())) \
+            FOR UPDATE SKIP LOCKED \
+         )",
+        claim_update!()
+    ),
+    args: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::INTERVALOID,
+        pg_sys::TEXTOID,
+    ],
+};
+
+/// Convert pgrx's interval into the parts the validators check.
+pub fn interval_parts(value: Interval) -> IntervalParts {
+    IntervalParts {
+        months: value.months(),
+        days: value.days(),
+        micros: value.micros(),
+    }
+}
+
+fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        // Every column is NOT NULL for a claimed row; a NULL here is a bug.
+        let missing = || pgrx::spi::SpiError::NoTupleTable;
+        out.push((
+            row.get::<i64>(1)?.ok_or_else(missing)?,
+            row.get::<String>(2)?.ok_or_else(missing)?,
+            row.get::<RawJsonb>(3)?.ok_or_else(missing)?,
+            row.get::<i64>(4)?.ok_or_else(missing)?,
+            row.get::<i32>(5)?.ok_or_else(missing)?,
+            row.get::<TimestampWithTimeZone>(6)?.ok_or_else(missing)?,
+        ));
+    }
+    Ok(out)
+}
+
+/// Claim up to `max_items` claimable items of `queue` for `owner`.
+///
+/// SQL: `workfence.work_claim(queue text, owner text, lease interval,
+/// max_items int DEFAULT 1) RETURNS TABLE (id bigint, key text, payload
+/// jsonb, epoch bigint, attempt int, lease_until timestamptz)`.
+///
+/// Claimable: pending with `run_at` reached, or claimed with `lease_until`
+/// reached (server time). Order: priority, run_at, id. Each returned item has
+/// a fresh epoch (the fencing token to pass to renew/finish/release/fail/
+/// assert), its `attempt` number (1 on the first claim) and `lease_until`
+/// (`clock_timestamp() + lease`). Concurrent claimers never wait on each
+/// other and never get the same item (`FOR UPDATE SKIP LOCKED`); run it in
+/// READ COMMITTED (the default). Zero rows when nothing is claimable.
+///
+/// Errors: 22004 for a NULL argument; 22023 for a bad queue or owner (see
+/// `work_enqueue`; owner blank or > 256 bytes), a lease not in (0, 7 days],
+/// `max_items` outside 1..1000.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_claim(
+    queue: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+    max_items: default!(Option<i32>, 1),
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(key, String),
+        name!(payload, RawJsonb),
+        name!(epoch, i64),
+        name!(attempt, i32),
+        name!(lease_until, TimestampWithTimeZone),
+    ),
+> {
+    claim(queue, owner, lease, max_items)
+        .map(TableIterator::new)
+        .or_report()
+}
+
+fn claim(
+    queue: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+    max_items: Option<i32>,
+) -> Result<Vec<ClaimedRow>> {
+    let queue = validate::queue(queue)?;
+    let owner = validate::owner(owner)?;
+    validate::lease(lease.map(interval_parts))?;
+    let max_items = validate::max_items(max_items)?;
+    Spi::connect_mut(|client| {
+        plans::run(
+            client,
+            &CLAIM,
+            &[
+                queue.as_str().into(),
+                owner.as_str().into(),
+                lease.into(),
+                max_items.into(),
+            ],
+            read_claimed,
+        )
+    })
+}
+
+/// Claim the one item of `queue` named `key`, if it is claimable.
+///
+/// SQL: `workfence.work_claim_key(queue text, key text, owner text, lease
+/// interval) RETURNS TABLE (id, key, payload, epoch, attempt, lease_until)`,
+/// zero or one row: the item for a scheduled firing or a singleton job. The
+/// rules are `work_claim`'s: zero rows when the item is missing, not yet due,
+/// held under a live lease, finished, or locked by a concurrent claim.
+///
+/// Errors: 22004 for a NULL argument; 22023 for a bad queue, key, owner or lease.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_claim_key(
+    queue: Option<String>,
+    key: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(key, String),
+        name!(payload, RawJsonb),
+        name!(epoch, i64),
+        name!(attempt, i32),
+        name!(lease_until, TimestampWithTimeZone),
+    ),
+> {
+    claim_key(queue, key, owner, lease)
+        .map(TableIterator::new)
+        .or_report()
+}
+
+fn claim_key(
+    queue: Option<String>,
+    key: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+) -> Result<Vec<ClaimedRow>> {
+    let queue = validate::queue(queue)?;
+    let key = validate::key(validate::required("key", key)?)?;
+    let owner = validate::owner(owner)?;
+    validate::lease(lease.map(interval_parts))?;
+    Spi::connect_mut(|client| {
+        plans::run(
+            client,
+            &CLAIM_KEY,
+            &[
+                queue.as_str().into(),
+                owner.as_str().into(),
+                lease.into(),
+                key.as_str().into(),
+            ],
+            read_claimed,
+        )
+    })
+}

@@ -1,0 +1,134 @@
+//! `work_enqueue`: add an item to a queue (idempotent on the queue and key).
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::error::{OrReport, Result, WorkfenceError};
+use crate::jsonb::RawJsonb;
+use crate::plans::{self, Statement};
+use crate::validate;
+
+static INSERT: Statement = Statement {
+    name: "enqueue_insert",
+    sql: "INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts) \
+          VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6) \
+          ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING \
+          RETURNING id",
+    args: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+        pg_sys::INT4OID,
+        pg_sys::TIMESTAMPTZOID,
+        pg_sys::INT4OID,
+    ],
+};
+
+// Runs as its own statement after the INSERT did nothing, so (in READ
+// COMMITTED) it sees the conflicting row that ON CONFLICT waited for.
+static EXISTING: Statement = Statement {
+    name: "enqueue_existing",
+    sql: "SELECT i.id FROM workfence.items AS i \
+          WHERE i.queue OPERATOR(pg_catalog.=) $1 AND i.key OPERATOR(pg_catalog.=) $2",
+    args: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// Add an item to `queue`, or return the existing item with the same key.
+///
+/// SQL: `workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key
+/// text DEFAULT NULL, run_at timestamptz DEFAULT NULL, priority int DEFAULT 0,
+/// max_attempts int DEFAULT 25) RETURNS TABLE (id bigint, key text, inserted bool)`.
+///
+/// - `key` NULL: a UUIDv7 is generated (time-ordered, so the key index stays
+///   compact). An existing (queue, key) is left exactly as it is and returned
+///   with `inserted = false`: a submit retried after a lost reply is a no-op.
+/// - `run_at` NULL: claimable at once (server time, `clock_timestamp()`).
+/// - `priority`: lower is claimed first.
+/// - `max_attempts`: claims that may fail (1 to 1000) before the item is failed.
+///
+/// Errors: 22004 for a NULL `queue`, `payload`, `priority` or `max_attempts`;
+/// 22023 for an empty, oversized (> 128 bytes) or control-character queue, an
+/// empty or oversized (> 512 bytes) key, `run_at` = 'infinity',
+/// `max_attempts` outside 1..1000.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_enqueue(
+    queue: Option<String>,
+    payload: default!(Option<RawJsonb>, "'{}'"),
+    key: default!(Option<String>, "NULL"),
+    run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
+    priority: default!(Option<i32>, 0),
+    max_attempts: default!(Option<i32>, 25),
+) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
+    enqueue(queue, payload, key, run_at, priority, max_attempts)
+        .map(|row| TableIterator::once(row))
+        .or_report()
+}
+
+/// The id in the first row, if the statement returned any.
+fn first_id(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Option<i64>> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    Ok(rows.first().get_one::<i64>()?)
+}
+
+fn enqueue(
+    queue: Option<String>,
+    payload: Option<RawJsonb>,
+    key: Option<String>,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: Option<i32>,
+    max_attempts: Option<i32>,
+) -> Result<(i64, String, bool)> {
+    let queue = validate::queue(queue)?;
+    let payload = validate::required("payload", payload)?;
+    let key = match key {
+        Some(key) => validate::key(key)?,
+        None => uuid::Uuid::now_v7().to_string(),
+    };
+    if let Some(at) = run_at {
+        if at.is_infinity() {
+            return Err(WorkfenceError::invalid(
+                "run_at",
+                "must not be 'infinity'",
+                "An item due at 'infinity' could never be claimed.",
+                "Pass a finite time, or cancel the item instead.",
+            ));
+        }
+    }
+    let priority = validate::required("priority", priority)?;
+    let max_attempts = validate::max_attempts(max_attempts)?;
+
+    Spi::connect_mut(|client| {
+        // The existing row can vanish between the two statements (purged in
+        // between); then the INSERT is simply tried again.
+        for _ in 0..3 {
+            let inserted = plans::run(
+                client,
+                &INSERT,
+                &[
+                    queue.as_str().into(),
+                    key.as_str().into(),
+                    payload.clone().into(),
+                    priority.into(),
+                    run_at.into(),
+                    max_attempts.into(),
+                ],
+                first_id,
+            )?;
+            if let Some(id) = inserted {
+                return Ok((id, key, true));
+            }
+            let existing = plans::run(
+                client,
+                &EXISTING,
+                &[queue.as_str().into(), key.as_str().into()],
+                first_id,
+            )?;
+            if let Some(id) = existing {
+                return Ok((id, key, false));
+            }
+        }
+        Err(WorkfenceError::KeyChurn { queue, key })
+    })
+}

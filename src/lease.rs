@@ -1,0 +1,493 @@
+//! What a lease holder can do with its token: renew, finish, release, fail,
+//! assert.
+//!
+//! Every call names the token as (id, owner, epoch). Each check of the token
+//! and the state change it allows is ONE statement (`UPDATE ... WHERE id AND
+//! owner AND epoch AND state = 'claimed'`), so the check and the change are
+//! atomic under PostgreSQL's row locks: a concurrent re-claim either commits
+//! first (and the UPDATE, re-checking the new row version, matches nothing)
+//! or waits for this one. The epoch is the authority: an expired lease that no
+//! one has re-claimed is still the newest and is honoured.
+
+use std::collections::HashSet;
+
+use pgrx::datum::Interval;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::claim::interval_parts;
+use crate::error::{LeaseStatus, OrReport, Result, WorkfenceError};
+use crate::jsonb::RawJsonb;
+use crate::plans::{self, Statement};
+use crate::validate;
+
+/// The token predicate shared by every statement: `$1` id, `$2` owner, `$3` epoch.
+macro_rules! current_token {
+    () => {
+        " WHERE i.id OPERATOR(pg_catalog.=) $1 \
+            AND i.owner OPERATOR(pg_catalog.=) $2 \
+            AND i.epoch OPERATOR(pg_catalog.=) $3 \
+            AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state "
+    };
+}
+
+static RENEW: Statement = Statement {
+    name: "renew",
+    sql: concat!(
+        "UPDATE workfence.items AS i \
+            SET lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4",
+        current_token!(),
+        "RETURNING i.id"
+    ),
+    args: &[
+        pg_sys::INT8OID,
+        pg_sys::TEXTOID,
+        pg_sys::INT8OID,
+        pg_sys::INTERVALOID,
+    ],
+};
+
+static FINISH: Statement = Statement {
+    name: "finish",
+    sql: concat!(
+        "UPDATE workfence.items AS i \
+            SET state = 'done'::workfence.item_state, result = $4, lease_until = NULL, \
+                finished_at = pg_catalog.clock_timestamp()",
+        current_token!(),
+        "RETURNING i.id"
+    ),
+    args: &[
+        pg_sys::INT8OID,
+        pg_sys::TEXTOID,
+        pg_sys::INT8OID,
+        pg_sys::JSONBOID,
+    ],
+};
+
+// A finish repeated with the same token (a retry after a lost reply) finds the
+// item done under that token. Its own statement, so in READ COMMITTED it sees
+// a concurrent finish of the same token that the UPDATE waited for.
+static FINISHED_BY: Statement = Statement {
+    name: "finished_by",
+    sql: "SELECT i.id FROM workfence.items AS i \
+           WHERE i.id OPERATOR(pg_catalog.=) $1 \
+             AND i.owner OPERATOR(pg_catalog.=) $2 \
+             AND i.epoch OPERATOR(pg_catalog.=) $3 \
+             AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state",
+    args: &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID],
+};
+
+static FINISH_MANY: Statement = Statement {
+    name: "finish_many",
+    sql: "UPDATE workfence.items AS i \
+             SET state = 'done'::workfence.item_state, result = r.result, lease_until = NULL, \
+                 finished_at = pg_catalog.clock_timestamp() \
+            FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4)) \
+                 AS r(id, epoch, result) \
+           WHERE i.id OPERATOR(pg_catalog.=) r.id \
+             AND i.owner OPERATOR(pg_catalog.=) $1 \
+             AND i.epoch OPERATOR(pg_catalog.=) r.epoch \
+             AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+          RETURNING i.id, i.epoch",
+    args: &[
+        pg_sys::TEXTOID,
+        pg_sys::INT8ARRAYOID,
+        pg_sys::INT8ARRAYOID,
+        pg_sys::JSONBARRAYOID,
+    ],
+};
+
+static FINISHED_MANY_BY: Statement = Statement {
+    name: "finished_many_by",
+    sql: "SELECT i.id, i.epoch FROM workfence.items AS i \
+            JOIN ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS r(id, epoch) \
+              ON i.id OPERATOR(pg_catalog.=) r.id AND i.epoch OPERATOR(pg_catalog.=) r.epoch \
+           WHERE i.owner OPERATOR(pg_catalog.=) $1 \
+             AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state",
+    args: &[pg_sys::TEXTOID, pg_sys::INT8ARRAYOID, pg_sys::INT8ARRAYOID],
+};
+
+// A release hands the attempt back: the job did not fail, it was put down.
+static RELEASE: Statement = Statement {
+    name: "release",
+    sql: concat!(
+        "UPDATE workfence.items AS i \
+            SET state = 'pending'::workfence.item_state, lease_until = NULL, \
+                run_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4, \
+                attempts = GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0)",
+        current_token!(),
+        "RETURNING i.id"
+    ),
+    args: &[
+        pg_sys::INT8OID,
+        pg_sys::TEXTOID,
+        pg_sys::INT8OID,
+        pg_sys::INTERVALOID,
+    ],
+};
+
+// Retry after `$5`, or after an exponential backoff with equal jitter
+// (OPERATOR(...) binds like any user operator, left to right, hence the
+// explicit parentheses):
+// d = min(2^attempts s, 1 h), wait d/2 + random(0, d/2). Once the attempts
+// are used up the item is failed (the dead letter state).
+static FAIL: Statement = Statement {
+    name: "fail",
+    sql: concat!(
+        "UPDATE workfence.items AS i \
+            SET state = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                             THEN 'failed'::workfence.item_state \
+                             ELSE 'pending'::workfence.item_state END, \
+                run_at = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts THEN i.run_at \
+                         ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) COALESCE($5, \
+                           pg_catalog.make_interval(secs => \
+                             LEAST(pg_catalog.power(2::pg_catalog.float8, i.attempts::pg_catalog.float8), \
+                                   3600::pg_catalog.float8) \
+                             OPERATOR(pg_catalog.*) (0.5::pg_catalog.float8 OPERATOR(pg_catalog.+) \
+                               (0.5::pg_catalog.float8 OPERATOR(pg_catalog.*) pg_catalog.random())))) END, \
+                finished_at = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                                   THEN pg_catalog.clock_timestamp() ELSE NULL END, \
+                lease_until = NULL, last_error = $4",
+        current_token!(),
+        "RETURNING i.id"
+    ),
+    args: &[
+        pg_sys::INT8OID,
+        pg_sys::TEXTOID,
+        pg_sys::INT8OID,
+        pg_sys::TEXTOID,
+        pg_sys::INTERVALOID,
+    ],
+};
+
+// FOR NO KEY UPDATE: the row lock an UPDATE takes, held to the end of the
+// caller's transaction, so no claim, renew or finish of another token can
+// commit in between.
+static ASSERT: Statement = Statement {
+    name: "assert",
+    sql: concat!(
+        "SELECT i.id FROM workfence.items AS i",
+        current_token!(),
+        "FOR NO KEY UPDATE"
+    ),
+    args: &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID],
+};
+
+static TOKEN_STATE: Statement = Statement {
+    name: "token_state",
+    sql: "SELECT i.state::pg_catalog.text, i.owner, i.epoch FROM workfence.items AS i \
+           WHERE i.id OPERATOR(pg_catalog.=) $1",
+    args: &[pg_sys::INT8OID],
+};
+
+/// A validated token.
+struct Token {
+    id: i64,
+    owner: String,
+    epoch: i64,
+}
+
+impl Token {
+    fn new(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) -> Result<Token> {
+        Ok(Token {
+            id: validate::id(id)?,
+            owner: validate::owner(owner)?,
+            epoch: validate::epoch(epoch)?,
+        })
+    }
+}
+
+/// Run a token-guarded statement with the token's three parameters plus
+/// `extra`; true when it matched the row.
+fn run_guarded(
+    stmt: &'static Statement,
+    token: &Token,
+    extra: Vec<pgrx::datum::DatumWithOid<'static>>,
+) -> Result<bool> {
+    let mut args: Vec<pgrx::datum::DatumWithOid<'_>> = vec![
+        token.id.into(),
+        token.owner.as_str().into(),
+        token.epoch.into(),
+    ];
+    args.extend(extra);
+    Spi::connect_mut(|client| plans::run(client, stmt, &args, |rows| Ok(!rows.is_empty())))
+}
+
+/// Push the lease of a claimed item out to `clock_timestamp() + lease`.
+///
+/// SQL: `workfence.work_renew(id bigint, owner text, epoch bigint, lease
+/// interval) RETURNS boolean`. True only while the item is claimed under
+/// exactly this owner AND epoch (an expired lease that nobody re-claimed
+/// still counts); false otherwise (superseded, finished, released, unknown
+/// id): the worker should stop the job.
+///
+/// Errors: 22004 for a NULL argument; 22023 for a blank or oversized owner, a
+/// lease not in (0, 7 days].
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_renew(
+    id: Option<i64>,
+    owner: Option<String>,
+    epoch: Option<i64>,
+    lease: Option<Interval>,
+) -> bool {
+    (|| {
+        let token = Token::new(id, owner, epoch)?;
+        validate::lease(lease.map(interval_parts))?;
+        run_guarded(&RENEW, &token, vec![lease.into()])
+    })()
+    .or_report()
+}
+
+/// Mark the item done, storing `result`.
+///
+/// SQL: `workfence.work_finish(id bigint, owner text, epoch bigint, result
+/// jsonb DEFAULT NULL) RETURNS boolean`. True when the item was claimed
+/// under this exact token and is now done. Repeating the call with the same
+/// token returns true again and changes nothing (the first result stays), so
+/// a retry after a lost reply is safe. Any other token gets false.
+///
+/// Errors: 22004 for a NULL id, owner or epoch; 22023 for a blank or
+/// oversized owner.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_finish(
+    id: Option<i64>,
+    owner: Option<String>,
+    epoch: Option<i64>,
+    result: default!(Option<RawJsonb>, "NULL"),
+) -> bool {
+    (|| {
+        let token = Token::new(id, owner, epoch)?;
+        if run_guarded(&FINISH, &token, vec![result.into()])? {
+            return Ok(true);
+        }
+        run_guarded(&FINISHED_BY, &token, vec![])
+    })()
+    .or_report()
+}
+
+/// Finish a claimed batch in one statement.
+///
+/// SQL: `workfence.work_finish_many(owner text, ids bigint[], epochs
+/// bigint[], results jsonb[] DEFAULT NULL) RETURNS TABLE (id bigint,
+/// finished boolean)`, one row per element of `ids`, in order. Each (id,
+/// epoch) pair is judged exactly as `work_finish` judges it, with `results[n]`
+/// (or NULL) as its result.
+///
+/// Errors: 22004 for a NULL owner, ids or epochs, or a NULL element in ids or
+/// epochs; 22023 for a blank or oversized owner, or arrays of unequal length.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_finish_many(
+    owner: Option<String>,
+    ids: Option<Vec<Option<i64>>>,
+    epochs: Option<Vec<Option<i64>>>,
+    results: default!(Option<Vec<Option<RawJsonb>>>, "NULL"),
+) -> TableIterator<'static, (name!(id, i64), name!(finished, bool))> {
+    finish_many(owner, ids, epochs, results)
+        .map(TableIterator::new)
+        .or_report()
+}
+
+fn no_null_elements(arg: &'static str, values: Vec<Option<i64>>) -> Result<Vec<i64>> {
+    values
+        .into_iter()
+        .map(|v| v.ok_or(WorkfenceError::NullElement { arg }))
+        .collect()
+}
+
+fn finish_many(
+    owner: Option<String>,
+    ids: Option<Vec<Option<i64>>>,
+    epochs: Option<Vec<Option<i64>>>,
+    results: Option<Vec<Option<RawJsonb>>>,
+) -> Result<Vec<(i64, bool)>> {
+    let owner = validate::owner(owner)?;
+    let ids = no_null_elements("ids", validate::required("ids", ids)?)?;
+    let epochs = no_null_elements("epochs", validate::required("epochs", epochs)?)?;
+    if epochs.len() != ids.len() {
+        return Err(WorkfenceError::invalid(
+            "epochs",
+            "must have as many elements as \"ids\"",
+            format!("ids has {} elements, epochs {}.", ids.len(), epochs.len()),
+            "Pass the epoch of each claimed id, in the same order.",
+        ));
+    }
+    let results = match results {
+        Some(results) if results.len() != ids.len() => {
+            return Err(WorkfenceError::invalid(
+                "results",
+                "must have as many elements as \"ids\"",
+                format!("ids has {} elements, results {}.", ids.len(), results.len()),
+                "Pass one result (or NULL) per id, or leave results out.",
+            ));
+        }
+        Some(results) => results,
+        None => vec![None; ids.len()],
+    };
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pairs_done = |rows: pgrx::spi::SpiTupleTable<'_>| -> Result<HashSet<(i64, i64)>> {
+        let mut set = HashSet::with_capacity(rows.len());
+        for row in rows {
+            if let (Some(id), Some(epoch)) = (row.get::<i64>(1)?, row.get::<i64>(2)?) {
+                set.insert((id, epoch));
+            }
+        }
+        Ok(set)
+    };
+    let mut finished = Spi::connect_mut(|client| {
+        plans::run(
+            client,
+            &FINISH_MANY,
+            &[
+                owner.as_str().into(),
+                ids.clone().into(),
+                epochs.clone().into(),
+                results.into(),
+            ],
+            pairs_done,
+        )
+    })?;
+    if finished.len() < ids.len() {
+        // Pairs the UPDATE did not take may be finishes repeated with the same token.
+        let (rest_ids, rest_epochs): (Vec<i64>, Vec<i64>) = ids
+            .iter()
+            .zip(&epochs)
+            .filter(|pair| !finished.contains(&(*pair.0, *pair.1)))
+            .map(|(id, epoch)| (*id, *epoch))
+            .unzip();
+        let again = Spi::connect_mut(|client| {
+            plans::run(
+                client,
+                &FINISHED_MANY_BY,
+                &[owner.as_str().into(), rest_ids.into(), rest_epochs.into()],
+                pairs_done,
+            )
+        })?;
+        finished.extend(again);
+    }
+    Ok(ids
+        .iter()
+        .zip(&epochs)
+        .map(|(id, epoch)| (*id, finished.contains(&(*id, *epoch))))
+        .collect())
+}
+
+/// Hand a claimed item back unfinished (worker shutdown, snooze).
+///
+/// SQL: `workfence.work_release(id bigint, owner text, epoch bigint, delay
+/// interval DEFAULT '0') RETURNS boolean`. True when the item was claimed
+/// under this token: it is pending again, claimable from
+/// `clock_timestamp() + delay`, and the attempt is given back (a release is
+/// not a failure). The token is dead from then on. False for any other token.
+///
+/// Errors: 22004 for a NULL argument; 22023 for a blank or oversized owner, a
+/// negative delay or one over 365 days.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_release(
+    id: Option<i64>,
+    owner: Option<String>,
+    epoch: Option<i64>,
+    delay: default!(Option<Interval>, "'0'"),
+) -> bool {
+    (|| {
+        let token = Token::new(id, owner, epoch)?;
+        let delay_value = validate::required("delay", delay)?;
+        validate::delay("delay", interval_parts(delay_value))?;
+        run_guarded(&RELEASE, &token, vec![delay.into()])
+    })()
+    .or_report()
+}
+
+/// Record a failed attempt.
+///
+/// SQL: `workfence.work_fail(id bigint, owner text, epoch bigint, error text,
+/// retry_in interval DEFAULT NULL) RETURNS boolean`. True when the item was
+/// claimed under this token: `error` is stored in `last_error`; if attempts
+/// remain the item is pending again from `clock_timestamp() + retry_in`, or,
+/// with `retry_in` NULL, after an exponential backoff with jitter (attempt n
+/// waits between 2^n/2 and 2^n seconds, at most an hour); if the attempts are
+/// used up the item is `failed` (dead letter). False for any other token,
+/// and then nothing is recorded.
+///
+/// Errors: 22004 for a NULL id, owner, epoch or error; 22023 for a blank or
+/// oversized owner, a negative retry_in or one over 365 days.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_fail(
+    id: Option<i64>,
+    owner: Option<String>,
+    epoch: Option<i64>,
+    error: Option<String>,
+    retry_in: default!(Option<Interval>, "NULL"),
+) -> bool {
+    (|| {
+        let token = Token::new(id, owner, epoch)?;
+        let error = validate::required("error", error)?;
+        if let Some(retry) = retry_in {
+            validate::delay("retry_in", interval_parts(retry))?;
+        }
+        run_guarded(&FAIL, &token, vec![error.into(), retry_in.into()])
+    })()
+    .or_report()
+}
+
+/// Raise unless the caller holds the item's current lease, and hold the
+/// item's row lock to the end of the transaction.
+///
+/// SQL: `workfence.work_assert(id bigint, owner text, epoch bigint) RETURNS
+/// void`. Call it in the transaction that writes the job's effects, before
+/// committing them: while the lock is held nobody can re-claim the item, so
+/// the effects commit only under a lease that is still current. (Chubby's
+/// sequencer check, Burrows 2006, done inside the database that holds both
+/// the lease and the effects.)
+///
+/// Errors: 55000 (object_not_in_prerequisite_state) "lease lost" when the
+/// token is not current; DETAIL says why (missing, superseded, wrong owner,
+/// finished, cancelled, released). 22004 for a NULL argument; 22023 for a
+/// blank or oversized owner.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
+    (|| {
+        let token = Token::new(id, owner, epoch)?;
+        if run_guarded(&ASSERT, &token, vec![])? {
+            return Ok(());
+        }
+        let status = lease_status_of(&token)?;
+        Err(WorkfenceError::LeaseLost {
+            id: token.id,
+            owner: token.owner,
+            epoch: token.epoch,
+            status,
+        })
+    })()
+    .or_report()
+}
+
+/// Why `token` is not current (it was just found not to be).
+fn lease_status_of(token: &Token) -> Result<LeaseStatus> {
+    let row = Spi::connect_mut(|client| {
+        plans::run(client, &TOKEN_STATE, &[token.id.into()], |rows| {
+            let rows = rows.first();
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some((
+                rows.get::<String>(1)?.unwrap_or_default(),
+                rows.get::<String>(2)?,
+                rows.get::<i64>(3)?,
+            )))
+        })
+    })?;
+    Ok(match row {
+        None => LeaseStatus::Missing,
+        Some((_, _, epoch)) if epoch != Some(token.epoch) => LeaseStatus::Superseded,
+        Some((_, owner, _)) if owner.as_deref() != Some(token.owner.as_str()) => {
+            LeaseStatus::WrongOwner
+        }
+        Some((state, _, _)) => match state.as_str() {
+            "done" | "failed" => LeaseStatus::Finished,
+            "cancelled" => LeaseStatus::Cancelled,
+            _ => LeaseStatus::Released,
+        },
+    })
+}

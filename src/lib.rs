@@ -1,0 +1,54 @@
+//! pg_workfence: lease-fenced claiming of work for PostgreSQL.
+//!
+//! Every claim of an item hands out a fresh, strictly increasing **epoch** (a
+//! fencing token, after Kleppmann, "How to do distributed locking", 2016, and
+//! the sequencers of Google's Chubby, Burrows 2006). Renew, finish, release,
+//! fail and assert succeed only for the item's newest epoch AND its owner,
+//! checked in one statement inside the server with the server's clock.
+//!
+//! The SQL surface and its guarantees are specified in the project's
+//! contract; the README's reference lists every function. This file is only
+//! the table of contents.
+
+use pgrx::prelude::*;
+
+::pgrx::pg_module_magic!(name, version);
+
+/// `work_claim`, `work_claim_key`.
+pub mod claim;
+/// `work_enqueue`.
+pub mod enqueue;
+/// Domain errors and their SQLSTATEs.
+pub mod error;
+/// A `jsonb` value passed through byte for byte (no parse, no re-serialise).
+pub mod jsonb;
+/// `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`.
+pub mod lease;
+/// Per-backend cache of prepared SPI plans.
+mod plans;
+/// Argument checks shared by every function (pure, no database access).
+pub mod validate;
+
+// Tables, sequence and indexes, before any function.
+extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+// COMMENT ON FUNCTION and function privileges, after every function exists.
+extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
+
+/// The in-server `#[pg_test]` suites live in `pgrx-tests/`, next to (not in)
+/// the extension's source, and are compiled into the test build only.
+#[cfg(any(test, feature = "pg_test"))]
+#[path = "../pgrx-tests/mod.rs"]
+mod pgrx_tests;
+
+/// Hooks `cargo pgrx test` needs at the crate root.
+#[cfg(test)]
+pub mod pg_test {
+    /// One-off initialisation when the test framework starts; nothing to do.
+    pub fn setup(_options: Vec<&str>) {}
+
+    /// postgresql.conf settings the suites need: none beyond the defaults.
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}
