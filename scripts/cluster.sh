@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Helpers for a throwaway PostgreSQL 15 cluster, sourced by the other scripts.
+# The server runs as the `postgres` OS user (it refuses root), on 127.0.0.1
+# and a free port chosen by the kernel, with its socket in the data directory.
+
+PG_BIN="$(/usr/lib/postgresql/15/bin/pg_config --bindir)"
+
+as_postgres() {
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# free_port: print a TCP port on 127.0.0.1 that nothing listens on now.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# cluster_start DIR PORT: initdb (if needed) and start a cluster in DIR.
+cluster_start() {
+    local dir="$1" port="$2"
+    mkdir -p "$dir"
+    if [ "$(id -u)" -eq 0 ]; then chown postgres:postgres "$dir"; fi
+    if [ ! -f "$dir/PG_VERSION" ]; then
+        as_postgres "$PG_BIN/initdb" -D "$dir" -A trust -U postgres --no-sync >/dev/null
+    fi
+    as_postgres "$PG_BIN/pg_ctl" -D "$dir" -w -l "$dir/server.log" \
+        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+}
+
+# cluster_stop DIR: stop the cluster in DIR if it runs.
+cluster_stop() {
+    local dir="$1"
+    if [ -f "$dir/postmaster.pid" ]; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$dir" -w -m fast stop >/dev/null || true
+    fi
+}
+
+# scratch_base ROOT: a directory for cluster data that the postgres user can
+# reach: ROOT/target when every parent directory lets it through, otherwise a
+# per-checkout directory under /tmp (a clone under /root, say, is not
+# traversable by postgres).
+scratch_base() {
+    local root="$1"
+    mkdir -p "$root/target"
+    if [ "$(id -u)" -ne 0 ] || runuser -u postgres -- test -x "$root/target"; then
+        echo "$root/target"
+    else
+        local d
+        d="/tmp/pg_workfence-$(printf '%s' "$root" | cksum | cut -d' ' -f1)"
+        mkdir -p "$d"
+        chmod 755 "$d"
+        echo "$d"
+    fi
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The README's test command: every test of pg_workfence, from a fresh Debian 12
+# machine (as root). CI (.ci/run) calls exactly this.
+#
+#   1. setup        apt packages, cargo-pgrx, `cargo pgrx init` (idempotent)
+#   2. lint         cargo fmt --check; cargo clippy --all-targets -D warnings
+#   3. docs         the README's quickstart is the pg_regress file, verbatim
+#   4. unit + pg    cargo pgrx test: Rust unit tests and the in-server #[pg_test] suites
+#   5. install      cargo pgrx install --release (for the client-side tiers)
+#   6. pg_regress   golden files in tests/pg_regress against a throwaway cluster
+#   7. client       tests/ from real client connections (seed scenario, two processes)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export PATH="$HOME/.cargo/bin:$PATH"
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+
+stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
+t_start=$SECONDS
+
+stage "setup"
+bash scripts/setup.sh
+
+stage "lint: cargo fmt --check, clippy -D warnings"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --all-targets --features pg_test -- -D warnings
+
+stage "docs: README quickstart == tests/pg_regress/sql/quickstart.sql"
+readme_sql="$(awk '/<!-- quickstart:begin -->/{f=1;next} /<!-- quickstart:end -->/{f=0} f' README.md | sed '1d;$d')"
+if ! diff -u tests/pg_regress/sql/quickstart.sql <(printf '%s\n' "$readme_sql"); then
+    echo "README.md's quickstart differs from tests/pg_regress/sql/quickstart.sql" >&2
+    exit 1
+fi
+
+stage "unit and in-server tests: cargo pgrx test"
+# shellcheck source=cluster.sh
+. scripts/cluster.sh
+pgdata="$(scratch_base "$ROOT")/pgrx-test-data"
+mkdir -p "$pgdata"
+chown postgres:postgres "$pgdata"
+cargo pgrx test pg15 --runas postgres --pgdata "$pgdata/pg15"
+
+stage "install: cargo pgrx install --release"
+cargo pgrx install --release --pg-config "$PG_CONFIG"
+
+stage "pg_regress golden files"
+bash scripts/pg_regress.sh
+
+stage "client tests from real connections"
+cargo test -p pg_workfence_client --release
+
+stage "all tests passed in $((SECONDS - t_start)) s"
