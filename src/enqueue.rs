@@ -60,7 +60,7 @@ pub fn work_enqueue(
     max_attempts: default!(Option<i32>, 25),
 ) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
     enqueue(queue, payload, key, run_at, priority, max_attempts)
-        .map(|row| TableIterator::once(row))
+        .map(TableIterator::once)
         .or_report()
 }
 

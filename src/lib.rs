@@ -14,19 +14,19 @@ use pgrx::prelude::*;
 
 ::pgrx::pg_module_magic!(name, version);
 
-/// `work_claim`, `work_claim_key`.
+// `work_claim`, `work_claim_key`.
 pub mod claim;
-/// `work_enqueue`.
+// `work_enqueue`.
 pub mod enqueue;
-/// Domain errors and their SQLSTATEs.
+// Domain errors and their SQLSTATEs.
 pub mod error;
-/// A `jsonb` value passed through byte for byte (no parse, no re-serialise).
+// A `jsonb` value passed through byte for byte (no parse, no re-serialise).
 pub mod jsonb;
-/// `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`.
+// `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`.
 pub mod lease;
-/// Per-backend cache of prepared SPI plans.
+// Per-backend cache of prepared SPI plans.
 mod plans;
-/// Argument checks shared by every function (pure, no database access).
+// Argument checks shared by every function (pure, no database access).
 pub mod validate;
 
 // Tables, sequence and indexes, before any function.
