@@ -48,6 +48,6 @@ stage "pg_regress golden files"
 bash scripts/pg_regress.sh
 
 stage "client tests from real connections"
-cargo test -p pg_workfence_client --release
+WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" cargo test -p pg_workfence_client --release
 
 stage "all tests passed in $((SECONDS - t_start)) s"

@@ -1,0 +1,35 @@
+//! Client-side tooling for pg_workfence: everything that talks to the extension
+//! from outside the server, over real connections.
+//!
+//! - [`Cluster`]: a throwaway PostgreSQL 15 cluster on a free loopback port, one
+//!   database per test, stopped and removed on drop.
+//! - [`Worker`]: drives a `workfence-worker` child process, so that two workers
+//!   are two separate client processes, each with its own connection.
+//! - [`protocol`]: the line protocol between [`Worker`] and `workfence-worker`.
+//! - [`scenario`]: the pieces of the bug report's scenario shared by the demo
+//!   and the tests (names, enqueue, waiting for a lease to lapse on the server).
+//!
+//! The binaries `workfence-worker` (the worker process) and `workfence-demo`
+//! (the two-worker scenario from the bug report, run against a cluster that
+//! stays up) live in `src/bin/`; the automated form of the scenario is
+//! `tests/seed_scenario.rs`.
+//!
+//! The extension must be installed into the PostgreSQL 15 the cluster runs
+//! (`cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config`,
+//! which `scripts/test.sh` and `scripts/demo.sh` do).
+
+#![warn(missing_docs)]
+
+mod cluster;
+mod error;
+pub mod protocol;
+pub mod scenario;
+mod worker;
+
+pub use cluster::{Cluster, ClusterBuilder, DEFAULT_PG_CONFIG};
+pub use error::{Error, ServerError};
+pub use protocol::Claim;
+pub use worker::{Worker, DEFAULT_REPLY_TIMEOUT};
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
