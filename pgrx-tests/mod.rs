@@ -476,19 +476,56 @@ mod tests {
     }
 
     #[pg_test]
-    fn an_expired_final_attempt_is_dead_lettered_not_reclaimed() {
-        Spi::run("SELECT workfence.work_enqueue('q', '{}', 'a', max_attempts => 1)").unwrap();
-        let id: i64 = one("SELECT id FROM workfence.items WHERE key = 'a'", &[]).unwrap();
-        let (_, epoch) = claim("q", "w", "1 minute").unwrap();
+    fn an_expired_final_attempt_is_dead_lettered_without_taking_a_slot() {
+        Spi::run(
+            "SELECT workfence.work_enqueue('q', '{}', 'dead', max_attempts => 1);
+             SELECT workfence.work_enqueue('q', '{}', 'live', priority => 5);",
+        )
+        .unwrap();
+        let id: i64 = one("SELECT id FROM workfence.items WHERE key = 'dead'", &[]).unwrap();
+        let (claimed, epoch) = claim("q", "w", "1 minute").unwrap();
+        assert_eq!(claimed, id, "priority 0 first");
         lapse(id);
-        assert_eq!(claim("q", "w", "1 minute"), None);
-        let row = Spi::get_two_with_args::<String, i64>(
-            "SELECT state::text, epoch FROM workfence.items WHERE id = $1",
+        // The next claim dead-letters 'dead' and still hands out 'live'.
+        let key: String = one(
+            "SELECT key FROM workfence.work_claim('q', 'w2', '1 minute')",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(key, "live");
+        let row = Spi::get_three_with_args::<String, i64, String>(
+            "SELECT state::text, epoch, last_error FROM workfence.items WHERE id = $1",
             &[id.into()],
         )
         .unwrap();
-        assert_eq!(row, (Some("failed".into()), Some(epoch)));
+        assert_eq!(
+            row,
+            (
+                Some("failed".into()),
+                Some(epoch),
+                Some("lease expired on the final attempt".into())
+            )
+        );
         assert!(!token_call("finish", id, "w", epoch));
+        // work_claim_key dead-letters the same way and returns nothing.
+        Spi::run("SELECT workfence.work_enqueue('q', '{}', 'k', max_attempts => 1)").unwrap();
+        let k = Spi::get_two::<i64, i64>(
+            "SELECT id, epoch FROM workfence.work_claim_key('q', 'k', 'w', '1 minute')",
+        )
+        .unwrap();
+        lapse(k.0.unwrap());
+        let n: i64 = one(
+            "SELECT count(*) FROM workfence.work_claim_key('q', 'k', 'w', '1 minute')",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(n, 0);
+        let state: String = one(
+            "SELECT state::text FROM workfence.items WHERE id = $1",
+            &[k.0.unwrap()],
+        )
+        .unwrap();
+        assert_eq!(state, "failed");
     }
 
     #[pg_test]
@@ -615,6 +652,8 @@ mod tests {
             ("SELECT workfence.work_claim('q', 'w', '0')".into(), "22023", "lease"),
             ("SELECT workfence.work_claim('q', 'w', '-1 second')".into(), "22023", "lease"),
             ("SELECT workfence.work_claim('q', 'w', '8 days')".into(), "22023", "lease"),
+            ("SELECT workfence.work_claim('q', 'w', '1 day -1 hour')".into(), "22023", "lease"),
+            ("SELECT workfence.work_release($1, 'w', $2, '1 mon -29 days')".into(), "22023", "delay"),
             ("SELECT workfence.work_claim('q', 'w', '1 minute', 0)".into(), "22023", "max_items"),
             ("SELECT workfence.work_claim('q', 'w', '1 minute', 1001)".into(), "22023", "max_items"),
             ("SELECT workfence.work_claim('q', 'w', '1 minute', NULL)".into(), "22004", "max_items"),
@@ -723,7 +762,11 @@ mod tests {
             "SELECT count(*) FROM pg_extension e, unnest(e.extconfig) AS c WHERE e.extname = 'pg_workfence'",
         )
         .unwrap();
-        assert_eq!(dumped, Some(2), "items and epoch_seq are dumped by pg_dump");
+        assert_eq!(
+            dumped,
+            Some(3),
+            "items, items_id_seq and epoch_seq are dumped by pg_dump"
+        );
     }
 
     #[pg_test]

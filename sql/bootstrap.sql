@@ -18,8 +18,12 @@ COMMENT ON TYPE workfence.item_state IS
     'Life cycle of an item: pending -> claimed -> done | failed | cancelled; claimed -> pending on '
     'release, on a retryable failure, or when an expired lease is claimed anew.';
 
+-- Item ids. A plain sequence rather than an identity column: an extension
+-- member, so pg_extension_config_dump can keep its position across pg_dump.
+CREATE SEQUENCE workfence.items_id_seq AS bigint;
+
 CREATE TABLE workfence.items (
-    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id            bigint NOT NULL DEFAULT pg_catalog.nextval('workfence.items_id_seq'::pg_catalog.regclass) PRIMARY KEY,
     queue         text NOT NULL,
     key           text NOT NULL,
     payload       jsonb NOT NULL,
@@ -75,12 +79,14 @@ COMMENT ON INDEX workfence.items_lease_idx IS 'Claim path 2: claimed items by le
 -- (see README, "Privileges"). PUBLIC gets nothing.
 REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.epoch_seq FROM PUBLIC;
+REVOKE ALL ON SEQUENCE workfence.items_id_seq FROM PUBLIC;
 
 -- pg_dump keeps the rows and the sequence position of an extension's
 -- configuration tables, so a restore never hands out an epoch twice.
 SELECT pg_catalog.pg_extension_config_dump('workfence.items', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.epoch_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.items_id_seq', '');
 
 COMMENT ON INDEX workfence.items_pkey IS 'Items by id: every token call finds its row here.';
 COMMENT ON INDEX workfence.items_queue_key_unique IS 'One item per (queue, key): idempotent enqueue and work_claim_key.';
-COMMENT ON SEQUENCE workfence.items_id_seq IS 'Identity of workfence.items.id.';
+COMMENT ON SEQUENCE workfence.items_id_seq IS 'Source of workfence.items.id (dumped with its position by pg_dump).';

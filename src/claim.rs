@@ -18,49 +18,41 @@ use crate::validate::{self, IntervalParts};
 /// One claimed item: (id, key, payload, epoch, attempt, lease_until).
 type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
 
-/// The shared second half of both claim statements. `picked(id)` names the
-/// locked rows; `$2` is the owner, `$3` the lease.
-///
-/// An expired lease whose item has used up its attempts is not handed out:
-/// the item becomes `failed` (a dead letter) and keeps its last epoch, so a
-/// worker that keeps crashing on it cannot make it loop forever.
+/// The shared second half of both claim statements: `picked(id)` names the
+/// locked, claimable rows; `$2` is the owner, `$3` the lease. Each gets a
+/// fresh epoch and a lease in the same UPDATE. Columns 7 and 8 (priority,
+/// run_at) only order the result; callers read columns 1 to 6.
 macro_rules! claim_update {
     () => {
-        ", upd AS ( \
-           UPDATE workfence.items AS i SET \
-             state = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                          THEN 'failed'::workfence.item_state \
-                          ELSE 'claimed'::workfence.item_state END, \
-             epoch = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                          THEN i.epoch \
-                          ELSE pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass) END, \
-             owner = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                          THEN i.owner ELSE $2 END, \
-             lease_until = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                          THEN NULL \
-                          ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3 END, \
-             attempts = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                          THEN i.attempts ELSE i.attempts OPERATOR(pg_catalog.+) 1 END, \
-             last_error = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                          THEN 'lease expired on the final attempt' ELSE i.last_error END, \
-             finished_at = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                           AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                          THEN pg_catalog.clock_timestamp() ELSE NULL END \
+        " UPDATE workfence.items AS i SET \
+             state = 'claimed'::workfence.item_state, \
+             epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass), \
+             owner = $2, \
+             lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3, \
+             attempts = i.attempts OPERATOR(pg_catalog.+) 1 \
            FROM picked \
-           WHERE i.id OPERATOR(pg_catalog.=) picked.id \
-           RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.state, \
-                     i.priority, i.run_at \
-         ) \
-         SELECT upd.id, upd.key, upd.payload, upd.epoch, upd.attempts, upd.lease_until \
-           FROM upd \
-          WHERE upd.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-          ORDER BY upd.priority, upd.run_at, upd.id"
+          WHERE i.id OPERATOR(pg_catalog.=) picked.id \
+          RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, \
+                    i.priority, i.run_at"
+    };
+}
+
+/// A lapsed lease on an item whose attempts are used up is not handed out
+/// again: the claim that finds it turns the item `failed` (a dead letter), so
+/// a job that keeps crashing its worker cannot loop forever. This runs as a
+/// data-modifying CTE beside the claim, on rows `exhausted_ids(id)` names, and
+/// does not take any of the claim's `max_items` slots.
+macro_rules! dead_letter {
+    () => {
+        ", exhausted AS ( \
+           UPDATE workfence.items AS i SET \
+             state = 'failed'::workfence.item_state, lease_until = NULL, \
+             last_error = 'lease expired on the final attempt', \
+             finished_at = pg_catalog.clock_timestamp() \
+           FROM exhausted_ids \
+           WHERE i.id OPERATOR(pg_catalog.=) exhausted_ids.id \
+           RETURNING i.id \
+         )"
     };
 }
 
@@ -84,15 +76,27 @@ static CLAIM: Statement = Statement {
             WHERE i.queue OPERATOR(pg_catalog.=) $1 \
               AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
               AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp()) \
+              AND i.attempts OPERATOR(pg_catalog.<) i.max_attempts \
             ORDER BY i.priority, i.run_at, i.id \
             LIMIT $4 \
             FOR UPDATE SKIP LOCKED \
-         ), picked AS ( \
+         ), exhausted_ids AS ( \
+           SELECT i.id FROM workfence.items AS i \
+            WHERE i.queue OPERATOR(pg_catalog.=) $1 \
+              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
+              AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp()) \
+              AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+            LIMIT $4 \
+            FOR UPDATE SKIP LOCKED \
+         )",
+        dead_letter!(),
+        ", picked AS ( \
            SELECT c.id FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c \
             ORDER BY c.priority, c.run_at, c.id \
             LIMIT $4 \
-         )",
-        claim_update!()
+         ), upd AS (",
+        claim_update!(),
+        ") SELECT * FROM upd ORDER BY upd.priority, upd.run_at, upd.id"
     ),
     args: &[
         pg_sys::TEXTOID,
@@ -105,8 +109,10 @@ static CLAIM: Statement = Statement {
 static CLAIM_KEY: Statement = Statement {
     name: "claim_key",
     sql: concat!(
-        "WITH picked AS ( \
-           SELECT i.id FROM workfence.items AS i \
+        "WITH candidate AS ( \
+           SELECT i.id, i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
+                     AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state AS exhausted \
+             FROM workfence.items AS i \
             WHERE i.queue OPERATOR(pg_catalog.=) $1 \
               AND i.key OPERATOR(pg_catalog.=) $4 \
               AND ((i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state \
@@ -114,7 +120,9 @@ static CLAIM_KEY: Statement = Statement {
                 OR (i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
                     AND i.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())) \
             FOR UPDATE SKIP LOCKED \
-         )",
+         ), exhausted_ids AS (SELECT c.id FROM candidate AS c WHERE c.exhausted)",
+        dead_letter!(),
+        ", picked AS (SELECT c.id FROM candidate AS c WHERE NOT c.exhausted) ",
         claim_update!()
     ),
     args: &[

@@ -123,7 +123,26 @@ pub fn key(value: String) -> Result<String> {
     Ok(value)
 }
 
-/// A lease: longer than zero and at most [`LEASE_MAX_USECS`].
+/// Reject an interval with a negative field: PostgreSQL adds months and days
+/// as calendar units, so `'1 mon -29 days'` (30 days - 29 days by the
+/// 30-day-month rule) can move a timestamp backwards in February.
+fn no_negative_fields(arg: &'static str, value: IntervalParts) -> Result<()> {
+    if value.months < 0 || value.days < 0 || value.micros < 0 {
+        return Err(WorkfenceError::invalid(
+            arg,
+            "must not have a negative field",
+            format!(
+                "The interval has {} months, {} days and {} microseconds.",
+                value.months, value.days, value.micros
+            ),
+            "Write the interval with positive parts only, e.g. '23 hours' rather than '1 day -1 hour'.",
+        ));
+    }
+    Ok(())
+}
+
+/// A lease: longer than zero and at most [`LEASE_MAX_USECS`], with no
+/// negative field.
 pub fn lease(value: Option<IntervalParts>) -> Result<IntervalParts> {
     let value = required("lease", value)?;
     let total = value.total_micros();
@@ -143,11 +162,12 @@ pub fn lease(value: Option<IntervalParts>) -> Result<IntervalParts> {
             "Take a shorter lease and renew it from a heartbeat while the job runs.",
         ));
     }
+    no_negative_fields("lease", value)?;
     Ok(value)
 }
 
 /// A delay (`work_release`'s `delay`, `work_fail`'s `retry_in`): zero or
-/// longer, at most [`DELAY_MAX_USECS`].
+/// longer, at most [`DELAY_MAX_USECS`], with no negative field.
 pub fn delay(arg: &'static str, value: IntervalParts) -> Result<IntervalParts> {
     let total = value.total_micros();
     if total < 0 {
@@ -166,6 +186,7 @@ pub fn delay(arg: &'static str, value: IntervalParts) -> Result<IntervalParts> {
             "Cancel the item instead of parking it for longer than a year.",
         ));
     }
+    no_negative_fields(arg, value)?;
     Ok(value)
 }
 
