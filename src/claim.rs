@@ -10,10 +10,10 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
 
-use crate::error::{OrReport, Result};
+use crate::error::{OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, Statement};
-use crate::validate::{self, IntervalParts};
+use crate::validate;
 
 /// One claimed item: (id, key, payload, epoch, attempt, lease_until).
 type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
@@ -133,27 +133,19 @@ static CLAIM_KEY: Statement = Statement {
     ],
 };
 
-/// Convert pgrx's interval into the parts the validators check.
-pub fn interval_parts(value: Interval) -> IntervalParts {
-    IntervalParts {
-        months: value.months(),
-        days: value.days(),
-        micros: value.micros(),
-    }
-}
-
 fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         // Every column is NOT NULL for a claimed row; a NULL here is a bug.
-        let missing = || pgrx::spi::SpiError::NoTupleTable;
+        let missing = |column| WorkfenceError::UnexpectedNull { column };
         out.push((
-            row.get::<i64>(1)?.ok_or_else(missing)?,
-            row.get::<String>(2)?.ok_or_else(missing)?,
-            row.get::<RawJsonb>(3)?.ok_or_else(missing)?,
-            row.get::<i64>(4)?.ok_or_else(missing)?,
-            row.get::<i32>(5)?.ok_or_else(missing)?,
-            row.get::<TimestampWithTimeZone>(6)?.ok_or_else(missing)?,
+            row.get::<i64>(1)?.ok_or_else(|| missing("id"))?,
+            row.get::<String>(2)?.ok_or_else(|| missing("key"))?,
+            row.get::<RawJsonb>(3)?.ok_or_else(|| missing("payload"))?,
+            row.get::<i64>(4)?.ok_or_else(|| missing("epoch"))?,
+            row.get::<i32>(5)?.ok_or_else(|| missing("attempts"))?,
+            row.get::<TimestampWithTimeZone>(6)?
+                .ok_or_else(|| missing("lease_until"))?,
         ));
     }
     Ok(out)
@@ -206,7 +198,7 @@ fn claim(
 ) -> Result<Vec<ClaimedRow>> {
     let queue = validate::queue(queue)?;
     let owner = validate::owner(owner)?;
-    validate::lease(lease.map(interval_parts))?;
+    validate::lease(lease.map(Into::into))?;
     let max_items = validate::max_items(max_items)?;
     Spi::connect_mut(|client| {
         plans::run(
@@ -263,7 +255,7 @@ fn claim_key(
     let queue = validate::queue(queue)?;
     let key = validate::key(validate::required("key", key)?)?;
     let owner = validate::owner(owner)?;
-    validate::lease(lease.map(interval_parts))?;
+    validate::lease(lease.map(Into::into))?;
     Spi::connect_mut(|client| {
         plans::run(
             client,

@@ -99,6 +99,14 @@ pub enum WorkfenceError {
         arg: &'static str,
     },
 
+    /// A column that is NOT NULL by the table's constraints read as NULL: a
+    /// bug in the extension, reported as XX000.
+    #[error("pg_workfence internal error: column {column} of a claimed item is NULL")]
+    UnexpectedNull {
+        /// The column.
+        column: &'static str,
+    },
+
     /// SPI failed: a bug in the extension, reported as XX000.
     #[error("pg_workfence internal SPI error: {0}")]
     Spi(#[from] SpiError),
@@ -133,7 +141,9 @@ impl WorkfenceError {
             WorkfenceError::LeaseLost { .. } => {
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
-            WorkfenceError::Spi(_) => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => {
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR
+            }
         }
     }
 
@@ -158,7 +168,7 @@ impl WorkfenceError {
                     "The lease was handed back (work_release or work_fail).".to_string()
                 }
             }),
-            WorkfenceError::Spi(_) => None,
+            WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => None,
         }
     }
 
@@ -173,7 +183,9 @@ impl WorkfenceError {
             WorkfenceError::LeaseLost { .. } => Some(
                 "Roll back: another worker may hold the item now. Stop the job; do not retry it under this token.",
             ),
-            WorkfenceError::Spi(_) => Some("This is a bug in pg_workfence; please report it."),
+            WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => {
+                Some("This is a bug in pg_workfence; please report it.")
+            }
         }
     }
 

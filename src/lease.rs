@@ -15,7 +15,6 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::claim::interval_parts;
 use crate::error::{LeaseStatus, OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, Statement};
@@ -232,7 +231,7 @@ pub fn work_renew(
 ) -> bool {
     (|| {
         let token = Token::new(id, owner, epoch)?;
-        validate::lease(lease.map(interval_parts))?;
+        validate::lease(lease.map(Into::into))?;
         run_guarded(&RENEW, &token, vec![lease.into()])
     })()
     .or_report()
@@ -393,7 +392,7 @@ pub fn work_release(
     (|| {
         let token = Token::new(id, owner, epoch)?;
         let delay_value = validate::required("delay", delay)?;
-        validate::delay("delay", interval_parts(delay_value))?;
+        validate::delay("delay", delay_value.into())?;
         run_guarded(&RELEASE, &token, vec![delay.into()])
     })()
     .or_report()
@@ -424,7 +423,7 @@ pub fn work_fail(
         let token = Token::new(id, owner, epoch)?;
         let error = validate::required("error", error)?;
         if let Some(retry) = retry_in {
-            validate::delay("retry_in", interval_parts(retry))?;
+            validate::delay("retry_in", retry.into())?;
         }
         run_guarded(&FAIL, &token, vec![error.into(), retry_in.into()])
     })()

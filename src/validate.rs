@@ -36,6 +36,16 @@ pub struct IntervalParts {
     pub micros: i64,
 }
 
+impl From<pgrx::datum::Interval> for IntervalParts {
+    fn from(value: pgrx::datum::Interval) -> Self {
+        IntervalParts {
+            months: value.months(),
+            days: value.days(),
+            micros: value.micros(),
+        }
+    }
+}
+
 impl IntervalParts {
     /// Total length in microseconds, with a month as 30 days.
     pub fn total_micros(self) -> i128 {
