@@ -9,19 +9,17 @@
 //! Needs the extension installed into PostgreSQL 15: `scripts/test.sh` does
 //! that and then runs these tests (`cargo test -p pg_workfence_client`).
 
+mod common;
+
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use common::ok;
+
 use pg_workfence_client::scenario::{self, KEY, LONG_LEASE, OWNER, QUEUE, SHORT_LEASE};
-use pg_workfence_client::{Claim, Cluster, Error, Worker};
+use pg_workfence_client::{Claim, Cluster, Worker};
 use serde_json::json;
 
 const WORKER_EXE: &str = env!("CARGO_BIN_EXE_workfence-worker");
-
-/// Unwraps with the error's Display text (which, for a missing extension,
-/// says how to install it).
-fn ok<T>(result: Result<T, Error>, what: &str) -> T {
-    result.unwrap_or_else(|e| panic!("{what}: {e}"))
-}
 
 /// One cluster for the tests that run at the same time; it stops and is
 /// removed when the last of them drops its handle.
@@ -32,12 +30,7 @@ fn cluster() -> Arc<Cluster> {
         return cluster;
     }
     let cluster = Arc::new(ok(
-        // scripts/test.sh points WORKFENCE_SCRATCH at a directory the postgres
-        // user can reach (a checkout under /root is not).
-        Cluster::start(
-            std::env::var("WORKFENCE_SCRATCH")
-                .unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").to_string()),
-        ),
+        Cluster::start(common::scratch_base()),
         "starting a throwaway PostgreSQL 15 cluster",
     ));
     *slot = Arc::downgrade(&cluster);
