@@ -15,19 +15,27 @@ mod tests {
         Spi::get_one_with_args::<T>(sql, &args).expect("query failed")
     }
 
+    /// The number of rows `sql` returns (a `SELECT count(*) ...`).
+    fn count(sql: &str) -> i64 {
+        one::<i64>(sql, &[]).expect("count(*) is never NULL")
+    }
+
     fn run(sql: &str, args: &[i64]) {
         let args: Vec<pgrx::datum::DatumWithOid> = args.iter().map(|a| (*a).into()).collect();
         Spi::run_with_args(sql, &args).expect("statement failed");
     }
 
-    /// (id, epoch) of the first item `work_claim` returns, if any.
+    /// (id, epoch) of the item `work_claim` returns, or None for zero rows.
+    /// Any other outcome (an error, a NULL column) fails the test.
     fn claim(queue: &str, owner: &str, lease: &str) -> Option<(i64, i64)> {
-        Spi::get_two_with_args::<i64, i64>(
+        match Spi::get_two_with_args::<i64, i64>(
             "SELECT id, epoch FROM workfence.work_claim($1, $2, $3::interval)",
             &[queue.into(), owner.into(), lease.into()],
-        )
-        .map(|(id, epoch)| id.zip(epoch))
-        .unwrap_or(None)
+        ) {
+            Ok((Some(id), Some(epoch))) => Some((id, epoch)),
+            Err(pgrx::spi::SpiError::InvalidPosition) => None,
+            other => panic!("work_claim returned {other:?}"),
+        }
     }
 
     fn enqueue(queue: &str, key: &str) -> i64 {
@@ -216,23 +224,11 @@ mod tests {
         for k in 0..5 {
             enqueue("q", &format!("k{k}"));
         }
-        let n: i64 = one(
-            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 3)",
-            &[],
-        )
-        .unwrap();
+        let n = count("SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 3)");
         assert_eq!(n, 3);
-        let n: i64 = one(
-            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 3)",
-            &[],
-        )
-        .unwrap();
+        let n = count("SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 3)");
         assert_eq!(n, 2);
-        let n: i64 = one(
-            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 3)",
-            &[],
-        )
-        .unwrap();
+        let n = count("SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 3)");
         assert_eq!(n, 0);
     }
 
@@ -514,11 +510,7 @@ mod tests {
         )
         .unwrap();
         lapse(k.0.unwrap());
-        let n: i64 = one(
-            "SELECT count(*) FROM workfence.work_claim_key('q', 'k', 'w', '1 minute')",
-            &[],
-        )
-        .unwrap();
+        let n = count("SELECT count(*) FROM workfence.work_claim_key('q', 'k', 'w', '1 minute')");
         assert_eq!(n, 0);
         let state: String = one(
             "SELECT state::text FROM workfence.items WHERE id = $1",
@@ -537,31 +529,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got, (Some(a), Some("a".into())));
-        let n: i64 = one(
+        let n = count(
             "SELECT count(*) FROM workfence.work_claim_key('cron', 'a', 'sched', '1 minute')",
-            &[],
-        )
-        .unwrap();
+        );
         assert_eq!(n, 0, "held under a live lease");
-        let n: i64 = one(
+        let n = count(
             "SELECT count(*) FROM workfence.work_claim_key('cron', 'zzz', 'sched', '1 minute')",
-            &[],
-        )
-        .unwrap();
+        );
         assert_eq!(n, 0, "no such key");
         lapse(a);
-        let n: i64 = one(
+        let n = count(
             "SELECT count(*) FROM workfence.work_claim_key('cron', 'a', 'sched', '1 minute')",
-            &[],
-        )
-        .unwrap();
+        );
         assert_eq!(n, 1, "claimable again once the lease lapsed");
         Spi::run("SELECT workfence.work_enqueue('cron', '{}', 'later', clock_timestamp() + interval '1 hour')").unwrap();
-        let n: i64 = one(
+        let n = count(
             "SELECT count(*) FROM workfence.work_claim_key('cron', 'later', 'sched', '1 minute')",
-            &[],
-        )
-        .unwrap();
+        );
         assert_eq!(n, 0, "not yet due");
     }
 
