@@ -30,12 +30,21 @@ cluster_start() {
         -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
 }
 
-# cluster_stop DIR: stop the cluster in DIR if it runs.
+# cluster_stop DIR: stop the cluster in DIR if it runs (pg_ctl -m fast).
+# Returns 0 when it is stopped afterwards, or there is no cluster in DIR.
 cluster_stop() {
-    local dir="$1"
-    if [ -f "$dir/postmaster.pid" ]; then
-        as_postgres "$PG_BIN/pg_ctl" -D "$dir" -w -m fast stop >/dev/null || true
-    fi
+    local dir="$1" status=0
+    [ -f "$dir/PG_VERSION" ] || return 0
+    # pg_ctl status: 0 running, 3 not running, anything else an error.
+    as_postgres "$PG_BIN/pg_ctl" -D "$dir" status >/dev/null || status=$?
+    case "$status" in
+        0) as_postgres "$PG_BIN/pg_ctl" -D "$dir" -w -m fast stop >/dev/null ;;
+        3) return 0 ;;
+        *)
+            echo "pg_ctl status failed ($status) for $dir" >&2
+            return "$status"
+            ;;
+    esac
 }
 
 # scratch_base ROOT: a directory for cluster data that the postgres user can

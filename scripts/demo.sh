@@ -23,28 +23,18 @@ usage() {
     sed -n '2,12s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
-# as_postgres (runs a program as the postgres OS user when we are root;
-# PostgreSQL refuses to run as root) and PG_BIN.
+# cluster_stop (stops a cluster as the postgres OS user; PostgreSQL refuses
+# to run as root).
 # shellcheck source=cluster.sh
 . "$ROOT/scripts/cluster.sh"
 
 stop_cluster() {
-    local pg_ctl="$PG_BIN/pg_ctl"
     if [ ! -f "$DEMO_DIR/PG_VERSION" ]; then
         log "no demo cluster in $DEMO_DIR"
         return 0
     fi
-    # pg_ctl status: 0 running, 3 not running.
-    local status=0
-    as_postgres "$pg_ctl" -D "$DEMO_DIR" status >/dev/null || status=$?
-    if [ "$status" -eq 3 ]; then
-        log "the demo cluster in $DEMO_DIR is not running"
-        return 0
-    elif [ "$status" -ne 0 ]; then
-        log "pg_ctl status failed ($status) for $DEMO_DIR" >&2
-        return "$status"
-    fi
-    as_postgres "$pg_ctl" -D "$DEMO_DIR" -m fast -w stop
+    cluster_stop "$DEMO_DIR"
+    log "the demo cluster in $DEMO_DIR is stopped"
 }
 
 case "${1:-run}" in
