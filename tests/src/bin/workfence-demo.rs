@@ -121,6 +121,20 @@ fn step(who: &str, verb: &str, args: &str, result: &str, tag: &str) {
     println!("{}", line.trim_end());
 }
 
+/// Checks that a token call answered `want`, and prints the step.
+fn token_step(
+    checks: &mut Checks,
+    who: &str,
+    verb: &str,
+    epoch: i64,
+    r: &Result<bool, Error>,
+    want: bool,
+    why: &str,
+) {
+    let tag = checks.check(matches!(r, Ok(v) if *v == want), &format!("{want}: {why}"));
+    step(who, verb, &format!("epoch={epoch}"), &show_bool(r), &tag);
+}
+
 fn show_bool(r: &Result<bool, Error>) -> String {
     match r {
         Ok(v) => v.to_string(),
@@ -253,35 +267,38 @@ fn run(dir: &Path) -> Result<bool, Error> {
 
     // 4. A wakes up and carries on with its stale token.
     let r = a.renew(a_claim.id, a_claim.epoch, LONG_LEASE);
-    let tag = checks.check(matches!(r, Ok(false)), "false: superseded token");
-    step(
+    token_step(
+        &mut checks,
         "A",
         "renew",
-        &format!("epoch={}", a_claim.epoch),
-        &show_bool(&r),
-        &tag,
+        a_claim.epoch,
+        &r,
+        false,
+        "superseded token",
     );
     let r = a.finish(a_claim.id, a_claim.epoch, Some(json!({"sent_by": "A"})));
     let a_finished = matches!(r, Ok(true));
-    let tag = checks.check(matches!(r, Ok(false)), "false: A must not dispatch");
-    step(
+    token_step(
+        &mut checks,
         "A",
         "finish",
-        &format!("epoch={}", a_claim.epoch),
-        &show_bool(&r),
-        &tag,
+        a_claim.epoch,
+        &r,
+        false,
+        "A must not dispatch",
     );
 
     // 5. B finishes under its current lease.
     let r = b.finish(b_claim.id, b_claim.epoch, Some(json!({"sent_by": "B"})));
     let b_finished = matches!(r, Ok(true));
-    let tag = checks.check(b_finished, "true: B holds the current lease");
-    step(
+    token_step(
+        &mut checks,
         "B",
         "finish",
-        &format!("epoch={}", b_claim.epoch),
-        &show_bool(&r),
-        &tag,
+        b_claim.epoch,
+        &r,
+        true,
+        "B holds the current lease",
     );
 
     // 6. A's token, asserted inside a transaction of A's, is refused.
