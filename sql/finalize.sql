@@ -27,3 +27,6 @@ COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
 
 COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
 'work_assert(id, owner, epoch) -> void. Raises SQLSTATE 55000 (lease lost; DETAIL says why) unless the token is current, and holds the item''s row lock (FOR NO KEY UPDATE) to the end of the transaction, so the worker''s own writes in that transaction commit only while it holds the lease. Errors: 55000 lease lost, 22004 NULL argument, 22023 bad owner.';
+
+COMMENT ON FUNCTION workfence.work_cancel(text, text) IS
+'work_cancel(queue, key) -> boolean. Cancels the item if it is pending or claimed: state cancelled, finished_at = clock_timestamp(), never claimed again; the holder''s token is refused from then on (work_assert: 55000, cancelled). False, changing nothing, when the item is missing or already done, failed or cancelled. Errors: 22004 NULL argument, 22023 bad queue/key.';

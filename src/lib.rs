@@ -14,6 +14,8 @@ use pgrx::prelude::*;
 
 ::pgrx::pg_module_magic!(name, version);
 
+// `work_cancel`.
+pub mod cancel;
 // `work_claim`, `work_claim_key`.
 pub mod claim;
 // `work_enqueue`.

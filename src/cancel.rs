@@ -1,0 +1,62 @@
+//! `work_cancel`: withdraw an item that is not finished, from outside its lease.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::error::{OrReport, Result};
+use crate::plans::{self, Statement};
+use crate::validate;
+
+// One statement: the row lock the UPDATE takes orders it against a concurrent
+// finish, fail or claim. If one of those commits first, the UPDATE re-checks
+// the new row version (READ COMMITTED) and cancels only what is still
+// unfinished; a claim that comes after skips the locked row (SKIP LOCKED) and
+// then no longer sees a claimable item. Owner and epoch stay, so the holder's
+// `work_assert` can say why its token is dead.
+static CANCEL: Statement = Statement {
+    name: "cancel",
+    sql: "UPDATE workfence.items AS i \
+             SET state = 'cancelled'::workfence.item_state, lease_until = NULL, \
+                 finished_at = pg_catalog.clock_timestamp() \
+           WHERE i.queue OPERATOR(pg_catalog.=) $1 \
+             AND i.key OPERATOR(pg_catalog.=) $2 \
+             AND i.state OPERATOR(pg_catalog.=) ANY \
+                 ('{pending,claimed}'::workfence.item_state[]) \
+          RETURNING i.id",
+    args: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// Cancel the item `key` of `queue` unless it is already finished.
+///
+/// SQL: `workfence.work_cancel(queue text, key text) RETURNS boolean`. True
+/// when the item was pending or claimed and is now `cancelled` (with
+/// `finished_at` = `clock_timestamp()`): it is never claimed again, and the
+/// token of a worker holding it is dead from then on (renew, finish, release
+/// and fail return false; `work_assert` raises 55000 with DETAIL "The item
+/// was cancelled."). False when no such item exists or it is already done,
+/// failed or cancelled; nothing changes then. A cancelled item keeps its key:
+/// `work_enqueue` of the same (queue, key) returns it with `inserted = false`.
+///
+/// A worker in the middle of the job is not interrupted; it learns of the
+/// cancel at its next renew or assert (so a job that writes its effects under
+/// `work_assert` never commits them after a cancel).
+///
+/// Errors: 22004 for a NULL queue or key; 22023 for an empty, oversized or
+/// control-character queue or key.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_cancel(queue: Option<String>, key: Option<String>) -> bool {
+    cancel(queue, key).or_report()
+}
+
+fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
+    let queue = validate::queue(queue)?;
+    let key = validate::key(validate::required("key", key)?)?;
+    Spi::connect_mut(|client| {
+        plans::run(
+            client,
+            &CANCEL,
+            &[queue.as_str().into(), key.as_str().into()],
+            |rows| Ok(!rows.is_empty()),
+        )
+    })
+}
