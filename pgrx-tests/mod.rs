@@ -90,11 +90,24 @@ mod tests {
         .unwrap()
     }
 
-    /// Everything a call could change: every row and the sequence position.
+    /// Everything a call could change: every row, and the last epoch this
+    /// session drew from the sequence (`currval`). Not the sequence's global
+    /// position: the suites run in parallel in one database, and other
+    /// tests' claims move it.
     fn snapshot() -> String {
+        Spi::run(
+            "CREATE OR REPLACE FUNCTION pg_temp.session_epoch() RETURNS text
+             LANGUAGE plpgsql AS $$
+             BEGIN
+                 RETURN pg_catalog.currval('workfence.epoch_seq')::text;
+             EXCEPTION WHEN object_not_in_prerequisite_state THEN
+                 RETURN 'none drawn';
+             END $$",
+        )
+        .unwrap();
         Spi::get_one::<String>(
-            "SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), '') ||
-                    (SELECT last_value::text || is_called::text FROM workfence.epoch_seq)
+            "SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), '') || ' ' ||
+                    pg_temp.session_epoch()
                FROM workfence.items t",
         )
         .unwrap()
@@ -602,6 +615,66 @@ mod tests {
         assert_eq!(snapshot(), before);
     }
 
+    #[pg_test]
+    fn cancel_withdraws_an_unfinished_item_and_kills_its_token() {
+        let cancel = |key: &str| {
+            Spi::get_one_with_args::<bool>(
+                "SELECT workfence.work_cancel('q', $1)",
+                &[key.into()],
+            )
+            .unwrap()
+            .unwrap()
+        };
+        // Claimed: cancelled, the holder's token refused everything.
+        let id = enqueue("q", "claimed");
+        let (_, epoch) = claim("q", "w", "1 minute").unwrap();
+        assert!(cancel("claimed"));
+        let row = Spi::get_two_with_args::<String, bool>(
+            "SELECT state::text, finished_at IS NOT NULL AND lease_until IS NULL
+               FROM workfence.items WHERE id = $1",
+            &[id.into()],
+        )
+        .unwrap();
+        assert_eq!(row, (Some("cancelled".into()), Some(true)));
+        let before = snapshot();
+        for call in ["renew", "finish", "release", "fail"] {
+            assert!(!token_call(call, id, "w", epoch), "{call} after cancel");
+        }
+        assert_eq!(snapshot(), before, "refused calls change nothing");
+        let err = error_of("SELECT workfence.work_assert($1, 'w', $2)", id, epoch);
+        assert!(err.starts_with("55000: lease lost"), "{err}");
+        assert!(err.contains("cancelled"), "{err}");
+        // Never claimed again, not even when its old lease would have lapsed.
+        lapse(id);
+        assert_eq!(claim("q", "w", "1 minute"), None);
+        assert_eq!(
+            count("SELECT count(*) FROM workfence.work_claim_key('q', 'claimed', 'w', '1 minute')"),
+            0
+        );
+        // A re-submit of the key returns the cancelled item, not a new one.
+        let again = Spi::get_two::<i64, bool>(
+            "SELECT id, inserted FROM workfence.work_enqueue('q', '{}', 'claimed')",
+        )
+        .unwrap();
+        assert_eq!(again, (Some(id), Some(false)));
+
+        // Pending: cancelled before anyone claims it.
+        enqueue("q", "pending");
+        assert!(cancel("pending"));
+        assert_eq!(claim("q", "w", "1 minute"), None);
+
+        // Finished, cancelled or unknown: false, nothing changes.
+        let done = enqueue("q", "done");
+        let (_, done_epoch) = claim("q", "w", "1 minute").unwrap();
+        assert!(token_call("finish", done, "w", done_epoch));
+        let before = snapshot();
+        for key in ["done", "claimed", "pending", "no such key"] {
+            assert!(!cancel(key), "cancel of {key}");
+        }
+        assert_eq!(snapshot(), before);
+        assert!(token_call("finish", done, "w", done_epoch), "done stays done");
+    }
+
     /// Every function x every bad argument: the documented SQLSTATE, a
     /// message naming the argument, and nothing changed.
     #[pg_test]
@@ -674,6 +747,12 @@ mod tests {
             ("SELECT workfence.work_finish_many('w', NULL, ARRAY[$2])".into(), "22004", "ids"),
             ("SELECT workfence.work_finish_many('w', ARRAY[$1], NULL)".into(), "22004", "epochs"),
             ("SELECT workfence.work_finish_many('w', ARRAY[$1], ARRAY[$2], ARRAY['1', '2']::jsonb[])".into(), "22023", "results"),
+            // work_cancel
+            ("SELECT workfence.work_cancel(NULL, 'a')".into(), "22004", "queue"),
+            ("SELECT workfence.work_cancel('q', NULL)".into(), "22004", "key"),
+            ("SELECT workfence.work_cancel('q', '')".into(), "22023", "key"),
+            (format!("SELECT workfence.work_cancel('q', '{long_key}')"), "22023", "key"),
+            ("SELECT workfence.work_cancel(E'q\\r', 'a')".into(), "22023", "queue"),
             // A token that is not current is an error only for work_assert.
             ("SELECT workfence.work_assert($1 + 1000, 'w', $2)".into(), "55000", "lease lost"),
             ("SELECT workfence.work_assert($1, 'w', $2 + 1)".into(), "55000", "lease lost"),
