@@ -166,7 +166,7 @@ fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
 /// READ COMMITTED (the default). Zero rows when nothing is claimable.
 ///
 /// Errors: 22004 for a NULL argument; 22023 for a bad queue or owner (see
-/// `work_enqueue`; owner blank or > 256 bytes), a lease not in (0, 7 days],
+/// `work_enqueue`; owner blank, > 256 bytes or with control characters), a lease not in (0, 7 days],
 /// `max_items` outside 1..1000.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_claim(

@@ -220,7 +220,7 @@ fn run_guarded(
 /// still counts); false otherwise (superseded, finished, released, unknown
 /// id): the worker should stop the job.
 ///
-/// Errors: 22004 for a NULL argument; 22023 for a blank or oversized owner, a
+/// Errors: 22004 for a NULL argument; 22023 for a blank, oversized or control-character owner, a
 /// lease not in (0, 7 days].
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_renew(
@@ -273,7 +273,7 @@ pub fn work_finish(
 /// (or NULL) as its result.
 ///
 /// Errors: 22004 for a NULL owner, ids or epochs, or a NULL element in ids or
-/// epochs; 22023 for a blank or oversized owner, or arrays of unequal length.
+/// epochs; 22023 for a blank, oversized or control-character owner, or arrays of unequal length.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_finish_many(
     owner: Option<String>,
@@ -380,7 +380,7 @@ fn finish_many(
 /// `clock_timestamp() + delay`, and the attempt is given back (a release is
 /// not a failure). The token is dead from then on. False for any other token.
 ///
-/// Errors: 22004 for a NULL argument; 22023 for a blank or oversized owner, a
+/// Errors: 22004 for a NULL argument; 22023 for a blank, oversized or control-character owner, a
 /// negative delay or one over 365 days.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_release(
@@ -443,7 +443,7 @@ pub fn work_fail(
 /// Errors: 55000 (object_not_in_prerequisite_state) "lease lost" when the
 /// token is not current; DETAIL says why (missing, superseded, wrong owner,
 /// finished, cancelled, released). 22004 for a NULL argument; 22023 for a
-/// blank or oversized owner.
+/// blank, oversized or control-character owner.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
     (|| {

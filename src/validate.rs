@@ -95,7 +95,8 @@ pub fn queue(value: Option<String>) -> Result<String> {
     Ok(value)
 }
 
-/// An owner: non-empty after trimming white space, at most [`OWNER_MAX_BYTES`].
+/// An owner: non-empty after trimming white space, at most
+/// [`OWNER_MAX_BYTES`], no control characters.
 ///
 /// The owner is stored as given (not trimmed): it is compared byte for byte.
 pub fn owner(value: Option<String>) -> Result<String> {
@@ -108,14 +109,10 @@ pub fn owner(value: Option<String>) -> Result<String> {
             "Name the worker, e.g. hostname/pid. It need not be unique: the epoch fences, the owner is a check.",
         ));
     }
-    if value.len() > OWNER_MAX_BYTES {
-        return Err(WorkfenceError::invalid(
-            "owner",
-            format!("must be at most {OWNER_MAX_BYTES} bytes"),
-            format!("The value is {} bytes long.", value.len()),
-            "Use a shorter owner name.",
-        ));
-    }
+    // A control character is almost always a bug in how the name was made
+    // (a hostname read with its trailing newline): reject it rather than let
+    // it pass as a name that matches nothing the next process computes.
+    check_name("owner", &value, OWNER_MAX_BYTES)?;
     Ok(value)
 }
 
@@ -277,6 +274,10 @@ mod tests {
         assert!(owner(Some("  ".into())).is_err());
         assert_eq!(owner(Some(" a ".into())).unwrap(), " a ");
         assert!(owner(Some("é".repeat(129))).is_err(), "258 bytes");
+        assert!(
+            owner(Some("laptop\n".into())).is_err(),
+            "hostname with its newline"
+        );
         assert!(key("".into()).is_err());
     }
 
