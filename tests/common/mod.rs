@@ -1,11 +1,21 @@
 //! Helpers shared by the client-connection test files (`mod common;`).
 
-use pg_workfence_client::Error;
+use std::error::Error;
 
-/// Unwraps with the error's Display text (which, for a missing extension,
-/// says how to install it).
-pub fn ok<T>(result: Result<T, Error>, what: &str) -> T {
-    result.unwrap_or_else(|e| panic!("{what}: {e}"))
+/// Unwraps, or panics with the error and its chain of sources (a
+/// `postgres::Error` says only "db error"; its source has the server's
+/// message; a missing extension's error says how to install it).
+pub fn ok<T, E: Error>(result: Result<T, E>, what: &str) -> T {
+    result.unwrap_or_else(|e| {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        panic!("{what}: {text}")
+    })
 }
 
 /// Where the tests' throwaway clusters live: `$WORKFENCE_SCRATCH`, which
