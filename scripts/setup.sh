@@ -6,6 +6,10 @@
 #     (unpinned, apt pulls a newer build from the security suite and with it a
 #     server, libpq and openssl upgrade);
 #   - clang/libclang for pgrx's bindgen, sudo for `cargo pgrx test --runas`;
+#   - pgbouncer, for tests/pgbouncer.rs (the functions through a transaction-
+#     pooling PgBouncer). The test runs its own pgbouncer on a free port with
+#     a config it writes; the package's system service (localhost:6432, no
+#     databases) is neither used nor touched;
 #   - cargo-pgrx at exactly the version Cargo.toml pins pgrx to;
 #   - `cargo pgrx init` against the system pg_config, only when ~/.pgrx/config.toml
 #     lacks the pg15 line (rewriting it makes pgrx-pg-sys re-run bindgen).
@@ -27,7 +31,10 @@ fi
 need_apt=()
 dpkg-query -W -f='${Status}' postgresql-${PG_MAJOR} 2>/dev/null | grep -q 'install ok installed' \
     || need_apt+=("postgresql-${PG_MAJOR}")
-for pkg in postgresql-server-dev-${PG_MAJOR} libclang-dev clang sudo pkg-config; do
+# pgbouncer needs no pin: it depends on neither the server nor libpq (only
+# postgresql-common), and bookworm's build installs without upgrading
+# anything already present.
+for pkg in postgresql-server-dev-${PG_MAJOR} libclang-dev clang sudo pkg-config pgbouncer; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then

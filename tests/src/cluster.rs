@@ -2,28 +2,23 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use postgres::{Client, NoTls};
 
+use crate::os::{
+    effective_uid, free_port, give_to_server_user, server_command, stdout_of, tail_of, HOST,
+    SERVER_OS_USER,
+};
 use crate::{Error, Result};
 
 /// The `pg_config` of the PostgreSQL 15 the extension is installed into.
 pub const DEFAULT_PG_CONFIG: &str = "/usr/lib/postgresql/15/bin/pg_config";
 
-/// The OS user the server runs as when this process is root (PostgreSQL
-/// refuses to run as root).
-const SERVER_OS_USER: &str = "postgres";
-
 /// The superuser `initdb` creates; every connection logs in as it (trust auth).
 const SUPERUSER: &str = "postgres";
-
-/// Loopback only: the cluster is never reachable from another machine.
-const HOST: &str = "127.0.0.1";
 
 /// How often `start` picks a new port when another process took the one it
 /// found free (the port is free when picked, not necessarily when bound).
@@ -326,12 +321,45 @@ impl Cluster {
     /// directory stays until the cluster is dropped. Stopping a stopped cluster
     /// does nothing.
     pub fn stop(&mut self) -> Result<()> {
+        self.stop_with("fast")
+    }
+
+    /// Crashes the server: `pg_ctl -m immediate stop`, which kills every
+    /// server process without a checkpoint, as a power cut would (what was
+    /// committed is in the WAL; the next start runs crash recovery). Returns
+    /// once the server is down. The port and the data directory stay; see
+    /// [`Cluster::start_again`]. Crashing a stopped cluster does nothing.
+    pub fn crash(&mut self) -> Result<()> {
+        self.stop_with("immediate")
+    }
+
+    /// Starts a stopped or crashed server again on the same port and data
+    /// directory, so that clients reconnect with the connection string they
+    /// had; returns once it accepts connections (after crash recovery). It
+    /// fails if another process took the port meanwhile. Starting a running
+    /// cluster does nothing.
+    pub fn start_again(&mut self) -> Result<()> {
+        if self.running {
+            return Ok(());
+        }
+        match self.start_on(self.port)? {
+            Started::Yes => Ok(()),
+            Started::PortTaken(reason) => Err(Error::Start {
+                data_dir: self.data_dir.clone(),
+                reason,
+                log: tail_of(&self.log_file()),
+            }),
+        }
+    }
+
+    /// `pg_ctl -m MODE stop`, waiting until the server is down.
+    fn stop_with(&mut self, mode: &str) -> Result<()> {
         if self.running {
             let args = [
                 OsStr::new("-D"),
                 self.data_dir.as_os_str(),
                 OsStr::new("-m"),
-                OsStr::new("fast"),
+                OsStr::new(mode),
                 OsStr::new("-w"),
                 OsStr::new("stop"),
             ];
@@ -344,41 +372,7 @@ impl Cluster {
     /// Hands the data directory to the server's OS user and checks it can reach
     /// it (every parent directory must be searchable by that user).
     fn prepare_dir(&self) -> Result<()> {
-        fs::set_permissions(&self.data_dir, fs::Permissions::from_mode(0o700)).map_err(
-            |source| Error::Io {
-                action: "chmod",
-                path: self.data_dir.clone(),
-                source,
-            },
-        )?;
-        if !self.as_root {
-            return Ok(());
-        }
-        let (uid, gid) = os_user_ids(SERVER_OS_USER)?;
-        std::os::unix::fs::chown(&self.data_dir, Some(uid), Some(gid)).map_err(|source| {
-            Error::Io {
-                action: "chown to postgres",
-                path: self.data_dir.clone(),
-                source,
-            }
-        })?;
-        let reachable = Command::new("runuser")
-            .args(["-u", SERVER_OS_USER, "--", "test", "-w"])
-            .arg(&self.data_dir)
-            .current_dir("/")
-            .status()
-            .map_err(|source| Error::Spawn {
-                program: "runuser".into(),
-                source,
-            })?;
-        if !reachable.success() {
-            return Err(Error::Setup(format!(
-                "the {SERVER_OS_USER} OS user cannot reach {}: every parent directory must be \
-                 searchable by it (chmod o+x), or choose a base directory elsewhere",
-                self.data_dir.display()
-            )));
-        }
-        Ok(())
+        give_to_server_user(&self.data_dir, self.as_root)
     }
 
     fn initdb(&self) -> Result<()> {
@@ -403,59 +397,73 @@ impl Cluster {
     /// Starts the server, picking another free port if the one picked was
     /// taken between the pick and the bind.
     fn start_server(&mut self) -> Result<()> {
-        let log = self.log_file();
         let mut last_reason = String::new();
         for _ in 0..PORT_ATTEMPTS {
-            let port = free_port()?;
-            let socket_path_len =
-                self.data_dir.as_os_str().len() + format!("/.s.PGSQL.{port}").len();
-            // A path too long for a Unix socket: TCP only (pg_ctl -w waits on
-            // postmaster.pid, not on the socket).
-            let socket_dir = (socket_path_len <= MAX_SOCKET_PATH).then(|| self.data_dir.clone());
-            let socket_opt = match &socket_dir {
-                Some(dir) => format!("'{}'", dir.display()),
-                None => "''".to_owned(),
-            };
-            let server_opts = format!("-p {port} -k {socket_opt} -c listen_addresses={HOST}");
-            let args: [&OsStr; 10] = [
-                OsStr::new("-D"),
-                self.data_dir.as_os_str(),
-                OsStr::new("-l"),
-                log.as_os_str(),
-                OsStr::new("-w"),
-                OsStr::new("-t"),
-                OsStr::new("60"),
-                OsStr::new("-o"),
-                OsStr::new(&server_opts),
-                OsStr::new("start"),
-            ];
-            match run(&self.bin_dir.join("pg_ctl"), &args, self.as_root) {
-                Ok(_) => {
-                    self.port = port;
-                    self.socket_dir = socket_dir;
-                    self.running = true;
-                    return Ok(());
-                }
-                Err(err) => {
-                    let log_tail = tail_of(&log);
-                    if log_tail.contains("Address already in use") {
-                        last_reason = format!("port {port} taken: {err}");
-                        continue;
-                    }
-                    return Err(Error::Start {
-                        data_dir: self.data_dir.clone(),
-                        reason: err.to_string(),
-                        log: log_tail,
-                    });
-                }
+            match self.start_on(free_port()?)? {
+                Started::Yes => return Ok(()),
+                Started::PortTaken(reason) => last_reason = reason,
             }
         }
         Err(Error::Start {
             data_dir: self.data_dir.clone(),
             reason: format!("no free port after {PORT_ATTEMPTS} attempts; last: {last_reason}"),
-            log: tail_of(&log),
+            log: tail_of(&self.log_file()),
         })
     }
+
+    /// Starts the server on `port` (`pg_ctl -w start`, logging to
+    /// [`Cluster::log_file`]) and records the port on success.
+    fn start_on(&mut self, port: u16) -> Result<Started> {
+        let log = self.log_file();
+        let socket_path_len = self.data_dir.as_os_str().len() + format!("/.s.PGSQL.{port}").len();
+        // A path too long for a Unix socket: TCP only (pg_ctl -w waits on
+        // postmaster.pid, not on the socket).
+        let socket_dir = (socket_path_len <= MAX_SOCKET_PATH).then(|| self.data_dir.clone());
+        let socket_opt = match &socket_dir {
+            Some(dir) => format!("'{}'", dir.display()),
+            None => "''".to_owned(),
+        };
+        let server_opts = format!("-p {port} -k {socket_opt} -c listen_addresses={HOST}");
+        let args: [&OsStr; 10] = [
+            OsStr::new("-D"),
+            self.data_dir.as_os_str(),
+            OsStr::new("-l"),
+            log.as_os_str(),
+            OsStr::new("-w"),
+            OsStr::new("-t"),
+            OsStr::new("60"),
+            OsStr::new("-o"),
+            OsStr::new(&server_opts),
+            OsStr::new("start"),
+        ];
+        match run(&self.bin_dir.join("pg_ctl"), &args, self.as_root) {
+            Ok(_) => {
+                self.port = port;
+                self.socket_dir = socket_dir;
+                self.running = true;
+                Ok(Started::Yes)
+            }
+            Err(err) => {
+                let log_tail = tail_of(&log);
+                if log_tail.contains("Address already in use") {
+                    return Ok(Started::PortTaken(format!("port {port} taken: {err}")));
+                }
+                Err(Error::Start {
+                    data_dir: self.data_dir.clone(),
+                    reason: err.to_string(),
+                    log: log_tail,
+                })
+            }
+        }
+    }
+}
+
+/// What [`Cluster::start_on`] achieved short of an error.
+enum Started {
+    /// The server runs and accepts connections.
+    Yes,
+    /// Another process holds the port (the reason says which and how).
+    PortTaken(String),
 }
 
 impl Drop for Cluster {
@@ -485,14 +493,8 @@ impl Drop for Cluster {
 /// from `/` (the current directory may be unreadable for `postgres`). Returns
 /// its output, or an error carrying what it printed.
 fn run(program: &Path, args: &[&OsStr], as_root: bool) -> Result<Output> {
-    let mut cmd = if as_root {
-        let mut c = Command::new("runuser");
-        c.args(["-u", SERVER_OS_USER, "--"]).arg(program);
-        c
-    } else {
-        Command::new(program)
-    };
-    cmd.args(args).current_dir("/");
+    let mut cmd = server_command(program, as_root);
+    cmd.args(args);
     let shown = {
         let mut s = OsString::from(program.as_os_str());
         for a in args {
@@ -521,25 +523,6 @@ fn run(program: &Path, args: &[&OsStr], as_root: bool) -> Result<Output> {
     }
 }
 
-/// Runs a helper program and returns its trimmed stdout.
-fn stdout_of(program: &str, args: &[&OsStr]) -> Result<String> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|source| Error::Spawn {
-            program: program.to_owned(),
-            source,
-        })?;
-    if !output.status.success() {
-        return Err(Error::Command {
-            program: program.to_owned(),
-            status: output.status,
-            output: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
-}
-
 fn bin_dir(pg_config: &Path) -> Result<PathBuf> {
     let dir = stdout_of(&pg_config.to_string_lossy(), &[OsStr::new("--bindir")])?;
     let dir = PathBuf::from(dir);
@@ -551,43 +534,6 @@ fn bin_dir(pg_config: &Path) -> Result<PathBuf> {
         )));
     }
     Ok(dir)
-}
-
-fn effective_uid() -> Result<u32> {
-    let uid = stdout_of("id", &[OsStr::new("-u")])?;
-    uid.parse()
-        .map_err(|_| Error::Setup(format!("`id -u` printed {uid:?}")))
-}
-
-fn os_user_ids(user: &str) -> Result<(u32, u32)> {
-    let parse = |flag: &str| -> Result<u32> {
-        let out = stdout_of("id", &[OsStr::new(flag), OsStr::new(user)]).map_err(|e| {
-            Error::Setup(format!(
-                "the OS user {user:?} is needed to run PostgreSQL as root: {e}"
-            ))
-        })?;
-        out.parse()
-            .map_err(|_| Error::Setup(format!("`id {flag} {user}` printed {out:?}")))
-    };
-    Ok((parse("-u")?, parse("-g")?))
-}
-
-/// A TCP port on the loopback interface that was free a moment ago.
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind((HOST, 0)).map_err(|source| Error::Io {
-        action: "bind a free port on",
-        path: PathBuf::from(HOST),
-        source,
-    })?;
-    let port = listener
-        .local_addr()
-        .map_err(|source| Error::Io {
-            action: "read the bound port of",
-            path: PathBuf::from(HOST),
-            source,
-        })?
-        .port();
-    Ok(port)
 }
 
 /// Stops a server left running in `data_dir` by an earlier run, if any.
@@ -610,15 +556,4 @@ fn stop_stale(bin_dir: &Path, data_dir: &Path, as_root: bool) -> Result<()> {
         run(&pg_ctl, &stop, as_root)?;
     }
     Ok(())
-}
-
-/// The last lines of a log file (or a note that it could not be read).
-fn tail_of(path: &Path) -> String {
-    match fs::read_to_string(path) {
-        Ok(text) => {
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(20)..].join("\n")
-        }
-        Err(err) => format!("(could not read {}: {err})", path.display()),
-    }
 }

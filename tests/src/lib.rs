@@ -22,6 +22,8 @@
 
 mod cluster;
 mod error;
+mod os;
+pub mod pgbouncer;
 pub mod protocol;
 pub mod scenario;
 mod worker;
