@@ -6,12 +6,14 @@
 //! - [`Worker`]: drives a `workfence-worker` child process, so that two workers
 //!   are two separate client processes, each with its own connection.
 //! - [`protocol`]: the line protocol between [`Worker`] and `workfence-worker`.
+//! - [`pgbouncer`]: a throwaway PgBouncer in front of a [`Cluster`].
 //! - [`scenario`]: the pieces of the bug report's scenario shared by the demo
 //!   and the tests (names, enqueue, waiting for a lease to lapse on the server).
 //!
-//! The binaries `workfence-worker` (the worker process) and `workfence-demo`
-//! (the two-worker scenario from the bug report, run against a cluster that
-//! stays up) live in `src/bin/`; the automated form of the scenario is
+//! The binaries `workfence-worker` (the worker process), `workfence-soak-worker`
+//! (the autonomous worker of `tests/soak.rs`) and `workfence-demo` (the
+//! two-worker scenario from the bug report, run against a cluster that stays
+//! up) live in `src/bin/`; the automated form of the scenario is
 //! `tests/seed_scenario.rs`.
 //!
 //! The extension must be installed into the PostgreSQL 15 the cluster runs
