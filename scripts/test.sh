@@ -8,7 +8,8 @@
 #   4. unit + pg    cargo pgrx test: Rust unit tests and the in-server #[pg_test] suites
 #   5. install      cargo pgrx install --release (for the client-side tiers)
 #   6. pg_regress   golden files in tests/pg_regress against a throwaway cluster
-#   7. client       tests/ from real client connections (seed scenario, two processes)
+#   7. client       tests/ from real client connections: seed scenario, races, soak,
+#                   PgBouncer, bad input, the stateright model, dump/restore
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -48,6 +49,9 @@ stage "pg_regress golden files"
 bash scripts/pg_regress.sh
 
 stage "client tests from real connections"
-WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" cargo test -p pg_workfence_client --release
+# --show-output: the soak's figures, the model's state count and the bad-input
+# case count are printed even when their tests pass.
+WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
+    cargo test -p pg_workfence_client --release -- --show-output
 
 stage "all tests passed in $((SECONDS - t_start)) s"
