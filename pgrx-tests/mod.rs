@@ -5,6 +5,8 @@
 //! with a direct UPDATE (what the clock would do); the real-time lapse and
 //! real concurrency are tested from client connections in `tests/`.
 
+mod ops;
+
 #[pgrx::pg_schema]
 mod tests {
     use pgrx::prelude::*;

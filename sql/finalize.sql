@@ -4,8 +4,8 @@
 COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer) IS
 'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25) -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned unchanged with inserted = false. run_at NULL = now (server time). Errors: 22004 NULL argument, 22023 bad queue/key/run_at/max_attempts.';
 
-COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer) IS
-'work_claim(queue, owner, lease interval, max_items DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token) and lease_until = clock_timestamp() + lease. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range.';
+COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
+'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token) and lease_until = clock_timestamp() + lease. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry in the queue commits or a run_at/lease_until is reached, then claims again; zero rows when wait passes. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 57014 when cancelled while waiting.';
 
 COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
 'work_claim_key(queue, key, owner, lease interval) -> zero or one (id, key, payload, epoch, attempt, lease_until). Claims the named item if it is claimable, under the rules of work_claim. Errors: 22004 NULL argument, 22023 bad queue/key/owner/lease.';
@@ -30,3 +30,9 @@ COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
 
 COMMENT ON FUNCTION workfence.work_cancel(text, text) IS
 'work_cancel(queue, key) -> boolean. Cancels the item if it is pending or claimed: state cancelled, finished_at = clock_timestamp(), never claimed again; the holder''s token is refused from then on (work_assert: 55000, cancelled). False, changing nothing, when the item is missing or already done, failed or cancelled. Errors: 22004 NULL argument, 22023 bad queue/key.';
+
+COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
+'work_purge(older_than interval DEFAULT ''7 days'', queue DEFAULT NULL) -> bigint. Deletes the done, failed and cancelled items whose finished_at is before clock_timestamp() - older_than, in one queue or (NULL) all; returns how many. Never touches pending or claimed items; skips rows another transaction has locked (FOR UPDATE SKIP LOCKED), so it never waits. Ids and epochs are never reused after a purge. Errors: 22004 NULL older_than, 22023 older_than negative, with a negative field or over 3650 days, bad queue.';
+
+COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
+'work_lease_status(id, owner, epoch) -> text: current, superseded, finished, cancelled, wrong_owner or missing. Why the token is (not) honoured, from the newest committed state. A lapsed lease nobody claimed anew is current; a lease handed back (work_release, retryable work_fail) is superseded. Changes nothing. Errors: 22004 NULL argument, 22023 bad owner.';

@@ -14,6 +14,7 @@ use crate::error::{OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, Statement};
 use crate::validate;
+use crate::wait;
 
 /// One claimed item: (id, key, payload, epoch, attempt, lease_until).
 type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
@@ -151,11 +152,13 @@ fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
     Ok(out)
 }
 
-/// Claim up to `max_items` claimable items of `queue` for `owner`.
+/// Claim up to `max_items` claimable items of `queue` for `owner`, waiting
+/// up to `wait` for one to become claimable.
 ///
 /// SQL: `workfence.work_claim(queue text, owner text, lease interval,
-/// max_items int DEFAULT 1) RETURNS TABLE (id bigint, key text, payload
-/// jsonb, epoch bigint, attempt int, lease_until timestamptz)`.
+/// max_items int DEFAULT 1, wait interval DEFAULT '0') RETURNS TABLE (id
+/// bigint, key text, payload jsonb, epoch bigint, attempt int, lease_until
+/// timestamptz)`.
 ///
 /// Claimable: pending with `run_at` reached, or claimed with `lease_until`
 /// reached (server time). Order: priority, run_at, id. Each returned item has
@@ -163,17 +166,31 @@ fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
 /// assert), its `attempt` number (1 on the first claim) and `lease_until`
 /// (`clock_timestamp() + lease`). Concurrent claimers never wait on each
 /// other and never get the same item (`FOR UPDATE SKIP LOCKED`); run it in
-/// READ COMMITTED (the default). Zero rows when nothing is claimable.
+/// READ COMMITTED (the default).
+///
+/// `wait` (0 to 1 hour): when nothing is claimable, a long poll inside the
+/// server: the call sleeps until an item may have become claimable (an
+/// enqueue, release or retryable failure in the queue commits, or a `run_at`
+/// or `lease_until` is reached) and claims again, returning as soon as it
+/// gets something, or zero rows once `wait` has passed (see [`crate::wait`]).
+/// `statement_timeout` and `pg_cancel_backend` end the wait with 57014.
 ///
 /// Errors: 22004 for a NULL argument; 22023 for a bad queue or owner (see
-/// `work_enqueue`; owner blank, > 256 bytes or with control characters), a lease not in (0, 7 days],
-/// `max_items` outside 1..1000.
-#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
-pub fn work_claim(
+/// `work_enqueue`; owner blank, > 256 bytes or with control characters), a
+/// lease not in (0, 7 days], `max_items` outside 1..1000, `wait` not in
+/// [0, 1 hour]; 57014 when cancelled while waiting.
+#[pg_extern(
+    name = "work_claim",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
+pub fn work_claim_wait(
     queue: Option<String>,
     owner: Option<String>,
     lease: Option<Interval>,
     max_items: default!(Option<i32>, 1),
+    wait: default!(Option<Interval>, "'0'"),
 ) -> TableIterator<
     'static,
     (
@@ -185,7 +202,37 @@ pub fn work_claim(
         name!(lease_until, TimestampWithTimeZone),
     ),
 > {
-    claim(queue, owner, lease, max_items)
+    (|| {
+        let wait = validate::wait(wait.map(Into::into))?;
+        claim(queue, owner, lease, max_items, wait)
+    })()
+    .map(TableIterator::new)
+    .or_report()
+}
+
+/// The 4-argument `work_claim` of version 0.1.0 (no `wait`), kept as the C
+/// symbol `work_claim_wrapper` that 0.1.0's install script binds, so that a
+/// database still at 0.1.0 keeps working with this library until `ALTER
+/// EXTENSION pg_workfence UPDATE` replaces it with [`work_claim_wait`]. Not
+/// part of this version's SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
+pub fn work_claim(
+    queue: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+    max_items: Option<i32>,
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(key, String),
+        name!(payload, RawJsonb),
+        name!(epoch, i64),
+        name!(attempt, i32),
+        name!(lease_until, TimestampWithTimeZone),
+    ),
+> {
+    claim(queue, owner, lease, max_items, std::time::Duration::ZERO)
         .map(TableIterator::new)
         .or_report()
 }
@@ -195,21 +242,28 @@ fn claim(
     owner: Option<String>,
     lease: Option<Interval>,
     max_items: Option<i32>,
+    wait: std::time::Duration,
 ) -> Result<Vec<ClaimedRow>> {
     let queue = validate::queue(queue)?;
     let owner = validate::owner(owner)?;
     validate::lease(lease.map(Into::into))?;
     let max_items = validate::max_items(max_items)?;
+    wait::until_claimed(&queue, wait, || {
+        claim_once(&queue, &owner, lease, max_items)
+    })
+}
+
+fn claim_once(
+    queue: &str,
+    owner: &str,
+    lease: Option<Interval>,
+    max_items: i32,
+) -> Result<Vec<ClaimedRow>> {
     Spi::connect_mut(|client| {
         plans::run(
             client,
             &CLAIM,
-            &[
-                queue.as_str().into(),
-                owner.as_str().into(),
-                lease.into(),
-                max_items.into(),
-            ],
+            &[queue.into(), owner.into(), lease.into(), max_items.into()],
             read_claimed,
         )
     })

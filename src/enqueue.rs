@@ -7,13 +7,14 @@ use crate::error::{OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, Statement};
 use crate::validate;
+use crate::wait;
 
 static INSERT: Statement = Statement {
     name: "enqueue_insert",
     sql: "INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts) \
           VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6) \
           ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING \
-          RETURNING id",
+          RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()",
     args: &[
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
@@ -22,6 +23,15 @@ static INSERT: Statement = Statement {
         pg_sys::TIMESTAMPTZOID,
         pg_sys::INT4OID,
     ],
+};
+
+// Tells listeners that an item of queue `$1` is claimable now. PostgreSQL
+// delivers it when (and only if) the transaction commits, and folds identical
+// notifications of one transaction into one.
+static NOTIFY: Statement = Statement {
+    name: "enqueue_notify",
+    sql: "SELECT pg_catalog.pg_notify('work_enqueued', $1)",
+    args: &[pg_sys::TEXTOID],
 };
 
 // Runs as its own statement after the INSERT did nothing, so (in READ
@@ -45,6 +55,11 @@ static EXISTING: Statement = Statement {
 /// - `run_at` NULL: claimable at once (server time, `clock_timestamp()`).
 /// - `priority`: lower is claimed first.
 /// - `max_attempts`: claims that may fail (1 to 1000) before the item is failed.
+/// - An inserted item that is due (`run_at` NULL or not after
+///   `clock_timestamp()`) runs `pg_notify('work_enqueued', queue)`: listeners
+///   hear of it when the transaction commits (one notification per queue per
+///   transaction, as PostgreSQL folds identical ones). A re-submit
+///   (`inserted = false`) or a future `run_at` notifies nobody.
 ///
 /// Errors: 22004 for a NULL `queue`, `payload`, `priority` or `max_attempts`;
 /// 22023 for an empty, oversized (> 128 bytes) or control-character queue, an
@@ -114,9 +129,21 @@ fn enqueue(
                     run_at.into(),
                     max_attempts.into(),
                 ],
-                first_id,
+                |rows| {
+                    if rows.is_empty() {
+                        return Ok(None);
+                    }
+                    let row = rows.first();
+                    Ok(row.get::<i64>(1)?.zip(row.get::<bool>(2)?))
+                },
             )?;
-            if let Some(id) = inserted {
+            if let Some((id, due)) = inserted {
+                if due {
+                    plans::run(client, &NOTIFY, &[queue.as_str().into()], |_| Ok(()))?;
+                }
+                // Claimers long-polling the queue re-check after commit
+                // (a future run_at too: it may be sooner than they sleep).
+                wait::wake_after_commit(&queue);
                 return Ok((id, key, true));
             }
             let existing = plans::run(

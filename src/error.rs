@@ -11,7 +11,9 @@ use pgrx::spi::SpiError;
 
 /// Why a token is not honoured; the `detail` of a [`WorkfenceError::LeaseLost`].
 ///
-/// The names are the values `work_lease_status` reports.
+/// The names are the values `work_lease_status` reports, except
+/// [`LeaseStatus::Released`], which it reports as `superseded` (the contract
+/// fixes six names); `work_assert`'s message and DETAIL keep the finer reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
     /// No item has this id.

@@ -1,5 +1,5 @@
 //! What a lease holder can do with its token: renew, finish, release, fail,
-//! assert.
+//! assert, and ask how it stands (`work_lease_status`).
 //!
 //! Every call names the token as (id, owner, epoch). Each check of the token
 //! and the state change it allows is ONE statement (`UPDATE ... WHERE id AND
@@ -19,6 +19,7 @@ use crate::error::{LeaseStatus, OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, Statement};
 use crate::validate;
+use crate::wait;
 
 /// The token predicate shared by every statement: `$1` id, `$2` owner, `$3` epoch.
 macro_rules! current_token {
@@ -115,7 +116,7 @@ static RELEASE: Statement = Statement {
                 run_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4, \
                 attempts = GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0)",
         current_token!(),
-        "RETURNING i.id"
+        "RETURNING i.queue"
     ),
     args: &[
         pg_sys::INT8OID,
@@ -148,7 +149,7 @@ static FAIL: Statement = Statement {
                                    THEN pg_catalog.clock_timestamp() ELSE NULL END, \
                 lease_until = NULL, last_error = $4",
         current_token!(),
-        "RETURNING i.id"
+        "RETURNING i.queue"
     ),
     args: &[
         pg_sys::INT8OID,
@@ -187,6 +188,20 @@ struct Token {
 }
 
 impl Token {
+    /// The statement arguments `$1` id, `$2` owner, `$3` epoch, then `extra`.
+    fn args(
+        &self,
+        extra: Vec<pgrx::datum::DatumWithOid<'static>>,
+    ) -> Vec<pgrx::datum::DatumWithOid<'_>> {
+        let mut args: Vec<pgrx::datum::DatumWithOid<'_>> = vec![
+            self.id.into(),
+            self.owner.as_str().into(),
+            self.epoch.into(),
+        ];
+        args.extend(extra);
+        args
+    }
+
     fn new(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) -> Result<Token> {
         Ok(Token {
             id: validate::id(id)?,
@@ -203,13 +218,31 @@ fn run_guarded(
     token: &Token,
     extra: Vec<pgrx::datum::DatumWithOid<'static>>,
 ) -> Result<bool> {
-    let mut args: Vec<pgrx::datum::DatumWithOid<'_>> = vec![
-        token.id.into(),
-        token.owner.as_str().into(),
-        token.epoch.into(),
-    ];
-    args.extend(extra);
+    let args = token.args(extra);
     Spi::connect_mut(|client| plans::run(client, stmt, &args, |rows| Ok(!rows.is_empty())))
+}
+
+/// Run a token-guarded statement that hands the item back to its queue
+/// (`RETURNING i.queue`); when it matched, claimers long-polling that queue
+/// are woken once the transaction commits.
+fn run_handing_back(
+    stmt: &'static Statement,
+    token: &Token,
+    extra: Vec<pgrx::datum::DatumWithOid<'static>>,
+) -> Result<bool> {
+    let args = token.args(extra);
+    let queue = Spi::connect_mut(|client| {
+        plans::run(client, stmt, &args, |rows| {
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            Ok(rows.first().get_one::<String>()?)
+        })
+    })?;
+    if let Some(queue) = &queue {
+        wait::wake_after_commit(queue);
+    }
+    Ok(queue.is_some())
 }
 
 /// Push the lease of a claimed item out to `clock_timestamp() + lease`.
@@ -393,7 +426,7 @@ pub fn work_release(
         let token = Token::new(id, owner, epoch)?;
         let delay_value = validate::required("delay", delay)?;
         validate::delay("delay", delay_value.into())?;
-        run_guarded(&RELEASE, &token, vec![delay.into()])
+        run_handing_back(&RELEASE, &token, vec![delay.into()])
     })()
     .or_report()
 }
@@ -425,7 +458,7 @@ pub fn work_fail(
         if let Some(retry) = retry_in {
             validate::delay("retry_in", retry.into())?;
         }
-        run_guarded(&FAIL, &token, vec![error.into(), retry_in.into()])
+        run_handing_back(&FAIL, &token, vec![error.into(), retry_in.into()])
     })()
     .or_report()
 }
@@ -451,7 +484,10 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
         if run_guarded(&ASSERT, &token, vec![])? {
             return Ok(());
         }
-        let status = lease_status_of(&token)?;
+        // Not current by the locking read, so not current by this later one
+        // either (a claim never hands out an epoch twice): `None` cannot
+        // come back, and would fail closed as before.
+        let status = lease_status_of(&token)?.unwrap_or(LeaseStatus::Released);
         Err(WorkfenceError::LeaseLost {
             id: token.id,
             owner: token.owner,
@@ -462,8 +498,54 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
     .or_report()
 }
 
-/// Why `token` is not current (it was just found not to be).
-fn lease_status_of(token: &Token) -> Result<LeaseStatus> {
+/// Why a token is (not) honoured.
+///
+/// SQL: `workfence.work_lease_status(id bigint, owner text, epoch bigint)
+/// RETURNS text`, exactly one of:
+/// - `current`: the item is claimed under this owner AND epoch; renew,
+///   finish, release, fail and assert would succeed. A lease that lapsed but
+///   that nobody has claimed anew is still `current` (the epoch is the
+///   authority, time only opens the door).
+/// - `superseded`: the item is not held under this epoch any more: it was
+///   claimed again (a newer epoch), or the lease was handed back with
+///   `work_release` or a retryable `work_fail` (the next claim hands out a
+///   newer epoch). Any epoch the item does not carry, whatever the owner.
+/// - `finished`: done or failed under this token.
+/// - `cancelled`: cancelled while (or after being) held under this token.
+/// - `wrong_owner`: the epoch is the item's, the owner is not.
+/// - `missing`: no item has this id (never enqueued, or purged).
+///
+/// The same reading of the row as `work_assert`'s DETAIL, except that a
+/// handed-back lease is reported as `superseded` (its DETAIL says "handed
+/// back"). Reads the newest committed state at each call; nothing changes.
+///
+/// VOLATILE, not STABLE, although it only reads: like every statement of the
+/// extension (see `plans`), its read runs through read-write SPI, which
+/// takes a fresh snapshot per statement, so two calls in one query may see
+/// different committed states, which STABLE forbids. That is also the answer
+/// a worker wants (the state its next renew would meet). PARALLEL UNSAFE:
+/// read-write SPI cannot run in a parallel worker.
+///
+/// Errors: 22004 for a NULL argument; 22023 for a blank, oversized or
+/// control-character owner.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_lease_status(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) -> String {
+    (|| {
+        let token = Token::new(id, owner, epoch)?;
+        Ok(match lease_status_of(&token)? {
+            None => "current",
+            Some(LeaseStatus::Released) => "superseded",
+            Some(status) => status.as_str(),
+        }
+        .to_string())
+    })()
+    .or_report()
+}
+
+/// How the item's row stands towards `token`: `None` when the token is
+/// current (the item claimed under exactly this owner and epoch, lapsed or
+/// not), else why it is not honoured. The row is read with a fresh snapshot.
+fn lease_status_of(token: &Token) -> Result<Option<LeaseStatus>> {
     let row = Spi::connect_mut(|client| {
         plans::run(client, &TOKEN_STATE, &[token.id.into()], |rows| {
             let rows = rows.first();
@@ -478,15 +560,17 @@ fn lease_status_of(token: &Token) -> Result<LeaseStatus> {
         })
     })?;
     Ok(match row {
-        None => LeaseStatus::Missing,
-        Some((_, _, epoch)) if epoch != Some(token.epoch) => LeaseStatus::Superseded,
+        None => Some(LeaseStatus::Missing),
+        Some((_, _, epoch)) if epoch != Some(token.epoch) => Some(LeaseStatus::Superseded),
         Some((_, owner, _)) if owner.as_deref() != Some(token.owner.as_str()) => {
-            LeaseStatus::WrongOwner
+            Some(LeaseStatus::WrongOwner)
         }
         Some((state, _, _)) => match state.as_str() {
-            "done" | "failed" => LeaseStatus::Finished,
-            "cancelled" => LeaseStatus::Cancelled,
-            _ => LeaseStatus::Released,
+            "claimed" => None,
+            "done" | "failed" => Some(LeaseStatus::Finished),
+            "cancelled" => Some(LeaseStatus::Cancelled),
+            // pending: the lease was handed back.
+            _ => Some(LeaseStatus::Released),
         },
     })
 }

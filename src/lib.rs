@@ -18,21 +18,28 @@ use pgrx::prelude::*;
 pub mod cancel;
 // `work_claim`, `work_claim_key`.
 pub mod claim;
-// `work_enqueue`.
+// `work_enqueue` (and its NOTIFY `work_enqueued`).
 pub mod enqueue;
 // Domain errors and their SQLSTATEs.
 pub mod error;
 // A `jsonb` value passed through byte for byte (no parse, no re-serialise).
 pub mod jsonb;
-// `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`.
+// `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`,
+// `work_lease_status`.
 pub mod lease;
 // Per-backend cache of prepared SPI plans.
 mod plans;
+// `work_purge`.
+pub mod purge;
 // Argument checks shared by every function (pure, no database access).
 pub mod validate;
+// The long poll of `work_claim(..., wait)`: waiters and their wake-ups.
+pub mod wait;
 
 // Tables, sequence and indexes, before any function.
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+// The `work_queue_stats` view, over the tables.
+extension_sql_file!("../sql/views.sql", name = "views", requires = ["bootstrap"]);
 // COMMENT ON FUNCTION and function privileges, after every function exists.
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 

@@ -25,6 +25,16 @@ pub const LEASE_MAX_USECS: i128 = 7 * USECS_PER_DAY;
 /// Longest delay of `work_release` and `retry_in` of `work_fail`: 365 days.
 pub const DELAY_MAX_USECS: i128 = 365 * USECS_PER_DAY;
 
+/// Longest long poll of `work_claim(..., wait)`: 1 hour. The waiting
+/// statement keeps its snapshot (and so holds back vacuum's horizon) while
+/// it waits; workers should wait seconds to a minute and call again.
+pub const WAIT_MAX_USECS: i128 = 3_600 * 1_000_000;
+
+/// Longest `older_than` of `work_purge`: 3650 days (ten years). Beyond it a
+/// value is a mistake (and `clock_timestamp() - older_than` would overflow
+/// long before the interval type does).
+pub const RETENTION_MAX_USECS: i128 = 3650 * USECS_PER_DAY;
+
 /// The parts of a PostgreSQL `interval`, as [`pgrx::datum::Interval`] holds them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IntervalParts {
@@ -197,6 +207,49 @@ pub fn delay(arg: &'static str, value: IntervalParts) -> Result<IntervalParts> {
     Ok(value)
 }
 
+/// `wait` of `work_claim`: zero (do not wait) to [`WAIT_MAX_USECS`], with no
+/// negative field; returned as a duration.
+pub fn wait(value: Option<IntervalParts>) -> Result<std::time::Duration> {
+    let value = required("wait", value)?;
+    let total = value.total_micros();
+    if !(0..=WAIT_MAX_USECS).contains(&total) {
+        return Err(WorkfenceError::invalid(
+            "wait",
+            "must be between 0 and 1 hour",
+            format!("The interval is {total} microseconds long."),
+            "Long-poll for seconds to a minute, then call work_claim again.",
+        ));
+    }
+    no_negative_fields("wait", value)?;
+    // In range 0..=1 h, so the cast is exact.
+    Ok(std::time::Duration::from_micros(total as u64))
+}
+
+/// `older_than` of `work_purge`: zero (everything finished so far) or longer,
+/// at most [`RETENTION_MAX_USECS`], with no negative field.
+pub fn older_than(value: Option<IntervalParts>) -> Result<IntervalParts> {
+    let value = required("older_than", value)?;
+    let total = value.total_micros();
+    if total < 0 {
+        return Err(WorkfenceError::invalid(
+            "older_than",
+            "must not be negative",
+            format!("The interval is {total} microseconds long."),
+            "Pass '0' to purge every item finished so far.",
+        ));
+    }
+    if total > RETENTION_MAX_USECS {
+        return Err(WorkfenceError::invalid(
+            "older_than",
+            "must be at most 3650 days",
+            format!("The interval is {total} microseconds long."),
+            "Keep finished items for at most ten years; archive older history elsewhere.",
+        ));
+    }
+    no_negative_fields("older_than", value)?;
+    Ok(value)
+}
+
 /// `max_items` of `work_claim`: 1 to [`MAX_ITEMS_CAP`].
 pub fn max_items(value: Option<i32>) -> Result<i32> {
     let value = required("max_items", value)?;
@@ -265,6 +318,23 @@ mod tests {
     }
 
     #[test]
+    fn retention_bounds() {
+        assert!(
+            older_than(iv(0, 0, 0)).is_ok(),
+            "0 purges all finished items"
+        );
+        assert!(older_than(iv(0, 3650, 0)).is_ok());
+        assert!(older_than(iv(120, 0, 0)).is_ok(), "'10 years' is 3600 days");
+        assert!(older_than(iv(0, 3650, 1)).is_err());
+        assert!(older_than(iv(0, 0, -1)).is_err());
+        assert!(older_than(iv(1, -29, 0)).is_err(), "a negative field");
+        assert!(matches!(
+            older_than(None),
+            Err(WorkfenceError::NullArgument { arg: "older_than" })
+        ));
+    }
+
+    #[test]
     fn names() {
         assert!(queue(Some("q".into())).is_ok());
         assert!(queue(Some("".into())).is_err());
@@ -290,5 +360,14 @@ mod tests {
         assert!(delay("delay", iv(0, 0, -1).unwrap()).is_err());
         assert!(delay("delay", iv(0, 0, 0).unwrap()).is_ok());
         assert!(delay("delay", iv(0, 366, 0).unwrap()).is_err());
+        assert_eq!(wait(iv(0, 0, 0)).unwrap(), std::time::Duration::ZERO);
+        assert_eq!(wait(iv(0, 0, 3_600_000_000)).unwrap().as_secs(), 3_600);
+        assert!(wait(iv(0, 0, 3_600_000_001)).is_err());
+        assert!(wait(iv(0, 0, -1)).is_err());
+        assert!(
+            wait(iv(0, 1, -86_399_000_000)).is_err(),
+            "1 day -23:59:59 has a negative field"
+        );
+        assert!(wait(None).is_err());
     }
 }

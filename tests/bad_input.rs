@@ -205,6 +205,18 @@ fn functions(f: &Fixture) -> Vec<Function> {
                 owner_arg(),
                 lease_arg(),
                 count_arg("max_items", "1"),
+                arg(
+                    "wait",
+                    "interval",
+                    Some("0"),
+                    vec![
+                        null(),
+                        invalid("-1 second"),
+                        invalid("01:00:00.000001"),
+                        invalid("1 day"),
+                        invalid("1 day -23 hours"),
+                    ],
+                ),
             ],
         },
         Function {
@@ -274,6 +286,33 @@ fn functions(f: &Fixture) -> Vec<Function> {
         Function {
             name: "work_cancel",
             args: vec![queue_arg(), key_arg(true)],
+        },
+        Function {
+            name: "work_lease_status",
+            args: vec![id(), owner_arg(), epoch()],
+        },
+        Function {
+            name: "work_purge",
+            args: vec![
+                arg(
+                    "older_than",
+                    "interval",
+                    Some("7 days"),
+                    vec![
+                        null(),
+                        invalid("-1 second"),
+                        invalid("3651 days"),
+                        invalid("1 mon -29 days"),
+                    ],
+                ),
+                {
+                    // NULL: every queue.
+                    let mut queue = queue_arg();
+                    queue.valid = Some("q".into());
+                    queue.bad.retain(|b| b.value.is_some());
+                    queue
+                },
+            ],
         },
     ]
 }
