@@ -6,6 +6,7 @@
 //! real concurrency are tested from client connections in `tests/`.
 
 mod ops;
+mod privileges;
 
 #[pgrx::pg_schema]
 mod tests {

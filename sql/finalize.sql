@@ -36,3 +36,37 @@ COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
 
 COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
 'work_lease_status(id, owner, epoch) -> text: current, superseded, finished, cancelled, wrong_owner or missing. Why the token is (not) honoured, from the newest committed state. A lapsed lease nobody claimed anew is current; a lease handed back (work_release, retryable work_fail) is superseded. Changes nothing. Errors: 22004 NULL argument, 22023 bad owner.';
+
+-- Privileges and search_path safety. KEEP THIS BLOCK LAST: it covers every
+-- function, table, view and sequence in schema workfence that exists when it
+-- runs, without naming them (docs/operations.md, "Least privilege").
+--
+-- Every function runs as the extension's owner (SECURITY DEFINER), so a role
+-- needs EXECUTE on the functions it calls and no privilege on the tables: a
+-- worker can change an item only through the lease checks. Each function pins
+-- search_path to pg_catalog with pg_temp explicitly last, as "Writing SECURITY
+-- DEFINER Functions Safely" in the PostgreSQL manual asks, on top of the
+-- schema-qualified SQL the functions run: objects a caller puts on its own
+-- search_path are never looked up. PostgreSQL grants EXECUTE to PUBLIC by
+-- default; that is revoked, so only roles granted a function may call it.
+DO $privileges$
+DECLARE
+    routine pg_catalog.regprocedure;
+BEGIN
+    FOR routine IN
+        SELECT p.oid::pg_catalog.regprocedure
+          FROM pg_catalog.pg_proc AS p
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'workfence'::pg_catalog.regnamespace
+         ORDER BY p.oid
+    LOOP
+        -- A catalog name rendered by regprocedure, not user data.
+        EXECUTE pg_catalog.format(
+            'ALTER ROUTINE %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', routine);
+    END LOOP;
+END
+$privileges$;
+
+REVOKE ALL ON ALL ROUTINES IN SCHEMA workfence FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA workfence FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA workfence FROM PUBLIC;
+REVOKE ALL ON SCHEMA workfence FROM PUBLIC;
