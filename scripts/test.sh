@@ -44,6 +44,13 @@ cargo pgrx test pg15 --runas postgres --pgdata "$pgdata/pg15"
 
 stage "install: cargo pgrx install --release"
 cargo pgrx install --release --pg-config "$PG_CONFIG"
+# The frozen install scripts of released versions, so that tests/upgrade.rs can
+# CREATE EXTENSION ... VERSION '<previous>' and update it (cargo pgrx install
+# copies the upgrade scripts pg_workfence--A--B.sql itself).
+for released in sql/pg_workfence--[0-9]*.[0-9]*.[0-9]*.sql; do
+    case "$released" in *--*--*) continue ;; esac
+    install -m 0644 "$released" "$("$PG_CONFIG" --sharedir)/extension/"
+done
 
 stage "pg_regress golden files"
 bash scripts/pg_regress.sh
