@@ -74,9 +74,10 @@ CREATE INDEX items_lease_idx ON workfence.items (queue, lease_until)
     WHERE state = 'claimed';
 COMMENT ON INDEX workfence.items_lease_idx IS 'Claim path 2: claimed items by lease expiry, to find lapsed leases.';
 
--- Nobody writes the tables directly; the functions run as the caller, so a
--- role that should use the queue is granted what the functions need
--- (see README, "Privileges"). PUBLIC gets nothing.
+-- Nobody writes the tables directly: the functions run as the extension's
+-- owner (SECURITY DEFINER, set at the end of finalize.sql), so a role that
+-- uses the queue is granted EXECUTE on functions, never rights on the tables
+-- (docs/operations.md, "Least privilege"). PUBLIC gets nothing.
 REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.epoch_seq FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.items_id_seq FROM PUBLIC;
