@@ -267,6 +267,7 @@ fn claim_once(
             read_claimed,
         )
     })
+    .map(durable)
 }
 
 /// Claim the one item of `queue` named `key`, if it is claimable.
@@ -323,4 +324,33 @@ fn claim_key(
             read_claimed,
         )
     })
+    .map(durable)
+}
+
+/// Make the epochs of a claim durable before they are handed out.
+///
+/// With `synchronous_commit = off` a commit is acknowledged before its WAL
+/// is flushed, and so may be the WAL record of `epoch_seq` that covers the
+/// epochs just drawn. A crash then restores the sequence to an older
+/// position and **the same epochs are handed out again**: the worker that got
+/// the acknowledged (and lost) claim would hold a token that a later claim
+/// of the same item, under the same owner name, also gets. Flushing this
+/// transaction's WAL so far (the sequence record comes before the claim's
+/// row updates) rules that out; a lost claim then leaves the item with its
+/// old epoch and the next claim draws a newer one. Under the default
+/// `synchronous_commit` (on, or any level that flushes locally) the commit
+/// flushes anyway, and this does nothing.
+fn durable(rows: Vec<ClaimedRow>) -> Vec<ClaimedRow> {
+    // SAFETY: plain reads of backend globals, and XLogFlush of a position
+    // this backend itself wrote up to; XLogFlush raises only on an I/O
+    // failure (a PANIC-worthy event in PostgreSQL anyway).
+    unsafe {
+        if !rows.is_empty()
+            && (pg_sys::synchronous_commit as u32)
+                < pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_LOCAL_FLUSH
+        {
+            pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
+        }
+    }
+    rows
 }
