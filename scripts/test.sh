@@ -52,6 +52,12 @@ for released in sql/pg_workfence--[0-9]*.[0-9]*.[0-9]*.sql; do
     install -m 0644 "$released" "$("$PG_CONFIG" --sharedir)/extension/"
 done
 
+# The tiers below test the library installed system-wide. Another checkout
+# installing at the same time would swap it under them; record what this run
+# installed and check it is still there at the end.
+installed_lib="$("$PG_CONFIG" --pkglibdir)/pg_workfence.so"
+installed_sum="$(md5sum < "$installed_lib")"
+
 stage "pg_regress golden files"
 bash scripts/pg_regress.sh
 
@@ -60,5 +66,11 @@ stage "client tests from real connections"
 # case count are printed even when their tests pass.
 WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
     cargo test -p pg_workfence_client --release -- --show-output
+
+if [ "$(md5sum < "$installed_lib")" != "$installed_sum" ]; then
+    echo "$installed_lib was replaced while the tests ran (another checkout installing?);" \
+        "the results above are not this checkout's" >&2
+    exit 1
+fi
 
 stage "all tests passed in $((SECONDS - t_start)) s"
