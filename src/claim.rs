@@ -42,7 +42,8 @@ macro_rules! claim_update {
 /// again: the claim that finds it turns the item `failed` (a dead letter), so
 /// a job that keeps crashing its worker cannot loop forever. This runs as a
 /// data-modifying CTE beside the claim, on rows `exhausted_ids(id)` names, and
-/// does not take any of the claim's `max_items` slots.
+/// does not take any of the claim's `max_items` slots. The maintenance worker
+/// ([`crate::maintenance`]) runs the same CTE over every queue.
 macro_rules! dead_letter {
     () => {
         ", exhausted AS ( \
@@ -56,6 +57,7 @@ macro_rules! dead_letter {
          )"
     };
 }
+pub(crate) use dead_letter;
 
 // Two claim paths, each walking its own partial index in order: pending and
 // due (items_due_idx), and claimed with a lapsed lease (items_lease_idx). One

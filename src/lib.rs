@@ -27,6 +27,8 @@ pub mod jsonb;
 // `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`,
 // `work_lease_status`.
 pub mod lease;
+// Optional background worker (shared_preload_libraries): dead letters and purge; its GUCs.
+pub mod maintenance;
 // Per-backend cache of prepared SPI plans.
 mod plans;
 // `work_purge`.
@@ -42,6 +44,13 @@ extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 extension_sql_file!("../sql/views.sql", name = "views", requires = ["bootstrap"]);
 // COMMENT ON FUNCTION and function privileges, after every function exists.
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
+
+/// Runs in every backend that loads the library: defines the `workfence.*`
+/// settings, and registers the maintenance worker when preloaded.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    maintenance::init();
+}
 
 /// The in-server `#[pg_test]` suites live in `pgrx-tests/`, next to (not in)
 /// the extension's source, and are compiled into the test build only.

@@ -3,6 +3,7 @@
 use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 
 use crate::error::{OrReport, Result};
 use crate::plans::{self, Statement};
@@ -62,13 +63,23 @@ pub fn work_purge(
 fn purge(older_than: Option<Interval>, queue: Option<String>) -> Result<i64> {
     validate::older_than(older_than.map(Into::into))?;
     let queue = queue.map(|q| validate::queue(Some(q))).transpose()?;
-    Spi::connect_mut(|client| {
-        plans::run(
-            client,
-            &PURGE,
-            &[older_than.into(), queue.as_deref().into()],
-            // count(*) is never NULL.
-            |rows| Ok(rows.first().get_one::<i64>()?.unwrap_or_default()),
-        )
-    })
+    Spi::connect_mut(|client| purge_finished(client, older_than, queue.as_deref()))
+}
+
+/// Delete the finished items older than `older_than` (in `queue`, or every
+/// queue for `None`) on `client`, and return how many: the statement of
+/// `work_purge`, for arguments already validated. The maintenance worker
+/// ([`crate::maintenance`]) calls it too.
+pub(crate) fn purge_finished(
+    client: &mut SpiClient<'_>,
+    older_than: Option<Interval>,
+    queue: Option<&str>,
+) -> Result<i64> {
+    plans::run(
+        client,
+        &PURGE,
+        &[older_than.into(), queue.into()],
+        // count(*) is never NULL.
+        |rows| Ok(rows.first().get_one::<i64>()?.unwrap_or_default()),
+    )
 }

@@ -39,6 +39,7 @@ pub struct ClusterBuilder {
     keep: bool,
     replace_existing: bool,
     pg_config: PathBuf,
+    settings: Vec<(String, String)>,
 }
 
 impl ClusterBuilder {
@@ -51,6 +52,7 @@ impl ClusterBuilder {
             keep: false,
             replace_existing: false,
             pg_config: PathBuf::from(DEFAULT_PG_CONFIG),
+            settings: Vec::new(),
         }
     }
 
@@ -80,6 +82,16 @@ impl ClusterBuilder {
     /// (default [`DEFAULT_PG_CONFIG`]).
     pub fn pg_config(mut self, path: impl Into<PathBuf>) -> Self {
         self.pg_config = path.into();
+        self
+    }
+
+    /// A server setting, `name = 'value'`, appended to `postgresql.conf` after
+    /// `initdb` (so it holds from the first start, e.g.
+    /// `shared_preload_libraries`, and across [`Cluster::start_again`]).
+    /// `name` is letters, digits, `_` and `.`; `value` any text (quoted for
+    /// the file). Later settings of the same name win.
+    pub fn setting(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings.push((name.into(), value.into()));
         self
     }
 
@@ -153,6 +165,7 @@ impl ClusterBuilder {
         };
         cluster.prepare_dir()?;
         cluster.initdb()?;
+        cluster.write_settings(&self.settings)?;
         cluster.start_server()?;
         Ok(cluster)
     }
@@ -373,6 +386,39 @@ impl Cluster {
     /// it (every parent directory must be searchable by that user).
     fn prepare_dir(&self) -> Result<()> {
         give_to_server_user(&self.data_dir, self.as_root)
+    }
+
+    /// Appends `settings` to `postgresql.conf` (see [`ClusterBuilder::setting`]).
+    fn write_settings(&self, settings: &[(String, String)]) -> Result<()> {
+        if settings.is_empty() {
+            return Ok(());
+        }
+        let mut lines = String::from("\n# ClusterBuilder::setting\n");
+        for (name, value) in settings {
+            let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.';
+            if name.is_empty() || !name.chars().all(plain) {
+                return Err(Error::Setup(format!(
+                    "setting name {name:?} must be letters, digits, '_' and '.'"
+                )));
+            }
+            if value.contains(['\n', '\r']) {
+                return Err(Error::Setup(format!(
+                    "setting {name}: the value must be one line"
+                )));
+            }
+            let quoted = value.replace('\\', "\\\\").replace('\'', "''");
+            lines.push_str(&format!("{name} = '{quoted}'\n"));
+        }
+        let path = self.data_dir.join("postgresql.conf");
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, lines.as_bytes()))
+            .map_err(|source| Error::Io {
+                action: "append settings to",
+                path,
+                source,
+            })
     }
 
     fn initdb(&self) -> Result<()> {
