@@ -36,7 +36,7 @@ const LONG_WAIT: &str = "60 seconds";
 
 /// Upper bound on the time from a wake-up's cause to the claim's return.
 /// The wait is 60 s; a claim that was not woken would take that long.
-const PROMPT: Duration = Duration::from_secs(5);
+const PROMPT: Duration = Duration::from_secs(20);
 
 /// The longest the test waits for a claimer to be seen sleeping.
 const SEEN_DEADLINE: Duration = Duration::from_secs(30);
