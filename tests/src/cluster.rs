@@ -518,13 +518,23 @@ impl Drop for Cluster {
             return;
         }
         if let Err(err) = self.stop() {
+            // A server in crash recovery (after a test crashed it, or a
+            // backend died) can ignore a fast shutdown; don't leave it
+            // running after the test.
             eprintln!(
-                "pg_workfence_client: could not stop the cluster in {}: {err}",
+                "pg_workfence_client: fast stop of the cluster in {} failed ({err}); \
+                 stopping it with -m immediate",
                 self.data_dir.display()
             );
-            // Removing the directory under a running server would only add
-            // confusion; leave it for inspection.
-            return;
+            if let Err(err) = self.crash() {
+                eprintln!(
+                    "pg_workfence_client: could not stop the cluster in {}: {err}",
+                    self.data_dir.display()
+                );
+                // Removing the directory under a running server would only
+                // add confusion; leave it for inspection.
+                return;
+            }
         }
         if let Err(err) = fs::remove_dir_all(&self.data_dir) {
             eprintln!(
