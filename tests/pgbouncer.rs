@@ -17,7 +17,26 @@
 //!   transaction commit together, and a stale token's transaction is rolled
 //!   back with SQLSTATE 55000, leaving no business row;
 //! - six clients share two server connections, and one client's consecutive
-//!   statements run on different backends.
+//!   statements run on different backends;
+//! - the other functions, each with an explicit outcome: `work_renew` pushes
+//!   the lease out; `work_release` makes the item pending again and kills
+//!   the token; the released item is claimed anew; `work_fail` with
+//!   `retry_in '0'` makes it pending with `last_error` set and the attempt
+//!   kept, and on an item with `max_attempts` 1 makes it `failed`;
+//!   `work_cancel` of a claimed item fences its holder (renew and finish
+//!   false, `work_assert` 55000); `work_finish_many` with current and stale
+//!   pairs finishes exactly the current ones; `work_lease_status` tells
+//!   current, superseded, finished and cancelled tokens apart; and a
+//!   `work_claim` long poll (`wait '30 seconds'`) is woken by an enqueue
+//!   committed from another pooled client and returns the item at once.
+//!
+//! Not tested here, because it cannot work through transaction pooling:
+//! the `NOTIFY` on channel `work_enqueued`. `LISTEN` is session state; the
+//! server connection that ran it goes back to the pool at the end of the
+//! transaction, and other clients' transactions then run on it, so a
+//! listener must connect to the server directly (or through a pool in
+//! session mode). The long poll is the way to wait through PgBouncer: it
+//! holds a server connection only while its one statement runs.
 //!
 //! Every statement goes through `query_typed` (see [`query`]), and a lease is
 //! waited out with `pg_sleep_until(lease_until)` on the server, never a client
@@ -29,6 +48,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier, Mutex, PoisonError, Weak};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use common::ok;
 use pg_workfence_client::pgbouncer::PgBouncer;
@@ -623,4 +643,388 @@ fn clients_share_server_connections_and_move_between_them() {
     );
     assert_ne!(y_before, y_after);
     kept.commit().expect("COMMIT");
+}
+
+/// A claim made by key through the pooler.
+#[derive(Debug, Clone)]
+struct Held {
+    id: i64,
+    epoch: i64,
+    attempt: i32,
+    lease_until: String,
+}
+
+/// `work_claim_key(QUEUE, key, OWNER, lease)`; `None` when nothing was
+/// claimed.
+fn claim_named(client: &mut Client, key: &str, lease: &str) -> Option<Held> {
+    let rows = client
+        .query_typed(
+            "SELECT id, epoch, attempt, lease_until::text \
+               FROM workfence.work_claim_key($1, $2, $3, $4::interval)",
+            &[
+                (&QUEUE, Type::TEXT),
+                (&key, Type::TEXT),
+                (&OWNER, Type::TEXT),
+                (&lease, Type::TEXT),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("work_claim_key of {key}: {e}"));
+    assert!(rows.len() <= 1, "work_claim_key of {key}: {rows:?}");
+    rows.first().map(|row| Held {
+        id: row.get(0),
+        epoch: row.get(1),
+        attempt: row.get(2),
+        lease_until: row.get(3),
+    })
+}
+
+/// Runs `sql` with the token (id, OWNER, epoch) of `held` as `$1..$3` and
+/// `extra` after them; the boolean it returns.
+fn with_token(
+    client: &mut Client,
+    sql: &str,
+    held: &Held,
+    extra: &[(&(dyn ToSql + Sync), Type)],
+) -> bool {
+    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+        (&held.id, Type::INT8),
+        (&OWNER, Type::TEXT),
+        (&held.epoch, Type::INT8),
+    ];
+    params.extend(extra.iter().cloned());
+    query(client, sql, &params).get(0)
+}
+
+/// `work_renew` with a token and `$4` the lease (text).
+const RENEW_ONLY: &str = "SELECT workfence.work_renew($1, $2, $3, $4::interval)";
+
+/// `work_finish` with a token, no result.
+const FINISH_ONLY: &str = "SELECT workfence.work_finish($1, $2, $3)";
+
+/// `work_release` with a token and `$4` the delay (text).
+const RELEASE: &str = "SELECT workfence.work_release($1, $2, $3, $4::interval)";
+
+/// `work_fail` with a token, `$4` the error and `$5` retry_in (text).
+const FAIL: &str = "SELECT workfence.work_fail($1, $2, $3, $4, $5::interval)";
+
+/// `work_lease_status` of the token of `held`.
+fn lease_status(client: &mut Client, held: &Held) -> String {
+    query(
+        client,
+        "SELECT workfence.work_lease_status($1, $2, $3)",
+        &[
+            (&held.id, Type::INT8),
+            (&OWNER, Type::TEXT),
+            (&held.epoch, Type::INT8),
+        ],
+    )
+    .get(0)
+}
+
+/// State, attempts, last_error and whether `lease_until` and `finished_at`
+/// are set, of item `id`.
+fn item_detail(client: &mut Client, id: i64) -> (String, i32, Option<String>, bool, bool) {
+    let row = query(
+        client,
+        "SELECT state::text, attempts, last_error, lease_until IS NOT NULL, \
+                finished_at IS NOT NULL \
+           FROM workfence.items WHERE id = $1",
+        &[(&id, Type::INT8)],
+    );
+    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
+}
+
+/// `work_enqueue(queue, '{}', key, max_attempts => max_attempts)`; the new
+/// item's id.
+fn enqueue_into(client: &mut Client, queue: &str, key: &str, max_attempts: i32) -> i64 {
+    let row = query(
+        client,
+        "SELECT id, inserted FROM workfence.work_enqueue($1, '{}'::jsonb, $2, \
+                                                         max_attempts => $3)",
+        &[
+            (&queue, Type::TEXT),
+            (&key, Type::TEXT),
+            (&max_attempts, Type::INT4),
+        ],
+    );
+    assert!(row.get::<_, bool>(1), "{key} was already enqueued");
+    row.get(0)
+}
+
+#[test]
+fn the_other_functions_keep_their_promises_through_transaction_pooling() {
+    /// The long poll's queue: nothing else is ever in it.
+    const POLL_QUEUE: &str = "pgb-long-poll";
+    /// The long poll's wait: far longer than a wake-up may take.
+    const WAIT: &str = "30 seconds";
+    /// [`WAIT`] as a duration: a claim that returns sooner (counted from
+    /// before its statement was sent) was not ended by its wait running out.
+    const WAIT_SECS: Duration = Duration::from_secs(30);
+    /// Bound on the time from the enqueue's commit to the claim's return.
+    const PROMPT: Duration = Duration::from_secs(5);
+    /// How long the test waits to see the claimer sleeping in the server.
+    const SEEN_DEADLINE: Duration = Duration::from_secs(30);
+
+    let stack = stack();
+    let db = "pgb_functions";
+    database(&stack, db);
+    let mut scheduler = pooled(&stack, db);
+    let mut a = pooled(&stack, db);
+    let mut b = pooled(&stack, db);
+    let stale = "stale token";
+
+    // work_renew: true, and lease_until moves later (to about ten minutes
+    // from now, from one minute after the claim).
+    let key = "renew-release-fail";
+    let id = enqueue_into(&mut scheduler, QUEUE, key, 25);
+    let first = claim_named(&mut a, key, "1 minute").expect("A's claim");
+    assert_eq!((first.id, first.attempt), (id, 1));
+    assert!(with_token(
+        &mut a,
+        RENEW_ONLY,
+        &first,
+        &[(&"10 minutes", Type::TEXT)]
+    ));
+    let pushed_out: bool = query(
+        &mut scheduler,
+        "SELECT lease_until > $2::timestamptz \
+                AND lease_until > pg_catalog.clock_timestamp() + interval '9 minutes' \
+           FROM workfence.items WHERE id = $1",
+        &[(&id, Type::INT8), (&first.lease_until, Type::TEXT)],
+    )
+    .get(0);
+    assert!(pushed_out, "work_renew did not push the lease out");
+    assert_eq!(lease_status(&mut scheduler, &first), "current");
+
+    // work_release: true; pending again, the attempt given back, no lease;
+    // the token is dead.
+    assert!(with_token(&mut a, RELEASE, &first, &[(&"0", Type::TEXT)]));
+    assert_eq!(
+        item_detail(&mut scheduler, id),
+        ("pending".to_owned(), 0, None, false, false)
+    );
+    assert!(
+        !with_token(&mut a, RENEW_ONLY, &first, &[(&"1 minute", Type::TEXT)]),
+        "renew of a released token"
+    );
+    assert_eq!(lease_status(&mut scheduler, &first), "superseded");
+
+    // The released item is claimed anew, by B, with a newer epoch.
+    let second = claim_named(&mut b, key, LONG_LEASE).expect("B's claim of the released item");
+    assert_eq!((second.id, second.attempt), (id, 1));
+    assert!(second.epoch > first.epoch, "{second:?} after {first:?}");
+    assert!(!with_token(&mut a, FINISH_ONLY, &first, &[]), "{stale}");
+
+    // work_fail with retry_in '0': true; pending, last_error set, the
+    // attempt kept (the next claim is attempt 2).
+    assert!(with_token(
+        &mut b,
+        FAIL,
+        &second,
+        &[(&"smtp timeout", Type::TEXT), (&"0", Type::TEXT)]
+    ));
+    assert_eq!(
+        item_detail(&mut scheduler, id),
+        (
+            "pending".to_owned(),
+            1,
+            Some("smtp timeout".to_owned()),
+            false,
+            false
+        )
+    );
+    assert_eq!(lease_status(&mut scheduler, &second), "superseded");
+    let third = claim_named(&mut a, key, LONG_LEASE).expect("A's claim after the failure");
+    assert_eq!((third.id, third.attempt), (id, 2));
+    assert!(with_token(&mut a, FINISH_ONLY, &third, &[]));
+    assert_eq!(lease_status(&mut scheduler, &third), "finished");
+
+    // work_fail on an item with max_attempts 1: its attempts are used up,
+    // so it is failed for good.
+    let key = "fail-once";
+    let id = enqueue_into(&mut scheduler, QUEUE, key, 1);
+    let once = claim_named(&mut a, key, LONG_LEASE).expect("claim of fail-once");
+    assert!(with_token(
+        &mut a,
+        FAIL,
+        &once,
+        &[(&"bad address", Type::TEXT), (&"0", Type::TEXT)]
+    ));
+    assert_eq!(
+        item_detail(&mut scheduler, id),
+        (
+            "failed".to_owned(),
+            1,
+            Some("bad address".to_owned()),
+            false,
+            true
+        )
+    );
+    assert_eq!(lease_status(&mut scheduler, &once), "finished");
+    assert!(claim_named(&mut b, key, LONG_LEASE).is_none());
+
+    // work_cancel of a claimed item: true; the holder's renew and finish are
+    // false, its work_assert raises 55000.
+    let key = "cancel-me";
+    let id = enqueue_into(&mut scheduler, QUEUE, key, 25);
+    let held = claim_named(&mut a, key, LONG_LEASE).expect("claim of cancel-me");
+    let cancelled: bool = query(
+        &mut scheduler,
+        "SELECT workfence.work_cancel($1, $2)",
+        &[(&QUEUE, Type::TEXT), (&key, Type::TEXT)],
+    )
+    .get(0);
+    assert!(cancelled, "work_cancel of a claimed item");
+    assert!(!with_token(
+        &mut a,
+        RENEW_ONLY,
+        &held,
+        &[(&LONG_LEASE, Type::TEXT)]
+    ));
+    assert!(!with_token(&mut a, FINISH_ONLY, &held, &[]));
+    let err = a
+        .query_typed(
+            "SELECT workfence.work_assert($1, $2, $3)",
+            &[
+                (&held.id, Type::INT8),
+                (&OWNER, Type::TEXT),
+                (&held.epoch, Type::INT8),
+            ],
+        )
+        .expect_err("work_assert of a cancelled item's token succeeded");
+    assert_eq!(
+        err.code(),
+        Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE),
+        "work_assert after work_cancel: {err}"
+    );
+    let (state, ..) = item_detail(&mut scheduler, id);
+    assert_eq!(state, "cancelled");
+    assert_eq!(lease_status(&mut scheduler, &held), "cancelled");
+
+    // work_finish_many with two current pairs and a stale one (m3 released
+    // and claimed again by B): exactly the current pairs finish.
+    let ids: Vec<i64> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|key| enqueue_into(&mut scheduler, QUEUE, key, 25))
+        .collect();
+    let m1 = claim_named(&mut a, "m1", LONG_LEASE).expect("claim of m1");
+    let m2 = claim_named(&mut a, "m2", LONG_LEASE).expect("claim of m2");
+    let m3_old = claim_named(&mut a, "m3", LONG_LEASE).expect("claim of m3");
+    assert!(with_token(&mut a, RELEASE, &m3_old, &[(&"0", Type::TEXT)]));
+    let m3 = claim_named(&mut b, "m3", LONG_LEASE).expect("B's claim of m3");
+    let pairs = [&m1, &m3_old, &m2];
+    let batch_ids: Vec<i64> = pairs.iter().map(|h| h.id).collect();
+    let batch_epochs: Vec<i64> = pairs.iter().map(|h| h.epoch).collect();
+    let finished: Vec<(i64, bool)> = a
+        .query_typed(
+            "SELECT id, finished FROM workfence.work_finish_many($1, $2, $3)",
+            &[
+                (&OWNER, Type::TEXT),
+                (&batch_ids, Type::INT8_ARRAY),
+                (&batch_epochs, Type::INT8_ARRAY),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("work_finish_many: {e}"))
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(
+        finished,
+        vec![(ids[0], true), (ids[2], false), (ids[1], true)],
+        "work_finish_many must finish exactly the current pairs"
+    );
+    let states: Vec<String> = ids
+        .iter()
+        .map(|&id| item_detail(&mut scheduler, id).0)
+        .collect();
+    assert_eq!(states, ["done", "done", "claimed"]);
+
+    // work_lease_status tells the tokens apart.
+    assert_eq!(lease_status(&mut scheduler, &m3), "current");
+    assert_eq!(lease_status(&mut scheduler, &m3_old), "superseded");
+    assert_eq!(lease_status(&mut scheduler, &m1), "finished");
+    assert_eq!(lease_status(&mut scheduler, &held), "cancelled");
+    assert!(with_token(&mut b, FINISH_ONLY, &m3, &[]));
+
+    // The long poll: a claimer waits on an empty queue, holding one of the
+    // pool's two server connections while its statement runs; an enqueue
+    // committed from another pooled client (on the other one) wakes it. A
+    // direct connection sees it sleeping in the server first.
+    let mut observer = ok(stack.cluster.connect_to(db), "connecting directly");
+    let mut waiter = pooled(&stack, db);
+    let poll_started = Instant::now();
+    let (id, claimed, woken_at, enqueued_at, seen_waiting) = thread::scope(|s| {
+        let claimer = s.spawn(|| {
+            let rows = waiter
+                .query_typed(
+                    "SELECT id, epoch, pg_catalog.pg_backend_pid() \
+                       FROM workfence.work_claim($1, $2, $3::interval, $4, $5::interval)",
+                    &[
+                        (&POLL_QUEUE, Type::TEXT),
+                        (&OWNER, Type::TEXT),
+                        (&LONG_LEASE, Type::TEXT),
+                        (&1i32, Type::INT4),
+                        (&WAIT, Type::TEXT),
+                    ],
+                )
+                .unwrap_or_else(|e| panic!("the long poll's work_claim: {e}"));
+            let woken_at = Instant::now();
+            let claimed: Vec<(i64, i64, i32)> = rows
+                .iter()
+                .map(|row| (row.get(0), row.get(1), row.get(2)))
+                .collect();
+            (claimed, woken_at)
+        });
+        let seen_waiting = loop {
+            let waiting: Vec<i32> = observer
+                .query_typed(
+                    "SELECT pid FROM pg_catalog.pg_stat_activity \
+                      WHERE datname = $1 AND state = 'active' \
+                        AND wait_event_type = 'Extension' \
+                        AND query LIKE '%work_claim(%'",
+                    &[(&db, Type::TEXT)],
+                )
+                .unwrap_or_else(|e| panic!("reading pg_stat_activity: {e}"))
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            if let [pid] = waiting[..] {
+                break pid;
+            }
+            assert!(
+                poll_started.elapsed() < SEEN_DEADLINE && !claimer.is_finished(),
+                "the long poll was not seen waiting in the server: {waiting:?}"
+            );
+            observer
+                .execute("SELECT pg_catalog.pg_sleep(0.005)", &[])
+                .unwrap_or_else(|e| panic!("pause between polls: {e}"));
+        };
+        let id = enqueue_into(&mut scheduler, POLL_QUEUE, "wake-up", 25);
+        let enqueued_at = Instant::now();
+        let (claimed, woken_at) = claimer.join().expect("the claiming thread panicked");
+        (id, claimed, woken_at, enqueued_at, seen_waiting)
+    });
+    let waited = woken_at - poll_started;
+    // Woken at or after the commit, so possibly before the enqueue's reply
+    // reached this client: measured from that reply, saturating at zero.
+    let after_enqueue = woken_at.saturating_duration_since(enqueued_at);
+    println!(
+        "long poll through pgbouncer: returned {waited:?} after it started, \
+         {after_enqueue:?} after the enqueue's commit was acknowledged"
+    );
+    let [(claimed_id, _, backend)] = claimed[..] else {
+        panic!("the long poll returned {claimed:?}, not the one item enqueued");
+    };
+    assert_eq!(claimed_id, id, "the long poll returned {claimed:?}");
+    assert_eq!(
+        backend, seen_waiting,
+        "the claim returned from another backend than the one seen waiting"
+    );
+    assert!(
+        after_enqueue < PROMPT && waited < WAIT_SECS,
+        "the long poll was not woken by the enqueue: it returned {after_enqueue:?} after it, \
+         {waited:?} after it started"
+    );
+    let (state, attempts, ..) = item_detail(&mut scheduler, id);
+    assert_eq!((state.as_str(), attempts), ("claimed", 1));
 }

@@ -48,10 +48,11 @@ const QUEUE: &str = "jobs";
 /// A lease that is meant to lapse during the test.
 const SHORT: &str = "300 milliseconds";
 
-/// A lease that must stay live while a race runs on it.
-const RACE: &str = "1 second";
-
-/// A lease that outlasts any test.
+/// A lease that outlasts any test. Races for a lease that must stay live
+/// run under it, so that only a broken promise, never a stalled racer (a
+/// statement runs at most `statement_timeout`, 30 s), can make a second
+/// winner; where the test then needs the lease to lapse, the holder shortens
+/// it to [`SHORT`] with a renew once the race is over.
 const LONG: &str = "5 minutes";
 
 /// The longest any test waits for another backend to block.
@@ -422,16 +423,20 @@ fn three_schedulers_race_for_one_firing() {
     let id = enqueue(&mut observer, KEY, 0);
     let mut clients: Vec<Client> = (0..3).map(|_| db.connect()).collect();
 
-    // Round 1: exactly one of the three gets the firing.
-    let round1 = race_claim_key(&mut clients, KEY, OWNER, RACE);
+    // Round 1: exactly one of the three gets the firing. The lease is long,
+    // so a loser that the machine stalled still finds it live.
+    let round1 = race_claim_key(&mut clients, KEY, OWNER, LONG);
     let w1 = sole_winner(&round1);
     let first = Token::of(OWNER, round1[w1].clone(), "the first winner");
     assert_eq!((first.id(), first.claim.attempt), (id, 1));
 
-    // Its lease lapses; the two others race for it.
-    wait_for_lapse(&mut observer, id);
+    // The race over, the winner shortens its lease (a renew); it lapses on
+    // the server's clock, and the two others race for it, again under a long
+    // lease.
     let mut first_client = clients.remove(w1);
-    let round2 = race_claim_key(&mut clients, KEY, OWNER, RACE);
+    assert!(first.renew(&mut first_client, SHORT), "the winner's renew");
+    wait_for_lapse(&mut observer, id);
+    let round2 = race_claim_key(&mut clients, KEY, OWNER, LONG);
     let w2 = sole_winner(&round2);
     let second = Token::of(OWNER, round2[w2].clone(), "the second winner");
     assert_eq!((second.id(), second.claim.attempt), (id, 2));
@@ -465,8 +470,10 @@ fn restart_with_the_same_owner(database: &'static str, old_stays_open: bool) {
     let mut observer = db.connect();
     let id = enqueue(&mut observer, KEY, 0);
 
+    // The first run's lease is long, so the refused claims below find it
+    // live however slowly they run.
     let mut old = db.connect();
-    let held = Token::of(OWNER, claim_key(&mut old, KEY, OWNER, RACE), "first run");
+    let held = Token::of(OWNER, claim_key(&mut old, KEY, OWNER, LONG), "first run");
     let mut old = old_stays_open.then_some(old);
 
     // The restarted worker: a new connection, the same owner name.
@@ -490,7 +497,14 @@ fn restart_with_the_same_owner(database: &'static str, old_stays_open: bool) {
         ("claimed", Some(held.epoch()))
     );
 
-    // Once the lease has lapsed on the server, the new run takes the item.
+    // The test shortens the old lease with the old token (as the first run's
+    // last heartbeat could have; from the observer when its connection is
+    // gone). Once it has lapsed on the server, the new run takes the item.
+    let shortener = match old.as_mut() {
+        Some(old) => old,
+        None => &mut observer,
+    };
+    assert!(held.renew(shortener, SHORT), "shortening the old lease");
     wait_for_lapse(&mut new, id);
     let got = claim(&mut new, OWNER, LONG, 10);
     assert_eq!(got.len(), 1, "{got:?}");

@@ -24,12 +24,23 @@
 //!   distinct, and every claim after a restart has an epoch above every claim
 //!   committed before the crash and above the highest epoch the committed
 //!   data showed just before it;
+//! - every `work_assert` the workers saw refused (table `refusals`) was of a
+//!   token superseded by a later committed claim of its item;
 //! - the chaos really happened: kills, terminations and restarts are counted
-//!   as performed, and every life of the server after a restart saw claims.
+//!   as performed, and every life of the server after a restart saw claims;
+//! - the stalls really happened and were fenced (issue 3, scenario 9, "stalls
+//!   longer than the lease"): the table `stalls` (written by each stall's own
+//!   statement once the server has waited past the lease, so it counts the
+//!   stalls of killed workers too) is not empty, `refusals` is not empty, and
+//!   at least one stalled token was refused by `work_assert`.
 //!
 //! Chaos is paced by progress (done items, polled) and short sleeps between
-//! polls; no assertion depends on timing. The PRNG seed (choices of victims
-//! and stalls) is printed; `WORKFENCE_SOAK_SEED` replays one. About 30 s.
+//! polls; no assertion depends on timing except the last one, which needs, in
+//! the whole run, one stall during which another worker claimed the lapsed
+//! item (some forty stalls, each leaving 300 ms past the lease for five
+//! workers that claim the oldest claimable item first). The PRNG seed
+//! (choices of victims and stalls) is printed; `WORKFENCE_SOAK_SEED` replays
+//! one. About 15 s.
 //!
 //! Needs the extension installed into PostgreSQL 15 (`scripts/test.sh`).
 
@@ -98,6 +109,8 @@ const SCHEMA: &str = "
         server_start timestamptz NOT NULL DEFAULT pg_catalog.pg_postmaster_start_time());
     CREATE TABLE public.refusals (
         item_id bigint NOT NULL, epoch bigint NOT NULL, worker_pid int NOT NULL, detail text);
+    CREATE TABLE public.stalls (
+        item_id bigint NOT NULL, epoch bigint NOT NULL, worker_pid int NOT NULL);
     CREATE TABLE public.soak_producer (open bool NOT NULL);
     INSERT INTO public.soak_producer VALUES (true);
 ";
@@ -297,7 +310,11 @@ fn figures(client: &mut Client, chaos: &Chaos, started: Instant, seed: u64) -> S
                     (SELECT count(*) FROM public.effects), \
                     (SELECT count(*) FROM (SELECT item_id FROM public.effects \
                                             GROUP BY item_id HAVING count(*) > 1) AS d), \
-                    (SELECT coalesce(max(attempts), 0) FROM workfence.items WHERE queue = $1)",
+                    (SELECT coalesce(max(attempts), 0) FROM workfence.items WHERE queue = $1), \
+                    (SELECT count(*) FROM public.stalls), \
+                    (SELECT count(*) FROM public.stalls AS s \
+                      WHERE EXISTS (SELECT 1 FROM public.refusals AS r \
+                                     WHERE r.item_id = s.item_id AND r.epoch = s.epoch))",
             &[&QUEUE],
         )
         .unwrap_or_else(|e| panic!("reading the figures: {e}"));
@@ -305,13 +322,15 @@ fn figures(client: &mut Client, chaos: &Chaos, started: Instant, seed: u64) -> S
     let max_attempts: i32 = row.get(6);
     format!(
         "items={items} workers={WORKERS} sigkills={} terminations={} restarts={} claims={} \
-         stale_refusals={} effects={} duplicates={} lost={} max_attempts={max_attempts} \
-         seed={seed:#x} wall={:.1}s",
+         stalls={} stale_refusals={} stalls_refused={} effects={} duplicates={} lost={} \
+         max_attempts={max_attempts} seed={seed:#x} wall={:.1}s",
         chaos.sigkills,
         chaos.terminations,
         chaos.restarts,
         row.get::<_, i64>(2),
+        row.get::<_, i64>(7),
         row.get::<_, i64>(3),
+        row.get::<_, i64>(8),
         row.get::<_, i64>(4),
         row.get::<_, i64>(5),
         items - done,
@@ -492,17 +511,18 @@ fn every_item_done_exactly_once_through_kills_terminations_and_crashes() {
     };
 
     let summary = figures(&mut client, &chaos, started, seed);
-    let (mut reconnects, mut stalls) = (0u64, 0u64);
+    // Reconnects only from the exit lines of the workers that were not
+    // killed (a killed worker prints nothing); stalls and refusals above are
+    // the tables', complete.
+    let mut reconnects = 0u64;
     for (_, out) in &ended {
         for pair in out.split_whitespace() {
-            match pair.split_once('=') {
-                Some(("reconnects", n)) => reconnects += ok(n.parse::<u64>(), "reconnects"),
-                Some(("stalls", n)) => stalls += ok(n.parse::<u64>(), "stalls"),
-                _ => {}
+            if let Some(("reconnects", n)) = pair.split_once('=') {
+                reconnects += ok(n.parse::<u64>(), "reconnects");
             }
         }
     }
-    println!("soak: {summary} (last {WORKERS} workers: stalls={stalls} reconnects={reconnects})");
+    println!("soak: {summary} (last {WORKERS} workers: reconnects={reconnects})");
     for c in &crashes {
         println!(
             "soak: crash: committed max epoch {} / epoch_seq {} before, epoch_seq {} after; \
@@ -585,6 +605,44 @@ fn every_item_done_exactly_once_through_kills_terminations_and_crashes() {
            FROM public.claims_seen GROUP BY epoch HAVING count(*) > 1 ORDER BY epoch",
     );
     assert_eq!(reissued, Vec::<String>::new(), "epochs handed out twice");
+
+    // Every refusal was of a token that a later committed claim superseded
+    // (workers never release, fail or cancel, so nothing else may refuse).
+    let unexplained = offenders(
+        &mut client,
+        "SELECT format('item %s epoch %s refused (%s) with no later claim', \
+                       r.item_id, r.epoch, r.detail) \
+           FROM public.refusals AS r \
+          WHERE NOT EXISTS (SELECT 1 FROM public.claims_seen AS c \
+                             WHERE c.item_id = r.item_id AND c.epoch > r.epoch) \
+          ORDER BY r.item_id, r.epoch",
+    );
+    assert_eq!(
+        unexplained,
+        Vec::<String>::new(),
+        "refusals of tokens nobody superseded"
+    );
+
+    // Stalls longer than the lease really happened, and were fenced: the
+    // workload stalled, work_assert refused stale tokens, and among them
+    // tokens of stalled claims.
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM public.stalls), \
+                    (SELECT count(*) FROM public.refusals), \
+                    (SELECT count(*) FROM public.stalls AS s \
+                      WHERE EXISTS (SELECT 1 FROM public.refusals AS r \
+                                     WHERE r.item_id = s.item_id AND r.epoch = s.epoch))",
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("counting stalls and refusals: {e}"));
+    let (stalls, refusals, stalls_refused): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert!(stalls > 0, "no worker stalled past its lease: {summary}");
+    assert!(refusals > 0, "no stale token was refused: {summary}");
+    assert!(
+        stalls_refused > 0,
+        "no stalled worker was refused by work_assert: {summary}"
+    );
 
     // Across each restart: the new life's claims are all above everything
     // the old life committed, and above what the data showed before the crash.

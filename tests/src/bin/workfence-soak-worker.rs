@@ -9,7 +9,8 @@
 //!    recording each claim in the table `claims_seen` in the same statement
 //!    (so that table holds exactly the committed claims);
 //! 3. for each item, sometimes (one in STALL_ONE_IN, from a PRNG seeded with
-//!    SEED) stalls on the server until its lease has lapsed, then in ONE
+//!    SEED) stalls on the server until its lease has lapsed (recording the
+//!    stall in the table `stalls` in the same statement), then in ONE
 //!    transaction runs `work_assert`, writes the job's effect (a row in
 //!    `effects`) and `work_finish`es it. A 55000 from `work_assert` (lease
 //!    lost) rolls the transaction back and is recorded in `refusals`;
@@ -22,8 +23,9 @@
 //! refusing a token `work_assert` just accepted, its parent going away, or
 //! the server staying unreachable for a minute). Diagnostics go to stderr.
 //!
-//! The tables `effects`, `claims_seen`, `refusals` and `soak_producer` are the
-//! test's; they live in the `public` schema of the database CONNINFO names.
+//! The tables `effects`, `claims_seen`, `refusals`, `stalls` and
+//! `soak_producer` are the test's; they live in the `public` schema of the
+//! database CONNINFO names.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -266,9 +268,14 @@ fn round(
         if settings.stall_one_in > 0 && rng.u32(..settings.stall_one_in) == 0 {
             // Part of the workload: a job slower than its lease. Waiting on
             // the server's clock makes sure the lease has lapsed.
+            // The stall is recorded in `stalls` by the statement that waits,
+            // once the wait is over, so that table counts every stall the
+            // server saw through (a worker killed later has no exit line).
             client.execute(
-                "SELECT pg_catalog.pg_sleep_until($1::text::timestamptz + $2::text::interval)",
-                &[&lease_until, &STALL_PAST_LEASE],
+                "INSERT INTO public.stalls (item_id, epoch, worker_pid) \
+                 SELECT $3, $4, $5 \
+                   FROM pg_catalog.pg_sleep_until($1::text::timestamptz + $2::text::interval)",
+                &[&lease_until, &STALL_PAST_LEASE, &id, &epoch, &pid],
             )?;
             stats.stalls += 1;
         }
