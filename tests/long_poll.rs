@@ -20,7 +20,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -43,17 +43,7 @@ const SEEN_DEADLINE: Duration = Duration::from_secs(30);
 
 /// One cluster for the tests that run at the same time.
 fn cluster() -> Arc<Cluster> {
-    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
-    let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(cluster) = slot.upgrade() {
-        return cluster;
-    }
-    let cluster = Arc::new(ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    ));
-    *slot = Arc::downgrade(&cluster);
-    cluster
+    common::shared_cluster()
 }
 
 /// A fresh database with the extension; returns a connection to it.

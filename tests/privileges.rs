@@ -34,7 +34,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::ok;
@@ -107,23 +107,14 @@ fn guide_block(marker: &str) -> &'static str {
 /// group roles and the login roles (roles are cluster-wide); it stops and is
 /// removed when the last test drops its handle.
 fn cluster() -> Arc<Cluster> {
-    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
-    let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(cluster) = slot.upgrade() {
-        return cluster;
-    }
-    let cluster = Arc::new(ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    ));
-    let mut admin = ok(cluster.connect(), "connecting as the superuser");
-    ok(
-        admin.batch_execute(guide_block("least-privilege-roles")),
-        "the guide's CREATE ROLE block",
-    );
-    ok(admin.batch_execute(LOGIN_ROLES), "creating the login roles");
-    *slot = Arc::downgrade(&cluster);
-    cluster
+    common::shared_cluster_with(|cluster| {
+        let mut admin = ok(cluster.connect(), "connecting as the superuser");
+        ok(
+            admin.batch_execute(guide_block("least-privilege-roles")),
+            "the guide's CREATE ROLE block",
+        );
+        ok(admin.batch_execute(LOGIN_ROLES), "creating the login roles");
+    })
 }
 
 /// A fresh database with the extension and the guide's grants; the

@@ -31,7 +31,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -61,17 +61,7 @@ const BLOCK_DEADLINE: Duration = Duration::from_secs(30);
 /// One cluster for the tests that run at the same time; it stops and is
 /// removed when the last of them drops its handle.
 fn cluster() -> Arc<Cluster> {
-    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
-    let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(cluster) = slot.upgrade() {
-        return cluster;
-    }
-    let cluster = Arc::new(ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    ));
-    *slot = Arc::downgrade(&cluster);
-    cluster
+    common::shared_cluster()
 }
 
 /// One test's database on the shared cluster.

@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 
 use common::ok;
 
@@ -24,17 +24,7 @@ const WORKER_EXE: &str = env!("CARGO_BIN_EXE_workfence-worker");
 /// One cluster for the tests that run at the same time; it stops and is
 /// removed when the last of them drops its handle.
 fn cluster() -> Arc<Cluster> {
-    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
-    let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(cluster) = slot.upgrade() {
-        return cluster;
-    }
-    let cluster = Arc::new(ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    ));
-    *slot = Arc::downgrade(&cluster);
-    cluster
+    common::shared_cluster()
 }
 
 /// A fresh database with the extension, and workers A and B (same owner) on it.
