@@ -5,6 +5,7 @@
 //! with a direct UPDATE (what the clock would do); the real-time lapse and
 //! real concurrency are tested from client connections in `tests/`.
 
+mod helpers;
 mod ops;
 mod privileges;
 
@@ -12,20 +13,11 @@ mod privileges;
 mod tests {
     use pgrx::prelude::*;
 
-    /// A scalar query with bigint parameters.
-    fn one<T: pgrx::IntoDatum + pgrx::FromDatum>(sql: &str, args: &[i64]) -> Option<T> {
-        let args: Vec<pgrx::datum::DatumWithOid> = args.iter().map(|a| (*a).into()).collect();
-        Spi::get_one_with_args::<T>(sql, &args).expect("query failed")
-    }
+    use crate::pgrx_tests::helpers::{enqueue, error_of, lapse, one, run};
 
     /// The number of rows `sql` returns (a `SELECT count(*) ...`).
     fn count(sql: &str) -> i64 {
         one::<i64>(sql, &[]).expect("count(*) is never NULL")
-    }
-
-    fn run(sql: &str, args: &[i64]) {
-        let args: Vec<pgrx::datum::DatumWithOid> = args.iter().map(|a| (*a).into()).collect();
-        Spi::run_with_args(sql, &args).expect("statement failed");
     }
 
     /// (id, epoch) of the item `work_claim` returns, or None for zero rows.
@@ -41,23 +33,6 @@ mod tests {
         }
     }
 
-    fn enqueue(queue: &str, key: &str) -> i64 {
-        Spi::get_one_with_args::<i64>(
-            "SELECT id FROM workfence.work_enqueue($1, '{}', $2)",
-            &[queue.into(), key.into()],
-        )
-        .unwrap()
-        .unwrap()
-    }
-
-    /// Make the lease of item `id` lapse, as the clock would.
-    fn lapse(id: i64) {
-        run(
-            "UPDATE workfence.items SET lease_until = clock_timestamp() - interval '1 second' WHERE id = $1",
-            &[id],
-        );
-    }
-
     fn token_call(func: &str, id: i64, owner: &str, epoch: i64) -> bool {
         let sql = match func {
             "renew" => "SELECT workfence.work_renew($1, $2, $3, '30 seconds')",
@@ -69,28 +44,6 @@ mod tests {
         Spi::get_one_with_args::<bool>(sql, &[id.into(), owner.into(), epoch.into()])
             .unwrap()
             .unwrap()
-    }
-
-    /// Run `sql` (with bigint parameters $1, $2 bound from `a`, `b`) in a
-    /// subtransaction; return "SQLSTATE: message", or "00000" on success.
-    fn error_of(sql: &str, a: i64, b: i64) -> String {
-        Spi::run(
-            "CREATE OR REPLACE FUNCTION pg_temp.error_of(q text, a bigint, b bigint) RETURNS text
-             LANGUAGE plpgsql AS $$
-             BEGIN
-                 EXECUTE q USING a, b;
-                 RETURN '00000';
-             EXCEPTION WHEN OTHERS THEN
-                 RETURN SQLSTATE || ': ' || SQLERRM;
-             END $$",
-        )
-        .unwrap();
-        Spi::get_one_with_args::<String>(
-            "SELECT pg_temp.error_of($1, $2, $3)",
-            &[sql.into(), a.into(), b.into()],
-        )
-        .unwrap()
-        .unwrap()
     }
 
     /// Everything a call could change: every row, and the last epoch this

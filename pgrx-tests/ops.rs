@@ -12,25 +12,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    /// A scalar query with bigint parameters.
-    fn one<T: pgrx::IntoDatum + pgrx::FromDatum>(sql: &str, args: &[i64]) -> Option<T> {
-        let args: Vec<pgrx::datum::DatumWithOid> = args.iter().map(|a| (*a).into()).collect();
-        Spi::get_one_with_args::<T>(sql, &args).expect("query failed")
-    }
-
-    fn run(sql: &str, args: &[i64]) {
-        let args: Vec<pgrx::datum::DatumWithOid> = args.iter().map(|a| (*a).into()).collect();
-        Spi::run_with_args(sql, &args).expect("statement failed");
-    }
-
-    fn enqueue(queue: &str, key: &str) -> i64 {
-        Spi::get_one_with_args::<i64>(
-            "SELECT id FROM workfence.work_enqueue($1, '{}', $2)",
-            &[queue.into(), key.into()],
-        )
-        .unwrap()
-        .unwrap()
-    }
+    use crate::pgrx_tests::helpers::{enqueue, error_of, lapse, one, run};
 
     /// (id, epoch) of a `work_claim_key` of `key` that must succeed.
     fn claim_key(queue: &str, key: &str, owner: &str) -> (i64, i64) {
@@ -41,14 +23,6 @@ mod tests {
             Ok((Some(id), Some(epoch))) => (id, epoch),
             other => panic!("work_claim_key({queue}, {key}) returned {other:?}"),
         }
-    }
-
-    /// Make the lease of item `id` lapse, as the clock would.
-    fn lapse(id: i64) {
-        run(
-            "UPDATE workfence.items SET lease_until = clock_timestamp() - interval '1 second' WHERE id = $1",
-            &[id],
-        );
     }
 
     /// Make item `id` look finished 8 days ago (past the default 7 days).
@@ -96,29 +70,6 @@ mod tests {
     fn digest() -> String {
         Spi::get_one::<String>(
             "SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), '') FROM workfence.items t",
-        )
-        .unwrap()
-        .unwrap()
-    }
-
-    /// Run `sql` (with bigint parameters $1, $2 bound from `a`, `b`; unused
-    /// ones are ignored) in a subtransaction; return "SQLSTATE: message", or
-    /// "00000" on success.
-    fn error_of(sql: &str, a: i64, b: i64) -> String {
-        Spi::run(
-            "CREATE OR REPLACE FUNCTION pg_temp.ops_error_of(q text, a bigint, b bigint) RETURNS text
-             LANGUAGE plpgsql AS $$
-             BEGIN
-                 EXECUTE q USING a, b;
-                 RETURN '00000';
-             EXCEPTION WHEN OTHERS THEN
-                 RETURN SQLSTATE || ': ' || SQLERRM;
-             END $$",
-        )
-        .unwrap();
-        Spi::get_one_with_args::<String>(
-            "SELECT pg_temp.ops_error_of($1, $2, $3)",
-            &[sql.into(), a.into(), b.into()],
         )
         .unwrap()
         .unwrap()
