@@ -12,7 +12,8 @@
 #     databases) is neither used nor touched;
 #   - cargo-pgrx at exactly the version Cargo.toml pins pgrx to;
 #   - `cargo pgrx init` against the system pg_config, only when ~/.pgrx/config.toml
-#     lacks the pg15 line (rewriting it makes pgrx-pg-sys re-run bindgen).
+#     lacks the pg15 line (rewriting it makes pgrx-pg-sys re-run bindgen);
+#   - the example workers' dependencies (examples/<lang>/install.sh).
 # Safe to run any number of times; a second run does no work.
 set -euo pipefail
 
@@ -80,5 +81,14 @@ else
     log "cargo pgrx init --pg${PG_MAJOR} ${PG_CONFIG}"
     cargo pgrx init --pg${PG_MAJOR} "${PG_CONFIG}"
 fi
+
+# --- the example workers' dependencies (examples/<lang>/install.sh) ---------
+# Each is idempotent: Python's venv with the hash-pinned psycopg, node-postgres
+# by `npm ci` from its lock file, the Rust example built --locked, and a check
+# that psql is there for the bash one.
+for lang in python node rust bash; do
+    log "examples/$lang"
+    bash "$ROOT/examples/$lang/install.sh"
+done
 
 log "done"

@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# examples/bash/worker.sh: a pg_workfence worker in bash, talking to the server
+# only through psql. It claims items with a long poll, runs each job in the
+# background while a heartbeat renews the lease every lease/3 (stopping the job
+# when a renew is refused), writes the job's effects and finishes the item in
+# ONE transaction fenced by work_assert, records failures with work_fail, and
+# on SIGTERM (or SIGINT) releases everything it holds and exits 0.
+#
+# Every SQL value goes to psql as a variable (-v name=value) and is referenced
+# as :'name', which psql quotes as a literal: no value is ever spliced into SQL
+# text. The SQL itself is in quoted here-documents, so bash expands nothing in
+# it. Needs bash >= 5.1 (wait -n -p) and psql; see README.md beside this file.
+set -euo pipefail
+
+log() { printf '[bash pid=%d] %s\n' "$$" "$*"; }
+die() { log "error: $*" >&2; exit 2; }
+
+# ------------------------------------------------------------------- state --
+# The batch being worked on, one array entry per claimed item, and the
+# processes in flight (so that SIGTERM and exit can stop them).
+ids=() epochs=() attempts=() ns=() sleeps=() fails=() states=()   # states: held|settled|lost
+stopping=0
+claim_pid='' job_pid='' timer_pid=''
+next_heartbeat=0
+
+# stop_children: SIGTERM to the job and the timer running in the background.
+# (The long poll is cancelled by claim itself: see there.)
+stop_children() {
+    local p
+    for p in "$job_pid" "$timer_pid"; do
+        if [[ -n $p ]]; then kill -TERM "$p" 2>/dev/null || :; fi
+    done
+}
+
+# On SIGTERM or SIGINT: set the flag the loops test, and interrupt the job
+# and the timer. The loops then release what is held and end.
+on_signal() {
+    stopping=1
+    stop_children
+}
+# Set first thing, so that a SIGTERM during start-up also ends with exit 0.
+trap on_signal TERM INT
+
+# ---------------------------------------------------------------- settings --
+(( BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1) )) ||
+    die "bash >= 5.1 is needed (wait -n -p), this is $BASH_VERSION"
+psql_bin=$(command -v psql) || die "psql not found (apt-get install postgresql-client)"
+# Debian's /usr/bin/psql is pg_wrapper, a Perl script that picks a client
+# version at every call; it made an item cost about 95 ms of overhead instead
+# of 20. Call the newest installed psql binary directly instead (psql talks
+# to servers older than itself).
+if [[ $(readlink -f "$psql_bin") == */pg_wrapper ]]; then
+    mapfile -t found < <(printf '%s\n' /usr/lib/postgresql/*/bin/psql | sort -V)
+    if [[ -x ${found[-1]} ]]; then psql_bin=${found[-1]}; fi
+fi
+
+dsn=${WORKFENCE_DSN:-}
+[[ -n $dsn ]] || die "WORKFENCE_DSN must be set to a libpq connection string"
+queue=${WORKFENCE_QUEUE:-examples}
+owner=${WORKFENCE_OWNER:-$HOSTNAME}
+batch=${WORKFENCE_BATCH:-5}
+lease=${WORKFENCE_LEASE_SECONDS:-6}
+wait_secs=${WORKFENCE_WAIT_SECONDS:-5}
+
+# to_ms SECONDS: "6" or "1.5" -> milliseconds on stdout; fails on anything else.
+to_ms() {
+    [[ $1 =~ ^([0-9]{1,7})(\.([0-9]*))?$ ]] || return 1
+    local frac="${BASH_REMATCH[3]}000"
+    printf '%d\n' $(( 10#${BASH_REMATCH[1]} * 1000 + 10#${frac:0:3} ))
+}
+# secs VAR MS: set VAR to MS milliseconds as "S.mmm", for sleep(1) (no subshell).
+secs() { printf -v "$1" '%d.%03d' $(( $2 / 1000 )) $(( $2 % 1000 )); }
+# now_ms VAR: set VAR to the wall-clock time in milliseconds. It only paces
+# the heartbeat: leases are timed by the server's clock.
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; printf -v "$1" '%d' $(( 10#$t / 1000 )); }
+
+if ! [[ $batch =~ ^[0-9]{1,4}$ ]] || (( 10#$batch < 1 )); then
+    die "WORKFENCE_BATCH must be a positive integer, got '$batch'"
+fi
+if ! lease_ms=$(to_ms "$lease") || (( lease_ms == 0 )); then
+    die "WORKFENCE_LEASE_SECONDS must be a positive number, got '$lease'"
+fi
+to_ms "$wait_secs" >/dev/null || die "WORKFENCE_WAIT_SECONDS must be a number >= 0, got '$wait_secs'"
+[[ -n ${owner//[[:space:]]/} ]] || die "WORKFENCE_OWNER (or the hostname) is empty"
+heartbeat_ms=$(( lease_ms / 3 > 0 ? lease_ms / 3 : 1 ))
+heartbeat_s=""
+secs heartbeat_s "$heartbeat_ms"
+
+# psql with the settings every call shares; SQL comes on stdin.
+# -X no psqlrc, -q -A -t bare rows, -w never prompt, ON_ERROR_STOP so the first
+# error ends the script (rolling back an open transaction) with exit status 3,
+# VERBOSITY=verbose so errors carry their SQLSTATE ("ERROR:  55000: lease lost").
+psql_cmd=("$psql_bin" -X -q -A -t -w -F '|' -v ON_ERROR_STOP=1 -v VERBOSITY=verbose
+          -v owner="$owner" -v lease="$lease" -d "$dsn")
+pg() { "${psql_cmd[@]}" "$@"; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/workfence-bash.XXXXXX")
+# The long poll's connection says who it is, so that it can be cancelled.
+claim_app="workfence-bash-$$-$SRANDOM"
+
+
+# held_indexes: the indexes of the batch still held (claimed, not settled, not lost).
+held_indexes() {
+    local i
+    for i in "${!ids[@]}"; do
+        if [[ ${states[i]} == held ]]; then printf '%s\n' "$i"; fi
+    done
+}
+
+# first_line FILE: the first non-empty line of FILE (for one-line logs).
+first_line() { grep -m1 -v '^[[:space:]]*$' "$1" || printf '(no message)'; }
+
+# release_held: hand back every held item (work_release), one psql call.
+release_held() {
+    local -a idx
+    mapfile -t idx < <(held_indexes)
+    (( ${#idx[@]} > 0 )) || return 0
+    local i id_list='' epoch_list='' out id epoch ok
+    for i in "${idx[@]}"; do
+        id_list+="${id_list:+,}${ids[i]}"
+        epoch_list+="${epoch_list:+,}${epochs[i]}"
+        states[i]=settled
+    done
+    if ! out=$(pg -v ids="{$id_list}" -v epochs="{$epoch_list}" 2>"$tmp/release.err" <<'SQL'
+SELECT t.id, t.epoch, workfence.work_release(t.id, :'owner', t.epoch)
+  FROM unnest(:'ids'::bigint[], :'epochs'::bigint[]) AS t(id, epoch);
+SQL
+    ); then
+        log "error release ids=$id_list: $(first_line "$tmp/release.err")"
+        return 0
+    fi
+    while IFS='|' read -r id epoch ok; do
+        if [[ $ok == t ]]; then log "release id=$id epoch=$epoch"; else log "refused id=$id (lease lost)"; fi
+    done <<<"$out"
+}
+
+# reap VAR: stop the child whose pid is in the variable VAR (SIGTERM), wait
+# for it, and clear VAR. Nothing to do when VAR is empty.
+reap() {
+    local -n pid_of=$1
+    if [[ -n $pid_of ]]; then
+        kill -TERM "$pid_of" 2>/dev/null || :
+        wait "$pid_of" 2>/dev/null || :
+        pid_of=''
+    fi
+}
+
+cleanup() {
+    local status=$?
+    trap - TERM INT
+    stop_children
+    # Only after an unexpected error: the server notices the lost client
+    # within client_connection_check_interval (set for this connection).
+    if [[ -n $claim_pid ]]; then kill -TERM "$claim_pid" 2>/dev/null || :; fi
+    release_held      # only does something after an unexpected error
+    rm -rf -- "$tmp"
+    exit "$status"
+}
+trap cleanup EXIT
+
+# -------------------------------------------------------------------- job --
+# run_job N SLEEP_MS FAIL: the simulated work, run in a background subshell.
+# Prints n*n, or fails with a message on stderr. SIGTERM stops it at once.
+run_job() {
+    trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM
+    local s
+    secs s "$2"
+    sleep "$s" &
+    wait $!
+    if [[ $3 == t ]]; then
+        printf 'job %s failed on purpose\n' "$1" >&2
+        exit 1
+    fi
+    printf '%d\n' $(( $1 * $1 ))
+}
+
+# ------------------------------------------------------------- heartbeat --
+# heartbeat: renew every held item of the batch (one psql call). A refused
+# renew marks the item lost. Returns 1 when the item at index $1 was lost.
+heartbeat() {
+    local current=$1 i id_list='' epoch_list='' out id ok lost_current=0
+    local -a idx
+    mapfile -t idx < <(held_indexes)
+    (( ${#idx[@]} > 0 )) || return 0
+    for i in "${idx[@]}"; do
+        id_list+="${id_list:+,}${ids[i]}"
+        epoch_list+="${epoch_list:+,}${epochs[i]}"
+    done
+    if ! out=$(pg -v ids="{$id_list}" -v epochs="{$epoch_list}" 2>"$tmp/renew.err" <<'SQL'
+SELECT t.id, workfence.work_renew(t.id, :'owner', t.epoch, make_interval(secs => :'lease'))
+  FROM unnest(:'ids'::bigint[], :'epochs'::bigint[]) AS t(id, epoch);
+SQL
+    ); then
+        # The lease may still be good; the next beat tries again, and
+        # work_assert fences the effects whatever happened meanwhile.
+        log "error renew ids=$id_list: $(first_line "$tmp/renew.err")"
+        return 0
+    fi
+    while IFS='|' read -r id ok; do
+        for i in "${idx[@]}"; do
+            [[ ${ids[i]} == "$id" ]] || continue
+            if [[ $ok == t ]]; then
+                log "renew id=$id ok"
+            else
+                log "renew id=$id refused"
+                log "refused id=$id (lease lost)"
+                states[i]=lost
+                if (( i == current )); then lost_current=1; fi
+            fi
+        done
+    done <<<"$out"
+    return "$lost_current"
+}
+
+# --------------------------------------------------------------- settling --
+# finish_item I OUTPUT: in ONE transaction, assert the lease, write the
+# business row, finish the item. A stale token makes work_assert raise 55000,
+# psql stops (ON_ERROR_STOP) and the server rolls everything back.
+finish_item() {
+    local i=$1 output=$2 out status=0
+    out=$(pg -v id="${ids[i]}" -v epoch="${epochs[i]}" -v output="$output" -v pid="$$" \
+        2>"$tmp/finish.err" <<'SQL'
+BEGIN;
+SELECT workfence.work_assert(:'id', :'owner', :'epoch') \gset
+INSERT INTO examples.results (item_id, epoch, worker_pid, output)
+     VALUES (:'id', :'epoch', :'pid', :'output');
+SELECT workfence.work_finish(:'id', :'owner', :'epoch',
+                             jsonb_build_object('output', :'output'::bigint)) AS finished \gset
+\if :finished
+COMMIT;
+\else
+ROLLBACK;
+\endif
+\echo :finished
+SQL
+    ) || status=$?
+    states[i]=settled
+    if (( status == 0 )); then
+        # Only a COMMIT that psql saw succeed gets here, with "t".
+        if [[ $out == t ]]; then
+            log "finish id=${ids[i]} epoch=${epochs[i]} ok"
+        else
+            log "finish id=${ids[i]} epoch=${epochs[i]} false"
+        fi
+    elif grep -qE 'ERROR: +55000:' "$tmp/finish.err"; then
+        log "refused id=${ids[i]} (lease lost): $(grep -m1 '^DETAIL' "$tmp/finish.err" || first_line "$tmp/finish.err")"
+    else
+        # Not a refusal (connection lost, server error...): the outcome of
+        # the transaction is unknown. Leave the item to its lease: if the
+        # commit did happen, it is done; if not, it is claimed again later.
+        log "finish id=${ids[i]} epoch=${epochs[i]} error: $(first_line "$tmp/finish.err")"
+    fi
+}
+
+# fail_item I ERROR: record the job's error (work_fail), retry in 0.2 s.
+fail_item() {
+    local i=$1 error=$2 out
+    states[i]=settled
+    if ! out=$(pg -v id="${ids[i]}" -v epoch="${epochs[i]}" -v error="$error" 2>"$tmp/fail.err" <<'SQL'
+SELECT workfence.work_fail(:'id', :'owner', :'epoch', :'error', retry_in => make_interval(secs => 0.2));
+SQL
+    ); then
+        log "error fail id=${ids[i]}: $(first_line "$tmp/fail.err")"
+    elif [[ $out == t ]]; then
+        log "fail id=${ids[i]} error=$error"
+    else
+        log "refused id=${ids[i]} (lease lost)"
+    fi
+}
+
+# process_item I: run the job of item I under the heartbeat, then settle it.
+process_item() {
+    local i=$1 status=0 fin now pause
+    if ! [[ ${ns[i]} =~ ^-?[0-9]{1,9}$ && ${sleeps[i]} =~ ^[0-9]{1,9}$ ]]; then
+        fail_item "$i" "bad payload: n and sleep_ms must be integers"
+        return 0
+    fi
+    run_job "${ns[i]}" "${sleeps[i]}" "${fails[i]}" >"$tmp/job.out" 2>"$tmp/job.err" &
+    job_pid=$!
+    while (( ! stopping )); do
+        if [[ -z $timer_pid ]]; then
+            now_ms now
+            secs pause $(( next_heartbeat > now ? next_heartbeat - now : 0 ))
+            sleep "$pause" &
+            timer_pid=$!
+        fi
+        unset fin
+        status=0
+        wait -n -p fin "$job_pid" "$timer_pid" || status=$?
+        (( ! stopping )) || break
+        if [[ ${fin:-} == "$job_pid" ]]; then
+            # The job ended by itself. Stop the heartbeat before the
+            # transaction (a renew would wait on work_assert's row lock).
+            job_pid=''
+            reap timer_pid
+            if (( status == 0 )); then
+                finish_item "$i" "$(<"$tmp/job.out")"
+            else
+                fail_item "$i" "$(first_line "$tmp/job.err")"
+            fi
+            return 0
+        elif [[ ${fin:-} == "$timer_pid" ]]; then
+            timer_pid=''
+            now_ms now
+            next_heartbeat=$(( now + heartbeat_ms ))
+            if ! heartbeat "$i"; then
+                # Our lease is gone: someone else may run this item now.
+                reap job_pid
+                return 0
+            fi
+        fi
+    done
+    # SIGTERM: the job is abandoned (the signal handler has already told it
+    # to stop); the item stays held, and the main loop releases it.
+    reap job_pid
+    reap timer_pid
+}
+
+# ------------------------------------------------------------------ claim --
+# cancel_claim: ask the server to cancel the long poll (pg_cancel_backend,
+# allowed on one's own role's sessions). Not SIGINT to psql: psql would send
+# the same cancel, but once it has seen a SIGINT it prints no more rows, so
+# items claimed just before the cancel arrived would be lost to us (until
+# their lease lapses). Nor killing psql: the server would go on waiting, and
+# could claim items for a client that is gone.
+cancel_claim() {
+    if ! pg -v app="$claim_app" >/dev/null 2>"$tmp/cancel.err" <<'SQL'
+SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+ WHERE application_name = :'app' AND pid <> pg_backend_pid();
+SQL
+    then
+        log "error cancel: $(first_line "$tmp/cancel.err")"
+    fi
+}
+
+# claim: one long poll (work_claim with wait), in the background so that
+# SIGTERM can cancel it. Fills the batch arrays; payload fields come out of
+# SQL as separate columns (NULL, printed empty, when not a JSON number).
+claim() {
+    local status=0 f now fin
+    ids=() epochs=() attempts=() ns=() sleeps=() fails=() states=()
+    # client_connection_check_interval: should psql die without cancelling,
+    # the server notices within a second instead of claiming for nobody.
+    PGOPTIONS="${PGOPTIONS:-} -c client_connection_check_interval=1000" \
+    "${psql_cmd[@]}" -v app="$claim_app" -v queue="$queue" -v batch="$batch" -v wait="$wait_secs" \
+        >"$tmp/claim.out" 2>"$tmp/claim.err" <<'SQL' &
+SET application_name = :'app';
+SELECT c.id, c.epoch, c.attempt,
+       CASE WHEN jsonb_typeof(c.payload -> 'n') = 'number' THEN c.payload ->> 'n' END,
+       CASE WHEN jsonb_typeof(c.payload -> 'sleep_ms') = 'number' THEN c.payload ->> 'sleep_ms' END,
+       coalesce(c.payload -> 'fail' = 'true'::jsonb, false)
+  FROM workfence.work_claim(:'queue', :'owner', make_interval(secs => :'lease'), :'batch',
+                            make_interval(secs => :'wait')) AS c;
+SQL
+    claim_pid=$!
+    while :; do
+        if (( stopping )) && [[ -z $timer_pid ]]; then
+            # SIGTERM: cancel, and again every 0.2 s while psql runs (a
+            # cancel that comes before the statement starts is lost).
+            cancel_claim
+            sleep 0.2 &
+            timer_pid=$!
+        fi
+        unset fin
+        status=0
+        wait -n -p fin "$claim_pid" ${timer_pid:+"$timer_pid"} || status=$?
+        if [[ ${fin:-} == "$claim_pid" ]]; then break; fi
+        if [[ -n ${fin:-} && $fin == "$timer_pid" ]]; then timer_pid=''; fi
+        # else a signal interrupted the wait: go round and cancel
+    done
+    claim_pid=''
+    reap timer_pid
+    # Rows printed are claims the server committed (a cancel that came too
+    # late changes nothing): keep them, to work on them or release them.
+    now_ms now
+    next_heartbeat=$(( now + heartbeat_ms ))
+    while IFS='|' read -r -a f; do
+        (( ${#f[@]} == 6 )) || { log "error claim: unexpected row '${f[*]}'"; continue; }
+        ids+=("${f[0]}") epochs+=("${f[1]}") attempts+=("${f[2]}")
+        ns+=("${f[3]}") sleeps+=("${f[4]}") fails+=("${f[5]}") states+=(held)
+        log "claim id=${f[0]} epoch=${f[1]} attempt=${f[2]}"
+    done <"$tmp/claim.out"
+    if (( status != 0 && ${#ids[@]} == 0 && ! stopping )); then
+        log "error claim: psql exit status $status: $(first_line "$tmp/claim.err")"
+        return 1
+    fi
+}
+
+# ------------------------------------------------------------------- main --
+log "start queue=$queue owner=$owner batch=$batch lease=${lease}s wait=${wait_secs}s heartbeat=${heartbeat_s}s psql=$psql_bin"
+while (( ! stopping )); do
+    if ! claim; then
+        # The server is unreachable or refused the call: back off 1 s
+        # (interruptibly) and try again.
+        sleep 1 &
+        timer_pid=$!
+        (( stopping )) || wait "$timer_pid" || :
+        reap timer_pid
+        continue
+    fi
+    for i in "${!ids[@]}"; do
+        (( stopping )) && break
+        [[ ${states[i]} == held ]] || continue   # lost at a heartbeat meanwhile
+        process_item "$i"
+    done
+    release_held   # anything still held here was interrupted by SIGTERM
+done
+log "exit"
