@@ -9,31 +9,31 @@
 # Every SQL value goes to psql as a variable (-v name=value) and is referenced
 # as :'name', which psql quotes as a literal: no value is ever spliced into SQL
 # text. The SQL itself is in quoted here-documents, so bash expands nothing in
-# it. Needs bash >= 5.1 (wait -n -p) and psql; see README.md beside this file.
+# it. Needs bash >= 5.1 and psql; see README.md beside this file.
 set -euo pipefail
 
 log() { printf '[bash pid=%d] %s\n' "$$" "$*"; }
 die() { log "error: $*" >&2; exit 2; }
 
 # ------------------------------------------------------------------- state --
-# The batch being worked on, one array entry per claimed item, and the
-# processes in flight (so that SIGTERM and exit can stop them).
-ids=() epochs=() attempts=() ns=() sleeps=() fails=() states=()   # states: held|settled|lost
+# The batch being worked on, one array entry per claimed item
+# (states: held, settled or lost), and the children in flight.
+ids=() epochs=() attempts=() ns=() sleeps=() fails=() states=()
 stopping=0
-claim_pid='' job_pid='' timer_pid=''
+claim_pid='' job_pid='' cancel_pid='' timer_pid=''
 next_heartbeat=0
 
-# stop_children: SIGTERM to the job and the timer running in the background.
-# (The long poll is cancelled by claim itself: see there.)
+# stop_children: SIGTERM to the job and the helpers in the background. (The
+# long poll is cancelled through the server instead: see claim.)
 stop_children() {
     local p
-    for p in "$job_pid" "$timer_pid"; do
+    for p in "$job_pid" "$cancel_pid" "$timer_pid"; do
         if [[ -n $p ]]; then kill -TERM "$p" 2>/dev/null || :; fi
     done
 }
 
-# On SIGTERM or SIGINT: set the flag the loops test, and interrupt the job
-# and the timer. The loops then release what is held and end.
+# On SIGTERM or SIGINT: set the flag that every loop tests, and stop the job.
+# The main loop then releases what is held and ends.
 on_signal() {
     stopping=1
     stop_children
@@ -43,7 +43,7 @@ trap on_signal TERM INT
 
 # ---------------------------------------------------------------- settings --
 (( BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1) )) ||
-    die "bash >= 5.1 is needed (wait -n -p), this is $BASH_VERSION"
+    die "bash >= 5.1 is needed (wait -n -p, SRANDOM), this is $BASH_VERSION"
 psql_bin=$(command -v psql) || die "psql not found (apt-get install postgresql-client)"
 # Debian's /usr/bin/psql is pg_wrapper, a Perl script that picks a client
 # version at every call; it made an item cost about 95 ms of overhead instead
@@ -83,7 +83,7 @@ fi
 to_ms "$wait_secs" >/dev/null || die "WORKFENCE_WAIT_SECONDS must be a number >= 0, got '$wait_secs'"
 [[ -n ${owner//[[:space:]]/} ]] || die "WORKFENCE_OWNER (or the hostname) is empty"
 heartbeat_ms=$(( lease_ms / 3 > 0 ? lease_ms / 3 : 1 ))
-heartbeat_s=""
+heartbeat_s=''
 secs heartbeat_s "$heartbeat_ms"
 
 # psql with the settings every call shares; SQL comes on stdin.
@@ -95,33 +95,58 @@ psql_cmd=("$psql_bin" -X -q -A -t -w -F '|' -v ON_ERROR_STOP=1 -v VERBOSITY=verb
 pg() { "${psql_cmd[@]}" "$@"; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/workfence-bash.XXXXXX")
-# The long poll's connection says who it is, so that it can be cancelled.
+# The long poll's connection names itself with this, so it can be cancelled.
 claim_app="workfence-bash-$$-$SRANDOM"
 
-
-# held_indexes: the indexes of the batch still held (claimed, not settled, not lost).
-held_indexes() {
-    local i
-    for i in "${!ids[@]}"; do
-        if [[ ${states[i]} == held ]]; then printf '%s\n' "$i"; fi
-    done
-}
-
+# ----------------------------------------------------------------- helpers --
 # first_line FILE: the first non-empty line of FILE (for one-line logs).
 first_line() { grep -m1 -v '^[[:space:]]*$' "$1" || printf '(no message)'; }
 
-# release_held: hand back every held item (work_release), one psql call.
-release_held() {
-    local -a idx
-    mapfile -t idx < <(held_indexes)
-    (( ${#idx[@]} > 0 )) || return 0
-    local i id_list='' epoch_list='' out id epoch ok
-    for i in "${idx[@]}"; do
+# held_tokens: sets held (indexes of the batch still held), and id_list and
+# epoch_list, the same items as PostgreSQL array literals ("{1,2}").
+held_tokens() {
+    local i
+    held=() id_list='' epoch_list=''
+    for i in "${!ids[@]}"; do
+        [[ ${states[i]} == held ]] || continue
+        held+=("$i")
         id_list+="${id_list:+,}${ids[i]}"
         epoch_list+="${epoch_list:+,}${epochs[i]}"
-        states[i]=settled
     done
-    if ! out=$(pg -v ids="{$id_list}" -v epochs="{$epoch_list}" 2>"$tmp/release.err" <<'SQL'
+    id_list="{$id_list}" epoch_list="{$epoch_list}"
+}
+
+# wait_for PID: wait until the child PID has ended, also when a trapped
+# signal interrupts the wait; returns its exit status.
+wait_for() {
+    local status
+    while :; do
+        status=0
+        wait "$1" 2>/dev/null || status=$?
+        if (( status > 128 )) && kill -0 "$1" 2>/dev/null; then continue; fi
+        return "$status"
+    done
+}
+
+# reap VAR: SIGTERM the child whose pid is in the variable VAR, wait for it,
+# clear VAR. Nothing to do when VAR is empty.
+reap() {
+    local -n pid_of=$1
+    if [[ -n $pid_of ]]; then
+        kill -TERM "$pid_of" 2>/dev/null || :
+        wait_for "$pid_of" || :
+        pid_of=''
+    fi
+}
+
+# release_held: hand back every held item (work_release), in one psql call.
+release_held() {
+    local -a held
+    local id_list epoch_list i out id epoch ok
+    held_tokens
+    (( ${#held[@]} > 0 )) || return 0
+    for i in "${held[@]}"; do states[i]=settled; done
+    if ! out=$(pg -v ids="$id_list" -v epochs="$epoch_list" 2>"$tmp/release.err" <<'SQL'
 SELECT t.id, t.epoch, workfence.work_release(t.id, :'owner', t.epoch)
   FROM unnest(:'ids'::bigint[], :'epochs'::bigint[]) AS t(id, epoch);
 SQL
@@ -134,25 +159,14 @@ SQL
     done <<<"$out"
 }
 
-# reap VAR: stop the child whose pid is in the variable VAR (SIGTERM), wait
-# for it, and clear VAR. Nothing to do when VAR is empty.
-reap() {
-    local -n pid_of=$1
-    if [[ -n $pid_of ]]; then
-        kill -TERM "$pid_of" 2>/dev/null || :
-        wait "$pid_of" 2>/dev/null || :
-        pid_of=''
-    fi
-}
-
 cleanup() {
     local status=$?
     trap - TERM INT
     stop_children
     # Only after an unexpected error: the server notices the lost client
-    # within client_connection_check_interval (set for this connection).
+    # within client_connection_check_interval (set for that connection).
     if [[ -n $claim_pid ]]; then kill -TERM "$claim_pid" 2>/dev/null || :; fi
-    release_held      # only does something after an unexpected error
+    release_held   # does something only after an unexpected error
     rm -rf -- "$tmp"
     exit "$status"
 }
@@ -162,11 +176,12 @@ trap cleanup EXIT
 # run_job N SLEEP_MS FAIL: the simulated work, run in a background subshell.
 # Prints n*n, or fails with a message on stderr. SIGTERM stops it at once.
 run_job() {
-    trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM
-    local s
+    local s sleeper=''
+    trap 'if [[ -n $sleeper ]]; then kill "$sleeper" 2>/dev/null || :; fi; exit 143' TERM
     secs s "$2"
     sleep "$s" &
-    wait $!
+    sleeper=$!
+    wait "$sleeper"
     if [[ $3 == t ]]; then
         printf 'job %s failed on purpose\n' "$1" >&2
         exit 1
@@ -175,29 +190,26 @@ run_job() {
 }
 
 # ------------------------------------------------------------- heartbeat --
-# heartbeat: renew every held item of the batch (one psql call). A refused
-# renew marks the item lost. Returns 1 when the item at index $1 was lost.
+# heartbeat CURRENT: renew every held item of the batch, in one psql call.
+# A refused renew marks the item lost. Returns 1 when the item at index
+# CURRENT (the one whose job runs) was lost.
 heartbeat() {
-    local current=$1 i id_list='' epoch_list='' out id ok lost_current=0
-    local -a idx
-    mapfile -t idx < <(held_indexes)
-    (( ${#idx[@]} > 0 )) || return 0
-    for i in "${idx[@]}"; do
-        id_list+="${id_list:+,}${ids[i]}"
-        epoch_list+="${epoch_list:+,}${epochs[i]}"
-    done
-    if ! out=$(pg -v ids="{$id_list}" -v epochs="{$epoch_list}" 2>"$tmp/renew.err" <<'SQL'
+    local current=$1 i id_list epoch_list out id ok lost_current=0
+    local -a held
+    held_tokens
+    (( ${#held[@]} > 0 )) || return 0
+    if ! out=$(pg -v ids="$id_list" -v epochs="$epoch_list" 2>"$tmp/renew.err" <<'SQL'
 SELECT t.id, workfence.work_renew(t.id, :'owner', t.epoch, make_interval(secs => :'lease'))
   FROM unnest(:'ids'::bigint[], :'epochs'::bigint[]) AS t(id, epoch);
 SQL
     ); then
-        # The lease may still be good; the next beat tries again, and
+        # The lease may still be good: the next beat tries again, and
         # work_assert fences the effects whatever happened meanwhile.
         log "error renew ids=$id_list: $(first_line "$tmp/renew.err")"
         return 0
     fi
     while IFS='|' read -r id ok; do
-        for i in "${idx[@]}"; do
+        for i in "${held[@]}"; do
             [[ ${ids[i]} == "$id" ]] || continue
             if [[ $ok == t ]]; then
                 log "renew id=$id ok"
@@ -268,7 +280,9 @@ SQL
     fi
 }
 
-# process_item I: run the job of item I under the heartbeat, then settle it.
+# process_item I: run the job of item I in the background, beating the
+# heartbeat (in this shell, so that a frozen worker stops renewing) at the
+# batch's schedule until the job ends; then settle the item.
 process_item() {
     local i=$1 status=0 fin now pause
     if ! [[ ${ns[i]} =~ ^-?[0-9]{1,9}$ && ${sleeps[i]} =~ ^[0-9]{1,9}$ ]]; then
@@ -278,6 +292,14 @@ process_item() {
     run_job "${ns[i]}" "${sleeps[i]}" "${fails[i]}" >"$tmp/job.out" 2>"$tmp/job.err" &
     job_pid=$!
     while (( ! stopping )); do
+        # `wait -n` below can miss a job that ended (and was cleared from
+        # bash's job table) during the heartbeat's psql call: check first.
+        if ! kill -0 "$job_pid" 2>/dev/null; then
+            status=0
+            wait "$job_pid" || status=$?
+            job_pid=''
+            break
+        fi
         if [[ -z $timer_pid ]]; then
             now_ms now
             secs pause $(( next_heartbeat > now ? next_heartbeat - now : 0 ))
@@ -286,43 +308,42 @@ process_item() {
         fi
         unset fin
         status=0
-        wait -n -p fin "$job_pid" "$timer_pid" || status=$?
-        (( ! stopping )) || break
+        wait -n -p fin "$job_pid" "$timer_pid" 2>/dev/null || status=$?
         if [[ ${fin:-} == "$job_pid" ]]; then
-            # The job ended by itself. Stop the heartbeat before the
-            # transaction (a renew would wait on work_assert's row lock).
             job_pid=''
-            reap timer_pid
-            if (( status == 0 )); then
-                finish_item "$i" "$(<"$tmp/job.out")"
-            else
-                fail_item "$i" "$(first_line "$tmp/job.err")"
-            fi
-            return 0
+            break
         elif [[ ${fin:-} == "$timer_pid" ]]; then
             timer_pid=''
-            now_ms now
-            next_heartbeat=$(( now + heartbeat_ms ))
+            now_ms now   # next beat on schedule, or a full period away if late
+            next_heartbeat=$(( next_heartbeat + heartbeat_ms > now ? next_heartbeat + heartbeat_ms : now + heartbeat_ms ))
             if ! heartbeat "$i"; then
-                # Our lease is gone: someone else may run this item now.
-                reap job_pid
+                reap job_pid   # our lease is gone: stop the job, settle nothing
                 return 0
             fi
-        fi
+        fi   # else a signal interrupted the wait: the loop tests the flag
     done
-    # SIGTERM: the job is abandoned (the signal handler has already told it
-    # to stop); the item stays held, and the main loop releases it.
-    reap job_pid
+    # Stop the heartbeat before settling: a renew would wait on
+    # work_assert's row lock.
     reap timer_pid
+    if (( stopping )); then
+        # SIGTERM: abandon the job; the main loop releases the item.
+        reap job_pid
+        return 0
+    fi
+    if (( status == 0 )); then
+        finish_item "$i" "$(<"$tmp/job.out")"
+    else
+        fail_item "$i" "$(first_line "$tmp/job.err")"
+    fi
 }
 
 # ------------------------------------------------------------------ claim --
 # cancel_claim: ask the server to cancel the long poll (pg_cancel_backend,
-# allowed on one's own role's sessions). Not SIGINT to psql: psql would send
-# the same cancel, but once it has seen a SIGINT it prints no more rows, so
-# items claimed just before the cancel arrived would be lost to us (until
+# allowed on the sessions of one's own role). Not SIGINT to psql: psql would
+# send the same cancel, but once it has seen a SIGINT it prints no more rows,
+# so items claimed just before the cancel arrived would be lost to us (until
 # their lease lapses). Nor killing psql: the server would go on waiting, and
-# could claim items for a client that is gone.
+# could still claim items for a client that is gone.
 cancel_claim() {
     if ! pg -v app="$claim_app" >/dev/null 2>"$tmp/cancel.err" <<'SQL'
 SELECT pg_cancel_backend(pid) FROM pg_stat_activity
@@ -333,17 +354,26 @@ SQL
     fi
 }
 
+# cancel_until_done: cancel the long poll every 0.2 s until stopped (a cancel
+# that arrives before the statement has started is lost). Run in the background.
+cancel_until_done() {
+    while :; do
+        cancel_claim
+        sleep 0.2
+    done
+}
+
 # claim: one long poll (work_claim with wait), in the background so that
 # SIGTERM can cancel it. Fills the batch arrays; payload fields come out of
 # SQL as separate columns (NULL, printed empty, when not a JSON number).
 claim() {
-    local status=0 f now fin
+    local status=0 f now
     ids=() epochs=() attempts=() ns=() sleeps=() fails=() states=()
     # client_connection_check_interval: should psql die without cancelling,
     # the server notices within a second instead of claiming for nobody.
     PGOPTIONS="${PGOPTIONS:-} -c client_connection_check_interval=1000" \
-    "${psql_cmd[@]}" -v app="$claim_app" -v queue="$queue" -v batch="$batch" -v wait="$wait_secs" \
-        >"$tmp/claim.out" 2>"$tmp/claim.err" <<'SQL' &
+    "${psql_cmd[@]}" -v app="$claim_app" -v queue="$queue" -v batch="$batch" \
+        -v wait="$wait_secs" >"$tmp/claim.out" 2>"$tmp/claim.err" <<'SQL' &
 SET application_name = :'app';
 SELECT c.id, c.epoch, c.attempt,
        CASE WHEN jsonb_typeof(c.payload -> 'n') = 'number' THEN c.payload ->> 'n' END,
@@ -353,23 +383,17 @@ SELECT c.id, c.epoch, c.attempt,
                             make_interval(secs => :'wait')) AS c;
 SQL
     claim_pid=$!
-    while :; do
-        if (( stopping )) && [[ -z $timer_pid ]]; then
-            # SIGTERM: cancel, and again every 0.2 s while psql runs (a
-            # cancel that comes before the statement starts is lost).
-            cancel_claim
-            sleep 0.2 &
-            timer_pid=$!
-        fi
-        unset fin
+    if (( ! stopping )); then wait "$claim_pid" 2>/dev/null || status=$?; fi
+    if (( stopping )); then
+        # SIGTERM (before or during the wait): cancel the statement and
+        # collect psql, with whatever it claimed before the cancel.
+        cancel_until_done &
+        cancel_pid=$!
         status=0
-        wait -n -p fin "$claim_pid" ${timer_pid:+"$timer_pid"} || status=$?
-        if [[ ${fin:-} == "$claim_pid" ]]; then break; fi
-        if [[ -n ${fin:-} && $fin == "$timer_pid" ]]; then timer_pid=''; fi
-        # else a signal interrupted the wait: go round and cancel
-    done
+        wait_for "$claim_pid" || status=$?
+        reap cancel_pid
+    fi
     claim_pid=''
-    reap timer_pid
     # Rows printed are claims the server committed (a cancel that came too
     # late changes nothing): keep them, to work on them or release them.
     now_ms now
@@ -390,19 +414,19 @@ SQL
 log "start queue=$queue owner=$owner batch=$batch lease=${lease}s wait=${wait_secs}s heartbeat=${heartbeat_s}s psql=$psql_bin"
 while (( ! stopping )); do
     if ! claim; then
-        # The server is unreachable or refused the call: back off 1 s
-        # (interruptibly) and try again.
+        # The server is unreachable or refused the call: back off for a
+        # second (SIGTERM cuts it short) and try again.
         sleep 1 &
         timer_pid=$!
-        (( stopping )) || wait "$timer_pid" || :
+        (( stopping )) || wait_for "$timer_pid" || :
         reap timer_pid
         continue
     fi
     for i in "${!ids[@]}"; do
-        (( stopping )) && break
+        (( ! stopping )) || break
         [[ ${states[i]} == held ]] || continue   # lost at a heartbeat meanwhile
         process_item "$i"
     done
-    release_held   # anything still held here was interrupted by SIGTERM
+    release_held   # what is still held here was interrupted by SIGTERM
 done
 log "exit"
