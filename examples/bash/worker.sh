@@ -116,25 +116,26 @@ held_tokens() {
     id_list="{$id_list}" epoch_list="{$epoch_list}"
 }
 
-# wait_for PID: wait until the child PID has ended, also when a trapped
-# signal interrupts the wait; returns its exit status.
-wait_for() {
-    local status
-    while :; do
-        status=0
-        wait "$1" 2>/dev/null || status=$?
-        if (( status > 128 )) && kill -0 "$1" 2>/dev/null; then continue; fi
-        return "$status"
-    done
-}
+# Waiting for children. Bash 5.2 has a race: when a trapped signal
+# interrupts `wait PID` just as PID exits, the exit can be lost, and a later
+# `wait PID` blocks until some other child exits. So, once SIGTERM has come
+# (the only time a wait is interrupted), this script never waits on a pid
+# again: it checks with `kill -0` whether the process is gone.
 
-# reap VAR: SIGTERM the child whose pid is in the variable VAR, wait for it,
-# clear VAR. Nothing to do when VAR is empty.
+# nap SECONDS: sleep without a child process (a read that times out).
+exec {nap_fd}<> <(:)
+nap() { read -r -t "$1" -u "$nap_fd" || :; }
+
+# wait_gone PID: return once process PID has ended (and bash has reaped it).
+wait_gone() { while kill -0 "$1" 2>/dev/null; do nap 0.005; done; }
+
+# reap VAR: SIGTERM the child whose pid is in the variable VAR, return once
+# it has ended, clear VAR. Nothing to do when VAR is empty.
 reap() {
     local -n pid_of=$1
     if [[ -n $pid_of ]]; then
         kill -TERM "$pid_of" 2>/dev/null || :
-        wait_for "$pid_of" || :
+        wait_gone "$pid_of"
         pid_of=''
     fi
 }
@@ -292,14 +293,6 @@ process_item() {
     run_job "${ns[i]}" "${sleeps[i]}" "${fails[i]}" >"$tmp/job.out" 2>"$tmp/job.err" &
     job_pid=$!
     while (( ! stopping )); do
-        # `wait -n` below can miss a job that ended (and was cleared from
-        # bash's job table) during the heartbeat's psql call: check first.
-        if ! kill -0 "$job_pid" 2>/dev/null; then
-            status=0
-            wait "$job_pid" || status=$?
-            job_pid=''
-            break
-        fi
         if [[ -z $timer_pid ]]; then
             now_ms now
             secs pause $(( next_heartbeat > now ? next_heartbeat - now : 0 ))
@@ -322,9 +315,10 @@ process_item() {
             fi
         fi   # else a signal interrupted the wait: the loop tests the flag
     done
-    # Stop the heartbeat before settling: a renew would wait on
-    # work_assert's row lock.
-    reap timer_pid
+    # The heartbeat stopped with the loop (a renew would wait on
+    # work_assert's row lock); its timer is of no more use.
+    if [[ -n $timer_pid ]]; then kill -TERM "$timer_pid" 2>/dev/null || :; fi
+    timer_pid=''
     if (( stopping )); then
         # SIGTERM: abandon the job; the main loop releases the item.
         reap job_pid
@@ -354,12 +348,13 @@ SQL
     fi
 }
 
-# cancel_until_done: cancel the long poll every 0.2 s until stopped (a cancel
-# that arrives before the statement has started is lost). Run in the background.
+# cancel_until_done: cancel the long poll every 0.2 s while its psql runs (a
+# cancel that arrives before the statement has started is lost). Run in the
+# background.
 cancel_until_done() {
-    while :; do
+    while kill -0 "$claim_pid" 2>/dev/null; do
         cancel_claim
-        sleep 0.2
+        nap 0.2
     done
 }
 
@@ -389,8 +384,7 @@ SQL
         # collect psql, with whatever it claimed before the cancel.
         cancel_until_done &
         cancel_pid=$!
-        status=0
-        wait_for "$claim_pid" || status=$?
+        wait_gone "$claim_pid"
         reap cancel_pid
     fi
     claim_pid=''
@@ -418,8 +412,9 @@ while (( ! stopping )); do
         # second (SIGTERM cuts it short) and try again.
         sleep 1 &
         timer_pid=$!
-        (( stopping )) || wait_for "$timer_pid" || :
-        reap timer_pid
+        (( stopping )) || wait "$timer_pid" || :
+        kill -TERM "$timer_pid" 2>/dev/null || :
+        timer_pid=''
         continue
     fi
     for i in "${!ids[@]}"; do
