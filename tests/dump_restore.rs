@@ -8,9 +8,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::ok;
+use common::{ok, scalar};
 use pg_workfence_client::Cluster;
-use postgres::types::ToSql;
 use postgres::Client;
 
 /// Every item as one line of text, in id order: what a restore must keep.
@@ -24,18 +23,6 @@ fn items(client: &mut Client) -> Vec<String> {
         .iter()
         .map(|row| row.get(0))
         .collect()
-}
-
-/// The single value of a one-row, one-column query.
-fn scalar<T: for<'a> postgres::types::FromSql<'a>>(
-    client: &mut Client,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> T {
-    client
-        .query_one(sql, params)
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .get(0)
 }
 
 /// Run a client program of the cluster's PostgreSQL against `database`.

@@ -38,9 +38,6 @@ const LONG_WAIT: &str = "60 seconds";
 /// The wait is 60 s; a claim that was not woken would take that long.
 const PROMPT: Duration = Duration::from_secs(20);
 
-/// The longest the test waits for a claimer to be seen sleeping.
-const SEEN_DEADLINE: Duration = Duration::from_secs(30);
-
 /// One cluster for the tests that run at the same time.
 fn cluster() -> Arc<Cluster> {
     common::shared_cluster()
@@ -84,30 +81,14 @@ fn claim(c: &mut Client, max_items: i32, wait: &str) -> Result<Returned, postgre
 
 /// Polls until backend `pid` sleeps in the extension's wait (the long poll).
 fn wait_until_waiting(observer: &mut Client, pid: i32) {
-    let deadline = Instant::now() + SEEN_DEADLINE;
-    loop {
-        let waiting: bool = ok(
-            observer.query_one(
-                "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
-                                 WHERE pid = $1 AND state = 'active'
-                                   AND wait_event_type = 'Extension')",
-                &[&pid],
-            ),
-            "pg_stat_activity",
-        )
-        .get(0);
-        if waiting {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "backend {pid} was not seen waiting"
-        );
-        ok(
-            observer.execute("SELECT pg_catalog.pg_sleep(0.005)", &[]),
-            "pause between polls",
-        );
-    }
+    common::poll_until(
+        observer,
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+                         WHERE pid = $1 AND state = 'active'
+                           AND wait_event_type = 'Extension')",
+        &[&pid],
+        &format!("backend {pid} waiting in the long poll"),
+    );
 }
 
 fn enqueue(c: &mut Client, key: &str) -> i64 {

@@ -84,23 +84,9 @@ const OWNER_ONLY_FUNCTIONS: &[&str] = &["work_purge"];
 /// The one relation a group may read (`workfence_monitor`).
 const STATS_VIEW: &str = "workfence.work_queue_stats";
 
-/// The SQL of the fenced block between `<!-- {marker}:begin -->` and
-/// `<!-- {marker}:end -->` in the operations guide.
-fn guide_block(marker: &str) -> &'static str {
-    let begin = format!("<!-- {marker}:begin -->");
-    let end = format!("<!-- {marker}:end -->");
-    let start = OPERATIONS_GUIDE
-        .find(&begin)
-        .unwrap_or_else(|| panic!("docs/operations.md has no {begin}"))
-        + begin.len();
-    let length = OPERATIONS_GUIDE[start..]
-        .find(&end)
-        .unwrap_or_else(|| panic!("docs/operations.md has no {end}"));
-    OPERATIONS_GUIDE[start..start + length]
-        .trim()
-        .strip_prefix("```sql")
-        .and_then(|block| block.strip_suffix("```"))
-        .unwrap_or_else(|| panic!("{begin} must enclose exactly one ```sql block"))
+/// The operations guide's SQL block `marker`.
+fn operations_sql(marker: &str) -> &'static str {
+    common::doc_sql_block(OPERATIONS_GUIDE, "docs/operations.md", marker)
 }
 
 /// One cluster for the tests that run at the same time, with the guide's
@@ -110,7 +96,7 @@ fn cluster() -> Arc<Cluster> {
     common::shared_cluster_with(|cluster| {
         let mut admin = ok(cluster.connect(), "connecting as the superuser");
         ok(
-            admin.batch_execute(guide_block("least-privilege-roles")),
+            admin.batch_execute(operations_sql("least-privilege-roles")),
             "the guide's CREATE ROLE block",
         );
         ok(admin.batch_execute(LOGIN_ROLES), "creating the login roles");
@@ -123,7 +109,7 @@ fn database(cluster: &Cluster, name: &str) -> Client {
     ok(cluster.create_database(name), "creating the test database");
     let mut admin = ok(cluster.connect_to(name), "connecting as the superuser");
     ok(
-        admin.batch_execute(guide_block("least-privilege-grants")),
+        admin.batch_execute(operations_sql("least-privilege-grants")),
         "the guide's GRANT block",
     );
     admin

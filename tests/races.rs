@@ -33,7 +33,6 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
-use std::time::{Duration, Instant};
 
 use common::ok;
 use pg_workfence_client::scenario::wait_for_lease_lapse;
@@ -54,9 +53,6 @@ const SHORT: &str = "300 milliseconds";
 /// winner; where the test then needs the lease to lapse, the holder shortens
 /// it to [`SHORT`] with a renew once the race is over.
 const LONG: &str = "5 minutes";
-
-/// The longest any test waits for another backend to block.
-const BLOCK_DEADLINE: Duration = Duration::from_secs(30);
 
 /// One cluster for the tests that run at the same time; it stops and is
 /// removed when the last of them drops its handle.
@@ -339,34 +335,6 @@ fn backend_pid(c: &mut Client) -> i32 {
         .get(0)
 }
 
-/// Polls, from `observer`, until backend `waiter` waits on a lock that
-/// backend `holder` holds.
-fn wait_until_blocked(observer: &mut Client, waiter: i32, holder: i32) {
-    let deadline = Instant::now() + BLOCK_DEADLINE;
-    loop {
-        let blocked: bool = observer
-            .query_one(
-                "SELECT coalesce(bool_or(a.wait_event_type = 'Lock' \
-                                         AND $2 = ANY (pg_catalog.pg_blocking_pids(a.pid))), false) \
-                   FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = $1",
-                &[&waiter, &holder],
-            )
-            .expect("reading pg_stat_activity")
-            .get(0);
-        if blocked {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "backend {waiter} did not block on backend {holder} within {BLOCK_DEADLINE:?}"
-        );
-        // Poll interval on the server; the condition above is what orders.
-        observer
-            .execute("SELECT pg_catalog.pg_sleep(0.001)", &[])
-            .expect("pg_sleep");
-    }
-}
-
 /// Runs `claim_key(key, owner, lease)` on every client at once (a barrier
 /// releases the threads together); the results in client order.
 fn race_claim_key(
@@ -628,7 +596,7 @@ fn reclaim_of_a_lapsed_lease_refuses_the_waiting_finish() {
     assert!(new.epoch() > old.epoch());
     let finished = thread::scope(|s| {
         let finisher = s.spawn(|| old.finish(&mut a, "A"));
-        wait_until_blocked(&mut observer, a_pid, b_pid);
+        common::wait_until_blocked(&mut observer, a_pid, b_pid);
         tx.commit().expect("COMMIT of B's claim");
         finisher.join().expect("A's thread panicked")
     });
@@ -667,7 +635,7 @@ fn rolled_back_reclaim_lets_the_waiting_finish_through() {
     Token::of(OWNER, claim_key(&mut tx, KEY, OWNER, LONG), "B");
     let finished = thread::scope(|s| {
         let finisher = s.spawn(|| old.finish(&mut a, "A"));
-        wait_until_blocked(&mut observer, a_pid, b_pid);
+        common::wait_until_blocked(&mut observer, a_pid, b_pid);
         tx.rollback().expect("ROLLBACK of B's claim");
         finisher.join().expect("A's thread panicked")
     });
@@ -766,7 +734,7 @@ fn cancel_and_work_assert_exclude_each_other() {
                 .expect("work_cancel")
                 .get(0)
         });
-        wait_until_blocked(&mut observer, scheduler_pid, worker_pid);
+        common::wait_until_blocked(&mut observer, scheduler_pid, worker_pid);
         assert!(held.finish(&mut tx, "worker"));
         tx.commit().expect("COMMIT of the worker's finish");
         canceller.join().expect("the scheduler's thread panicked")
@@ -793,7 +761,7 @@ fn cancel_and_work_assert_exclude_each_other() {
     assert!(cancelled);
     let asserted = thread::scope(|s| {
         let asserter = s.spawn(|| held.assert(&mut worker));
-        wait_until_blocked(&mut observer, worker_pid, scheduler_pid);
+        common::wait_until_blocked(&mut observer, worker_pid, scheduler_pid);
         cancel_tx.commit().expect("COMMIT of the cancel");
         asserter.join().expect("the worker's thread panicked")
     });
@@ -938,7 +906,7 @@ fn renew_at_the_edge_loses_to_a_claim_that_came_first() {
     let new = Token::of(OWNER, claim_key(&mut tx, KEY, OWNER, LONG), "claimer");
     let renewed = thread::scope(|s| {
         let renewer = s.spawn(|| old.renew(&mut holder, LONG));
-        wait_until_blocked(&mut observer, holder_pid, claimer_pid);
+        common::wait_until_blocked(&mut observer, holder_pid, claimer_pid);
         tx.commit().expect("COMMIT of the claim");
         renewer.join().expect("the holder's thread panicked")
     });

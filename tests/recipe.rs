@@ -107,25 +107,6 @@ fn recipe(name: &str) -> &'static str {
     )
 }
 
-/// The SQL between `<!-- {marker}:begin -->` and `<!-- {marker}:end -->` in
-/// the operations guide (as tests/privileges.rs reads it).
-fn operations_block(marker: &str) -> &'static str {
-    let begin = format!("<!-- {marker}:begin -->");
-    let end = format!("<!-- {marker}:end -->");
-    let start = OPERATIONS_GUIDE
-        .find(&begin)
-        .unwrap_or_else(|| panic!("docs/operations.md has no {begin}"))
-        + begin.len();
-    let length = OPERATIONS_GUIDE[start..]
-        .find(&end)
-        .unwrap_or_else(|| panic!("docs/operations.md has no {end}"));
-    OPERATIONS_GUIDE[start..start + length]
-        .trim()
-        .strip_prefix("```sql")
-        .and_then(|block| block.strip_suffix("```"))
-        .unwrap_or_else(|| panic!("{begin} must enclose exactly one ```sql block"))
-}
-
 /// The two statements of the recipe's finishing transaction, `work_assert`
 /// and `work_finish`: the block must be `BEGIN; assert; finish; COMMIT;`,
 /// with the job's own writes (a comment in the guide) between the two.
@@ -159,7 +140,11 @@ fn cluster() -> Arc<Cluster> {
     common::shared_cluster_with(|cluster| {
         let mut admin = ok(cluster.connect(), "connecting as the superuser");
         ok(
-            admin.batch_execute(operations_block("least-privilege-roles")),
+            admin.batch_execute(common::doc_sql_block(
+                OPERATIONS_GUIDE,
+                "docs/operations.md",
+                "least-privilege-roles",
+            )),
             "the operations guide's CREATE ROLE block",
         );
         ok(
@@ -178,7 +163,11 @@ fn database(cluster: &Cluster, name: &str) -> Client {
     ok(cluster.create_database(name), "creating the test database");
     let mut admin = ok(cluster.connect_to(name), "connecting as the superuser");
     ok(
-        admin.batch_execute(operations_block("least-privilege-grants")),
+        admin.batch_execute(common::doc_sql_block(
+            OPERATIONS_GUIDE,
+            "docs/operations.md",
+            "least-privilege-grants",
+        )),
         "the operations guide's GRANT block",
     );
     ok(
@@ -382,30 +371,6 @@ fn outcomes(admin: &mut Client, id: i64) -> Vec<(i64, Value)> {
     .collect()
 }
 
-/// Returns once backend `waiter` waits for a lock held by `holder`.
-fn wait_until_blocked(observer: &mut Client, waiter: i32, holder: i32) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let blocked: bool = ok(
-            observer.query_one(
-                "SELECT coalesce(bool_or(a.wait_event_type = 'Lock' \
-                                         AND $2 = ANY (pg_blocking_pids(a.pid))), false) \
-                   FROM pg_stat_activity AS a WHERE a.pid = $1",
-                &[&waiter, &holder],
-            ),
-            "reading pg_stat_activity",
-        )
-        .get(0);
-        if blocked {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "backend {waiter} did not block on backend {holder} within {DEADLINE:?}"
-        );
-    }
-}
-
 #[test]
 fn the_guide_marks_exactly_the_blocks_this_test_runs() {
     let marked: BTreeSet<&str> = RECIPE_GUIDE
@@ -522,7 +487,7 @@ fn a_submit_is_idempotent_from_any_replica() {
         let answer = submit(&mut b, "payments", &json!({ "amount": 43 }), "pay-1");
         (b, answer)
     });
-    wait_until_blocked(&mut admin, pid_b, pid_a);
+    common::wait_until_blocked(&mut admin, pid_b, pid_a);
     assert_eq!(
         status(&mut c, "payments", "pay-1"),
         None,
@@ -654,7 +619,7 @@ fn a_cancel_from_any_replica_fences_the_holder() {
         let cancelled = cancel(&mut b, "mail", "mail-3");
         (b, cancelled)
     });
-    wait_until_blocked(&mut admin, pid_b, pid_w);
+    common::wait_until_blocked(&mut admin, pid_b, pid_w);
     let finished: bool = ok(
         tx.query_one(
             finish_sql.as_str(),

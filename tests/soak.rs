@@ -53,9 +53,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::ok;
+use common::{ok, scalar};
 use pg_workfence_client::Cluster;
-use postgres::types::{FromSql, ToSql};
 use postgres::Client;
 
 const WORKER_EXE: &str = env!("CARGO_BIN_EXE_workfence-soak-worker");
@@ -114,18 +113,6 @@ const SCHEMA: &str = "
     CREATE TABLE public.soak_producer (open bool NOT NULL);
     INSERT INTO public.soak_producer VALUES (true);
 ";
-
-/// The single value of a one-row, one-column query.
-fn scalar<T: for<'a> FromSql<'a>>(
-    client: &mut Client,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> T {
-    client
-        .query_one(sql, params)
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .get(0)
-}
 
 /// The worker processes: spawns, kills and respawns them, and reaps them all
 /// when dropped.

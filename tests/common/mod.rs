@@ -5,8 +5,11 @@
 
 use std::error::Error;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use pg_workfence_client::Cluster;
+use postgres::types::{FromSql, ToSql};
+use postgres::Client;
 
 /// Unwraps, or panics with the error and its chain of sources (a
 /// `postgres::Error` says only "db error"; its source has the server's
@@ -52,4 +55,72 @@ pub fn shared_cluster_with(setup: fn(&Cluster)) -> Arc<Cluster> {
 /// [`shared_cluster_with`] with nothing to set up.
 pub fn shared_cluster() -> Arc<Cluster> {
     shared_cluster_with(|_| {})
+}
+
+/// The single value of a one-row, one-column query.
+pub fn scalar<T: for<'a> FromSql<'a>>(
+    client: &mut Client,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> T {
+    ok(client.query_one(sql, params), sql).get(0)
+}
+
+/// The longest [`poll_until`] waits for another backend to get somewhere.
+pub const POLL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Runs `condition` (a query returning one boolean) on `observer` until it
+/// is true, pausing 1 ms on the server between tries; fails with `what`
+/// after [`POLL_DEADLINE`]. The condition is what orders the test; the pause
+/// only keeps the poll from spinning.
+pub fn poll_until(
+    observer: &mut Client,
+    condition: &str,
+    params: &[&(dyn ToSql + Sync)],
+    what: &str,
+) {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while !scalar::<bool>(observer, condition, params) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not seen within {POLL_DEADLINE:?}"
+        );
+        ok(
+            observer.execute("SELECT pg_catalog.pg_sleep(0.001)", &[]),
+            "pause between polls",
+        );
+    }
+}
+
+/// Returns once backend `waiter` waits on a lock that backend `holder`
+/// holds (`pg_stat_activity` and `pg_blocking_pids`, read by `observer`).
+pub fn wait_until_blocked(observer: &mut Client, waiter: i32, holder: i32) {
+    poll_until(
+        observer,
+        "SELECT coalesce(bool_or(a.wait_event_type = 'Lock' \
+                                 AND $2 = ANY (pg_catalog.pg_blocking_pids(a.pid))), false) \
+           FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = $1",
+        &[&waiter, &holder],
+        &format!("backend {waiter} blocked on backend {holder}"),
+    );
+}
+
+/// The SQL of the one ```sql block between `<!-- {marker}:begin -->` and
+/// `<!-- {marker}:end -->` in `doc` (the text of `file`): the tests run the
+/// documentation's SQL itself, so the two cannot drift apart.
+pub fn doc_sql_block(doc: &'static str, file: &str, marker: &str) -> &'static str {
+    let begin = format!("<!-- {marker}:begin -->");
+    let end = format!("<!-- {marker}:end -->");
+    let start = doc
+        .find(&begin)
+        .unwrap_or_else(|| panic!("{file} has no {begin}"))
+        + begin.len();
+    let length = doc[start..]
+        .find(&end)
+        .unwrap_or_else(|| panic!("{file} has no {end}"));
+    doc[start..start + length]
+        .trim()
+        .strip_prefix("```sql")
+        .and_then(|block| block.strip_suffix("```"))
+        .unwrap_or_else(|| panic!("{begin} in {file} must enclose exactly one ```sql block"))
 }
