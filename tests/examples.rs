@@ -256,6 +256,14 @@ fn run_example(lang: &str, program: &Path, args: &[&str]) {
         a_status.success(),
         "copy A exited with {a_status} after SIGTERM"
     );
+    // Everything A claimed it settled before exiting: finished, failed,
+    // refused or released; nothing is left to wait for its lease.
+    assert_eq!(
+        a.holding(),
+        BTreeSet::new(),
+        "{lang}: copy A exited still holding these items:\n{}",
+        tail(&a.lines())
+    );
     wait_until(&mut c, &[&a, &b], started, "every item finished", |c| {
         finished(c) == ITEMS
     });
