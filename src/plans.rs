@@ -7,6 +7,15 @@
 //! hot path is not parsed and planned per call. PostgreSQL's plan cache still
 //! revalidates a kept plan when a table or index it uses changes.
 //!
+//! Kept plans always run as *generic* plans (the effect of
+//! `plan_cache_mode = force_generic_plan`, for these statements only). Left
+//! to choose, the plan cache compares a generic plan's estimate with custom
+//! plans' and, for the claim (whose `LIMIT $4` a custom plan knows to be 1),
+//! re-plans it on every call: measured at about 200 µs of a 375 µs claim
+//! (pg_stat_statements, pgbench, docs/benchmarks.md). Each statement has one
+//! right shape whatever its parameters: an index walk in claim order, or an
+//! index lookup by id.
+//!
 //! All SQL names its tables, functions and operators schema-qualified
 //! (`OPERATOR(pg_catalog.=)`), so a caller's `search_path` cannot redirect it.
 
@@ -57,5 +66,34 @@ pub fn run<R>(
             plan
         }
     };
-    read(client.update(plan, None, args)?)
+    let rows = {
+        let _generic = ForceGenericPlan::new();
+        client.update(plan, None, args)?
+    };
+    read(rows)
+}
+
+/// Sets the backend's `plan_cache_mode` to force_generic_plan while it
+/// lives and puts the previous value back when dropped, also when the
+/// statement raises (pgrx unwinds through this frame). Nothing but our own
+/// statement runs meanwhile, so no user code sees the value.
+struct ForceGenericPlan(std::ffi::c_int);
+
+impl ForceGenericPlan {
+    fn new() -> Self {
+        // SAFETY: a plain int GUC variable of this single-threaded backend.
+        unsafe {
+            let previous = pg_sys::plan_cache_mode;
+            pg_sys::plan_cache_mode =
+                pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as std::ffi::c_int;
+            ForceGenericPlan(previous)
+        }
+    }
+}
+
+impl Drop for ForceGenericPlan {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`.
+        unsafe { pg_sys::plan_cache_mode = self.0 };
+    }
 }
