@@ -336,23 +336,59 @@ fn claim_key(
 /// epochs just drawn. A crash then restores the sequence to an older
 /// position and **the same epochs are handed out again**: the worker that got
 /// the acknowledged (and lost) claim would hold a token that a later claim
-/// of the same item, under the same owner name, also gets. Flushing this
-/// transaction's WAL so far (the sequence record comes before the claim's
-/// row updates) rules that out; a lost claim then leaves the item with its
-/// old epoch and the next claim draws a newer one. Under the default
+/// of the same item, under the same owner name, also gets.
+///
+/// What must be durable is the sequence, not the claim: `nextval` WAL-logs
+/// a position 32 values ahead of what it hands out (and again after every
+/// checkpoint), so the latest record on the sequence's page covers every
+/// epoch drawn so far. Flushing WAL up to that page's LSN rules the reuse
+/// out; a lost claim then leaves the item with its old epoch, and the next
+/// claim draws a newer one. Most claims find that record already flushed (by
+/// an earlier claim or the WAL writer) and flush nothing; a claim's own row
+/// updates stay asynchronous, as the session asked. Under the default
 /// `synchronous_commit` (on, or any level that flushes locally) the commit
 /// flushes anyway, and this does nothing.
 fn durable(rows: Vec<ClaimedRow>) -> Vec<ClaimedRow> {
-    // SAFETY: plain reads of backend globals, and XLogFlush of a position
-    // this backend itself wrote up to; XLogFlush raises only on an I/O
-    // failure (a PANIC-worthy event in PostgreSQL anyway).
+    // SAFETY: plain reads of backend globals; XLogFlush of a position that
+    // was inserted (a page LSN, or this backend's own last record); it
+    // raises only on an I/O failure (a PANIC-worthy event in PostgreSQL
+    // anyway).
     unsafe {
         if !rows.is_empty()
             && (pg_sys::synchronous_commit as u32)
                 < pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_LOCAL_FLUSH
         {
-            pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
+            pg_sys::XLogFlush(epoch_seq_lsn().unwrap_or(pg_sys::XactLastRecEnd));
         }
     }
     rows
+}
+
+/// The LSN of `workfence.epoch_seq`'s page: the end of its latest WAL
+/// record. `None` if the sequence cannot be found by name (then the caller
+/// flushes everything this backend wrote, which covers it too).
+///
+/// # Safety
+/// Call inside a transaction that has drawn from the sequence (it holds a
+/// lock on it; the relation and buffer are released before returning).
+unsafe fn epoch_seq_lsn() -> Option<pg_sys::XLogRecPtr> {
+    let schema = pg_sys::get_namespace_oid(c"workfence".as_ptr(), true);
+    if schema == pg_sys::InvalidOid {
+        return None;
+    }
+    let seq = pg_sys::get_relname_relid(c"epoch_seq".as_ptr(), schema);
+    if seq == pg_sys::InvalidOid {
+        return None;
+    }
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    let rel = pg_sys::relation_open(seq, lock);
+    let buffer = pg_sys::ReadBuffer(rel, 0);
+    // The content lock makes the 8-byte LSN read consistent with a
+    // concurrent nextval, which updates it under an exclusive lock.
+    pg_sys::LockBuffer(buffer, pg_sys::BUFFER_LOCK_SHARE as i32);
+    let header = pg_sys::BufferGetPage(buffer) as *const pg_sys::PageHeaderData;
+    let lsn = (u64::from((*header).pd_lsn.xlogid) << 32) | u64::from((*header).pd_lsn.xrecoff);
+    pg_sys::UnlockReleaseBuffer(buffer);
+    pg_sys::relation_close(rel, lock);
+    Some(lsn)
 }

@@ -4,17 +4,20 @@
 //! reaches disk; an operating-system crash then loses it, and with it the
 //! `epoch_seq` record covering the epochs the lost claim handed out: after
 //! recovery the sequence would hand the same epochs out again. `work_claim`
-//! and `work_claim_key` therefore flush their transaction's WAL before
-//! returning when the session's `synchronous_commit` does not (see
-//! `durable()` in `src/claim.rs`).
+//! and `work_claim_key` therefore flush the WAL up to the sequence's latest
+//! record before returning when the session's `synchronous_commit` does not
+//! (see `durable()` in `src/claim.rs`); the claim's own row updates stay
+//! asynchronous.
 //!
 //! An OS crash cannot be staged here (a `pg_ctl -m immediate` stop keeps WAL
 //! the server already wrote to the OS), so the test checks the mechanism on
 //! the server itself: inside a transaction under `synchronous_commit = off`,
-//! WAL written by an enqueue is not yet flushed (the control, showing the
-//! check can see a lag), while right after a claim everything the
-//! transaction wrote is flushed. Autovacuum is off and the WAL writer slowed,
-//! so nothing else writes or flushes WAL in between.
+//! right after a CHECKPOINT (so the claim's `nextval` writes a new sequence
+//! record), WAL written before the claim is not yet flushed (the control,
+//! showing the check can see a lag), while right after the claim the WAL is
+//! flushed at least up to the sequence page's LSN (read with pageinspect),
+//! and that record was written by the claim. Autovacuum is off and the WAL
+//! writer slowed, so nothing else writes or flushes WAL in between.
 //!
 //! Needs the extension installed (`scripts/test.sh`).
 
@@ -37,6 +40,19 @@ fn wal_positions(c: &mut impl GenericClient) -> (i64, i64) {
         "WAL positions",
     );
     (row.get(0), row.get(1))
+}
+
+/// The LSN of `workfence.epoch_seq`'s page (its latest WAL record), in bytes.
+fn epoch_seq_lsn(c: &mut impl GenericClient) -> i64 {
+    ok(
+        c.query_one(
+            "SELECT (h.lsn - '0/0'::pg_lsn)::bigint
+               FROM page_header(get_raw_page('workfence.epoch_seq', 0)) AS h",
+            &[],
+        ),
+        "the sequence page's LSN",
+    )
+    .get(0)
 }
 
 /// Waits until a new session sees `setting = value` after a reload.
@@ -77,13 +93,15 @@ fn a_claim_under_asynchronous_commit_flushes_its_epochs_before_returning() {
 
     let mut c = ok(cluster.connect_to("durable"), "connecting");
     ok(
-        c.batch_execute("SET synchronous_commit = off; CHECKPOINT"),
+        c.batch_execute("CREATE EXTENSION pageinspect; SET synchronous_commit = off"),
         "synchronous_commit = off",
     );
     for claim in [
         "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 10)",
         "SELECT count(*) FROM workfence.work_claim_key('q', 'k2', 'w', '1 minute')",
     ] {
+        // The next nextval after a checkpoint WAL-logs the sequence anew.
+        ok(c.batch_execute("CHECKPOINT"), "CHECKPOINT");
         let mut tx = ok(c.transaction(), "BEGIN");
         ok(
             tx.batch_execute(
@@ -98,20 +116,55 @@ fn a_claim_under_asynchronous_commit_flushes_its_epochs_before_returning() {
             "write",
         );
         // The control: this transaction's WAL is not flushed yet.
-        let (inserted, flushed) = wal_positions(&mut tx);
+        let (before, flushed) = wal_positions(&mut tx);
         assert!(
-            flushed < inserted,
-            "the WAL was flushed before the claim ({flushed} >= {inserted}): the check sees nothing"
+            flushed < before,
+            "the WAL was flushed before the claim ({flushed} >= {before}): the check sees nothing"
         );
         let claimed: i64 = ok(tx.query_one(claim, &[]), claim).get(0);
         assert!(claimed > 0, "{claim} claimed nothing");
         let (inserted, flushed) = wal_positions(&mut tx);
+        let seq = epoch_seq_lsn(&mut tx);
         assert!(
-            flushed >= inserted,
-            "{claim} returned its epochs with WAL unflushed ({flushed} < {inserted})"
+            seq > before,
+            "the claim wrote no sequence record ({seq} <= {before}): the check sees nothing"
         );
+        assert!(
+            flushed >= seq,
+            "{claim} returned its epochs with the sequence's WAL unflushed ({flushed} < {seq})"
+        );
+        assert!(inserted >= flushed);
         ok(tx.rollback(), "ROLLBACK");
     }
+
+    // A claim whose epochs an already-flushed sequence record covers (nextval
+    // logs 32 values ahead) flushes nothing: its own row updates are left to
+    // the asynchronous commit, as the session asked.
+    let mut tx = ok(c.transaction(), "BEGIN");
+    ok(
+        tx.batch_execute("SELECT workfence.work_enqueue('q', '{}', 'k4')"),
+        "enqueue",
+    );
+    let claimed: i64 = ok(
+        tx.query_one(
+            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 10)",
+            &[],
+        ),
+        "claim",
+    )
+    .get(0);
+    assert!(claimed > 0, "the claim got nothing");
+    let (inserted, flushed) = wal_positions(&mut tx);
+    let seq = epoch_seq_lsn(&mut tx);
+    assert!(
+        flushed >= seq,
+        "the sequence's WAL is unflushed ({flushed} < {seq})"
+    );
+    assert!(
+        flushed < inserted,
+        "a claim covered by a durable sequence record flushed the WAL ({flushed} >= {inserted})"
+    );
+    ok(tx.rollback(), "ROLLBACK");
 
     // Under the default synchronous_commit the claim does not flush by
     // itself (the commit does): no extra flush on the common path.
