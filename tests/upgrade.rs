@@ -1,9 +1,10 @@
-//! Upgrades: the previous released version, filled with items in every
-//! state, updated with `ALTER EXTENSION pg_workfence UPDATE`.
+//! Upgrades: each released version, filled with items in every state,
+//! updated with `ALTER EXTENSION pg_workfence UPDATE` (through every upgrade
+//! script in between).
 //!
 //! The released install scripts are frozen in `sql/` (`pg_workfence--0.1.0.sql`
 //! is exactly what version 0.1.0 installed) and installed beside the current
-//! version by `scripts/test.sh`. The test proves:
+//! version by `scripts/test.sh`. For each, the test proves:
 //! - every token handed out before the update is honoured or refused after it
 //!   exactly as before (a live lease renews, a lapsed one nobody re-claimed
 //!   is still current, a superseded or released one is refused, a finished
@@ -22,8 +23,8 @@ use common::ok;
 use pg_workfence_client::Cluster;
 use postgres::Client;
 
-/// The previous released version, the one the frozen script installs.
-const PREVIOUS: &str = "0.1.0";
+/// The released versions, whose frozen install scripts are in `sql/`.
+const RELEASED: [&str; 2] = ["0.1.0", "0.2.0"];
 
 /// One line per property of every object that belongs to the extension,
 /// sorted: equal for two databases exactly when their extensions are.
@@ -146,7 +147,18 @@ const RELEASE: &str = "SELECT workfence.work_release($1, 'w', $2)";
 const FAIL: &str = "SELECT workfence.work_fail($1, 'w', $2, 'boom', '0')";
 
 #[test]
-fn an_update_keeps_every_token_and_matches_a_fresh_install() {
+fn an_update_from_0_1_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[0]);
+}
+
+#[test]
+fn an_update_from_0_2_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[1]);
+}
+
+/// Install `previous`, make items in every state it can make, update, and
+/// check the tokens and the catalog.
+fn upgrade_from(previous: &str) {
     let cluster = ok(
         Cluster::start(common::scratch_base()),
         "starting a throwaway PostgreSQL 15 cluster",
@@ -157,16 +169,17 @@ fn an_update_keeps_every_token_and_matches_a_fresh_install() {
     }
     let mut old = ok(cluster.connect_to("previous"), "connecting");
     if let Err(err) = old.batch_execute(&format!(
-        "CREATE EXTENSION pg_workfence VERSION '{PREVIOUS}'"
+        "CREATE EXTENSION pg_workfence VERSION '{previous}'"
     )) {
         panic!(
-            "installing version {PREVIOUS}: {err:?}; scripts/test.sh copies \
-             sql/pg_workfence--{PREVIOUS}.sql into the extension directory"
+            "installing version {previous}: {err:?}; scripts/test.sh copies \
+             sql/pg_workfence--{previous}.sql into the extension directory"
         );
     }
-    assert_eq!(version(&mut old), PREVIOUS);
+    assert_eq!(version(&mut old), previous);
 
-    // Items in every state version 0.1.0 can make, and the tokens for them.
+    // Items in every state version 0.1.0 can make (0.2.0's cancelled state
+    // is made after the update), and the tokens for them.
     ok(
         old.batch_execute(
             "SELECT workfence.work_enqueue('q', '{}', k)
@@ -228,7 +241,7 @@ fn an_update_keeps_every_token_and_matches_a_fresh_install() {
         "fresh install",
     );
     let current = version(&mut fresh);
-    assert_ne!(current, PREVIOUS, "the current version is a new one");
+    assert_ne!(current, previous, "the current version is a new one");
     assert_eq!(version(&mut old), current, "updated to the current version");
 
     // Nothing moved in the update itself.
