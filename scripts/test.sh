@@ -10,6 +10,9 @@
 #   6. pg_regress   golden files in tests/pg_regress against a throwaway cluster
 #   7. client       tests/ from real client connections: seed scenario, races, soak,
 #                   PgBouncer, bad input, the stateright model, dump/restore
+#   8. bench smoke  scripts/bench.sh --quick: every contender and workload of the
+#                   benchmark once, tiny sizes, into target/bench-quick (no timing
+#                   is asserted: the run must complete and every finish be current)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -72,5 +75,15 @@ if [ "$(md5sum < "$installed_lib")" != "$installed_sum" ]; then
         "the results above are not this checkout's" >&2
     exit 1
 fi
+
+stage "benchmark: the driver's unit tests, then a smoke run (scripts/bench.sh --quick)"
+cargo test -p workfence-bench --release
+bash scripts/bench.sh --quick
+for contender in pg_workfence "baseline SQL" awa graphile-worker pg-boss procrastinate; do
+    if ! grep -q ",$contender," target/bench-quick/benchmarks.csv; then
+        echo "the benchmark smoke run has no figures for $contender" >&2
+        exit 1
+    fi
+done
 
 stage "all tests passed in $((SECONDS - t_start)) s"

@@ -1,0 +1,324 @@
+//! The two contenders the driver calls statement by statement: pg_workfence
+//! through its SQL functions, and the hand-written baseline, the same
+//! semantics as plain SQL a client sends itself.
+//!
+//! Both expose the same operations with the same parameters, so a cell
+//! (`crate::cell`) runs either without knowing which it drives. Every value is
+//! a bind parameter; statements are prepared once per connection.
+
+use postgres::{Client, Statement};
+
+use crate::Result;
+
+/// The queue every cell works on.
+pub const QUEUE: &str = "bench";
+
+/// An always-empty queue the warm-up claims from.
+const WARM_UP_QUEUE: &str = "warm-up";
+
+/// Priority of the items a cell processes. Claims take lower priorities first,
+/// so a cell's items come before the depth fixture's.
+pub const CELL_PRIORITY: i32 = 0;
+/// Priority of the pending depth fixture (workload 3): in the same queue and
+/// the same index, claimed only after the cell's own items.
+pub const DEPTH_PRIORITY: i32 = 1;
+/// Priority of the retained finished rows (workload 4).
+pub const RETAINED_PRIORITY: i32 = 2;
+
+/// One contender's SQL. Parameters are the same for both:
+/// - `claim`: queue text, owner text, lease text (an interval), max_items int
+///   -> rows (id bigint, epoch bigint);
+/// - `finish`: id, owner, epoch -> one row whose first column is true (or a
+///   row count of 1) when the token was current;
+/// - `finish_many`: owner, ids bigint[], epochs bigint[] -> one row: how many
+///   finished;
+/// - `renew`: id, owner, epoch, lease text -> affected rows or a boolean row.
+pub struct Contender {
+    /// Name in the report.
+    pub name: &'static str,
+    /// Its database on the benchmark cluster.
+    pub database: &'static str,
+    /// Schema set-up, run once in a fresh database.
+    pub install: &'static str,
+    /// Run on every worker session before it prepares its statements.
+    session_setup: &'static str,
+    /// Workload 4's fixture: insert `$1` items finished long ago (priority
+    /// [`RETAINED_PRIORITY`]) straight into the table, as a busy queue's
+    /// history would be; returns one row, the count.
+    retain: &'static str,
+    claim: &'static str,
+    finish: &'static str,
+    finish_many: &'static str,
+    renew: &'static str,
+    /// Enqueue `$1` pending items of priority `$2` through the contender's
+    /// own enqueue path; returns one row, the count.
+    enqueue: &'static str,
+    /// Delete every finished item of the queue; returns one row, the count.
+    purge: &'static str,
+    /// Between cells: delete the rows earlier cells finished (fixtures of
+    /// retained rows stay), so each cell starts from the same table.
+    reset: &'static str,
+    /// Run after `reset`, outside a transaction.
+    vacuum: &'static str,
+    /// After loading: refresh the planner's statistics.
+    analyze: &'static str,
+}
+
+/// pg_workfence (the installed version), through its public functions only (the fixtures of
+/// retained rows aside, which are written straight into the table).
+pub static WORKFENCE: Contender = Contender {
+    name: "pg_workfence",
+    database: "bench_workfence",
+    install: "CREATE EXTENSION pg_workfence",
+    // The functions run their own statements as generic plans already.
+    // The functions run their own statements as generic plans already.
+    session_setup: "",
+    retain: "WITH ins AS ( \
+               INSERT INTO workfence.items (queue, key, payload, priority, run_at, state, \
+                      attempts, max_attempts, owner, epoch, result, finished_at) \
+               SELECT 'bench', 'done-' || g, '{}', $2::int, pg_catalog.now(), 'done', 1, 25, \
+                      'bench-history', pg_catalog.nextval('workfence.epoch_seq'), '{}', \
+                      pg_catalog.now() - interval '1 hour' \
+                 FROM pg_catalog.generate_series(1, $1::int) AS g \
+               RETURNING 1) \
+             SELECT pg_catalog.count(*) FROM ins",
+    claim: "SELECT c.id, c.epoch FROM workfence.work_claim($1, $2, ($3::text)::interval, $4) AS c",
+    finish: "SELECT workfence.work_finish($1, $2, $3)",
+    finish_many: "SELECT pg_catalog.count(*) FILTER (WHERE f.finished) \
+                    FROM workfence.work_finish_many($1, $2, $3) AS f",
+    renew: "SELECT workfence.work_renew($1, $2, $3, ($4::text)::interval)",
+    enqueue: "SELECT pg_catalog.count(e.id) \
+                FROM pg_catalog.generate_series(1, $1::int) AS g, \
+                     LATERAL workfence.work_enqueue('bench', pg_catalog.jsonb_build_object('n', g), \
+                                                   priority => $2::int) AS e",
+    purge: "SELECT workfence.work_purge('0', 'bench')",
+    reset: "DELETE FROM workfence.items WHERE queue = 'bench' AND priority < 2 AND state <> 'pending'",
+    vacuum: "VACUUM workfence.items",
+    analyze: "ANALYZE workfence.items",
+};
+
+/// The design's limit: the same claim (pending-and-due or lapsed, in
+/// priority, run_at, id order, `FOR UPDATE SKIP LOCKED`, a fresh epoch from a
+/// sequence in the same UPDATE) and the same fenced finish (id AND owner AND
+/// epoch AND claimed), written by hand and sent by the client as prepared
+/// statements. No dead-letter path, no argument checks, no function call.
+pub static BASELINE: Contender = Contender {
+    name: "baseline SQL",
+    database: "bench_baseline",
+    install: include_str!("../sql/baseline.sql"),
+    // What pg_workfence does for its own statements (src/plans.rs): left to
+    // choose, the plan cache re-plans this claim on every call (a custom
+    // plan knows LIMIT is 1), about 100 µs of a 200 µs claim here. The
+    // baseline is meant as the design's limit, so it gets the same.
+    session_setup: "SET plan_cache_mode = force_generic_plan",
+    retain: "WITH ins AS ( \
+               INSERT INTO baseline.items (queue, key, payload, priority, run_at, state, \
+                      attempts, max_attempts, owner, epoch, result, finished_at) \
+               SELECT 'bench', 'done-' || g, '{}', $2::int, pg_catalog.now(), 'done', 1, 25, \
+                      'bench-history', pg_catalog.nextval('baseline.epoch_seq'), '{}', \
+                      pg_catalog.now() - interval '1 hour' \
+                 FROM pg_catalog.generate_series(1, $1::int) AS g \
+               RETURNING 1) \
+             SELECT pg_catalog.count(*) FROM ins",
+    claim: "WITH due AS ( \
+               SELECT i.id, i.priority, i.run_at FROM baseline.items AS i \
+                WHERE i.queue = $1 AND i.state = 'pending' \
+                  AND i.run_at <= (SELECT pg_catalog.clock_timestamp()) \
+                ORDER BY i.priority, i.run_at, i.id LIMIT $4::int \
+                FOR UPDATE SKIP LOCKED \
+             ), lapsed AS ( \
+               SELECT i.id, i.priority, i.run_at FROM baseline.items AS i \
+                WHERE i.queue = $1 AND i.state = 'claimed' \
+                  AND i.lease_until <= (SELECT pg_catalog.clock_timestamp()) \
+                  AND i.attempts < i.max_attempts \
+                ORDER BY i.priority, i.run_at, i.id LIMIT $4::int \
+                FOR UPDATE SKIP LOCKED \
+             ), picked AS ( \
+               SELECT c.id FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c \
+                ORDER BY c.priority, c.run_at, c.id LIMIT $4::int \
+             ) \
+             UPDATE baseline.items AS i SET state = 'claimed', \
+                    epoch = pg_catalog.nextval('baseline.epoch_seq'), owner = $2, \
+                    lease_until = pg_catalog.clock_timestamp() + ($3::text)::interval, \
+                    attempts = i.attempts + 1 \
+               FROM picked WHERE i.id = picked.id \
+             RETURNING i.id, i.epoch",
+    finish: "UPDATE baseline.items SET state = 'done', result = NULL, lease_until = NULL, \
+                    finished_at = pg_catalog.clock_timestamp() \
+              WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'",
+    finish_many: "WITH f AS ( \
+                    UPDATE baseline.items AS i SET state = 'done', result = NULL, \
+                           lease_until = NULL, finished_at = pg_catalog.clock_timestamp() \
+                      FROM ROWS FROM (pg_catalog.unnest($2::bigint[]), pg_catalog.unnest($3::bigint[])) \
+                           AS r(id, epoch) \
+                     WHERE i.id = r.id AND i.owner = $1 AND i.epoch = r.epoch \
+                       AND i.state = 'claimed' \
+                    RETURNING 1) \
+                  SELECT pg_catalog.count(*) FROM f",
+    renew: "UPDATE baseline.items SET lease_until = pg_catalog.clock_timestamp() + ($4::text)::interval \
+             WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'",
+    enqueue: "WITH ins AS ( \
+                INSERT INTO baseline.items (queue, key, payload, priority) \
+                SELECT 'bench', pg_catalog.gen_random_uuid()::text, \
+                       pg_catalog.jsonb_build_object('n', g), $2::int \
+                  FROM pg_catalog.generate_series(1, $1::int) AS g \
+                RETURNING 1) \
+              SELECT pg_catalog.count(*) FROM ins",
+    purge: "WITH gone AS ( \
+              DELETE FROM baseline.items \
+               WHERE queue = 'bench' AND state IN ('done', 'failed', 'cancelled') \
+              RETURNING 1) \
+            SELECT pg_catalog.count(*) FROM gone",
+    reset: "DELETE FROM baseline.items WHERE queue = 'bench' AND priority < 2 AND state <> 'pending'",
+    vacuum: "VACUUM baseline.items",
+    analyze: "ANALYZE baseline.items",
+};
+
+/// Both contenders the driver runs statement by statement.
+pub static CONTENDERS: [&Contender; 2] = [&WORKFENCE, &BASELINE];
+
+impl Contender {
+    /// Enqueue `n` pending items of `priority` through the contender's own
+    /// enqueue path, in one statement.
+    pub fn enqueue(&self, db: &mut Client, n: i32, priority: i32) -> Result<i64> {
+        Ok(db.query_one(self.enqueue, &[&n, &priority])?.get(0))
+    }
+
+    /// Insert `n` finished items of long ago (workload 4's retained history).
+    pub fn retain(&self, db: &mut Client, n: i32) -> Result<i64> {
+        Ok(db.query_one(self.retain, &[&n, &RETAINED_PRIORITY])?.get(0))
+    }
+
+    /// Delete every finished item of the queue (`work_purge` for
+    /// pg_workfence); returns how many.
+    pub fn purge(&self, db: &mut Client) -> Result<i64> {
+        Ok(db.query_one(self.purge, &[])?.get(0))
+    }
+
+    /// Before a cell: delete what earlier cells finished and VACUUM, so
+    /// every cell starts from a table without their dead rows.
+    pub fn reset(&self, db: &mut Client) -> Result<()> {
+        db.batch_execute(self.reset)?;
+        Ok(db.batch_execute(self.vacuum)?)
+    }
+
+    /// Refresh the planner's statistics after a load.
+    pub fn analyze(&self, db: &mut Client) -> Result<()> {
+        Ok(db.batch_execute(self.analyze)?)
+    }
+
+    /// Prepare this contender's statements on `client`, for one worker.
+    ///
+    /// The session is warmed up before it is handed out, as a long-lived
+    /// worker's connection is: every statement runs once (a claim of an
+    /// empty queue, a finish, renew and finish_many of a token that does not
+    /// exist), so plans are built before any clock starts.
+    pub fn session(&'static self, mut client: Client, owner: String) -> Result<Session> {
+        client.batch_execute(self.session_setup)?;
+        let mut session = Session {
+            claim: client.prepare(self.claim)?,
+            finish: client.prepare(self.finish)?,
+            finish_many: client.prepare(self.finish_many)?,
+            renew: client.prepare(self.renew)?,
+            client,
+            owner,
+        };
+        let nobody = Token { id: -1, epoch: -1 };
+        let warm = session.client.query(
+            &session.claim,
+            &[&WARM_UP_QUEUE, &session.owner, &"1 second", &1i32],
+        )?;
+        let cold = session.finish(nobody)? || session.renew(nobody, "1 second")?;
+        if !warm.is_empty() || cold || session.finish_many(&[nobody])? != 0 {
+            return Err(crate::Error::Bench(format!(
+                "{}: the warm-up touched an item",
+                self.name
+            )));
+        }
+        Ok(session)
+    }
+}
+
+/// One worker's connection with the contender's statements prepared.
+pub struct Session {
+    client: Client,
+    owner: String,
+    claim: Statement,
+    finish: Statement,
+    finish_many: Statement,
+    renew: Statement,
+}
+
+/// A claimed item's fencing token.
+#[derive(Clone, Copy, Debug)]
+pub struct Token {
+    /// Item id.
+    pub id: i64,
+    /// The claim's epoch.
+    pub epoch: i64,
+}
+
+/// True when a statement reported success: a boolean row that is true, or an
+/// UPDATE that matched one row.
+fn succeeded(rows: &[postgres::Row], affected: u64) -> bool {
+    match rows.first() {
+        Some(row) => row.get::<_, bool>(0),
+        None => affected == 1,
+    }
+}
+
+impl Session {
+    /// Run `sql` on the session (for `SET synchronous_commit`).
+    pub fn execute(&mut self, sql: &str) -> Result<()> {
+        Ok(self.client.batch_execute(sql)?)
+    }
+
+    /// Claim up to `max_items` under a `lease` (interval text).
+    pub fn claim(&mut self, lease: &str, max_items: i32) -> Result<Vec<Token>> {
+        let rows = self
+            .client
+            .query(&self.claim, &[&QUEUE, &self.owner, &lease, &max_items])?;
+        Ok(rows
+            .iter()
+            .map(|r| Token {
+                id: r.get(0),
+                epoch: r.get(1),
+            })
+            .collect())
+    }
+
+    /// Finish one item; true when its token was current.
+    pub fn finish(&mut self, token: Token) -> Result<bool> {
+        self.fenced(&self.finish.clone(), token, None)
+    }
+
+    /// Renew one item's lease; true when its token was current.
+    pub fn renew(&mut self, token: Token, lease: &str) -> Result<bool> {
+        self.fenced(&self.renew.clone(), token, Some(lease))
+    }
+
+    fn fenced(&mut self, stmt: &Statement, token: Token, lease: Option<&str>) -> Result<bool> {
+        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            vec![&token.id, &self.owner, &token.epoch];
+        if let Some(lease) = &lease {
+            params.push(lease);
+        }
+        if stmt.columns().is_empty() {
+            let n = self.client.execute(stmt, &params)?;
+            Ok(succeeded(&[], n))
+        } else {
+            let rows = self.client.query(stmt, &params)?;
+            Ok(succeeded(&rows, 0))
+        }
+    }
+
+    /// Finish a batch in one statement; how many were current.
+    pub fn finish_many(&mut self, tokens: &[Token]) -> Result<i64> {
+        let ids: Vec<i64> = tokens.iter().map(|t| t.id).collect();
+        let epochs: Vec<i64> = tokens.iter().map(|t| t.epoch).collect();
+        Ok(self
+            .client
+            .query_one(&self.finish_many, &[&self.owner, &ids, &epochs])?
+            .get(0))
+    }
+}

@@ -1,0 +1,438 @@
+//! Figures: the raw CSV (one row per repetition), medians per cell, ratios to
+//! the baseline of the same cell, and the targets of issue 4, as Markdown.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::Result;
+
+/// One repetition of one cell: a row of the CSV.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    /// 1 to 5, as in issue 4.
+    pub workload: u8,
+    /// What is special about the cell ("depth 10000", "after work_purge").
+    pub variant: String,
+    /// Contender's name.
+    pub contender: String,
+    /// Worker connections.
+    pub conns: usize,
+    /// `synchronous_commit` of the workers: "on" or "off".
+    pub sync_commit: &'static str,
+    /// Items per claim (`max_items`); 0 for a peer (its own batching).
+    pub batch: i32,
+    /// Repetition number, from 1.
+    pub rep: usize,
+    /// Items finished.
+    pub items: i64,
+    /// The timed phase.
+    pub seconds: f64,
+    /// items / seconds.
+    pub items_per_s: f64,
+    /// Claim latency, microseconds (empty for peers: their APIs do not
+    /// expose the claim).
+    pub claim_p50_us: Option<u64>,
+    /// See `claim_p50_us`.
+    pub claim_p99_us: Option<u64>,
+    /// WAL bytes per item.
+    pub wal_bytes_per_item: f64,
+}
+
+/// The cell a sample belongs to.
+type Key = (u8, String, usize, &'static str, i32, String);
+
+fn key(s: &Sample) -> Key {
+    (
+        s.workload,
+        s.variant.clone(),
+        s.conns,
+        s.sync_commit,
+        s.batch,
+        s.contender.clone(),
+    )
+}
+
+/// Medians of one cell's repetitions.
+#[derive(Clone, Debug)]
+pub struct Cell {
+    /// The first sample (for the cell's fields).
+    pub first: Sample,
+    /// Median items/s.
+    pub items_per_s: f64,
+    /// Median claim p50, µs.
+    pub claim_p50_us: Option<f64>,
+    /// Median claim p99, µs.
+    pub claim_p99_us: Option<f64>,
+    /// Median WAL bytes per item.
+    pub wal_bytes_per_item: f64,
+}
+
+/// The median; the mean of the middle two for an even count.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Group samples by cell and take medians, in a stable order.
+pub fn cells(samples: &[Sample]) -> BTreeMap<Key, Cell> {
+    let mut groups: BTreeMap<Key, Vec<&Sample>> = BTreeMap::new();
+    for s in samples {
+        groups.entry(key(s)).or_default().push(s);
+    }
+    groups
+        .into_iter()
+        .map(|(k, group)| {
+            let pick = |f: &dyn Fn(&Sample) -> Option<f64>| -> Option<f64> {
+                let v: Vec<f64> = group.iter().filter_map(|s| f(s)).collect();
+                (!v.is_empty()).then(|| median(v))
+            };
+            let cell = Cell {
+                first: group[0].clone(),
+                items_per_s: pick(&|s| Some(s.items_per_s)).unwrap_or(f64::NAN),
+                claim_p50_us: pick(&|s| s.claim_p50_us.map(|v| v as f64)),
+                claim_p99_us: pick(&|s| s.claim_p99_us.map(|v| v as f64)),
+                wal_bytes_per_item: pick(&|s| Some(s.wal_bytes_per_item)).unwrap_or(f64::NAN),
+            };
+            (k, cell)
+        })
+        .collect()
+}
+
+/// Write the raw samples as CSV.
+pub fn write_csv(path: &Path, samples: &[Sample]) -> Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    for s in samples {
+        w.serialize(s)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// The baseline's median items/s in the same cell as `c`.
+fn baseline_of(cells: &BTreeMap<Key, Cell>, c: &Cell) -> Option<f64> {
+    let s = &c.first;
+    // Peers (batch 0) compare with the baseline's one-item claim.
+    let batch = if s.batch == 0 { 1 } else { s.batch };
+    let k = (
+        s.workload,
+        s.variant.clone(),
+        s.conns,
+        s.sync_commit,
+        batch,
+        crate::contender::BASELINE.name.to_owned(),
+    );
+    cells.get(&k).map(|b| b.items_per_s)
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"))
+}
+
+/// The titles of the workloads.
+pub const WORKLOADS: [&str; 5] = [
+    "1. Claim → finish, one item per claim",
+    "2. Batch claim, then one finish_many per batch",
+    "3. Queue depth: pending items of a later priority in the same queue",
+    "4. Retained history: finished rows kept in the table, then purged",
+    "5. 1 ms of work per item, one renew (heartbeat) per item, then finish",
+];
+
+/// The tables of every workload, with the ratio to the baseline.
+pub fn tables(cells: &BTreeMap<Key, Cell>) -> String {
+    let mut out = String::new();
+    for (i, title) in WORKLOADS.iter().enumerate() {
+        let w = i as u8 + 1;
+        let _ = writeln!(out, "### {title}\n");
+        let _ = writeln!(
+            out,
+            "| variant | conns | sync_commit | batch | contender | items/s | claim p50 µs | claim p99 µs | WAL B/item | × baseline |"
+        );
+        let _ = writeln!(out, "|---|---:|---|---:|---|---:|---:|---:|---:|---:|");
+        for c in cells.values().filter(|c| c.first.workload == w) {
+            let s = &c.first;
+            let ratio = baseline_of(cells, c)
+                .map_or_else(|| "-".to_owned(), |b| format!("{:.2}", c.items_per_s / b));
+            let batch = if s.batch == 0 {
+                "own".to_owned()
+            } else {
+                s.batch.to_string()
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {:.0} | {} |",
+                if s.variant.is_empty() {
+                    "-"
+                } else {
+                    &s.variant
+                },
+                s.conns,
+                s.sync_commit,
+                batch,
+                s.contender,
+                c.items_per_s,
+                opt(c.claim_p50_us),
+                opt(c.claim_p99_us),
+                c.wal_bytes_per_item,
+                ratio
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// One target of issue 4 and whether the run met it.
+pub struct Verdict {
+    /// What the target says.
+    pub target: String,
+    /// The figures it was judged on.
+    pub figures: String,
+    /// Met or not; None when the run lacks the cells.
+    pub met: Option<bool>,
+}
+
+fn find<'a>(
+    cells: &'a BTreeMap<Key, Cell>,
+    workload: u8,
+    variant: &str,
+    conns: usize,
+    sync: &str,
+    batch: i32,
+    contender: &str,
+) -> Option<&'a Cell> {
+    cells.get(&(
+        workload,
+        variant.to_owned(),
+        conns,
+        // The key holds a &'static str; compare through the two values.
+        if sync == "on" { "on" } else { "off" },
+        batch,
+        contender.to_owned(),
+    ))
+}
+
+/// Where the run put the cells the targets are judged on.
+pub struct Layout<'a> {
+    /// Workload 1's connection counts.
+    pub conns: &'a [usize],
+    /// Connections of the peers' runs and of workload 2.
+    pub peer_conns: usize,
+    /// Connections of workloads 3 and 4.
+    pub depth_conns: usize,
+    /// Workload 3's variants: the small depth, the large depth.
+    pub depth: (&'a str, &'a str),
+    /// Workload 4's variant with retained rows.
+    pub retained: &'a str,
+}
+
+/// Judge the targets of issue 4 on the medians.
+pub fn verdicts(cells: &BTreeMap<Key, Cell>, layout: &Layout<'_>) -> Vec<Verdict> {
+    let Layout {
+        conns,
+        peer_conns,
+        depth_conns,
+        depth,
+        retained,
+    } = *layout;
+    let wf = crate::contender::WORKFENCE.name;
+    let base = crate::contender::BASELINE.name;
+    let mut out = Vec::new();
+    for sync in ["on", "off"] {
+        // 1. >= 0.9x the baseline at every connection count.
+        let mut figures = Vec::new();
+        let mut met = Some(true);
+        for &n in conns {
+            match (
+                find(cells, 1, "", n, sync, 1, wf),
+                find(cells, 1, "", n, sync, 1, base),
+            ) {
+                (Some(a), Some(b)) => {
+                    let r = a.items_per_s / b.items_per_s;
+                    figures.push(format!("{n}: {r:.2}"));
+                    met = met.map(|m| m && r >= 0.9);
+                }
+                _ => met = None,
+            }
+        }
+        out.push(Verdict {
+            target: format!(
+                "pg_workfence ≥ 0.9× baseline at every connection count (sync_commit={sync})"
+            ),
+            figures: figures.join(", "),
+            met,
+        });
+        // 2. >= 2x every peer at 16 connections, single and batch-10 claims.
+        for (batch, how) in [(1, "one item per claim"), (10, "batch claim of 10")] {
+            let ours = find(cells, 2, "", peer_conns, sync, batch, wf)
+                .or_else(|| find(cells, 1, "", peer_conns, sync, batch, wf));
+            let mut figures = Vec::new();
+            let mut met = ours.map(|_| true);
+            for peer in crate::peers::PEERS.iter() {
+                match (ours, find(cells, 1, "", peer_conns, sync, 0, peer.name)) {
+                    (Some(a), Some(p)) => {
+                        let r = a.items_per_s / p.items_per_s;
+                        figures.push(format!("{} {r:.2}", peer.name));
+                        met = met.map(|m| m && r >= 2.0);
+                    }
+                    _ => met = None,
+                }
+            }
+            out.push(Verdict {
+                target: format!(
+                    "pg_workfence ({how}) ≥ 2× each peer at {peer_conns} connections (sync_commit={sync})"
+                ),
+                figures: figures.join(", "),
+                met,
+            });
+        }
+        // 3. Batch-100 >= 10x single, at the batch workload's connections.
+        let batch_conns = peer_conns;
+        let ratio = match (
+            find(cells, 2, "", batch_conns, sync, 100, wf),
+            find(cells, 1, "", batch_conns, sync, 1, wf),
+        ) {
+            (Some(a), Some(b)) => Some(a.items_per_s / b.items_per_s),
+            _ => None,
+        };
+        out.push(Verdict {
+            target: format!("batch-100 claim ≥ 10× single-claim throughput at {batch_conns} connections (sync_commit={sync})"),
+            figures: ratio.map_or_else(String::new, |r| format!("{r:.1}×")),
+            met: ratio.map(|r| r >= 10.0),
+        });
+        // 4. Claim cost (p50 latency) at depth and with retained rows.
+        for (workload, large, limit) in [(3, depth.1, 1.5), (4, retained, 1.25)] {
+            let small = depth.0;
+            let small_cell = find(cells, 3, small, depth_conns, sync, 1, wf);
+            let large_cell = find(cells, workload, large, depth_conns, sync, 1, wf);
+            let ratio = match (small_cell, large_cell) {
+                (Some(a), Some(b)) => match (a.claim_p50_us, b.claim_p50_us) {
+                    (Some(x), Some(y)) => Some((y / x, x, y)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            out.push(Verdict {
+                target: format!(
+                    "claim p50 with {large} ≤ {limit}× with {small} (sync_commit={sync})"
+                ),
+                figures: ratio.map_or_else(String::new, |(r, x, y)| {
+                    format!("{x:.0} µs → {y:.0} µs = {r:.2}×")
+                }),
+                met: ratio.map(|(r, _, _)| r <= limit),
+            });
+        }
+    }
+    out
+}
+
+/// The verdicts as a Markdown table.
+pub fn verdict_table(verdicts: &[Verdict]) -> String {
+    let mut out = String::from("| target | figures (medians) | met |\n|---|---|---|\n");
+    for v in verdicts {
+        let met = match v.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "not measured",
+        };
+        let _ = writeln!(out, "| {} | {} | {} |", v.target, v.figures, met);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(
+        workload: u8,
+        variant: &str,
+        contender: &str,
+        conns: usize,
+        batch: i32,
+        ips: f64,
+    ) -> Sample {
+        Sample {
+            workload,
+            variant: variant.to_owned(),
+            contender: contender.to_owned(),
+            conns,
+            sync_commit: "on",
+            batch,
+            rep: 1,
+            items: 1000,
+            seconds: 1000.0 / ips,
+            items_per_s: ips,
+            claim_p50_us: Some((1_000_000.0 / ips) as u64),
+            claim_p99_us: Some((2_000_000.0 / ips) as u64),
+            wal_bytes_per_item: 1000.0,
+        }
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(vec![]).is_nan());
+    }
+
+    #[test]
+    fn cells_take_the_median_of_their_repetitions() {
+        let mut s = vec![
+            sample(1, "", "pg_workfence", 4, 1, 100.0),
+            sample(1, "", "pg_workfence", 4, 1, 300.0),
+            sample(1, "", "pg_workfence", 4, 1, 200.0),
+        ];
+        s[2].rep = 3;
+        let cells = cells(&s);
+        assert_eq!(cells.len(), 1);
+        assert_eq!(cells.values().next().unwrap().items_per_s, 200.0);
+    }
+
+    #[test]
+    fn targets_are_judged_on_the_ratios() {
+        let (wf, base) = ("pg_workfence", "baseline SQL");
+        let samples = vec![
+            sample(1, "", wf, 1, 1, 95.0),
+            sample(1, "", base, 1, 1, 100.0),
+            sample(1, "", wf, 16, 1, 85.0),
+            sample(1, "", base, 16, 1, 100.0),
+            sample(2, "", wf, 16, 100, 900.0),
+            sample(3, "10k", wf, 4, 1, 100.0),
+            sample(3, "1M", wf, 4, 1, 80.0),
+            sample(4, "kept", wf, 4, 1, 100.0),
+        ];
+        let cells = cells(&samples);
+        let layout = Layout {
+            conns: &[1, 16],
+            peer_conns: 16,
+            depth_conns: 4,
+            depth: ("10k", "1M"),
+            retained: "kept",
+        };
+        let v = verdicts(&cells, &layout);
+        let find = |prefix: &str| {
+            v.iter()
+                .find(|v| v.target.starts_with(prefix) && v.target.contains("sync_commit=on"))
+                .unwrap_or_else(|| panic!("no verdict {prefix}"))
+        };
+        // 0.95 at 1 connection, 0.85 at 16: missed.
+        let baseline = find("pg_workfence ≥ 0.9×");
+        assert_eq!(baseline.met, Some(false));
+        assert_eq!(baseline.figures, "1: 0.95, 16: 0.85");
+        // 900 / 85 = 10.6x.
+        assert_eq!(find("batch-100").met, Some(true));
+        // p50 at 1M is 1/80 s vs 1/100 s: 1.25x, within 1.5x.
+        assert_eq!(find("claim p50 with 1M").met, Some(true));
+        assert_eq!(find("claim p50 with kept").met, Some(true));
+        // No peers ran: not measured rather than met.
+        assert_eq!(find("pg_workfence (one item per claim) ≥ 2×").met, None);
+    }
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The README's benchmark command: pg_workfence against the hand-written SQL
+# baseline and the peer queues (awa, graphile-worker, pg-boss, procrastinate),
+# side by side on one throwaway PostgreSQL 15 cluster it starts itself.
+#
+#   scripts/bench.sh           default size (about 15 min on 2 cores): writes
+#                              docs/benchmarks.md (between its figures markers),
+#                              docs/benchmarks.csv and docs/benchmarks.png
+#   scripts/bench.sh --quick   a smoke run (under 2 min once built) into
+#                              target/bench-quick/; scripts/test.sh runs it
+#
+# Other flags go to the driver (bench/src/main.rs): --reps N, --no-peers,
+# --out DIR. It installs what it runs: the extension (release build), the
+# peers at the versions their lock files pin (bench/peers/*/install.sh).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export PATH="$HOME/.cargo/bin:$PATH"
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+
+out="$ROOT/docs"
+for arg in "$@"; do
+    [ "$arg" = "--quick" ] && out="$ROOT/target/bench-quick"
+done
+prev=""
+for arg in "$@"; do
+    [ "$prev" = "--out" ] && out="$arg"
+    prev="$arg"
+done
+
+stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
+
+stage "setup"
+bash scripts/setup.sh
+stage "install the extension (release)"
+cargo pgrx install --release --pg-config "$PG_CONFIG"
+stage "install the peers"
+bash bench/peers/node/install.sh
+bash bench/peers/python/install.sh
+bash bench/peers/awa/install.sh
+stage "build the driver"
+cargo build --release --locked -p workfence-bench
+
+# shellcheck source=cluster.sh
+. scripts/cluster.sh
+scratch="$(scratch_base "$ROOT")/bench"
+mkdir -p "$scratch" "$out"
+stage "run -> $out"
+WORKFENCE_SCRATCH="$scratch" target/release/workfence-bench --out "$out" "$@"
+bench/peers/python/.venv/bin/python bench/plot.py "$out/benchmarks.csv" "$out/benchmarks.png"
+stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png"
