@@ -44,8 +44,8 @@ CREATE TABLE workfence.items (
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
 -- owner, epoch and lease). Only the extension's functions write this table,
 -- and they keep those invariants; PostgreSQL 15 re-prepares a table's CHECK
--- expressions on every UPDATE statement, which cost claims and finishes about
--- 8% of their throughput at 16 connections (docs/benchmarks.md).
+-- expressions on every UPDATE statement, which cost claims and finishes up to
+-- 10% of their throughput at 16 connections (docs/benchmarks.md).
 
 COMMENT ON TABLE workfence.items IS
     'Work items of every queue. Write only through the workfence.work_* functions: they check the '

@@ -10,7 +10,7 @@
 -- - workfence.items loses its two CHECK constraints. The functions, the only
 --   writers, keep both invariants (attempts >= 0 and max_attempts >= 1; a
 --   claimed item has owner, epoch and lease_until); PostgreSQL 15 re-prepares
---   CHECK expressions on every UPDATE statement, about 8% of claim and finish
+--   CHECK expressions on every UPDATE statement, up to 10% of claim and finish
 --   throughput at 16 connections (docs/benchmarks.md).
 -- - The functions' SQL is unchanged. The library now runs its statements as
 --   generic plans and, under synchronous_commit = off, flushes WAL only up to
