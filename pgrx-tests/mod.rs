@@ -690,4 +690,38 @@ mod tests {
         .unwrap();
         assert_eq!(strict, Some(0));
     }
+
+    /// The extension runs its kept statements as generic plans by setting
+    /// `plan_cache_mode` around each one (src/plans.rs). A statement that
+    /// raises must leave the session's own setting as it was.
+    #[pg_test]
+    fn plan_cache_mode_is_restored_after_a_statement_raises() {
+        run("SET LOCAL plan_cache_mode = force_custom_plan", &[]);
+        run(
+            "CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 RAISE EXCEPTION 'refused under %', current_setting('plan_cache_mode');
+             END $$",
+            &[],
+        );
+        run(
+            "CREATE TRIGGER refuse BEFORE UPDATE ON workfence.items
+             FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse()",
+            &[],
+        );
+        enqueue("q", "k");
+        let err = error_of(
+            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute')",
+            0,
+            0,
+        );
+        assert!(
+            err.starts_with("P0001: refused under force_generic_plan"),
+            "{err}"
+        );
+        assert_eq!(
+            one::<String>("SELECT current_setting('plan_cache_mode')", &[]).as_deref(),
+            Some("force_custom_plan")
+        );
+    }
 }

@@ -365,7 +365,7 @@ fn durable(rows: Vec<ClaimedRow>) -> Vec<ClaimedRow> {
 }
 
 /// The LSN of `workfence.epoch_seq`'s page: the end of its latest WAL
-/// record. `None` if the sequence cannot be found by name (then the caller
+/// record. `None` if no sequence of that name exists (then the caller
 /// flushes everything this backend wrote, which covers it too).
 ///
 /// # Safety
@@ -382,6 +382,10 @@ unsafe fn epoch_seq_lsn() -> Option<pg_sys::XLogRecPtr> {
     }
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
     let rel = pg_sys::relation_open(seq, lock);
+    if (*(*rel).rd_rel).relkind as u8 != pg_sys::RELKIND_SEQUENCE {
+        pg_sys::relation_close(rel, lock);
+        return None;
+    }
     let buffer = pg_sys::ReadBuffer(rel, 0);
     // The content lock makes the 8-byte LSN read consistent with a
     // concurrent nextval, which updates it under an exclusive lock.

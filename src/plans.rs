@@ -75,8 +75,10 @@ pub fn run<R>(
 
 /// Sets the backend's `plan_cache_mode` to force_generic_plan while it
 /// lives and puts the previous value back when dropped, also when the
-/// statement raises (pgrx unwinds through this frame). Nothing but our own
-/// statement runs meanwhile, so no user code sees the value.
+/// statement raises (pgrx unwinds through this frame; the pg test
+/// `plan_cache_mode_is_restored_after_a_statement_raises` checks it). Only
+/// the statement runs meanwhile; a trigger someone put on the extension's
+/// table (it has none) would run inside the window and see the setting.
 struct ForceGenericPlan(std::ffi::c_int);
 
 impl ForceGenericPlan {
