@@ -10,8 +10,10 @@
 #                              target/bench-quick/; scripts/test.sh runs it
 #
 # Other flags go to the driver (bench/src/main.rs): --reps N, --no-peers,
-# --out DIR. It installs what it runs: the extension (release build), the
-# peers at the versions their lock files pin (bench/peers/*/install.sh).
+# --workloads 1,2,..., --out DIR. It installs what it runs: the extension
+# (release build) unless --no-install (scripts/test.sh has just installed
+# it), and the peers at the versions their lock files pin
+# (bench/peers/*/install.sh; the Node.js runners need Node.js 20 or newer).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -19,21 +21,26 @@ export PATH="$HOME/.cargo/bin:$PATH"
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 
 out="$ROOT/docs"
-for arg in "$@"; do
-    [ "$arg" = "--quick" ] && out="$ROOT/target/bench-quick"
-done
+install=1
+args=()
 prev=""
 for arg in "$@"; do
+    case "$arg" in
+        --quick) out="$ROOT/target/bench-quick" ;;
+    esac
     [ "$prev" = "--out" ] && out="$arg"
     prev="$arg"
+    if [ "$arg" = "--no-install" ]; then install=0; else args+=("$arg"); fi
 done
 
 stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
 
-stage "setup"
-bash scripts/setup.sh
-stage "install the extension (release)"
-cargo pgrx install --release --pg-config "$PG_CONFIG"
+if [ "$install" = 1 ]; then
+    stage "setup"
+    bash scripts/setup.sh
+    stage "install the extension (release)"
+    cargo pgrx install --release --pg-config "$PG_CONFIG"
+fi
 stage "install the peers"
 bash bench/peers/node/install.sh
 bash bench/peers/python/install.sh
@@ -46,6 +53,6 @@ cargo build --release --locked -p workfence-bench
 scratch="$(scratch_base "$ROOT")/bench"
 mkdir -p "$scratch" "$out"
 stage "run -> $out"
-WORKFENCE_SCRATCH="$scratch" target/release/workfence-bench --out "$out" "$@"
+WORKFENCE_SCRATCH="$scratch" target/release/workfence-bench --out "$out" "${args[@]}"
 bench/peers/python/.venv/bin/python bench/plot.py "$out/benchmarks.csv" "$out/benchmarks.png"
 stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png"

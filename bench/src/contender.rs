@@ -71,7 +71,6 @@ pub static WORKFENCE: Contender = Contender {
     database: "bench_workfence",
     install: "CREATE EXTENSION pg_workfence",
     // The functions run their own statements as generic plans already.
-    // The functions run their own statements as generic plans already.
     session_setup: "",
     retain: "WITH ins AS ( \
                INSERT INTO workfence.items (queue, key, payload, priority, run_at, state, \

@@ -127,16 +127,25 @@ fn parse_args() -> Result<Args> {
             "--quick" => size = Size::quick(),
             "--no-peers" => peers = false,
             "--workloads" => {
-                workloads = it
-                    .next()
-                    .unwrap_or_default()
+                let v = it.next().unwrap_or_default();
+                workloads = v
                     .split(',')
-                    .filter_map(|w| w.trim().parse().ok())
-                    .filter(|w| (1..=5).contains(w))
-                    .collect();
+                    .map(|w| w.trim().parse().ok().filter(|w| (1..=5).contains(w)))
+                    .collect::<Option<Vec<u8>>>()
+                    .filter(|w| !w.is_empty())
+                    .ok_or_else(|| {
+                        Error::Bench(format!(
+                            "--workloads wants numbers from 1 to 5, comma-separated, not {v:?}"
+                        ))
+                    })?;
             }
             "--out" => out = it.next().map(PathBuf::from),
-            "--reps" => reps = it.next().and_then(|v| v.parse().ok()),
+            "--reps" => {
+                let v = it.next().unwrap_or_default();
+                reps = Some(v.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    Error::Bench(format!("--reps wants a count of 1 or more, not {v:?}"))
+                })?);
+            }
             other => {
                 return Err(Error::Bench(format!(
                     "unknown argument {other:?}; usage: workfence-bench [--quick] [--reps N] [--no-peers] [--workloads 1,2,...] --out DIR"
@@ -189,7 +198,13 @@ impl Run<'_> {
     /// from a reset table with `items` fresh items.
     fn cell(&mut self, workload: u8, variant: &str, plan: cell::Plan) -> Result<()> {
         for rep in 1..=self.size.reps {
-            for &c in CONTENDERS.iter() {
+            // ABBA: who goes first alternates between repetitions, so
+            // neither always runs on a machine the other just warmed.
+            let mut order = CONTENDERS;
+            if rep % 2 == 0 {
+                order.reverse();
+            }
+            for &c in order.iter() {
                 let mut admin = self.admin(c)?;
                 c.reset(&mut admin)?;
                 c.enqueue(&mut admin, plan.items as i32, contender::CELL_PRIORITY)?;

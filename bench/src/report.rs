@@ -269,30 +269,29 @@ pub fn verdicts(cells: &BTreeMap<Key, Cell>, layout: &Layout<'_>) -> Vec<Verdict
             figures: figures.join(", "),
             met,
         });
-        // 2. >= 2x every peer at 16 connections, single and batch-10 claims.
-        for (batch, how) in [(1, "one item per claim"), (10, "batch claim of 10")] {
-            let ours = find(cells, 2, "", peer_conns, sync, batch, wf)
-                .or_else(|| find(cells, 1, "", peer_conns, sync, batch, wf));
-            let mut figures = Vec::new();
-            let mut met = ours.map(|_| true);
-            for peer in crate::peers::PEERS.iter() {
-                match (ours, find(cells, 1, "", peer_conns, sync, 0, peer.name)) {
-                    (Some(a), Some(p)) => {
-                        let r = a.items_per_s / p.items_per_s;
-                        figures.push(format!("{} {r:.2}", peer.name));
-                        met = met.map(|m| m && r >= 2.0);
-                    }
-                    _ => met = None,
+        // 2. >= 2x every peer at 16 connections, like for like: one job
+        // claimed and completed at a time (the peers run unbatched, bar
+        // awa's own batching).
+        let ours = find(cells, 1, "", peer_conns, sync, 1, wf);
+        let mut figures = Vec::new();
+        let mut met = ours.map(|_| true);
+        for peer in crate::peers::PEERS.iter() {
+            match (ours, find(cells, 1, "", peer_conns, sync, 0, peer.name)) {
+                (Some(a), Some(p)) => {
+                    let r = a.items_per_s / p.items_per_s;
+                    figures.push(format!("{} {r:.2}", peer.name));
+                    met = met.map(|m| m && r >= 2.0);
                 }
+                _ => met = None,
             }
-            out.push(Verdict {
-                target: format!(
-                    "pg_workfence ({how}) ≥ 2× each peer at {peer_conns} connections (sync_commit={sync})"
-                ),
-                figures: figures.join(", "),
-                met,
-            });
         }
+        out.push(Verdict {
+            target: format!(
+                "pg_workfence ≥ 2× each peer at {peer_conns} connections (sync_commit={sync})"
+            ),
+            figures: figures.join(", "),
+            met,
+        });
         // 3. Batch-100 >= 10x single, at the batch workload's connections.
         let batch_conns = peer_conns;
         let ratio = match (
@@ -433,6 +432,6 @@ mod tests {
         assert_eq!(find("claim p50 with 1M").met, Some(true));
         assert_eq!(find("claim p50 with kept").met, Some(true));
         // No peers ran: not measured rather than met.
-        assert_eq!(find("pg_workfence (one item per claim) ≥ 2×").met, None);
+        assert_eq!(find("pg_workfence ≥ 2× each peer").met, None);
     }
 }

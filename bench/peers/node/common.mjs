@@ -77,7 +77,7 @@ export async function monitorClient(dsn) {
 }
 
 export async function currentLsn(client) {
-  const { rows } = await client.query('SELECT pg_current_wal_lsn()::text AS lsn');
+  const { rows } = await client.query('SELECT pg_current_wal_insert_lsn()::text AS lsn');
   return rows[0].lsn;
 }
 

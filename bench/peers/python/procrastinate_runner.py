@@ -119,7 +119,7 @@ async def run(args: argparse.Namespace) -> dict:
             log.info("enqueued %d jobs; running the worker", n)
 
             # 4. Timed: one worker, C concurrent jobs, until the queue is drained.
-            lsn_before = await scalar(side, "SELECT pg_current_wal_lsn()::text")
+            lsn_before = await scalar(side, "SELECT pg_current_wal_insert_lsn()::text")
             t0 = time.monotonic()
             await app.run_worker_async(
                 queues=[QUEUE],
@@ -128,7 +128,7 @@ async def run(args: argparse.Namespace) -> dict:
                 listen_notify=False,
             )
             seconds = time.monotonic() - t0
-            lsn_after = await scalar(side, "SELECT pg_current_wal_lsn()::text")
+            lsn_after = await scalar(side, "SELECT pg_current_wal_insert_lsn()::text")
             cur = await side.execute(
                 "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint",
                 (lsn_after, lsn_before),

@@ -17,7 +17,7 @@
 //!  3. Enqueue, untimed: N no-op jobs (kind `noop`, args `{}`) in queue
 //!     `bench` with default `InsertOpts`, in one bulk COPY through
 //!     `QueueStorage::enqueue_params_copy`, committed before timing starts.
-//!  4. Timed: read pg_current_wal_lsn(), start the timer, build and start an
+//!  4. Timed: read pg_current_wal_insert_lsn(), start the timer, build and start an
 //!     `awa::Client` with one queue, `QueueConfig { max_workers: C, .. }` and
 //!     a handler that returns `JobResult::Completed`; poll awa's terminal
 //!     counters (TERMINAL_COUNT_SQL) every 20 ms on a separate connection, so
@@ -196,7 +196,7 @@ async fn run(args: &Args) -> Result<String, BoxError> {
     );
 
     // 4. Timed phase.
-    let lsn_before: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+    let lsn_before: String = sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
         .fetch_one(&monitor)
         .await?;
     let start = Instant::now();
@@ -218,7 +218,7 @@ async fn run(args: &Args) -> Result<String, BoxError> {
     let seconds = start.elapsed().as_secs_f64();
     let lsn_after: String = match wait {
         Ok(()) => {
-            sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
                 .fetch_one(&monitor)
                 .await?
         }
