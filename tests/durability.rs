@@ -55,6 +55,23 @@ fn epoch_seq_lsn(c: &mut impl GenericClient) -> i64 {
     .get(0)
 }
 
+/// Enqueues `key` in queue `q` and claims from `q`, which must give an item.
+fn enqueue_and_claim(tx: &mut impl GenericClient, key: &str) {
+    ok(
+        tx.execute("SELECT workfence.work_enqueue('q', '{}', $1)", &[&key]),
+        "enqueue",
+    );
+    let claimed: i64 = ok(
+        tx.query_one(
+            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 10)",
+            &[],
+        ),
+        "claim",
+    )
+    .get(0);
+    assert!(claimed > 0, "the claim of {key} got nothing");
+}
+
 /// Waits until a new session sees `setting = value` after a reload.
 fn wait_for_setting(cluster: &Cluster, setting: &str, value: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -141,19 +158,7 @@ fn a_claim_under_asynchronous_commit_flushes_its_epochs_before_returning() {
     // logs 32 values ahead) flushes nothing: its own row updates are left to
     // the asynchronous commit, as the session asked.
     let mut tx = ok(c.transaction(), "BEGIN");
-    ok(
-        tx.batch_execute("SELECT workfence.work_enqueue('q', '{}', 'k4')"),
-        "enqueue",
-    );
-    let claimed: i64 = ok(
-        tx.query_one(
-            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 10)",
-            &[],
-        ),
-        "claim",
-    )
-    .get(0);
-    assert!(claimed > 0, "the claim got nothing");
+    enqueue_and_claim(&mut tx, "k4");
     let (inserted, flushed) = wal_positions(&mut tx);
     let seq = epoch_seq_lsn(&mut tx);
     assert!(
@@ -170,19 +175,7 @@ fn a_claim_under_asynchronous_commit_flushes_its_epochs_before_returning() {
     // itself (the commit does): no extra flush on the common path.
     ok(c.batch_execute("SET synchronous_commit = on"), "on");
     let mut tx = ok(c.transaction(), "BEGIN");
-    ok(
-        tx.batch_execute("SELECT workfence.work_enqueue('q', '{}', 'k3')"),
-        "enqueue",
-    );
-    let claimed: i64 = ok(
-        tx.query_one(
-            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 10)",
-            &[],
-        ),
-        "claim",
-    )
-    .get(0);
-    assert!(claimed > 0);
+    enqueue_and_claim(&mut tx, "k3");
     let (inserted, flushed) = wal_positions(&mut tx);
     assert!(
         flushed < inserted,
