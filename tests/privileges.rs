@@ -37,10 +37,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common::ok;
+use common::{connect_as, ok};
 
 use pg_workfence_client::Cluster;
-use postgres::{Client, NoTls};
+use postgres::Client;
+
+/// The application_name of the role connections (pg_stat_activity).
+const SESSION_NAME: &str = "pg_workfence privileges test";
 
 /// The operations guide: its SQL blocks are the setup the tests run.
 const OPERATIONS_GUIDE: &str = include_str!("../docs/operations.md");
@@ -113,27 +116,6 @@ fn database(cluster: &Cluster, name: &str) -> Client {
         "the guide's GRANT block",
     );
     admin
-}
-
-/// A connection to `database` logged in as `role` (trust authentication).
-fn connect_as(cluster: &Cluster, database: &str, role: &str) -> Client {
-    let mut client = ok(
-        postgres::Config::new()
-            .host(cluster.host())
-            .port(cluster.port())
-            .user(role)
-            .dbname(database)
-            .application_name("pg_workfence privileges test")
-            .connect(NoTls),
-        &format!("connecting as {role}"),
-    );
-    let who: String = ok(
-        client.query_one("SELECT current_user::text", &[]),
-        "current_user",
-    )
-    .get(0);
-    assert_eq!(who, role, "the connection must not run as the superuser");
-    client
 }
 
 /// Runs `sql` (one round trip, its own transaction); the SQLSTATE and message
@@ -265,7 +247,7 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
         (MONITOR, &[][..]),
         (NOBODY, &[][..]),
     ] {
-        let mut client = connect_as(&cluster, "privileges_matrix", role);
+        let mut client = connect_as(&cluster, "privileges_matrix", role, SESSION_NAME);
         for (name, call) in &calls {
             let got = failure(&mut client, call);
             if allowed.contains(&name.as_str()) {
@@ -303,9 +285,9 @@ fn a_worker_changes_an_item_only_through_its_token() {
     let cluster = cluster();
     let db = "privileges_worker";
     let mut admin = database(&cluster, db);
-    let mut submitter = connect_as(&cluster, db, SUBMITTER);
-    let mut worker = connect_as(&cluster, db, WORKER);
-    let mut monitor = connect_as(&cluster, db, MONITOR);
+    let mut submitter = connect_as(&cluster, db, SUBMITTER, SESSION_NAME);
+    let mut worker = connect_as(&cluster, db, WORKER, SESSION_NAME);
+    let mut monitor = connect_as(&cluster, db, MONITOR, SESSION_NAME);
 
     // The submitter submits; it may not claim.
     let row = ok(
@@ -618,7 +600,7 @@ fn names_the_extension_calls() -> (BTreeSet<String>, BTreeSet<String>) {
 
 /// The hijacker's session: its own role, `evil` ahead of `pg_catalog`.
 fn hostile_session(cluster: &Cluster, db: &str) -> Client {
-    let mut client = connect_as(cluster, db, APP);
+    let mut client = connect_as(cluster, db, APP, SESSION_NAME);
     ok(
         client.batch_execute("SET search_path = evil, pg_catalog, public"),
         "SET search_path",
@@ -916,7 +898,7 @@ fn a_hostile_search_path_is_never_followed() {
         ),
         "schema evil",
     );
-    let mut attacker = connect_as(&cluster, db, APP);
+    let mut attacker = connect_as(&cluster, db, APP, SESSION_NAME);
     ok(attacker.batch_execute(EVIL_SCHEMA), "creating the shadows");
     ok(
         attacker.batch_execute(EVIL_OPERATORS),
@@ -1095,12 +1077,12 @@ fn the_grants_survive_pg_dump_and_restore() {
     let after: String = ok(restored.query_one(PRIVILEGES, &[]), "privileges").get(0);
     assert_eq!(after, before, "privileges after the restore");
     // And they work: the roles do their part, PUBLIC still nothing.
-    let mut submitter = connect_as(&cluster, "privileges_restored", SUBMITTER);
+    let mut submitter = connect_as(&cluster, "privileges_restored", SUBMITTER, SESSION_NAME);
     ok(
         submitter.batch_execute("SELECT workfence.work_enqueue('q', '{}', 'k')"),
         "enqueue after the restore",
     );
-    let mut worker = connect_as(&cluster, "privileges_restored", WORKER);
+    let mut worker = connect_as(&cluster, "privileges_restored", WORKER, SESSION_NAME);
     let key: String = ok(
         worker.query_one(
             "SELECT key FROM workfence.work_claim('q', 'w', '1 minute')",
@@ -1110,7 +1092,7 @@ fn the_grants_survive_pg_dump_and_restore() {
     )
     .get(0);
     assert_eq!(key, "k");
-    let mut nobody = connect_as(&cluster, "privileges_restored", NOBODY);
+    let mut nobody = connect_as(&cluster, "privileges_restored", NOBODY, SESSION_NAME);
     assert_denied(
         &mut nobody,
         NOBODY,

@@ -44,9 +44,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::ok;
+use common::{connect_as, ok};
 use pg_workfence_client::Cluster;
-use postgres::{Client, NoTls};
+use postgres::Client;
 use serde_json::{json, Value};
 
 /// The recipe: its marked SQL blocks are what the replicas run.
@@ -176,27 +176,6 @@ fn database(cluster: &Cluster, name: &str) -> Client {
     );
     ok(admin.batch_execute(TEST_SETUP), "the business table");
     admin
-}
-
-/// A connection to `database` as `role`, named `name` in pg_stat_activity.
-fn connect_as(cluster: &Cluster, database: &str, role: &str, name: &str) -> Client {
-    let mut client = ok(
-        postgres::Config::new()
-            .host(cluster.host())
-            .port(cluster.port())
-            .user(role)
-            .dbname(database)
-            .application_name(name)
-            .connect(NoTls),
-        &format!("connecting as {role}"),
-    );
-    let who: String = ok(
-        client.query_one("SELECT current_user::text", &[]),
-        "current_user",
-    )
-    .get(0);
-    assert_eq!(who, role, "{name} must not run as the superuser");
-    client
 }
 
 /// A replica: the API side of the service.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use pg_workfence_client::Cluster;
 use postgres::types::{FromSql, ToSql};
-use postgres::Client;
+use postgres::{Client, NoTls};
 
 /// Unwraps, or panics with the error and its chain of sources (a
 /// `postgres::Error` says only "db error"; its source has the server's
@@ -123,4 +123,27 @@ pub fn doc_sql_block(doc: &'static str, file: &str, marker: &str) -> &'static st
         .strip_prefix("```sql")
         .and_then(|block| block.strip_suffix("```"))
         .unwrap_or_else(|| panic!("{begin} in {file} must enclose exactly one ```sql block"))
+}
+
+/// A connection to `database` logged in as `role` (trust authentication),
+/// named `name` in pg_stat_activity; fails the test unless the session
+/// really is `role` (not the superuser).
+pub fn connect_as(cluster: &Cluster, database: &str, role: &str, name: &str) -> Client {
+    let mut client = ok(
+        postgres::Config::new()
+            .host(cluster.host())
+            .port(cluster.port())
+            .user(role)
+            .dbname(database)
+            .application_name(name)
+            .connect(NoTls),
+        &format!("connecting as {role}"),
+    );
+    let who: String = ok(
+        client.query_one("SELECT current_user::text", &[]),
+        "current_user",
+    )
+    .get(0);
+    assert_eq!(who, role, "{name} must not run as the superuser");
+    client
 }
