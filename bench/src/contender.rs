@@ -6,6 +6,7 @@
 //! (`crate::cell`) runs either without knowing which it drives. Every value is
 //! a bind parameter; statements are prepared once per connection.
 
+use postgres::types::ToSql;
 use postgres::{Client, Statement};
 
 use crate::Result;
@@ -42,10 +43,10 @@ pub struct Contender {
     pub install: &'static str,
     /// Run on every worker session before it prepares its statements.
     session_setup: &'static str,
-    /// Workload 4's fixture: insert `$1` items finished long ago (priority
-    /// [`RETAINED_PRIORITY`]) straight into the table, as a busy queue's
-    /// history would be; returns one row, the count.
-    retain: &'static str,
+    /// The schema holding its `items` table and `epoch_seq` sequence (both
+    /// contenders use the same names), for the fixtures and the cleanup
+    /// between cells.
+    schema: &'static str,
     claim: &'static str,
     finish: &'static str,
     finish_many: &'static str,
@@ -55,13 +56,6 @@ pub struct Contender {
     enqueue: &'static str,
     /// Delete every finished item of the queue; returns one row, the count.
     purge: &'static str,
-    /// Between cells: delete the rows earlier cells finished (fixtures of
-    /// retained rows stay), so each cell starts from the same table.
-    reset: &'static str,
-    /// Run after `reset`, outside a transaction.
-    vacuum: &'static str,
-    /// After loading: refresh the planner's statistics.
-    analyze: &'static str,
 }
 
 /// pg_workfence (the installed version), through its public functions only (the fixtures of
@@ -70,17 +64,9 @@ pub static WORKFENCE: Contender = Contender {
     name: "pg_workfence",
     database: "bench_workfence",
     install: "CREATE EXTENSION pg_workfence",
+    schema: "workfence",
     // The functions run their own statements as generic plans already.
     session_setup: "",
-    retain: "WITH ins AS ( \
-               INSERT INTO workfence.items (queue, key, payload, priority, run_at, state, \
-                      attempts, max_attempts, owner, epoch, result, finished_at) \
-               SELECT 'bench', 'done-' || g, '{}', $2::int, pg_catalog.now(), 'done', 1, 25, \
-                      'bench-history', pg_catalog.nextval('workfence.epoch_seq'), '{}', \
-                      pg_catalog.now() - interval '1 hour' \
-                 FROM pg_catalog.generate_series(1, $1::int) AS g \
-               RETURNING 1) \
-             SELECT pg_catalog.count(*) FROM ins",
     claim: "SELECT c.id, c.epoch FROM workfence.work_claim($1, $2, ($3::text)::interval, $4) AS c",
     finish: "SELECT workfence.work_finish($1, $2, $3)",
     finish_many: "SELECT pg_catalog.count(*) FILTER (WHERE f.finished) \
@@ -91,9 +77,6 @@ pub static WORKFENCE: Contender = Contender {
                      LATERAL workfence.work_enqueue('bench', pg_catalog.jsonb_build_object('n', g), \
                                                    priority => $2::int) AS e",
     purge: "SELECT workfence.work_purge('0', 'bench')",
-    reset: "DELETE FROM workfence.items WHERE queue = 'bench' AND priority < 2 AND state <> 'pending'",
-    vacuum: "VACUUM workfence.items",
-    analyze: "ANALYZE workfence.items",
 };
 
 /// The design's limit: the same claim (pending-and-due or lapsed, in
@@ -105,20 +88,12 @@ pub static BASELINE: Contender = Contender {
     name: "baseline SQL",
     database: "bench_baseline",
     install: include_str!("../sql/baseline.sql"),
+    schema: "baseline",
     // What pg_workfence does for its own statements (src/plans.rs): left to
     // choose, the plan cache re-plans this claim on every call (a custom
     // plan knows LIMIT is 1), about 100 µs of a 200 µs claim here. The
     // baseline is meant as the design's limit, so it gets the same.
     session_setup: "SET plan_cache_mode = force_generic_plan",
-    retain: "WITH ins AS ( \
-               INSERT INTO baseline.items (queue, key, payload, priority, run_at, state, \
-                      attempts, max_attempts, owner, epoch, result, finished_at) \
-               SELECT 'bench', 'done-' || g, '{}', $2::int, pg_catalog.now(), 'done', 1, 25, \
-                      'bench-history', pg_catalog.nextval('baseline.epoch_seq'), '{}', \
-                      pg_catalog.now() - interval '1 hour' \
-                 FROM pg_catalog.generate_series(1, $1::int) AS g \
-               RETURNING 1) \
-             SELECT pg_catalog.count(*) FROM ins",
     claim: "WITH due AS ( \
                SELECT i.id, i.priority, i.run_at FROM baseline.items AS i \
                 WHERE i.queue = $1 AND i.state = 'pending' \
@@ -168,9 +143,6 @@ pub static BASELINE: Contender = Contender {
                WHERE queue = 'bench' AND state IN ('done', 'failed', 'cancelled') \
               RETURNING 1) \
             SELECT pg_catalog.count(*) FROM gone",
-    reset: "DELETE FROM baseline.items WHERE queue = 'bench' AND priority < 2 AND state <> 'pending'",
-    vacuum: "VACUUM baseline.items",
-    analyze: "ANALYZE baseline.items",
 };
 
 /// Both contenders the driver runs statement by statement.
@@ -183,9 +155,26 @@ impl Contender {
         Ok(db.query_one(self.enqueue, &[&n, &priority])?.get(0))
     }
 
-    /// Insert `n` finished items of long ago (workload 4's retained history).
+    /// Workload 4's fixture: insert `n` items finished long ago (priority
+    /// [`RETAINED_PRIORITY`]) straight into the table, as a busy queue's
+    /// history would be; returns how many.
     pub fn retain(&self, db: &mut Client, n: i32) -> Result<i64> {
-        Ok(db.query_one(self.retain, &[&n, &RETAINED_PRIORITY])?.get(0))
+        // The schema is a constant of this file; values are parameters.
+        let sql = format!(
+            "WITH ins AS ( \
+               INSERT INTO {s}.items (queue, key, payload, priority, run_at, state, \
+                      attempts, max_attempts, owner, epoch, result, finished_at) \
+               SELECT $1::text, 'done-' || g, '{{}}', $3::int, pg_catalog.now(), 'done', 1, 25, \
+                      'bench-history', pg_catalog.nextval('{s}.epoch_seq'), '{{}}', \
+                      pg_catalog.now() - interval '1 hour' \
+                 FROM pg_catalog.generate_series(1, $2::int) AS g \
+               RETURNING 1) \
+             SELECT pg_catalog.count(*) FROM ins",
+            s = self.schema
+        );
+        Ok(db
+            .query_one(&sql, &[&QUEUE, &n, &RETAINED_PRIORITY])?
+            .get(0))
     }
 
     /// Delete every finished item of the queue (`work_purge` for
@@ -194,16 +183,23 @@ impl Contender {
         Ok(db.query_one(self.purge, &[])?.get(0))
     }
 
-    /// Before a cell: delete what earlier cells finished and VACUUM, so
-    /// every cell starts from a table without their dead rows.
+    /// Before a cell: delete the rows earlier cells finished (the retained
+    /// fixture stays) and VACUUM, so every cell starts from a table without
+    /// their dead rows.
     pub fn reset(&self, db: &mut Client) -> Result<()> {
-        db.batch_execute(self.reset)?;
-        Ok(db.batch_execute(self.vacuum)?)
+        db.execute(
+            &format!(
+                "DELETE FROM {}.items WHERE queue = $1 AND priority < $2 AND state <> 'pending'",
+                self.schema
+            ),
+            &[&QUEUE, &RETAINED_PRIORITY],
+        )?;
+        Ok(db.batch_execute(&format!("VACUUM {}.items", self.schema))?)
     }
 
     /// Refresh the planner's statistics after a load.
     pub fn analyze(&self, db: &mut Client) -> Result<()> {
-        Ok(db.batch_execute(self.analyze)?)
+        Ok(db.batch_execute(&format!("ANALYZE {}.items", self.schema))?)
     }
 
     /// Prepare this contender's statements on `client`, for one worker.
@@ -257,13 +253,13 @@ pub struct Token {
     pub epoch: i64,
 }
 
-/// True when a statement reported success: a boolean row that is true, or an
-/// UPDATE that matched one row.
-fn succeeded(rows: &[postgres::Row], affected: u64) -> bool {
-    match rows.first() {
-        Some(row) => row.get::<_, bool>(0),
-        None => affected == 1,
+/// Run a token-fenced statement; true when it reported success: pg_workfence's
+/// functions return a boolean row, the baseline's UPDATEs match one row.
+fn fenced(client: &mut Client, stmt: &Statement, params: &[&(dyn ToSql + Sync)]) -> Result<bool> {
+    if stmt.columns().is_empty() {
+        return Ok(client.execute(stmt, params)? == 1);
     }
+    Ok(client.query_one(stmt, params)?.get::<_, bool>(0))
 }
 
 impl Session {
@@ -288,27 +284,17 @@ impl Session {
 
     /// Finish one item; true when its token was current.
     pub fn finish(&mut self, token: Token) -> Result<bool> {
-        self.fenced(&self.finish.clone(), token, None)
+        fenced(
+            &mut self.client,
+            &self.finish,
+            &[&token.id, &self.owner, &token.epoch],
+        )
     }
 
     /// Renew one item's lease; true when its token was current.
     pub fn renew(&mut self, token: Token, lease: &str) -> Result<bool> {
-        self.fenced(&self.renew.clone(), token, Some(lease))
-    }
-
-    fn fenced(&mut self, stmt: &Statement, token: Token, lease: Option<&str>) -> Result<bool> {
-        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> =
-            vec![&token.id, &self.owner, &token.epoch];
-        if let Some(lease) = &lease {
-            params.push(lease);
-        }
-        if stmt.columns().is_empty() {
-            let n = self.client.execute(stmt, &params)?;
-            Ok(succeeded(&[], n))
-        } else {
-            let rows = self.client.query(stmt, &params)?;
-            Ok(succeeded(&rows, 0))
-        }
+        let params: [&(dyn ToSql + Sync); 4] = [&token.id, &self.owner, &token.epoch, &lease];
+        fenced(&mut self.client, &self.renew, &params)
     }
 
     /// Finish a batch in one statement; how many were current.

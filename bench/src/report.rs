@@ -204,7 +204,7 @@ fn find<'a>(
     workload: u8,
     variant: &str,
     conns: usize,
-    sync: &str,
+    sync: &'static str,
     batch: i32,
     contender: &str,
 ) -> Option<&'a Cell> {
@@ -212,11 +212,32 @@ fn find<'a>(
         workload,
         variant.to_owned(),
         conns,
-        // The key holds a &'static str; compare through the two values.
-        if sync == "on" { "on" } else { "off" },
+        sync,
         batch,
         contender.to_owned(),
     ))
+}
+
+/// For targets of the form "ours ≥ `min` × theirs" over several cells: each
+/// `(label, ours, theirs)` gives a figure "label ratio"; met when every ratio
+/// reaches `min`, None when a cell is missing.
+fn all_at_least<'a>(
+    pairs: impl IntoIterator<Item = (String, Option<&'a Cell>, Option<&'a Cell>)>,
+    min: f64,
+) -> (String, Option<bool>) {
+    let mut figures = Vec::new();
+    let mut met = Some(true);
+    for (label, ours, theirs) in pairs {
+        match (ours, theirs) {
+            (Some(a), Some(b)) => {
+                let r = a.items_per_s / b.items_per_s;
+                figures.push(format!("{label} {r:.2}"));
+                met = met.map(|m| m && r >= min);
+            }
+            _ => met = None,
+        }
+    }
+    (figures.join(", "), met)
 }
 
 /// Where the run put the cells the targets are judged on.
@@ -247,49 +268,42 @@ pub fn verdicts(cells: &BTreeMap<Key, Cell>, layout: &Layout<'_>) -> Vec<Verdict
     let mut out = Vec::new();
     for sync in ["on", "off"] {
         // 1. >= 0.9x the baseline at every connection count.
-        let mut figures = Vec::new();
-        let mut met = Some(true);
-        for &n in conns {
-            match (
-                find(cells, 1, "", n, sync, 1, wf),
-                find(cells, 1, "", n, sync, 1, base),
-            ) {
-                (Some(a), Some(b)) => {
-                    let r = a.items_per_s / b.items_per_s;
-                    figures.push(format!("{n}: {r:.2}"));
-                    met = met.map(|m| m && r >= 0.9);
-                }
-                _ => met = None,
-            }
-        }
+        let (figures, met) = all_at_least(
+            conns.iter().map(|&n| {
+                (
+                    format!("{n}:"),
+                    find(cells, 1, "", n, sync, 1, wf),
+                    find(cells, 1, "", n, sync, 1, base),
+                )
+            }),
+            0.9,
+        );
         out.push(Verdict {
             target: format!(
                 "pg_workfence ≥ 0.9× baseline at every connection count (sync_commit={sync})"
             ),
-            figures: figures.join(", "),
+            figures,
             met,
         });
         // 2. >= 2x every peer at 16 connections, like for like: one job
         // claimed and completed at a time (the peers run unbatched, bar
         // awa's own batching).
         let ours = find(cells, 1, "", peer_conns, sync, 1, wf);
-        let mut figures = Vec::new();
-        let mut met = ours.map(|_| true);
-        for peer in crate::peers::PEERS.iter() {
-            match (ours, find(cells, 1, "", peer_conns, sync, 0, peer.name)) {
-                (Some(a), Some(p)) => {
-                    let r = a.items_per_s / p.items_per_s;
-                    figures.push(format!("{} {r:.2}", peer.name));
-                    met = met.map(|m| m && r >= 2.0);
-                }
-                _ => met = None,
-            }
-        }
+        let (figures, met) = all_at_least(
+            crate::peers::PEERS.iter().map(|peer| {
+                (
+                    peer.name.to_owned(),
+                    ours,
+                    find(cells, 1, "", peer_conns, sync, 0, peer.name),
+                )
+            }),
+            2.0,
+        );
         out.push(Verdict {
             target: format!(
                 "pg_workfence ≥ 2× each peer at {peer_conns} connections (sync_commit={sync})"
             ),
-            figures: figures.join(", "),
+            figures,
             met,
         });
         // 3. Batch-100 >= 10x single, at the batch workload's connections.
