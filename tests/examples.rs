@@ -104,16 +104,18 @@ impl Copy {
             .clone()
     }
 
-    /// Ids of items this copy logged as claimed and not yet finished,
-    /// failed, refused or released.
-    fn holding(&self) -> BTreeSet<i64> {
-        let mut held = BTreeSet::new();
+    /// Tokens (id, epoch) of the items this copy logged as claimed and not
+    /// yet finished, failed, refused or released.
+    fn holding(&self) -> BTreeSet<(i64, i64)> {
+        let mut held = BTreeMap::new();
         for line in self.lines() {
             let Some(id) = field(&line, "id") else {
                 continue;
             };
             if line.contains("] claim ") {
-                held.insert(id);
+                if let Some(epoch) = field(&line, "epoch") {
+                    held.insert(id, epoch);
+                }
             } else if ["] finish ", "] fail ", "] release ", "] refused "]
                 .iter()
                 .any(|event| line.contains(event))
@@ -121,7 +123,7 @@ impl Copy {
                 held.remove(&id);
             }
         }
-        held
+        held.into_iter().collect()
     }
 
     fn terminate(&self) {
@@ -175,6 +177,33 @@ fn field(line: &str, name: &str) -> Option<i64> {
 
 fn tail(lines: &[String]) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// Backends waiting for a lock on the business table (behind the test's gate).
+fn gate_waiters(c: &mut Client) -> i64 {
+    ok(
+        c.query_one(
+            "SELECT count(*) FROM pg_catalog.pg_locks
+              WHERE relation = 'examples.results'::regclass AND NOT granted",
+            &[],
+        ),
+        "lock waiters",
+    )
+    .get(0)
+}
+
+/// Tokens (id, epoch) of every item the server has as claimed.
+fn claimed(c: &mut Client) -> BTreeSet<(i64, i64)> {
+    ok(
+        c.query(
+            "SELECT id, epoch FROM workfence.items WHERE state = 'claimed'",
+            &[],
+        ),
+        "claimed items",
+    )
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
 }
 
 fn finished(c: &mut Client) -> i64 {
@@ -242,15 +271,40 @@ fn run_example(lang: &str, program: &Path, args: &[&str]) {
     let mut a = Copy::start("copy A", program, args, &dsn);
     let mut b = Copy::start("copy B", program, args, &dsn);
 
-    // Half-way, while A holds claimed items, A is told to stop.
-    wait_until(
-        &mut c,
-        &[&a, &b],
-        started,
-        "half the items finished while A holds some",
-        |c| finished(c) >= ITEMS / 2 && !a.holding().is_empty(),
-    );
-    a.terminate();
+    // Half-way, A is told to stop at a point the test chooses, not by luck:
+    // frozen in the business write of a finish (the test holds a SHARE lock
+    // on the results table, so every finish waits there), with at least one
+    // more claimed item it has not started. It must finish the frozen item
+    // once the gate opens, and release the rest. While both copies wait at
+    // the gate, A's tokens cannot change; those it logged are checked
+    // against the server's claimed items (a log line may still be in the pipe).
+    wait_until(&mut c, &[&a, &b], started, "half the items finished", |c| {
+        finished(c) >= ITEMS / 2
+    });
+    let mut gate_connection = ok(cluster.connect_to(&db), "connecting the gate");
+    loop {
+        let mut gate = ok(gate_connection.transaction(), "BEGIN (gate)");
+        ok(
+            gate.batch_execute("LOCK TABLE examples.results IN SHARE MODE"),
+            "closing the gate",
+        );
+        wait_until(
+            &mut c,
+            &[&a, &b],
+            started,
+            "both copies waiting at the gate",
+            |c| gate_waiters(c) == 2,
+        );
+        let on_server = claimed(&mut c);
+        let frozen_holding = a.holding().intersection(&on_server).count();
+        if frozen_holding >= 2 {
+            a.terminate();
+            ok(gate.commit(), "opening the gate");
+            break;
+        }
+        // A is on the last item of its batch: let both move on, try again.
+        ok(gate.commit(), "opening the gate");
+    }
     let a_status = a.wait(Duration::from_secs(30));
     assert!(
         a_status.success(),
