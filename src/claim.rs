@@ -166,9 +166,14 @@ fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
 /// reached (server time). Order: priority, run_at, id. Each returned item has
 /// a fresh epoch (the fencing token to pass to renew/finish/release/fail/
 /// assert), its `attempt` number (1 on the first claim) and `lease_until`
-/// (`clock_timestamp() + lease`). Concurrent claimers never wait on each
-/// other and never get the same item (`FOR UPDATE SKIP LOCKED`); run it in
-/// READ COMMITTED (the default).
+/// (`clock_timestamp() + lease`). Concurrent claimers never get the same
+/// item and skip rows other transactions hold locked (`FOR UPDATE SKIP
+/// LOCKED`); run it in READ COMMITTED (the default). PostgreSQL's one
+/// exception: a candidate whose update commits while the claim checks it
+/// makes `SKIP LOCKED` follow the update chain and wait for whoever holds
+/// the newest version (`heap_lock_updated_tuple`), for at most that
+/// transaction's length. Every row is claimed when the call runs, whether
+/// or not the query reads it (a `LIMIT`, `EXISTS`, a cursor).
 ///
 /// `wait` (0 to 1 hour): when nothing is claimable, a long poll inside the
 /// server: the call sleeps until an item may have become claimable (an
@@ -180,7 +185,8 @@ fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
 /// Errors: 22004 for a NULL argument; 22023 for a bad queue or owner (see
 /// `work_enqueue`; owner blank, > 256 bytes or with control characters), a
 /// lease not in (0, 7 days], `max_items` outside 1..1000, `wait` not in
-/// [0, 1 hour]; 57014 when cancelled while waiting.
+/// [0, 1 hour]; 25000 for `wait` > 0 under REPEATABLE READ or SERIALIZABLE;
+/// 57014 when cancelled while waiting.
 #[pg_extern(
     name = "work_claim",
     volatile,

@@ -143,7 +143,7 @@ fn enqueue(
                 }
                 // Claimers long-polling the queue re-check after commit
                 // (a future run_at too: it may be sooner than they sleep).
-                wait::wake_after_commit(&queue);
+                wait::wake_after_commit(&queue, 1);
                 return Ok((id, key, true));
             }
             let existing = plans::run(

@@ -71,7 +71,13 @@ pub enum WorkfenceError {
     /// `work_assert` found that the caller does not hold the item's current
     /// lease. SQLSTATE 55000 (object_not_in_prerequisite_state): the work
     /// this transaction did under the token must not commit.
-    #[error("lease lost: item {id} is not claimed under owner {owner:?} and epoch {epoch} ({})", status.as_str())]
+    /// `at_commit`: found by the re-check at commit that follows a rolled-back
+    /// savepoint (see `crate::xact`), which aborts the commit.
+    #[error(
+        "lease lost{}: item {id} is not claimed under owner {owner:?} and epoch {epoch} ({})",
+        if *at_commit { " before commit" } else { "" },
+        status.as_str()
+    )]
     LeaseLost {
         /// The item id the caller named.
         id: i64,
@@ -81,7 +87,16 @@ pub enum WorkfenceError {
         epoch: i64,
         /// Why the token is not honoured.
         status: LeaseStatus,
+        /// Raised by the re-check at commit rather than by `work_assert`.
+        at_commit: bool,
     },
+
+    /// `work_claim` was asked to wait in a transaction whose snapshot is
+    /// fixed (REPEATABLE READ or SERIALIZABLE): no attempt could ever see an
+    /// item enqueued after the transaction's first statement. SQLSTATE 25000
+    /// (invalid_transaction_state).
+    #[error("work_claim cannot wait (\"wait\" > 0) under REPEATABLE READ or SERIALIZABLE")]
+    WaitNeedsFreshSnapshots,
 
     /// A (queue, key) kept conflicting on insert and vanishing before it
     /// could be read (deleted concurrently, three times running). SQLSTATE
@@ -143,6 +158,9 @@ impl WorkfenceError {
             WorkfenceError::LeaseLost { .. } => {
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
+            WorkfenceError::WaitNeedsFreshSnapshots => {
+                PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE
+            }
             WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => {
                 PgSqlErrorCode::ERRCODE_INTERNAL_ERROR
             }
@@ -156,6 +174,20 @@ impl WorkfenceError {
                 Some("The existing item was deleted while this enqueue ran.".to_string())
             }
             WorkfenceError::InvalidArgument { detail, .. } => Some(detail.clone()),
+            WorkfenceError::WaitNeedsFreshSnapshots => Some(
+                "The transaction's snapshot was taken at its first statement, so a waiting claim \
+                 would never see an item enqueued after it."
+                    .to_string(),
+            ),
+            WorkfenceError::LeaseLost {
+                status,
+                at_commit: true,
+                ..
+            } => Some(format!(
+                "A savepoint or exception block that held work_assert's row lock rolled back, and \
+                 the token is no longer current ({}); the transaction is rolled back.",
+                status.as_str()
+            )),
             WorkfenceError::LeaseLost { status, .. } => Some(match status {
                 LeaseStatus::Missing => "No item has this id.".to_string(),
                 LeaseStatus::Superseded => {
@@ -182,6 +214,9 @@ impl WorkfenceError {
             WorkfenceError::NullElement { .. } => Some("Remove the NULL elements from the array."),
             WorkfenceError::KeyChurn { .. } => Some("Retry the transaction."),
             WorkfenceError::InvalidArgument { hint, .. } => Some(hint),
+            WorkfenceError::WaitNeedsFreshSnapshots => Some(
+                "Long-poll in READ COMMITTED (the default isolation level), or pass wait => '0'.",
+            ),
             WorkfenceError::LeaseLost { .. } => Some(
                 "Roll back: another worker may hold the item now. Stop the job; do not retry it under this token.",
             ),

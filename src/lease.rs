@@ -173,6 +173,21 @@ static ASSERT: Statement = Statement {
     args: &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID],
 };
 
+// The re-check at commit of a token work_assert accepted (see `crate::xact`):
+// the row under this owner and epoch, locked again, with whether its newest
+// version was written by this transaction (then a finish, release or fail
+// under the token in this transaction explains a state other than claimed).
+static FENCE: Statement = Statement {
+    name: "fence",
+    sql: "SELECT i.state::pg_catalog.text, i.xmin::pg_catalog.text::pg_catalog.int8 \
+            FROM workfence.items AS i \
+           WHERE i.id OPERATOR(pg_catalog.=) $1 \
+             AND i.owner OPERATOR(pg_catalog.=) $2 \
+             AND i.epoch OPERATOR(pg_catalog.=) $3 \
+          FOR NO KEY UPDATE",
+    args: &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID],
+};
+
 static TOKEN_STATE: Statement = Statement {
     name: "token_state",
     sql: "SELECT i.state::pg_catalog.text, i.owner, i.epoch FROM workfence.items AS i \
@@ -240,9 +255,15 @@ fn run_handing_back(
         })
     })?;
     if let Some(queue) = &queue {
-        wait::wake_after_commit(queue);
+        wait::wake_after_commit(queue, 1);
     }
     Ok(queue.is_some())
+}
+
+/// The server's clock (`clock_timestamp()`), as a `TimestampTz`.
+fn server_now() -> i64 {
+    // SAFETY: reads the system clock; cannot fail.
+    unsafe { pg_sys::GetCurrentTimestamp() }
 }
 
 /// Push the lease of a claimed item out to `clock_timestamp() + lease`.
@@ -414,7 +435,9 @@ fn finish_many(
 /// not a failure). The token is dead from then on. False for any other token.
 ///
 /// Errors: 22004 for a NULL argument; 22023 for a blank, oversized or control-character owner, a
-/// negative delay or one over 365 days.
+/// negative delay or one over 365 days (judged by its real length from now:
+/// months count as the calendar months that follow, see
+/// `validate::IntervalParts::micros_from`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_release(
     id: Option<i64>,
@@ -425,7 +448,7 @@ pub fn work_release(
     (|| {
         let token = Token::new(id, owner, epoch)?;
         let delay_value = validate::required("delay", delay)?;
-        validate::delay("delay", delay_value.into())?;
+        validate::delay("delay", delay_value.into(), server_now())?;
         run_handing_back(&RELEASE, &token, vec![delay.into()])
     })()
     .or_report()
@@ -443,7 +466,8 @@ pub fn work_release(
 /// and then nothing is recorded.
 ///
 /// Errors: 22004 for a NULL id, owner, epoch or error; 22023 for a blank or
-/// oversized owner, a negative retry_in or one over 365 days.
+/// oversized owner, a negative retry_in or one over 365 days (real length
+/// from now, as for `work_release`'s delay).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_fail(
     id: Option<i64>,
@@ -456,7 +480,7 @@ pub fn work_fail(
         let token = Token::new(id, owner, epoch)?;
         let error = validate::required("error", error)?;
         if let Some(retry) = retry_in {
-            validate::delay("retry_in", retry.into())?;
+            validate::delay("retry_in", retry.into(), server_now())?;
         }
         run_handing_back(&FAIL, &token, vec![error.into(), retry_in.into()])
     })()
@@ -473,15 +497,24 @@ pub fn work_fail(
 /// sequencer check, Burrows 2006, done inside the database that holds both
 /// the lease and the effects.)
 ///
+/// The fence holds whatever savepoints do: if a subtransaction that held
+/// the row lock rolls back (`ROLLBACK TO SAVEPOINT`, an exception block),
+/// the lock is gone, so the transaction's commit (or `PREPARE TRANSACTION`)
+/// checks the token again under a new row lock and raises 55000 "lease lost
+/// before commit" if it is no longer current, which rolls the transaction
+/// back (see `crate::xact`).
+///
 /// Errors: 55000 (object_not_in_prerequisite_state) "lease lost" when the
 /// token is not current; DETAIL says why (missing, superseded, wrong owner,
-/// finished, cancelled, released). 22004 for a NULL argument; 22023 for a
-/// blank, oversized or control-character owner.
+/// finished, cancelled, released); also at COMMIT as described above. 22004
+/// for a NULL argument; 22023 for a blank, oversized or control-character
+/// owner.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
     (|| {
         let token = Token::new(id, owner, epoch)?;
         if run_guarded(&ASSERT, &token, vec![])? {
+            crate::xact::asserted((token.id, token.owner, token.epoch));
             return Ok(());
         }
         // Not current by the locking read, so not current by this later one
@@ -493,9 +526,56 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
             owner: token.owner,
             epoch: token.epoch,
             status,
+            at_commit: false,
         })
     })()
     .or_report()
+}
+
+/// The fence at commit: each token `work_assert` accepted in this
+/// transaction must still be current, or have been finished, released or
+/// failed by this transaction itself; each is locked again (`FOR NO KEY
+/// UPDATE`) so that it stays so until the commit. Called by `crate::xact`
+/// before a commit or prepare, only after a subtransaction rolled back.
+///
+/// Errors: 55000 "lease lost before commit", naming the first token that
+/// is no longer current.
+pub(crate) fn fence_at_commit(tokens: &[crate::xact::AssertedToken]) -> Result<()> {
+    for (id, owner, epoch) in tokens {
+        let token = Token {
+            id: *id,
+            owner: owner.clone(),
+            epoch: *epoch,
+        };
+        let held = Spi::connect_mut(|client| {
+            plans::run(client, &FENCE, &token.args(vec![]), |rows| {
+                if rows.is_empty() {
+                    return Ok(false);
+                }
+                let row = rows.first();
+                let claimed = row.get::<String>(1)?.as_deref() == Some("claimed");
+                let xmin = row.get::<i64>(2)?.unwrap_or(0);
+                // SAFETY: a plain look-up of this backend's transaction state.
+                let written_here = unsafe {
+                    pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(
+                        xmin as u32,
+                    ))
+                };
+                Ok(claimed || written_here)
+            })
+        })?;
+        if !held {
+            let status = lease_status_of(&token)?.unwrap_or(LeaseStatus::Released);
+            return Err(WorkfenceError::LeaseLost {
+                id: token.id,
+                owner: token.owner,
+                epoch: token.epoch,
+                status,
+                at_commit: true,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Why a token is (not) honoured.

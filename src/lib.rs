@@ -16,6 +16,8 @@ use pgrx::prelude::*;
 
 // `work_cancel`.
 pub mod cancel;
+// What differs between PostgreSQL majors.
+mod compat;
 // `work_claim`, `work_claim_key`.
 pub mod claim;
 // `work_enqueue` (and its NOTIFY `work_enqueued`).
@@ -37,6 +39,8 @@ pub mod purge;
 pub mod validate;
 // The long poll of `work_claim(..., wait)`: waiters and their wake-ups.
 pub mod wait;
+// Per-transaction state: wake-ups after commit, the fence of `work_assert` at commit.
+mod xact;
 
 // Tables, sequence and indexes, before any function.
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
@@ -49,6 +53,7 @@ extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 /// settings, and registers the maintenance worker when preloaded.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    xact::init();
     maintenance::init();
 }
 

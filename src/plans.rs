@@ -66,9 +66,14 @@ pub fn run<R>(
             plan
         }
     };
+    // `select` on a plan prepared with `prepare_mut` runs it read-write
+    // (each statement takes a fresh snapshot and sees the ones before it)
+    // without what `update` adds: an xid assigned up front. A claim that
+    // finds nothing, a status read or a waiting claim then takes no xid
+    // (none burnt, and a waiter holds no `backend_xid` back from vacuum).
     let rows = {
         let _generic = ForceGenericPlan::new();
-        client.update(plan, None, args)?
+        client.select(plan, None, args)?
     };
     read(rows)
 }

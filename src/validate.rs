@@ -65,6 +65,58 @@ impl IntervalParts {
     }
 }
 
+/// Days from 1970-01-01 to the proleptic Gregorian date (y, m, d), m in 1..=12
+/// (Howard Hinnant, "chrono-Compatible Low-Level Date Algorithms").
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The inverse of [`days_from_civil`].
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    days_from_civil(y + i64::from(m == 12), m % 12 + 1, 1) - days_from_civil(y, m, 1)
+}
+
+/// Days from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
+const PG_EPOCH_DAYS: i64 = 10_957;
+
+impl IntervalParts {
+    /// How long the interval really is when added to `now` (microseconds
+    /// since 2000-01-01 00:00 UTC, a `TimestampTz`): months as the calendar
+    /// months that follow `now` (a day past the target month's end becomes
+    /// its last day, as PostgreSQL's `timestamp + interval` does), days as
+    /// 24 hours. So `'12 mon 5 days'` from 2026-12-01 is 370 days, where
+    /// [`IntervalParts::total_micros`] counts 365. Call only with intervals
+    /// whose `total_micros` is within a few years (the caps are).
+    pub fn micros_from(self, now: i64) -> i128 {
+        let usecs_day = USECS_PER_DAY as i64;
+        let day = now.div_euclid(usecs_day) + PG_EPOCH_DAYS;
+        let (y, m, d) = civil_from_days(day);
+        let months = y * 12 + (m - 1) + i64::from(self.months);
+        let (ny, nm) = (months.div_euclid(12), months.rem_euclid(12) + 1);
+        let nd = d.min(days_in_month(ny, nm));
+        let month_days = days_from_civil(ny, nm, nd) - day;
+        (month_days as i128 + self.days as i128) * USECS_PER_DAY + self.micros as i128
+    }
+}
+
 /// A required argument: NULL raises 22004 naming it.
 pub fn required<T>(arg: &'static str, value: Option<T>) -> Result<T> {
     value.ok_or(WorkfenceError::NullArgument { arg })
@@ -184,9 +236,15 @@ pub fn lease(value: Option<IntervalParts>) -> Result<IntervalParts> {
 }
 
 /// A delay (`work_release`'s `delay`, `work_fail`'s `retry_in`): zero or
-/// longer, at most [`DELAY_MAX_USECS`], with no negative field.
-pub fn delay(arg: &'static str, value: IntervalParts) -> Result<IntervalParts> {
-    let total = value.total_micros();
+/// longer, at most [`DELAY_MAX_USECS`], with no negative field. The cap is
+/// judged by the delay's real length from `now` (the server's clock, a
+/// `TimestampTz`; see [`IntervalParts::micros_from`]), so months count as
+/// the calendar months that follow, not 30 days each.
+pub fn delay(arg: &'static str, value: IntervalParts, now: i64) -> Result<IntervalParts> {
+    let mut total = value.total_micros();
+    if (0..=DELAY_MAX_USECS).contains(&total) && value.months > 0 {
+        total = value.micros_from(now);
+    }
     if total < 0 {
         return Err(WorkfenceError::invalid(
             arg,
@@ -351,15 +409,42 @@ mod tests {
         assert!(key("".into()).is_err());
     }
 
+    /// 2026-12-01 00:00 UTC as a `TimestampTz` (microseconds since 2000-01-01).
+    const DEC_1_2026: i64 = 9_831 * 86_400_000_000;
+
+    #[test]
+    fn delays_are_judged_by_their_calendar_length_from_now() {
+        let day = 86_400_000_000_i128;
+        // 12 months from 2026-12-01 end on 2027-12-01: 365 days; 5 more make 370.
+        assert_eq!(iv(12, 5, 0).unwrap().micros_from(DEC_1_2026), 370 * day);
+        assert!(
+            delay("delay", iv(12, 5, 0).unwrap(), DEC_1_2026).is_err(),
+            "'12 mon 5 days' is 365 days by the 30-day rule but delays 370"
+        );
+        assert!(delay("delay", iv(12, 0, 0).unwrap(), DEC_1_2026).is_ok());
+        // From 2027-03-01, 12 months span 2028-02-29: 366 days.
+        let mar_1_2027 = DEC_1_2026 + 90 * 86_400_000_000;
+        assert_eq!(iv(12, 0, 0).unwrap().micros_from(mar_1_2027), 366 * day);
+        assert!(delay("delay", iv(12, 0, 0).unwrap(), mar_1_2027).is_err());
+        // A month from Jan 31 ends on the last day of February.
+        let jan_31_2027 = DEC_1_2026 + 61 * 86_400_000_000;
+        assert_eq!(iv(1, 0, 0).unwrap().micros_from(jan_31_2027), 28 * day);
+        // Before 2000 (negative TimestampTz) too: 1999-12-01 plus a month.
+        assert_eq!(
+            iv(1, 0, 0).unwrap().micros_from(-31 * 86_400_000_000),
+            31 * day
+        );
+    }
+
     #[test]
     fn counts() {
         assert!(max_items(Some(0)).is_err());
         assert!(max_items(Some(1000)).is_ok());
         assert!(max_items(Some(1001)).is_err());
         assert!(max_attempts(Some(0)).is_err());
-        assert!(delay("delay", iv(0, 0, -1).unwrap()).is_err());
-        assert!(delay("delay", iv(0, 0, 0).unwrap()).is_ok());
-        assert!(delay("delay", iv(0, 366, 0).unwrap()).is_err());
+        assert!(delay("delay", iv(0, 0, -1).unwrap(), DEC_1_2026).is_err());
+        assert!(delay("delay", iv(0, 0, 0).unwrap(), DEC_1_2026).is_ok());
+        assert!(delay("delay", iv(0, 366, 0).unwrap(), DEC_1_2026).is_err());
         assert_eq!(wait(iv(0, 0, 0)).unwrap(), std::time::Duration::ZERO);
         assert_eq!(wait(iv(0, 0, 3_600_000_000)).unwrap().as_secs(), 3_600);
         assert!(wait(iv(0, 0, 3_600_000_001)).is_err());

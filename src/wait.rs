@@ -7,16 +7,40 @@
 //! - A waiting claim takes a transaction-scoped **shared advisory lock** on
 //!   `(WAIT_LOCK_CLASS, queue_key(queue))`. Shared locks never conflict with
 //!   each other, so any number of claimers wait on one queue.
-//! - A transaction that makes an item claimable *now* (an enqueue of a due
-//!   item, a release, a failure with a retry) asks, once it has **committed**,
-//!   the lock manager which backends hold that lock
-//!   (`GetLockConflicts` with an exclusive mode) and sets their latches
-//!   (`SetLatch` on each one's `PGPROC`), as PostgreSQL's own NOTIFY does
-//!   with its listeners. Waking after commit means a woken claimer's next
-//!   statement sees the new item.
+//! - A transaction that makes items claimable (an enqueue, a release, a
+//!   failure with a retry) counts them per queue ([`crate::xact`]); once it
+//!   has **committed**, it asks the lock manager which backends hold that
+//!   lock (`GetLockConflicts` with an exclusive mode) and sets the latches of
+//!   as many of them as it made items, skipping waiters whose latch is set
+//!   already (woken and not yet running). Waking after commit means a woken
+//!   claimer's next statement sees the new item; waking one waiter per item,
+//!   not all of them, keeps a burst of enqueues from sending every waiter to
+//!   scan the queue for one item (the thundering herd).
+//! - A waiter that returns with items while its latch is set again (a
+//!   wake-up arrived during its claim, meant for an item it did not take)
+//!   passes one wake-up on to another waiter, as PostgreSQL's condition
+//!   variables forward a signal a sleeper did not use
+//!   (`ConditionVariableCancelSleep`). So no item is left waiting for a
+//!   waiter nobody woke.
+//! - A backend named in the lock's holders is found by
+//!   [`crate::compat::proc_of`], which returns only a live backend still in
+//!   the same transaction (the slots of exited backends keep their ids).
+//! - A prepared transaction that made items claimable holds a shared
+//!   advisory lock `(PREPARED_WAKE_CLASS, queue_key)` until `COMMIT PREPARED`
+//!   or `ROLLBACK PREPARED` (PostgreSQL runs no extension code at either). A
+//!   waiter that sees such a lock on its queue re-checks every
+//!   [`PREPARED_POLL`] until it is gone.
 //! - Items that become claimable by the clock alone (a `run_at` or a
 //!   `lease_until` reached) wake nobody: the waiter computes when the next one
 //!   will, and sleeps no longer than that.
+//!
+//! - A waiter gives way to DDL: every [`GIVE_WAY_CHECK`] of its sleep it
+//!   asks the lock manager whether a lock request that conflicts with the
+//!   locks its statement holds on `workfence.items` is queued (an `ALTER
+//!   EXTENSION ... UPDATE`, `VACUUM FULL`, `CREATE INDEX`), and if so ends
+//!   its wait with zero rows, as autovacuum gives way to a conflicting lock
+//!   request; otherwise the DDL would wait for the whole `wait`, and every
+//!   claim behind the DDL with it.
 //!
 //! The waiter resets its latch *before* each claim attempt and sleeps only if
 //! that attempt found nothing, so a wake-up that lands between the attempt
@@ -26,22 +50,40 @@
 //! `CHECK_FOR_INTERRUPTS`, so `statement_timeout`, `pg_cancel_backend` and a
 //! server shutdown end the wait at once (57014 / 57P01), and the postmaster's
 //! death ends the process (`WL_EXIT_ON_PM_DEATH`).
+//!
+//! A long poll needs a fresh snapshot per attempt: under REPEATABLE READ or
+//! SERIALIZABLE every attempt would see the transaction's first snapshot and
+//! never an item enqueued since, so `wait > 0` is refused there (25000).
 
-use std::cell::RefCell;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{register_xact_callback, PgXactCallbackEvent};
 
-use crate::error::Result;
+use crate::error::{Result, WorkfenceError};
 use crate::plans::{self, Statement};
+use crate::{compat, xact};
 
 /// The first key of the advisory lock waiters hold (ASCII "WFwt"), so that
 /// the locks are recognisable in `pg_locks` (`classid`) and unlikely to meet
 /// an application's own advisory locks.
 pub const WAIT_LOCK_CLASS: i32 = 0x5746_7774;
+
+/// The first key of the advisory lock a prepared transaction holds for each
+/// queue it made items claimable in (ASCII "WFpp").
+pub const PREPARED_WAKE_CLASS: i32 = 0x5746_7070;
+
+/// How often a waiter re-checks its queue while a prepared transaction holds
+/// wake-ups for it.
+pub const PREPARED_POLL: Duration = Duration::from_millis(50);
+
+/// How often a sleeping waiter checks whether someone queues for a lock
+/// that conflicts with the ones its statement holds on `workfence.items`
+/// (DDL, `ALTER EXTENSION ... UPDATE`, `VACUUM FULL`, `CREATE INDEX`): it
+/// then gives way, ending its wait with zero rows, as autovacuum gives way
+/// to a conflicting lock request. These checks run no SQL.
+pub const GIVE_WAY_CHECK: Duration = Duration::from_millis(200);
 
 /// How long a waiter sleeps between claim attempts when it could not take its
 /// advisory lock (an application holds an exclusive lock on the same keys):
@@ -57,74 +99,91 @@ pub fn queue_key(queue: &str) -> i32 {
     hasher.finish() as i32
 }
 
-thread_local! {
-    /// Queue keys whose waiters this transaction wakes when it commits.
-    static TO_WAKE: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+/// Arrange for `items` claimers waiting on `queue` to be woken when the
+/// current transaction commits (nothing happens if it aborts).
+pub fn wake_after_commit(queue: &str, items: u32) {
+    xact::wake_at_commit(queue_key(queue), items);
 }
 
-/// Arrange for the claimers waiting on `queue` to be woken when the current
-/// transaction commits (nothing happens if it aborts).
-pub fn wake_after_commit(queue: &str) {
-    let key = queue_key(queue);
-    TO_WAKE.with(|keys| {
-        let mut keys = keys.borrow_mut();
-        if keys.is_empty() {
-            // pgrx's transaction callbacks last one transaction.
-            register_xact_callback(PgXactCallbackEvent::Commit, || {
-                for key in TO_WAKE.with(RefCell::take) {
-                    wake(key);
-                }
-            });
-            register_xact_callback(PgXactCallbackEvent::Abort, || {
-                TO_WAKE.with(RefCell::take);
-            });
-        }
-        if !keys.contains(&key) {
-            keys.push(key);
-        }
-    });
-}
-
-/// Set the latch of every backend holding the wait lock of queue key `key`.
-/// Runs after commit: it must not raise (nothing here allocates beyond one
-/// palloc'd array or takes more than the lock manager's partition lock).
-fn wake(key: i32) {
-    let tag = pg_sys::LOCKTAG {
+/// The advisory lock tag `(class, key)` in this database, as
+/// `pg_advisory_xact_lock_shared(int4, int4)` makes it.
+fn advisory_tag(class: i32, key: i32) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
         // SAFETY: a plain global of the backend, set at connection start.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        // The lock manager stores the signed keys' bits (as
-        // pg_advisory_xact_lock_shared(int4, int4) does).
-        locktag_field2: WAIT_LOCK_CLASS as u32,
+        // The lock manager stores the signed keys' bits.
+        locktag_field2: class as u32,
         locktag_field3: key as u32,
         // 2 = the (int4, int4) form of the advisory lock functions.
         locktag_field4: 2,
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
-    };
+    }
+}
+
+/// Set the latches of up to `n` backends waiting on queue key `key` whose
+/// latch is not set already; returns how many were set. Runs after commit:
+/// it must not raise (nothing here allocates beyond one palloc'd array or
+/// takes more than the lock manager's partition lock and the
+/// shared-invalidation lock, shared).
+pub fn wake(key: i32, n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    let tag = advisory_tag(WAIT_LOCK_CLASS, key);
+    let mut woken = 0;
     // SAFETY: the tag is fully initialised; GetLockConflicts returns a
-    // palloc'd array terminated by an invalid VirtualTransactionId. ProcGlobal
-    // and its allProcs array live in shared memory for the server's lifetime;
-    // reading a slot that is being recycled can at worst set the latch of
-    // another process (a spurious wake-up, which every latch user tolerates).
+    // palloc'd array terminated by an invalid VirtualTransactionId (it
+    // leaves out this backend); proc_of returns live PGPROCs only.
     unsafe {
         let mut vxid = pg_sys::GetLockConflicts(
             &tag,
             pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
             std::ptr::null_mut(),
         );
-        while (*vxid).localTransactionId != 0 {
-            let backend = (*vxid).backendId;
-            let procs = (*pg_sys::ProcGlobal).allProcs;
-            for i in 0..(*pg_sys::ProcGlobal).allProcCount as usize {
-                let proc = procs.add(i);
-                if (*proc).backendId == backend && (*proc).pid != 0 {
+        while woken < n && (*vxid).localTransactionId != 0 {
+            if let Some(proc) = compat::proc_of(&*vxid) {
+                if (*proc).procLatch.is_set == 0 {
                     pg_sys::SetLatch(&mut (*proc).procLatch);
-                    break;
+                    woken += 1;
                 }
             }
             vxid = vxid.add(1);
         }
     }
+    woken
+}
+
+/// At `PREPARE TRANSACTION`: hold the prepared-wake lock of queue key `key`
+/// (shared, so prepared transactions never wait on each other), which the
+/// prepared transaction keeps until it is committed or rolled back.
+pub fn hold_for_prepared(key: i32) {
+    let tag = advisory_tag(PREPARED_WAKE_CLASS, key);
+    // SAFETY: a transaction-scoped lock taken before the prepare moves the
+    // transaction's locks to the prepared transaction.
+    unsafe {
+        pg_sys::LockAcquire(&tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false, false);
+    }
+}
+
+/// Whether a prepared transaction holds wake-ups for queue key `key`.
+fn prepared_wakes_pending(key: i32) -> bool {
+    let tag = advisory_tag(PREPARED_WAKE_CLASS, key);
+    // SAFETY: as in `wake`.
+    unsafe {
+        let vxid = pg_sys::GetLockConflicts(
+            &tag,
+            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
+            std::ptr::null_mut(),
+        );
+        (*vxid).localTransactionId != 0
+    }
+}
+
+/// Whether this backend's latch is set.
+fn latch_is_set() -> bool {
+    // SAFETY: MyLatch is this backend's own latch.
+    unsafe { (*pg_sys::MyLatch).is_set != 0 }
 }
 
 static REGISTER: Statement = Statement {
@@ -180,16 +239,22 @@ pub fn until_claimed<T>(
     wait: Duration,
     mut attempt: impl FnMut() -> Result<Vec<T>>,
 ) -> Result<Vec<T>> {
+    // SAFETY: a plain int global of the backend.
+    if !wait.is_zero() && unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        return Err(WorkfenceError::WaitNeedsFreshSnapshots);
+    }
     let rows = attempt()?;
     if !rows.is_empty() || wait.is_zero() {
         return Ok(rows);
     }
+    let key = queue_key(queue);
+    let items = ItemsLock::of(items_relation());
     let deadline = Instant::now() + wait;
     let registered: bool = Spi::connect_mut(|client| {
         plans::run(
             client,
             &REGISTER,
-            &[WAIT_LOCK_CLASS.into(), queue_key(queue).into()],
+            &[WAIT_LOCK_CLASS.into(), key.into()],
             |rows| Ok(rows.first().get_one::<bool>()?.unwrap_or(false)),
         )
     })?;
@@ -199,6 +264,11 @@ pub fn until_claimed<T>(
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
         let rows = attempt()?;
         if !rows.is_empty() {
+            if latch_is_set() {
+                // A wake-up came in during the claim; this waiter is
+                // leaving, so pass it on (see the module comment).
+                wake(key, 1);
+            }
             return Ok(rows);
         }
         let now = Instant::now();
@@ -219,18 +289,123 @@ pub fn until_claimed<T>(
         if !registered {
             sleep = sleep.min(POLL_WITHOUT_LOCK);
         }
+        if prepared_wakes_pending(key) {
+            sleep = sleep.min(PREPARED_POLL);
+        }
         // At least 1 ms, so that an item due "now" is not spun on.
-        let timeout_ms = sleep.as_millis().clamp(1, i64::MAX as u128) as std::ffi::c_long;
+        let wake_at = Instant::now() + sleep.max(Duration::from_millis(1));
+        if sleep_until(wake_at, items)? {
+            return Ok(Vec::new());
+        }
+    }
+}
+
+/// Sleep on the latch until it is set or `wake_at` passes, checking every
+/// [`GIVE_WAY_CHECK`] for a queued lock request that conflicts with this
+/// statement's locks on `workfence.items` (see [`ItemsLock`]); true when the
+/// waiter must give way. Interrupts are served at every wake-up.
+fn sleep_until(wake_at: Instant, items: ItemsLock) -> Result<bool> {
+    loop {
+        let now = Instant::now();
+        if now >= wake_at {
+            return Ok(false);
+        }
+        let chunk = (wake_at - now).min(GIVE_WAY_CHECK);
+        let timeout_ms = chunk.as_micros().div_ceil(1000) as std::ffi::c_long;
         // SAFETY: waiting on our own latch; the flags are PostgreSQL's.
-        unsafe {
+        let events = unsafe {
             pg_sys::WaitLatch(
                 pg_sys::MyLatch,
                 (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
                 timeout_ms,
                 pg_sys::PG_WAIT_EXTENSION,
-            );
-        }
+            )
+        };
         check_for_interrupts!();
+        if items.request_queued() {
+            return Ok(true);
+        }
+        if events & pg_sys::WL_LATCH_SET as i32 != 0 {
+            return Ok(false);
+        }
+    }
+}
+
+/// Where this waiter's statement holds its locks on `workfence.items`,
+/// which decides how it can learn of a conflicting lock request.
+#[derive(Clone, Copy)]
+enum ItemsLock {
+    /// The extension is not installed here (no relation to watch).
+    None,
+    /// In the lock manager's fast path (the usual case): a conflicting
+    /// request moves it to the shared table, which is the sign.
+    FastPath(pg_sys::Oid),
+    /// In the shared lock table from the start: `LockHasWaiters` can look
+    /// (it cannot for a fast-path lock, which has no shared entry).
+    Shared(pg_sys::Oid),
+}
+
+impl ItemsLock {
+    /// Where the locks on relation `items` are now (call after a claim
+    /// attempt, which takes them).
+    fn of(items: pg_sys::Oid) -> ItemsLock {
+        if items == pg_sys::InvalidOid {
+            ItemsLock::None
+        // SAFETY: reads this backend's own fast-path slots.
+        } else if unsafe { compat::fast_path_holds(items) } {
+            ItemsLock::FastPath(items)
+        } else {
+            ItemsLock::Shared(items)
+        }
+    }
+
+    /// Whether another backend waits (or waited) for a lock on the
+    /// relation that conflicts with the locks this backend holds on it.
+    fn request_queued(self) -> bool {
+        match self {
+            ItemsLock::None => false,
+            // SAFETY: reads this backend's own fast-path slots.
+            ItemsLock::FastPath(items) => unsafe { !compat::fast_path_holds(items) },
+            ItemsLock::Shared(items) => {
+                let tag = pg_sys::LOCKTAG {
+                    // SAFETY: a plain global of the backend.
+                    locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+                    locktag_field2: items.to_u32(),
+                    locktag_field3: 0,
+                    locktag_field4: 0,
+                    locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
+                    locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+                };
+                [
+                    pg_sys::RowExclusiveLock,
+                    pg_sys::RowShareLock,
+                    pg_sys::AccessShareLock,
+                ]
+                .into_iter()
+                .any(|mode| {
+                    let mode = mode as pg_sys::LOCKMODE;
+                    // SAFETY: lock-table look-ups of this backend, inside
+                    // its transaction; LockHasWaiters is asked only about a
+                    // mode held, and only for a lock in the shared table.
+                    unsafe {
+                        compat::lock_held_by_me(&tag, mode)
+                            && pg_sys::LockHasWaiters(&tag, mode, false)
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// The OID of `workfence.items`, or InvalidOid.
+fn items_relation() -> pg_sys::Oid {
+    // SAFETY: catalog look-ups by name inside a transaction.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"workfence".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return pg_sys::InvalidOid;
+        }
+        pg_sys::get_relname_relid(c"items".as_ptr(), schema)
     }
 }
 

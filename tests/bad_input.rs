@@ -137,6 +137,8 @@ fn delay_arg(name: &'static str, required: bool) -> Arg {
     let mut bad = vec![
         invalid("-1 second"),
         invalid("366 days"),
+        // 365 days by the 30-day rule, 370 or 371 real days from any date.
+        invalid("12 mon 5 days"),
         invalid("1000 years"),
         invalid("1 mon -29 days"),
     ];

@@ -24,7 +24,7 @@ use pg_workfence_client::Cluster;
 use postgres::Client;
 
 /// The released versions, whose frozen install scripts are in `sql/`.
-const RELEASED: [&str; 2] = ["0.1.0", "0.2.0"];
+const RELEASED: [&str; 3] = ["0.1.0", "0.2.0", "0.3.0"];
 
 /// One line per property of every object that belongs to the extension,
 /// sorted: equal for two databases exactly when their extensions are.

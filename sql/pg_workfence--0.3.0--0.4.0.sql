@@ -1,0 +1,30 @@
+-- pg_workfence 0.3.0 -> 0.4.0 (ALTER EXTENSION pg_workfence UPDATE).
+--
+-- FROZEN once 0.4.0 is released: never edit it, write the next step as
+-- pg_workfence--0.4.0--<next>.sql. tests/upgrade.rs updates every released
+-- version and checks the result is object for object a fresh 0.4.0 install.
+--
+-- What 0.4.0 changes (all in the library; the SQL objects keep their
+-- signatures, only comments change):
+-- - long-poll wake-ups find the waiting backend by its live backend id and
+--   transaction (they latched exited backends' slots after connection
+--   churn), wake one waiter per item, and survive PREPARE TRANSACTION;
+-- - work_assert's fence is re-checked at COMMIT after a rolled-back
+--   savepoint released its row lock (55000 "lease lost before commit");
+-- - work_claim refuses wait > 0 under REPEATABLE READ / SERIALIZABLE (25000);
+-- - delay and retry_in are capped by their real length from now.
+
+COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
+'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token) and lease_until = clock_timestamp() + lease. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 57014 when cancelled while waiting.';
+
+COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
+'work_release(id, owner, epoch, delay interval DEFAULT ''0'') -> boolean. Hands a claimed item back unfinished: pending again from clock_timestamp() + delay, attempt given back, token dead. False for any token but the current one. Errors: 22004 NULL argument, 22023 bad owner, delay negative or over 365 days (its real length from now: months count as the calendar months that follow).';
+
+COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
+'work_fail(id, owner, epoch, error text, retry_in interval DEFAULT NULL) -> boolean. Records error; pending again after retry_in (NULL: exponential backoff with jitter, 2^n/2..2^n s, at most 1 h) or failed once attempts are used up. False (nothing recorded) for any token but the current one. Errors: 22004 NULL id/owner/epoch/error, 22023 bad owner, retry_in negative or over 365 days (real length from now).';
+
+COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
+'work_assert(id, owner, epoch) -> void. Raises SQLSTATE 55000 (lease lost; DETAIL says why) unless the token is current, and holds the item''s row lock (FOR NO KEY UPDATE) to the end of the transaction, so the worker''s own writes in that transaction commit only while it holds the lease. If a savepoint or exception block that held the lock rolls back, COMMIT re-checks the token and fails with 55000 (lease lost before commit) when it is no longer current. Errors: 55000 lease lost, 22004 NULL argument, 22023 bad owner.';
+
+COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
+'work_lease_status(id, owner, epoch) -> text: current, superseded, finished, cancelled, wrong_owner or missing. Why the token is (not) honoured, read with the statement''s snapshot (READ COMMITTED: the newest committed state; REPEATABLE READ: the transaction''s snapshot). A lapsed lease nobody claimed anew is current; a lease handed back (work_release, retryable work_fail) is superseded. Changes nothing. Errors: 22004 NULL argument, 22023 bad owner.';
