@@ -4,7 +4,18 @@
 //! costs a parse per item and rounds numbers beyond an f64 (a payload
 //! `{"n": 12345678901234567890123}` would come back changed). A payload is the
 //! user's data, so the extension never interprets it: [`RawJsonb`] holds the
-//! detoasted on-disk bytes and hands them back unchanged.
+//! datum's varlena exactly as it was given, header included, and hands it
+//! back unchanged.
+//!
+//! It is not detoasted either: a payload read from the table arrives as a
+//! TOAST pointer (18 bytes) when it was stored out of line, and `work_claim`
+//! returns that pointer; the value is fetched only when the client's row is
+//! sent (or a caller's expression reads it), one row at a time, and an
+//! `INSERT` of it elsewhere fetches and stores it anew, as PostgreSQL does
+//! with any column value passed up a plan. So a claim of 1,000 items of
+//! 1 MB holds kilobytes, not gigabytes, and memory follows what the caller
+//! reads (`tests/memory.rs`). The TOAST value stays valid: the item's row
+//! that points at it cannot be deleted and vacuumed within the statement.
 
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::{Datum, UnboxDatum};
@@ -15,7 +26,8 @@ use pgrx::pgrx_sql_entity_graph::metadata::{
 };
 use pgrx::prelude::*;
 
-/// The binary body of a `jsonb` datum (without the varlena header).
+/// A `jsonb` datum's varlena, byte for byte: header included, possibly a
+/// TOAST pointer or a compressed value (see the module comment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawJsonb(pub Vec<u8>);
 
@@ -23,19 +35,32 @@ impl FromDatum for RawJsonb {
     unsafe fn from_polymorphic_datum(
         datum: pg_sys::Datum,
         is_null: bool,
-        typoid: pg_sys::Oid,
+        _typoid: pg_sys::Oid,
     ) -> Option<Self> {
-        // SAFETY: the caller promises `datum` is a jsonb (a varlena) when not
-        // null; Vec<u8>'s conversion detoasts it and copies the body.
-        unsafe { Vec::<u8>::from_polymorphic_datum(datum, is_null, typoid).map(RawJsonb) }
+        if is_null {
+            return None;
+        }
+        let ptr = datum.cast_mut_ptr::<pg_sys::varlena>() as *const pg_sys::varlena;
+        // SAFETY: a non-NULL jsonb datum points at a varlena of this size
+        // (any header form: 1-byte, 4-byte, external, compressed).
+        unsafe {
+            let size = pgrx::varlena::varsize_any(ptr);
+            Some(RawJsonb(
+                std::slice::from_raw_parts(ptr as *const u8, size).to_vec(),
+            ))
+        }
     }
 }
 
 impl IntoDatum for RawJsonb {
     fn into_datum(self) -> Option<pg_sys::Datum> {
-        // A varlena is a varlena: the bytes become a palloc'd datum with a
-        // 4-byte header, which is what jsonb's body was read from.
-        self.0.into_datum()
+        // SAFETY: palloc in the current memory context, then a copy of the
+        // varlena's own bytes (its header says its size).
+        unsafe {
+            let ptr = pg_sys::palloc(self.0.len()) as *mut u8;
+            std::ptr::copy_nonoverlapping(self.0.as_ptr(), ptr, self.0.len());
+            Some(pg_sys::Datum::from(ptr))
+        }
     }
 
     fn type_oid() -> pg_sys::Oid {
@@ -43,7 +68,6 @@ impl IntoDatum for RawJsonb {
     }
 }
 
-// SAFETY: RawJsonb is exactly a jsonb datum on the SQL side.
 unsafe impl SqlTranslatable for RawJsonb {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(RawJsonb);
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;

@@ -382,3 +382,26 @@ fn a_fast_shutdown_is_not_held_up_by_a_waiting_claim() {
         assert!(outcome.is_err(), "the waiting claim ends with an error");
     });
 }
+
+#[test]
+fn a_waiting_claim_gives_way_to_a_conflicting_lock_request() {
+    let cluster = cluster();
+    let mut main = database(&cluster, "give_way");
+    thread::scope(|s| {
+        let claimer = waiting_claimer(s, &cluster, "give_way", &mut main, LONG_WAIT);
+        // What ALTER EXTENSION ... UPDATE, CREATE INDEX or VACUUM FULL
+        // would ask for: a lock that conflicts with the claim's.
+        let asked = Instant::now();
+        ok(
+            main.batch_execute("BEGIN; LOCK TABLE workfence.items IN SHARE MODE"),
+            "LOCK TABLE",
+        );
+        let granted = asked.elapsed();
+        ok(main.batch_execute("COMMIT"), "COMMIT");
+        let got = ok(claimer.join().expect("claimer thread"), "waiting claim");
+        println!("long_poll: a SHARE lock on items waited {granted:?} for a waiting claim");
+        assert!(got.items.is_empty(), "the waiter gives way with zero rows");
+        // The waiter checks every 200 ms; 60 s would mean it did not give way.
+        assert!(granted < Duration::from_secs(5), "waited {granted:?}");
+    });
+}
