@@ -80,6 +80,37 @@ COMMENT ON INDEX workfence.items_lease_idx IS 'Claim path 2: claimed items by le
 -- owner (SECURITY DEFINER, set at the end of finalize.sql), so a role that
 -- uses the queue is granted EXECUTE on functions, never rights on the tables
 -- (docs/operations.md, "Least privilege"). PUBLIC gets nothing.
+CREATE INDEX items_finished_idx ON workfence.items (finished_at)
+    WHERE state IN ('done', 'failed', 'cancelled');
+COMMENT ON INDEX workfence.items_finished_idx IS
+    'Purge path: finished items by finished_at, so a purge reads what it deletes, not the table.';
+
+-- The sequences' floor. Rows that come in with ids or epochs of their own
+-- (a data-only restore of workfence.items without its sequences, a COPY)
+-- lift the sequences above them, so that no later enqueue reuses an id and
+-- no later claim hands out an epoch at or below one already in the table.
+-- An enqueue's row (created_at = clock_timestamp(), no epoch) never fires it.
+CREATE FUNCTION workfence.items_sequence_floor() RETURNS trigger
+LANGUAGE plpgsql AS $floor$
+BEGIN
+    IF NEW.id OPERATOR(pg_catalog.>=) (SELECT s.last_value FROM workfence.items_id_seq AS s) THEN
+        PERFORM pg_catalog.setval('workfence.items_id_seq'::pg_catalog.regclass, NEW.id);
+    END IF;
+    IF NEW.epoch OPERATOR(pg_catalog.>=) (SELECT s.last_value FROM workfence.epoch_seq AS s) THEN
+        PERFORM pg_catalog.setval('workfence.epoch_seq'::pg_catalog.regclass, NEW.epoch);
+    END IF;
+    RETURN NULL;
+END
+$floor$;
+COMMENT ON FUNCTION workfence.items_sequence_floor() IS
+    'Trigger of workfence.items: a row inserted with an id or epoch at or above its sequence''s '
+    'position (a restore, a COPY) moves the sequence past it. Not callable by users.';
+CREATE TRIGGER items_sequence_floor AFTER INSERT ON workfence.items
+    FOR EACH ROW
+    WHEN (NEW.epoch IS NOT NULL
+          OR NEW.created_at OPERATOR(pg_catalog.<) pg_catalog.transaction_timestamp())
+    EXECUTE FUNCTION workfence.items_sequence_floor();
+
 REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.epoch_seq FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.items_id_seq FROM PUBLIC;

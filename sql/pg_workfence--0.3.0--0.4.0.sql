@@ -12,7 +12,9 @@
 -- - work_assert's fence is re-checked at COMMIT after a rolled-back
 --   savepoint released its row lock (55000 "lease lost before commit");
 -- - work_claim refuses wait > 0 under REPEATABLE READ / SERIALIZABLE (25000);
--- - delay and retry_in are capped by their real length from now.
+-- - delay and retry_in are capped by their real length from now;
+-- - items_finished_idx serves the purge; the trigger items_sequence_floor keeps
+--   ids and epochs above any row restored without its sequences.
 
 COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
 'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token) and lease_until = clock_timestamp() + lease. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 57014 when cancelled while waiting.';
@@ -28,3 +30,35 @@ COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
 
 COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
 'work_lease_status(id, owner, epoch) -> text: current, superseded, finished, cancelled, wrong_owner or missing. Why the token is (not) honoured, read with the statement''s snapshot (READ COMMITTED: the newest committed state; REPEATABLE READ: the transaction''s snapshot). A lapsed lease nobody claimed anew is current; a lease handed back (work_release, retryable work_fail) is superseded. Changes nothing. Errors: 22004 NULL argument, 22023 bad owner.';
+
+-- A purge reads what it deletes, not the table (issue 21, item 6).
+CREATE INDEX items_finished_idx ON workfence.items (finished_at)
+    WHERE state IN ('done', 'failed', 'cancelled');
+COMMENT ON INDEX workfence.items_finished_idx IS
+    'Purge path: finished items by finished_at, so a purge reads what it deletes, not the table.';
+
+-- Rows inserted with ids or epochs of their own (a data-only restore without
+-- the sequences) lift the sequences past them (issue 21, item 10).
+CREATE FUNCTION workfence.items_sequence_floor() RETURNS trigger
+LANGUAGE plpgsql AS $floor$
+BEGIN
+    IF NEW.id OPERATOR(pg_catalog.>=) (SELECT s.last_value FROM workfence.items_id_seq AS s) THEN
+        PERFORM pg_catalog.setval('workfence.items_id_seq'::pg_catalog.regclass, NEW.id);
+    END IF;
+    IF NEW.epoch OPERATOR(pg_catalog.>=) (SELECT s.last_value FROM workfence.epoch_seq AS s) THEN
+        PERFORM pg_catalog.setval('workfence.epoch_seq'::pg_catalog.regclass, NEW.epoch);
+    END IF;
+    RETURN NULL;
+END
+$floor$;
+COMMENT ON FUNCTION workfence.items_sequence_floor() IS
+    'Trigger of workfence.items: a row inserted with an id or epoch at or above its sequence''s '
+    'position (a restore, a COPY) moves the sequence past it. Not callable by users.';
+ALTER FUNCTION workfence.items_sequence_floor()
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.items_sequence_floor() FROM PUBLIC;
+CREATE TRIGGER items_sequence_floor AFTER INSERT ON workfence.items
+    FOR EACH ROW
+    WHEN (NEW.epoch IS NOT NULL
+          OR NEW.created_at OPERATOR(pg_catalog.<) pg_catalog.transaction_timestamp())
+    EXECUTE FUNCTION workfence.items_sequence_floor();

@@ -1,5 +1,6 @@
 //! `work_enqueue`: add an item to a queue (idempotent on the queue and key).
 
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -24,6 +25,28 @@ static INSERT: Statement = Statement {
         pg_sys::INT4OID,
     ],
 };
+
+/// `workfence.notify_enqueued` (boolean, default on, superuser-set): whether
+/// an enqueue of a due item runs `NOTIFY work_enqueued, '<queue>'`. Any role
+/// that can connect may `LISTEN` on any channel, so the notifications tell
+/// every such role the names of the queues that receive work; an operator
+/// who must keep queue names private turns this off (`ALTER SYSTEM`, `ALTER
+/// DATABASE ... SET`, or a superuser's `SET`): long polls
+/// (`work_claim(..., wait)`) do not need it.
+pub static NOTIFY_ENQUEUED: GucSetting<bool> = GucSetting::<bool>::new(true);
+
+/// Define `workfence.notify_enqueued`; called from `_PG_init`.
+pub fn init() {
+    GucRegistry::define_bool_guc(
+        c"workfence.notify_enqueued",
+        c"pg_workfence: an enqueue of a due item sends NOTIFY work_enqueued with the queue name.",
+        c"Any role that can connect may LISTEN and so learn queue names; turn this off to keep \
+          them private (long polls do not need it).",
+        &NOTIFY_ENQUEUED,
+        GucContext::Suset,
+        GucFlags::empty(),
+    );
+}
 
 // Tells listeners that an item of queue `$1` is claimable now. PostgreSQL
 // delivers it when (and only if) the transaction commits, and folds identical
@@ -138,7 +161,7 @@ fn enqueue(
                 },
             )?;
             if let Some((id, due)) = inserted {
-                if due {
+                if due && NOTIFY_ENQUEUED.get() {
                     plans::run(client, &NOTIFY, &[queue.as_str().into()], |_| Ok(()))?;
                 }
                 // Claimers long-polling the queue re-check after commit

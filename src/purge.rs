@@ -17,7 +17,11 @@ use crate::validate;
 // what the CTE filters on (a worker's uncommitted finish is still 'claimed'
 // to it). A `work_enqueue` of a key being purged waits for the purge to
 // commit, then inserts a new item. Item ids and epochs come from sequences,
-// so deleting a row never lets either be handed out again.
+// so deleting a row never lets either be handed out again. The cut-off is an
+// InitPlan (read once), so the scan walks items_finished_idx from its start
+// to the cut-off, and the DELETE finds the doomed ids through the primary
+// key (`= ANY (ARRAY(...))`; a join would let a generic plan hash-join a
+// scan of the whole table): a purge reads what it deletes, not the table.
 static PURGE: Statement = Statement {
     name: "purge",
     sql: "WITH doomed AS ( \
@@ -25,12 +29,12 @@ static PURGE: Statement = Statement {
              WHERE i.state OPERATOR(pg_catalog.=) ANY \
                    ('{done,failed,cancelled}'::workfence.item_state[]) \
                AND i.finished_at OPERATOR(pg_catalog.<) \
-                   (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $1) \
+                   (SELECT pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $1) \
                AND ($2 IS NULL OR i.queue OPERATOR(pg_catalog.=) $2) \
              FOR UPDATE SKIP LOCKED), \
           gone AS ( \
-            DELETE FROM workfence.items AS i USING doomed AS d \
-             WHERE i.id OPERATOR(pg_catalog.=) d.id \
+            DELETE FROM workfence.items AS i \
+             WHERE i.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.id FROM doomed AS d)) \
             RETURNING i.id) \
           SELECT pg_catalog.count(*) FROM gone",
     args: &[pg_sys::INTERVALOID, pg_sys::TEXTOID],

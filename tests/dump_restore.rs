@@ -105,3 +105,70 @@ fn dump_and_restore_keeps_items_states_and_the_epoch_sequence() {
         "epoch {epoch} not above {max_epoch} after restore"
     );
 }
+
+#[test]
+fn a_restore_of_the_items_table_alone_lifts_both_sequences() {
+    let cluster = ok(
+        Cluster::start(common::scratch_base()),
+        "starting a throwaway cluster",
+    );
+    ok(cluster.create_database("only_items"), "source database");
+    let mut src = ok(cluster.connect_to("only_items"), "connecting to source");
+    // Epochs well above 1: 50 claims and releases of one item, then items in
+    // several states.
+    ok(
+        src.batch_execute(
+            "SELECT workfence.work_enqueue('q', '{}', 'hot');
+             DO $$ DECLARE r record; BEGIN
+               FOR n IN 1..50 LOOP
+                 SELECT * INTO r FROM workfence.work_claim_key('q', 'hot', 'w', '1 hour');
+                 PERFORM workfence.work_release(r.id, 'w', r.epoch);
+               END LOOP; END $$;
+             SELECT workfence.work_enqueue('q', '{}', k) FROM unnest(ARRAY['a', 'b', 'c']) k;
+             SELECT * FROM workfence.work_claim('q', 'w', '1 hour', 2);",
+        ),
+        "items with epochs",
+    );
+    let max_epoch: i64 = scalar(&mut src, "SELECT max(epoch) FROM workfence.items", &[]);
+    let max_id: i64 = scalar(&mut src, "SELECT max(id) FROM workfence.items", &[]);
+    assert!(max_epoch > 50);
+
+    // The table's rows only (no sequences), into a fresh install.
+    let dump = cluster.data_dir().with_extension("items.sql");
+    run_client(
+        &cluster,
+        "pg_dump",
+        "only_items",
+        &["--data-only", "-t", "workfence.items", "-f"],
+        &dump,
+    );
+    ok(cluster.create_database("fresh"), "fresh install");
+    let restore = ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"];
+    run_client(&cluster, "psql", "fresh", &restore, &dump);
+    std::fs::remove_file(&dump).ok();
+
+    let mut dst = ok(cluster.connect_to("fresh"), "connecting to fresh");
+    let restored: i64 = scalar(&mut dst, "SELECT count(*) FROM workfence.items", &[]);
+    assert_eq!(restored, 4);
+    let new_id: i64 = scalar(
+        &mut dst,
+        "SELECT id FROM workfence.work_enqueue('q', '{}', 'after')",
+        &[],
+    );
+    assert!(new_id > max_id, "id {new_id} at or below {max_id}");
+    let epochs: Vec<i64> = ok(
+        dst.query(
+            "SELECT epoch FROM workfence.work_claim('q', 'w', '1 hour', 10)",
+            &[],
+        ),
+        "claim after the restore",
+    )
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    assert!(!epochs.is_empty());
+    assert!(
+        epochs.iter().all(|e| *e > max_epoch),
+        "epochs {epochs:?} not above {max_epoch}"
+    );
+}

@@ -191,3 +191,40 @@ fn nothing_is_heard_before_the_enqueue_commits() {
     ok(tx.rollback(), "ROLLBACK");
     assert_eq!(ear.heard(), Vec::<String>::new());
 }
+
+#[test]
+fn an_operator_can_keep_queue_names_private() {
+    let cluster = cluster();
+    let (mut ear, mut enqueuer) = setup(&cluster, "notify_off");
+    // A role with no grants may LISTEN: the default tells it queue names.
+    ok(
+        enqueuer.batch_execute("CREATE ROLE nosy LOGIN"),
+        "a role with no grants",
+    );
+    let mut nosy = common::connect_as(&cluster, "notify_off", "nosy", "nosy");
+    ok(nosy.batch_execute("LISTEN work_enqueued"), "LISTEN as nosy");
+    assert!(enqueue(&mut enqueuer, "payroll", "a", "now"));
+    assert_eq!(ear.heard(), vec!["payroll"]);
+    let told = ok(
+        nosy.notifications().timeout_iter(DEADLINE).next(),
+        "nosy's notification",
+    )
+    .expect("nosy hears the queue's name");
+    assert_eq!(told.payload(), "payroll");
+    // With it off (a superuser-only setting) nothing is sent, and enqueue
+    // and claim work as before.
+    ok(
+        enqueuer.batch_execute("ALTER DATABASE notify_off SET workfence.notify_enqueued = off"),
+        "ALTER DATABASE",
+    );
+    let mut quiet = ok(cluster.connect_to("notify_off"), "a new session");
+    ear.enqueuer_pid = common::scalar(&mut quiet, "SELECT pg_backend_pid()", &[]);
+    assert!(enqueue(&mut quiet, "payroll", "b", "now"));
+    assert_eq!(ear.heard(), Vec::<String>::new());
+    let claimed: i64 = common::scalar(
+        &mut quiet,
+        "SELECT count(*) FROM workfence.work_claim('payroll', 'w', '1 minute', 10)",
+        &[],
+    );
+    assert_eq!(claimed, 2);
+}

@@ -156,6 +156,11 @@ fn an_update_from_0_2_0_keeps_every_token_and_matches_a_fresh_install() {
     upgrade_from(RELEASED[1]);
 }
 
+#[test]
+fn an_update_from_0_3_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[2]);
+}
+
 /// Install `previous`, make items in every state it can make, update, and
 /// check the tokens and the catalog.
 fn upgrade_from(previous: &str) {
