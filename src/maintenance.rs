@@ -1,7 +1,7 @@
-//! Optional background maintenance: a background worker that dead-letters
-//! lapsed final attempts and purges old finished items.
+//! Optional background maintenance: background workers that dead-letter
+//! lapsed final attempts and purge old finished items.
 //!
-//! It runs only when the library is in `shared_preload_libraries` (a static
+//! They run only when the library is in `shared_preload_libraries` (a static
 //! background worker can be registered only while the postmaster loads the
 //! preloaded libraries). Without preloading nothing here runs, and
 //! everything else works as before: `work_purge` is there to call, and a
@@ -14,31 +14,47 @@
 //! - `workfence.maintenance_naptime` (seconds, default 60): time between
 //!   rounds;
 //! - `workfence.maintenance_database` (default `postgres`; empty = idle): the
-//!   one database the worker connects to.
+//!   one database maintained.
 //!
-//! Each round is one transaction, as the bootstrap superuser (with
-//! `search_path` pinned to `pg_catalog, pg_temp`), in the configured
-//! database; a database without the extension is skipped. It
-//! (1) turns `failed` every claimed item whose lease has lapsed on its final
-//! attempt (the claim's own dead-letter statement, [`crate::claim`], over
-//! every queue) and (2) runs `work_purge`'s statement with the retention.
-//! Both lock rows `FOR UPDATE SKIP LOCKED`, so a round never waits for a
-//! worker's transaction. An ERROR in a round aborts that round's
-//! transaction only: it is logged as a WARNING and the next round runs as
-//! usual.
+//! Two kinds of process, so that no database is held between rounds:
+//! - The **launcher** ([`LAUNCHER_TYPE`], a static worker) connects to no
+//!   database. Every naptime it looks the configured database up in the
+//!   shared catalog `pg_database` and, if it exists and accepts
+//!   connections, starts a **round** worker there and waits for it to end;
+//!   otherwise it logs once (LOG) and looks again next time. A reload takes
+//!   effect at once: a shorter naptime shortens the nap under way, a new
+//!   database is used from the next round. `pg_cancel_backend` does nothing
+//!   to it (SIGINT is ignored).
+//! - A **round** worker ([`WORKER_TYPE`], a dynamic worker) connects to the
+//!   database, runs one round and exits. The round is one transaction, as the
+//!   bootstrap superuser (with `search_path` pinned to `pg_catalog,
+//!   pg_temp`): if the extension is installed it (1) turns `failed` every
+//!   claimed item whose lease has lapsed on its final attempt (the claim's
+//!   own dead-letter statement, [`crate::claim`], over every queue) and (2)
+//!   runs `work_purge`'s statement with the retention; if not, it says so
+//!   (LOG, once per change, through a word of shared memory the launcher and
+//!   rounds share). Both statements lock rows `FOR UPDATE SKIP LOCKED`, so a
+//!   round never waits for a worker's transaction. An ERROR in a round
+//!   (including `pg_cancel_backend` on it) aborts that round only: it is
+//!   logged as a WARNING with its SQLSTATE, and the next round runs as
+//!   usual.
+//!
+//! So the database is held for the length of a round (milliseconds), not
+//! between rounds: `DROP DATABASE`, `ALTER DATABASE ... RENAME` and `CREATE
+//! DATABASE ... TEMPLATE` of it fail only if they meet a round under way
+//! (`WITH (FORCE)` ends it), and a dropped database is logged once, not
+//! every few seconds.
 //!
 //! Shutdown is never delayed: SIGTERM is PostgreSQL's own `die` handler, so
-//! any `CHECK_FOR_INTERRUPTS` (in the nap, or inside a running statement)
-//! ends the process; the nap also ends it if the postmaster dies
-//! (`WL_EXIT_ON_PM_DEATH`). A worker connected to one database cannot move
-//! to another: when a reload changes `workfence.maintenance_database`, it
-//! exits with code 1 and the postmaster starts it again after
-//! [`RESTART_SECONDS`], connected to the new one (as it does after a crash
-//! or `pg_terminate_backend`). A database that does not exist makes each
-//! start fail with a FATAL in the log, retried every [`RESTART_SECONDS`].
+//! any `CHECK_FOR_INTERRUPTS` (in the nap, while waiting for a round, or
+//! inside a running statement) ends the process; the nap also ends it if the
+//! postmaster dies (`WL_EXIT_ON_PM_DEATH`). If the launcher exits with an
+//! error, the postmaster starts it again after [`RESTART_SECONDS`].
 
 use std::ffi::{c_long, CString};
 use std::time::{Duration, Instant};
+
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder};
 use pgrx::datum::Interval;
@@ -46,19 +62,32 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
+use pgrx::{pg_shmem_init, PgAtomic};
 
 use crate::claim::dead_letter;
 use crate::error::Result;
 use crate::plans::{self, Statement};
 use crate::purge;
 
-/// The worker's name and type: `pg_stat_activity.backend_type` shows it.
+/// The round worker's name and type: `pg_stat_activity.backend_type` shows
+/// it, with the database, while a round runs.
 pub const WORKER_TYPE: &str = "pg_workfence maintenance";
 
-/// Seconds the postmaster waits before starting the worker again after it
-/// exited with code 1 (a crash, `pg_terminate_backend`, a change of
-/// database).
+/// The launcher's name and type (connected to no database).
+pub const LAUNCHER_TYPE: &str = "pg_workfence maintenance launcher";
+
+/// Seconds the postmaster waits before starting the launcher again after it
+/// exited with an error (a crash, `pg_terminate_backend`).
 pub const RESTART_SECONDS: u64 = 5;
+
+/// What the last round found, shared by the launcher and the rounds so that
+/// a state is logged once, when it changes: [`STATUS_UNKNOWN`],
+/// [`STATUS_MAINTAINED`], [`STATUS_NOT_INSTALLED`] or [`STATUS_NO_DATABASE`].
+static STATUS: PgAtomic<AtomicU32> = unsafe { PgAtomic::new(c"workfence_maintenance_status") };
+const STATUS_UNKNOWN: u32 = 0;
+const STATUS_MAINTAINED: u32 = 1;
+const STATUS_NOT_INSTALLED: u32 = 2;
+const STATUS_NO_DATABASE: u32 = 3;
 
 /// Default of `workfence.retention`: 7 days, in seconds (`work_purge`'s
 /// default too).
@@ -145,10 +174,11 @@ pub fn init() {
     // SAFETY: a plain flag PostgreSQL sets while it loads the preloaded
     // libraries; read on the main thread.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        BackgroundWorkerBuilder::new(WORKER_TYPE)
-            .set_type(WORKER_TYPE)
+        pg_shmem_init!(STATUS = AtomicU32::new(STATUS_UNKNOWN));
+        BackgroundWorkerBuilder::new(LAUNCHER_TYPE)
+            .set_type(LAUNCHER_TYPE)
             .set_library("pg_workfence")
-            .set_function("workfence_maintenance_main")
+            .set_function("workfence_maintenance_launcher_main")
             .enable_spi_access()
             .set_restart_time(Some(Duration::from_secs(RESTART_SECONDS)))
             .load();
@@ -184,10 +214,8 @@ mod postgres_signals {
     }
 }
 
-/// Entry point of the background worker (`bgw_function_name`).
-#[pg_guard]
-#[no_mangle]
-pub extern "C-unwind" fn workfence_maintenance_main(_arg: pg_sys::Datum) {
+/// Install PostgreSQL's SIGHUP and SIGTERM handlers and unblock signals.
+fn standard_signals() {
     // SAFETY: the standard handlers of a PostgreSQL process; signals are
     // blocked until BackgroundWorkerUnblockSignals.
     unsafe {
@@ -198,16 +226,143 @@ pub extern "C-unwind" fn workfence_maintenance_main(_arg: pg_sys::Datum) {
         pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_signals::die));
         pg_sys::BackgroundWorkerUnblockSignals();
     }
+}
 
-    // Idle until a database is configured (a reload wakes the nap).
-    let database = loop {
-        if let Some(database) = database_setting() {
-            break database;
+/// Log `message` at LOG when the shared status moves to `status`.
+fn log_on_change(status: u32, message: impl FnOnce() -> String) {
+    if STATUS.get().swap(status, Ordering::Relaxed) != status {
+        log!("{}", message());
+    }
+}
+
+/// Entry point of the launcher (`bgw_function_name`).
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn workfence_maintenance_launcher_main(_arg: pg_sys::Datum) {
+    standard_signals();
+    // SAFETY: SIG_IGN for SIGINT: a cancel has nothing to cancel here.
+    unsafe { libc_sig_ign(pg_sys::SIGINT as i32) };
+    // No database: the shared catalogs (pg_database) only.
+    BackgroundWorker::connect_worker_to_spi(None, None);
+    let mut last_round: Option<Instant> = None;
+    let mut naptime_in_force = naptime();
+    loop {
+        if reload_if_asked() && naptime() != naptime_in_force {
+            naptime_in_force = naptime();
+            let next = last_round.map_or(Duration::ZERO, |at| {
+                (at + naptime_in_force).saturating_duration_since(Instant::now())
+            });
+            log!(
+                "{LAUNCHER_TYPE}: naptime is now {} s; next round in {} s",
+                naptime_in_force.as_secs(),
+                next.as_secs()
+            );
         }
-        nap(None);
-        reload_if_asked();
-    };
-    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+        let Some(database) = database_setting() else {
+            // Idle until a database is configured (a reload wakes the nap).
+            nap(None);
+            continue;
+        };
+        let due = last_round.map_or(Instant::now(), |at| at + naptime());
+        let now = Instant::now();
+        if now < due {
+            // A reload during the nap recomputes `due` at once.
+            nap(Some(due - now));
+            continue;
+        }
+        last_round = Some(Instant::now());
+        match database_oid(&database) {
+            Some(oid) => run_round_in(oid, &database),
+            None => log_on_change(STATUS_NO_DATABASE, || {
+                format!(
+                    "{LAUNCHER_TYPE}: database \"{database}\" does not exist or does not accept \
+                     connections; nothing is maintained until it does"
+                )
+            }),
+        }
+    }
+}
+
+/// SIG_IGN for `signal` (pgrx's `pqsignal` takes only handler functions).
+///
+/// # Safety
+/// Called on the process's main thread.
+unsafe fn libc_sig_ign(signum: i32) {
+    extern "C" {
+        fn signal(signum: std::ffi::c_int, handler: usize) -> usize;
+    }
+    // SIG_IGN is 1 on Linux.
+    signal(signum, 1);
+}
+
+/// The OID of database `name` if it exists and accepts connections, read
+/// from the shared catalog `pg_database` in a transaction of the launcher's
+/// own. A sequential scan, as the autovacuum launcher reads the catalog (a
+/// process connected to no database cannot use its indexes' relcache
+/// entries); pg_database has a handful of rows.
+fn database_oid(name: &str) -> Option<pg_sys::Oid> {
+    // SAFETY: a transaction of this background worker's main loop, outside
+    // any other; a catalog heap scan under AccessShareLock, every tuple
+    // read while the scan holds its buffer.
+    unsafe {
+        pg_sys::StartTransactionCommand();
+        let rel = pg_sys::table_open(
+            pg_sys::DatabaseRelationId,
+            pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+        );
+        let scan = pg_sys::table_beginscan_catalog(rel, 0, std::ptr::null_mut());
+        let mut found = None;
+        loop {
+            let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+            if tuple.is_null() {
+                break;
+            }
+            let form = pg_sys::GETSTRUCT(tuple) as *const pg_sys::FormData_pg_database;
+            let datname = std::ffi::CStr::from_ptr((*form).datname.data.as_ptr());
+            if datname.to_bytes() == name.as_bytes() {
+                found = (*form).datallowconn.then_some((*form).oid);
+                break;
+            }
+        }
+        pg_sys::table_endscan(scan);
+        pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        pg_sys::CommitTransactionCommand();
+        found
+    }
+}
+
+/// Start a round worker in database `oid` and wait for it to end.
+fn run_round_in(oid: pg_sys::Oid, database: &str) {
+    let started = BackgroundWorkerBuilder::new(WORKER_TYPE)
+        .set_type(WORKER_TYPE)
+        .set_library("pg_workfence")
+        .set_function("workfence_maintenance_round_main")
+        .enable_spi_access()
+        .set_restart_time(None)
+        .set_argument(Some(pg_sys::Datum::from(oid)))
+        // SAFETY: this process's pid.
+        .set_notify_pid(unsafe { pg_sys::MyProcPid })
+        .load_dynamic();
+    match started {
+        // Interrupts (SIGTERM) are served while waiting.
+        Ok(worker) => {
+            let _ = worker.wait_for_shutdown();
+        }
+        Err(_) => warning!(
+            "{LAUNCHER_TYPE}: could not start a round in database \"{database}\" (max_worker_processes \
+             reached?); trying again next round"
+        ),
+    }
+}
+
+/// Entry point of a round worker (`bgw_function_name`): one round in the
+/// database whose OID is the argument, then exit.
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn workfence_maintenance_round_main(arg: pg_sys::Datum) {
+    standard_signals();
+    let oid = pg_sys::Oid::from(arg.value() as u32);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(oid), None);
     // The statements name every object; pinning search_path as the SQL
     // functions do keeps it that way should one ever not.
     // SAFETY: NUL-terminated constants; search_path's check needs no
@@ -220,27 +375,14 @@ pub extern "C-unwind" fn workfence_maintenance_main(_arg: pg_sys::Datum) {
             pg_sys::GucSource::PGC_S_SESSION,
         );
     }
-    log!("{WORKER_TYPE}: started in database \"{database}\"");
-
-    loop {
-        round();
-        let next = Instant::now() + naptime();
-        loop {
-            let now = Instant::now();
-            if now >= next {
-                break;
-            }
-            nap(Some(next - now));
-            if reload_if_asked() && database_setting().as_deref() != Some(database.as_str()) {
-                log!(
-                    "{WORKER_TYPE}: workfence.maintenance_database changed from \"{database}\"; \
-                     restarting in {RESTART_SECONDS} s"
-                );
-                // SAFETY: exit code 1 asks the postmaster for a restart.
-                unsafe { pg_sys::proc_exit(1) };
-            }
-        }
-    }
+    // SAFETY: a transaction of this worker's own for the catalog look-up.
+    let database = unsafe {
+        pg_sys::StartTransactionCommand();
+        let name = current_database();
+        pg_sys::CommitTransactionCommand();
+        name
+    };
+    round(&database);
 }
 
 /// `workfence.maintenance_naptime` as a duration.
@@ -296,7 +438,7 @@ struct Done {
 
 /// One round in its own transaction. An ERROR (or an error of ours) aborts
 /// the transaction and is logged as a WARNING; the worker carries on.
-fn round() {
+fn round(database: &str) {
     // SAFETY (both blocks): the transaction calls of a background worker's
     // main loop, made on its main thread outside any transaction.
     unsafe {
@@ -331,12 +473,20 @@ fn round() {
     }
     match outcome {
         Ok(Some(Done { failed, purged })) => {
+            log_on_change(STATUS_MAINTAINED, || {
+                format!("{WORKER_TYPE}: maintaining database \"{database}\"")
+            });
             if failed > 0 {
                 log!("{WORKER_TYPE}: {failed} item(s) failed: lease expired on the final attempt");
             }
             debug1!("{WORKER_TYPE}: {purged} finished item(s) purged");
         }
-        Ok(None) => debug1!("{WORKER_TYPE}: extension not installed here; nothing to do"),
+        Ok(None) => log_on_change(STATUS_NOT_INSTALLED, || {
+            format!(
+                "{WORKER_TYPE}: extension pg_workfence is not installed in database \"{database}\"; \
+                 nothing to maintain there"
+            )
+        }),
         Err(message) => warning!("{WORKER_TYPE}: round failed, retried next round: {message}"),
     }
 }
@@ -360,6 +510,30 @@ fn run_round(client: &mut SpiClient<'_>) -> Result<Option<Done>> {
     Ok(Some(Done { failed, purged }))
 }
 
+/// This process's database name (call inside a transaction).
+fn current_database() -> String {
+    // SAFETY: MyDatabaseId is set once connected; get_database_name pallocs
+    // the name (or returns NULL).
+    unsafe {
+        let name = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+        if name.is_null() {
+            return String::new();
+        }
+        std::ffi::CStr::from_ptr(name)
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// The five-character SQLSTATE of `code` (PostgreSQL's MAKE_SQLSTATE
+/// packing: six bits per character, first character lowest).
+fn sqlstate(code: PgSqlErrorCode) -> String {
+    let packed = code as i32;
+    (0..5)
+        .map(|i| char::from(((packed >> (6 * i)) & 0x3F) as u8 + b'0'))
+        .collect()
+}
+
 /// The message of an error caught by [`PgTryBuilder`], with its SQLSTATE.
 fn caught_message(caught: &pg_sys::panic::CaughtError) -> String {
     let report = match caught {
@@ -369,5 +543,9 @@ fn caught_message(caught: &pg_sys::panic::CaughtError) -> String {
             ereport: report, ..
         } => report,
     };
-    format!("{:?}: {}", report.sql_error_code(), report.message())
+    format!(
+        "{} (SQLSTATE {})",
+        report.message(),
+        sqlstate(report.sql_error_code())
+    )
 }

@@ -1,13 +1,12 @@
-//! The optional maintenance background worker (`shared_preload_libraries`).
+//! The optional maintenance background workers (`shared_preload_libraries`).
 //!
 //! What it proves, on a cluster started with the library preloaded,
 //! `workfence.maintenance_naptime = 1` (second), `workfence.retention = 1h`
 //! and no database configured yet:
 //! - the settings are there in a normal backend (`SHOW`, with their units);
-//! - the worker idles, connected to no database, until `ALTER SYSTEM SET
-//!   workfence.maintenance_database` and `pg_reload_conf()` name one (the
-//!   SIGHUP path), then shows in `pg_stat_activity` with its `backend_type`
-//!   in that database;
+//! - the launcher runs connected to no database, and no round runs until
+//!   `ALTER SYSTEM SET workfence.maintenance_database` and `pg_reload_conf()`
+//!   name one (the SIGHUP path);
 //! - a round, within a bounded number of rounds: a done item and a cancelled
 //!   item finished longer ago than the retention are deleted; a done item
 //!   finished just now, a pending item, a live claim and a lapsed claim with
@@ -15,19 +14,23 @@
 //!   `failed` with `last_error` 'lease expired on the final attempt', and its
 //!   old token's finish is refused;
 //! - an ERROR in a round (a trigger that refuses the purge's DELETE) is
-//!   logged as a WARNING and the same worker process carries on; once the
-//!   cause is gone the next round purges;
-//! - changing the database restarts the worker, connected to the new one;
-//! - a fast shutdown with the worker running completes promptly (printed).
+//!   logged as a WARNING with its SQLSTATE, and the next round, once the
+//!   cause is gone, purges;
+//! - a naptime lowered by a reload takes effect at once, not when a long nap
+//!   ends;
+//! - a database without the extension is logged once (LOG), is not held
+//!   between rounds (`DROP DATABASE` succeeds), and once dropped is logged
+//!   once more, with no FATAL every few seconds;
+//! - `pg_cancel_backend` leaves the launcher running;
+//! - a change of database moves the rounds to the new one;
+//! - a fast shutdown with the workers running completes promptly (printed).
 //!
 //! And without preloading (the default cluster every other test uses): no
 //! such worker runs, and the settings and `work_purge` work once a session
 //! has loaded the library.
 //!
-//! Waiting is polling with a deadline (for "the worker has done its round"),
-//! never a sleep taken as proof. Needs the extension installed
-//! (`scripts/test.sh`). Runs in about 10 seconds (5 of them the restart
-//! delay of the database change).
+//! Waiting is polling with a deadline (for "a round has done it"), never a
+//! sleep taken as proof. Needs the extension installed (`scripts/test.sh`).
 
 mod common;
 
@@ -37,8 +40,11 @@ use common::ok;
 use pg_workfence_client::Cluster;
 use postgres::Client;
 
-/// `pg_stat_activity.backend_type` of the worker (its `bgw_type`).
+/// `pg_stat_activity.backend_type` of a round worker (its `bgw_type`).
 const WORKER_TYPE: &str = "pg_workfence maintenance";
+
+/// `pg_stat_activity.backend_type` of the launcher.
+const LAUNCHER_TYPE: &str = "pg_workfence maintenance launcher";
 
 /// How long any awaited effect of the worker may take: many rounds of one
 /// second, plus the restart delay (5 s) where the database changes.
@@ -60,19 +66,19 @@ fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// The pid of the maintenance worker connected to `database`, if one is.
-fn worker_pid(client: &mut Client, database: &str) -> Option<i32> {
+/// The launcher's pid and whether it is connected to no database.
+fn launcher(client: &mut Client) -> Option<(i32, bool)> {
     ok(
         client.query_opt(
-            "SELECT pid FROM pg_stat_activity WHERE backend_type = $1 AND datname = $2",
-            &[&WORKER_TYPE, &database],
+            "SELECT pid, datname IS NULL FROM pg_stat_activity WHERE backend_type = $1",
+            &[&LAUNCHER_TYPE],
         ),
         "reading pg_stat_activity",
     )
-    .map(|row| row.get(0))
+    .map(|row| (row.get(0), row.get(1)))
 }
 
-/// How many maintenance workers run in the cluster, in any database or none.
+/// How many round workers run in the cluster right now.
 fn workers(client: &mut Client) -> i64 {
     ok(
         client.query_one(
@@ -82,6 +88,58 @@ fn workers(client: &mut Client) -> i64 {
         "reading pg_stat_activity",
     )
     .get(0)
+}
+
+/// The server log's lines that contain every one of `parts`.
+fn log_lines(cluster: &Cluster, parts: &[&str]) -> usize {
+    std::fs::read_to_string(cluster.log_file())
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| parts.iter().all(|p| line.contains(p)))
+        .count()
+}
+
+/// An ALTER SYSTEM of `name` to `value`, then a reload (SIGHUP).
+fn alter_system(admin: &mut Client, name: &str, value: &str) {
+    // ALTER SYSTEM takes no parameters; the server quotes the value.
+    let alter: String = ok(
+        admin.query_one(
+            "SELECT format('ALTER SYSTEM SET %I = %L', $1::text, $2::text)",
+            &[&name, &value],
+        ),
+        "format",
+    )
+    .get(0);
+    ok(admin.batch_execute(&alter), "ALTER SYSTEM");
+    ok(
+        admin.batch_execute("SELECT pg_reload_conf()"),
+        "pg_reload_conf",
+    );
+}
+
+/// A done item `key` in queue 'q' of `client`'s database, finished two
+/// hours ago (older than the retention).
+fn old_done_item(client: &mut Client, key: &str) {
+    ok(
+        client.execute("SELECT workfence.work_enqueue('q', '{}', $1)", &[&key]),
+        "enqueue",
+    );
+    ok(
+        client.execute(
+            "SELECT workfence.work_finish(c.id, 'w', c.epoch)
+               FROM workfence.work_claim_key('q', $1, 'w', '1 hour') AS c",
+            &[&key],
+        ),
+        "claim and finish",
+    );
+    ok(
+        client.execute(
+            "UPDATE workfence.items SET finished_at = clock_timestamp() - interval '2 hours'
+              WHERE key = $1",
+            &[&key],
+        ),
+        "finished two hours ago",
+    );
 }
 
 /// The state of item `key` of queue 'q', if it still exists.
@@ -105,23 +163,10 @@ fn show(client: &mut Client, name: &str) -> String {
     .get(0)
 }
 
-/// Points the worker at `database` the way an operator would: ALTER SYSTEM
-/// and a reload (SIGHUP).
+/// Points the maintenance at `database` the way an operator would: ALTER
+/// SYSTEM and a reload (SIGHUP).
 fn set_database(admin: &mut Client, database: &str) {
-    // ALTER SYSTEM takes no parameters; the server quotes the value.
-    let alter: String = ok(
-        admin.query_one(
-            "SELECT format('ALTER SYSTEM SET workfence.maintenance_database = %L', $1::text)",
-            &[&database],
-        ),
-        "format",
-    )
-    .get(0);
-    ok(admin.batch_execute(&alter), "ALTER SYSTEM");
-    ok(
-        admin.batch_execute("SELECT pg_reload_conf()"),
-        "pg_reload_conf",
-    );
+    alter_system(admin, "workfence.maintenance_database", database);
 }
 
 #[test]
@@ -144,8 +189,9 @@ fn the_preloaded_worker_dead_letters_and_purges() {
     assert_eq!(show(&mut admin, "workfence.maintenance_naptime"), "1s");
     assert_eq!(show(&mut admin, "workfence.maintenance_database"), "");
 
-    // Idle (no database yet), the worker has not connected, and a process
-    // that has not connected is not in pg_stat_activity.
+    // No database yet: the launcher runs, connected to none, and no round.
+    let (launcher_pid, no_database) = wait_for("the launcher", || launcher(&mut admin));
+    assert!(no_database, "the launcher holds no database");
     assert_eq!(workers(&mut admin), 0);
 
     // Every case, set up and committed in one transaction, before the worker
@@ -181,9 +227,6 @@ fn the_preloaded_worker_dead_letters_and_purges() {
     };
 
     set_database(&mut admin, db);
-    let pid = wait_for("the worker to connect to the database", || {
-        worker_pid(&mut admin, db)
-    });
 
     // One round does both, in one transaction: wait until it has.
     wait_for("a round to dead-letter and purge", || {
@@ -237,17 +280,21 @@ fn the_preloaded_worker_dead_letters_and_purges() {
         ),
         "installing the refusing trigger",
     );
-    let log = cluster.log_file();
-    wait_for("the round's WARNING in the server log", || {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        text.lines()
-            .any(|line| {
-                line.contains("WARNING:")
-                    && line.contains(WORKER_TYPE)
-                    && line.contains("maintenance test: delete refused")
-            })
-            .then_some(())
-    });
+    wait_for(
+        "the round's WARNING, with its SQLSTATE, in the server log",
+        || {
+            (log_lines(
+                &cluster,
+                &[
+                    "WARNING:",
+                    WORKER_TYPE,
+                    "maintenance test: delete refused",
+                    "(SQLSTATE P0001)",
+                ],
+            ) > 0)
+                .then_some(())
+        },
+    );
     assert_eq!(state_of(&mut client, "new_done").as_deref(), Some("done"));
     ok(
         client.batch_execute("DROP TRIGGER refuse ON workfence.items"),
@@ -256,25 +303,92 @@ fn the_preloaded_worker_dead_letters_and_purges() {
     wait_for("the next round to purge", || {
         state_of(&mut client, "new_done").is_none().then_some(())
     });
+
+    // A naptime lowered by a reload takes effect at once: with a day's nap
+    // under way, a purge would otherwise wait a day.
+    alter_system(&mut admin, "workfence.maintenance_naptime", "1d");
+    wait_for("the launcher to take the day-long naptime", || {
+        (log_lines(&cluster, &[LAUNCHER_TYPE, "naptime is now 86400 s"]) > 0).then_some(())
+    });
+    // One round that sees the long naptime, then an item to purge.
+    old_done_item(&mut client, "after_long_nap");
+    alter_system(&mut admin, "workfence.maintenance_naptime", "1");
+    wait_for("a round soon after the naptime is lowered", || {
+        state_of(&mut client, "after_long_nap")
+            .is_none()
+            .then_some(())
+    });
+
+    // pg_cancel_backend leaves the launcher running.
+    ok(
+        admin.execute("SELECT pg_cancel_backend($1)", &[&launcher_pid]),
+        "pg_cancel_backend",
+    );
+    old_done_item(&mut client, "after_cancel");
+    wait_for("a round after the cancel", || {
+        state_of(&mut client, "after_cancel")
+            .is_none()
+            .then_some(())
+    });
     assert_eq!(
-        worker_pid(&mut admin, db),
-        Some(pid),
-        "the worker survived the failed round"
+        launcher(&mut admin).map(|l| l.0),
+        Some(launcher_pid),
+        "the launcher survived pg_cancel_backend"
     );
 
-    // A change of database: the worker restarts, connected to the new one.
+    // A database without the extension: logged once, and not held between
+    // rounds, so it can be dropped; dropped, it is logged once more.
+    ok(
+        admin.batch_execute("CREATE DATABASE plain"),
+        "CREATE DATABASE",
+    );
+    set_database(&mut admin, "plain");
+    let not_installed = [
+        "LOG:",
+        "extension pg_workfence is not installed in database \"plain\"",
+    ];
+    wait_for("the not-installed LOG line", || {
+        (log_lines(&cluster, &not_installed) > 0).then_some(())
+    });
+    // A round may be under way at the instant of the DROP (55006); the
+    // next attempt meets none.
+    wait_for("DROP DATABASE plain", || {
+        match admin.batch_execute("DROP DATABASE plain") {
+            Ok(()) => Some(()),
+            Err(e) if e.code().map(|c| c.code()) == Some("55006") => None,
+            Err(e) => panic!("DROP DATABASE plain: {e}"),
+        }
+    });
+    let missing = ["LOG:", "database \"plain\" does not exist"];
+    wait_for("the missing-database LOG line", || {
+        (log_lines(&cluster, &missing) > 0).then_some(())
+    });
+    // Rounds go on meanwhile (naptime 1 s): point them back and wait for one
+    // to purge, then count the lines.
+    set_database(&mut admin, db);
+    old_done_item(&mut client, "after_plain");
+    wait_for("a round back in the maintained database", || {
+        state_of(&mut client, "after_plain").is_none().then_some(())
+    });
+    assert_eq!(log_lines(&cluster, &not_installed), 1, "logged once");
+    assert_eq!(log_lines(&cluster, &missing), 1, "logged once");
+    assert_eq!(log_lines(&cluster, &["FATAL:", "plain"]), 0);
+
+    // A change of database: the rounds move to the new one.
     let other = "maintained_too";
     ok(
         cluster.create_database(other),
         "creating the second database",
     );
+    let mut other_client = ok(cluster.connect_to(other), "connecting");
+    old_done_item(&mut other_client, "elsewhere");
     set_database(&mut admin, other);
-    let new_pid = wait_for("the worker to restart in the new database", || {
-        worker_pid(&mut admin, other)
+    wait_for("a round in the new database", || {
+        state_of(&mut other_client, "elsewhere")
+            .is_none()
+            .then_some(())
     });
-    assert_ne!(new_pid, pid);
-    assert_eq!(worker_pid(&mut admin, db), None);
-    assert_eq!(workers(&mut admin), 1);
+    drop(other_client);
 
     // A fast shutdown is not held up by the worker.
     drop(client);
@@ -283,8 +397,11 @@ fn the_preloaded_worker_dead_letters_and_purges() {
     ok(cluster.stop(), "pg_ctl -m fast stop");
     let took = start.elapsed();
     println!("fast shutdown with the maintenance worker running took {took:?}");
-    println!("the worker's lines in the server log:");
-    let text = ok(std::fs::read_to_string(&log), "reading the server log");
+    println!("the workers' lines in the server log:");
+    let text = ok(
+        std::fs::read_to_string(cluster.log_file()),
+        "reading the server log",
+    );
     for line in text.lines().filter(|line| line.contains(WORKER_TYPE)) {
         println!("  {line}");
     }
