@@ -99,7 +99,14 @@ static CLAIM: Statement = Statement {
             LIMIT $4 \
          ), upd AS (",
         claim_update!(),
-        ") SELECT * FROM upd ORDER BY upd.priority, upd.run_at, upd.id"
+        // Column 7: how many lapsed final attempts this statement
+        // dead-lettered, on every row; with nothing claimed, one row of
+        // NULLs carries it (a waiting claim keeps an empty attempt only if
+        // it changed something, see `wait`).
+        ") SELECT upd.id, upd.key, upd.payload, upd.epoch, upd.attempts, upd.lease_until, d.dead \
+             FROM (SELECT pg_catalog.count(*) AS dead FROM exhausted) AS d \
+             LEFT JOIN upd ON true \
+            ORDER BY upd.priority, upd.run_at, upd.id"
     ),
     args: &[
         pg_sys::TEXTOID,
@@ -136,9 +143,24 @@ static CLAIM_KEY: Statement = Statement {
     ],
 };
 
+/// The claimed rows of a claim statement's result.
 fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
+    Ok(read_claim_result(rows, false)?.0)
+}
+
+/// The claimed rows and, with `counts_dead` (CLAIM's column 7), how many
+/// lapsed final attempts the statement dead-lettered.
+fn read_claim_result(rows: SpiTupleTable<'_>, counts_dead: bool) -> Result<(Vec<ClaimedRow>, i64)> {
     let mut out = Vec::with_capacity(rows.len());
+    let mut dead = 0;
     for row in rows {
+        if counts_dead {
+            dead = row.get::<i64>(7)?.unwrap_or(0);
+        }
+        if row.get::<i64>(1)?.is_none() {
+            // CLAIM's row that only carries the dead-letter count.
+            continue;
+        }
         // Every column is NOT NULL for a claimed row; a NULL here is a bug.
         let missing = |column| WorkfenceError::UnexpectedNull { column };
         out.push((
@@ -151,7 +173,7 @@ fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
                 .ok_or_else(|| missing("lease_until"))?,
         ));
     }
-    Ok(out)
+    Ok((out, dead))
 }
 
 /// Claim up to `max_items` claimable items of `queue` for `owner`, waiting
@@ -261,21 +283,24 @@ fn claim(
     })
 }
 
+/// One claim statement: the rows claimed, and whether the statement changed
+/// anything at all (claimed, or dead-lettered a lapsed final attempt).
 fn claim_once(
     queue: &str,
     owner: &str,
     lease: Option<Interval>,
     max_items: i32,
-) -> Result<Vec<ClaimedRow>> {
-    Spi::connect_mut(|client| {
+) -> Result<(Vec<ClaimedRow>, bool)> {
+    let (rows, dead) = Spi::connect_mut(|client| {
         plans::run(
             client,
             &CLAIM,
             &[queue.into(), owner.into(), lease.into(), max_items.into()],
-            read_claimed,
+            |rows| read_claim_result(rows, true),
         )
-    })
-    .map(durable)
+    })?;
+    let changed = !rows.is_empty() || dead > 0;
+    Ok((durable(rows), changed))
 }
 
 /// Claim the one item of `queue` named `key`, if it is claimable.

@@ -64,12 +64,3 @@ pub unsafe fn fast_path_holds(relid: pg_sys::Oid) -> bool {
         .enumerate()
         .any(|(slot, id)| *id == relid && (bits >> (slot * BITS_PER_SLOT)) & 0b111 != 0)
 }
-
-/// Whether this backend holds `tag` in exactly `mode` (PostgreSQL 17 added
-/// an `orstronger` argument to `LockHeldByMe`).
-///
-/// # Safety
-/// Call in a backend, inside a transaction.
-pub unsafe fn lock_held_by_me(tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE) -> bool {
-    pg_sys::LockHeldByMe(tag, mode)
-}

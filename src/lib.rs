@@ -56,6 +56,7 @@ pub extern "C-unwind" fn _PG_init() {
     quiet_backtraces();
     xact::init();
     enqueue::init();
+    wait::init();
     maintenance::init();
 }
 

@@ -389,19 +389,63 @@ fn a_waiting_claim_gives_way_to_a_conflicting_lock_request() {
     let mut main = database(&cluster, "give_way");
     thread::scope(|s| {
         let claimer = waiting_claimer(s, &cluster, "give_way", &mut main, LONG_WAIT);
-        // What ALTER EXTENSION ... UPDATE, CREATE INDEX or VACUUM FULL
-        // would ask for: a lock that conflicts with the claim's.
+        // CREATE INDEX's lock does not conflict with a sleeping waiter's
+        // ACCESS SHARE: granted at once, the waiter sleeps on.
+        let mut tx = ok(main.transaction(), "BEGIN");
+        ok(
+            tx.batch_execute(
+                "SET LOCAL lock_timeout = '2s'; LOCK TABLE workfence.items IN SHARE MODE",
+            ),
+            "a SHARE lock beside a sleeping waiter",
+        );
+        ok(tx.commit(), "COMMIT");
+        // What ALTER TABLE (an update script), DROP or VACUUM FULL ask for.
         let asked = Instant::now();
         ok(
-            main.batch_execute("BEGIN; LOCK TABLE workfence.items IN SHARE MODE"),
+            main.batch_execute("BEGIN; LOCK TABLE workfence.items IN ACCESS EXCLUSIVE MODE"),
             "LOCK TABLE",
         );
         let granted = asked.elapsed();
         ok(main.batch_execute("COMMIT"), "COMMIT");
         let got = ok(claimer.join().expect("claimer thread"), "waiting claim");
-        println!("long_poll: a SHARE lock on items waited {granted:?} for a waiting claim");
+        println!(
+            "long_poll: an ACCESS EXCLUSIVE lock on items waited {granted:?} for a waiting claim"
+        );
         assert!(got.items.is_empty(), "the waiter gives way with zero rows");
         // The waiter checks every 200 ms; 60 s would mean it did not give way.
         assert!(granted < Duration::from_secs(5), "waited {granted:?}");
     });
+}
+
+#[test]
+fn one_call_sleeps_at_most_long_poll_max() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "long_poll_max");
+    // Any call loads the library, which defines the setting.
+    ok(
+        c.batch_execute("SELECT workfence.work_lease_status(1, 'w', 1)"),
+        "load the library",
+    );
+    assert_eq!(
+        common::scalar::<String>(
+            &mut c,
+            "SELECT current_setting('workfence.long_poll_max')",
+            &[]
+        ),
+        "10s",
+        "the default"
+    );
+    ok(
+        c.batch_execute("SET workfence.long_poll_max = 1"),
+        "a superuser lowers it",
+    );
+    let started = Instant::now();
+    let got = ok(claim(&mut c, 1, LONG_WAIT), "a 60 s wait");
+    let took = got.at.duration_since(started);
+    println!("long_poll: a 60 s wait under long_poll_max = 1 s returned after {took:?}");
+    assert!(got.items.is_empty());
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(10),
+        "returned after {took:?}"
+    );
 }
