@@ -55,4 +55,10 @@ mkdir -p "$scratch" "$out"
 stage "run -> $out"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-bench --out "$out" "${args[@]}"
 bench/peers/python/.venv/bin/python bench/plot.py "$out/benchmarks.csv" "$out/benchmarks.png"
-stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png"
+# The long poll with many workers (herd) and beside churning workers
+# (horizon): docs/long-poll.md, or target/bench-quick/long-poll.md.
+lp_args=()
+case " $* " in *" --quick "*) lp_args+=(--quick) ;; esac
+stage "long poll: herd and horizon -> $out/long-poll.md"
+WORKFENCE_SCRATCH="$scratch" target/release/workfence-long-poll "${lp_args[@]}" --out "$out/long-poll.md"
+stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md"

@@ -73,6 +73,10 @@ WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
 stage "benchmark: the driver's unit tests, then a smoke run (scripts/bench.sh --quick)"
 cargo test -p workfence-bench --release
 bash scripts/bench.sh --quick --no-install
+if ! grep -q "| long poll 3 s |" target/bench-quick/long-poll.md; then
+    echo "the long-poll smoke run wrote no herd figures" >&2
+    exit 1
+fi
 for contender in pg_workfence "baseline SQL" awa graphile-worker pg-boss procrastinate; do
     if ! grep -q ",$contender," target/bench-quick/benchmarks.csv; then
         echo "the benchmark smoke run has no figures for $contender" >&2

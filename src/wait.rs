@@ -214,11 +214,18 @@ fn latch_is_set() -> bool {
     unsafe { (*pg_sys::MyLatch).is_set != 0 }
 }
 
-static REGISTER: Statement = Statement {
-    name: "wait_register",
-    sql: "SELECT pg_catalog.pg_try_advisory_xact_lock_shared($1, $2)",
-    args: &[pg_sys::INT4OID, pg_sys::INT4OID],
-};
+/// Take the wait lock of queue key `key` (shared, transaction-scoped, as
+/// `pg_try_advisory_xact_lock_shared(WAIT_LOCK_CLASS, key)` takes it); false
+/// if it cannot be had at once (someone holds it exclusively: the waiter
+/// then polls every [`POLL_WITHOUT_LOCK`]).
+fn register(key: i32) -> bool {
+    let tag = advisory_tag(WAIT_LOCK_CLASS, key);
+    // SAFETY: a transaction-scoped lock of the current transaction, taken
+    // without waiting.
+    let result =
+        unsafe { pg_sys::LockAcquire(&tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false, true) };
+    result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
 
 // (1) Seconds until the next item of the queue becomes claimable by the
 // clock alone (a pending item's future run_at, a claimed item's future
@@ -321,22 +328,13 @@ pub fn until_claimed<T>(
         return Err(WorkfenceError::WaitNeedsFreshSnapshots);
     }
     let mut attempt = || kept_if_changed(&mut attempt);
-    let rows = attempt()?;
-    if !rows.is_empty() {
-        return Ok(rows);
-    }
     let key = queue_key(queue);
-    let items = ItemsLock::take(items_relation());
     let cap = Duration::from_secs(u64::try_from(LONG_POLL_MAX.get()).unwrap_or(1));
     let deadline = Instant::now() + wait.min(cap);
-    let registered: bool = Spi::connect_mut(|client| {
-        plans::run(
-            client,
-            &REGISTER,
-            &[WAIT_LOCK_CLASS.into(), key.into()],
-            |rows| Ok(rows.first().get_one::<bool>()?.unwrap_or(false)),
-        )
-    })?;
+    // Registered before the first attempt: an item committed after it wakes
+    // this waiter, one committed before it is seen by the attempt.
+    let registered = register(key);
+    let items = ItemsLock::take(items_relation());
     let mut backoff = LOCKED_BACKOFF_MIN;
     loop {
         // SAFETY: MyLatch is this backend's own latch.

@@ -23,7 +23,7 @@
 //! from one run on a shared machine: compare within the run, not across.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -138,11 +138,10 @@ fn herd(cluster: &Cluster, db: &str, n: usize, wait: &str, items: usize) -> Resu
     let mut admin = cluster.connect_to(db)?;
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let start = Arc::new(Barrier::new(n + 1));
     let mut workers = Vec::new();
     for w in 0..n {
         let mut c = cluster.connect_to(db)?;
-        let (done, stop, start) = (done.clone(), stop.clone(), start.clone());
+        let (done, stop) = (done.clone(), stop.clone());
         let wait = wait.to_string();
         workers.push(thread::spawn(move || -> Result<()> {
             let claim = c.prepare(
@@ -150,7 +149,6 @@ fn herd(cluster: &Cluster, db: &str, n: usize, wait: &str, items: usize) -> Resu
             )?;
             let finish = c.prepare("SELECT workfence.work_finish($1, $2, $3)")?;
             let owner = format!("w{w}");
-            start.wait();
             while !stop.load(Ordering::Relaxed) {
                 let rows = c.query(&claim, &[&owner, &wait])?;
                 if rows.is_empty() {
@@ -168,7 +166,7 @@ fn herd(cluster: &Cluster, db: &str, n: usize, wait: &str, items: usize) -> Resu
             Ok(())
         }));
     }
-    // Let the long polls reach their sleep before the clock starts.
+    // The long polls are asleep before the clock starts.
     let deadline = Instant::now() + Duration::from_secs(30);
     if wait != "0" {
         loop {
@@ -179,13 +177,15 @@ fn herd(cluster: &Cluster, db: &str, n: usize, wait: &str, items: usize) -> Resu
                     &[],
                 )?
                 .get(0);
-            if sleeping as usize >= n || Instant::now() > deadline {
+            if sleeping as usize >= n {
                 break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("only {sleeping} of {n} long polls asleep after 30 s").into());
             }
             admin.batch_execute("SELECT pg_catalog.pg_sleep(0.01)")?;
         }
     }
-    start.wait();
     let scans_before = idx_scans(&mut admin)?;
     let t0 = Instant::now();
     let enqueue = admin.prepare("SELECT workfence.work_enqueue('q')")?;
