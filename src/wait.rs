@@ -91,17 +91,19 @@ pub const GIVE_WAY_CHECK: Duration = Duration::from_millis(200);
 /// it then polls, rather than block on someone else's lock.
 const POLL_WITHOUT_LOCK: Duration = Duration::from_millis(250);
 
-/// `workfence.long_poll_max` (seconds, default 10, superuser-set): the
+/// `workfence.long_poll_max` (seconds, default 3, superuser-set): the
 /// longest one call of `work_claim(..., wait)` sleeps; a longer `wait`
 /// returns zero rows after this, and the caller calls again. A waiting
 /// statement keeps its snapshot, which holds back vacuum's horizon for the
 /// whole database as long as it sleeps (PostgreSQL gives a statement no way
-/// to sleep without it); measured beside two workers that claim and hand
-/// back 200 items as fast as they can (`workfence-long-poll`, see the
-/// README), a waiter that keeps 60 s polls open cut their rate from about
-/// 1,100 to 176 claims/s within a minute. Short calls release the
-/// snapshot between them.
-pub static LONG_POLL_MAX: GucSetting<i32> = GucSetting::<i32>::new(10);
+/// to sleep without it). Measured beside two workers that claim and hand
+/// back 200 items as fast as they can (`workfence-long-poll`, README): a
+/// waiter calling with 1 s or 3 s waits left their rate where it was alone
+/// (about 1,000-1,200 claims/s); with 10 s waits it fell to about 600 for
+/// part of the minute, with 60 s waits from about 600 to 190. Short calls
+/// release the snapshot between them; the default is the longest of those
+/// that cost nothing measurable.
+pub static LONG_POLL_MAX: GucSetting<i32> = GucSetting::<i32>::new(3);
 
 /// Define `workfence.long_poll_max`; called from `_PG_init`.
 pub fn init() {

@@ -432,7 +432,7 @@ fn one_call_sleeps_at_most_long_poll_max() {
             "SELECT current_setting('workfence.long_poll_max')",
             &[]
         ),
-        "10s",
+        "3s",
         "the default"
     );
     ok(

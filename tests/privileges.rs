@@ -82,8 +82,9 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "work_assert",
     "work_lease_status",
 ];
-/// Functions the guide grants to no group (the extension's owner runs them).
-const OWNER_ONLY_FUNCTIONS: &[&str] = &["work_purge"];
+/// Functions the guide grants to no group (the extension's owner runs them;
+/// `items_sequence_floor` is the items table's trigger, called by no one).
+const OWNER_ONLY_FUNCTIONS: &[&str] = &["work_purge", "items_sequence_floor"];
 /// The one relation a group may read (`workfence_monitor`).
 const STATS_VIEW: &str = "workfence.work_queue_stats";
 

@@ -35,18 +35,33 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>
 struct Args {
     quick: bool,
     out: Option<String>,
+    /// `--only herd` or `--only horizon`: one of the two experiments.
+    only: Option<String>,
+    /// `--waits 1,10,60`: the horizon experiment's waits, in seconds.
+    waits: Vec<u32>,
 }
 
 fn parse_args() -> Result<Args> {
     let mut args = Args {
         quick: false,
         out: None,
+        only: None,
+        waits: vec![1, 10, 60],
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--quick" => args.quick = true,
             "--out" => args.out = Some(it.next().ok_or("--out needs a file")?),
+            "--only" => args.only = Some(it.next().ok_or("--only needs herd or horizon")?),
+            "--waits" => {
+                args.waits = it
+                    .next()
+                    .ok_or("--waits needs seconds, e.g. 1,10,60")?
+                    .split(',')
+                    .map(|w| w.trim().parse::<u32>())
+                    .collect::<std::result::Result<_, _>>()?
+            }
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -72,7 +87,12 @@ fn run() -> Result<()> {
         .setting("shared_buffers", "256MB")
         .setting("autovacuum_naptime", "1s")
         .start()?;
-    let mut report = String::from("## Long poll: herd\n\n");
+    let mut report = String::from(
+        "# Long poll: many workers, and vacuum's horizon\n\n\
+         Written by `workfence-long-poll` (`scripts/bench.sh`; see the top of \
+         `bench/src/bin/long_poll.rs` for the method). One run on a shared machine: compare \
+         rows within this file, not with other runs.\n\n## Long poll: herd\n\n",
+    );
     report.push_str(
         "| waiters | mode | items | items/s | index scans per item |\n|---:|---|---:|---:|---:|\n",
     );
@@ -81,7 +101,12 @@ fn run() -> Result<()> {
     } else {
         (500, &[1, 20, 150])
     };
-    for &n in waiter_counts {
+    let herd_counts = if args.only.as_deref() == Some("horizon") {
+        &[][..]
+    } else {
+        waiter_counts
+    };
+    for &n in herd_counts {
         for (mode, wait) in [("long poll 3 s", "3 seconds"), ("poll 50 ms", "0")] {
             let db = format!("herd_{n}_{}", if wait == "0" { "poll" } else { "wait" });
             cluster.create_database(&db)?;
@@ -98,15 +123,24 @@ fn run() -> Result<()> {
     } else {
         (Duration::from_secs(60), 6)
     };
-    for (label, wait) in [
-        ("nothing", None),
-        ("a long poll, wait 10 s", Some("10 seconds")),
-        ("a long poll, wait 60 s", Some("60 seconds")),
-    ] {
-        if args.quick && wait == Some("60 seconds") {
-            continue;
-        }
-        let db = format!("horizon_{}", wait.map_or("none", |w| &w[..2]).trim());
+    let mut configs: Vec<Option<u32>> = vec![None];
+    if args.only.as_deref() == Some("herd") {
+        configs.clear();
+    } else if args.quick {
+        configs.push(Some(10));
+    } else {
+        configs.extend(args.waits.iter().map(|w| Some(*w)));
+    }
+    for wait_s in configs {
+        let label = wait_s.map_or("nothing".to_string(), |w| {
+            format!("a long poll, wait {w} s")
+        });
+        let wait_text = wait_s.map(|w| format!("{w} seconds"));
+        let wait = wait_text.as_deref();
+        let db = format!(
+            "horizon_{}",
+            wait_s.map_or("none".to_string(), |w| w.to_string())
+        );
         cluster.create_database(&db)?;
         let (rates, dead) = horizon(&cluster, &db, wait, run_for, windows)?;
         let rates: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
