@@ -5,7 +5,8 @@
 //! manager is the registry of waiters.
 //!
 //! - A waiting claim takes a transaction-scoped **shared advisory lock** on
-//!   `(WAIT_LOCK_CLASS, queue_key(queue))`. Shared locks never conflict with
+//!   `(WAIT_LOCK_CLASS, queue_key(queue))` before its first attempt and
+//!   releases it when it stops waiting. Shared locks never conflict with
 //!   each other, so any number of claimers wait on one queue.
 //! - A transaction that makes items claimable (an enqueue, a release, a
 //!   failure with a retry) counts them per queue ([`crate::xact`]); once it
@@ -229,6 +230,17 @@ fn register(key: i32) -> bool {
     result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
 }
 
+/// Release the wait lock [`register`] took.
+fn unregister(key: i32) {
+    let tag = advisory_tag(WAIT_LOCK_CLASS, key);
+    // SAFETY: releases the transaction-scoped lock this backend holds (a
+    // transaction lock may be released before the transaction ends, as
+    // UnlockRelationOid does).
+    unsafe {
+        pg_sys::LockRelease(&tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false);
+    }
+}
+
 // (1) Seconds until the next item of the queue becomes claimable by the
 // clock alone (a pending item's future run_at, a claimed item's future
 // lease_until), or NULL. (2) Whether an item is claimable already, which,
@@ -337,6 +349,27 @@ pub fn until_claimed<T>(
     // this waiter, one committed before it is seen by the attempt.
     let registered = register(key);
     let items = ItemsLock::take(items_relation());
+    let outcome = sleep_and_attempt(queue, key, deadline, registered, items, &mut attempt);
+    if registered {
+        // A backend that has stopped waiting must not stay in the list of
+        // waiters until its transaction ends (inside a longer transaction
+        // it would be woken in a real waiter's place). An error ends the
+        // transaction, which releases the lock anyway.
+        unregister(key);
+    }
+    outcome
+}
+
+/// The loop of a registered waiter: attempt, and sleep until woken, until
+/// it claims something, `deadline` passes, or it gives way to DDL.
+fn sleep_and_attempt<T>(
+    queue: &str,
+    key: i32,
+    deadline: Instant,
+    registered: bool,
+    items: ItemsLock,
+    attempt: &mut impl FnMut() -> Result<Vec<T>>,
+) -> Result<Vec<T>> {
     let mut backoff = LOCKED_BACKOFF_MIN;
     loop {
         // SAFETY: MyLatch is this backend's own latch.

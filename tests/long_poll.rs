@@ -449,3 +449,42 @@ fn one_call_sleeps_at_most_long_poll_max() {
         "returned after {took:?}"
     );
 }
+
+#[test]
+fn a_claim_that_stopped_waiting_leaves_the_waiters_list_at_once() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "unregister");
+    let pid = backend_pid(&mut c);
+    enqueue(&mut c, "k1");
+    // Inside a transaction that goes on after the claim: were it still
+    // listed as a waiter, commits would wake it in a real waiter's place.
+    let mut tx = ok(c.transaction(), "BEGIN");
+    let got = ok(
+        tx.query(
+            "SELECT id FROM workfence.work_claim($1, 'w', '1 minute', 1, '1 second')",
+            &[&QUEUE],
+        ),
+        "a waiting claim that finds an item",
+    );
+    assert_eq!(got.len(), 1);
+    let empty = ok(
+        tx.query(
+            "SELECT id FROM workfence.work_claim($1, 'w', '1 minute', 1, '50 milliseconds')",
+            &[&QUEUE],
+        ),
+        "a waiting claim that ends empty",
+    );
+    assert!(empty.is_empty());
+    let mut observer = ok(cluster.connect_to("unregister"), "observer");
+    let listed: i64 = common::scalar(
+        &mut observer,
+        "SELECT count(*) FROM pg_catalog.pg_locks
+          WHERE locktype = 'advisory' AND classid = 1464235892 AND pid = $1",
+        &[&pid],
+    );
+    assert_eq!(
+        listed, 0,
+        "still holds the wait lock after its claims returned"
+    );
+    ok(tx.commit(), "COMMIT");
+}
