@@ -198,10 +198,16 @@ COMMENT ON INDEX workfence.items_finished_idx IS
 CREATE FUNCTION workfence.items_sequence_floor() RETURNS trigger
 LANGUAGE plpgsql AS $floor$
 BEGIN
-    IF NEW.id OPERATOR(pg_catalog.>=) (SELECT s.last_value FROM workfence.items_id_seq AS s) THEN
+    -- Only past the sequence's position: a value nextval already handed out
+    -- (an enqueue's own id) never moves it, so no concurrent nextval is undone.
+    IF EXISTS (SELECT FROM workfence.items_id_seq AS s
+                WHERE NEW.id OPERATOR(pg_catalog.>) s.last_value
+                   OR (NEW.id OPERATOR(pg_catalog.=) s.last_value AND NOT s.is_called)) THEN
         PERFORM pg_catalog.setval('workfence.items_id_seq'::pg_catalog.regclass, NEW.id);
     END IF;
-    IF NEW.epoch OPERATOR(pg_catalog.>=) (SELECT s.last_value FROM workfence.epoch_seq AS s) THEN
+    IF EXISTS (SELECT FROM workfence.epoch_seq AS s
+                WHERE NEW.epoch OPERATOR(pg_catalog.>) s.last_value
+                   OR (NEW.epoch OPERATOR(pg_catalog.=) s.last_value AND NOT s.is_called)) THEN
         PERFORM pg_catalog.setval('workfence.epoch_seq'::pg_catalog.regclass, NEW.epoch);
     END IF;
     RETURN NULL;

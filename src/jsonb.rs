@@ -8,14 +8,13 @@
 //! back unchanged.
 //!
 //! It is not detoasted either: a payload read from the table arrives as a
-//! TOAST pointer (18 bytes) when it was stored out of line, and `work_claim`
-//! returns that pointer; the value is fetched only when the client's row is
-//! sent (or a caller's expression reads it), one row at a time, and an
-//! `INSERT` of it elsewhere fetches and stores it anew, as PostgreSQL does
-//! with any column value passed up a plan. So a claim of 1,000 items of
-//! 1 MB holds kilobytes, not gigabytes, and memory follows what the caller
-//! reads (`tests/memory.rs`). The TOAST value stays valid: the item's row
-//! that points at it cannot be deleted and vacuumed within the statement.
+//! TOAST pointer (18 bytes) when it was stored out of line, and the claim
+//! keeps that pointer rather than a copy. PostgreSQL fetches the value when
+//! it forms each result row (a set-returning function's row is a composite
+//! datum, which may not hold TOAST pointers, so pgrx's
+//! `HeapTupleHeaderGetDatum` flattens it), one row at a time: a claim of
+//! 1,000 items of 1 MB holds one payload at a time rather than two copies
+//! of all of them, but still reads each payload once (`tests/memory.rs`).
 
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::{Datum, UnboxDatum};

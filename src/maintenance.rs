@@ -295,7 +295,8 @@ unsafe fn libc_sig_ign(signum: i32) {
     signal(signum, 1);
 }
 
-/// The OID of database `name` if it exists and accepts connections, read
+/// The OID of database `name` if it exists, accepts connections and is not
+/// left invalid by an interrupted `DROP DATABASE`, read
 /// from the shared catalog `pg_database` in a transaction of the launcher's
 /// own. A sequential scan, as the autovacuum launcher reads the catalog (a
 /// process connected to no database cannot use its indexes' relcache
@@ -320,7 +321,10 @@ fn database_oid(name: &str) -> Option<pg_sys::Oid> {
             let form = pg_sys::GETSTRUCT(tuple) as *const pg_sys::FormData_pg_database;
             let datname = std::ffi::CStr::from_ptr((*form).datname.data.as_ptr());
             if datname.to_bytes() == name.as_bytes() {
-                found = (*form).datallowconn.then_some((*form).oid);
+                // datconnlimit -2 (DATCONNLIMIT_INVALID): a DROP DATABASE
+                // was interrupted; connecting would fail with a FATAL.
+                let usable = (*form).datallowconn && (*form).datconnlimit != -2;
+                found = usable.then_some((*form).oid);
                 break;
             }
         }

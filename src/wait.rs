@@ -17,8 +17,8 @@
 //!   claimer's next statement sees the new item; waking one waiter per item,
 //!   not all of them, keeps a burst of enqueues from sending every waiter to
 //!   scan the queue for one item (the thundering herd).
-//! - A waiter that returns with items while its latch is set again (a
-//!   wake-up arrived during its claim, meant for an item it did not take)
+//! - A waiter that leaves (with items, at its deadline, or giving way)
+//!   while its latch is set again (a wake-up arrived that it will not use)
 //!   passes one wake-up on to another waiter, as PostgreSQL's condition
 //!   variables forward a signal a sleeper did not use
 //!   (`ConditionVariableCancelSleep`). So no item is left waiting for a
@@ -45,9 +45,11 @@
 //!
 //! The waiter resets its latch *before* each claim attempt and sleeps only if
 //! that attempt found nothing, so a wake-up that lands between the attempt
-//! and the sleep is not lost (the latch stays set). A hash collision between
-//! two queue names only causes a spurious wake-up, and the claim simply
-//! comes back empty and sleeps again. Every wake-up runs
+//! and the sleep is not lost (the latch stays set). Two queue names whose
+//! 32-bit keys collide share one list of waiters: a wake-up for one may go
+//! to a waiter of the other, which comes back empty and sleeps again, while
+//! the first queue's waiter sleeps on until its call ends (at most
+//! `workfence.long_poll_max`) and its next call finds the item. Every wake-up runs
 //! `CHECK_FOR_INTERRUPTS`, so `statement_timeout`, `pg_cancel_backend` and a
 //! server shutdown end the wait at once (57014 / 57P01), and the postmaster's
 //! death ends the process (`WL_EXIT_ON_PM_DEATH`).
@@ -172,6 +174,7 @@ pub fn wake(key: i32, n: usize) -> usize {
             pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
             std::ptr::null_mut(),
         );
+        let array = vxid;
         while woken < n && (*vxid).localTransactionId != 0 {
             if let Some(proc) = compat::proc_of(&*vxid) {
                 if (*proc).procLatch.is_set == 0 {
@@ -181,6 +184,7 @@ pub fn wake(key: i32, n: usize) -> usize {
             }
             vxid = vxid.add(1);
         }
+        pg_sys::pfree(array.cast());
     }
     woken
 }
@@ -207,7 +211,9 @@ fn prepared_wakes_pending(key: i32) -> bool {
             pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
             std::ptr::null_mut(),
         );
-        (*vxid).localTransactionId != 0
+        let pending = (*vxid).localTransactionId != 0;
+        pg_sys::pfree(vxid.cast());
+        pending
     }
 }
 
@@ -357,6 +363,12 @@ pub fn until_claimed<T>(
         // transaction, which releases the lock anyway.
         unregister(key);
     }
+    if latch_is_set() {
+        // A wake-up came in that this waiter, leaving (with items, at its
+        // deadline, or giving way), will not use: pass it on (see the
+        // module comment).
+        wake(key, 1);
+    }
     outcome
 }
 
@@ -376,11 +388,6 @@ fn sleep_and_attempt<T>(
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
         let rows = attempt()?;
         if !rows.is_empty() {
-            if latch_is_set() {
-                // A wake-up came in during the claim; this waiter is
-                // leaving, so pass it on (see the module comment).
-                wake(key, 1);
-            }
             return Ok(rows);
         }
         let now = Instant::now();
@@ -469,16 +476,34 @@ impl ItemsLock {
         if items == pg_sys::InvalidOid {
             return ItemsLock::None;
         }
-        // SAFETY: a relation lock in the current transaction; the relation
-        // exists (its OID was just looked up in this transaction).
+        let tag = relation_tag(items);
+        let mut local: *mut pg_sys::LOCALLOCK = std::ptr::null_mut();
+        // SAFETY: a relation lock in the current transaction (the relation
+        // was just looked up in it); `local` receives this backend's lock
+        // table entry.
         unsafe {
-            pg_sys::LockRelationOid(items, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            pg_sys::LockAcquireExtended(
+                &tag,
+                pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+                false,
+                false,
+                true,
+                &mut local,
+            );
         }
-        // SAFETY: reads this backend's own fast-path slots.
-        if unsafe { compat::fast_path_holds(items) } {
-            ItemsLock::FastPath(items)
-        } else {
-            ItemsLock::Shared(items)
+        // SAFETY: reads this backend's own fast-path slots and lock entry.
+        unsafe {
+            if compat::fast_path_holds(items) {
+                ItemsLock::FastPath(items)
+            } else if !local.is_null() && !(*local).lock.is_null() {
+                ItemsLock::Shared(items)
+            } else {
+                // A fast-path lock already moved to the shared table (a
+                // strong request came earlier in this transaction): its
+                // entry has no shared lock to ask LockHasWaiters about, so
+                // this waiter does not give way.
+                ItemsLock::None
+            }
         }
     }
 
@@ -490,15 +515,7 @@ impl ItemsLock {
             // SAFETY: reads this backend's own fast-path slots.
             ItemsLock::FastPath(items) => unsafe { !compat::fast_path_holds(items) },
             ItemsLock::Shared(items) => {
-                let tag = pg_sys::LOCKTAG {
-                    // SAFETY: a plain global of the backend.
-                    locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-                    locktag_field2: items.to_u32(),
-                    locktag_field3: 0,
-                    locktag_field4: 0,
-                    locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
-                    locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
-                };
+                let tag = relation_tag(items);
                 // SAFETY: the ACCESS SHARE lock `take` acquired, held in the
                 // shared lock table (not the fast path, where LockHasWaiters
                 // cannot look), to the end of the transaction.
@@ -507,6 +524,19 @@ impl ItemsLock {
                 }
             }
         }
+    }
+}
+
+/// The lock tag of relation `relid` in this database.
+fn relation_tag(relid: pg_sys::Oid) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
+        // SAFETY: a plain global of the backend.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: relid.to_u32(),
+        locktag_field3: 0,
+        locktag_field4: 0,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
+        locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
     }
 }
 
