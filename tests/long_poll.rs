@@ -110,7 +110,7 @@ fn waiting_claimer<'s>(
     observer: &mut Client,
     wait: &'static str,
 ) -> thread::ScopedJoinHandle<'s, Result<Returned, postgres::Error>> {
-    let mut c = ok(cluster.connect_to(db), "claimer connection");
+    let mut c = common::connect_long_poller(cluster, db);
     let pid = backend_pid(&mut c);
     let handle = scope.spawn(move || claim(&mut c, 1, wait));
     wait_until_waiting(observer, pid);
@@ -254,7 +254,7 @@ fn a_lapsed_lease_is_picked_up_by_a_waiting_claim() {
 fn with_nothing_to_claim_the_wait_ends_empty_without_polling() {
     let cluster = cluster();
     let mut main = database(&cluster, "wait_expires");
-    let mut c = ok(cluster.connect_to("wait_expires"), "claimer connection");
+    let mut c = common::connect_long_poller(&cluster, "wait_expires");
     // Reads of workfence.items, as the statistics count them, around one
     // claim that waits 2 s on an empty queue.
     let scans = |c: &mut Client| -> i64 {
@@ -325,7 +325,7 @@ fn one_item_goes_to_exactly_one_of_several_waiters() {
 fn statement_timeout_and_cancel_end_a_wait_with_57014() {
     let cluster = cluster();
     let mut main = database(&cluster, "cancel_wait");
-    let mut c = ok(cluster.connect_to("cancel_wait"), "claimer connection");
+    let mut c = common::connect_long_poller(&cluster, "cancel_wait");
     ok(c.batch_execute("SET statement_timeout = '500ms'"), "SET");
     let started = Instant::now();
     let err = match claim(&mut c, 1, LONG_WAIT) {
@@ -367,7 +367,7 @@ fn a_fast_shutdown_is_not_held_up_by_a_waiting_claim() {
         "starting a throwaway PostgreSQL 15 cluster",
     );
     let mut main = database(&cluster, "shutdown");
-    let mut c = ok(cluster.connect_to("shutdown"), "claimer connection");
+    let mut c = common::connect_long_poller(&cluster, "shutdown");
     let pid = backend_pid(&mut c);
     thread::scope(|s| {
         let claimer = s.spawn(move || claim(&mut c, 1, "1 hour").map(|r| r.items.len()));

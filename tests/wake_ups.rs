@@ -44,20 +44,10 @@ fn trials() -> usize {
 
 /// One cluster, with prepared transactions enabled, for this file's tests.
 fn cluster() -> Arc<Cluster> {
-    use std::sync::{Mutex, PoisonError, Weak};
-    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
-    let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(cluster) = slot.upgrade() {
-        return cluster;
-    }
-    let cluster = Arc::new(ok(
-        Cluster::builder(common::scratch_base())
-            .setting("max_prepared_transactions", "4")
-            .start(),
-        "starting a throwaway cluster with max_prepared_transactions = 4",
-    ));
-    *slot = Arc::downgrade(&cluster);
-    cluster
+    common::shared_cluster_built(
+        |builder| builder.setting("max_prepared_transactions", "4"),
+        |_| {},
+    )
 }
 
 fn database(cluster: &Cluster, name: &str) -> Client {
@@ -104,7 +94,7 @@ fn waiter<'s>(
     observer: &mut Client,
     wait: &'static str,
 ) -> thread::ScopedJoinHandle<'s, Returned> {
-    let mut c = ok(cluster.connect_to(db), "waiter connection");
+    let mut c = common::connect_long_poller(cluster, db);
     let pid = backend_pid(&mut c);
     let handle = scope.spawn(move || {
         let rows = ok(
@@ -146,6 +136,29 @@ fn claimed(c: &mut Client, key: &str) -> (i64, i64) {
         &[&QUEUE, &key],
     );
     (id, epoch)
+}
+
+/// Releases the holder's token `(id, epoch)` in a transaction prepared as
+/// `gid` on `main`, then ends it with `{outcome} PREPARED` (COMMIT or
+/// ROLLBACK) from `resolver`, as a transaction manager would.
+fn release_prepared(
+    main: &mut Client,
+    resolver: &mut Client,
+    (id, epoch): (i64, i64),
+    gid: &str,
+    outcome: &str,
+) {
+    ok(
+        main.batch_execute(&format!(
+            "BEGIN; SELECT workfence.work_release({id}, 'holder', {epoch}); \
+             PREPARE TRANSACTION '{gid}'"
+        )),
+        "release, prepared",
+    );
+    ok(
+        resolver.batch_execute(&format!("{outcome} PREPARED '{gid}'")),
+        "COMMIT or ROLLBACK PREPARED",
+    );
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -256,17 +269,7 @@ fn commit_prepared_wakes_and_rollback_prepared_does_not() {
     let (id, epoch) = claimed(&mut main, "committed");
     thread::scope(|s| {
         let w = waiter(s, &cluster, db, &mut observer, "30 seconds");
-        ok(
-            main.batch_execute(&format!(
-                "BEGIN; SELECT workfence.work_release({id}, 'holder', {epoch}); \
-                 PREPARE TRANSACTION 'release-1'"
-            )),
-            "release, prepared",
-        );
-        ok(
-            resolver.batch_execute("COMMIT PREPARED 'release-1'"),
-            "COMMIT PREPARED",
-        );
+        release_prepared(&mut main, &mut resolver, (id, epoch), "release-1", "COMMIT");
         let committed = Instant::now();
         let got = w.join().expect("waiter thread");
         let latency = got.at.saturating_duration_since(committed);
@@ -284,16 +287,12 @@ fn commit_prepared_wakes_and_rollback_prepared_does_not() {
     thread::scope(|s| {
         let started = Instant::now();
         let w = waiter(s, &cluster, db, &mut observer, "2 seconds");
-        ok(
-            main.batch_execute(&format!(
-                "BEGIN; SELECT workfence.work_release({id}, 'holder', {epoch}); \
-                 PREPARE TRANSACTION 'release-2'"
-            )),
-            "release, prepared",
-        );
-        ok(
-            resolver.batch_execute("ROLLBACK PREPARED 'release-2'"),
-            "ROLLBACK PREPARED",
+        release_prepared(
+            &mut main,
+            &mut resolver,
+            (id, epoch),
+            "release-2",
+            "ROLLBACK",
         );
         let got = w.join().expect("waiter thread");
         assert!(got.items.is_empty(), "nothing was released");
@@ -317,16 +316,12 @@ fn the_session_that_prepared_sends_no_stale_wake_up_at_its_next_commit() {
     // A release whose wake-up is queued, then prepared and rolled back
     // (an enqueue of a due item cannot be prepared: it sends a NOTIFY).
     let (id, epoch) = claimed(&mut main, "held");
-    ok(
-        main.batch_execute(&format!(
-            "BEGIN; SELECT workfence.work_release({id}, 'holder', {epoch}); \
-             PREPARE TRANSACTION 'release-3'"
-        )),
-        "release, prepared",
-    );
-    ok(
-        resolver.batch_execute("ROLLBACK PREPARED 'release-3'"),
-        "ROLLBACK PREPARED",
+    release_prepared(
+        &mut main,
+        &mut resolver,
+        (id, epoch),
+        "release-3",
+        "ROLLBACK",
     );
     // An item due in an hour: the waiter sleeps to its own deadline.
     let later: i64 = scalar(

@@ -7,7 +7,7 @@ use std::error::Error;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use pg_workfence_client::Cluster;
+use pg_workfence_client::{Cluster, ClusterBuilder};
 use postgres::types::{FromSql, ToSql};
 use postgres::{Client, NoTls};
 
@@ -38,13 +38,22 @@ pub fn scratch_base() -> String {
 /// and is removed when the last of them drops its handle. `setup` runs once
 /// on a new cluster (roles, say, which are cluster-wide).
 pub fn shared_cluster_with(setup: fn(&Cluster)) -> Arc<Cluster> {
+    shared_cluster_built(|builder| builder, setup)
+}
+
+/// [`shared_cluster_with`], the cluster built by `build` (server settings
+/// that must be in place before it starts, e.g. `max_prepared_transactions`).
+pub fn shared_cluster_built(
+    build: fn(ClusterBuilder) -> ClusterBuilder,
+    setup: fn(&Cluster),
+) -> Arc<Cluster> {
     static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
     let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(cluster) = slot.upgrade() {
         return cluster;
     }
     let cluster = Arc::new(ok(
-        Cluster::start(scratch_base()),
+        build(Cluster::builder(scratch_base())).start(),
         "starting a throwaway PostgreSQL 15 cluster",
     ));
     setup(&cluster);
@@ -145,5 +154,18 @@ pub fn connect_as(cluster: &Cluster, database: &str, role: &str, name: &str) -> 
     )
     .get(0);
     assert_eq!(who, role, "{name} must not run as the superuser");
+    client
+}
+
+/// A connection to `database` whose long polls sleep their whole `wait`:
+/// it raises `workfence.long_poll_max` (3 s by default, superuser-set) to an
+/// hour for its session, so that a test timing a wake-up against a long
+/// wait cannot pass because the call returned at the cap instead.
+pub fn connect_long_poller(cluster: &Cluster, database: &str) -> Client {
+    let mut client = ok(cluster.connect_to(database), "a long-polling connection");
+    ok(
+        client.batch_execute("SET workfence.long_poll_max = '1h'"),
+        "raising workfence.long_poll_max",
+    );
     client
 }
