@@ -324,8 +324,10 @@ fn the_session_that_prepared_sends_no_stale_wake_up_at_its_next_commit() {
         "ROLLBACK",
     );
     // An item due in an hour: the waiter sleeps to its own deadline.
+    // Enqueued from another connection: the preparing session's next
+    // commit must be the one below, where a stale wake-up would fire.
     let later: i64 = scalar(
-        &mut main,
+        &mut observer,
         "SELECT id FROM workfence.work_enqueue($1, '{}', 'later', \
                 pg_catalog.clock_timestamp() + interval '1 hour')",
         &[&QUEUE],
