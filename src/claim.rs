@@ -403,11 +403,7 @@ fn durable(rows: Vec<ClaimedRow>) -> Vec<ClaimedRow> {
 /// Call inside a transaction that has drawn from the sequence (it holds a
 /// lock on it; the relation and buffer are released before returning).
 unsafe fn epoch_seq_lsn() -> Option<pg_sys::XLogRecPtr> {
-    let schema = pg_sys::get_namespace_oid(c"workfence".as_ptr(), true);
-    if schema == pg_sys::InvalidOid {
-        return None;
-    }
-    let seq = pg_sys::get_relname_relid(c"epoch_seq".as_ptr(), schema);
+    let seq = plans::workfence_relation(c"epoch_seq");
     if seq == pg_sys::InvalidOid {
         return None;
     }

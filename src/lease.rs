@@ -195,8 +195,9 @@ static TOKEN_STATE: Statement = Statement {
     args: &[pg_sys::INT8OID],
 };
 
-/// A validated token.
-struct Token {
+/// A validated token: what `work_claim` handed out, as the caller names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Token {
     id: i64,
     owner: String,
     epoch: i64,
@@ -514,7 +515,7 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
     (|| {
         let token = Token::new(id, owner, epoch)?;
         if run_guarded(&ASSERT, &token, vec![])? {
-            crate::xact::asserted((token.id, token.owner, token.epoch));
+            crate::xact::asserted(token);
             return Ok(());
         }
         // Not current by the locking read, so not current by this later one
@@ -540,13 +541,8 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
 ///
 /// Errors: 55000 "lease lost before commit", naming the first token that
 /// is no longer current.
-pub(crate) fn fence_at_commit(tokens: &[crate::xact::AssertedToken]) -> Result<()> {
-    for (id, owner, epoch) in tokens {
-        let token = Token {
-            id: *id,
-            owner: owner.clone(),
-            epoch: *epoch,
-        };
+pub(crate) fn fence_at_commit(tokens: &[Token]) -> Result<()> {
+    for token in tokens {
         let held = Spi::connect_mut(|client| {
             plans::run(client, &FENCE, &token.args(vec![]), |rows| {
                 if rows.is_empty() {
@@ -565,10 +561,10 @@ pub(crate) fn fence_at_commit(tokens: &[crate::xact::AssertedToken]) -> Result<(
             })
         })?;
         if !held {
-            let status = lease_status_of(&token)?.unwrap_or(LeaseStatus::Released);
+            let status = lease_status_of(token)?.unwrap_or(LeaseStatus::Released);
             return Err(WorkfenceError::LeaseLost {
                 id: token.id,
-                owner: token.owner,
+                owner: token.owner.clone(),
                 epoch: token.epoch,
                 status,
                 at_commit: true,

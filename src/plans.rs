@@ -104,3 +104,17 @@ impl Drop for ForceGenericPlan {
         unsafe { pg_sys::plan_cache_mode = self.0 };
     }
 }
+
+/// The OID of relation `name` in schema `workfence`, or `InvalidOid` if
+/// there is none (the extension is not installed in this database). Call
+/// inside a transaction: catalog look-ups by name.
+pub fn workfence_relation(name: &std::ffi::CStr) -> pg_sys::Oid {
+    // SAFETY: catalog look-ups by NUL-terminated names, missing_ok.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"workfence".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return pg_sys::InvalidOid;
+        }
+        pg_sys::get_relname_relid(name.as_ptr(), schema)
+    }
+}

@@ -354,7 +354,7 @@ pub fn until_claimed<T>(
     // Registered before the first attempt: an item committed after it wakes
     // this waiter, one committed before it is seen by the attempt.
     let registered = register(key);
-    let items = ItemsLock::take(items_relation());
+    let items = ItemsLock::take(plans::workfence_relation(c"items"));
     let outcome = sleep_and_attempt(queue, key, deadline, registered, items, &mut attempt);
     if registered {
         // A backend that has stopped waiting must not stay in the list of
@@ -537,18 +537,6 @@ fn relation_tag(relid: pg_sys::Oid) -> pg_sys::LOCKTAG {
         locktag_field4: 0,
         locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
         locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
-    }
-}
-
-/// The OID of `workfence.items`, or InvalidOid.
-fn items_relation() -> pg_sys::Oid {
-    // SAFETY: catalog look-ups by name inside a transaction.
-    unsafe {
-        let schema = pg_sys::get_namespace_oid(c"workfence".as_ptr(), true);
-        if schema == pg_sys::InvalidOid {
-            return pg_sys::InvalidOid;
-        }
-        pg_sys::get_relname_relid(c"items".as_ptr(), schema)
     }
 }
 

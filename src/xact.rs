@@ -30,9 +30,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::error::OrReport;
-
-/// A token `work_assert` accepted: (id, owner, epoch).
-pub type AssertedToken = (i64, String, i64);
+use crate::lease::Token;
 
 #[derive(Default)]
 struct XactState {
@@ -40,7 +38,7 @@ struct XactState {
     /// claimable (or will, at a `run_at` the waiters should learn of).
     wake: Vec<(i32, u32)>,
     /// Tokens `work_assert` accepted in this transaction.
-    asserted: Vec<AssertedToken>,
+    asserted: Vec<Token>,
     /// A subtransaction rolled back after an assert: its row lock may be gone.
     locks_maybe_lost: bool,
 }
@@ -72,7 +70,7 @@ pub fn wake_at_commit(key: i32, items: u32) {
 }
 
 /// Remember a token `work_assert` accepted, for the fence at commit.
-pub fn asserted(token: AssertedToken) {
+pub fn asserted(token: Token) {
     STATE.with(|state| {
         let asserted = &mut state.borrow_mut().asserted;
         if !asserted.contains(&token) {
@@ -87,7 +85,7 @@ fn clear() {
 
 /// The tokens to re-check before commit: empty unless a subtransaction
 /// rolled back after an assert.
-fn tokens_to_recheck() -> Vec<AssertedToken> {
+fn tokens_to_recheck() -> Vec<Token> {
     STATE.with(|state| {
         let state = state.borrow();
         if state.locks_maybe_lost {
