@@ -71,7 +71,7 @@ cargo pgrx install --release --pg-config "$PG_CONFIG"
 
 # The demo starts the worker binary that sits next to it: build both.
 log "building the demo and the worker"
-cargo build --release -p pg_workfence_client --bins
+cargo build --release -p workfence-harness -p workfence-demo --bins
 
 # The server's OS user must be able to reach the cluster directory.
 mkdir -p "$(dirname "$DEMO_DIR")"
@@ -81,4 +81,4 @@ fi
 
 log "running the demo"
 echo
-exec cargo run --quiet --release -p pg_workfence_client --bin workfence-demo -- --dir "$DEMO_DIR"
+exec cargo run --quiet --release -p workfence-demo --bin workfence-demo -- --dir "$DEMO_DIR"

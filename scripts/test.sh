@@ -68,7 +68,7 @@ stage "client tests from real connections"
 # --show-output: the soak's figures, the model's state count and the bad-input
 # case count are printed even when their tests pass.
 WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
-    cargo test -p pg_workfence_client --release -- --show-output
+    cargo test -p workfence-harness --release -- --show-output
 
 stage "benchmark: the driver's unit tests, then a smoke run (scripts/bench.sh --quick)"
 cargo test -p workfence-bench --release

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use pg_workfence_client::Cluster;
+use workfence_harness::Cluster;
 
 use crate::contender::{Contender, Session, Token};
 use crate::{Error, Result};

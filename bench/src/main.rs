@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pg_workfence_client::Cluster;
+use workfence_harness::Cluster;
 
 use contender::{Contender, CONTENDERS, DEPTH_PRIORITY};
 use report::Sample;
@@ -31,7 +31,7 @@ pub enum Error {
     Postgres(#[from] postgres::Error),
     /// The cluster could not be started or reached.
     #[error("{0}")]
-    Cluster(#[from] pg_workfence_client::Error),
+    Cluster(#[from] workfence_harness::Error),
     /// Writing the report.
     #[error("{0}")]
     Csv(#[from] csv::Error),

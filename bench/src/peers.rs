@@ -11,7 +11,7 @@ use std::process::Command;
 
 use serde::Deserialize;
 
-use pg_workfence_client::Cluster;
+use workfence_harness::Cluster;
 
 use crate::{Error, Result};
 

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pg_workfence_client::Cluster;
 use postgres::Client;
+use workfence_harness::Cluster;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 

@@ -1,0 +1,588 @@
+//! Bad input, as a client sees it: every function × every bad argument.
+//!
+//! The table is generated, not listed: each function is described by its
+//! arguments, each argument by its SQL type, a valid value and the bad values
+//! of its kind (NULL, empty, blank, too long, control characters, zero,
+//! negative or absurd intervals, counts out of range...). Every call that
+//! replaces exactly one valid argument with one bad value must fail with the
+//! documented SQLSTATE, a message naming the argument, a hint (and, for
+//! 22023, a detail), and must change no row and draw no id or epoch (a
+//! snapshot of the table and both sequences, before and after). The valid
+//! call itself is run too, in a rolled-back transaction, so every error is
+//! known to come from the one bad value.
+//!
+//! Tokens that are merely not current (unknown ids, epochs of another item,
+//! the wrong owner, a finished or cancelled item) are not errors: the
+//! functions refuse them (false, zero rows), except `work_assert`, which
+//! raises 55000. Those are checked the same way.
+//!
+//! Needs the extension installed (scripts/test.sh does that first).
+
+mod common;
+
+use common::ok;
+
+use postgres::error::DbError;
+use postgres::Client;
+use workfence_harness::Cluster;
+
+/// `"q".repeat(n)`, for the length limits.
+fn long(c: char, bytes: usize) -> String {
+    c.to_string().repeat(bytes)
+}
+
+/// One bad value of an argument and the SQLSTATE it must raise.
+struct Bad {
+    value: Option<String>,
+    sqlstate: &'static str,
+}
+
+fn bad(value: Option<&str>, sqlstate: &'static str) -> Bad {
+    Bad {
+        value: value.map(str::to_owned),
+        sqlstate,
+    }
+}
+
+fn null() -> Bad {
+    bad(None, "22004")
+}
+
+fn invalid(value: &str) -> Bad {
+    bad(Some(value), "22023")
+}
+
+/// One argument of a function: its SQL name and type, a valid value (text,
+/// cast to the type in SQL; None = NULL) and the bad values of its kind.
+struct Arg {
+    name: &'static str,
+    sql_type: &'static str,
+    valid: Option<String>,
+    bad: Vec<Bad>,
+}
+
+fn arg(name: &'static str, sql_type: &'static str, valid: Option<&str>, bad: Vec<Bad>) -> Arg {
+    Arg {
+        name,
+        sql_type,
+        valid: valid.map(str::to_owned),
+        bad,
+    }
+}
+
+fn queue_arg() -> Arg {
+    arg(
+        "queue",
+        "text",
+        Some("q"),
+        vec![
+            null(),
+            invalid(""),
+            invalid(&long('q', 129)),
+            invalid("a\nb"),
+            invalid("tab\t"),
+            invalid("del\u{7f}"),
+        ],
+    )
+}
+
+fn owner_arg() -> Arg {
+    arg(
+        "owner",
+        "text",
+        Some("w"),
+        vec![
+            null(),
+            invalid(""),
+            invalid("   "),
+            invalid("\t\n"),
+            invalid(&long('o', 257)),
+            invalid(&long('é', 129)),
+            invalid("laptop\n"),
+        ],
+    )
+}
+
+/// `key` where it is required (`work_claim_key`, `work_cancel`); in
+/// `work_enqueue` NULL means "generate one".
+fn key_arg(required: bool) -> Arg {
+    let mut bad = vec![invalid(""), invalid(&long('k', 513)), invalid("k\tk")];
+    if required {
+        bad.insert(0, null());
+    }
+    arg("key", "text", Some("a"), bad)
+}
+
+fn lease_arg() -> Arg {
+    arg(
+        "lease",
+        "interval",
+        Some("1 minute"),
+        vec![
+            null(),
+            invalid("0"),
+            invalid("-1 second"),
+            invalid("7 days 00:00:00.000001"),
+            invalid("8 days"),
+            invalid("100000 years"),
+            invalid("1 day -1 hour"),
+            invalid("1 mon -29 days"),
+        ],
+    )
+}
+
+/// `delay` (`work_release`, required) and `retry_in` (`work_fail`, NULL =
+/// backoff).
+fn delay_arg(name: &'static str, required: bool) -> Arg {
+    let mut bad = vec![
+        invalid("-1 second"),
+        invalid("366 days"),
+        // 365 days by the 30-day rule, 370 or 371 real days from any date.
+        invalid("12 mon 5 days"),
+        invalid("1000 years"),
+        invalid("1 mon -29 days"),
+    ];
+    if required {
+        bad.insert(0, null());
+    }
+    arg(name, "interval", Some("0"), bad)
+}
+
+fn count_arg(name: &'static str, valid: &str) -> Arg {
+    arg(
+        name,
+        "integer",
+        Some(valid),
+        vec![
+            null(),
+            invalid("0"),
+            invalid("-1"),
+            invalid("1001"),
+            invalid("2147483647"),
+        ],
+    )
+}
+
+fn not_null(name: &'static str, sql_type: &'static str, valid: &str) -> Arg {
+    arg(name, sql_type, Some(valid), vec![null()])
+}
+
+/// A function: its name and arguments, in order.
+struct Function {
+    name: &'static str,
+    args: Vec<Arg>,
+}
+
+/// The token every token function is called with: item A's current claim.
+struct Fixture {
+    a_id: i64,
+    a_epoch: i64,
+    b_id: i64,
+    b_epoch: i64,
+    done_id: i64,
+    done_epoch: i64,
+    cancelled_id: i64,
+    cancelled_epoch: i64,
+}
+
+fn functions(f: &Fixture) -> Vec<Function> {
+    let id = || not_null("id", "bigint", &f.a_id.to_string());
+    let epoch = || not_null("epoch", "bigint", &f.a_epoch.to_string());
+    vec![
+        Function {
+            name: "work_enqueue",
+            args: vec![
+                queue_arg(),
+                not_null("payload", "jsonb", "{}"),
+                key_arg(false),
+                arg("run_at", "timestamptz", None, vec![invalid("infinity")]),
+                not_null("priority", "integer", "0"),
+                count_arg("max_attempts", "25"),
+            ],
+        },
+        Function {
+            name: "work_claim",
+            args: vec![
+                queue_arg(),
+                owner_arg(),
+                lease_arg(),
+                count_arg("max_items", "1"),
+                arg(
+                    "wait",
+                    "interval",
+                    Some("0"),
+                    vec![
+                        null(),
+                        invalid("-1 second"),
+                        invalid("01:00:00.000001"),
+                        invalid("1 day"),
+                        invalid("1 day -23 hours"),
+                    ],
+                ),
+            ],
+        },
+        Function {
+            name: "work_claim_key",
+            args: vec![queue_arg(), key_arg(true), owner_arg(), lease_arg()],
+        },
+        Function {
+            name: "work_renew",
+            args: vec![id(), owner_arg(), epoch(), lease_arg()],
+        },
+        Function {
+            name: "work_finish",
+            args: vec![
+                id(),
+                owner_arg(),
+                epoch(),
+                arg("result", "jsonb", None, vec![]),
+            ],
+        },
+        Function {
+            name: "work_finish_many",
+            args: vec![
+                owner_arg(),
+                arg(
+                    "ids",
+                    "bigint[]",
+                    Some(&format!("{{{}}}", f.a_id)),
+                    vec![null(), bad(Some(&format!("{{{},NULL}}", f.a_id)), "22004")],
+                ),
+                arg(
+                    "epochs",
+                    "bigint[]",
+                    Some(&format!("{{{}}}", f.a_epoch)),
+                    vec![
+                        null(),
+                        bad(Some("{NULL}"), "22004"),
+                        invalid("{}"),
+                        invalid(&format!("{{{},{}}}", f.a_epoch, f.a_epoch)),
+                    ],
+                ),
+                arg(
+                    "results",
+                    "jsonb[]",
+                    None,
+                    vec![invalid("{}"), invalid("{1,2}")],
+                ),
+            ],
+        },
+        Function {
+            name: "work_release",
+            args: vec![id(), owner_arg(), epoch(), delay_arg("delay", true)],
+        },
+        Function {
+            name: "work_fail",
+            args: vec![
+                id(),
+                owner_arg(),
+                epoch(),
+                not_null("error", "text", "boom"),
+                delay_arg("retry_in", false),
+            ],
+        },
+        Function {
+            name: "work_assert",
+            args: vec![id(), owner_arg(), epoch()],
+        },
+        Function {
+            name: "work_cancel",
+            args: vec![queue_arg(), key_arg(true)],
+        },
+        Function {
+            name: "work_lease_status",
+            args: vec![id(), owner_arg(), epoch()],
+        },
+        Function {
+            name: "work_purge",
+            args: vec![
+                arg(
+                    "older_than",
+                    "interval",
+                    Some("7 days"),
+                    vec![
+                        null(),
+                        invalid("-1 second"),
+                        invalid("3651 days"),
+                        invalid("1 mon -29 days"),
+                    ],
+                ),
+                {
+                    // NULL: every queue.
+                    let mut queue = queue_arg();
+                    queue.valid = Some("q".into());
+                    queue.bad.retain(|b| b.value.is_some());
+                    queue
+                },
+            ],
+        },
+    ]
+}
+
+/// `SELECT count(*) FROM workfence.f($1::text::t1, ...)`: every value is a
+/// text parameter cast on the server, so NULL stays NULL and nothing is
+/// formatted into the SQL.
+fn call_sql(function: &Function) -> String {
+    let params: Vec<String> = function
+        .args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("${}::text::{}", i + 1, a.sql_type))
+        .collect();
+    format!(
+        "SELECT count(*) FROM workfence.{}({})",
+        function.name,
+        params.join(", ")
+    )
+}
+
+/// Everything a call could change: every row, and both sequences' positions.
+fn snapshot(client: &mut Client) -> String {
+    ok(
+        client.query_one(
+            "SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), 'no rows')
+                    || ' epoch_seq ' || (SELECT last_value || '/' || is_called FROM workfence.epoch_seq)
+                    || ' items_id_seq ' || (SELECT last_value || '/' || is_called FROM workfence.items_id_seq)
+               FROM workfence.items AS t",
+            &[],
+        ),
+        "snapshot",
+    )
+    .get(0)
+}
+
+fn call(client: &mut Client, sql: &str, values: &[Option<String>]) -> Result<i64, postgres::Error> {
+    let params: Vec<&(dyn postgres::types::ToSql + Sync)> = values
+        .iter()
+        .map(|v| v as &(dyn postgres::types::ToSql + Sync))
+        .collect();
+    client.query_one(sql, &params).map(|row| row.get(0))
+}
+
+fn db_error(err: &postgres::Error) -> &DbError {
+    err.as_db_error()
+        .unwrap_or_else(|| panic!("not a server error: {err}"))
+}
+
+fn fixture(client: &mut Client) -> Fixture {
+    let claim = |client: &mut Client, key: &str| -> (i64, i64) {
+        let row = ok(
+            client.query_one(
+                "SELECT id, epoch FROM workfence.work_claim_key('q', $1, 'w', '1 hour')",
+                &[&key],
+            ),
+            "claim",
+        );
+        (row.get(0), row.get(1))
+    };
+    ok(
+        client.batch_execute(
+            "SELECT workfence.work_enqueue('q', '{}', k)
+               FROM unnest(ARRAY['a', 'b', 'done', 'cancelled', 'pending']) AS k",
+        ),
+        "enqueue",
+    );
+    let (a_id, a_epoch) = claim(client, "a");
+    let (b_id, b_epoch) = claim(client, "b");
+    let (done_id, done_epoch) = claim(client, "done");
+    let (cancelled_id, cancelled_epoch) = claim(client, "cancelled");
+    let finished: bool = ok(
+        client.query_one(
+            "SELECT workfence.work_finish($1, 'w', $2)",
+            &[&done_id, &done_epoch],
+        ),
+        "finish",
+    )
+    .get(0);
+    let cancelled: bool = ok(
+        client.query_one("SELECT workfence.work_cancel('q', 'cancelled')", &[]),
+        "cancel",
+    )
+    .get(0);
+    assert!(
+        finished && cancelled,
+        "fixture: finish {finished}, cancel {cancelled}"
+    );
+    Fixture {
+        a_id,
+        a_epoch,
+        b_id,
+        b_epoch,
+        done_id,
+        done_epoch,
+        cancelled_id,
+        cancelled_epoch,
+    }
+}
+
+#[test]
+fn every_bad_argument_of_every_function_is_rejected_and_changes_nothing() {
+    let cluster = ok(
+        Cluster::start(common::scratch_base()),
+        "starting a throwaway PostgreSQL 15 cluster",
+    );
+    ok(
+        cluster.create_database("bad_input"),
+        "creating the database",
+    );
+    let mut client = ok(cluster.connect_to("bad_input"), "connecting");
+    let fixture = fixture(&mut client);
+    let functions = functions(&fixture);
+
+    let mut cases = 0;
+    for function in &functions {
+        let sql = call_sql(function);
+        let valid: Vec<Option<String>> = function.args.iter().map(|a| a.valid.clone()).collect();
+
+        // The valid call succeeds (rolled back, so it changes nothing).
+        let mut tx = ok(client.transaction(), "BEGIN");
+        let params: Vec<&(dyn postgres::types::ToSql + Sync)> = valid
+            .iter()
+            .map(|v| v as &(dyn postgres::types::ToSql + Sync))
+            .collect();
+        if let Err(err) = tx.query_one(&sql, &params) {
+            panic!("{}: the valid call failed: {err}", function.name);
+        }
+        ok(tx.rollback(), "ROLLBACK");
+        // After the valid call: a rolled-back INSERT still draws from
+        // items_id_seq (sequences are not transactional).
+        let before = snapshot(&mut client);
+
+        for (position, argument) in function.args.iter().enumerate() {
+            for bad in &argument.bad {
+                cases += 1;
+                let mut values = valid.clone();
+                values[position] = bad.value.clone();
+                let what = format!("{}({} = {:?})", function.name, argument.name, bad.value);
+                let err = match call(&mut client, &sql, &values) {
+                    Ok(rows) => panic!("{what} was accepted ({rows} rows)"),
+                    Err(err) => err,
+                };
+                let db = db_error(&err);
+                assert_eq!(db.code().code(), bad.sqlstate, "{what}: {db:?}");
+                let named = format!("argument \"{}\"", argument.name);
+                assert!(
+                    db.message().contains(&named),
+                    "{what}: message {:?}",
+                    db.message()
+                );
+                assert!(db.hint().is_some(), "{what}: no HINT");
+                if bad.sqlstate == "22023" {
+                    assert!(db.detail().is_some(), "{what}: no DETAIL");
+                }
+                assert_eq!(snapshot(&mut client), before, "{what} changed something");
+            }
+        }
+    }
+    println!(
+        "bad_input: {cases} bad calls over {} functions rejected",
+        functions.len()
+    );
+    assert!(cases >= 100, "only {cases} cases: the table lost its rows");
+}
+
+#[test]
+fn tokens_that_are_not_current_are_refused_and_change_nothing() {
+    let cluster = ok(
+        Cluster::start(common::scratch_base()),
+        "starting a throwaway PostgreSQL 15 cluster",
+    );
+    ok(
+        cluster.create_database("not_current"),
+        "creating the database",
+    );
+    let mut client = ok(cluster.connect_to("not_current"), "connecting");
+    let f = fixture(&mut client);
+    let unknown = f.a_id.max(f.b_id).max(f.done_id).max(f.cancelled_id) + 1000;
+    // (what, id, owner, epoch): none of them is a current token.
+    let tokens: Vec<(&str, i64, &str, i64)> = vec![
+        ("unknown id", unknown, "w", f.a_epoch),
+        ("epoch of another item", f.a_id, "w", f.b_epoch),
+        ("epoch from the future", f.a_id, "w", f.a_epoch + 1_000_000),
+        ("wrong owner", f.a_id, "w2", f.a_epoch),
+        ("owner with other spacing", f.a_id, " w", f.a_epoch),
+        ("finished item", f.done_id, "w", f.done_epoch),
+        ("cancelled item", f.cancelled_id, "w", f.cancelled_epoch),
+    ];
+    let refusals = [
+        "SELECT workfence.work_renew($1, $2, $3, '1 minute')",
+        "SELECT workfence.work_release($1, $2, $3)",
+        "SELECT workfence.work_fail($1, $2, $3, 'boom')",
+    ];
+    let finishes = [
+        "SELECT workfence.work_finish($1, $2, $3)",
+        "SELECT finished FROM workfence.work_finish_many($2, ARRAY[$1::bigint], ARRAY[$3::bigint])",
+    ];
+    let before = snapshot(&mut client);
+    for (what, id, owner, epoch) in &tokens {
+        for sql in refusals {
+            let accepted: bool = ok(client.query_one(sql, &[id, owner, epoch]), sql).get(0);
+            assert!(!accepted, "{sql} with a token with {what}");
+        }
+        // A finished item's own token may repeat its finish (true, no
+        // change); every other token is refused.
+        for sql in finishes {
+            let finished: bool = ok(client.query_one(sql, &[id, owner, epoch]), sql).get(0);
+            assert_eq!(finished, *what == "finished item", "{sql} with {what}");
+        }
+        let err = client
+            .query_one(
+                "SELECT workfence.work_assert($1, $2, $3)",
+                &[id, owner, epoch],
+            )
+            .expect_err(&format!("work_assert with {what} must raise"));
+        let db = db_error(&err);
+        assert_eq!(db.code().code(), "55000", "work_assert with {what}: {db:?}");
+        assert!(
+            db.message().starts_with("lease lost"),
+            "{what}: {}",
+            db.message()
+        );
+        assert!(
+            db.detail().is_some() && db.hint().is_some(),
+            "{what}: {db:?}"
+        );
+        assert_eq!(
+            snapshot(&mut client),
+            before,
+            "a token with {what} changed something"
+        );
+    }
+    // Claims of what is not claimable return nothing and change nothing.
+    for (sql, what) in [
+        (
+            "SELECT count(*) FROM workfence.work_claim('no such queue', 'w', '1 minute', 10)",
+            "unknown queue",
+        ),
+        (
+            "SELECT count(*) FROM workfence.work_claim_key('q', 'no such key', 'w', '1 minute')",
+            "unknown key",
+        ),
+        (
+            "SELECT count(*) FROM workfence.work_claim_key('q', 'a', 'w', '1 minute')",
+            "item under a live lease",
+        ),
+        (
+            "SELECT count(*) FROM workfence.work_claim_key('q', 'done', 'w', '1 minute')",
+            "finished item",
+        ),
+        (
+            "SELECT count(*) FROM workfence.work_claim_key('q', 'cancelled', 'w', '1 minute')",
+            "cancelled item",
+        ),
+    ] {
+        let n: i64 = ok(client.query_one(sql, &[]), what).get(0);
+        assert_eq!(n, 0, "claim of an {what}");
+    }
+    let cancels: bool = ok(
+        client.query_one("SELECT workfence.work_cancel('q', 'done')", &[]),
+        "cancel",
+    )
+    .get(0);
+    assert!(!cancels, "a finished item cannot be cancelled");
+    assert_eq!(
+        snapshot(&mut client),
+        before,
+        "refused claims changed something"
+    );
+}

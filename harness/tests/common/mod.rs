@@ -1,0 +1,171 @@
+//! Helpers shared by the client-connection test files (`mod common;`).
+//!
+//! Each test file is its own binary and uses a subset of these.
+#![allow(dead_code)]
+
+use std::error::Error;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use postgres::types::{FromSql, ToSql};
+use postgres::{Client, NoTls};
+use workfence_harness::{Cluster, ClusterBuilder};
+
+/// Unwraps, or panics with the error and its chain of sources (a
+/// `postgres::Error` says only "db error"; its source has the server's
+/// message; a missing extension's error says how to install it).
+pub fn ok<T, E: Error>(result: Result<T, E>, what: &str) -> T {
+    result.unwrap_or_else(|e| {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        panic!("{what}: {text}")
+    })
+}
+
+/// Where the tests' throwaway clusters live: `$WORKFENCE_SCRATCH`, which
+/// scripts/test.sh points at a directory the postgres OS user can reach (a
+/// checkout under /root is not), else cargo's per-target scratch directory.
+pub fn scratch_base() -> String {
+    std::env::var("WORKFENCE_SCRATCH").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").to_string())
+}
+
+/// One cluster for the tests of a binary that run at the same time; it stops
+/// and is removed when the last of them drops its handle. `setup` runs once
+/// on a new cluster (roles, say, which are cluster-wide).
+pub fn shared_cluster_with(setup: fn(&Cluster)) -> Arc<Cluster> {
+    shared_cluster_built(|builder| builder, setup)
+}
+
+/// [`shared_cluster_with`], the cluster built by `build` (server settings
+/// that must be in place before it starts, e.g. `max_prepared_transactions`).
+pub fn shared_cluster_built(
+    build: fn(ClusterBuilder) -> ClusterBuilder,
+    setup: fn(&Cluster),
+) -> Arc<Cluster> {
+    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
+    let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(cluster) = slot.upgrade() {
+        return cluster;
+    }
+    let cluster = Arc::new(ok(
+        build(Cluster::builder(scratch_base())).start(),
+        "starting a throwaway PostgreSQL 15 cluster",
+    ));
+    setup(&cluster);
+    *slot = Arc::downgrade(&cluster);
+    cluster
+}
+
+/// [`shared_cluster_with`] with nothing to set up.
+pub fn shared_cluster() -> Arc<Cluster> {
+    shared_cluster_with(|_| {})
+}
+
+/// The single value of a one-row, one-column query.
+pub fn scalar<T: for<'a> FromSql<'a>>(
+    client: &mut Client,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> T {
+    ok(client.query_one(sql, params), sql).get(0)
+}
+
+/// The longest [`poll_until`] waits for another backend to get somewhere.
+pub const POLL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Runs `condition` (a query returning one boolean) on `observer` until it
+/// is true, pausing 1 ms on the server between tries; fails with `what`
+/// after [`POLL_DEADLINE`]. The condition is what orders the test; the pause
+/// only keeps the poll from spinning.
+pub fn poll_until(
+    observer: &mut Client,
+    condition: &str,
+    params: &[&(dyn ToSql + Sync)],
+    what: &str,
+) {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while !scalar::<bool>(observer, condition, params) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not seen within {POLL_DEADLINE:?}"
+        );
+        ok(
+            observer.execute("SELECT pg_catalog.pg_sleep(0.001)", &[]),
+            "pause between polls",
+        );
+    }
+}
+
+/// Returns once backend `waiter` waits on a lock that backend `holder`
+/// holds (`pg_stat_activity` and `pg_blocking_pids`, read by `observer`).
+pub fn wait_until_blocked(observer: &mut Client, waiter: i32, holder: i32) {
+    poll_until(
+        observer,
+        "SELECT coalesce(bool_or(a.wait_event_type = 'Lock' \
+                                 AND $2 = ANY (pg_catalog.pg_blocking_pids(a.pid))), false) \
+           FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = $1",
+        &[&waiter, &holder],
+        &format!("backend {waiter} blocked on backend {holder}"),
+    );
+}
+
+/// The SQL of the one ```sql block between `<!-- {marker}:begin -->` and
+/// `<!-- {marker}:end -->` in `doc` (the text of `file`): the tests run the
+/// documentation's SQL itself, so the two cannot drift apart.
+pub fn doc_sql_block(doc: &'static str, file: &str, marker: &str) -> &'static str {
+    let begin = format!("<!-- {marker}:begin -->");
+    let end = format!("<!-- {marker}:end -->");
+    let start = doc
+        .find(&begin)
+        .unwrap_or_else(|| panic!("{file} has no {begin}"))
+        + begin.len();
+    let length = doc[start..]
+        .find(&end)
+        .unwrap_or_else(|| panic!("{file} has no {end}"));
+    doc[start..start + length]
+        .trim()
+        .strip_prefix("```sql")
+        .and_then(|block| block.strip_suffix("```"))
+        .unwrap_or_else(|| panic!("{begin} in {file} must enclose exactly one ```sql block"))
+}
+
+/// A connection to `database` logged in as `role` (trust authentication),
+/// named `name` in pg_stat_activity; fails the test unless the session
+/// really is `role` (not the superuser).
+pub fn connect_as(cluster: &Cluster, database: &str, role: &str, name: &str) -> Client {
+    let mut client = ok(
+        postgres::Config::new()
+            .host(cluster.host())
+            .port(cluster.port())
+            .user(role)
+            .dbname(database)
+            .application_name(name)
+            .connect(NoTls),
+        &format!("connecting as {role}"),
+    );
+    let who: String = ok(
+        client.query_one("SELECT current_user::text", &[]),
+        "current_user",
+    )
+    .get(0);
+    assert_eq!(who, role, "{name} must not run as the superuser");
+    client
+}
+
+/// A connection to `database` whose long polls sleep their whole `wait`:
+/// it raises `workfence.long_poll_max` (3 s by default, superuser-set) to an
+/// hour for its session, so that a test timing a wake-up against a long
+/// wait cannot pass because the call returned at the cap instead.
+pub fn connect_long_poller(cluster: &Cluster, database: &str) -> Client {
+    let mut client = ok(cluster.connect_to(database), "a long-polling connection");
+    ok(
+        client.batch_execute("SET workfence.long_poll_max = '1h'"),
+        "raising workfence.long_poll_max",
+    );
+    client
+}

@@ -1,0 +1,174 @@
+//! `pg_dump` of a database using pg_workfence, restored into a new database:
+//! the items, their states and both sequences come back, so a claim after
+//! the restore gets an epoch above every epoch handed out before, and an
+//! enqueue gets a fresh id (contract, promise 7).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{ok, scalar};
+use postgres::Client;
+use workfence_harness::Cluster;
+
+/// Every item as one line of text, in id order: what a restore must keep.
+fn items(client: &mut Client) -> Vec<String> {
+    client
+        .query(
+            "SELECT concat_ws(' ', id, key, state, owner, epoch) FROM workfence.items ORDER BY id",
+            &[],
+        )
+        .expect("reading the items")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// Run a client program of the cluster's PostgreSQL against `database`.
+fn run_client(cluster: &Cluster, program: &str, database: &str, args: &[&str], file: &Path) {
+    let status = Command::new(cluster.bin_dir().join(program))
+        .args(["-h", cluster.host(), "-p", &cluster.port().to_string()])
+        .args(["-U", "postgres", "-d", database])
+        .args(args)
+        .arg(file)
+        .status()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(status.success(), "{program} {database} failed: {status}");
+}
+
+#[test]
+fn dump_and_restore_keeps_items_states_and_the_epoch_sequence() {
+    let cluster = ok(
+        Cluster::start(common::scratch_base()),
+        "starting a throwaway cluster",
+    );
+    ok(
+        cluster.create_database("source"),
+        "creating the source database",
+    );
+    let mut src = ok(cluster.connect_to("source"), "connecting to source");
+
+    // Items in several states (done, claimed, pending), and epochs handed out.
+    for key in ["a", "b", "c", "d"] {
+        src.execute("SELECT workfence.work_enqueue('q', '{}', $1)", &[&key])
+            .unwrap();
+    }
+    let claimed = src
+        .query(
+            "SELECT id, epoch FROM workfence.work_claim('q', 'w', '1 hour', 3)",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    let (done_id, done_epoch): (i64, i64) = (claimed[0].get(0), claimed[0].get(1));
+    let (held_id, held_epoch): (i64, i64) = (claimed[1].get(0), claimed[1].get(1));
+    let finish = "SELECT workfence.work_finish($1, 'w', $2)";
+    assert!(scalar::<bool>(&mut src, finish, &[&done_id, &done_epoch]));
+    let max_epoch: i64 = scalar(&mut src, "SELECT max(epoch) FROM workfence.items", &[]);
+    let max_id: i64 = scalar(&mut src, "SELECT max(id) FROM workfence.items", &[]);
+    let before = items(&mut src);
+
+    // pg_dump | psql into a new, empty database.
+    let dump = cluster.data_dir().with_extension("dump.sql");
+    run_client(&cluster, "pg_dump", "source", &["-f"], &dump);
+    let mut admin = ok(cluster.connect(), "connecting");
+    admin.batch_execute("CREATE DATABASE restored").unwrap();
+    let restore = ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"];
+    run_client(&cluster, "psql", "restored", &restore, &dump);
+    std::fs::remove_file(&dump).ok();
+
+    let mut dst = ok(cluster.connect_to("restored"), "connecting to restored");
+    assert_eq!(items(&mut dst), before, "items and states restored");
+
+    // The held lease is still honoured, the finished token still answers.
+    let renew = "SELECT workfence.work_renew($1, 'w', $2, '1 hour')";
+    assert!(scalar::<bool>(&mut dst, renew, &[&held_id, &held_epoch]));
+    assert!(scalar::<bool>(&mut dst, finish, &[&done_id, &done_epoch]));
+    // A new enqueue gets a new id; the next claim an epoch above all before.
+    let new_id: i64 = scalar(
+        &mut dst,
+        "SELECT id FROM workfence.work_enqueue('q', '{}', 'e')",
+        &[],
+    );
+    assert!(
+        new_id > max_id,
+        "id {new_id} reissued after restore (max was {max_id})"
+    );
+    let epoch: i64 = scalar(
+        &mut dst,
+        "SELECT epoch FROM workfence.work_claim('q', 'w', '1 hour')",
+        &[],
+    );
+    assert!(
+        epoch > max_epoch,
+        "epoch {epoch} not above {max_epoch} after restore"
+    );
+}
+
+#[test]
+fn a_restore_of_the_items_table_alone_lifts_both_sequences() {
+    let cluster = ok(
+        Cluster::start(common::scratch_base()),
+        "starting a throwaway cluster",
+    );
+    ok(cluster.create_database("only_items"), "source database");
+    let mut src = ok(cluster.connect_to("only_items"), "connecting to source");
+    // Epochs well above 1: 50 claims and releases of one item, then items in
+    // several states.
+    ok(
+        src.batch_execute(
+            "SELECT workfence.work_enqueue('q', '{}', 'hot');
+             DO $$ DECLARE r record; BEGIN
+               FOR n IN 1..50 LOOP
+                 SELECT * INTO r FROM workfence.work_claim_key('q', 'hot', 'w', '1 hour');
+                 PERFORM workfence.work_release(r.id, 'w', r.epoch);
+               END LOOP; END $$;
+             SELECT workfence.work_enqueue('q', '{}', k) FROM unnest(ARRAY['a', 'b', 'c']) k;
+             SELECT * FROM workfence.work_claim('q', 'w', '1 hour', 2);",
+        ),
+        "items with epochs",
+    );
+    let max_epoch: i64 = scalar(&mut src, "SELECT max(epoch) FROM workfence.items", &[]);
+    let max_id: i64 = scalar(&mut src, "SELECT max(id) FROM workfence.items", &[]);
+    assert!(max_epoch > 50);
+
+    // The table's rows only (no sequences), into a fresh install.
+    let dump = cluster.data_dir().with_extension("items.sql");
+    run_client(
+        &cluster,
+        "pg_dump",
+        "only_items",
+        &["--data-only", "-t", "workfence.items", "-f"],
+        &dump,
+    );
+    ok(cluster.create_database("fresh"), "fresh install");
+    let restore = ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"];
+    run_client(&cluster, "psql", "fresh", &restore, &dump);
+    std::fs::remove_file(&dump).ok();
+
+    let mut dst = ok(cluster.connect_to("fresh"), "connecting to fresh");
+    let restored: i64 = scalar(&mut dst, "SELECT count(*) FROM workfence.items", &[]);
+    assert_eq!(restored, 4);
+    let new_id: i64 = scalar(
+        &mut dst,
+        "SELECT id FROM workfence.work_enqueue('q', '{}', 'after')",
+        &[],
+    );
+    assert!(new_id > max_id, "id {new_id} at or below {max_id}");
+    let epochs: Vec<i64> = ok(
+        dst.query(
+            "SELECT epoch FROM workfence.work_claim('q', 'w', '1 hour', 10)",
+            &[],
+        ),
+        "claim after the restore",
+    )
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    assert!(!epochs.is_empty());
+    assert!(
+        epochs.iter().all(|e| *e > max_epoch),
+        "epochs {epochs:?} not above {max_epoch}"
+    );
+}

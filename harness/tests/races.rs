@@ -1,0 +1,1161 @@
+//! Races between real client connections: issue 3, scenarios 1 to 8.
+//!
+//! Every test opens several connections (each its own backend) to a database
+//! of its own on one throwaway cluster shared by the test binary, and orders
+//! them explicitly: a barrier releases racing threads together; a transaction
+//! held open keeps a row lock while another connection acts; a connection
+//! that must wait on that lock is seen waiting in `pg_stat_activity`
+//! (`wait_event_type = 'Lock'`, blocked by the holder's pid per
+//! `pg_blocking_pids`) before the holder commits; a lease is waited out on the
+//! server's clock (`pg_sleep_until(lease_until)`, then a check that
+//! `clock_timestamp()` has passed it). No client sleep orders anything.
+//!
+//! What the tests prove, one scenario each (the contract's promises 1 to 3,
+//! and `work_cancel` / `work_assert`):
+//! 1. three schedulers racing for one firing: exactly one claim wins, and
+//!    again exactly one when its lease lapses; the first token is then dead;
+//! 2. a worker restarted under the same owner name cannot take its own item
+//!    while the old lease runs, can after it lapses, and the old token is dead;
+//! 3. a superseded `work_fail` / `work_release` changes nothing at all;
+//! 4. `work_finish` of an old token against a re-claim of its lapsed lease, in
+//!    both orders: exactly one wins;
+//! 5. `work_cancel` of a claimed item fences its holder for good;
+//! 6. a job renewing every third of its lease is never re-claimed, however
+//!    long it runs, while other workers of the same name poll the queue;
+//! 7. a renew at the edge of expiry against a claim: one wins, never both;
+//! 8. `work_assert` in the worker's own transaction: a stale worker's writes
+//!    never commit; a current worker's writes and finish commit together.
+//!
+//! Needs the extension installed into PostgreSQL 15 (`scripts/test.sh`).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use common::ok;
+use postgres::error::DbError;
+use postgres::{Client, GenericClient, Row};
+use serde_json::{json, Value};
+use workfence_harness::scenario::wait_for_lease_lapse;
+use workfence_harness::{Claim, Cluster};
+
+/// The queue every test uses (each test has its own database).
+const QUEUE: &str = "jobs";
+
+/// A lease that is meant to lapse during the test.
+const SHORT: &str = "300 milliseconds";
+
+/// A lease that outlasts any test. Races for a lease that must stay live
+/// run under it, so that only a broken promise, never a stalled racer (a
+/// statement runs at most `statement_timeout`, 30 s), can make a second
+/// winner; where the test then needs the lease to lapse, the holder shortens
+/// it to [`SHORT`] with a renew once the race is over.
+const LONG: &str = "5 minutes";
+
+/// One cluster for the tests that run at the same time; it stops and is
+/// removed when the last of them drops its handle.
+fn cluster() -> Arc<Cluster> {
+    common::shared_cluster()
+}
+
+/// One test's database on the shared cluster.
+struct Db {
+    cluster: Arc<Cluster>,
+    name: &'static str,
+}
+
+impl Db {
+    /// Creates database `name` with the extension.
+    fn new(name: &'static str) -> Db {
+        let cluster = cluster();
+        ok(cluster.create_database(name), "creating the test database");
+        Db { cluster, name }
+    }
+
+    /// A new connection (a backend of its own). A statement that hangs, say a
+    /// claim that waited on a lock instead of skipping it, fails the test
+    /// after 30 s instead of hanging it.
+    fn connect(&self) -> Client {
+        let mut client = ok(self.cluster.connect_to(self.name), "connecting");
+        client
+            .batch_execute("SET statement_timeout = '30s'")
+            .expect("setting statement_timeout");
+        client
+    }
+}
+
+/// Adds item `key` to [`QUEUE`] with `priority`; returns its id.
+fn enqueue(c: &mut impl GenericClient, key: &str, priority: i32) -> i64 {
+    let row = c
+        .query_one(
+            "SELECT id, inserted FROM workfence.work_enqueue($1, '{}'::jsonb, $2, priority => $3)",
+            &[&QUEUE, &key, &priority],
+        )
+        .expect("work_enqueue");
+    assert!(row.get::<_, bool>(1), "{key} was enqueued before");
+    row.get(0)
+}
+
+/// A claim row (id, key, payload, epoch, attempt, lease_until::text).
+fn to_claim(row: &Row) -> Claim {
+    Claim {
+        id: row.get(0),
+        key: row.get(1),
+        payload: row.get(2),
+        epoch: row.get(3),
+        attempt: row.get(4),
+        lease_until: row.get(5),
+    }
+}
+
+/// `work_claim_key(QUEUE, key, owner, lease)`.
+fn claim_key(c: &mut impl GenericClient, key: &str, owner: &str, lease: &str) -> Option<Claim> {
+    c.query_opt(
+        "SELECT id, key, payload, epoch, attempt, lease_until::text \
+           FROM workfence.work_claim_key($1, $2, $3, $4::text::interval)",
+        &[&QUEUE, &key, &owner, &lease],
+    )
+    .expect("work_claim_key")
+    .as_ref()
+    .map(to_claim)
+}
+
+/// `work_claim(QUEUE, owner, lease, max_items)`.
+fn claim(c: &mut impl GenericClient, owner: &str, lease: &str, max_items: i32) -> Vec<Claim> {
+    c.query(
+        "SELECT id, key, payload, epoch, attempt, lease_until::text \
+           FROM workfence.work_claim($1, $2, $3::text::interval, $4)",
+        &[&QUEUE, &owner, &lease, &max_items],
+    )
+    .expect("work_claim")
+    .iter()
+    .map(to_claim)
+    .collect()
+}
+
+/// A fencing token: the claim and the owner it was made under.
+#[derive(Debug, Clone)]
+struct Token {
+    owner: &'static str,
+    claim: Claim,
+}
+
+impl Token {
+    /// The token of `claim`, which `owner` made; panics when it is `None`.
+    fn of(owner: &'static str, claim: Option<Claim>, who: &str) -> Token {
+        let claim = claim.unwrap_or_else(|| panic!("{who}'s claim returned no row"));
+        Token { owner, claim }
+    }
+
+    /// The item id.
+    fn id(&self) -> i64 {
+        self.claim.id
+    }
+
+    /// The epoch.
+    fn epoch(&self) -> i64 {
+        self.claim.epoch
+    }
+
+    /// Runs `sql` with ($1 id, $2 owner, $3 epoch, then `extra`); its bool.
+    fn scalar(&self, c: &mut impl GenericClient, sql: &str, extra: &[&str]) -> bool {
+        let (id, epoch) = (self.id(), self.epoch());
+        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&id, &self.owner, &epoch];
+        params.extend(
+            extra
+                .iter()
+                .map(|e| e as &(dyn postgres::types::ToSql + Sync)),
+        );
+        c.query_one(sql, &params)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0)
+    }
+
+    /// `work_renew` with this token.
+    fn renew(&self, c: &mut impl GenericClient, lease: &str) -> bool {
+        self.scalar(
+            c,
+            "SELECT workfence.work_renew($1, $2, $3, $4::text::interval)",
+            &[lease],
+        )
+    }
+
+    /// `work_finish` with this token, storing `{"by": by}` as the result.
+    fn finish(&self, c: &mut impl GenericClient, by: &str) -> bool {
+        self.scalar(
+            c,
+            "SELECT workfence.work_finish($1, $2, $3, jsonb_build_object('by', $4::text))",
+            &[by],
+        )
+    }
+
+    /// `work_fail` with this token, `retry_in` NULL (backoff) or an interval.
+    fn fail(&self, c: &mut impl GenericClient, error: &str, retry_in: Option<&str>) -> bool {
+        let (id, epoch) = (self.id(), self.epoch());
+        c.query_one(
+            "SELECT workfence.work_fail($1, $2, $3, $4, $5::text::interval)",
+            &[&id, &self.owner, &epoch, &error, &retry_in],
+        )
+        .expect("work_fail")
+        .get(0)
+    }
+
+    /// `work_release` with this token and `delay`.
+    fn release(&self, c: &mut impl GenericClient, delay: &str) -> bool {
+        self.scalar(
+            c,
+            "SELECT workfence.work_release($1, $2, $3, $4::text::interval)",
+            &[delay],
+        )
+    }
+
+    /// `work_assert` with this token.
+    fn assert(&self, c: &mut impl GenericClient) -> Result<(), postgres::Error> {
+        c.execute(
+            "SELECT workfence.work_assert($1, $2, $3)",
+            &[&self.id(), &self.owner, &self.epoch()],
+        )
+        .map(drop)
+    }
+}
+
+/// The error of a call that must fail with SQLSTATE `code`.
+fn server_error<T: std::fmt::Debug>(
+    result: Result<T, postgres::Error>,
+    code: &str,
+    what: &str,
+) -> DbError {
+    let err = match result {
+        Ok(value) => panic!("{what} succeeded ({value:?}); expected SQLSTATE {code}"),
+        Err(err) => err,
+    };
+    let db = err
+        .as_db_error()
+        .unwrap_or_else(|| panic!("{what}: not a server error: {err}"))
+        .clone();
+    assert_eq!(db.code().code(), code, "{what}: {db}");
+    db
+}
+
+/// Asserts that `work_assert` of `token` raises 55000 "lease lost" with `detail`.
+fn assert_lease_lost(token: &Token, c: &mut impl GenericClient, detail: &str) {
+    let err = server_error(token.assert(c), "55000", "work_assert of a dead token");
+    assert_eq!(err.detail(), Some(detail), "work_assert: {err}");
+}
+
+/// DETAIL of 55000 for a token whose item was claimed again.
+const SUPERSEDED: &str = "The item was claimed again since: a newer epoch holds it.";
+
+/// Every column of one item; timestamps as the server renders them.
+#[derive(Debug, Clone, PartialEq)]
+struct Item {
+    id: i64,
+    queue: String,
+    key: String,
+    payload: Value,
+    priority: i32,
+    run_at: String,
+    state: String,
+    attempts: i32,
+    max_attempts: i32,
+    owner: Option<String>,
+    epoch: Option<i64>,
+    lease_until: Option<String>,
+    last_error: Option<String>,
+    result: Option<Value>,
+    created_at: String,
+    finished_at: Option<String>,
+}
+
+/// Reads item `id`, all of it.
+fn item(c: &mut impl GenericClient, id: i64) -> Item {
+    let row = c
+        .query_one(
+            "SELECT id, queue, key, payload, priority, run_at::text, state::text, attempts, \
+                    max_attempts, owner, epoch, lease_until::text, last_error, result, \
+                    created_at::text, finished_at::text \
+               FROM workfence.items WHERE id = $1",
+            &[&id],
+        )
+        .expect("reading the item");
+    Item {
+        id: row.get(0),
+        queue: row.get(1),
+        key: row.get(2),
+        payload: row.get(3),
+        priority: row.get(4),
+        run_at: row.get(5),
+        state: row.get(6),
+        attempts: row.get(7),
+        max_attempts: row.get(8),
+        owner: row.get(9),
+        epoch: row.get(10),
+        lease_until: row.get(11),
+        last_error: row.get(12),
+        result: row.get(13),
+        created_at: row.get(14),
+        finished_at: row.get(15),
+    }
+}
+
+/// Waits on the server until the lease of claimed item `id` has lapsed by the
+/// server's clock.
+fn wait_for_lapse(c: &mut Client, id: i64) {
+    ok(
+        wait_for_lease_lapse(c, id),
+        "waiting for the lease to lapse",
+    );
+}
+
+/// Waits on the server until `clock_timestamp()` is past `moment` (a
+/// `timestamptz` as text), for an item that no longer has a lease to read.
+fn wait_past(c: &mut Client, moment: &str) {
+    for _ in 0..100 {
+        let passed: bool = c
+            .query_one(
+                "SELECT pg_catalog.clock_timestamp() > $1::text::timestamptz \
+                   FROM pg_catalog.pg_sleep_until($1::text::timestamptz)",
+                &[&moment],
+            )
+            .expect("pg_sleep_until")
+            .get(0);
+        if passed {
+            return;
+        }
+    }
+    panic!("the server's clock did not pass {moment}");
+}
+
+/// The backend pid of a connection.
+fn backend_pid(c: &mut Client) -> i32 {
+    c.query_one("SELECT pg_catalog.pg_backend_pid()", &[])
+        .expect("pg_backend_pid")
+        .get(0)
+}
+
+/// Runs `claim_key(key, owner, lease)` on every client at once (a barrier
+/// releases the threads together); the results in client order.
+fn race_claim_key(
+    clients: &mut [Client],
+    key: &str,
+    owner: &str,
+    lease: &str,
+) -> Vec<Option<Claim>> {
+    let barrier = Barrier::new(clients.len());
+    thread::scope(|s| {
+        let racers: Vec<_> = clients
+            .iter_mut()
+            .map(|c| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    claim_key(c, key, owner, lease)
+                })
+            })
+            .collect();
+        racers
+            .into_iter()
+            .map(|r| r.join().expect("a claiming thread panicked"))
+            .collect()
+    })
+}
+
+/// The one index whose claim succeeded; panics unless exactly one did.
+fn sole_winner(results: &[Option<Claim>]) -> usize {
+    let winners: Vec<usize> = (0..results.len())
+        .filter(|&i| results[i].is_some())
+        .collect();
+    assert_eq!(winners.len(), 1, "exactly one claim must win: {results:?}");
+    winners[0]
+}
+
+/// Scenario 1. Three schedulers, one owner name, one firing key.
+#[test]
+fn three_schedulers_race_for_one_firing() {
+    const KEY: &str = "daily-report@09:00";
+    const OWNER: &str = "scheduler";
+    let db = Db::new("race_three_schedulers");
+    let mut observer = db.connect();
+    let id = enqueue(&mut observer, KEY, 0);
+    let mut clients: Vec<Client> = (0..3).map(|_| db.connect()).collect();
+
+    // Round 1: exactly one of the three gets the firing. The lease is long,
+    // so a loser that the machine stalled still finds it live.
+    let round1 = race_claim_key(&mut clients, KEY, OWNER, LONG);
+    let w1 = sole_winner(&round1);
+    let first = Token::of(OWNER, round1[w1].clone(), "the first winner");
+    assert_eq!((first.id(), first.claim.attempt), (id, 1));
+
+    // The race over, the winner shortens its lease (a renew); it lapses on
+    // the server's clock, and the two others race for it, again under a long
+    // lease.
+    let mut first_client = clients.remove(w1);
+    assert!(first.renew(&mut first_client, SHORT), "the winner's renew");
+    wait_for_lapse(&mut observer, id);
+    let round2 = race_claim_key(&mut clients, KEY, OWNER, LONG);
+    let w2 = sole_winner(&round2);
+    let second = Token::of(OWNER, round2[w2].clone(), "the second winner");
+    assert_eq!((second.id(), second.claim.attempt), (id, 2));
+    assert!(second.epoch() > first.epoch(), "{second:?} after {first:?}");
+
+    // The first winner's token is dead: refused, and nothing changes.
+    let before = item(&mut observer, id);
+    assert_eq!(before.state, "claimed");
+    assert_eq!(before.epoch, Some(second.epoch()));
+    assert!(!first.renew(&mut first_client, LONG), "stale renew");
+    assert!(!first.finish(&mut first_client, "first"), "stale finish");
+    assert!(!first.fail(&mut first_client, "stale", None), "stale fail");
+    assert!(!first.release(&mut first_client, "0"), "stale release");
+    assert_eq!(item(&mut observer, id), before);
+    assert_lease_lost(&first, &mut first_client, SUPERSEDED);
+
+    // The second winner finishes; the firing was dispatched once, by it.
+    assert!(second.finish(&mut clients[w2], "second"));
+    let after = item(&mut observer, id);
+    assert_eq!(after.state, "done");
+    assert_eq!(after.epoch, Some(second.epoch()));
+    assert_eq!(after.result, Some(json!({"by": "second"})));
+}
+
+/// Scenario 2, shared by both variants: a worker restarts under the same
+/// owner name while its old lease runs, its old connection kept open or not.
+fn restart_with_the_same_owner(database: &'static str, old_stays_open: bool) {
+    const KEY: &str = "nightly-backup";
+    const OWNER: &str = "backup/host-1";
+    let db = Db::new(database);
+    let mut observer = db.connect();
+    let id = enqueue(&mut observer, KEY, 0);
+
+    // The first run's lease is long, so the refused claims below find it
+    // live however slowly they run.
+    let mut old = db.connect();
+    let held = Token::of(OWNER, claim_key(&mut old, KEY, OWNER, LONG), "first run");
+    let mut old = old_stays_open.then_some(old);
+
+    // The restarted worker: a new connection, the same owner name.
+    let mut new = db.connect();
+    assert_eq!(claim_key(&mut new, KEY, OWNER, LONG), None);
+    assert_eq!(claim(&mut new, OWNER, LONG, 10), Vec::new());
+    let still_live: bool = observer
+        .query_one(
+            "SELECT lease_until > pg_catalog.clock_timestamp() FROM workfence.items WHERE id = $1",
+            &[&id],
+        )
+        .expect("reading the lease")
+        .get(0);
+    assert!(
+        still_live,
+        "the lease lapsed before the refused claims were checked"
+    );
+    let row = item(&mut observer, id);
+    assert_eq!(
+        (row.state.as_str(), row.epoch),
+        ("claimed", Some(held.epoch()))
+    );
+
+    // The test shortens the old lease with the old token (as the first run's
+    // last heartbeat could have; from the observer when its connection is
+    // gone). Once it has lapsed on the server, the new run takes the item.
+    let shortener = match old.as_mut() {
+        Some(old) => old,
+        None => &mut observer,
+    };
+    assert!(held.renew(shortener, SHORT), "shortening the old lease");
+    wait_for_lapse(&mut new, id);
+    let got = claim(&mut new, OWNER, LONG, 10);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let fresh = Token::of(OWNER, got.into_iter().next(), "restarted run");
+    assert_eq!((fresh.id(), fresh.claim.attempt), (id, 2));
+    assert!(fresh.epoch() > held.epoch());
+
+    // The old token is dead, whether its connection lives on or the
+    // restarted worker replays it from its own.
+    let before = item(&mut observer, id);
+    let presenter = match old.as_mut() {
+        Some(old) => old,
+        None => &mut new,
+    };
+    assert!(!held.renew(presenter, LONG), "old renew");
+    assert!(!held.finish(presenter, "old run"), "old finish");
+    assert_lease_lost(&held, presenter, SUPERSEDED);
+    assert_eq!(item(&mut observer, id), before);
+
+    assert!(fresh.finish(&mut new, "restarted run"));
+    assert_eq!(item(&mut observer, id).state, "done");
+}
+
+/// Scenario 2, the old connection still open.
+#[test]
+fn restarted_worker_waits_out_its_old_lease_old_connection_open() {
+    restart_with_the_same_owner("race_restart_open", true);
+}
+
+/// Scenario 2, the old connection closed.
+#[test]
+fn restarted_worker_waits_out_its_old_lease_old_connection_closed() {
+    restart_with_the_same_owner("race_restart_closed", false);
+}
+
+/// Scenario 3. A superseded holder's fail and release change nothing.
+#[test]
+fn superseded_fail_and_release_change_nothing() {
+    const KEY: &str = "resize-image-42";
+    const OWNER: &str = "thumbnailer";
+    let db = Db::new("race_superseded_fail_release");
+    let mut observer = db.connect();
+    let id = enqueue(&mut observer, KEY, 0);
+    let (mut a, mut b) = (db.connect(), db.connect());
+
+    let stale = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    wait_for_lapse(&mut observer, id);
+    let current = Token::of(OWNER, claim_key(&mut b, KEY, OWNER, LONG), "B");
+
+    let before = item(&mut observer, id);
+    assert_eq!(before.state, "claimed");
+    assert_eq!(before.attempts, 2);
+    assert_eq!(before.epoch, Some(current.epoch()));
+    assert_eq!(before.last_error, None);
+
+    assert!(
+        !stale.fail(&mut a, "A gave up", Some("0")),
+        "stale fail, retry now"
+    );
+    assert!(
+        !stale.fail(&mut a, "A gave up", None),
+        "stale fail, backoff"
+    );
+    assert!(!stale.release(&mut a, "0"), "stale release");
+    assert!(!stale.release(&mut a, "1 hour"), "stale release with delay");
+    assert_eq!(item(&mut observer, id), before);
+
+    // B's lease is untouched and still works.
+    assert!(current.renew(&mut b, LONG));
+    assert!(current.finish(&mut b, "B"));
+    let after = item(&mut observer, id);
+    assert_eq!((after.state.as_str(), after.last_error), ("done", None));
+}
+
+/// Scenario 4a. The old token's finish holds the row lock; a re-claim of the
+/// lapsed lease at that moment skips the item; the finish stands alone.
+#[test]
+fn finish_of_a_lapsed_lease_locks_out_a_concurrent_reclaim() {
+    const KEY: &str = "invoice-7";
+    const OWNER: &str = "billing";
+    let db = Db::new("race_finish_first");
+    let mut observer = db.connect();
+    let id = enqueue(&mut observer, KEY, 0);
+    let (mut a, mut b) = (db.connect(), db.connect());
+
+    let old = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    wait_for_lapse(&mut observer, id);
+
+    let mut tx = a.transaction().expect("BEGIN");
+    assert!(
+        old.finish(&mut tx, "A"),
+        "the lapsed but newest token finishes"
+    );
+    // The finish is not committed. B's claims skip the locked row at once.
+    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
+    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
+    tx.commit().expect("COMMIT");
+
+    // Committed: done, and still not claimable.
+    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
+    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
+    let done = item(&mut observer, id);
+    assert_eq!(done.state, "done");
+    assert_eq!((done.epoch, done.attempts), (Some(old.epoch()), 1));
+    assert_eq!(done.result, Some(json!({"by": "A"})));
+    assert!(done.finished_at.is_some());
+
+    // A retried finish with the same token: true, and nothing changes.
+    assert!(old.finish(&mut a, "A, retried"));
+    assert_eq!(item(&mut observer, id), done);
+}
+
+/// Scenario 4b. A re-claim of the lapsed lease is uncommitted; the old
+/// token's finish waits on its row lock; the claim commits and the finish is
+/// refused.
+#[test]
+fn reclaim_of_a_lapsed_lease_refuses_the_waiting_finish() {
+    const KEY: &str = "invoice-8";
+    const OWNER: &str = "billing";
+    let db = Db::new("race_claim_first");
+    let mut observer = db.connect();
+    let id = enqueue(&mut observer, KEY, 0);
+    let (mut a, mut b) = (db.connect(), db.connect());
+    let (a_pid, b_pid) = (backend_pid(&mut a), backend_pid(&mut b));
+
+    let old = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    wait_for_lapse(&mut observer, id);
+
+    let mut tx = b.transaction().expect("BEGIN");
+    let new = Token::of(OWNER, claim_key(&mut tx, KEY, OWNER, LONG), "B");
+    assert!(new.epoch() > old.epoch());
+    let finished = thread::scope(|s| {
+        let finisher = s.spawn(|| old.finish(&mut a, "A"));
+        common::wait_until_blocked(&mut observer, a_pid, b_pid);
+        tx.commit().expect("COMMIT of B's claim");
+        finisher.join().expect("A's thread panicked")
+    });
+    assert!(!finished, "A's finish must lose to B's committed claim");
+
+    let row = item(&mut observer, id);
+    assert_eq!(row.state, "claimed");
+    assert_eq!((row.epoch, row.attempts), (Some(new.epoch()), 2));
+    assert_eq!((row.result, row.finished_at), (None, None));
+
+    assert!(new.finish(&mut b, "B"));
+    let done = item(&mut observer, id);
+    assert_eq!(done.state, "done");
+    assert_eq!(done.epoch, Some(new.epoch()));
+    assert_eq!(done.result, Some(json!({"by": "B"})));
+    assert!(!old.finish(&mut a, "A, retried"), "A's token is still dead");
+}
+
+/// Scenario 4c. The re-claim that the old token's finish waited for rolls
+/// back: the old token is still the newest (time only opens the door), and
+/// its finish goes through.
+#[test]
+fn rolled_back_reclaim_lets_the_waiting_finish_through() {
+    const KEY: &str = "invoice-9";
+    const OWNER: &str = "billing";
+    let db = Db::new("race_claim_rolled_back");
+    let mut observer = db.connect();
+    let id = enqueue(&mut observer, KEY, 0);
+    let (mut a, mut b) = (db.connect(), db.connect());
+    let (a_pid, b_pid) = (backend_pid(&mut a), backend_pid(&mut b));
+
+    let old = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    wait_for_lapse(&mut observer, id);
+
+    let mut tx = b.transaction().expect("BEGIN");
+    Token::of(OWNER, claim_key(&mut tx, KEY, OWNER, LONG), "B");
+    let finished = thread::scope(|s| {
+        let finisher = s.spawn(|| old.finish(&mut a, "A"));
+        common::wait_until_blocked(&mut observer, a_pid, b_pid);
+        tx.rollback().expect("ROLLBACK of B's claim");
+        finisher.join().expect("A's thread panicked")
+    });
+    assert!(
+        finished,
+        "with B's claim rolled back, A's token is the newest"
+    );
+
+    let done = item(&mut observer, id);
+    assert_eq!(done.state, "done");
+    assert_eq!((done.epoch, done.attempts), (Some(old.epoch()), 1));
+    assert_eq!(done.result, Some(json!({"by": "A"})));
+    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
+}
+
+/// Scenario 5. Cancel while claimed: the holder is refused for good and the
+/// item is never claimed again, not even after its lease would have lapsed.
+#[test]
+fn cancel_while_claimed_fences_the_holder_for_good() {
+    const KEY: &str = "export-2026-11";
+    const OWNER: &str = "exporter";
+    let db = Db::new("race_cancel_while_claimed");
+    let mut scheduler = db.connect();
+    let id = enqueue(&mut scheduler, KEY, 0);
+    let (mut a, mut b) = (db.connect(), db.connect());
+
+    let held = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    let claimed = item(&mut scheduler, id);
+    let cancel = "SELECT workfence.work_cancel($1, $2)";
+    let cancelled: bool = scheduler
+        .query_one(cancel, &[&QUEUE, &KEY])
+        .expect("work_cancel")
+        .get(0);
+    assert!(cancelled, "cancel of a claimed item");
+
+    let row = item(&mut scheduler, id);
+    assert_eq!(row.state, "cancelled");
+    assert_eq!((&row.owner, row.epoch), (&claimed.owner, claimed.epoch));
+    assert_eq!(row.attempts, claimed.attempts);
+    assert!(row.finished_at.is_some());
+    assert_eq!(row.result, None);
+
+    // The holder is refused, and nothing changes.
+    assert!(!held.renew(&mut a, LONG), "renew after cancel");
+    assert!(!held.finish(&mut a, "A"), "finish after cancel");
+    assert!(!held.release(&mut a, "0"), "release after cancel");
+    assert!(
+        !held.fail(&mut a, "A failed", Some("0")),
+        "fail after cancel"
+    );
+    assert_lease_lost(&held, &mut a, "The item was cancelled.");
+    let again: bool = scheduler
+        .query_one(cancel, &[&QUEUE, &KEY])
+        .expect("work_cancel")
+        .get(0);
+    assert!(!again, "a second cancel finds nothing to cancel");
+    assert_eq!(item(&mut scheduler, id), row);
+
+    // Never claimed again: not now, and not after the lease would have lapsed.
+    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
+    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
+    wait_past(&mut scheduler, &held.claim.lease_until);
+    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
+    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
+    assert!(!held.renew(&mut a, LONG), "renew after the lease lapsed");
+    assert_eq!(item(&mut scheduler, id), row);
+}
+
+/// Scenario 5, raced against `work_assert` both ways: a cancel waits for a
+/// worker committing under `work_assert` and then finds the item done; a
+/// worker's `work_assert` waits for an uncommitted cancel and then raises.
+#[test]
+fn cancel_and_work_assert_exclude_each_other() {
+    const OWNER: &str = "exporter";
+    let db = Db::new("race_cancel_vs_assert");
+    let mut observer = db.connect();
+    let mut scheduler = db.connect();
+    let mut worker = db.connect();
+    let (scheduler_pid, worker_pid) = (backend_pid(&mut scheduler), backend_pid(&mut worker));
+    let cancel = "SELECT workfence.work_cancel($1, $2)";
+
+    // The worker commits first: the cancel waits, then finds the item done.
+    let first = enqueue(&mut observer, "first", 0);
+    let held = Token::of(
+        OWNER,
+        claim_key(&mut worker, "first", OWNER, LONG),
+        "worker",
+    );
+    let mut tx = worker.transaction().expect("BEGIN");
+    held.assert(&mut tx)
+        .expect("work_assert of the current token");
+    let cancelled = thread::scope(|s| {
+        let canceller = s.spawn(|| -> bool {
+            scheduler
+                .query_one(cancel, &[&QUEUE, &"first"])
+                .expect("work_cancel")
+                .get(0)
+        });
+        common::wait_until_blocked(&mut observer, scheduler_pid, worker_pid);
+        assert!(held.finish(&mut tx, "worker"));
+        tx.commit().expect("COMMIT of the worker's finish");
+        canceller.join().expect("the scheduler's thread panicked")
+    });
+    assert!(!cancelled, "the cancel came after the finish committed");
+    let row = item(&mut observer, first);
+    assert_eq!(
+        (row.state.as_str(), row.epoch),
+        ("done", Some(held.epoch()))
+    );
+
+    // The cancel commits first: the worker's work_assert waits, then raises.
+    let second = enqueue(&mut observer, "second", 0);
+    let held = Token::of(
+        OWNER,
+        claim_key(&mut worker, "second", OWNER, LONG),
+        "worker",
+    );
+    let mut cancel_tx = scheduler.transaction().expect("BEGIN");
+    let cancelled: bool = cancel_tx
+        .query_one(cancel, &[&QUEUE, &"second"])
+        .expect("work_cancel")
+        .get(0);
+    assert!(cancelled);
+    let asserted = thread::scope(|s| {
+        let asserter = s.spawn(|| held.assert(&mut worker));
+        common::wait_until_blocked(&mut observer, worker_pid, scheduler_pid);
+        cancel_tx.commit().expect("COMMIT of the cancel");
+        asserter.join().expect("the worker's thread panicked")
+    });
+    let err = server_error(asserted, "55000", "work_assert after a cancel");
+    assert_eq!(err.detail(), Some("The item was cancelled."));
+    let row = item(&mut observer, second);
+    assert_eq!(
+        (row.state.as_str(), row.epoch),
+        ("cancelled", Some(held.epoch()))
+    );
+}
+
+/// Sets the flag when dropped, so the other threads stop even if the one
+/// holding it panics.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Scenario 6. A long job renews every third of its lease for about five
+/// seconds while three workers with the same owner name claim from its queue
+/// as fast as they can: the job's item is never handed to them.
+#[test]
+fn a_job_that_keeps_renewing_is_never_reclaimed() {
+    const OWNER: &str = "fleet";
+    const TARGET: &str = "long-job";
+    const LEASE: &str = "900 milliseconds";
+    // Renew when a third of the lease has passed, i.e. 600 ms before it ends.
+    const RENEW_AT_LEFT: &str = "600 milliseconds";
+    const RENEWS: usize = 16;
+    const CLAIMERS: usize = 3;
+    let db = Db::new("race_long_job");
+    let mut observer = db.connect();
+    // Priority -1: if it were ever claimable, it would be the first handed out.
+    let target = enqueue(&mut observer, TARGET, -1);
+    for n in 0..12 {
+        enqueue(&mut observer, &format!("filler-{n}"), 0);
+    }
+    let mut worker = db.connect();
+    let job = Token::of(OWNER, claim_key(&mut worker, TARGET, OWNER, LEASE), "job");
+    let mut claimers: Vec<Client> = (0..CLAIMERS).map(|_| db.connect()).collect();
+    let stop = AtomicBool::new(false);
+
+    let ((renewed, epochs, margins_ms), polls) = thread::scope(|s| {
+        let (job, stop, worker) = (&job, &stop, &mut worker);
+        let polls: Vec<_> = claimers
+            .iter_mut()
+            .map(|c| {
+                s.spawn(move || {
+                    let (mut rounds, mut stolen) = (0usize, Vec::new());
+                    while !stop.load(Ordering::SeqCst) {
+                        stolen.extend(claim_key(c, TARGET, OWNER, LONG));
+                        for got in claim(c, OWNER, LONG, 3) {
+                            if got.id == job.id() {
+                                stolen.push(got);
+                            } else {
+                                let t = Token::of(OWNER, Some(got), "claimer");
+                                assert!(t.release(c, "0"), "releasing a filler");
+                            }
+                        }
+                        rounds += 1;
+                    }
+                    (rounds, stolen)
+                })
+            })
+            .collect();
+        let renewer = s.spawn(move || {
+            let _stop = StopOnDrop(stop);
+            let (mut renewed, mut epochs, mut margins) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..RENEWS {
+                // Pacing on the server's clock: this is the job's heartbeat.
+                let margin: f64 = worker
+                    .query_one(
+                        "SELECT extract(epoch FROM lease_until - pg_catalog.clock_timestamp()) \
+                                  ::float8 * 1000 \
+                           FROM workfence.items, \
+                                pg_catalog.pg_sleep_until(lease_until - $2::text::interval) \
+                          WHERE id = $1",
+                        &[&job.id(), &RENEW_AT_LEFT],
+                    )
+                    .expect("pacing the renew")
+                    .get(0);
+                margins.push(margin);
+                renewed.push(job.renew(worker, LEASE));
+                epochs.push(item(worker, job.id()).epoch);
+            }
+            (renewed, epochs, margins)
+        });
+        let renewer = renewer.join().expect("the job's thread panicked");
+        let polls: Vec<(usize, Vec<Claim>)> = polls
+            .into_iter()
+            .map(|p| p.join().expect("a claimer thread panicked"))
+            .collect();
+        (renewer, polls)
+    });
+
+    let least_margin = margins_ms.iter().copied().fold(f64::INFINITY, f64::min);
+    eprintln!(
+        "long job: {RENEWS} renews, least lease left at a renew {least_margin:.0} ms; \
+         claimer rounds {:?}",
+        polls.iter().map(|p| p.0).collect::<Vec<_>>()
+    );
+    assert_eq!(renewed, vec![true; RENEWS], "every renew must succeed");
+    assert_eq!(
+        epochs,
+        vec![Some(job.epoch()); RENEWS],
+        "the epoch never moves"
+    );
+    for (n, (rounds, stolen)) in polls.iter().enumerate() {
+        assert_eq!(
+            stolen,
+            &Vec::<Claim>::new(),
+            "claimer {n} got the job's item"
+        );
+        assert!(*rounds > 0, "claimer {n} never polled");
+    }
+    let row = item(&mut observer, target);
+    assert_eq!((row.state.as_str(), row.attempts), ("claimed", 1));
+    assert!(job.finish(&mut worker, "job"));
+    assert_eq!(item(&mut observer, target).state, "done");
+}
+
+/// Scenario 7a. At the edge of expiry the claim comes first (uncommitted);
+/// the holder's renew waits on the row lock and, once the claim commits, is
+/// refused.
+#[test]
+fn renew_at_the_edge_loses_to_a_claim_that_came_first() {
+    const KEY: &str = "sync-calendar";
+    const OWNER: &str = "sync";
+    let db = Db::new("race_edge_claim_first");
+    let mut observer = db.connect();
+    let id = enqueue(&mut observer, KEY, 0);
+    let (mut holder, mut claimer) = (db.connect(), db.connect());
+    let (holder_pid, claimer_pid) = (backend_pid(&mut holder), backend_pid(&mut claimer));
+
+    let old = Token::of(OWNER, claim_key(&mut holder, KEY, OWNER, SHORT), "holder");
+    wait_for_lapse(&mut claimer, id);
+    let mut tx = claimer.transaction().expect("BEGIN");
+    let new = Token::of(OWNER, claim_key(&mut tx, KEY, OWNER, LONG), "claimer");
+    let renewed = thread::scope(|s| {
+        let renewer = s.spawn(|| old.renew(&mut holder, LONG));
+        common::wait_until_blocked(&mut observer, holder_pid, claimer_pid);
+        tx.commit().expect("COMMIT of the claim");
+        renewer.join().expect("the holder's thread panicked")
+    });
+    assert!(
+        !renewed,
+        "the renew waited for the claim and must be refused"
+    );
+
+    let row = item(&mut observer, id);
+    assert_eq!(
+        (row.state.as_str(), row.epoch),
+        ("claimed", Some(new.epoch()))
+    );
+    assert_eq!(
+        row.lease_until.as_deref(),
+        Some(new.claim.lease_until.as_str())
+    );
+    assert!(!old.finish(&mut holder, "holder"));
+    assert!(new.finish(&mut claimer, "claimer"));
+}
+
+/// Scenario 7b. The renew comes first and stays uncommitted past the old
+/// expiry: the claim skips the locked row, and after the commit finds the
+/// lease pushed out.
+#[test]
+fn renew_at_the_edge_holds_off_a_claim_that_came_second() {
+    const KEY: &str = "sync-contacts";
+    const OWNER: &str = "sync";
+    let db = Db::new("race_edge_renew_first");
+    let mut observer = db.connect();
+    let id = enqueue(&mut observer, KEY, 0);
+    let (mut holder, mut claimer) = (db.connect(), db.connect());
+
+    let held = Token::of(OWNER, claim_key(&mut holder, KEY, OWNER, SHORT), "holder");
+    let mut tx = holder.transaction().expect("BEGIN");
+    assert!(held.renew(&mut tx, LONG), "renew before the lease lapsed");
+    // The committed row still has the old lease; let it pass on the server.
+    wait_for_lapse(&mut observer, id);
+    assert_eq!(claim_key(&mut claimer, KEY, OWNER, LONG), None);
+    assert_eq!(claim(&mut claimer, OWNER, LONG, 10), Vec::new());
+    tx.commit().expect("COMMIT of the renew");
+
+    assert_eq!(claim_key(&mut claimer, KEY, OWNER, LONG), None);
+    assert_eq!(claim(&mut claimer, OWNER, LONG, 10), Vec::new());
+    let live: bool = observer
+        .query_one(
+            "SELECT state = 'claimed' AND epoch = $2 \
+                    AND lease_until > pg_catalog.clock_timestamp() + interval '1 minute' \
+               FROM workfence.items WHERE id = $1",
+            &[&id, &held.epoch()],
+        )
+        .expect("reading the lease")
+        .get(0);
+    assert!(live, "the renewed lease must be live, under the same epoch");
+    assert!(held.finish(&mut holder, "holder"));
+}
+
+/// Scenario 7, many times, with the order left to chance: holder and a
+/// worker polling the queue (`work_claim`) are released together by a
+/// barrier, each waits on the server until the lease's end plus a random
+/// offset of up to ±2 ms, then renews or claims. In every round exactly one
+/// of them wins (each round's item is the queue's only unfinished one).
+#[test]
+fn renew_and_claim_at_the_edge_never_both_win() {
+    const OWNER: &str = "sync";
+    const ROUNDS: usize = 20;
+    const EDGE_LEASE: &str = "100 milliseconds";
+    let db = Db::new("race_edge_random");
+    let mut observer = db.connect();
+    let (mut holder, mut claimer) = (db.connect(), db.connect());
+    let at_the_edge = "SELECT pg_catalog.pg_sleep_until($1::text::timestamptz \
+                       + (pg_catalog.random() * 4 - 2) * interval '1 millisecond')";
+    let (mut renews_won, mut claims_won) = (0, 0);
+
+    for round in 0..ROUNDS {
+        let key = format!("edge-{round}");
+        let id = enqueue(&mut observer, &key, 0);
+        let held = Token::of(
+            OWNER,
+            claim_key(&mut holder, &key, OWNER, EDGE_LEASE),
+            "holder",
+        );
+        let barrier = Barrier::new(2);
+        let (renewed, taken) = thread::scope(|s| {
+            let renewer = s.spawn(|| {
+                barrier.wait();
+                holder
+                    .execute(at_the_edge, &[&held.claim.lease_until])
+                    .expect("waiting for the edge");
+                held.renew(&mut holder, LONG)
+            });
+            let taker = s.spawn(|| {
+                barrier.wait();
+                claimer
+                    .execute(at_the_edge, &[&held.claim.lease_until])
+                    .expect("waiting for the edge");
+                let mut got = claim(&mut claimer, OWNER, LONG, 1).into_iter();
+                let first = got.next();
+                assert_eq!(got.next(), None, "max_items 1");
+                first
+            });
+            (
+                renewer.join().expect("the holder's thread panicked"),
+                taker.join().expect("the claimer's thread panicked"),
+            )
+        });
+        assert_ne!(
+            renewed,
+            taken.is_some(),
+            "round {round}: exactly one of renew ({renewed}) and claim ({taken:?}) must win"
+        );
+        let row = item(&mut observer, id);
+        assert_eq!(row.state, "claimed");
+        match taken {
+            None => {
+                renews_won += 1;
+                assert_eq!(row.epoch, Some(held.epoch()), "round {round}");
+                assert!(held.finish(&mut holder, "holder"), "round {round}");
+            }
+            Some(taken) => {
+                claims_won += 1;
+                let taken = Token {
+                    owner: OWNER,
+                    claim: taken,
+                };
+                assert_eq!(row.epoch, Some(taken.epoch()), "round {round}");
+                assert!(!held.finish(&mut holder, "holder"), "round {round}");
+                assert!(taken.finish(&mut claimer, "claimer"), "round {round}");
+            }
+        }
+        assert_eq!(item(&mut observer, id).state, "done");
+    }
+    eprintln!("edge race: {renews_won} renews won, {claims_won} claims won in {ROUNDS} rounds");
+}
+
+/// A worker's business table for scenario 8: one row per job effect.
+const BUSINESS_TABLE: &str =
+    "CREATE TABLE sent_mail (item_id bigint NOT NULL, epoch bigint NOT NULL)";
+
+/// How many business rows item `id` has, and under which epochs.
+fn business_rows(c: &mut Client, id: i64) -> Vec<i64> {
+    c.query(
+        "SELECT epoch FROM sent_mail WHERE item_id = $1 ORDER BY epoch",
+        &[&id],
+    )
+    .expect("reading sent_mail")
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// Writes the job's effect (one `sent_mail` row) in the given transaction.
+fn send_mail(c: &mut impl GenericClient, token: &Token) -> Result<u64, postgres::Error> {
+    c.execute(
+        "INSERT INTO sent_mail VALUES ($1, $2)",
+        &[&token.id(), &token.epoch()],
+    )
+}
+
+/// Scenario 8a and 8b. A stale worker's effects never commit, whether it
+/// writes them before or after `work_assert`; the current worker's effects
+/// and finish commit together.
+#[test]
+fn work_assert_rolls_back_a_stale_worker_and_commits_a_current_one() {
+    const KEY: &str = "welcome-mail-1";
+    const OWNER: &str = "mailer";
+    let db = Db::new("race_assert_stale_and_current");
+    let mut observer = db.connect();
+    observer
+        .batch_execute(BUSINESS_TABLE)
+        .expect("business table");
+    let id = enqueue(&mut observer, KEY, 0);
+    let (mut a, mut b) = (db.connect(), db.connect());
+
+    let stale = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    wait_for_lapse(&mut observer, id);
+    let current = Token::of(OWNER, claim_key(&mut b, KEY, OWNER, LONG), "B");
+    let claimed = item(&mut observer, id);
+
+    // Stale, effect first: the assert raises, and even COMMIT keeps nothing.
+    let mut tx = a.transaction().expect("BEGIN");
+    assert_eq!(send_mail(&mut tx, &stale).expect("A's insert"), 1);
+    assert_lease_lost(&stale, &mut tx, SUPERSEDED);
+    tx.commit()
+        .expect("COMMIT of an aborted transaction rolls back");
+    // Stale, assert first: the effect cannot even be written.
+    let mut tx = a.transaction().expect("BEGIN");
+    assert_lease_lost(&stale, &mut tx, SUPERSEDED);
+    server_error(
+        send_mail(&mut tx, &stale),
+        "25P02",
+        "insert after a failed assert",
+    );
+    tx.rollback().expect("ROLLBACK");
+    assert_eq!(business_rows(&mut observer, id), Vec::<i64>::new());
+    assert_eq!(item(&mut observer, id), claimed);
+
+    // Current: assert, effect, finish, one commit.
+    let mut tx = b.transaction().expect("BEGIN");
+    current
+        .assert(&mut tx)
+        .expect("work_assert of the current token");
+    assert_eq!(send_mail(&mut tx, &current).expect("B's insert"), 1);
+    assert!(current.finish(&mut tx, "B"));
+    // Nothing is visible before the commit, then both are.
+    assert_eq!(business_rows(&mut observer, id), Vec::<i64>::new());
+    assert_eq!(item(&mut observer, id).state, "claimed");
+    tx.commit().expect("COMMIT");
+    assert_eq!(business_rows(&mut observer, id), vec![current.epoch()]);
+    let done = item(&mut observer, id);
+    assert_eq!(
+        (done.state.as_str(), done.epoch),
+        ("done", Some(current.epoch()))
+    );
+}
+
+/// Scenario 8c. A worker whose lease has lapsed but is still the newest
+/// asserts it and holds the row lock; a claimer then skips the item, so the
+/// worker's effects and finish commit and stand.
+#[test]
+fn work_assert_lock_holds_off_a_claim_of_the_lapsed_lease() {
+    const KEY: &str = "welcome-mail-2";
+    const OWNER: &str = "mailer";
+    let db = Db::new("race_assert_lock");
+    let mut observer = db.connect();
+    observer
+        .batch_execute(BUSINESS_TABLE)
+        .expect("business table");
+    let id = enqueue(&mut observer, KEY, 0);
+    let (mut a, mut b) = (db.connect(), db.connect());
+
+    let held = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    wait_for_lapse(&mut observer, id);
+
+    let mut tx = a.transaction().expect("BEGIN");
+    held.assert(&mut tx)
+        .expect("a lapsed lease nobody re-claimed is still current");
+    // The lease has lapsed, but the row is locked: B's claims skip it.
+    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
+    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
+    assert_eq!(send_mail(&mut tx, &held).expect("A's insert"), 1);
+    assert!(held.finish(&mut tx, "A"));
+    tx.commit().expect("COMMIT");
+
+    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
+    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
+    assert_eq!(business_rows(&mut observer, id), vec![held.epoch()]);
+    let done = item(&mut observer, id);
+    assert_eq!(done.state, "done");
+    assert_eq!((done.epoch, done.attempts), (Some(held.epoch()), 1));
+    assert_eq!(done.result, Some(json!({"by": "A"})));
+}

@@ -1,0 +1,462 @@
+//! Upgrades: each released version, filled with items in every state,
+//! updated with `ALTER EXTENSION pg_workfence UPDATE` (through every upgrade
+//! script in between).
+//!
+//! The released install scripts are frozen in `sql/` (`pg_workfence--0.1.0.sql`
+//! is exactly what version 0.1.0 installed) and installed beside the current
+//! version by `scripts/test.sh`. For each, the test proves:
+//! - every token handed out before the update is honoured or refused after it
+//!   exactly as before (a live lease renews, a lapsed one nobody re-claimed
+//!   is still current, a superseded or released one is refused, a finished
+//!   one may repeat its finish), and new claims take epochs above all of them;
+//! - the updated extension is the same as a fresh install of the current
+//!   version, object by object (functions with their definitions, security
+//!   and settings, tables, columns, constraints, indexes, views, sequences,
+//!   types, comments, privileges, dump configuration), so an upgrade script
+//!   that forgot something fails here.
+//!
+//! Needs the extension installed (`scripts/test.sh`).
+
+mod common;
+
+use common::ok;
+use postgres::Client;
+use workfence_harness::Cluster;
+
+/// The released versions, whose frozen install scripts are in `sql/`.
+const RELEASED: [&str; 3] = ["0.1.0", "0.2.0", "0.3.0"];
+
+/// One line per property of every object that belongs to the extension,
+/// sorted: equal for two databases exactly when their extensions are.
+const FINGERPRINT: &str = "
+WITH ext AS (SELECT oid, extversion, extconfig, extcondition FROM pg_catalog.pg_extension
+              WHERE extname = 'pg_workfence'),
+members AS (
+    SELECT d.classid, d.objid FROM pg_catalog.pg_depend AS d, ext
+     WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+       AND d.refobjid = ext.oid AND d.deptype = 'e')
+SELECT line FROM (
+    SELECT 'member ' || pg_catalog.pg_describe_object(m.classid, m.objid, 0) AS line FROM members AS m
+  UNION ALL
+    SELECT 'function ' || p.oid::pg_catalog.regprocedure::text || ' secdef=' || p.prosecdef
+           || ' config=' || coalesce(p.proconfig::text, '') || ' acl=' || coalesce(p.proacl::text, '')
+           || ' strict=' || p.proisstrict || ' volatile=' || p.provolatile::text || ' parallel=' || p.proparallel::text
+           || ' comment=' || coalesce(pg_catalog.obj_description(p.oid, 'pg_proc'), '')
+           || E'\n' || pg_catalog.pg_get_functiondef(p.oid)
+      FROM pg_catalog.pg_proc AS p JOIN members AS m ON m.objid = p.oid
+     WHERE m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+  UNION ALL
+    SELECT 'relation ' || c.oid::pg_catalog.regclass::text || ' kind=' || c.relkind::text
+           || ' acl=' || coalesce(c.relacl::text, '') || ' options=' || coalesce(c.reloptions::text, '')
+           || ' comment=' || coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), '')
+           || CASE WHEN c.relkind = 'v' THEN E'\n' || pg_catalog.pg_get_viewdef(c.oid) ELSE '' END
+      FROM pg_catalog.pg_class AS c JOIN members AS m ON m.objid = c.oid
+     WHERE m.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+  UNION ALL
+    SELECT 'column ' || a.attrelid::pg_catalog.regclass::text || '.' || a.attname
+           || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) || ' notnull=' || a.attnotnull
+           || ' default=' || coalesce(pg_catalog.pg_get_expr(ad.adbin, ad.adrelid), '')
+           || ' comment=' || coalesce(pg_catalog.col_description(a.attrelid, a.attnum), '')
+      FROM pg_catalog.pg_attribute AS a
+      JOIN members AS m ON m.objid = a.attrelid
+       AND m.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+      LEFT JOIN pg_catalog.pg_attrdef AS ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+     WHERE a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+    SELECT 'constraint ' || con.conrelid::pg_catalog.regclass::text || ' ' || con.conname || ' '
+           || pg_catalog.pg_get_constraintdef(con.oid)
+      FROM pg_catalog.pg_constraint AS con
+      JOIN members AS m ON m.objid = con.conrelid
+       AND m.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+  UNION ALL
+    SELECT 'index ' || pg_catalog.pg_get_indexdef(i.indexrelid) || ' comment='
+           || coalesce(pg_catalog.obj_description(i.indexrelid, 'pg_class'), '')
+      FROM pg_catalog.pg_index AS i
+      JOIN members AS m ON m.objid = i.indrelid
+       AND m.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+  UNION ALL
+    SELECT 'sequence ' || s.seqrelid::pg_catalog.regclass::text || ' ' || s.seqtypid::pg_catalog.regtype::text
+           || ' start=' || s.seqstart || ' inc=' || s.seqincrement || ' max=' || s.seqmax
+           || ' min=' || s.seqmin || ' cache=' || s.seqcache || ' cycle=' || s.seqcycle
+      FROM pg_catalog.pg_sequence AS s JOIN members AS m ON m.objid = s.seqrelid
+  UNION ALL
+    SELECT 'type ' || t.oid::pg_catalog.regtype::text || ' labels='
+           || coalesce((SELECT pg_catalog.string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
+                          FROM pg_catalog.pg_enum AS e WHERE e.enumtypid = t.oid), '')
+           || ' comment=' || coalesce(pg_catalog.obj_description(t.oid, 'pg_type'), '')
+      FROM pg_catalog.pg_type AS t JOIN members AS m ON m.objid = t.oid
+     WHERE m.classid = 'pg_catalog.pg_type'::pg_catalog.regclass
+  UNION ALL
+    SELECT 'schema acl=' || coalesce(n.nspacl::text, '') || ' comment='
+           || coalesce(pg_catalog.obj_description(n.oid, 'pg_namespace'), '')
+      FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'workfence'
+  UNION ALL
+    SELECT 'dumped ' || (SELECT pg_catalog.string_agg(c::pg_catalog.regclass::text, ',' ORDER BY c::pg_catalog.regclass::text)
+                           FROM pg_catalog.unnest(ext.extconfig) AS c)
+           || ' conditions=' || coalesce(ext.extcondition::text, '')
+      FROM ext
+) AS lines
+ORDER BY line";
+
+fn fingerprint(c: &mut Client) -> Vec<String> {
+    ok(c.query(FINGERPRINT, &[]), "catalog fingerprint")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn version(c: &mut Client) -> String {
+    ok(
+        c.query_one(
+            "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_workfence'",
+            &[],
+        ),
+        "extversion",
+    )
+    .get(0)
+}
+
+/// A token as a claim returned it.
+#[derive(Debug, Clone, Copy)]
+struct Token {
+    id: i64,
+    epoch: i64,
+}
+
+fn claim_key(c: &mut Client, key: &str, lease: &str) -> Token {
+    let row = ok(
+        c.query_one(
+            "SELECT id, epoch FROM workfence.work_claim_key('q', $1, 'w', $2::text::interval)",
+            &[&key, &lease],
+        ),
+        "claim_key",
+    );
+    Token {
+        id: row.get(0),
+        epoch: row.get(1),
+    }
+}
+
+fn call(c: &mut Client, sql: &str, t: Token) -> bool {
+    ok(c.query_one(sql, &[&t.id, &t.epoch]), sql).get(0)
+}
+
+const RENEW: &str = "SELECT workfence.work_renew($1, 'w', $2, '1 hour')";
+const FINISH: &str = "SELECT workfence.work_finish($1, 'w', $2)";
+const RELEASE: &str = "SELECT workfence.work_release($1, 'w', $2)";
+const FAIL: &str = "SELECT workfence.work_fail($1, 'w', $2, 'boom', '0')";
+
+#[test]
+fn an_update_from_0_1_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[0]);
+}
+
+#[test]
+fn an_update_from_0_2_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[1]);
+}
+
+#[test]
+fn an_update_from_0_3_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[2]);
+}
+
+/// Update `previous` while four connections enqueue, claim and finish as
+/// fast as they can, [`UNDER_LOAD_ROUNDS`] times (a fresh database each):
+/// no call may fail. Returns the calls made and how many ran while an
+/// update was under way.
+fn update_under_load(previous: &str) -> (u64, u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier, Mutex};
+
+    let cluster = ok(
+        Cluster::start(common::scratch_base()),
+        "starting a throwaway PostgreSQL 15 cluster",
+    );
+    let mut admin = ok(cluster.connect(), "connecting");
+    let (mut calls, mut during) = (0, 0);
+    for round in 0..UNDER_LOAD_ROUNDS {
+        let db = format!("load_{round}");
+        ok(
+            admin.batch_execute(&format!("CREATE DATABASE {db}")),
+            "CREATE DATABASE",
+        );
+        let mut updater = ok(cluster.connect_to(&db), "connecting");
+        ok(
+            updater.batch_execute(&format!(
+                "CREATE EXTENSION pg_workfence VERSION '{previous}'"
+            )),
+            "installing the previous version",
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let updating = Arc::new(AtomicBool::new(false));
+        let made = Arc::new(AtomicU64::new(0));
+        let made_during = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+        let started = Arc::new(Barrier::new(5));
+        let mut threads = Vec::new();
+        for w in 0..4 {
+            let mut c = ok(cluster.connect_to(&db), "load connection");
+            let (stop, updating, made, made_during, errors, started) = (
+                stop.clone(),
+                updating.clone(),
+                made.clone(),
+                made_during.clone(),
+                errors.clone(),
+                started.clone(),
+            );
+            threads.push(std::thread::spawn(move || {
+                let owner = format!("load-{w}");
+                let mut n = 0u64;
+                let mut once = Some(started);
+                while !stop.load(Ordering::Relaxed) {
+                    let began_during = updating.load(Ordering::Relaxed);
+                    let result = c
+                        .query("SELECT workfence.work_enqueue('load')", &[])
+                        .and_then(|_| {
+                            c.query(
+                                "SELECT id, epoch FROM workfence.work_claim('load', $1, '1 minute')",
+                                &[&owner],
+                            )
+                        })
+                        .and_then(|rows| {
+                            for r in rows {
+                                let (id, epoch): (i64, i64) = (r.get(0), r.get(1));
+                                c.query(
+                                    "SELECT workfence.work_finish($1, $2, $3)",
+                                    &[&id, &owner, &epoch],
+                                )?;
+                            }
+                            Ok(())
+                        });
+                    if let Err(e) = result {
+                        errors.lock().unwrap().push(format!("{e:?}"));
+                    }
+                    made.fetch_add(1, Ordering::Relaxed);
+                    // In flight while the update ran: begun or ended then.
+                    if began_during || updating.load(Ordering::Relaxed) {
+                        made_during.fetch_add(1, Ordering::Relaxed);
+                    }
+                    n += 1;
+                    if n == 20 {
+                        if let Some(b) = once.take() {
+                            b.wait();
+                        }
+                    }
+                }
+                if let Some(b) = once.take() {
+                    b.wait();
+                }
+            }));
+        }
+        // Every load connection is under way before the update starts.
+        started.wait();
+        updating.store(true, Ordering::Relaxed);
+        // The update's transaction stays open a moment after the script
+        // ran, so that calls pile up against its locks and catalog changes
+        // and meet its commit together (a bare update of 0.2.0 or 0.3.0
+        // was over before most calls noticed it). The assertion does not
+        // depend on the pause: any failed call fails the test.
+        ok(
+            updater.batch_execute(
+                "BEGIN; ALTER EXTENSION pg_workfence UPDATE; SELECT pg_sleep(0.3); COMMIT",
+            ),
+            "ALTER EXTENSION pg_workfence UPDATE under load",
+        );
+        updating.store(false, Ordering::Relaxed);
+        // Some calls after the update too, then stop.
+        let after = made.load(Ordering::Relaxed) + 40;
+        while made.load(Ordering::Relaxed) < after {
+            std::thread::yield_now();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().expect("load thread");
+        }
+        let errors = errors.lock().unwrap();
+        assert!(
+            errors.is_empty(),
+            "updating {previous} under load, round {round}: {} call(s) failed: {errors:#?}",
+            errors.len()
+        );
+        calls += made.load(Ordering::Relaxed);
+        during += made_during.load(Ordering::Relaxed);
+    }
+    (calls, during)
+}
+
+/// Updates under load per released version.
+const UNDER_LOAD_ROUNDS: usize = 5;
+
+#[test]
+fn updates_from_every_released_version_under_load_fail_no_call() {
+    for previous in RELEASED {
+        let (calls, during) = update_under_load(previous);
+        println!(
+            "upgrade: {UNDER_LOAD_ROUNDS} updates from {previous} under load: {calls} enqueue-claim-finish \
+             cycles, {during} of them while an update ran, 0 failed"
+        );
+    }
+}
+
+/// Install `previous`, make items in every state it can make, update, and
+/// check the tokens and the catalog.
+fn upgrade_from(previous: &str) {
+    let cluster = ok(
+        Cluster::start(common::scratch_base()),
+        "starting a throwaway PostgreSQL 15 cluster",
+    );
+    let mut admin = ok(cluster.connect(), "connecting");
+    for db in ["CREATE DATABASE previous", "CREATE DATABASE fresh"] {
+        ok(admin.batch_execute(db), db);
+    }
+    let mut old = ok(cluster.connect_to("previous"), "connecting");
+    if let Err(err) = old.batch_execute(&format!(
+        "CREATE EXTENSION pg_workfence VERSION '{previous}'"
+    )) {
+        panic!(
+            "installing version {previous}: {err:?}; scripts/test.sh copies \
+             sql/pg_workfence--{previous}.sql into the extension directory"
+        );
+    }
+    assert_eq!(version(&mut old), previous);
+
+    // Items in every state version 0.1.0 can make (0.2.0's cancelled state
+    // is made after the update), and the tokens for them.
+    ok(
+        old.batch_execute(
+            "SELECT workfence.work_enqueue('q', '{}', k)
+               FROM unnest(ARRAY['pending', 'live', 'lapsed', 'superseded', 'done',
+                                 'released', 'retry', 'dead', 'later']) AS k;
+             UPDATE workfence.items SET run_at = clock_timestamp() + interval '1 hour'
+              WHERE key = 'later';
+             UPDATE workfence.items SET max_attempts = 1 WHERE key = 'dead'",
+        ),
+        "enqueue",
+    );
+    let live = claim_key(&mut old, "live", "1 hour");
+    let lapsed = claim_key(&mut old, "lapsed", "1 hour");
+    let superseded = claim_key(&mut old, "superseded", "1 hour");
+    let done = claim_key(&mut old, "done", "1 hour");
+    let released = claim_key(&mut old, "released", "1 hour");
+    let retry = claim_key(&mut old, "retry", "1 hour");
+    let dead = claim_key(&mut old, "dead", "1 hour");
+    // Leases lapse (as the clock would make them) for 'lapsed' and
+    // 'superseded'; the latter is then claimed anew.
+    ok(
+        old.batch_execute(
+            "UPDATE workfence.items SET lease_until = clock_timestamp() - interval '1 second'
+              WHERE key IN ('lapsed', 'superseded')",
+        ),
+        "lapse",
+    );
+    let newer = claim_key(&mut old, "superseded", "1 hour");
+    assert!(call(&mut old, FINISH, done));
+    assert!(call(&mut old, RELEASE, released));
+    assert!(call(&mut old, FAIL, retry));
+    assert!(
+        call(&mut old, FAIL, dead),
+        "the only attempt fails: dead letter"
+    );
+    let max_before: i64 = ok(
+        old.query_one("SELECT max(epoch) FROM workfence.items", &[]),
+        "max epoch",
+    )
+    .get(0);
+    let states_before: Vec<(String, String)> = ok(
+        old.query(
+            "SELECT key, state::text FROM workfence.items ORDER BY key",
+            &[],
+        ),
+        "states",
+    )
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect();
+
+    ok(
+        old.batch_execute("ALTER EXTENSION pg_workfence UPDATE"),
+        "ALTER EXTENSION pg_workfence UPDATE",
+    );
+    let mut fresh = ok(cluster.connect_to("fresh"), "connecting");
+    ok(
+        fresh.batch_execute("CREATE EXTENSION pg_workfence"),
+        "fresh install",
+    );
+    let current = version(&mut fresh);
+    assert_ne!(current, previous, "the current version is a new one");
+    assert_eq!(version(&mut old), current, "updated to the current version");
+
+    // Nothing moved in the update itself.
+    let states_after: Vec<(String, String)> = ok(
+        old.query(
+            "SELECT key, state::text FROM workfence.items ORDER BY key",
+            &[],
+        ),
+        "states",
+    )
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect();
+    assert_eq!(states_after, states_before);
+
+    // Every token judged as before the update.
+    assert!(call(&mut old, RENEW, live), "a live lease renews");
+    assert!(
+        call(&mut old, RENEW, lapsed),
+        "a lapsed lease nobody re-claimed is still current"
+    );
+    for (what, token) in [
+        ("superseded", superseded),
+        ("released", released),
+        ("retried", retry),
+        ("dead-lettered", dead),
+    ] {
+        assert!(!call(&mut old, RENEW, token), "{what} token renews");
+        assert!(!call(&mut old, FINISH, token), "{what} token finishes");
+    }
+    assert!(
+        call(&mut old, FINISH, done),
+        "a repeated finish of the same token"
+    );
+    assert!(
+        call(&mut old, FINISH, newer),
+        "the re-claim's token finishes"
+    );
+    assert!(call(&mut old, FINISH, live));
+    // The new version's functions work on the old rows, and epochs go on
+    // above everything handed out before.
+    let after = claim_key(&mut old, "pending", "1 minute");
+    assert!(
+        after.epoch > max_before,
+        "epoch {} after {max_before}",
+        after.epoch
+    );
+    let cancelled: bool = ok(
+        old.query_one("SELECT workfence.work_cancel('q', 'later')", &[]),
+        "work_cancel after the update",
+    )
+    .get(0);
+    assert!(cancelled);
+
+    // The updated extension is object for object a fresh install (an
+    // update from 0.1.0 keeps the old work_claim under another name until
+    // the next version's update: see pg_workfence--0.1.0--0.4.0.sql).
+    let (mut updated, installed) = (fingerprint(&mut old), fingerprint(&mut fresh));
+    if previous == "0.1.0" {
+        let before = updated.len();
+        updated.retain(|l| !l.contains("work_claim_retired_0_1_0"));
+        assert!(
+            updated.len() < before,
+            "0.1.0's work_claim is kept, renamed"
+        );
+    }
+    let missing: Vec<&String> = installed.iter().filter(|l| !updated.contains(l)).collect();
+    let extra: Vec<&String> = updated.iter().filter(|l| !installed.contains(l)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "the update differs from a fresh install of {current}.\n\
+         In a fresh install only:\n{missing:#?}\nAfter the update only:\n{extra:#?}"
+    );
+    assert!(updated.len() > 20, "the fingerprint lost its rows");
+}
