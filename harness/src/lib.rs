@@ -1,6 +1,8 @@
 //! Client-side tooling for pg_workfence: everything that talks to the extension
 //! from outside the server, over real connections.
 //!
+//! - [`calls`]: one typed call per SQL function of the extension, used by
+//!   every client test, the benchmark driver and the demo.
 //! - [`Cluster`]: a throwaway PostgreSQL 15 cluster on a free loopback port, one
 //!   database per test, stopped and removed on drop.
 //! - [`Worker`]: drives a `workfence-worker` child process, so that two workers
@@ -22,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod calls;
 mod cluster;
 mod error;
 mod os;

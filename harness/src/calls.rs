@@ -1,0 +1,459 @@
+//! One typed Rust call per SQL function of the extension: its arguments, its
+//! result rows, and its errors (a [`postgres::Error`] that carries the
+//! server's SQLSTATE; [`SqlState::sqlstate`] reads it).
+//!
+//! Every client test, the benchmark driver and the demo call the extension
+//! through these, so a change of a function's signature is one edit here.
+//! Tests that are about the SQL itself (a claim inside `LATERAL`, a cursor,
+//! a literal `NULL` argument, a batch built with `generate_series`) still
+//! write that SQL out.
+//!
+//! Each call is one round trip with its parameter types given
+//! (`query_typed`: no named prepared statement), so the calls also work
+//! through PgBouncer in transaction pooling mode. Intervals are PostgreSQL
+//! interval text (`'30 seconds'`, `'00:01:00'`), cast by the server; optional
+//! arguments left `None` are omitted from the call (named notation), so the
+//! server's own defaults apply, as the README's reference states them.
+//!
+//! `harness/tests/checklist.rs` fails when a function of the extension has
+//! no call here.
+
+use postgres::types::{ToSql, Type};
+use postgres::{GenericClient, Row};
+use serde_json::Value;
+
+pub use crate::protocol::Claim;
+
+/// The result of every call: the server's error, SQLSTATE included, on failure.
+pub type CallResult<T> = Result<T, postgres::Error>;
+
+/// The SQLSTATE of an error, if the server raised it.
+pub trait SqlState {
+    /// The five-character SQLSTATE (e.g. `22023`), or `None` when the error
+    /// did not come from the server (a broken connection).
+    fn sqlstate(&self) -> Option<&str>;
+}
+
+impl SqlState for postgres::Error {
+    fn sqlstate(&self) -> Option<&str> {
+        self.code().map(|code| code.code())
+    }
+}
+
+/// A fencing token: the item, the owner name it was claimed under, and the
+/// epoch of that claim. Every token call names all three.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Token {
+    /// Item id.
+    pub id: i64,
+    /// The owner name of the claim.
+    pub owner: String,
+    /// The claim's epoch (the fencing token proper).
+    pub epoch: i64,
+}
+
+impl Token {
+    /// The token (id, owner, epoch).
+    pub fn new(id: i64, owner: impl Into<String>, epoch: i64) -> Token {
+        Token {
+            id,
+            owner: owner.into(),
+            epoch,
+        }
+    }
+}
+
+impl Claim {
+    /// The token of this claim, made under `owner`.
+    pub fn token(&self, owner: &str) -> Token {
+        Token::new(self.id, owner, self.epoch)
+    }
+}
+
+/// A SQL call being put together: its text and its typed parameters.
+struct Call<'a> {
+    sql: String,
+    params: Vec<(&'a (dyn ToSql + Sync), Type)>,
+}
+
+impl<'a> Call<'a> {
+    /// `SELECT <columns> FROM workfence.<function>(` ...
+    fn new(select: &str) -> Call<'a> {
+        Call {
+            sql: select.to_owned(),
+            params: Vec::new(),
+        }
+    }
+
+    /// A positional argument `$n` of type `ty`, cast to `cast` when given.
+    fn arg(mut self, value: &'a (dyn ToSql + Sync), ty: Type, cast: &str) -> Call<'a> {
+        self.params.push((value, ty));
+        if !self.sql.ends_with('(') {
+            self.sql.push_str(", ");
+        }
+        self.sql.push_str(&format!("${}{cast}", self.params.len()));
+        self
+    }
+
+    /// A named argument `name => $n`, omitted when `None` (the default applies).
+    fn named<T: ToSql + Sync>(
+        mut self,
+        name: &str,
+        value: &'a Option<T>,
+        ty: Type,
+        cast: &str,
+    ) -> Call<'a> {
+        if let Some(value) = value {
+            self.params.push((value, ty));
+            if !self.sql.ends_with('(') {
+                self.sql.push_str(", ");
+            }
+            self.sql
+                .push_str(&format!("{name} => ${}{cast}", self.params.len()));
+        }
+        self
+    }
+
+    fn finish(mut self) -> (String, Vec<(&'a (dyn ToSql + Sync), Type)>) {
+        self.sql.push(')');
+        (self.sql, self.params)
+    }
+
+    fn one(self, c: &mut impl GenericClient) -> CallResult<Row> {
+        let (sql, params) = self.finish();
+        c.query_typed_one(&sql, &params)
+    }
+}
+
+/// The columns of a claim row, `lease_until` as the server renders it.
+const CLAIM_COLUMNS: &str =
+    "SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until::text";
+
+fn to_claim(row: &Row) -> Claim {
+    Claim {
+        id: row.get(0),
+        key: row.get(1),
+        payload: row.get(2),
+        epoch: row.get(3),
+        attempt: row.get(4),
+        lease_until: row.get(5),
+    }
+}
+
+/// When an enqueued item becomes due, by the server's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunAt {
+    /// A `timestamptz` literal, e.g. `'2026-12-01 09:00:00+00'` or `'-infinity'`.
+    At(String),
+    /// `clock_timestamp() + interval` on the server (negative: in the past).
+    In(String),
+}
+
+/// The arguments of `work_enqueue`. Only `queue` is required; each `None`
+/// leaves the server's default (payload `'{}'`, a UUIDv7 key, due now,
+/// priority 0, 25 attempts).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Enqueue {
+    /// Queue name.
+    pub queue: String,
+    /// The payload.
+    pub payload: Option<Value>,
+    /// The key (idempotent submit); `None` for a generated UUIDv7.
+    pub key: Option<String>,
+    /// When it becomes due.
+    pub run_at: Option<RunAt>,
+    /// Lower runs first.
+    pub priority: Option<i32>,
+    /// Attempts before the item is failed (dead letter).
+    pub max_attempts: Option<i32>,
+}
+
+impl Enqueue {
+    /// An item for `queue` with every other argument at its default.
+    pub fn new(queue: impl Into<String>) -> Enqueue {
+        Enqueue {
+            queue: queue.into(),
+            ..Enqueue::default()
+        }
+    }
+
+    /// With key `key`.
+    pub fn key(mut self, key: impl Into<String>) -> Enqueue {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// With payload `payload`.
+    pub fn payload(mut self, payload: Value) -> Enqueue {
+        self.payload = Some(payload);
+        self
+    }
+
+    /// Due at `run_at`.
+    pub fn run_at(mut self, run_at: RunAt) -> Enqueue {
+        self.run_at = Some(run_at);
+        self
+    }
+
+    /// With priority `priority`.
+    pub fn priority(mut self, priority: i32) -> Enqueue {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// With `max_attempts` attempts.
+    pub fn max_attempts(mut self, max_attempts: i32) -> Enqueue {
+        self.max_attempts = Some(max_attempts);
+        self
+    }
+}
+
+/// What `work_enqueue` returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    /// Item id.
+    pub id: i64,
+    /// Item key (the generated one when none was given).
+    pub key: String,
+    /// False when the (queue, key) existed and was left as it was.
+    pub inserted: bool,
+}
+
+/// `work_enqueue(queue, payload, key, run_at, priority, max_attempts)`.
+pub fn enqueue(c: &mut impl GenericClient, item: &Enqueue) -> CallResult<Enqueued> {
+    let (run_at_literal, run_at_in) = match &item.run_at {
+        None => (None, None),
+        Some(RunAt::At(at)) => (Some(at.as_str()), None),
+        Some(RunAt::In(after)) => (None, Some(after.as_str())),
+    };
+    let mut call = Call::new("SELECT e.id, e.key, e.inserted FROM workfence.work_enqueue(")
+        .arg(&item.queue, Type::TEXT, "")
+        .named("payload", &item.payload, Type::JSONB, "")
+        .named("key", &item.key, Type::TEXT, "");
+    call = call
+        .named("run_at", &run_at_literal, Type::TEXT, "::timestamptz")
+        .named(
+            "run_at",
+            &run_at_in,
+            Type::TEXT,
+            "::interval OPERATOR(pg_catalog.+) pg_catalog.clock_timestamp()",
+        )
+        .named("priority", &item.priority, Type::INT4, "")
+        .named("max_attempts", &item.max_attempts, Type::INT4, "");
+    let (mut sql, params) = call.finish();
+    sql.push_str(" AS e");
+    let row = c.query_typed_one(&sql, &params)?;
+    Ok(Enqueued {
+        id: row.get(0),
+        key: row.get(1),
+        inserted: row.get(2),
+    })
+}
+
+/// `work_claim(queue, owner, lease, max_items, wait)`: the claimed rows.
+/// `max_items` `None` takes the default (1); `wait` `None` does not wait.
+pub fn claim(
+    c: &mut impl GenericClient,
+    queue: &str,
+    owner: &str,
+    lease: &str,
+    max_items: Option<i32>,
+    wait: Option<&str>,
+) -> CallResult<Vec<Claim>> {
+    let rows = Call::new(&format!("{CLAIM_COLUMNS} FROM workfence.work_claim("))
+        .arg(&queue, Type::TEXT, "")
+        .arg(&owner, Type::TEXT, "")
+        .arg(&lease, Type::TEXT, "::interval")
+        .named("max_items", &max_items, Type::INT4, "")
+        .named("wait", &wait, Type::TEXT, "::interval")
+        .rows_as(c, " AS c")?;
+    Ok(rows.iter().map(to_claim).collect())
+}
+
+/// `work_claim_key(queue, key, owner, lease)`: the claim, if the item was claimable.
+pub fn claim_key(
+    c: &mut impl GenericClient,
+    queue: &str,
+    key: &str,
+    owner: &str,
+    lease: &str,
+) -> CallResult<Option<Claim>> {
+    let rows = Call::new(&format!("{CLAIM_COLUMNS} FROM workfence.work_claim_key("))
+        .arg(&queue, Type::TEXT, "")
+        .arg(&key, Type::TEXT, "")
+        .arg(&owner, Type::TEXT, "")
+        .arg(&lease, Type::TEXT, "::interval")
+        .rows_as(c, " AS c")?;
+    Ok(rows.first().map(to_claim))
+}
+
+impl<'a> Call<'a> {
+    /// The rows of a set-returning call, its result aliased (`AS c`).
+    fn rows_as(self, c: &mut impl GenericClient, alias: &str) -> CallResult<Vec<Row>> {
+        let (mut sql, params) = self.finish();
+        sql.push_str(alias);
+        c.query_typed(&sql, &params)
+    }
+
+    /// The three arguments of a token.
+    fn token(self, token: &'a Token) -> Call<'a> {
+        self.arg(&token.id, Type::INT8, "")
+            .arg(&token.owner, Type::TEXT, "")
+            .arg(&token.epoch, Type::INT8, "")
+    }
+}
+
+/// `work_renew(id, owner, epoch, lease)`: true when the token was current.
+pub fn renew(c: &mut impl GenericClient, token: &Token, lease: &str) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_renew(")
+        .token(token)
+        .arg(&lease, Type::TEXT, "::interval")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_finish(id, owner, epoch, result)`: true when the token was current
+/// (or already finished the item).
+pub fn finish(
+    c: &mut impl GenericClient,
+    token: &Token,
+    result: Option<&Value>,
+) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_finish(")
+        .token(token)
+        .named("result", &result, Type::JSONB, "")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_finish_many(owner, ids, epochs, results)`: `(id, finished)` per item.
+pub fn finish_many(
+    c: &mut impl GenericClient,
+    owner: &str,
+    ids: &[i64],
+    epochs: &[i64],
+    results: Option<&[Value]>,
+) -> CallResult<Vec<(i64, bool)>> {
+    let rows = Call::new("SELECT f.id, f.finished FROM workfence.work_finish_many(")
+        .arg(&owner, Type::TEXT, "")
+        .arg(&ids, Type::INT8_ARRAY, "")
+        .arg(&epochs, Type::INT8_ARRAY, "")
+        .named("results", &results, Type::JSONB_ARRAY, "")
+        .rows_as(c, " AS f")?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// `work_release(id, owner, epoch, delay)`: true when the token was current.
+pub fn release(c: &mut impl GenericClient, token: &Token, delay: Option<&str>) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_release(")
+        .token(token)
+        .named("delay", &delay, Type::TEXT, "::interval")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_fail(id, owner, epoch, error, retry_in)`: true when the token was
+/// current. `retry_in` `None` backs off exponentially.
+pub fn fail(
+    c: &mut impl GenericClient,
+    token: &Token,
+    error: &str,
+    retry_in: Option<&str>,
+) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_fail(")
+        .token(token)
+        .arg(&error, Type::TEXT, "")
+        .named("retry_in", &retry_in, Type::TEXT, "::interval")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_assert(id, owner, epoch)`: `Ok` when the token is current (the row
+/// lock is then held to the end of the transaction); 55000 when it is not.
+pub fn assert(c: &mut impl GenericClient, token: &Token) -> CallResult<()> {
+    Call::new("SELECT workfence.work_assert(")
+        .token(token)
+        .one(c)
+        .map(drop)
+}
+
+/// `work_cancel(queue, key)`: true when the item was cancelled by this call.
+pub fn cancel(c: &mut impl GenericClient, queue: &str, key: &str) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_cancel(")
+        .arg(&queue, Type::TEXT, "")
+        .arg(&key, Type::TEXT, "")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_purge(older_than, queue)`: how many finished items were deleted.
+/// `None` takes the defaults (7 days; every queue).
+pub fn purge(
+    c: &mut impl GenericClient,
+    older_than: Option<&str>,
+    queue: Option<&str>,
+) -> CallResult<i64> {
+    Ok(Call::new("SELECT workfence.work_purge(")
+        .named("older_than", &older_than, Type::TEXT, "::interval")
+        .named("queue", &queue, Type::TEXT, "")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_lease_status(id, owner, epoch)`: `current`, `superseded`,
+/// `finished`, `cancelled`, `wrong_owner`, `missing`, ... as the server names it.
+pub fn lease_status(c: &mut impl GenericClient, token: &Token) -> CallResult<String> {
+    Ok(Call::new("SELECT workfence.work_lease_status(")
+        .token(token)
+        .one(c)?
+        .get(0))
+}
+
+/// One row of the view `work_queue_stats`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueStats {
+    /// Queue name.
+    pub queue: String,
+    /// Pending and due.
+    pub pending: i64,
+    /// Pending, not yet due.
+    pub scheduled: i64,
+    /// Claimed under a live lease.
+    pub claimed: i64,
+    /// Claimed, lease lapsed.
+    pub expired: i64,
+    /// Done.
+    pub done: i64,
+    /// Failed (dead letters).
+    pub failed: i64,
+    /// Cancelled.
+    pub cancelled: i64,
+    /// How long the oldest due item has waited, as interval text; `None`
+    /// when nothing is due.
+    pub oldest_due_age: Option<String>,
+}
+
+/// The view `work_queue_stats`, one row per queue, in queue order.
+pub fn queue_stats(c: &mut impl GenericClient) -> CallResult<Vec<QueueStats>> {
+    let rows = c.query_typed(
+        "SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed,
+                s.cancelled, s.oldest_due_age::text
+           FROM workfence.work_queue_stats AS s
+          ORDER BY s.queue",
+        &[],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| QueueStats {
+            queue: r.get(0),
+            pending: r.get(1),
+            scheduled: r.get(2),
+            claimed: r.get(3),
+            expired: r.get(4),
+            done: r.get(5),
+            failed: r.get(6),
+            cancelled: r.get(7),
+            oldest_due_age: r.get(8),
+        })
+        .collect())
+}

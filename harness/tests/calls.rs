@@ -1,0 +1,132 @@
+//! Every typed call of `workfence_harness::calls` once against a real
+//! server, with its defaults: the calls the other tests build on bind their
+//! arguments as the functions expect and read their rows.
+
+mod common;
+
+use common::{ok, shared_cluster};
+use serde_json::json;
+use workfence_harness::calls::{self, Enqueue, RunAt, SqlState, Token};
+
+#[test]
+fn every_call_round_trips_with_the_servers_defaults() {
+    let cluster = shared_cluster();
+    ok(cluster.create_database("calls"), "create database");
+    let mut c = ok(cluster.connect_to("calls"), "connect");
+
+    let a = ok(
+        calls::enqueue(&mut c, &Enqueue::new("q").key("a").payload(json!({"n": 1}))),
+        "enqueue a",
+    );
+    assert!(a.inserted);
+    assert_eq!(a.key, "a");
+    let again = ok(
+        calls::enqueue(&mut c, &Enqueue::new("q").key("a")),
+        "enqueue a again",
+    );
+    assert_eq!((again.id, again.inserted), (a.id, false));
+    let generated = ok(
+        calls::enqueue(&mut c, &Enqueue::new("q")),
+        "enqueue, key generated",
+    );
+    assert_eq!(generated.key.len(), 36, "a UUID: {}", generated.key);
+    ok(
+        calls::enqueue(
+            &mut c,
+            &Enqueue::new("q")
+                .key("later")
+                .run_at(RunAt::In("1 hour".into()))
+                .priority(-1),
+        ),
+        "enqueue for later",
+    );
+    ok(
+        calls::enqueue(
+            &mut c,
+            &Enqueue::new("q")
+                .key("past")
+                .run_at(RunAt::At("-infinity".into()))
+                .max_attempts(1),
+        ),
+        "enqueue in the past",
+    );
+
+    // The default max_items is 1; claim order is priority, run_at, id.
+    let first = ok(
+        calls::claim(&mut c, "q", "w", "1 minute", None, None),
+        "claim",
+    );
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].key, "past");
+    let rest = ok(
+        calls::claim(&mut c, "q", "w", "1 minute", Some(10), Some("0")),
+        "claim 10",
+    );
+    assert_eq!(rest.len(), 2, "a and the generated key; 'later' is not due");
+    let a_claim = rest.iter().find(|r| r.key == "a").expect("a claimed");
+    assert_eq!(a_claim.payload, json!({"n": 1}));
+    assert_eq!(a_claim.attempt, 1);
+
+    let token = a_claim.token("w");
+    assert!(ok(calls::renew(&mut c, &token, "2 minutes"), "renew"));
+    assert_eq!(ok(calls::lease_status(&mut c, &token), "status"), "current");
+    let stale = Token::new(token.id, "w", token.epoch - 1);
+    assert_eq!(
+        ok(calls::lease_status(&mut c, &stale), "status"),
+        "superseded"
+    );
+    let err = calls::assert(&mut c, &stale).expect_err("a stale token is refused");
+    assert_eq!(err.sqlstate(), Some("55000"));
+    assert!(ok(calls::release(&mut c, &token, None), "release"));
+    let a_again = ok(
+        calls::claim_key(&mut c, "q", "a", "w", "1 minute"),
+        "claim_key",
+    )
+    .expect("a is claimable again");
+    assert!(a_again.epoch > token.epoch);
+    assert_eq!(a_again.attempt, 1, "the release gave the attempt back");
+    let token = a_again.token("w");
+    let mut tx = ok(c.transaction(), "begin");
+    ok(calls::assert(&mut tx, &token), "assert");
+    ok(tx.commit(), "commit");
+    assert!(ok(calls::fail(&mut c, &token, "boom", Some("0")), "fail"));
+    let token = ok(
+        calls::claim_key(&mut c, "q", "a", "w", "1 minute"),
+        "claim_key",
+    )
+    .expect("a is due again")
+    .token("w");
+    assert!(ok(
+        calls::finish(&mut c, &token, Some(&json!({"ok": true}))),
+        "finish"
+    ));
+    assert!(ok(
+        calls::finish(&mut c, &token, None),
+        "finish again: same token"
+    ));
+
+    let generated_claim = rest
+        .iter()
+        .find(|r| r.key != "a")
+        .expect("generated claimed");
+    let batch = ok(
+        calls::finish_many(
+            &mut c,
+            "w",
+            &[generated_claim.id],
+            &[generated_claim.epoch],
+            None,
+        ),
+        "finish_many",
+    );
+    assert_eq!(batch, vec![(generated_claim.id, true)]);
+    assert!(ok(calls::cancel(&mut c, "q", "later"), "cancel"));
+    let stats = ok(calls::queue_stats(&mut c), "stats");
+    assert_eq!(stats.len(), 1);
+    assert_eq!(
+        (stats[0].done, stats[0].cancelled, stats[0].claimed),
+        (2, 1, 1)
+    );
+    assert_eq!(ok(calls::purge(&mut c, Some("0"), Some("q")), "purge"), 3);
+    assert_eq!(ok(calls::purge(&mut c, None, None), "purge, defaults"), 0);
+}
