@@ -8,6 +8,7 @@
 
 use postgres::types::ToSql;
 use postgres::{Client, Statement};
+use workfence_harness::calls::prepared;
 
 use crate::Result;
 
@@ -67,11 +68,10 @@ pub static WORKFENCE: Contender = Contender {
     schema: "workfence",
     // The functions run their own statements as generic plans already.
     session_setup: "",
-    claim: "SELECT c.id, c.epoch FROM workfence.work_claim($1, $2, ($3::text)::interval, $4) AS c",
-    finish: "SELECT workfence.work_finish($1, $2, $3)",
-    finish_many: "SELECT pg_catalog.count(*) FILTER (WHERE f.finished) \
-                    FROM workfence.work_finish_many($1, $2, $3) AS f",
-    renew: "SELECT workfence.work_renew($1, $2, $3, ($4::text)::interval)",
+    claim: prepared::CLAIM_TOKENS,
+    finish: prepared::FINISH,
+    finish_many: prepared::FINISH_MANY_COUNT,
+    renew: prepared::RENEW,
     enqueue: "SELECT pg_catalog.count(e.id) \
                 FROM pg_catalog.generate_series(1, $1::int) AS g, \
                      LATERAL workfence.work_enqueue('bench', pg_catalog.jsonb_build_object('n', g), \

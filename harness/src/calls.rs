@@ -457,3 +457,26 @@ pub fn queue_stats(c: &mut impl GenericClient) -> CallResult<Vec<QueueStats>> {
         })
         .collect())
 }
+
+/// The hot calls as fixed statements, for a client that prepares them once
+/// per connection (the benchmark driver, which measures them side by side
+/// with hand-written SQL prepared the same way). Parameters: as the SQL
+/// function's, positional; intervals as text.
+pub mod prepared {
+    /// `work_claim(queue $1, owner $2, lease $3, max_items $4)` → `(id, epoch)` rows.
+    pub const CLAIM_TOKENS: &str = "SELECT c.id, c.epoch
+  FROM workfence.work_claim($1, $2, ($3::text)::interval, $4) AS c";
+
+    /// `work_finish(id $1, owner $2, epoch $3)` → bool.
+    pub const FINISH: &str = "SELECT workfence.work_finish($1, $2, $3)";
+
+    /// `work_finish_many(owner $1, ids $2, epochs $3)` → how many were finished.
+    pub const FINISH_MANY_COUNT: &str = "SELECT pg_catalog.count(*) FILTER (WHERE f.finished)
+  FROM workfence.work_finish_many($1, $2, $3) AS f";
+
+    /// `work_renew(id $1, owner $2, epoch $3, lease $4)` → bool.
+    pub const RENEW: &str = "SELECT workfence.work_renew($1, $2, $3, ($4::text)::interval)";
+
+    /// `work_release(id $1, owner $2, epoch $3)` → bool.
+    pub const RELEASE: &str = "SELECT workfence.work_release($1, $2, $3)";
+}

@@ -9,6 +9,8 @@
 use postgres::Client;
 use serde_json::Value;
 
+pub use crate::calls::Enqueued;
+use crate::calls::{self, Enqueue};
 use crate::{Error, Result};
 
 /// The queue of scheduled routines.
@@ -26,28 +28,12 @@ pub const SHORT_LEASE: &str = "2 seconds";
 /// B's lease: long enough to outlast the rest of the scenario.
 pub const LONG_LEASE: &str = "5 minutes";
 
-/// What `work_enqueue` returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Enqueued {
-    /// Item id.
-    pub id: i64,
-    /// Item key.
-    pub key: String,
-    /// False when the (queue, key) already existed and was left as it was.
-    pub inserted: bool,
-}
-
 /// Enqueues one item with `work_enqueue(queue, payload, key)`.
 pub fn enqueue(client: &mut Client, queue: &str, key: &str, payload: &Value) -> Result<Enqueued> {
-    let row = client.query_one(
-        "SELECT id, key, inserted FROM workfence.work_enqueue($1, $2, $3)",
-        &[&queue, payload, &key],
-    )?;
-    Ok(Enqueued {
-        id: row.get(0),
-        key: row.get(1),
-        inserted: row.get(2),
-    })
+    Ok(calls::enqueue(
+        client,
+        &Enqueue::new(queue).key(key).payload(payload.clone()),
+    )?)
 }
 
 /// The moment a lease was seen lapsed, both times read from the server's clock.

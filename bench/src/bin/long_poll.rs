@@ -28,6 +28,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use postgres::Client;
+use workfence_harness::calls::{self, prepared};
 use workfence_harness::Cluster;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -181,7 +182,7 @@ fn herd(cluster: &Cluster, db: &str, n: usize, wait: &str, items: usize) -> Resu
             let claim = c.prepare(
                 "SELECT id, epoch FROM workfence.work_claim('q', $1, '1 minute', 1, $2::text::interval)",
             )?;
-            let finish = c.prepare("SELECT workfence.work_finish($1, $2, $3)")?;
+            let finish = c.prepare(prepared::FINISH)?;
             let owner = format!("w{w}");
             while !stop.load(Ordering::Relaxed) {
                 let rows = c.query(&claim, &[&owner, &wait])?;
@@ -280,10 +281,7 @@ fn horizon(
         c.batch_execute("SET workfence.long_poll_max = 3600")?;
         threads.push(thread::spawn(move || -> Result<()> {
             while !stop.load(Ordering::Relaxed) {
-                c.query(
-                    "SELECT * FROM workfence.work_claim('empty', 'waiter', '1 minute', 1, $1::text::interval)",
-                    &[&wait],
-                )?;
+                calls::claim(&mut c, "empty", "waiter", "1 minute", Some(1), Some(&wait))?;
             }
             Ok(())
         }));
@@ -293,13 +291,12 @@ fn horizon(
         let (stop, claims) = (stop.clone(), claims.clone());
         threads.push(thread::spawn(move || -> Result<()> {
             let owner = format!("churn{w}");
-            let claim =
-                c.prepare("SELECT id, epoch FROM workfence.work_claim('churn', $1, '1 minute')")?;
+            let claim = c.prepare(prepared::CLAIM_TOKENS)?;
             // Release, not finish: the item is claimable again at once, so
             // the table keeps 200 live rows and every claim leaves dead ones.
-            let release = c.prepare("SELECT workfence.work_release($1, $2, $3)")?;
+            let release = c.prepare(prepared::RELEASE)?;
             while !stop.load(Ordering::Relaxed) {
-                for r in c.query(&claim, &[&owner])? {
+                for r in c.query(&claim, &[&"churn", &owner, &"1 minute", &1i32])? {
                     let (id, epoch): (i64, i64) = (r.get(0), r.get(1));
                     c.query_one(&release, &[&id, &owner, &epoch])?;
                     claims.fetch_add(1, Ordering::Relaxed);

@@ -31,6 +31,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
+use workfence_harness::calls::{self, Token};
 
 const USAGE: &str =
     "usage: workfence-soak-worker CONNINFO QUEUE OWNER SEED LEASE BATCH STALL_ONE_IN
@@ -293,11 +294,9 @@ fn work(
     epoch: i64,
     stats: &mut Stats,
 ) -> Result<(), Failure> {
+    let token = Token::new(id, &settings.owner, epoch);
     let mut tx = client.transaction()?;
-    if let Err(err) = tx.execute(
-        "SELECT workfence.work_assert($1, $2, $3)",
-        &[&id, &settings.owner, &epoch],
-    ) {
+    if let Err(err) = calls::assert(&mut tx, &token) {
         if err.code().map(|c| c.code()) != Some("55000") {
             return Err(err.into());
         }
@@ -319,12 +318,7 @@ fn work(
         "INSERT INTO public.effects (item_id, epoch, worker_pid) VALUES ($1, $2, $3)",
         &[&id, &epoch, &pid],
     )?;
-    let finished: bool = tx
-        .query_one(
-            "SELECT workfence.work_finish($1, $2, $3)",
-            &[&id, &settings.owner, &epoch],
-        )?
-        .try_get(0)?;
+    let finished = calls::finish(&mut tx, &token, None)?;
     if !finished {
         tx.rollback()?;
         return Err(Failure::Fatal(format!(

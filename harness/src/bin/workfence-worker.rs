@@ -12,8 +12,9 @@
 use std::io::{self, BufRead, Write};
 use std::process::ExitCode;
 
-use postgres::{Client, NoTls, Row};
-use workfence_harness::protocol::{Claim, Command, Reply};
+use postgres::{Client, NoTls};
+use workfence_harness::calls::{self, Token};
+use workfence_harness::protocol::{Command, Reply};
 use workfence_harness::ServerError;
 
 const USAGE: &str = "usage: workfence-worker CONNINFO OWNER
@@ -116,35 +117,8 @@ fn send(out: &mut impl Write, reply: &Reply) -> Result<(), String> {
         .map_err(|e| format!("could not write to stdout: {e}"))
 }
 
-fn claims(rows: Vec<Row>) -> Result<Reply, postgres::Error> {
-    let claims = rows
-        .iter()
-        .map(|row| {
-            Ok(Claim {
-                id: row.try_get(0)?,
-                key: row.try_get(1)?,
-                payload: row.try_get(2)?,
-                epoch: row.try_get(3)?,
-                attempt: row.try_get(4)?,
-                lease_until: row.try_get(5)?,
-            })
-        })
-        .collect::<Result<Vec<_>, postgres::Error>>()?;
-    Ok(Reply::Claims { claims })
-}
-
-fn boolean(
-    client: &mut Client,
-    sql: &str,
-    params: &[&(dyn postgres::types::ToSql + Sync)],
-) -> Result<Reply, postgres::Error> {
-    let value: bool = client.query_one(sql, params)?.try_get(0)?;
-    Ok(Reply::Bool { value })
-}
-
 /// Runs one command as one statement (autocommit).
 fn execute(client: &mut Client, owner: &str, cmd: &Command) -> Result<Reply, postgres::Error> {
-    // Intervals travel as text and are cast on the server (`$n::text::interval`).
     match cmd {
         Command::Ping => Ok(Reply::Pong {
             backend_pid: client
@@ -155,53 +129,38 @@ fn execute(client: &mut Client, owner: &str, cmd: &Command) -> Result<Reply, pos
             queue,
             max_items,
             lease,
-        } => claims(client.query(
-            "SELECT id, key, payload, epoch, attempt, lease_until::text \
-               FROM workfence.work_claim($1, $2, $3::text::interval, $4)",
-            &[queue, &owner, lease, max_items],
-        )?),
-        Command::ClaimKey { queue, key, lease } => claims(client.query(
-            "SELECT id, key, payload, epoch, attempt, lease_until::text \
-               FROM workfence.work_claim_key($1, $2, $3, $4::text::interval)",
-            &[queue, key, &owner, lease],
-        )?),
-        Command::Renew { id, epoch, lease } => boolean(
-            client,
-            "SELECT workfence.work_renew($1, $2, $3, $4::text::interval)",
-            &[id, &owner, epoch, lease],
-        ),
-        Command::Finish { id, epoch, result } => boolean(
-            client,
-            "SELECT workfence.work_finish($1, $2, $3, $4::jsonb)",
-            &[id, &owner, epoch, result],
-        ),
-        Command::Release { id, epoch, delay } => match delay {
-            Some(delay) => boolean(
-                client,
-                "SELECT workfence.work_release($1, $2, $3, $4::text::interval)",
-                &[id, &owner, epoch, delay],
-            ),
-            None => boolean(
-                client,
-                "SELECT workfence.work_release($1, $2, $3)",
-                &[id, &owner, epoch],
-            ),
-        },
+        } => Ok(Reply::Claims {
+            claims: calls::claim(client, queue, owner, lease, Some(*max_items), None)?,
+        }),
+        Command::ClaimKey { queue, key, lease } => Ok(Reply::Claims {
+            claims: calls::claim_key(client, queue, key, owner, lease)?
+                .into_iter()
+                .collect(),
+        }),
+        Command::Renew { id, epoch, lease } => Ok(Reply::Bool {
+            value: calls::renew(client, &Token::new(*id, owner, *epoch), lease)?,
+        }),
+        Command::Finish { id, epoch, result } => Ok(Reply::Bool {
+            value: calls::finish(client, &Token::new(*id, owner, *epoch), result.as_ref())?,
+        }),
+        Command::Release { id, epoch, delay } => Ok(Reply::Bool {
+            value: calls::release(client, &Token::new(*id, owner, *epoch), delay.as_deref())?,
+        }),
         Command::Fail {
             id,
             epoch,
             retry_in,
             error,
-        } => boolean(
-            client,
-            "SELECT workfence.work_fail($1, $2, $3, $4, $5::text::interval)",
-            &[id, &owner, epoch, error, retry_in],
-        ),
+        } => Ok(Reply::Bool {
+            value: calls::fail(
+                client,
+                &Token::new(*id, owner, *epoch),
+                error,
+                retry_in.as_deref(),
+            )?,
+        }),
         Command::Assert { id, epoch } => {
-            client.execute(
-                "SELECT workfence.work_assert($1, $2, $3)",
-                &[id, &owner, epoch],
-            )?;
+            calls::assert(client, &Token::new(*id, owner, *epoch))?;
             Ok(Reply::Done)
         }
         // Handled by the loop before it gets here.
