@@ -115,7 +115,20 @@ struct Args {
     workloads: Vec<u8>,
 }
 
-fn parse_args() -> Result<Args> {
+/// What `workfence-bench --help` prints.
+const USAGE: &str =
+    "usage: workfence-bench [--quick] [--reps N] [--no-peers] [--workloads 1,2,...] --out DIR
+  Runs the benchmark's workloads against pg_workfence, the hand-written baseline SQL and the
+  peers (awa, graphile-worker, pg-boss, procrastinate) on throwaway clusters, side by side,
+  and writes DIR/benchmarks.csv and DIR/benchmarks.md (medians and ratios).
+  --quick          tiny sizes, every contender and workload once (the test suite's smoke run)
+  --reps N         repetitions of each cell (the median is reported)
+  --no-peers       pg_workfence and the baseline only
+  --workloads L    which workloads (1 to 5), comma-separated; all by default
+  --out DIR        where the figures go (required)
+scripts/bench.sh runs it with the README's settings.";
+
+fn parse_args() -> Result<Option<Args>> {
     let mut size = Size::default_size();
     let mut out = None;
     let mut reps = None;
@@ -124,6 +137,10 @@ fn parse_args() -> Result<Args> {
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
             "--quick" => size = Size::quick(),
             "--no-peers" => peers = false,
             "--workloads" => {
@@ -146,23 +163,19 @@ fn parse_args() -> Result<Args> {
                     Error::Bench(format!("--reps wants a count of 1 or more, not {v:?}"))
                 })?);
             }
-            other => {
-                return Err(Error::Bench(format!(
-                    "unknown argument {other:?}; usage: workfence-bench [--quick] [--reps N] [--no-peers] [--workloads 1,2,...] --out DIR"
-                )))
-            }
+            other => return Err(Error::Bench(format!("unknown argument {other:?}\n{USAGE}"))),
         }
     }
     if let Some(reps) = reps {
         size.reps = reps;
     }
     let out = out.ok_or_else(|| Error::Bench("--out DIR is required".into()))?;
-    Ok(Args {
+    Ok(Some(Args {
         size,
         out,
         peers,
         workloads,
-    })
+    }))
 }
 
 /// The repository root (this crate is `bench/` in it).
@@ -419,7 +432,9 @@ fn main() {
 }
 
 fn run() -> Result<()> {
-    let args = parse_args()?;
+    let Some(args) = parse_args()? else {
+        return Ok(());
+    };
     let size = args.size.clone();
     let root = root();
     std::fs::create_dir_all(&args.out)?;

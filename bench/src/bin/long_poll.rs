@@ -42,7 +42,18 @@ struct Args {
     waits: Vec<u32>,
 }
 
-fn parse_args() -> Result<Args> {
+/// What `workfence-long-poll --help` prints.
+const USAGE: &str =
+    "usage: workfence-long-poll [--quick] [--only herd|horizon] [--waits 1,10,60] [--out FILE]
+  Measures the long poll of work_claim(..., wait) on a throwaway cluster: the herd (N waiters
+  on one queue, long poll against polling, side by side) and the horizon (what waiting
+  sessions cost vacuum), and prints a markdown table (to FILE with --out).
+  --quick        small sizes (the test suite's smoke run)
+  --only X       one of the two experiments
+  --waits L      the horizon experiment's waits, in seconds, comma-separated
+With WORKFENCE_KEEP set (any value) the cluster and its log are kept afterwards.";
+
+fn parse_args() -> Result<Option<Args>> {
     let mut args = Args {
         quick: false,
         out: None,
@@ -52,6 +63,10 @@ fn parse_args() -> Result<Args> {
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
             "--quick" => args.quick = true,
             "--out" => args.out = Some(it.next().ok_or("--out needs a file")?),
             "--only" => args.only = Some(it.next().ok_or("--only needs herd or horizon")?),
@@ -63,10 +78,10 @@ fn parse_args() -> Result<Args> {
                     .map(|w| w.trim().parse::<u32>())
                     .collect::<std::result::Result<_, _>>()?
             }
-            other => return Err(format!("unknown argument {other}").into()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}").into()),
         }
     }
-    Ok(args)
+    Ok(Some(args))
 }
 
 fn main() {
@@ -77,7 +92,9 @@ fn main() {
 }
 
 fn run() -> Result<()> {
-    let args = parse_args()?;
+    let Some(args) = parse_args()? else {
+        return Ok(());
+    };
     let scratch = std::env::var("WORKFENCE_SCRATCH").unwrap_or_else(|_| "target".into());
     let cluster = Cluster::builder(scratch)
         .name("long-poll-bench")

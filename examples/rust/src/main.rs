@@ -550,9 +550,23 @@ impl Worker {
     }
 }
 
+/// What `--help` prints: the settings [`Config::from_env`] reads.
+const USAGE: &str = "usage: workfence-example-worker   (settings from the environment)
+  WORKFENCE_DSN            connection string (required), e.g. host=127.0.0.1 port=5432 dbname=app
+  WORKFENCE_QUEUE          queue to work (default: examples)
+  WORKFENCE_OWNER          owner name (default: the hostname; fencing does not rely on it)
+  WORKFENCE_BATCH          max_items per claim (default 5)
+  WORKFENCE_LEASE_SECONDS  lease length; the heartbeat renews every third of it (default 6)
+  WORKFENCE_WAIT_SECONDS   how long one claim waits in the server (default 5)
+Runs until SIGTERM or SIGINT, then releases what it holds.";
+
 /// Reads the settings, runs the worker until SIGTERM, exits 0 (1 on an error, logged).
 #[tokio::main]
 async fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let result = async {
         let config = Config::from_env()?;
         let shutdown = Shutdown::listen()?;
