@@ -8,8 +8,10 @@
 #   4. unit + pg    cargo pgrx test: Rust unit tests and the in-server #[pg_test] suites
 #   5. install      cargo pgrx install --release (for the client-side tiers)
 #   6. pg_regress   golden files in tests/pg_regress against a throwaway cluster
-#   7. client       tests/ from real client connections: seed scenario, races, soak,
-#                   PgBouncer, bad input, the stateright model, dump/restore
+#   7. client       harness/tests/*.rs (found by cargo) from real client connections:
+#                   seed scenario, races, soak, PgBouncer, bad input, the stateright
+#                   model, dump/restore, upgrade, ... and the checklist of every
+#                   SQL function (typed call, privileges, bad input, docs agree)
 #   8. bench smoke  scripts/bench.sh --quick: every contender and workload of the
 #                   benchmark once, tiny sizes, into target/bench-quick (no timing
 #                   is asserted: the run must complete and every finish be current)
@@ -80,6 +82,16 @@ fi
 for contender in pg_workfence "baseline SQL" awa graphile-worker pg-boss procrastinate; do
     if ! grep -q ",$contender," target/bench-quick/benchmarks.csv; then
         echo "the benchmark smoke run has no figures for $contender" >&2
+        exit 1
+    fi
+done
+
+stage "every binary answers --help"
+cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example
+for binary in workfence-worker workfence-soak-worker workfence-demo workfence-bench \
+    workfence-long-poll workfence-example-worker; do
+    if ! "target/release/$binary" --help | grep -q '^usage: '; then
+        echo "$binary --help printed no usage" >&2
         exit 1
     fi
 done
