@@ -1,4 +1,4 @@
-//! Client-side tooling for pg_workfence: everything that talks to the extension
+//! The test harness of pg_workfence: everything that talks to the extension
 //! from outside the server, over real connections.
 //!
 //! - [`calls`]: one typed call per SQL function of the extension, used by
@@ -12,11 +12,11 @@
 //! - [`scenario`]: the pieces of the bug report's scenario shared by the demo
 //!   and the tests (names, enqueue, waiting for a lease to lapse on the server).
 //!
-//! The binaries `workfence-worker` (the worker process), `workfence-soak-worker`
-//! (the autonomous worker of `tests/soak.rs`) and `workfence-demo` (the
-//! two-worker scenario from the bug report, run against a cluster that stays
-//! up) live in `src/bin/`; the automated form of the scenario is
-//! `tests/seed_scenario.rs`.
+//! The binaries `workfence-worker` (the worker process) and
+//! `workfence-soak-worker` (the autonomous worker of `tests/soak.rs`) live in
+//! `src/bin/`; the client tests in `tests/` (found by cargo, helpers in
+//! `tests/common/`). The demo, `workfence-demo`, is its own crate in `demo/`;
+//! the automated form of its scenario is `tests/seed_scenario.rs`.
 //!
 //! The extension must be installed into the PostgreSQL 15 the cluster runs
 //! (`cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config`,
