@@ -5,6 +5,7 @@
 //! with a direct UPDATE (what the clock would do); the real-time lapse and
 //! real concurrency are tested from client connections in `tests/`.
 
+mod first_use;
 mod helpers;
 mod ops;
 mod privileges;

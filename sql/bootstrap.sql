@@ -15,8 +15,10 @@ COMMENT ON SEQUENCE workfence.epoch_seq IS
 
 CREATE TYPE workfence.item_state AS ENUM ('pending', 'claimed', 'done', 'failed', 'cancelled');
 COMMENT ON TYPE workfence.item_state IS
-    'Life cycle of an item: pending -> claimed -> done | failed | cancelled; claimed -> pending on '
-    'release, on a retryable failure, or when an expired lease is claimed anew.';
+    'Life cycle of an item: pending -> claimed -> done | failed; pending or claimed -> cancelled; '
+    'claimed -> pending on release or on a retryable failure. An expired lease is claimed anew '
+    'directly (claimed -> claimed, with a new epoch and attempts + 1), or, on the final attempt, '
+    'made failed. done, failed and cancelled are final.';
 
 -- Item ids. A plain sequence rather than an identity column: an extension
 -- member, so pg_extension_config_dump can keep its position across pg_dump.
@@ -58,7 +60,10 @@ COMMENT ON COLUMN workfence.items.priority IS 'Lower runs first.';
 COMMENT ON COLUMN workfence.items.run_at IS 'Not claimable before this server time (also the retry time after a failure).';
 COMMENT ON COLUMN workfence.items.state IS 'pending, claimed, done, failed or cancelled.';
 COMMENT ON COLUMN workfence.items.attempts IS 'Claims that counted as attempts (a release gives its attempt back).';
-COMMENT ON COLUMN workfence.items.max_attempts IS 'After this many failed attempts the item is failed (dead letter).';
+COMMENT ON COLUMN workfence.items.max_attempts IS
+    'How many attempts the item may have: every claim counts as one (a lapsed lease too), a release '
+    'gives its attempt back. A failure, or a lapsed lease, on the final attempt makes the item failed '
+    '(dead letter).';
 COMMENT ON COLUMN workfence.items.owner IS 'Owner named by the latest claim. Checked, but NOT an identity: the epoch is.';
 COMMENT ON COLUMN workfence.items.epoch IS 'Fencing token of the latest claim (from workfence.epoch_seq).';
 COMMENT ON COLUMN workfence.items.lease_until IS 'Server time at which the current lease lapses; NULL unless claimed.';

@@ -5,15 +5,19 @@
 //! with `ereport` at the `#[pg_extern]` boundary ([`WorkfenceError::report`]),
 //! never by panicking (a panic surfaces as XX000, internal_error).
 
+use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::SpiError;
 
+use crate::validate::IntervalParts;
+
 /// Why a token is not honoured; the `detail` of a [`WorkfenceError::LeaseLost`].
 ///
 /// The names are the values `work_lease_status` reports, except
-/// [`LeaseStatus::Released`], which it reports as `superseded` (the contract
-/// fixes six names); `work_assert`'s message and DETAIL keep the finer reason.
+/// [`LeaseStatus::Released`] and [`LeaseStatus::RolledBack`], which it
+/// reports as `superseded` (the item does not carry the epoch and never
+/// will); `work_assert`'s message, DETAIL and HINT keep the finer reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
     /// No item has this id.
@@ -28,6 +32,14 @@ pub enum LeaseStatus {
     Cancelled,
     /// The token's lease was handed back (released, or failed for a retry).
     Released,
+    /// The epoch is newer than the item's committed one, and a transaction
+    /// that is still running is changing the item: a claim that handed out
+    /// the epoch and has not committed yet (see `work_lease_status`).
+    Uncommitted,
+    /// The epoch is newer than the item's committed one and nobody is
+    /// changing the item: the claim that handed it out rolled back (or the
+    /// epoch is another item's). Reported as `superseded`.
+    RolledBack,
 }
 
 impl LeaseStatus {
@@ -40,7 +52,148 @@ impl LeaseStatus {
             LeaseStatus::Finished => "finished",
             LeaseStatus::Cancelled => "cancelled",
             LeaseStatus::Released => "released",
+            LeaseStatus::Uncommitted => "uncommitted",
+            LeaseStatus::RolledBack => "rolled_back",
         }
+    }
+
+    /// The DETAIL of `work_assert`'s 55000: what happened to the token.
+    pub fn detail(self) -> &'static str {
+        match self {
+            LeaseStatus::Missing => "No item has this id.",
+            LeaseStatus::Superseded => "The item was claimed again since: a newer epoch holds it.",
+            LeaseStatus::WrongOwner => "The epoch is current but was claimed under another owner.",
+            LeaseStatus::Finished => "The item is already done or failed.",
+            LeaseStatus::Cancelled => "The item was cancelled.",
+            LeaseStatus::Released => "The lease was handed back (work_release or work_fail).",
+            LeaseStatus::Uncommitted => {
+                "The epoch was handed out by a claim whose transaction has not committed yet; \
+                 other transactions do not see the claim until it does."
+            }
+            LeaseStatus::RolledBack => {
+                "The epoch is newer than the item's, and no transaction is changing the item: the \
+                 claim that handed it out rolled back (or the epoch is another item's)."
+            }
+        }
+    }
+
+    /// The HINT of `work_assert`'s 55000: what the worker should do now.
+    pub fn hint(self) -> &'static str {
+        match self {
+            LeaseStatus::Missing => {
+                "Check the id: no item has it (never enqueued in this database, or purged). Roll \
+                 back the job's writes."
+            }
+            LeaseStatus::Superseded => {
+                "Roll back: a newer epoch holds the item now, and only it may act on the item. Stop \
+                 the job; do not retry it under this token."
+            }
+            LeaseStatus::WrongOwner => {
+                "Pass the owner the claim was made with, byte for byte (spaces and case count); \
+                 roll back if this worker did not make that claim."
+            }
+            LeaseStatus::Finished => {
+                "Roll back: the item is finished; there is nothing left to do under this token."
+            }
+            LeaseStatus::Cancelled => {
+                "Roll back and stop the job: the item was withdrawn with work_cancel and is never \
+                 claimed again."
+            }
+            LeaseStatus::Released => {
+                "Roll back: this token handed the item back, and the next claim takes it under a \
+                 new epoch. Stop the job under this token."
+            }
+            LeaseStatus::Uncommitted => {
+                "Commit the transaction that called work_claim before using the token from \
+                 another connection (a heartbeat, a second worker connection)."
+            }
+            LeaseStatus::RolledBack => {
+                "Roll back: the claim never took effect. Claim the item again to work on it."
+            }
+        }
+    }
+}
+
+/// A DETAIL line that may show intervals. Intervals are printed when the
+/// error is raised, by the server's own `interval_out` (as a query result
+/// shows them, in the session's `IntervalStyle`: `8 days`, `00:00:00`), not
+/// as a count of microseconds; building one needs no server, so the checks
+/// in `crate::validate` stay testable without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detail(Vec<Piece>);
+
+/// One piece of a [`Detail`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Text, as is.
+    Text(String),
+    /// An interval, printed by `interval_out` and quoted as a literal
+    /// (`'8 days'`).
+    Interval(IntervalParts),
+}
+
+impl Detail {
+    /// A detail made of `pieces`, in order.
+    pub fn of(pieces: impl IntoIterator<Item = Piece>) -> Detail {
+        Detail(pieces.into_iter().collect())
+    }
+
+    /// The text, intervals printed by the server (call inside a backend).
+    pub fn render(&self) -> String {
+        self.0
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.clone(),
+                Piece::Interval(parts) => format!("'{}'", interval_text(*parts)),
+            })
+            .collect()
+    }
+}
+
+impl From<String> for Detail {
+    fn from(text: String) -> Detail {
+        Detail(vec![Piece::Text(text)])
+    }
+}
+
+impl From<&str> for Detail {
+    fn from(text: &str) -> Detail {
+        Detail(vec![Piece::Text(text.to_string())])
+    }
+}
+
+impl From<&str> for Piece {
+    fn from(text: &str) -> Piece {
+        Piece::Text(text.to_string())
+    }
+}
+
+impl From<IntervalParts> for Piece {
+    fn from(parts: IntervalParts) -> Piece {
+        Piece::Interval(parts)
+    }
+}
+
+/// `parts` as PostgreSQL prints an interval (`interval_out`, the session's
+/// `IntervalStyle`). Built by hand rather than with
+/// [`pgrx::datum::Interval::new`], which refuses fields of mixed signs
+/// (`'1 mon -29 days'`, which a DETAIL must be able to show).
+fn interval_text(parts: IntervalParts) -> String {
+    let value = pg_sys::Interval {
+        time: parts.micros,
+        day: parts.days,
+        month: parts.months,
+    };
+    // SAFETY: interval_out reads the Interval through the pointer, which
+    // outlives the call, and returns a palloc'd C string (freed with the
+    // memory context), copied out here.
+    unsafe {
+        let text: Option<&std::ffi::CStr> = pgrx::direct_function_call(
+            pg_sys::interval_out,
+            &[Some(pg_sys::Datum::from(std::ptr::addr_of!(value)))],
+        );
+        text.map(|t| t.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
 }
 
@@ -63,7 +216,7 @@ pub enum WorkfenceError {
         /// What is wrong, completing "argument "x" ...".
         problem: String,
         /// The offending value (or its size), for the DETAIL line.
-        detail: String,
+        detail: Detail,
         /// What to do instead, for the HINT line.
         hint: &'static str,
     },
@@ -90,6 +243,14 @@ pub enum WorkfenceError {
         /// Raised by the re-check at commit rather than by `work_assert`.
         at_commit: bool,
     },
+
+    /// `work_assert` was called outside a transaction block (an autocommit
+    /// statement): its row lock would end with the statement, fencing
+    /// nothing. SQLSTATE 25P01 (no_active_sql_transaction), as `LOCK TABLE`
+    /// raises it. Raised only for a token that is current; a token that is
+    /// not gets [`WorkfenceError::LeaseLost`] wherever it is called.
+    #[error("work_assert can only be used in transaction blocks")]
+    AssertOutsideTransaction,
 
     /// `work_claim` was asked to wait in a transaction whose snapshot is
     /// fixed (REPEATABLE READ or SERIALIZABLE): no attempt could ever see an
@@ -134,7 +295,7 @@ impl WorkfenceError {
     pub fn invalid(
         arg: &'static str,
         problem: impl Into<String>,
-        detail: impl Into<String>,
+        detail: impl Into<Detail>,
         hint: &'static str,
     ) -> Self {
         WorkfenceError::InvalidArgument {
@@ -161,6 +322,9 @@ impl WorkfenceError {
             WorkfenceError::WaitNeedsFreshSnapshots => {
                 PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE
             }
+            WorkfenceError::AssertOutsideTransaction => {
+                PgSqlErrorCode::ERRCODE_NO_ACTIVE_SQL_TRANSACTION
+            }
             WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => {
                 PgSqlErrorCode::ERRCODE_INTERNAL_ERROR
             }
@@ -173,7 +337,12 @@ impl WorkfenceError {
             WorkfenceError::KeyChurn { .. } => {
                 Some("The existing item was deleted while this enqueue ran.".to_string())
             }
-            WorkfenceError::InvalidArgument { detail, .. } => Some(detail.clone()),
+            WorkfenceError::InvalidArgument { detail, .. } => Some(detail.render()),
+            WorkfenceError::AssertOutsideTransaction => Some(
+                "Outside BEGIN ... COMMIT the statement commits at once, which releases the item's \
+                 row lock: writes made afterwards would not be fenced by the lease."
+                    .to_string(),
+            ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "The transaction's snapshot was taken at its first statement, so a waiting claim \
                  would never see an item enqueued after it."
@@ -188,20 +357,7 @@ impl WorkfenceError {
                  the token is no longer current ({}); the transaction is rolled back.",
                 status.as_str()
             )),
-            WorkfenceError::LeaseLost { status, .. } => Some(match status {
-                LeaseStatus::Missing => "No item has this id.".to_string(),
-                LeaseStatus::Superseded => {
-                    "The item was claimed again since: a newer epoch holds it.".to_string()
-                }
-                LeaseStatus::WrongOwner => {
-                    "The epoch is current but was claimed under another owner.".to_string()
-                }
-                LeaseStatus::Finished => "The item is already done or failed.".to_string(),
-                LeaseStatus::Cancelled => "The item was cancelled.".to_string(),
-                LeaseStatus::Released => {
-                    "The lease was handed back (work_release or work_fail).".to_string()
-                }
-            }),
+            WorkfenceError::LeaseLost { status, .. } => Some(status.detail().to_string()),
             WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => None,
         }
     }
@@ -217,8 +373,10 @@ impl WorkfenceError {
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "Long-poll in READ COMMITTED (the default isolation level), or pass wait => '0'.",
             ),
-            WorkfenceError::LeaseLost { .. } => Some(
-                "Roll back: another worker may hold the item now. Stop the job; do not retry it under this token.",
+            WorkfenceError::LeaseLost { status, .. } => Some(status.hint()),
+            WorkfenceError::AssertOutsideTransaction => Some(
+                "Call work_assert after BEGIN, in the transaction that writes the job's effects, \
+                 and COMMIT after them.",
             ),
             WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => {
                 Some("This is a bug in pg_workfence; please report it.")

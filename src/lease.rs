@@ -188,9 +188,14 @@ static FENCE: Statement = Statement {
     args: &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID],
 };
 
+// How the item's row stands, for `work_lease_status` and `work_assert`'s
+// DETAIL: the row version this statement's snapshot sees, with its xmax (a
+// transaction updating or locking it, see `lease_status_of`).
 static TOKEN_STATE: Statement = Statement {
     name: "token_state",
-    sql: "SELECT i.state::pg_catalog.text, i.owner, i.epoch FROM workfence.items AS i \
+    sql: "SELECT i.state::pg_catalog.text, i.owner, i.epoch, \
+                 i.xmax::pg_catalog.text::pg_catalog.int8 \
+            FROM workfence.items AS i \
            WHERE i.id OPERATOR(pg_catalog.=) $1",
     args: &[pg_sys::INT8OID],
 };
@@ -505,15 +510,47 @@ pub fn work_fail(
 /// before commit" if it is no longer current, which rolls the transaction
 /// back (see `crate::xact`).
 ///
+/// Call it inside a transaction block (after `BEGIN`): outside one, a
+/// current token is refused with 25P01, since the statement's own commit
+/// would release the lock at once (a DO block or function called by a
+/// single autocommit statement counts as outside; see the body).
+///
 /// Errors: 55000 (object_not_in_prerequisite_state) "lease lost" when the
-/// token is not current; DETAIL says why (missing, superseded, wrong owner,
-/// finished, cancelled, released); also at COMMIT as described above. 22004
-/// for a NULL argument; 22023 for a blank, oversized or control-character
-/// owner.
+/// token is not current, in or out of a transaction block; DETAIL says why
+/// and HINT what to do, one of each per reason (missing, superseded, wrong
+/// owner, finished, cancelled, released, uncommitted, rolled back: see
+/// [`LeaseStatus`]); also at COMMIT as described above. 25P01
+/// (no_active_sql_transaction) for a current token outside a transaction
+/// block. 22004 for a NULL argument; 22023 for a blank, oversized or
+/// control-character owner.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
     (|| {
         let token = Token::new(id, owner, epoch)?;
+        // Outside a transaction block the row lock would end with this
+        // statement: refused (25P01) as LOCK TABLE refuses it, but only for
+        // a token that is current; a dead token gets its 55000 wherever it
+        // is called (that news matters more, and the answer is the same in
+        // or out of a transaction). Nothing is locked on this path.
+        //
+        // "Transaction block" is PostgreSQL's IsTransactionBlock(): after
+        // BEGIN, or an implicit block (several statements in one simple
+        // query string, or a pipeline of the extended protocol). A DO block
+        // or a function called from one autocommit statement is refused
+        // too, although that statement is a transaction that could hold
+        // the lock over the writes it makes itself: a function cannot tell
+        // that case from a bare `SELECT work_assert(...)` (LOCK TABLE can,
+        // from its isTopLevel flag, which functions are not given), and the
+        // rule "call it after BEGIN" has no exceptions to learn. Wrap such a
+        // block in BEGIN ... COMMIT. The in-server tests
+        // (`pgrx-tests/`) run inside BEGIN, so they meet the block path.
+        // SAFETY: reads this backend's transaction state.
+        if !unsafe { pg_sys::IsTransactionBlock() } {
+            return Err(match lease_status_of(&token)? {
+                None => WorkfenceError::AssertOutsideTransaction,
+                Some(status) => lease_lost(token, status, false),
+            });
+        }
         if run_guarded(&ASSERT, &token, vec![])? {
             crate::xact::asserted(token);
             return Ok(());
@@ -522,15 +559,20 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
         // either (a claim never hands out an epoch twice): `None` cannot
         // come back, and would fail closed as before.
         let status = lease_status_of(&token)?.unwrap_or(LeaseStatus::Released);
-        Err(WorkfenceError::LeaseLost {
-            id: token.id,
-            owner: token.owner,
-            epoch: token.epoch,
-            status,
-            at_commit: false,
-        })
+        Err(lease_lost(token, status, false))
     })()
     .or_report()
+}
+
+/// The 55000 "lease lost" error for `token`, not honoured because of `status`.
+fn lease_lost(token: Token, status: LeaseStatus, at_commit: bool) -> WorkfenceError {
+    WorkfenceError::LeaseLost {
+        id: token.id,
+        owner: token.owner,
+        epoch: token.epoch,
+        status,
+        at_commit,
+    }
 }
 
 /// The fence at commit: each token `work_assert` accepted in this
@@ -562,13 +604,7 @@ pub(crate) fn fence_at_commit(tokens: &[Token]) -> Result<()> {
         })?;
         if !held {
             let status = lease_status_of(token)?.unwrap_or(LeaseStatus::Released);
-            return Err(WorkfenceError::LeaseLost {
-                id: token.id,
-                owner: token.owner.clone(),
-                epoch: token.epoch,
-                status,
-                at_commit: true,
-            });
+            return Err(lease_lost(token.clone(), status, true));
         }
     }
     Ok(())
@@ -582,18 +618,37 @@ pub(crate) fn fence_at_commit(tokens: &[Token]) -> Result<()> {
 ///   finish, release, fail and assert would succeed. A lease that lapsed but
 ///   that nobody has claimed anew is still `current` (the epoch is the
 ///   authority, time only opens the door).
-/// - `superseded`: the item is not held under this epoch any more: it was
-///   claimed again (a newer epoch), or the lease was handed back with
+/// - `uncommitted`: the epoch is newer than the item's committed one, and a
+///   transaction that is still running is changing the item's row: the
+///   claim that handed the epoch out has not committed yet. Only that
+///   transaction sees the claim; every other connection's renew, finish,
+///   release, fail and assert of the token are refused until it commits
+///   (then the token is `current`). Precisely: the token's epoch is above
+///   the epoch of the row version this call sees (or that has none), and
+///   that version's `xmax` is a transaction in progress other than the
+///   caller's. The same holds while another transaction holds the row
+///   locked (`work_assert` of an older token, or a `FOR UPDATE` of someone's)
+///   over the row a rolled-back claim left; a row locked by several
+///   transactions at once (a MultiXact `xmax`, only from locks taken outside
+///   the extension) is judged by its raw `xmax` value. The answer is of the
+///   instant of the read: a claim that commits right after it is `current`
+///   at the next call.
+/// - `superseded`: the item does not carry this epoch and never will: it
+///   was claimed again (a newer epoch), the lease was handed back with
 ///   `work_release` or a retryable `work_fail` (the next claim hands out a
-///   newer epoch). Any epoch the item does not carry, whatever the owner.
+///   newer epoch), or the claim that handed the epoch out rolled back (an
+///   epoch newer than the item's, with nobody changing the item; an epoch
+///   is never handed out twice, so it stays dead). Any epoch the item does
+///   not carry, whatever the owner.
 /// - `finished`: done or failed under this token.
 /// - `cancelled`: cancelled while (or after being) held under this token.
 /// - `wrong_owner`: the epoch is the item's, the owner is not.
 /// - `missing`: no item has this id (never enqueued, or purged).
 ///
 /// The same reading of the row as `work_assert`'s DETAIL, except that a
-/// handed-back lease is reported as `superseded` (its DETAIL says "handed
-/// back"). Reads the newest committed state at each call; nothing changes.
+/// handed-back lease and a rolled-back claim are reported as `superseded`
+/// (its DETAIL says "handed back" or "rolled back"). Reads the newest
+/// committed state at each call; nothing changes.
 ///
 /// VOLATILE, not STABLE, although it only reads: like every statement of the
 /// extension (see `plans`), its read runs through read-write SPI, which
@@ -610,7 +665,7 @@ pub fn work_lease_status(id: Option<i64>, owner: Option<String>, epoch: Option<i
         let token = Token::new(id, owner, epoch)?;
         Ok(match lease_status_of(&token)? {
             None => "current",
-            Some(LeaseStatus::Released) => "superseded",
+            Some(LeaseStatus::Released | LeaseStatus::RolledBack) => "superseded",
             Some(status) => status.as_str(),
         }
         .to_string())
@@ -628,25 +683,66 @@ fn lease_status_of(token: &Token) -> Result<Option<LeaseStatus>> {
             if rows.is_empty() {
                 return Ok(None);
             }
-            Ok(Some((
-                rows.get::<String>(1)?.unwrap_or_default(),
-                rows.get::<String>(2)?,
-                rows.get::<i64>(3)?,
-            )))
+            Ok(Some(RowState {
+                state: rows.get::<String>(1)?.unwrap_or_default(),
+                owner: rows.get::<String>(2)?,
+                epoch: rows.get::<i64>(3)?,
+                xmax: rows.get::<i64>(4)?.unwrap_or(0),
+            }))
         })
     })?;
-    Ok(match row {
-        None => Some(LeaseStatus::Missing),
-        Some((_, _, epoch)) if epoch != Some(token.epoch) => Some(LeaseStatus::Superseded),
-        Some((_, owner, _)) if owner.as_deref() != Some(token.owner.as_str()) => {
-            Some(LeaseStatus::WrongOwner)
+    let Some(row) = row else {
+        return Ok(Some(LeaseStatus::Missing));
+    };
+    if row.epoch != Some(token.epoch) {
+        // An epoch above the row's (or a row never claimed) was never the
+        // row's committed epoch: a claim not committed yet, or one that
+        // rolled back (or another item's epoch).
+        if row.epoch.is_none_or(|epoch| token.epoch > epoch) {
+            return Ok(Some(if changed_by_a_running_transaction(row.xmax) {
+                LeaseStatus::Uncommitted
+            } else {
+                LeaseStatus::RolledBack
+            }));
         }
-        Some((state, _, _)) => match state.as_str() {
-            "claimed" => None,
-            "done" | "failed" => Some(LeaseStatus::Finished),
-            "cancelled" => Some(LeaseStatus::Cancelled),
-            // pending: the lease was handed back.
-            _ => Some(LeaseStatus::Released),
-        },
+        return Ok(Some(LeaseStatus::Superseded));
+    }
+    if row.owner.as_deref() != Some(token.owner.as_str()) {
+        return Ok(Some(LeaseStatus::WrongOwner));
+    }
+    Ok(match row.state.as_str() {
+        "claimed" => None,
+        "done" | "failed" => Some(LeaseStatus::Finished),
+        "cancelled" => Some(LeaseStatus::Cancelled),
+        // pending: the lease was handed back.
+        _ => Some(LeaseStatus::Released),
     })
+}
+
+/// The row version of an item that [`TOKEN_STATE`] read.
+struct RowState {
+    /// `state` as text.
+    state: String,
+    /// `owner`.
+    owner: Option<String>,
+    /// `epoch`.
+    epoch: Option<i64>,
+    /// The version's `xmax` (0 if none): who deletes, updates or locks it.
+    xmax: i64,
+}
+
+/// Whether `xmax` (a row version's, as read by SQL) names a transaction
+/// that is still running and is not this one: that transaction is updating
+/// or locking the row.
+fn changed_by_a_running_transaction(xmax: i64) -> bool {
+    if xmax == 0 {
+        return false;
+    }
+    // xmax is a 32-bit xid; SQL shows it unsigned.
+    let xid = pg_sys::TransactionId::from(xmax as u32);
+    // SAFETY: look-ups of the transaction status in the proc array and of
+    // this backend's own transaction stack; both take the locks they need.
+    unsafe {
+        !pg_sys::TransactionIdIsCurrentTransactionId(xid) && pg_sys::TransactionIdIsInProgress(xid)
+    }
 }

@@ -5,7 +5,7 @@
 //! (22004 for NULL, 22023 for a bad value), naming the argument. The checks
 //! run before any statement, so a rejected call changes nothing.
 
-use crate::error::{Result, WorkfenceError};
+use crate::error::{Detail, Piece, Result, WorkfenceError};
 
 /// Longest queue name, in bytes.
 pub const QUEUE_MAX_BYTES: usize = 128;
@@ -117,6 +117,12 @@ impl IntervalParts {
     }
 }
 
+/// The DETAIL "`{subject}'<interval>'.`", the interval printed as the server
+/// prints intervals (see [`Detail`]), e.g. `The lease is '8 days'.`
+fn interval_is(subject: &str, value: IntervalParts) -> Detail {
+    Detail::of([Piece::from(subject), value.into(), ".".into()])
+}
+
 /// A required argument: NULL raises 22004 naming it.
 pub fn required<T>(arg: &'static str, value: Option<T>) -> Result<T> {
     value.ok_or(WorkfenceError::NullArgument { arg })
@@ -200,10 +206,7 @@ fn no_negative_fields(arg: &'static str, value: IntervalParts) -> Result<()> {
         return Err(WorkfenceError::invalid(
             arg,
             "must not have a negative field",
-            format!(
-                "The interval has {} months, {} days and {} microseconds.",
-                value.months, value.days, value.micros
-            ),
+            interval_is("The interval is ", value),
             "Write the interval with positive parts only, e.g. '23 hours' rather than '1 day -1 hour'.",
         ));
     }
@@ -219,7 +222,7 @@ pub fn lease(value: Option<IntervalParts>) -> Result<IntervalParts> {
         return Err(WorkfenceError::invalid(
             "lease",
             "must be a positive interval",
-            format!("The lease is {total} microseconds long."),
+            interval_is("The lease is ", value),
             "Pass the time the job needs before its next renew, e.g. '30 seconds'.",
         ));
     }
@@ -227,7 +230,7 @@ pub fn lease(value: Option<IntervalParts>) -> Result<IntervalParts> {
         return Err(WorkfenceError::invalid(
             "lease",
             "must be at most 7 days",
-            format!("The lease is {total} microseconds long."),
+            interval_is("The lease is ", value),
             "Take a shorter lease and renew it from a heartbeat while the job runs.",
         ));
     }
@@ -242,14 +245,27 @@ pub fn lease(value: Option<IntervalParts>) -> Result<IntervalParts> {
 /// the calendar months that follow, not 30 days each.
 pub fn delay(arg: &'static str, value: IntervalParts, now: i64) -> Result<IntervalParts> {
     let mut total = value.total_micros();
+    let mut detail = interval_is("The interval is ", value);
     if (0..=DELAY_MAX_USECS).contains(&total) && value.months > 0 {
         total = value.micros_from(now);
+        let real = IntervalParts {
+            months: 0,
+            days: (total / USECS_PER_DAY) as i32,
+            micros: (total % USECS_PER_DAY) as i64,
+        };
+        detail = Detail::of([
+            "The interval is ".into(),
+            value.into(),
+            ", ".into(),
+            real.into(),
+            " from now.".into(),
+        ]);
     }
     if total < 0 {
         return Err(WorkfenceError::invalid(
             arg,
             "must not be negative",
-            format!("The interval is {total} microseconds long."),
+            detail,
             "Pass '0' to make the item claimable at once.",
         ));
     }
@@ -257,7 +273,7 @@ pub fn delay(arg: &'static str, value: IntervalParts, now: i64) -> Result<Interv
         return Err(WorkfenceError::invalid(
             arg,
             "must be at most 365 days",
-            format!("The interval is {total} microseconds long."),
+            detail,
             "Cancel the item instead of parking it for longer than a year.",
         ));
     }
@@ -274,7 +290,7 @@ pub fn wait(value: Option<IntervalParts>) -> Result<std::time::Duration> {
         return Err(WorkfenceError::invalid(
             "wait",
             "must be between 0 and 1 hour",
-            format!("The interval is {total} microseconds long."),
+            interval_is("The interval is ", value),
             "Long-poll for seconds to a minute, then call work_claim again.",
         ));
     }
@@ -292,7 +308,7 @@ pub fn older_than(value: Option<IntervalParts>) -> Result<IntervalParts> {
         return Err(WorkfenceError::invalid(
             "older_than",
             "must not be negative",
-            format!("The interval is {total} microseconds long."),
+            interval_is("The interval is ", value),
             "Pass '0' to purge every item finished so far.",
         ));
     }
@@ -300,7 +316,7 @@ pub fn older_than(value: Option<IntervalParts>) -> Result<IntervalParts> {
         return Err(WorkfenceError::invalid(
             "older_than",
             "must be at most 3650 days",
-            format!("The interval is {total} microseconds long."),
+            interval_is("The interval is ", value),
             "Keep finished items for at most ten years; archive older history elsewhere.",
         ));
     }
@@ -433,6 +449,38 @@ mod tests {
         assert_eq!(
             iv(1, 0, 0).unwrap().micros_from(-31 * 86_400_000_000),
             31 * day
+        );
+    }
+
+    /// A DETAIL keeps the interval itself, for the server to print as it
+    /// prints intervals (`'8 days'`), not a count of microseconds.
+    #[test]
+    fn interval_details_carry_the_interval() {
+        let detail_of = |result: Result<IntervalParts>| match result {
+            Err(WorkfenceError::InvalidArgument { detail, .. }) => detail,
+            other => panic!("expected a 22023, got {other:?}"),
+        };
+        let eight_days = iv(0, 8, 0).unwrap();
+        assert_eq!(
+            detail_of(lease(Some(eight_days))),
+            Detail::of(["The lease is ".into(), eight_days.into(), ".".into()])
+        );
+        let mixed = iv(1, -29, 0).unwrap();
+        assert_eq!(
+            detail_of(delay("delay", mixed, DEC_1_2026)),
+            Detail::of(["The interval is ".into(), mixed.into(), ".".into()])
+        );
+        // Months: the real length from now beside the interval given.
+        let year_and_5 = iv(12, 5, 0).unwrap();
+        assert_eq!(
+            detail_of(delay("delay", year_and_5, DEC_1_2026)),
+            Detail::of([
+                "The interval is ".into(),
+                year_and_5.into(),
+                ", ".into(),
+                iv(0, 370, 0).unwrap().into(),
+                " from now.".into(),
+            ])
         );
     }
 
