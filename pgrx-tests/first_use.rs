@@ -1,7 +1,8 @@
 //! In-server tests of what a new user tripped over (issue 11): the catalog
-//! comments, a claim rolled back, and the transaction block the suites run
-//! in. The autocommit `work_assert` and the uncommitted claim seen from
-//! another connection need real connections: `harness/tests/first_use.rs`.
+//! comments, a claim rolled back, the long poll's queue key, and the
+//! transaction block the suites run in. The autocommit `work_assert`, the
+//! uncommitted claim seen from another connection and the waiters in
+//! `pg_locks` need real connections: `harness/tests/first_use.rs`.
 
 #[pgrx::pg_schema]
 mod tests {
@@ -104,5 +105,29 @@ mod tests {
         )
         .unwrap();
         assert!(newer > epoch);
+    }
+
+    /// The long poll's queue key is SQL's `hashtext(queue)`, so an operator
+    /// can compute it (docs: the `pg_locks` query in `src/wait.rs`).
+    #[pg_test]
+    fn queue_key_is_sql_hashtext() {
+        let long = "x".repeat(128);
+        for queue in [
+            "mail",
+            "Mail",
+            "q",
+            "",
+            "é",
+            "日本語のキュー",
+            "crab 🦀 queue",
+            "with space",
+            long.as_str(),
+        ] {
+            let sql: i32 =
+                Spi::get_one_with_args("SELECT pg_catalog.hashtext($1)", &[queue.into()])
+                    .unwrap()
+                    .unwrap();
+            assert_eq!(crate::wait::queue_key(queue), sql, "queue {queue:?}");
+        }
     }
 }

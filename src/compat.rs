@@ -10,6 +10,24 @@ extern "C-unwind" {
     /// live backend that holds backend id `backendID`, or NULL. Not in
     /// pgrx's bindings (it does not include that header).
     fn BackendIdGetProc(backendID: std::ffi::c_int) -> *mut pg_sys::PGPROC;
+
+    /// `common/hashfn.h`: Bob Jenkins' hash of `keylen` bytes, the hash
+    /// behind `hash_any` and so behind SQL's `hashtext`. Not in pgrx's
+    /// bindings.
+    fn hash_bytes(k: *const u8, keylen: std::ffi::c_int) -> u32;
+}
+
+/// SQL's `hashtext(t)` of the text whose bytes are `bytes`, as it is under a
+/// deterministic collation (every database's default collation; a
+/// nondeterministic one hashes a normalised key instead): `hash_any` over
+/// the bytes, which is `hash_bytes`. The same function since PostgreSQL
+/// 8.4, in every major this extension builds for.
+pub fn hash_text(bytes: &[u8]) -> u32 {
+    // A queue name is at most 128 bytes (validate::QUEUE_MAX_BYTES); any
+    // text is under 1 GB, so the length fits a c_int.
+    let len = std::ffi::c_int::try_from(bytes.len()).unwrap_or(std::ffi::c_int::MAX);
+    // SAFETY: reads `len` bytes of the slice; a pure function of them.
+    unsafe { hash_bytes(bytes.as_ptr(), len) }
 }
 
 /// The `PGPROC` of the transaction `vxid` names, if that transaction is

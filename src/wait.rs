@@ -58,7 +58,6 @@
 //! SERIALIZABLE every attempt would see the transaction's first snapshot and
 //! never an item enqueued since, so `wait > 0` is refused there (25000).
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
@@ -123,13 +122,38 @@ pub fn init() {
     );
 }
 
-/// The second key of a queue's wait lock: a 32-bit hash of its name (the same
-/// in every backend running this build of the library).
+/// The second key of a queue's wait lock (and of its prepared-wake lock):
+/// PostgreSQL's own `hashtext(queue)`, the same in every backend, every
+/// build of this library and every PostgreSQL major (a library replaced in
+/// place must not make old and new backends miss each other's wake-ups),
+/// and computable from SQL. Computed as `hashtext` computes it for a
+/// deterministic collation (every database's default collation is one):
+/// `hash_bytes` over the name's bytes ([`compat::hash_text`]); the pg test
+/// `queue_key_is_sql_hashtext` compares the two.
+///
+/// An operator finds the claimers long-polling queue `'mail'` in this
+/// database with (1464235892 is [`WAIT_LOCK_CLASS`], 0x57467774, "WFwt";
+/// `objsubid` 2 marks the two-int4 form of advisory locks):
+///
+/// ```sql
+/// SELECT l.pid
+///   FROM pg_catalog.pg_locks AS l
+///  WHERE l.locktype = 'advisory'
+///    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d
+///                       WHERE d.datname = pg_catalog.current_database())
+///    AND l.classid = 1464235892::pg_catalog.oid
+///    AND l.objid = pg_catalog.hashtext('mail')::pg_catalog.oid
+///    AND l.objsubid = 2
+///    AND l.granted
+/// ```
+///
+/// (`harness/tests/first_use.rs` runs exactly this query against a waiting
+/// claim.) A waiter holds the lock only while it waits, not while it claims;
+/// two queues whose names hash alike share their waiters' list (see the
+/// module comment).
 pub fn queue_key(queue: &str) -> i32 {
-    let mut hasher = DefaultHasher::new();
-    queue.hash(&mut hasher);
-    // Truncation is the point: any 32 bits of the hash make the key.
-    hasher.finish() as i32
+    // The lock manager stores the int4's bits; hashtext returns them as int4.
+    compat::hash_text(queue.as_bytes()) as i32
 }
 
 /// Arrange for `items` claimers waiting on `queue` to be woken when the

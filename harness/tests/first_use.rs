@@ -12,20 +12,37 @@
 //!   refused and `work_lease_status` says `uncommitted`; after COMMIT the
 //!   token is `current`, after ROLLBACK `superseded` (the claim never took
 //!   effect).
+//! - An operator finds the claimers long-polling a queue in `pg_locks` with
+//!   `hashtext(queue)` ([`WAITERS`], the query `src/wait.rs` documents).
 //!
 //! Needs the extension installed (`scripts/test.sh`).
 
 mod common;
 
 use std::sync::Arc;
+use std::thread;
 
-use common::{ok, scalar};
+use common::{ok, poll_until, scalar};
 use postgres::error::DbError;
 use postgres::Client;
 use workfence_harness::Cluster;
 
 /// The queue every test uses (each test has its own database).
 const QUEUE: &str = "mail";
+
+/// The claimers long-polling queue `'mail'` in this database, by backend
+/// pid: exactly the query `src/wait.rs` gives operators (the wait lock is
+/// the advisory lock `(0x57467774, hashtext(queue))`, "WFwt").
+const WAITERS: &str = "\
+SELECT l.pid
+  FROM pg_catalog.pg_locks AS l
+ WHERE l.locktype = 'advisory'
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d
+                      WHERE d.datname = pg_catalog.current_database())
+   AND l.classid = 1464235892::pg_catalog.oid
+   AND l.objid = pg_catalog.hashtext('mail')::pg_catalog.oid
+   AND l.objsubid = 2
+   AND l.granted";
 
 /// One cluster for the tests that run at the same time.
 fn cluster() -> Arc<Cluster> {
@@ -346,4 +363,50 @@ fn work_lease_status_tells_an_uncommitted_claim_apart() {
     );
     assert_eq!(lease_status(&mut heartbeat, id, "w", epoch), "superseded");
     assert_eq!(lease_status(&mut heartbeat, id, "w", newer), "current");
+}
+
+#[test]
+fn an_operator_finds_a_waiting_long_poll_in_pg_locks() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "waiters_in_pg_locks");
+    let mut waiter = common::connect_long_poller(&cluster, "waiters_in_pg_locks");
+    let waiter_pid: i32 = scalar(&mut waiter, "SELECT pg_catalog.pg_backend_pid()", &[]);
+    assert!(
+        ok(c.query(WAITERS, &[]), WAITERS).is_empty(),
+        "nobody waits yet"
+    );
+
+    let poll = thread::spawn(move || {
+        let rows = ok(
+            waiter.query(
+                "SELECT id FROM workfence.work_claim($1, 'w', '1 minute', wait => '60 seconds')",
+                &[&QUEUE],
+            ),
+            "the long poll",
+        );
+        rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>()
+    });
+    poll_until(
+        &mut c,
+        &format!("SELECT $1 = ANY (ARRAY({WAITERS}))"),
+        &[&waiter_pid],
+        "the waiting claim in pg_locks",
+    );
+    let pids: Vec<i32> = ok(c.query(WAITERS, &[]), WAITERS)
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(pids, vec![waiter_pid]);
+
+    // The enqueue's commit wakes it, and it leaves the list.
+    let id: i64 = scalar(
+        &mut c,
+        "SELECT id FROM workfence.work_enqueue($1, '{}')",
+        &[&QUEUE],
+    );
+    assert_eq!(poll.join().expect("the long poll's thread"), vec![id]);
+    assert!(
+        ok(c.query(WAITERS, &[]), WAITERS).is_empty(),
+        "the woken claim left the list"
+    );
 }
