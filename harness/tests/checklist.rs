@@ -20,6 +20,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use common::{ok, shared_cluster};
 
@@ -47,7 +48,12 @@ struct Function {
 
 /// The public functions of the installed extension: `workfence.work_*`,
 /// except the 0.1.0 claim an upgrade from 0.1.0 keeps under another name.
-fn catalog() -> Vec<Function> {
+fn catalog() -> &'static [Function] {
+    static CATALOG: OnceLock<Vec<Function>> = OnceLock::new();
+    CATALOG.get_or_init(read_catalog)
+}
+
+fn read_catalog() -> Vec<Function> {
     let cluster = shared_cluster();
     ok(cluster.create_database("checklist"), "create database");
     let mut c = ok(cluster.connect_to("checklist"), "connect");
@@ -85,37 +91,51 @@ fn drop_casts(arguments: &str) -> String {
         .join(", ")
 }
 
-/// The names of the `#[pg_extern]` functions in `src/` (their SQL names).
-fn pg_externs() -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
+/// The `#[pg_extern]` functions of `src/` that define SQL (not `sql = false`):
+/// SQL name → the `///` doc comment above the attribute.
+fn pg_externs() -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
     for entry in ok(std::fs::read_dir(root().join("src")), "src/") {
         let path = ok(entry, "src/").path();
         if path.extension().is_none_or(|e| e != "rs") {
             continue;
         }
         let text = ok(std::fs::read_to_string(&path), "a source file");
-        let mut rest = text.as_str();
-        while let Some(at) = rest.find("#[pg_extern") {
-            rest = &rest[at..];
-            let attribute_end = rest.find(")]").map_or(0, |e| e + 2);
-            let attribute = &rest[..attribute_end];
-            let after = &rest[attribute_end..];
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !line.starts_with("#[pg_extern") {
+                continue;
+            }
+            let end = (i..lines.len())
+                .find(|&k| lines[k].trim_end().ends_with(")]") || lines[k] == "#[pg_extern]")
+                .unwrap_or(i);
+            let attribute = lines[i..=end].join(" ");
+            if attribute.contains("sql = false") {
+                continue;
+            }
+            let fn_name = lines[end + 1..]
+                .iter()
+                .find_map(|l| l.split("fn ").nth(1))
+                .and_then(|f| f.split(['(', '<']).next())
+                .map(str::trim);
             let sql_name = attribute
                 .split("name = \"")
                 .nth(1)
                 .and_then(|n| n.split('"').next());
-            let fn_name = after
-                .split("fn ")
-                .nth(1)
-                .and_then(|f| f.split(['(', '<']).next())
-                .map(str::trim);
-            if let Some(name) = sql_name.or(fn_name) {
-                names.insert(name.to_owned());
-            }
-            rest = after;
+            let Some(name) = sql_name.or(fn_name) else {
+                continue;
+            };
+            let doc: Vec<&str> = lines[..i]
+                .iter()
+                .rev()
+                .take_while(|l| l.starts_with("///"))
+                .map(|l| l.trim_start_matches('/'))
+                .collect();
+            let doc: Vec<&str> = doc.into_iter().rev().collect();
+            found.insert(name.to_owned(), doc.join("\n"));
         }
     }
-    names
+    found
 }
 
 /// The section of markdown `doc` whose heading starts with ``### `{name}(``,
@@ -214,46 +234,13 @@ fn is_number(word: &str) -> bool {
     !word.is_empty() && word.chars().all(|c| c.is_ascii_digit())
 }
 
-/// The `///` doc comment above the `#[pg_extern]` of `name` in `src/`.
-fn rust_doc(name: &str) -> Option<String> {
-    for entry in std::fs::read_dir(root().join("src")).ok()? {
-        let path = entry.ok()?.path();
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let lines: Vec<&str> = text.lines().collect();
-        for (i, line) in lines.iter().enumerate() {
-            if !(line.starts_with(&format!("pub fn {name}(")) || *line == format!("pub fn {name}("))
-            {
-                continue;
-            }
-            // Walk up over the attribute, then collect the doc comment.
-            let mut j = i;
-            while j > 0 && !lines[j - 1].starts_with("///") {
-                j -= 1;
-                if i - j > 12 {
-                    return None;
-                }
-            }
-            let mut doc = Vec::new();
-            while j > 0 && lines[j - 1].starts_with("///") {
-                j -= 1;
-                doc.push(lines[j].trim_start_matches('/'));
-            }
-            doc.reverse();
-            return Some(doc.join("\n"));
-        }
-    }
-    None
-}
-
 #[test]
 fn every_function_has_its_call_privileges_bad_input_and_docs() {
     let functions = catalog();
     let names: BTreeSet<String> = functions.iter().map(|f| f.name.clone()).collect();
     assert!(names.contains("work_claim"), "the catalog lists {names:?}");
     assert_eq!(
-        pg_externs(),
+        pg_externs().into_keys().collect::<BTreeSet<_>>(),
         names,
         "the #[pg_extern]s of src/ and the installed functions differ: is this \
          checkout's build installed (scripts/test.sh installs it)?"
@@ -303,6 +290,7 @@ fn every_function_has_its_call_privileges_bad_input_and_docs() {
 fn the_readme_the_contract_and_the_rust_docs_agree_with_each_functions_comment() {
     let readme = read("README.md");
     let contract = read("docs/contract.md");
+    let rust_docs = pg_externs();
     let mut disagreements = Vec::new();
     for function in catalog() {
         let name = &function.name;
@@ -335,8 +323,10 @@ fn the_readme_the_contract_and_the_rust_docs_agree_with_each_functions_comment()
                 }
             }
         }
-        match rust_doc(name) {
-            None => disagreements.push(format!("src/: no doc comment on pub fn {name}")),
+        match rust_docs.get(name).filter(|doc| !doc.is_empty()) {
+            None => disagreements.push(format!(
+                "src/: no doc comment on the #[pg_extern] of {name}"
+            )),
             Some(doc) => {
                 let documented = sqlstates(&doc);
                 if documented != states {
