@@ -10,6 +10,7 @@ use std::process::Command;
 
 use common::{ok, scalar};
 use postgres::Client;
+use workfence_harness::calls::{self, Enqueue};
 use workfence_harness::Cluster;
 
 /// Every item as one line of text, in id order: what a restore must keep.
@@ -51,20 +52,19 @@ fn dump_and_restore_keeps_items_states_and_the_epoch_sequence() {
 
     // Items in several states (done, claimed, pending), and epochs handed out.
     for key in ["a", "b", "c", "d"] {
-        src.execute("SELECT workfence.work_enqueue('q', '{}', $1)", &[&key])
-            .unwrap();
+        ok(
+            calls::enqueue(&mut src, &Enqueue::new("q").key(key)),
+            "enqueue",
+        );
     }
-    let claimed = src
-        .query(
-            "SELECT id, epoch FROM workfence.work_claim('q', 'w', '1 hour', 3)",
-            &[],
-        )
-        .unwrap();
+    let claimed = ok(
+        calls::claim(&mut src, "q", "w", "1 hour", Some(3), None),
+        "claim",
+    );
     assert_eq!(claimed.len(), 3);
-    let (done_id, done_epoch): (i64, i64) = (claimed[0].get(0), claimed[0].get(1));
-    let (held_id, held_epoch): (i64, i64) = (claimed[1].get(0), claimed[1].get(1));
-    let finish = "SELECT workfence.work_finish($1, 'w', $2)";
-    assert!(scalar::<bool>(&mut src, finish, &[&done_id, &done_epoch]));
+    let done = claimed[0].token("w");
+    let held = claimed[1].token("w");
+    assert!(ok(calls::finish(&mut src, &done, None), "finish"));
     let max_epoch: i64 = scalar(&mut src, "SELECT max(epoch) FROM workfence.items", &[]);
     let max_id: i64 = scalar(&mut src, "SELECT max(id) FROM workfence.items", &[]);
     let before = items(&mut src);
@@ -82,24 +82,25 @@ fn dump_and_restore_keeps_items_states_and_the_epoch_sequence() {
     assert_eq!(items(&mut dst), before, "items and states restored");
 
     // The held lease is still honoured, the finished token still answers.
-    let renew = "SELECT workfence.work_renew($1, 'w', $2, '1 hour')";
-    assert!(scalar::<bool>(&mut dst, renew, &[&held_id, &held_epoch]));
-    assert!(scalar::<bool>(&mut dst, finish, &[&done_id, &done_epoch]));
+    assert!(ok(calls::renew(&mut dst, &held, "1 hour"), "renew"));
+    assert!(ok(calls::finish(&mut dst, &done, None), "finish"));
     // A new enqueue gets a new id; the next claim an epoch above all before.
-    let new_id: i64 = scalar(
-        &mut dst,
-        "SELECT id FROM workfence.work_enqueue('q', '{}', 'e')",
-        &[],
-    );
+    let new_id = ok(
+        calls::enqueue(&mut dst, &Enqueue::new("q").key("e")),
+        "enqueue",
+    )
+    .id;
     assert!(
         new_id > max_id,
         "id {new_id} reissued after restore (max was {max_id})"
     );
-    let epoch: i64 = scalar(
-        &mut dst,
-        "SELECT epoch FROM workfence.work_claim('q', 'w', '1 hour')",
-        &[],
-    );
+    let epoch = ok(
+        calls::claim(&mut dst, "q", "w", "1 hour", None, None),
+        "claim",
+    )
+    .first()
+    .expect("a claim after the restore")
+    .epoch;
     assert!(
         epoch > max_epoch,
         "epoch {epoch} not above {max_epoch} after restore"
@@ -150,21 +151,18 @@ fn a_restore_of_the_items_table_alone_lifts_both_sequences() {
     let mut dst = ok(cluster.connect_to("fresh"), "connecting to fresh");
     let restored: i64 = scalar(&mut dst, "SELECT count(*) FROM workfence.items", &[]);
     assert_eq!(restored, 4);
-    let new_id: i64 = scalar(
-        &mut dst,
-        "SELECT id FROM workfence.work_enqueue('q', '{}', 'after')",
-        &[],
-    );
+    let new_id = ok(
+        calls::enqueue(&mut dst, &Enqueue::new("q").key("after")),
+        "enqueue",
+    )
+    .id;
     assert!(new_id > max_id, "id {new_id} at or below {max_id}");
     let epochs: Vec<i64> = ok(
-        dst.query(
-            "SELECT epoch FROM workfence.work_claim('q', 'w', '1 hour', 10)",
-            &[],
-        ),
+        calls::claim(&mut dst, "q", "w", "1 hour", Some(10), None),
         "claim after the restore",
     )
     .iter()
-    .map(|r| r.get(0))
+    .map(|c| c.epoch)
     .collect();
     assert!(!epochs.is_empty());
     assert!(

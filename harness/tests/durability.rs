@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use common::ok;
 use postgres::{Client, GenericClient};
+use workfence_harness::calls::{self, Enqueue};
 use workfence_harness::Cluster;
 
 /// (insert position, flush position) of the WAL, as numbers of bytes.
@@ -57,18 +58,12 @@ fn epoch_seq_lsn(c: &mut impl GenericClient) -> i64 {
 
 /// Enqueues `key` in queue `q` and claims from `q`, which must give an item.
 fn enqueue_and_claim(tx: &mut impl GenericClient, key: &str) {
-    ok(
-        tx.execute("SELECT workfence.work_enqueue('q', '{}', $1)", &[&key]),
-        "enqueue",
-    );
-    let claimed: i64 = ok(
-        tx.query_one(
-            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute', 10)",
-            &[],
-        ),
+    ok(calls::enqueue(tx, &Enqueue::new("q").key(key)), "enqueue");
+    let claimed = ok(
+        calls::claim(tx, "q", "w", "1 minute", Some(10), None),
         "claim",
     )
-    .get(0);
+    .len();
     assert!(claimed > 0, "the claim of {key} got nothing");
 }
 

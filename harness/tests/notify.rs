@@ -24,9 +24,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::ok;
+use common::{enqueued, ok};
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, GenericClient};
+use postgres::Client;
+use workfence_harness::calls::{self, Enqueue, RunAt};
 use workfence_harness::Cluster;
 
 /// The channel `work_enqueue` notifies.
@@ -112,24 +113,6 @@ impl Ear {
     }
 }
 
-/// `work_enqueue(queue, '{}', key, run_at)` on `client`, where `run_at` is
-/// `now` (NULL), `past` (a minute ago), `future` (in an hour) or a
-/// timestamptz literal; returns `inserted`.
-fn enqueue(client: &mut impl GenericClient, queue: &str, key: &str, run_at: &str) -> bool {
-    ok(
-        client.query_one(
-            "SELECT inserted FROM workfence.work_enqueue($1, '{}', $2,
-                 CASE $3::text WHEN 'now' THEN NULL
-                               WHEN 'past' THEN clock_timestamp() - interval '1 minute'
-                               WHEN 'future' THEN clock_timestamp() + interval '1 hour'
-                               ELSE $3::text::timestamptz END)",
-            &[&queue, &key, &run_at],
-        ),
-        "work_enqueue",
-    )
-    .get(0)
-}
-
 #[test]
 fn each_due_enqueue_is_heard_once_with_its_queue() {
     let cluster = cluster();
@@ -140,26 +123,30 @@ fn each_due_enqueue_is_heard_once_with_its_queue() {
         "nothing before any enqueue"
     );
 
-    assert!(enqueue(&mut enqueuer, "mail", "a", "now"));
+    assert!(enqueued(&mut enqueuer, &Enqueue::new("mail").key("a")).inserted);
     assert_eq!(ear.heard(), vec!["mail"]);
 
     // A re-submit inserts nothing and notifies nobody.
-    assert!(!enqueue(&mut enqueuer, "mail", "a", "now"));
+    assert!(!enqueued(&mut enqueuer, &Enqueue::new("mail").key("a")).inserted);
     assert_eq!(ear.heard(), Vec::<String>::new());
 
     // Not due yet: nobody could claim it, nobody is told.
-    assert!(enqueue(&mut enqueuer, "mail", "later", "future"));
+    let later = Enqueue::new("mail").key("later");
+    let in_an_hour = RunAt::In("1 hour".into());
+    assert!(enqueued(&mut enqueuer, &later.run_at(in_an_hour)).inserted);
     assert_eq!(ear.heard(), Vec::<String>::new());
 
     // Due in the past, or at -infinity: due now.
-    assert!(enqueue(&mut enqueuer, "sms", "b", "past"));
-    assert!(enqueue(&mut enqueuer, "sms", "c", "-infinity"));
+    let (b, c) = (Enqueue::new("sms").key("b"), Enqueue::new("sms").key("c"));
+    let a_minute_ago = RunAt::In("-1 minute".into());
+    assert!(enqueued(&mut enqueuer, &b.run_at(a_minute_ago)).inserted);
+    assert!(enqueued(&mut enqueuer, &c.run_at(RunAt::At("-infinity".into()))).inserted);
     assert_eq!(ear.heard(), vec!["sms", "sms"]);
 
     // One per enqueue (each its own transaction), in commit order.
-    assert!(enqueue(&mut enqueuer, "mail", "d", "now"));
-    assert!(enqueue(&mut enqueuer, "mail", "e", "now"));
-    assert!(enqueue(&mut enqueuer, "sms", "f", "now"));
+    assert!(enqueued(&mut enqueuer, &Enqueue::new("mail").key("d")).inserted);
+    assert!(enqueued(&mut enqueuer, &Enqueue::new("mail").key("e")).inserted);
+    assert!(enqueued(&mut enqueuer, &Enqueue::new("sms").key("f")).inserted);
     assert_eq!(ear.heard(), vec!["mail", "mail", "sms"]);
 
     // A rejected enqueue is not heard.
@@ -176,9 +163,9 @@ fn nothing_is_heard_before_the_enqueue_commits() {
     let (mut ear, mut enqueuer) = setup(&cluster, "notify_commit");
 
     let mut tx = ok(enqueuer.transaction(), "BEGIN");
-    assert!(enqueue(&mut tx, "mail", "a", "now"));
-    assert!(enqueue(&mut tx, "mail", "b", "now"));
-    assert!(enqueue(&mut tx, "sms", "c", "now"));
+    assert!(enqueued(&mut tx, &Enqueue::new("mail").key("a")).inserted);
+    assert!(enqueued(&mut tx, &Enqueue::new("mail").key("b")).inserted);
+    assert!(enqueued(&mut tx, &Enqueue::new("sms").key("c")).inserted);
     // Open: the marker, committed after these calls, arrives alone.
     assert_eq!(ear.heard(), Vec::<String>::new());
     ok(tx.commit(), "COMMIT");
@@ -187,7 +174,7 @@ fn nothing_is_heard_before_the_enqueue_commits() {
 
     // A rolled-back enqueue is never heard.
     let mut tx = ok(enqueuer.transaction(), "BEGIN");
-    assert!(enqueue(&mut tx, "mail", "d", "now"));
+    assert!(enqueued(&mut tx, &Enqueue::new("mail").key("d")).inserted);
     ok(tx.rollback(), "ROLLBACK");
     assert_eq!(ear.heard(), Vec::<String>::new());
 }
@@ -203,7 +190,7 @@ fn an_operator_can_keep_queue_names_private() {
     );
     let mut nosy = common::connect_as(&cluster, "notify_off", "nosy", "nosy");
     ok(nosy.batch_execute("LISTEN work_enqueued"), "LISTEN as nosy");
-    assert!(enqueue(&mut enqueuer, "payroll", "a", "now"));
+    assert!(enqueued(&mut enqueuer, &Enqueue::new("payroll").key("a")).inserted);
     assert_eq!(ear.heard(), vec!["payroll"]);
     let told = ok(
         nosy.notifications().timeout_iter(DEADLINE).next(),
@@ -219,12 +206,12 @@ fn an_operator_can_keep_queue_names_private() {
     );
     let mut quiet = ok(cluster.connect_to("notify_off"), "a new session");
     ear.enqueuer_pid = common::scalar(&mut quiet, "SELECT pg_backend_pid()", &[]);
-    assert!(enqueue(&mut quiet, "payroll", "b", "now"));
+    assert!(enqueued(&mut quiet, &Enqueue::new("payroll").key("b")).inserted);
     assert_eq!(ear.heard(), Vec::<String>::new());
-    let claimed: i64 = common::scalar(
-        &mut quiet,
-        "SELECT count(*) FROM workfence.work_claim('payroll', 'w', '1 minute', 10)",
-        &[],
-    );
+    let claimed = ok(
+        calls::claim(&mut quiet, "payroll", "w", "1 minute", Some(10), None),
+        "claim",
+    )
+    .len();
     assert_eq!(claimed, 2);
 }

@@ -38,8 +38,8 @@
 //! session mode). The long poll is the way to wait through PgBouncer: it
 //! holds a server connection only while its one statement runs.
 //!
-//! Every statement goes through `query_typed` (see [`query`]), and a lease is
-//! waited out with `pg_sleep_until(lease_until)` on the server, never a client
+//! Every statement goes through `query_typed` (see [`query`]; the typed calls
+//! of `workfence_harness::calls` use it too), and a lease is waited out with `pg_sleep_until(lease_until)` on the server, never a client
 //! sleep. Needs the extension installed into PostgreSQL 15 and Debian's
 //! `pgbouncer` package (`scripts/setup.sh`, then `scripts/test.sh`).
 
@@ -50,11 +50,12 @@ use std::sync::{Arc, Barrier, Mutex, PoisonError, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::ok;
+use common::{enqueue_new, ok};
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, Row};
 use serde_json::{json, Value};
+use workfence_harness::calls::{self, Enqueue};
 use workfence_harness::pgbouncer::PgBouncer;
 use workfence_harness::scenario::{KEY, LONG_LEASE, OWNER, QUEUE};
 use workfence_harness::Cluster;
@@ -138,22 +139,9 @@ fn query<C: GenericClient>(
     rows.remove(0)
 }
 
-/// `work_enqueue(QUEUE, payload, key)`; the new item's id.
-fn enqueue(client: &mut Client, key: &str, payload: &Value) -> i64 {
-    let row = query(
-        client,
-        "SELECT id, inserted FROM workfence.work_enqueue($1, $2, $3)",
-        &[
-            (&QUEUE, Type::TEXT),
-            (payload, Type::JSONB),
-            (&key, Type::TEXT),
-        ],
-    );
-    assert!(row.get::<_, bool>(1), "{key} was already enqueued");
-    row.get(0)
-}
-
-/// A claim, and the backend that made it.
+/// A claim, and the backend that made it: the statements of the scenario and
+/// the batch test read `pg_backend_pid()` beside the function's answer, in the
+/// same statement (the typed calls do not), to count the backends used.
 #[derive(Debug, Clone, Copy)]
 struct Claimed {
     id: i64,
@@ -282,10 +270,12 @@ fn bug_report_scenario_holds_through_transaction_pooling() {
     let mut b = pooled(&stack, db);
     let mut backends = BTreeSet::new();
 
-    let id = enqueue(
+    let id = enqueue_new(
         &mut scheduler,
-        KEY,
-        &json!({"routine": "daily-report", "scheduled_for": "2026-11-30T09:00Z"}),
+        &Enqueue::new(QUEUE).key(KEY).payload(json!({
+            "routine": "daily-report",
+            "scheduled_for": "2026-11-30T09:00Z"
+        })),
     );
 
     // A claims with a short lease; the lease lapses by the server's clock.
@@ -490,12 +480,20 @@ fn assert_insert_finish_commit_together_and_a_stale_transaction_rolls_back() {
     };
     let insert_delivery =
         "INSERT INTO public.deliveries (item_id, epoch, sent_by) VALUES ($1, $2, $3)";
-    let assert_token = "SELECT workfence.work_assert($1, $2, $3)";
 
-    let id = enqueue(&mut scheduler, KEY, &json!({"routine": "daily-report"}));
-    let a_claim = claim_key(&mut a, SHORT_LEASE, "A");
+    let id = enqueue_new(
+        &mut scheduler,
+        &Enqueue::new(QUEUE)
+            .key(KEY)
+            .payload(json!({"routine": "daily-report"})),
+    );
+    let a_claim = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT_LEASE)
+        .unwrap_or_else(|e| panic!("A's work_claim_key: {e}"))
+        .expect("A's work_claim_key: expected one row");
     wait_for_lapse(&mut scheduler, id);
-    let b_claim = claim_key(&mut b, LONG_LEASE, "B");
+    let b_claim = calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG_LEASE)
+        .unwrap_or_else(|e| panic!("B's work_claim_key: {e}"))
+        .expect("B's work_claim_key: expected one row");
     assert!(b_claim.epoch > a_claim.epoch);
 
     // A, stale, writes its delivery and then asserts its token in the same
@@ -511,15 +509,7 @@ fn assert_insert_finish_commit_together_and_a_stale_transaction_rolls_back() {
             ],
         )
         .expect("A's INSERT");
-        let err = tx
-            .query_typed(
-                assert_token,
-                &[
-                    (&id, Type::INT8),
-                    (&OWNER, Type::TEXT),
-                    (&a_claim.epoch, Type::INT8),
-                ],
-            )
+        let err = calls::assert(&mut tx, &a_claim.token(OWNER))
             .expect_err("work_assert of A's superseded token succeeded");
         assert_eq!(
             err.code(),
@@ -534,15 +524,8 @@ fn assert_insert_finish_commit_together_and_a_stale_transaction_rolls_back() {
     // transaction (pinned to one server connection until COMMIT).
     {
         let mut tx = b.transaction().expect("B: BEGIN");
-        query(
-            &mut tx,
-            assert_token,
-            &[
-                (&id, Type::INT8),
-                (&OWNER, Type::TEXT),
-                (&b_claim.epoch, Type::INT8),
-            ],
-        );
+        let b_token = b_claim.token(OWNER);
+        calls::assert(&mut tx, &b_token).unwrap_or_else(|e| panic!("B's work_assert: {e}"));
         tx.query_typed(
             insert_delivery,
             &[
@@ -552,16 +535,9 @@ fn assert_insert_finish_commit_together_and_a_stale_transaction_rolls_back() {
             ],
         )
         .expect("B's INSERT");
-        let finished = query(
-            &mut tx,
-            "SELECT workfence.work_finish($1, $2, $3)",
-            &[
-                (&id, Type::INT8),
-                (&OWNER, Type::TEXT),
-                (&b_claim.epoch, Type::INT8),
-            ],
-        );
-        assert!(finished.get::<_, bool>(0), "B's work_finish returned false");
+        let finished = calls::finish(&mut tx, &b_token, None)
+            .unwrap_or_else(|e| panic!("B's work_finish: {e}"));
+        assert!(finished, "B's work_finish returned false");
 
         // Before COMMIT, another client (on the pool's other server
         // connection) sees neither the finish nor the delivery.
@@ -645,82 +621,6 @@ fn clients_share_server_connections_and_move_between_them() {
     kept.commit().expect("COMMIT");
 }
 
-/// A claim made by key through the pooler.
-#[derive(Debug, Clone)]
-struct Held {
-    id: i64,
-    epoch: i64,
-    attempt: i32,
-    lease_until: String,
-}
-
-/// `work_claim_key(QUEUE, key, OWNER, lease)`; `None` when nothing was
-/// claimed.
-fn claim_named(client: &mut Client, key: &str, lease: &str) -> Option<Held> {
-    let rows = client
-        .query_typed(
-            "SELECT id, epoch, attempt, lease_until::text \
-               FROM workfence.work_claim_key($1, $2, $3, $4::interval)",
-            &[
-                (&QUEUE, Type::TEXT),
-                (&key, Type::TEXT),
-                (&OWNER, Type::TEXT),
-                (&lease, Type::TEXT),
-            ],
-        )
-        .unwrap_or_else(|e| panic!("work_claim_key of {key}: {e}"));
-    assert!(rows.len() <= 1, "work_claim_key of {key}: {rows:?}");
-    rows.first().map(|row| Held {
-        id: row.get(0),
-        epoch: row.get(1),
-        attempt: row.get(2),
-        lease_until: row.get(3),
-    })
-}
-
-/// Runs `sql` with the token (id, OWNER, epoch) of `held` as `$1..$3` and
-/// `extra` after them; the boolean it returns.
-fn with_token(
-    client: &mut Client,
-    sql: &str,
-    held: &Held,
-    extra: &[(&(dyn ToSql + Sync), Type)],
-) -> bool {
-    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
-        (&held.id, Type::INT8),
-        (&OWNER, Type::TEXT),
-        (&held.epoch, Type::INT8),
-    ];
-    params.extend(extra.iter().cloned());
-    query(client, sql, &params).get(0)
-}
-
-/// `work_renew` with a token and `$4` the lease (text).
-const RENEW_ONLY: &str = "SELECT workfence.work_renew($1, $2, $3, $4::interval)";
-
-/// `work_finish` with a token, no result.
-const FINISH_ONLY: &str = "SELECT workfence.work_finish($1, $2, $3)";
-
-/// `work_release` with a token and `$4` the delay (text).
-const RELEASE: &str = "SELECT workfence.work_release($1, $2, $3, $4::interval)";
-
-/// `work_fail` with a token, `$4` the error and `$5` retry_in (text).
-const FAIL: &str = "SELECT workfence.work_fail($1, $2, $3, $4, $5::interval)";
-
-/// `work_lease_status` of the token of `held`.
-fn lease_status(client: &mut Client, held: &Held) -> String {
-    query(
-        client,
-        "SELECT workfence.work_lease_status($1, $2, $3)",
-        &[
-            (&held.id, Type::INT8),
-            (&OWNER, Type::TEXT),
-            (&held.epoch, Type::INT8),
-        ],
-    )
-    .get(0)
-}
-
 /// State, attempts, last_error and whether `lease_until` and `finished_at`
 /// are set, of item `id`.
 fn item_detail(client: &mut Client, id: i64) -> (String, i32, Option<String>, bool, bool) {
@@ -732,23 +632,6 @@ fn item_detail(client: &mut Client, id: i64) -> (String, i32, Option<String>, bo
         &[(&id, Type::INT8)],
     );
     (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
-}
-
-/// `work_enqueue(queue, '{}', key, max_attempts => max_attempts)`; the new
-/// item's id.
-fn enqueue_into(client: &mut Client, queue: &str, key: &str, max_attempts: i32) -> i64 {
-    let row = query(
-        client,
-        "SELECT id, inserted FROM workfence.work_enqueue($1, '{}'::jsonb, $2, \
-                                                         max_attempts => $3)",
-        &[
-            (&queue, Type::TEXT),
-            (&key, Type::TEXT),
-            (&max_attempts, Type::INT4),
-        ],
-    );
-    assert!(row.get::<_, bool>(1), "{key} was already enqueued");
-    row.get(0)
 }
 
 #[test]
@@ -776,15 +659,12 @@ fn the_other_functions_keep_their_promises_through_transaction_pooling() {
     // work_renew: true, and lease_until moves later (to about ten minutes
     // from now, from one minute after the claim).
     let key = "renew-release-fail";
-    let id = enqueue_into(&mut scheduler, QUEUE, key, 25);
-    let first = claim_named(&mut a, key, "1 minute").expect("A's claim");
+    let id = enqueue_new(&mut scheduler, &Enqueue::new(QUEUE).key(key));
+    let first = calls::claim_key(&mut a, QUEUE, key, OWNER, "1 minute")
+        .expect("work_claim_key")
+        .expect("A's claim");
     assert_eq!((first.id, first.attempt), (id, 1));
-    assert!(with_token(
-        &mut a,
-        RENEW_ONLY,
-        &first,
-        &[(&"10 minutes", Type::TEXT)]
-    ));
+    assert!(calls::renew(&mut a, &first.token(OWNER), "10 minutes").expect("work_renew"));
     let pushed_out: bool = query(
         &mut scheduler,
         "SELECT lease_until > $2::timestamptz \
@@ -794,35 +674,43 @@ fn the_other_functions_keep_their_promises_through_transaction_pooling() {
     )
     .get(0);
     assert!(pushed_out, "work_renew did not push the lease out");
-    assert_eq!(lease_status(&mut scheduler, &first), "current");
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &first.token(OWNER)).expect("work_lease_status"),
+        "current"
+    );
 
     // work_release: true; pending again, the attempt given back, no lease;
     // the token is dead.
-    assert!(with_token(&mut a, RELEASE, &first, &[(&"0", Type::TEXT)]));
+    assert!(calls::release(&mut a, &first.token(OWNER), Some("0")).expect("work_release"));
     assert_eq!(
         item_detail(&mut scheduler, id),
         ("pending".to_owned(), 0, None, false, false)
     );
     assert!(
-        !with_token(&mut a, RENEW_ONLY, &first, &[(&"1 minute", Type::TEXT)]),
+        !calls::renew(&mut a, &first.token(OWNER), "1 minute").expect("work_renew"),
         "renew of a released token"
     );
-    assert_eq!(lease_status(&mut scheduler, &first), "superseded");
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &first.token(OWNER)).expect("work_lease_status"),
+        "superseded"
+    );
 
     // The released item is claimed anew, by B, with a newer epoch.
-    let second = claim_named(&mut b, key, LONG_LEASE).expect("B's claim of the released item");
+    let second = calls::claim_key(&mut b, QUEUE, key, OWNER, LONG_LEASE)
+        .expect("work_claim_key")
+        .expect("B's claim of the released item");
     assert_eq!((second.id, second.attempt), (id, 1));
     assert!(second.epoch > first.epoch, "{second:?} after {first:?}");
-    assert!(!with_token(&mut a, FINISH_ONLY, &first, &[]), "{stale}");
+    assert!(
+        !calls::finish(&mut a, &first.token(OWNER), None).expect("work_finish"),
+        "{stale}"
+    );
 
     // work_fail with retry_in '0': true; pending, last_error set, the
     // attempt kept (the next claim is attempt 2).
-    assert!(with_token(
-        &mut b,
-        FAIL,
-        &second,
-        &[(&"smtp timeout", Type::TEXT), (&"0", Type::TEXT)]
-    ));
+    assert!(
+        calls::fail(&mut b, &second.token(OWNER), "smtp timeout", Some("0")).expect("work_fail")
+    );
     assert_eq!(
         item_detail(&mut scheduler, id),
         (
@@ -833,23 +721,31 @@ fn the_other_functions_keep_their_promises_through_transaction_pooling() {
             false
         )
     );
-    assert_eq!(lease_status(&mut scheduler, &second), "superseded");
-    let third = claim_named(&mut a, key, LONG_LEASE).expect("A's claim after the failure");
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &second.token(OWNER)).expect("work_lease_status"),
+        "superseded"
+    );
+    let third = calls::claim_key(&mut a, QUEUE, key, OWNER, LONG_LEASE)
+        .expect("work_claim_key")
+        .expect("A's claim after the failure");
     assert_eq!((third.id, third.attempt), (id, 2));
-    assert!(with_token(&mut a, FINISH_ONLY, &third, &[]));
-    assert_eq!(lease_status(&mut scheduler, &third), "finished");
+    assert!(calls::finish(&mut a, &third.token(OWNER), None).expect("work_finish"));
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &third.token(OWNER)).expect("work_lease_status"),
+        "finished"
+    );
 
     // work_fail on an item with max_attempts 1: its attempts are used up,
     // so it is failed for good.
     let key = "fail-once";
-    let id = enqueue_into(&mut scheduler, QUEUE, key, 1);
-    let once = claim_named(&mut a, key, LONG_LEASE).expect("claim of fail-once");
-    assert!(with_token(
-        &mut a,
-        FAIL,
-        &once,
-        &[(&"bad address", Type::TEXT), (&"0", Type::TEXT)]
-    ));
+    let id = enqueue_new(
+        &mut scheduler,
+        &Enqueue::new(QUEUE).key(key).max_attempts(1),
+    );
+    let once = calls::claim_key(&mut a, QUEUE, key, OWNER, LONG_LEASE)
+        .expect("work_claim_key")
+        .expect("claim of fail-once");
+    assert!(calls::fail(&mut a, &once.token(OWNER), "bad address", Some("0")).expect("work_fail"));
     assert_eq!(
         item_detail(&mut scheduler, id),
         (
@@ -860,37 +756,26 @@ fn the_other_functions_keep_their_promises_through_transaction_pooling() {
             true
         )
     );
-    assert_eq!(lease_status(&mut scheduler, &once), "finished");
-    assert!(claim_named(&mut b, key, LONG_LEASE).is_none());
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &once.token(OWNER)).expect("work_lease_status"),
+        "finished"
+    );
+    assert!(calls::claim_key(&mut b, QUEUE, key, OWNER, LONG_LEASE)
+        .expect("work_claim_key")
+        .is_none());
 
     // work_cancel of a claimed item: true; the holder's renew and finish are
     // false, its work_assert raises 55000.
     let key = "cancel-me";
-    let id = enqueue_into(&mut scheduler, QUEUE, key, 25);
-    let held = claim_named(&mut a, key, LONG_LEASE).expect("claim of cancel-me");
-    let cancelled: bool = query(
-        &mut scheduler,
-        "SELECT workfence.work_cancel($1, $2)",
-        &[(&QUEUE, Type::TEXT), (&key, Type::TEXT)],
-    )
-    .get(0);
+    let id = enqueue_new(&mut scheduler, &Enqueue::new(QUEUE).key(key));
+    let held = calls::claim_key(&mut a, QUEUE, key, OWNER, LONG_LEASE)
+        .expect("work_claim_key")
+        .expect("claim of cancel-me");
+    let cancelled = calls::cancel(&mut scheduler, QUEUE, key).expect("work_cancel");
     assert!(cancelled, "work_cancel of a claimed item");
-    assert!(!with_token(
-        &mut a,
-        RENEW_ONLY,
-        &held,
-        &[(&LONG_LEASE, Type::TEXT)]
-    ));
-    assert!(!with_token(&mut a, FINISH_ONLY, &held, &[]));
-    let err = a
-        .query_typed(
-            "SELECT workfence.work_assert($1, $2, $3)",
-            &[
-                (&held.id, Type::INT8),
-                (&OWNER, Type::TEXT),
-                (&held.epoch, Type::INT8),
-            ],
-        )
+    assert!(!calls::renew(&mut a, &held.token(OWNER), LONG_LEASE).expect("work_renew"));
+    assert!(!calls::finish(&mut a, &held.token(OWNER), None).expect("work_finish"));
+    let err = calls::assert(&mut a, &held.token(OWNER))
         .expect_err("work_assert of a cancelled item's token succeeded");
     assert_eq!(
         err.code(),
@@ -899,35 +784,35 @@ fn the_other_functions_keep_their_promises_through_transaction_pooling() {
     );
     let (state, ..) = item_detail(&mut scheduler, id);
     assert_eq!(state, "cancelled");
-    assert_eq!(lease_status(&mut scheduler, &held), "cancelled");
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &held.token(OWNER)).expect("work_lease_status"),
+        "cancelled"
+    );
 
     // work_finish_many with two current pairs and a stale one (m3 released
     // and claimed again by B): exactly the current pairs finish.
     let ids: Vec<i64> = ["m1", "m2", "m3"]
         .iter()
-        .map(|key| enqueue_into(&mut scheduler, QUEUE, key, 25))
+        .map(|key| enqueue_new(&mut scheduler, &Enqueue::new(QUEUE).key(*key)))
         .collect();
-    let m1 = claim_named(&mut a, "m1", LONG_LEASE).expect("claim of m1");
-    let m2 = claim_named(&mut a, "m2", LONG_LEASE).expect("claim of m2");
-    let m3_old = claim_named(&mut a, "m3", LONG_LEASE).expect("claim of m3");
-    assert!(with_token(&mut a, RELEASE, &m3_old, &[(&"0", Type::TEXT)]));
-    let m3 = claim_named(&mut b, "m3", LONG_LEASE).expect("B's claim of m3");
+    let m1 = calls::claim_key(&mut a, QUEUE, "m1", OWNER, LONG_LEASE)
+        .expect("work_claim_key")
+        .expect("claim of m1");
+    let m2 = calls::claim_key(&mut a, QUEUE, "m2", OWNER, LONG_LEASE)
+        .expect("work_claim_key")
+        .expect("claim of m2");
+    let m3_old = calls::claim_key(&mut a, QUEUE, "m3", OWNER, LONG_LEASE)
+        .expect("work_claim_key")
+        .expect("claim of m3");
+    assert!(calls::release(&mut a, &m3_old.token(OWNER), Some("0")).expect("work_release"));
+    let m3 = calls::claim_key(&mut b, QUEUE, "m3", OWNER, LONG_LEASE)
+        .expect("work_claim_key")
+        .expect("B's claim of m3");
     let pairs = [&m1, &m3_old, &m2];
     let batch_ids: Vec<i64> = pairs.iter().map(|h| h.id).collect();
     let batch_epochs: Vec<i64> = pairs.iter().map(|h| h.epoch).collect();
-    let finished: Vec<(i64, bool)> = a
-        .query_typed(
-            "SELECT id, finished FROM workfence.work_finish_many($1, $2, $3)",
-            &[
-                (&OWNER, Type::TEXT),
-                (&batch_ids, Type::INT8_ARRAY),
-                (&batch_epochs, Type::INT8_ARRAY),
-            ],
-        )
-        .unwrap_or_else(|e| panic!("work_finish_many: {e}"))
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+    let finished = calls::finish_many(&mut a, OWNER, &batch_ids, &batch_epochs, None)
+        .expect("work_finish_many");
     assert_eq!(
         finished,
         vec![(ids[0], true), (ids[2], false), (ids[1], true)],
@@ -940,11 +825,23 @@ fn the_other_functions_keep_their_promises_through_transaction_pooling() {
     assert_eq!(states, ["done", "done", "claimed"]);
 
     // work_lease_status tells the tokens apart.
-    assert_eq!(lease_status(&mut scheduler, &m3), "current");
-    assert_eq!(lease_status(&mut scheduler, &m3_old), "superseded");
-    assert_eq!(lease_status(&mut scheduler, &m1), "finished");
-    assert_eq!(lease_status(&mut scheduler, &held), "cancelled");
-    assert!(with_token(&mut b, FINISH_ONLY, &m3, &[]));
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &m3.token(OWNER)).expect("work_lease_status"),
+        "current"
+    );
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &m3_old.token(OWNER)).expect("work_lease_status"),
+        "superseded"
+    );
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &m1.token(OWNER)).expect("work_lease_status"),
+        "finished"
+    );
+    assert_eq!(
+        calls::lease_status(&mut scheduler, &held.token(OWNER)).expect("work_lease_status"),
+        "cancelled"
+    );
+    assert!(calls::finish(&mut b, &m3.token(OWNER), None).expect("work_finish"));
 
     // The long poll: a claimer waits on an empty queue, holding one of the
     // pool's two server connections while its statement runs; an enqueue
@@ -999,7 +896,7 @@ fn the_other_functions_keep_their_promises_through_transaction_pooling() {
                 .execute("SELECT pg_catalog.pg_sleep(0.005)", &[])
                 .unwrap_or_else(|e| panic!("pause between polls: {e}"));
         };
-        let id = enqueue_into(&mut scheduler, POLL_QUEUE, "wake-up", 25);
+        let id = enqueue_new(&mut scheduler, &Enqueue::new(POLL_QUEUE).key("wake-up"));
         let enqueued_at = Instant::now();
         let (claimed, woken_at) = claimer.join().expect("the claiming thread panicked");
         (id, claimed, woken_at, enqueued_at, seen_waiting)

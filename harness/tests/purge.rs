@@ -21,19 +21,8 @@ mod common;
 
 use common::ok;
 use postgres::Client;
+use workfence_harness::calls::{self, Enqueue};
 use workfence_harness::Cluster;
-
-/// `work_claim_key(queue 'q', key, owner 'w')`: (id, epoch).
-fn claim_key(client: &mut Client, key: &str) -> (i64, i64) {
-    let row = ok(
-        client.query_one(
-            "SELECT id, epoch FROM workfence.work_claim_key('q', $1, 'w', '1 hour')",
-            &[&key],
-        ),
-        "work_claim_key",
-    );
-    (row.get(0), row.get(1))
-}
 
 /// Keys of the items left, in key order.
 fn keys(client: &mut Client) -> Vec<String> {
@@ -51,15 +40,6 @@ fn never_waits(cluster: &Cluster, database: &str) -> Client {
     let mut client = ok(cluster.connect_to(database), "connecting");
     ok(client.batch_execute("SET lock_timeout = '1s'"), "SET");
     client
-}
-
-/// `work_purge('0')` on `client`: how many it deleted.
-fn purge_all(client: &mut impl postgres::GenericClient) -> i64 {
-    ok(
-        client.query_one("SELECT workfence.work_purge('0')", &[]),
-        "work_purge",
-    )
-    .get(0)
 }
 
 #[test]
@@ -80,15 +60,21 @@ fn a_purge_skips_locked_rows_and_never_waits() {
         "enqueue",
     );
     for key in ["a", "b", "c"] {
-        let (id, epoch) = claim_key(&mut admin, key);
-        let done: bool = ok(
-            admin.query_one("SELECT workfence.work_finish($1, 'w', $2)", &[&id, &epoch]),
-            "work_finish",
+        let token = ok(
+            calls::claim_key(&mut admin, "q", key, "w", "1 hour"),
+            "work_claim_key",
         )
-        .get(0);
+        .expect("claimable")
+        .token("w");
+        let done = ok(calls::finish(&mut admin, &token, None), "work_finish");
         assert!(done);
     }
-    let (d_id, d_epoch) = claim_key(&mut admin, "d");
+    let d = ok(
+        calls::claim_key(&mut admin, "q", "d", "w", "1 hour"),
+        "work_claim_key",
+    )
+    .expect("claimable")
+    .token("w");
 
     // An operator holds a's row; the worker finishes d under work_assert in
     // a transaction it has not committed.
@@ -103,27 +89,17 @@ fn a_purge_skips_locked_rows_and_never_waits() {
     );
     let mut worker = ok(cluster.connect_to(db), "connecting");
     let mut worker_tx = ok(worker.transaction(), "BEGIN");
-    ok(
-        worker_tx.execute(
-            "SELECT workfence.work_assert($1, 'w', $2)",
-            &[&d_id, &d_epoch],
-        ),
-        "work_assert",
-    );
-    let finished: bool = ok(
-        worker_tx.query_one(
-            "SELECT workfence.work_finish($1, 'w', $2)",
-            &[&d_id, &d_epoch],
-        ),
-        "work_finish",
-    )
-    .get(0);
+    ok(calls::assert(&mut worker_tx, &d), "work_assert");
+    let finished = ok(calls::finish(&mut worker_tx, &d, None), "work_finish");
     assert!(finished);
 
     // The purge takes b and c, skips a (locked) and d (claimed, as far as
     // anyone else can see), and waits for neither.
     let mut purger = never_waits(&cluster, db);
-    assert_eq!(purge_all(&mut purger), 2);
+    assert_eq!(
+        ok(calls::purge(&mut purger, Some("0"), None), "work_purge"),
+        2
+    );
     assert_eq!(keys(&mut admin), vec!["a", "d", "e"]);
 
     ok(operator_tx.commit(), "operator COMMIT");
@@ -133,31 +109,34 @@ fn a_purge_skips_locked_rows_and_never_waits() {
     // the second skips them rather than wait for the first to end.
     let mut first = ok(cluster.connect_to(db), "connecting");
     let mut first_tx = ok(first.transaction(), "BEGIN");
-    assert_eq!(purge_all(&mut first_tx), 2, "a and d, now finished");
-    assert_eq!(purge_all(&mut purger), 0);
+    assert_eq!(
+        ok(calls::purge(&mut first_tx, Some("0"), None), "work_purge"),
+        2,
+        "a and d, now finished"
+    );
+    assert_eq!(
+        ok(calls::purge(&mut purger, Some("0"), None), "work_purge"),
+        0
+    );
 
     // Meanwhile the queue works: enqueue, claim and finish others' items.
     let mut busy = never_waits(&cluster, db);
     ok(
-        busy.execute("SELECT workfence.work_enqueue('q', '{}', 'f')", &[]),
+        calls::enqueue(&mut busy, &Enqueue::new("q").key("f")),
         "enqueue",
     );
-    let claimed = ok(
-        busy.query(
-            "SELECT key, id, epoch FROM workfence.work_claim('q', 'w2', '1 minute', 10) ORDER BY key",
-            &[],
-        ),
+    let mut claimed = ok(
+        calls::claim(&mut busy, "q", "w2", "1 minute", Some(10), None),
         "work_claim",
     );
-    let claimed_keys: Vec<String> = claimed.iter().map(|row| row.get(0)).collect();
+    claimed.sort_by(|a, b| a.key.cmp(&b.key));
+    let claimed_keys: Vec<&str> = claimed.iter().map(|c| c.key.as_str()).collect();
     assert_eq!(claimed_keys, vec!["e", "f"]);
-    for row in &claimed {
-        let (id, epoch): (i64, i64) = (row.get(1), row.get(2));
-        let done: bool = ok(
-            busy.query_one("SELECT workfence.work_finish($1, 'w2', $2)", &[&id, &epoch]),
+    for claim in &claimed {
+        let done = ok(
+            calls::finish(&mut busy, &claim.token("w2"), None),
             "work_finish",
-        )
-        .get(0);
+        );
         assert!(done);
     }
     ok(first_tx.commit(), "first purge COMMIT");
@@ -198,11 +177,7 @@ fn a_purge_reads_what_it_deletes_not_the_table() {
                         pg_catalog.pg_stat_get_xact_numscans('workfence.items_finished_idx'::regclass)";
     let mut tx = ok(admin.transaction(), "BEGIN");
     let started = std::time::Instant::now();
-    let purged: i64 = ok(
-        tx.query_one("SELECT workfence.work_purge('7 days')", &[]),
-        "purge",
-    )
-    .get(0);
+    let purged = ok(calls::purge(&mut tx, Some("7 days"), None), "purge");
     let took = started.elapsed();
     let row = ok(tx.query_one(stats, &[]), "this transaction's scans");
     let (table_scans, index_scans): (i64, i64) = (row.get(0), row.get(1));

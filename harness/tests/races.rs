@@ -34,10 +34,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use common::ok;
+use common::{enqueue_new, ok};
 use postgres::error::DbError;
-use postgres::{Client, GenericClient, Row};
+use postgres::{Client, GenericClient};
 use serde_json::{json, Value};
+use workfence_harness::calls::{self, Enqueue, Token};
 use workfence_harness::scenario::wait_for_lease_lapse;
 use workfence_harness::{Claim, Cluster};
 
@@ -86,139 +87,9 @@ impl Db {
     }
 }
 
-/// Adds item `key` to [`QUEUE`] with `priority`; returns its id.
-fn enqueue(c: &mut impl GenericClient, key: &str, priority: i32) -> i64 {
-    let row = c
-        .query_one(
-            "SELECT id, inserted FROM workfence.work_enqueue($1, '{}'::jsonb, $2, priority => $3)",
-            &[&QUEUE, &key, &priority],
-        )
-        .expect("work_enqueue");
-    assert!(row.get::<_, bool>(1), "{key} was enqueued before");
-    row.get(0)
-}
-
-/// A claim row (id, key, payload, epoch, attempt, lease_until::text).
-fn to_claim(row: &Row) -> Claim {
-    Claim {
-        id: row.get(0),
-        key: row.get(1),
-        payload: row.get(2),
-        epoch: row.get(3),
-        attempt: row.get(4),
-        lease_until: row.get(5),
-    }
-}
-
-/// `work_claim_key(QUEUE, key, owner, lease)`.
-fn claim_key(c: &mut impl GenericClient, key: &str, owner: &str, lease: &str) -> Option<Claim> {
-    c.query_opt(
-        "SELECT id, key, payload, epoch, attempt, lease_until::text \
-           FROM workfence.work_claim_key($1, $2, $3, $4::text::interval)",
-        &[&QUEUE, &key, &owner, &lease],
-    )
-    .expect("work_claim_key")
-    .as_ref()
-    .map(to_claim)
-}
-
-/// `work_claim(QUEUE, owner, lease, max_items)`.
-fn claim(c: &mut impl GenericClient, owner: &str, lease: &str, max_items: i32) -> Vec<Claim> {
-    c.query(
-        "SELECT id, key, payload, epoch, attempt, lease_until::text \
-           FROM workfence.work_claim($1, $2, $3::text::interval, $4)",
-        &[&QUEUE, &owner, &lease, &max_items],
-    )
-    .expect("work_claim")
-    .iter()
-    .map(to_claim)
-    .collect()
-}
-
-/// A fencing token: the claim and the owner it was made under.
-#[derive(Debug, Clone)]
-struct Token {
-    owner: &'static str,
-    claim: Claim,
-}
-
-impl Token {
-    /// The token of `claim`, which `owner` made; panics when it is `None`.
-    fn of(owner: &'static str, claim: Option<Claim>, who: &str) -> Token {
-        let claim = claim.unwrap_or_else(|| panic!("{who}'s claim returned no row"));
-        Token { owner, claim }
-    }
-
-    /// The item id.
-    fn id(&self) -> i64 {
-        self.claim.id
-    }
-
-    /// The epoch.
-    fn epoch(&self) -> i64 {
-        self.claim.epoch
-    }
-
-    /// Runs `sql` with ($1 id, $2 owner, $3 epoch, then `extra`); its bool.
-    fn scalar(&self, c: &mut impl GenericClient, sql: &str, extra: &[&str]) -> bool {
-        let (id, epoch) = (self.id(), self.epoch());
-        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&id, &self.owner, &epoch];
-        params.extend(
-            extra
-                .iter()
-                .map(|e| e as &(dyn postgres::types::ToSql + Sync)),
-        );
-        c.query_one(sql, &params)
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .get(0)
-    }
-
-    /// `work_renew` with this token.
-    fn renew(&self, c: &mut impl GenericClient, lease: &str) -> bool {
-        self.scalar(
-            c,
-            "SELECT workfence.work_renew($1, $2, $3, $4::text::interval)",
-            &[lease],
-        )
-    }
-
-    /// `work_finish` with this token, storing `{"by": by}` as the result.
-    fn finish(&self, c: &mut impl GenericClient, by: &str) -> bool {
-        self.scalar(
-            c,
-            "SELECT workfence.work_finish($1, $2, $3, jsonb_build_object('by', $4::text))",
-            &[by],
-        )
-    }
-
-    /// `work_fail` with this token, `retry_in` NULL (backoff) or an interval.
-    fn fail(&self, c: &mut impl GenericClient, error: &str, retry_in: Option<&str>) -> bool {
-        let (id, epoch) = (self.id(), self.epoch());
-        c.query_one(
-            "SELECT workfence.work_fail($1, $2, $3, $4, $5::text::interval)",
-            &[&id, &self.owner, &epoch, &error, &retry_in],
-        )
-        .expect("work_fail")
-        .get(0)
-    }
-
-    /// `work_release` with this token and `delay`.
-    fn release(&self, c: &mut impl GenericClient, delay: &str) -> bool {
-        self.scalar(
-            c,
-            "SELECT workfence.work_release($1, $2, $3, $4::text::interval)",
-            &[delay],
-        )
-    }
-
-    /// `work_assert` with this token.
-    fn assert(&self, c: &mut impl GenericClient) -> Result<(), postgres::Error> {
-        c.execute(
-            "SELECT workfence.work_assert($1, $2, $3)",
-            &[&self.id(), &self.owner, &self.epoch()],
-        )
-        .map(drop)
-    }
+/// The result `work_finish` stores in these tests: who finished.
+fn by(who: &str) -> Value {
+    json!({ "by": who })
 }
 
 /// The error of a call that must fail with SQLSTATE `code`.
@@ -241,7 +112,11 @@ fn server_error<T: std::fmt::Debug>(
 
 /// Asserts that `work_assert` of `token` raises 55000 "lease lost" with `detail`.
 fn assert_lease_lost(token: &Token, c: &mut impl GenericClient, detail: &str) {
-    let err = server_error(token.assert(c), "55000", "work_assert of a dead token");
+    let err = server_error(
+        calls::assert(c, token),
+        "55000",
+        "work_assert of a dead token",
+    );
     assert_eq!(err.detail(), Some(detail), "work_assert: {err}");
 }
 
@@ -335,7 +210,7 @@ fn backend_pid(c: &mut Client) -> i32 {
         .get(0)
 }
 
-/// Runs `claim_key(key, owner, lease)` on every client at once (a barrier
+/// Runs `work_claim_key(QUEUE, key, owner, lease)` on every client at once (a barrier
 /// releases the threads together); the results in client order.
 fn race_claim_key(
     clients: &mut [Client],
@@ -351,7 +226,7 @@ fn race_claim_key(
                 let barrier = &barrier;
                 s.spawn(move || {
                     barrier.wait();
-                    claim_key(c, key, owner, lease)
+                    calls::claim_key(c, QUEUE, key, owner, lease).expect("work_claim_key")
                 })
             })
             .collect();
@@ -378,44 +253,61 @@ fn three_schedulers_race_for_one_firing() {
     const OWNER: &str = "scheduler";
     let db = Db::new("race_three_schedulers");
     let mut observer = db.connect();
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let mut clients: Vec<Client> = (0..3).map(|_| db.connect()).collect();
 
     // Round 1: exactly one of the three gets the firing. The lease is long,
     // so a loser that the machine stalled still finds it live.
     let round1 = race_claim_key(&mut clients, KEY, OWNER, LONG);
     let w1 = sole_winner(&round1);
-    let first = Token::of(OWNER, round1[w1].clone(), "the first winner");
-    assert_eq!((first.id(), first.claim.attempt), (id, 1));
+    let first = round1[w1].clone().expect("the first winner's claim");
+    assert_eq!((first.id, first.attempt), (id, 1));
+    let first = first.token(OWNER);
 
     // The race over, the winner shortens its lease (a renew); it lapses on
     // the server's clock, and the two others race for it, again under a long
     // lease.
     let mut first_client = clients.remove(w1);
-    assert!(first.renew(&mut first_client, SHORT), "the winner's renew");
+    assert!(
+        calls::renew(&mut first_client, &first, SHORT).expect("work_renew"),
+        "the winner's renew"
+    );
     wait_for_lapse(&mut observer, id);
     let round2 = race_claim_key(&mut clients, KEY, OWNER, LONG);
     let w2 = sole_winner(&round2);
-    let second = Token::of(OWNER, round2[w2].clone(), "the second winner");
-    assert_eq!((second.id(), second.claim.attempt), (id, 2));
-    assert!(second.epoch() > first.epoch(), "{second:?} after {first:?}");
+    let second = round2[w2].clone().expect("the second winner's claim");
+    assert_eq!((second.id, second.attempt), (id, 2));
+    let second = second.token(OWNER);
+    assert!(second.epoch > first.epoch, "{second:?} after {first:?}");
 
     // The first winner's token is dead: refused, and nothing changes.
     let before = item(&mut observer, id);
     assert_eq!(before.state, "claimed");
-    assert_eq!(before.epoch, Some(second.epoch()));
-    assert!(!first.renew(&mut first_client, LONG), "stale renew");
-    assert!(!first.finish(&mut first_client, "first"), "stale finish");
-    assert!(!first.fail(&mut first_client, "stale", None), "stale fail");
-    assert!(!first.release(&mut first_client, "0"), "stale release");
+    assert_eq!(before.epoch, Some(second.epoch));
+    assert!(
+        !calls::renew(&mut first_client, &first, LONG).expect("work_renew"),
+        "stale renew"
+    );
+    assert!(
+        !calls::finish(&mut first_client, &first, Some(&by("first"))).expect("work_finish"),
+        "stale finish"
+    );
+    assert!(
+        !calls::fail(&mut first_client, &first, "stale", None).expect("work_fail"),
+        "stale fail"
+    );
+    assert!(
+        !calls::release(&mut first_client, &first, Some("0")).expect("work_release"),
+        "stale release"
+    );
     assert_eq!(item(&mut observer, id), before);
     assert_lease_lost(&first, &mut first_client, SUPERSEDED);
 
     // The second winner finishes; the firing was dispatched once, by it.
-    assert!(second.finish(&mut clients[w2], "second"));
+    assert!(calls::finish(&mut clients[w2], &second, Some(&by("second"))).expect("work_finish"));
     let after = item(&mut observer, id);
     assert_eq!(after.state, "done");
-    assert_eq!(after.epoch, Some(second.epoch()));
+    assert_eq!(after.epoch, Some(second.epoch));
     assert_eq!(after.result, Some(json!({"by": "second"})));
 }
 
@@ -426,18 +318,27 @@ fn restart_with_the_same_owner(database: &'static str, old_stays_open: bool) {
     const OWNER: &str = "backup/host-1";
     let db = Db::new(database);
     let mut observer = db.connect();
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
 
     // The first run's lease is long, so the refused claims below find it
     // live however slowly they run.
     let mut old = db.connect();
-    let held = Token::of(OWNER, claim_key(&mut old, KEY, OWNER, LONG), "first run");
+    let held = calls::claim_key(&mut old, QUEUE, KEY, OWNER, LONG)
+        .expect("work_claim_key")
+        .expect("first run's claim returned no row")
+        .token(OWNER);
     let mut old = old_stays_open.then_some(old);
 
     // The restarted worker: a new connection, the same owner name.
     let mut new = db.connect();
-    assert_eq!(claim_key(&mut new, KEY, OWNER, LONG), None);
-    assert_eq!(claim(&mut new, OWNER, LONG, 10), Vec::new());
+    assert_eq!(
+        calls::claim_key(&mut new, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
+    assert_eq!(
+        calls::claim(&mut new, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim"),
+        Vec::new()
+    );
     let still_live: bool = observer
         .query_one(
             "SELECT lease_until > pg_catalog.clock_timestamp() FROM workfence.items WHERE id = $1",
@@ -452,7 +353,7 @@ fn restart_with_the_same_owner(database: &'static str, old_stays_open: bool) {
     let row = item(&mut observer, id);
     assert_eq!(
         (row.state.as_str(), row.epoch),
-        ("claimed", Some(held.epoch()))
+        ("claimed", Some(held.epoch))
     );
 
     // The test shortens the old lease with the old token (as the first run's
@@ -462,13 +363,17 @@ fn restart_with_the_same_owner(database: &'static str, old_stays_open: bool) {
         Some(old) => old,
         None => &mut observer,
     };
-    assert!(held.renew(shortener, SHORT), "shortening the old lease");
+    assert!(
+        calls::renew(shortener, &held, SHORT).expect("work_renew"),
+        "shortening the old lease"
+    );
     wait_for_lapse(&mut new, id);
-    let got = claim(&mut new, OWNER, LONG, 10);
+    let got = calls::claim(&mut new, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim");
     assert_eq!(got.len(), 1, "{got:?}");
-    let fresh = Token::of(OWNER, got.into_iter().next(), "restarted run");
-    assert_eq!((fresh.id(), fresh.claim.attempt), (id, 2));
-    assert!(fresh.epoch() > held.epoch());
+    let fresh = got.into_iter().next().expect("the restarted run's claim");
+    assert_eq!((fresh.id, fresh.attempt), (id, 2));
+    assert!(fresh.epoch > held.epoch);
+    let fresh = fresh.token(OWNER);
 
     // The old token is dead, whether its connection lives on or the
     // restarted worker replays it from its own.
@@ -477,12 +382,18 @@ fn restart_with_the_same_owner(database: &'static str, old_stays_open: bool) {
         Some(old) => old,
         None => &mut new,
     };
-    assert!(!held.renew(presenter, LONG), "old renew");
-    assert!(!held.finish(presenter, "old run"), "old finish");
+    assert!(
+        !calls::renew(presenter, &held, LONG).expect("work_renew"),
+        "old renew"
+    );
+    assert!(
+        !calls::finish(presenter, &held, Some(&by("old run"))).expect("work_finish"),
+        "old finish"
+    );
     assert_lease_lost(&held, presenter, SUPERSEDED);
     assert_eq!(item(&mut observer, id), before);
 
-    assert!(fresh.finish(&mut new, "restarted run"));
+    assert!(calls::finish(&mut new, &fresh, Some(&by("restarted run"))).expect("work_finish"));
     assert_eq!(item(&mut observer, id).state, "done");
 }
 
@@ -505,34 +416,46 @@ fn superseded_fail_and_release_change_nothing() {
     const OWNER: &str = "thumbnailer";
     let db = Db::new("race_superseded_fail_release");
     let mut observer = db.connect();
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut a, mut b) = (db.connect(), db.connect());
 
-    let stale = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    let stale = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT)
+        .expect("work_claim_key")
+        .expect("A's claim returned no row")
+        .token(OWNER);
     wait_for_lapse(&mut observer, id);
-    let current = Token::of(OWNER, claim_key(&mut b, KEY, OWNER, LONG), "B");
+    let current = calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG)
+        .expect("work_claim_key")
+        .expect("B's claim returned no row")
+        .token(OWNER);
 
     let before = item(&mut observer, id);
     assert_eq!(before.state, "claimed");
     assert_eq!(before.attempts, 2);
-    assert_eq!(before.epoch, Some(current.epoch()));
+    assert_eq!(before.epoch, Some(current.epoch));
     assert_eq!(before.last_error, None);
 
     assert!(
-        !stale.fail(&mut a, "A gave up", Some("0")),
+        !calls::fail(&mut a, &stale, "A gave up", Some("0")).expect("work_fail"),
         "stale fail, retry now"
     );
     assert!(
-        !stale.fail(&mut a, "A gave up", None),
+        !calls::fail(&mut a, &stale, "A gave up", None).expect("work_fail"),
         "stale fail, backoff"
     );
-    assert!(!stale.release(&mut a, "0"), "stale release");
-    assert!(!stale.release(&mut a, "1 hour"), "stale release with delay");
+    assert!(
+        !calls::release(&mut a, &stale, Some("0")).expect("work_release"),
+        "stale release"
+    );
+    assert!(
+        !calls::release(&mut a, &stale, Some("1 hour")).expect("work_release"),
+        "stale release with delay"
+    );
     assert_eq!(item(&mut observer, id), before);
 
     // B's lease is untouched and still works.
-    assert!(current.renew(&mut b, LONG));
-    assert!(current.finish(&mut b, "B"));
+    assert!(calls::renew(&mut b, &current, LONG).expect("work_renew"));
+    assert!(calls::finish(&mut b, &current, Some(&by("B"))).expect("work_finish"));
     let after = item(&mut observer, id);
     assert_eq!((after.state.as_str(), after.last_error), ("done", None));
 }
@@ -545,33 +468,48 @@ fn finish_of_a_lapsed_lease_locks_out_a_concurrent_reclaim() {
     const OWNER: &str = "billing";
     let db = Db::new("race_finish_first");
     let mut observer = db.connect();
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut a, mut b) = (db.connect(), db.connect());
 
-    let old = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    let old = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT)
+        .expect("work_claim_key")
+        .expect("A's claim returned no row")
+        .token(OWNER);
     wait_for_lapse(&mut observer, id);
 
     let mut tx = a.transaction().expect("BEGIN");
     assert!(
-        old.finish(&mut tx, "A"),
+        calls::finish(&mut tx, &old, Some(&by("A"))).expect("work_finish"),
         "the lapsed but newest token finishes"
     );
     // The finish is not committed. B's claims skip the locked row at once.
-    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
-    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
+    assert_eq!(
+        calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
+    assert_eq!(
+        calls::claim(&mut b, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim"),
+        Vec::new()
+    );
     tx.commit().expect("COMMIT");
 
     // Committed: done, and still not claimable.
-    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
-    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
+    assert_eq!(
+        calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
+    assert_eq!(
+        calls::claim(&mut b, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim"),
+        Vec::new()
+    );
     let done = item(&mut observer, id);
     assert_eq!(done.state, "done");
-    assert_eq!((done.epoch, done.attempts), (Some(old.epoch()), 1));
+    assert_eq!((done.epoch, done.attempts), (Some(old.epoch), 1));
     assert_eq!(done.result, Some(json!({"by": "A"})));
     assert!(done.finished_at.is_some());
 
     // A retried finish with the same token: true, and nothing changes.
-    assert!(old.finish(&mut a, "A, retried"));
+    assert!(calls::finish(&mut a, &old, Some(&by("A, retried"))).expect("work_finish"));
     assert_eq!(item(&mut observer, id), done);
 }
 
@@ -584,18 +522,25 @@ fn reclaim_of_a_lapsed_lease_refuses_the_waiting_finish() {
     const OWNER: &str = "billing";
     let db = Db::new("race_claim_first");
     let mut observer = db.connect();
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut a, mut b) = (db.connect(), db.connect());
     let (a_pid, b_pid) = (backend_pid(&mut a), backend_pid(&mut b));
 
-    let old = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    let old = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT)
+        .expect("work_claim_key")
+        .expect("A's claim returned no row")
+        .token(OWNER);
     wait_for_lapse(&mut observer, id);
 
     let mut tx = b.transaction().expect("BEGIN");
-    let new = Token::of(OWNER, claim_key(&mut tx, KEY, OWNER, LONG), "B");
-    assert!(new.epoch() > old.epoch());
+    let new = calls::claim_key(&mut tx, QUEUE, KEY, OWNER, LONG)
+        .expect("work_claim_key")
+        .expect("B's claim returned no row")
+        .token(OWNER);
+    assert!(new.epoch > old.epoch);
     let finished = thread::scope(|s| {
-        let finisher = s.spawn(|| old.finish(&mut a, "A"));
+        let finisher =
+            s.spawn(|| calls::finish(&mut a, &old, Some(&by("A"))).expect("work_finish"));
         common::wait_until_blocked(&mut observer, a_pid, b_pid);
         tx.commit().expect("COMMIT of B's claim");
         finisher.join().expect("A's thread panicked")
@@ -604,15 +549,18 @@ fn reclaim_of_a_lapsed_lease_refuses_the_waiting_finish() {
 
     let row = item(&mut observer, id);
     assert_eq!(row.state, "claimed");
-    assert_eq!((row.epoch, row.attempts), (Some(new.epoch()), 2));
+    assert_eq!((row.epoch, row.attempts), (Some(new.epoch), 2));
     assert_eq!((row.result, row.finished_at), (None, None));
 
-    assert!(new.finish(&mut b, "B"));
+    assert!(calls::finish(&mut b, &new, Some(&by("B"))).expect("work_finish"));
     let done = item(&mut observer, id);
     assert_eq!(done.state, "done");
-    assert_eq!(done.epoch, Some(new.epoch()));
+    assert_eq!(done.epoch, Some(new.epoch));
     assert_eq!(done.result, Some(json!({"by": "B"})));
-    assert!(!old.finish(&mut a, "A, retried"), "A's token is still dead");
+    assert!(
+        !calls::finish(&mut a, &old, Some(&by("A, retried"))).expect("work_finish"),
+        "A's token is still dead"
+    );
 }
 
 /// Scenario 4c. The re-claim that the old token's finish waited for rolls
@@ -624,17 +572,24 @@ fn rolled_back_reclaim_lets_the_waiting_finish_through() {
     const OWNER: &str = "billing";
     let db = Db::new("race_claim_rolled_back");
     let mut observer = db.connect();
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut a, mut b) = (db.connect(), db.connect());
     let (a_pid, b_pid) = (backend_pid(&mut a), backend_pid(&mut b));
 
-    let old = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    let old = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT)
+        .expect("work_claim_key")
+        .expect("A's claim returned no row")
+        .token(OWNER);
     wait_for_lapse(&mut observer, id);
 
     let mut tx = b.transaction().expect("BEGIN");
-    Token::of(OWNER, claim_key(&mut tx, KEY, OWNER, LONG), "B");
+    calls::claim_key(&mut tx, QUEUE, KEY, OWNER, LONG)
+        .expect("work_claim_key")
+        .expect("B's claim returned no row")
+        .token(OWNER);
     let finished = thread::scope(|s| {
-        let finisher = s.spawn(|| old.finish(&mut a, "A"));
+        let finisher =
+            s.spawn(|| calls::finish(&mut a, &old, Some(&by("A"))).expect("work_finish"));
         common::wait_until_blocked(&mut observer, a_pid, b_pid);
         tx.rollback().expect("ROLLBACK of B's claim");
         finisher.join().expect("A's thread panicked")
@@ -646,9 +601,12 @@ fn rolled_back_reclaim_lets_the_waiting_finish_through() {
 
     let done = item(&mut observer, id);
     assert_eq!(done.state, "done");
-    assert_eq!((done.epoch, done.attempts), (Some(old.epoch()), 1));
+    assert_eq!((done.epoch, done.attempts), (Some(old.epoch), 1));
     assert_eq!(done.result, Some(json!({"by": "A"})));
-    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
+    assert_eq!(
+        calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
 }
 
 /// Scenario 5. Cancel while claimed: the holder is refused for good and the
@@ -659,16 +617,15 @@ fn cancel_while_claimed_fences_the_holder_for_good() {
     const OWNER: &str = "exporter";
     let db = Db::new("race_cancel_while_claimed");
     let mut scheduler = db.connect();
-    let id = enqueue(&mut scheduler, KEY, 0);
+    let id = enqueue_new(&mut scheduler, &Enqueue::new(QUEUE).key(KEY));
     let (mut a, mut b) = (db.connect(), db.connect());
 
-    let held = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    let a_claim = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT)
+        .expect("work_claim_key")
+        .expect("A's claim returned no row");
+    let held = a_claim.token(OWNER);
     let claimed = item(&mut scheduler, id);
-    let cancel = "SELECT workfence.work_cancel($1, $2)";
-    let cancelled: bool = scheduler
-        .query_one(cancel, &[&QUEUE, &KEY])
-        .expect("work_cancel")
-        .get(0);
+    let cancelled = calls::cancel(&mut scheduler, QUEUE, KEY).expect("work_cancel");
     assert!(cancelled, "cancel of a claimed item");
 
     let row = item(&mut scheduler, id);
@@ -679,28 +636,49 @@ fn cancel_while_claimed_fences_the_holder_for_good() {
     assert_eq!(row.result, None);
 
     // The holder is refused, and nothing changes.
-    assert!(!held.renew(&mut a, LONG), "renew after cancel");
-    assert!(!held.finish(&mut a, "A"), "finish after cancel");
-    assert!(!held.release(&mut a, "0"), "release after cancel");
     assert!(
-        !held.fail(&mut a, "A failed", Some("0")),
+        !calls::renew(&mut a, &held, LONG).expect("work_renew"),
+        "renew after cancel"
+    );
+    assert!(
+        !calls::finish(&mut a, &held, Some(&by("A"))).expect("work_finish"),
+        "finish after cancel"
+    );
+    assert!(
+        !calls::release(&mut a, &held, Some("0")).expect("work_release"),
+        "release after cancel"
+    );
+    assert!(
+        !calls::fail(&mut a, &held, "A failed", Some("0")).expect("work_fail"),
         "fail after cancel"
     );
     assert_lease_lost(&held, &mut a, "The item was cancelled.");
-    let again: bool = scheduler
-        .query_one(cancel, &[&QUEUE, &KEY])
-        .expect("work_cancel")
-        .get(0);
+    let again = calls::cancel(&mut scheduler, QUEUE, KEY).expect("work_cancel");
     assert!(!again, "a second cancel finds nothing to cancel");
     assert_eq!(item(&mut scheduler, id), row);
 
     // Never claimed again: not now, and not after the lease would have lapsed.
-    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
-    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
-    wait_past(&mut scheduler, &held.claim.lease_until);
-    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
-    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
-    assert!(!held.renew(&mut a, LONG), "renew after the lease lapsed");
+    assert_eq!(
+        calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
+    assert_eq!(
+        calls::claim(&mut b, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim"),
+        Vec::new()
+    );
+    wait_past(&mut scheduler, &a_claim.lease_until);
+    assert_eq!(
+        calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
+    assert_eq!(
+        calls::claim(&mut b, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim"),
+        Vec::new()
+    );
+    assert!(
+        !calls::renew(&mut a, &held, LONG).expect("work_renew"),
+        "renew after the lease lapsed"
+    );
     assert_eq!(item(&mut scheduler, id), row);
 }
 
@@ -715,62 +693,51 @@ fn cancel_and_work_assert_exclude_each_other() {
     let mut scheduler = db.connect();
     let mut worker = db.connect();
     let (scheduler_pid, worker_pid) = (backend_pid(&mut scheduler), backend_pid(&mut worker));
-    let cancel = "SELECT workfence.work_cancel($1, $2)";
 
     // The worker commits first: the cancel waits, then finds the item done.
-    let first = enqueue(&mut observer, "first", 0);
-    let held = Token::of(
-        OWNER,
-        claim_key(&mut worker, "first", OWNER, LONG),
-        "worker",
-    );
+    let first = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key("first"));
+    let held = calls::claim_key(&mut worker, QUEUE, "first", OWNER, LONG)
+        .expect("work_claim_key")
+        .expect("worker's claim returned no row")
+        .token(OWNER);
     let mut tx = worker.transaction().expect("BEGIN");
-    held.assert(&mut tx)
-        .expect("work_assert of the current token");
+    calls::assert(&mut tx, &held).expect("work_assert of the current token");
     let cancelled = thread::scope(|s| {
-        let canceller = s.spawn(|| -> bool {
-            scheduler
-                .query_one(cancel, &[&QUEUE, &"first"])
-                .expect("work_cancel")
-                .get(0)
-        });
+        let canceller =
+            s.spawn(|| calls::cancel(&mut scheduler, QUEUE, "first").expect("work_cancel"));
         common::wait_until_blocked(&mut observer, scheduler_pid, worker_pid);
-        assert!(held.finish(&mut tx, "worker"));
+        assert!(calls::finish(&mut tx, &held, Some(&by("worker"))).expect("work_finish"));
         tx.commit().expect("COMMIT of the worker's finish");
         canceller.join().expect("the scheduler's thread panicked")
     });
     assert!(!cancelled, "the cancel came after the finish committed");
     let row = item(&mut observer, first);
-    assert_eq!(
-        (row.state.as_str(), row.epoch),
-        ("done", Some(held.epoch()))
-    );
+    assert_eq!((row.state.as_str(), row.epoch), ("done", Some(held.epoch)));
 
-    // The cancel commits first: the worker's work_assert waits, then raises.
-    let second = enqueue(&mut observer, "second", 0);
-    let held = Token::of(
-        OWNER,
-        claim_key(&mut worker, "second", OWNER, LONG),
-        "worker",
-    );
+    // The cancel commits first: the worker's work_assert (in its own
+    // transaction, as work_assert must be) waits, then raises.
+    let second = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key("second"));
+    let held = calls::claim_key(&mut worker, QUEUE, "second", OWNER, LONG)
+        .expect("work_claim_key")
+        .expect("worker's claim returned no row")
+        .token(OWNER);
     let mut cancel_tx = scheduler.transaction().expect("BEGIN");
-    let cancelled: bool = cancel_tx
-        .query_one(cancel, &[&QUEUE, &"second"])
-        .expect("work_cancel")
-        .get(0);
+    let cancelled = calls::cancel(&mut cancel_tx, QUEUE, "second").expect("work_cancel");
     assert!(cancelled);
+    let mut worker_tx = worker.transaction().expect("BEGIN");
     let asserted = thread::scope(|s| {
-        let asserter = s.spawn(|| held.assert(&mut worker));
+        let asserter = s.spawn(|| calls::assert(&mut worker_tx, &held));
         common::wait_until_blocked(&mut observer, worker_pid, scheduler_pid);
         cancel_tx.commit().expect("COMMIT of the cancel");
         asserter.join().expect("the worker's thread panicked")
     });
     let err = server_error(asserted, "55000", "work_assert after a cancel");
     assert_eq!(err.detail(), Some("The item was cancelled."));
+    worker_tx.rollback().expect("ROLLBACK");
     let row = item(&mut observer, second);
     assert_eq!(
         (row.state.as_str(), row.epoch),
-        ("cancelled", Some(held.epoch()))
+        ("cancelled", Some(held.epoch))
     );
 }
 
@@ -799,12 +766,18 @@ fn a_job_that_keeps_renewing_is_never_reclaimed() {
     let db = Db::new("race_long_job");
     let mut observer = db.connect();
     // Priority -1: if it were ever claimable, it would be the first handed out.
-    let target = enqueue(&mut observer, TARGET, -1);
+    let target = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(TARGET).priority(-1));
     for n in 0..12 {
-        enqueue(&mut observer, &format!("filler-{n}"), 0);
+        enqueue_new(
+            &mut observer,
+            &Enqueue::new(QUEUE).key(format!("filler-{n}")),
+        );
     }
     let mut worker = db.connect();
-    let job = Token::of(OWNER, claim_key(&mut worker, TARGET, OWNER, LEASE), "job");
+    let job = calls::claim_key(&mut worker, QUEUE, TARGET, OWNER, LEASE)
+        .expect("work_claim_key")
+        .expect("job's claim returned no row")
+        .token(OWNER);
     let mut claimers: Vec<Client> = (0..CLAIMERS).map(|_| db.connect()).collect();
     let stop = AtomicBool::new(false);
 
@@ -816,13 +789,21 @@ fn a_job_that_keeps_renewing_is_never_reclaimed() {
                 s.spawn(move || {
                     let (mut rounds, mut stolen) = (0usize, Vec::new());
                     while !stop.load(Ordering::SeqCst) {
-                        stolen.extend(claim_key(c, TARGET, OWNER, LONG));
-                        for got in claim(c, OWNER, LONG, 3) {
-                            if got.id == job.id() {
+                        stolen.extend(
+                            calls::claim_key(c, QUEUE, TARGET, OWNER, LONG)
+                                .expect("work_claim_key"),
+                        );
+                        for got in
+                            calls::claim(c, QUEUE, OWNER, LONG, Some(3), None).expect("work_claim")
+                        {
+                            if got.id == job.id {
                                 stolen.push(got);
                             } else {
-                                let t = Token::of(OWNER, Some(got), "claimer");
-                                assert!(t.release(c, "0"), "releasing a filler");
+                                let t = got.token(OWNER);
+                                assert!(
+                                    calls::release(c, &t, Some("0")).expect("work_release"),
+                                    "releasing a filler"
+                                );
                             }
                         }
                         rounds += 1;
@@ -843,13 +824,13 @@ fn a_job_that_keeps_renewing_is_never_reclaimed() {
                            FROM workfence.items, \
                                 pg_catalog.pg_sleep_until(lease_until - $2::text::interval) \
                           WHERE id = $1",
-                        &[&job.id(), &RENEW_AT_LEFT],
+                        &[&job.id, &RENEW_AT_LEFT],
                     )
                     .expect("pacing the renew")
                     .get(0);
                 margins.push(margin);
-                renewed.push(job.renew(worker, LEASE));
-                epochs.push(item(worker, job.id()).epoch);
+                renewed.push(calls::renew(worker, job, LEASE).expect("work_renew"));
+                epochs.push(item(worker, job.id).epoch);
             }
             (renewed, epochs, margins)
         });
@@ -870,7 +851,7 @@ fn a_job_that_keeps_renewing_is_never_reclaimed() {
     assert_eq!(renewed, vec![true; RENEWS], "every renew must succeed");
     assert_eq!(
         epochs,
-        vec![Some(job.epoch()); RENEWS],
+        vec![Some(job.epoch); RENEWS],
         "the epoch never moves"
     );
     for (n, (rounds, stolen)) in polls.iter().enumerate() {
@@ -883,7 +864,7 @@ fn a_job_that_keeps_renewing_is_never_reclaimed() {
     }
     let row = item(&mut observer, target);
     assert_eq!((row.state.as_str(), row.attempts), ("claimed", 1));
-    assert!(job.finish(&mut worker, "job"));
+    assert!(calls::finish(&mut worker, &job, Some(&by("job"))).expect("work_finish"));
     assert_eq!(item(&mut observer, target).state, "done");
 }
 
@@ -896,16 +877,21 @@ fn renew_at_the_edge_loses_to_a_claim_that_came_first() {
     const OWNER: &str = "sync";
     let db = Db::new("race_edge_claim_first");
     let mut observer = db.connect();
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut holder, mut claimer) = (db.connect(), db.connect());
     let (holder_pid, claimer_pid) = (backend_pid(&mut holder), backend_pid(&mut claimer));
 
-    let old = Token::of(OWNER, claim_key(&mut holder, KEY, OWNER, SHORT), "holder");
+    let old = calls::claim_key(&mut holder, QUEUE, KEY, OWNER, SHORT)
+        .expect("work_claim_key")
+        .expect("holder's claim returned no row")
+        .token(OWNER);
     wait_for_lapse(&mut claimer, id);
     let mut tx = claimer.transaction().expect("BEGIN");
-    let new = Token::of(OWNER, claim_key(&mut tx, KEY, OWNER, LONG), "claimer");
+    let new = calls::claim_key(&mut tx, QUEUE, KEY, OWNER, LONG)
+        .expect("work_claim_key")
+        .expect("claimer's claim returned no row");
     let renewed = thread::scope(|s| {
-        let renewer = s.spawn(|| old.renew(&mut holder, LONG));
+        let renewer = s.spawn(|| calls::renew(&mut holder, &old, LONG).expect("work_renew"));
         common::wait_until_blocked(&mut observer, holder_pid, claimer_pid);
         tx.commit().expect("COMMIT of the claim");
         renewer.join().expect("the holder's thread panicked")
@@ -918,14 +904,13 @@ fn renew_at_the_edge_loses_to_a_claim_that_came_first() {
     let row = item(&mut observer, id);
     assert_eq!(
         (row.state.as_str(), row.epoch),
-        ("claimed", Some(new.epoch()))
+        ("claimed", Some(new.epoch))
     );
-    assert_eq!(
-        row.lease_until.as_deref(),
-        Some(new.claim.lease_until.as_str())
+    assert_eq!(row.lease_until.as_deref(), Some(new.lease_until.as_str()));
+    assert!(!calls::finish(&mut holder, &old, Some(&by("holder"))).expect("work_finish"));
+    assert!(
+        calls::finish(&mut claimer, &new.token(OWNER), Some(&by("claimer"))).expect("work_finish")
     );
-    assert!(!old.finish(&mut holder, "holder"));
-    assert!(new.finish(&mut claimer, "claimer"));
 }
 
 /// Scenario 7b. The renew comes first and stays uncommitted past the old
@@ -937,31 +922,49 @@ fn renew_at_the_edge_holds_off_a_claim_that_came_second() {
     const OWNER: &str = "sync";
     let db = Db::new("race_edge_renew_first");
     let mut observer = db.connect();
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut holder, mut claimer) = (db.connect(), db.connect());
 
-    let held = Token::of(OWNER, claim_key(&mut holder, KEY, OWNER, SHORT), "holder");
+    let held = calls::claim_key(&mut holder, QUEUE, KEY, OWNER, SHORT)
+        .expect("work_claim_key")
+        .expect("holder's claim returned no row")
+        .token(OWNER);
     let mut tx = holder.transaction().expect("BEGIN");
-    assert!(held.renew(&mut tx, LONG), "renew before the lease lapsed");
+    assert!(
+        calls::renew(&mut tx, &held, LONG).expect("work_renew"),
+        "renew before the lease lapsed"
+    );
     // The committed row still has the old lease; let it pass on the server.
     wait_for_lapse(&mut observer, id);
-    assert_eq!(claim_key(&mut claimer, KEY, OWNER, LONG), None);
-    assert_eq!(claim(&mut claimer, OWNER, LONG, 10), Vec::new());
+    assert_eq!(
+        calls::claim_key(&mut claimer, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
+    assert_eq!(
+        calls::claim(&mut claimer, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim"),
+        Vec::new()
+    );
     tx.commit().expect("COMMIT of the renew");
 
-    assert_eq!(claim_key(&mut claimer, KEY, OWNER, LONG), None);
-    assert_eq!(claim(&mut claimer, OWNER, LONG, 10), Vec::new());
+    assert_eq!(
+        calls::claim_key(&mut claimer, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
+    assert_eq!(
+        calls::claim(&mut claimer, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim"),
+        Vec::new()
+    );
     let live: bool = observer
         .query_one(
             "SELECT state = 'claimed' AND epoch = $2 \
                     AND lease_until > pg_catalog.clock_timestamp() + interval '1 minute' \
                FROM workfence.items WHERE id = $1",
-            &[&id, &held.epoch()],
+            &[&id, &held.epoch],
         )
         .expect("reading the lease")
         .get(0);
     assert!(live, "the renewed lease must be live, under the same epoch");
-    assert!(held.finish(&mut holder, "holder"));
+    assert!(calls::finish(&mut holder, &held, Some(&by("holder"))).expect("work_finish"));
 }
 
 /// Scenario 7, many times, with the order left to chance: holder and a
@@ -983,27 +986,28 @@ fn renew_and_claim_at_the_edge_never_both_win() {
 
     for round in 0..ROUNDS {
         let key = format!("edge-{round}");
-        let id = enqueue(&mut observer, &key, 0);
-        let held = Token::of(
-            OWNER,
-            claim_key(&mut holder, &key, OWNER, EDGE_LEASE),
-            "holder",
-        );
+        let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(&key));
+        let claimed = calls::claim_key(&mut holder, QUEUE, &key, OWNER, EDGE_LEASE)
+            .expect("work_claim_key")
+            .expect("holder's claim returned no row");
+        let held = claimed.token(OWNER);
         let barrier = Barrier::new(2);
         let (renewed, taken) = thread::scope(|s| {
             let renewer = s.spawn(|| {
                 barrier.wait();
                 holder
-                    .execute(at_the_edge, &[&held.claim.lease_until])
+                    .execute(at_the_edge, &[&claimed.lease_until])
                     .expect("waiting for the edge");
-                held.renew(&mut holder, LONG)
+                calls::renew(&mut holder, &held, LONG).expect("work_renew")
             });
             let taker = s.spawn(|| {
                 barrier.wait();
                 claimer
-                    .execute(at_the_edge, &[&held.claim.lease_until])
+                    .execute(at_the_edge, &[&claimed.lease_until])
                     .expect("waiting for the edge");
-                let mut got = claim(&mut claimer, OWNER, LONG, 1).into_iter();
+                let mut got = calls::claim(&mut claimer, QUEUE, OWNER, LONG, Some(1), None)
+                    .expect("work_claim")
+                    .into_iter();
                 let first = got.next();
                 assert_eq!(got.next(), None, "max_items 1");
                 first
@@ -1023,18 +1027,24 @@ fn renew_and_claim_at_the_edge_never_both_win() {
         match taken {
             None => {
                 renews_won += 1;
-                assert_eq!(row.epoch, Some(held.epoch()), "round {round}");
-                assert!(held.finish(&mut holder, "holder"), "round {round}");
+                assert_eq!(row.epoch, Some(held.epoch), "round {round}");
+                assert!(
+                    calls::finish(&mut holder, &held, Some(&by("holder"))).expect("work_finish"),
+                    "round {round}"
+                );
             }
             Some(taken) => {
                 claims_won += 1;
-                let taken = Token {
-                    owner: OWNER,
-                    claim: taken,
-                };
-                assert_eq!(row.epoch, Some(taken.epoch()), "round {round}");
-                assert!(!held.finish(&mut holder, "holder"), "round {round}");
-                assert!(taken.finish(&mut claimer, "claimer"), "round {round}");
+                let taken = taken.token(OWNER);
+                assert_eq!(row.epoch, Some(taken.epoch), "round {round}");
+                assert!(
+                    !calls::finish(&mut holder, &held, Some(&by("holder"))).expect("work_finish"),
+                    "round {round}"
+                );
+                assert!(
+                    calls::finish(&mut claimer, &taken, Some(&by("claimer"))).expect("work_finish"),
+                    "round {round}"
+                );
             }
         }
         assert_eq!(item(&mut observer, id).state, "done");
@@ -1062,7 +1072,7 @@ fn business_rows(c: &mut Client, id: i64) -> Vec<i64> {
 fn send_mail(c: &mut impl GenericClient, token: &Token) -> Result<u64, postgres::Error> {
     c.execute(
         "INSERT INTO sent_mail VALUES ($1, $2)",
-        &[&token.id(), &token.epoch()],
+        &[&token.id, &token.epoch],
     )
 }
 
@@ -1078,12 +1088,18 @@ fn work_assert_rolls_back_a_stale_worker_and_commits_a_current_one() {
     observer
         .batch_execute(BUSINESS_TABLE)
         .expect("business table");
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut a, mut b) = (db.connect(), db.connect());
 
-    let stale = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    let stale = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT)
+        .expect("work_claim_key")
+        .expect("A's claim returned no row")
+        .token(OWNER);
     wait_for_lapse(&mut observer, id);
-    let current = Token::of(OWNER, claim_key(&mut b, KEY, OWNER, LONG), "B");
+    let current = calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG)
+        .expect("work_claim_key")
+        .expect("B's claim returned no row")
+        .token(OWNER);
     let claimed = item(&mut observer, id);
 
     // Stale, effect first: the assert raises, and even COMMIT keeps nothing.
@@ -1106,20 +1122,18 @@ fn work_assert_rolls_back_a_stale_worker_and_commits_a_current_one() {
 
     // Current: assert, effect, finish, one commit.
     let mut tx = b.transaction().expect("BEGIN");
-    current
-        .assert(&mut tx)
-        .expect("work_assert of the current token");
+    calls::assert(&mut tx, &current).expect("work_assert of the current token");
     assert_eq!(send_mail(&mut tx, &current).expect("B's insert"), 1);
-    assert!(current.finish(&mut tx, "B"));
+    assert!(calls::finish(&mut tx, &current, Some(&by("B"))).expect("work_finish"));
     // Nothing is visible before the commit, then both are.
     assert_eq!(business_rows(&mut observer, id), Vec::<i64>::new());
     assert_eq!(item(&mut observer, id).state, "claimed");
     tx.commit().expect("COMMIT");
-    assert_eq!(business_rows(&mut observer, id), vec![current.epoch()]);
+    assert_eq!(business_rows(&mut observer, id), vec![current.epoch]);
     let done = item(&mut observer, id);
     assert_eq!(
         (done.state.as_str(), done.epoch),
-        ("done", Some(current.epoch()))
+        ("done", Some(current.epoch))
     );
 }
 
@@ -1135,27 +1149,41 @@ fn work_assert_lock_holds_off_a_claim_of_the_lapsed_lease() {
     observer
         .batch_execute(BUSINESS_TABLE)
         .expect("business table");
-    let id = enqueue(&mut observer, KEY, 0);
+    let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut a, mut b) = (db.connect(), db.connect());
 
-    let held = Token::of(OWNER, claim_key(&mut a, KEY, OWNER, SHORT), "A");
+    let held = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT)
+        .expect("work_claim_key")
+        .expect("A's claim returned no row")
+        .token(OWNER);
     wait_for_lapse(&mut observer, id);
 
     let mut tx = a.transaction().expect("BEGIN");
-    held.assert(&mut tx)
-        .expect("a lapsed lease nobody re-claimed is still current");
+    calls::assert(&mut tx, &held).expect("a lapsed lease nobody re-claimed is still current");
     // The lease has lapsed, but the row is locked: B's claims skip it.
-    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
-    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
+    assert_eq!(
+        calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
+    assert_eq!(
+        calls::claim(&mut b, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim"),
+        Vec::new()
+    );
     assert_eq!(send_mail(&mut tx, &held).expect("A's insert"), 1);
-    assert!(held.finish(&mut tx, "A"));
+    assert!(calls::finish(&mut tx, &held, Some(&by("A"))).expect("work_finish"));
     tx.commit().expect("COMMIT");
 
-    assert_eq!(claim_key(&mut b, KEY, OWNER, LONG), None);
-    assert_eq!(claim(&mut b, OWNER, LONG, 10), Vec::new());
-    assert_eq!(business_rows(&mut observer, id), vec![held.epoch()]);
+    assert_eq!(
+        calls::claim_key(&mut b, QUEUE, KEY, OWNER, LONG).expect("work_claim_key"),
+        None
+    );
+    assert_eq!(
+        calls::claim(&mut b, QUEUE, OWNER, LONG, Some(10), None).expect("work_claim"),
+        Vec::new()
+    );
+    assert_eq!(business_rows(&mut observer, id), vec![held.epoch]);
     let done = item(&mut observer, id);
     assert_eq!(done.state, "done");
-    assert_eq!((done.epoch, done.attempts), (Some(held.epoch()), 1));
+    assert_eq!((done.epoch, done.attempts), (Some(held.epoch), 1));
     assert_eq!(done.result, Some(json!({"by": "A"})));
 }

@@ -169,3 +169,22 @@ pub fn connect_long_poller(cluster: &Cluster, database: &str) -> Client {
     );
     client
 }
+
+/// [`calls::enqueue`](workfence_harness::calls::enqueue), failing the test on
+/// an error: the id, key and `inserted`.
+pub fn enqueued(
+    c: &mut impl postgres::GenericClient,
+    item: &workfence_harness::calls::Enqueue,
+) -> workfence_harness::calls::Enqueued {
+    ok(workfence_harness::calls::enqueue(c, item), "work_enqueue")
+}
+
+/// [`enqueued`] of an item that must be new (`inserted`); its id.
+pub fn enqueue_new(
+    c: &mut impl postgres::GenericClient,
+    item: &workfence_harness::calls::Enqueue,
+) -> i64 {
+    let enqueued = enqueued(c, item);
+    assert!(enqueued.inserted, "{} was enqueued before", enqueued.key);
+    enqueued.id
+}
