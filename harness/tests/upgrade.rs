@@ -24,7 +24,7 @@ use postgres::Client;
 use workfence_harness::Cluster;
 
 /// The released versions, whose frozen install scripts are in `sql/`.
-const RELEASED: [&str; 3] = ["0.1.0", "0.2.0", "0.3.0"];
+const RELEASED: [&str; 4] = ["0.1.0", "0.2.0", "0.3.0", "0.4.0"];
 
 /// One line per property of every object that belongs to the extension,
 /// sorted: equal for two databases exactly when their extensions are.
