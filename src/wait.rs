@@ -137,14 +137,14 @@ pub fn init() {
 ///
 /// ```sql
 /// SELECT l.pid
-///   FROM pg_catalog.pg_locks AS l
+///   FROM pg_locks AS l
 ///  WHERE l.locktype = 'advisory'
-///    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d
-///                       WHERE d.datname = pg_catalog.current_database())
-///    AND l.classid = 1464235892::pg_catalog.oid
-///    AND l.objid = pg_catalog.hashtext('mail')::pg_catalog.oid
+///    AND l.database = (SELECT d.oid FROM pg_database AS d
+///                       WHERE d.datname = current_database())
+///    AND l.classid = 1464235892
+///    AND l.objid = hashtext('mail')::oid
 ///    AND l.objsubid = 2
-///    AND l.granted
+///    AND l.granted;
 /// ```
 ///
 /// (`harness/tests/first_use.rs` runs exactly this query against a waiting

@@ -35,12 +35,12 @@ const QUEUE: &str = "mail";
 /// the advisory lock `(0x57467774, hashtext(queue))`, "WFwt").
 const WAITERS: &str = "\
 SELECT l.pid
-  FROM pg_catalog.pg_locks AS l
+  FROM pg_locks AS l
  WHERE l.locktype = 'advisory'
-   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d
-                      WHERE d.datname = pg_catalog.current_database())
-   AND l.classid = 1464235892::pg_catalog.oid
-   AND l.objid = pg_catalog.hashtext('mail')::pg_catalog.oid
+   AND l.database = (SELECT d.oid FROM pg_database AS d
+                      WHERE d.datname = current_database())
+   AND l.classid = 1464235892
+   AND l.objid = hashtext('mail')::oid
    AND l.objsubid = 2
    AND l.granted";
 
