@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::ok;
 use postgres::Client;
+use workfence_harness::calls::{self, Enqueue, RunAt, Token};
 use workfence_harness::Cluster;
 
 /// The queue every test uses (each test has its own database).
@@ -66,14 +67,11 @@ struct Returned {
 
 /// `work_claim(QUEUE, 'w', '1 minute', max_items, wait)` on `c`.
 fn claim(c: &mut Client, max_items: i32, wait: &str) -> Result<Returned, postgres::Error> {
-    let rows = c.query(
-        "SELECT id, epoch, lease_until::text FROM workfence.work_claim($1, 'w', '1 minute', $2, $3::text::interval)",
-        &[&QUEUE, &max_items, &wait],
-    )?;
+    let claims = calls::claim(c, QUEUE, "w", "1 minute", Some(max_items), Some(wait))?;
     Ok(Returned {
-        items: rows
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
+        items: claims
+            .into_iter()
+            .map(|claim| (claim.id, claim.epoch, claim.lease_until))
             .collect(),
         at: Instant::now(),
     })
@@ -92,14 +90,7 @@ fn wait_until_waiting(observer: &mut Client, pid: i32) {
 }
 
 fn enqueue(c: &mut Client, key: &str) -> i64 {
-    ok(
-        c.query_one(
-            "SELECT id FROM workfence.work_enqueue($1, '{}', $2)",
-            &[&QUEUE, &key],
-        ),
-        "enqueue",
-    )
-    .get(0)
+    common::enqueue_new(c, &Enqueue::new(QUEUE).key(key))
 }
 
 /// Starts a claimer on a new connection and returns once it is seen waiting.
@@ -126,14 +117,7 @@ fn an_enqueue_wakes_a_waiting_claim_when_it_commits() {
         // Uncommitted, the item is invisible and no wake-up is sent: the
         // claimer is still asleep after the enqueue statement.
         let mut tx = ok(main.transaction(), "BEGIN");
-        let id: i64 = ok(
-            tx.query_one(
-                "SELECT id FROM workfence.work_enqueue($1, '{}', 'k1')",
-                &[&QUEUE],
-            ),
-            "enqueue",
-        )
-        .get(0);
+        let id = common::enqueue_new(&mut tx, &Enqueue::new(QUEUE).key("k1"));
         ok(tx.commit(), "COMMIT");
         let committed = Instant::now();
         let got = ok(claimer.join().expect("claimer thread"), "waiting claim");
@@ -155,11 +139,10 @@ fn a_release_wakes_a_waiting_claim() {
     let epoch = held.items[0].1;
     thread::scope(|s| {
         let claimer = waiting_claimer(s, &cluster, "wake_on_release", &mut main, LONG_WAIT);
-        let released: bool = ok(
-            main.query_one("SELECT workfence.work_release($1, 'w', $2)", &[&id, &epoch]),
+        let released = ok(
+            calls::release(&mut main, &Token::new(id, "w", epoch), None),
             "release",
-        )
-        .get(0);
+        );
         assert!(released);
         let committed = Instant::now();
         let got = ok(claimer.join().expect("claimer thread"), "waiting claim");
@@ -178,15 +161,12 @@ fn a_run_at_reached_on_the_server_clock_ends_the_wait() {
     let mut main = database(&cluster, "wake_on_run_at");
     thread::scope(|s| {
         let claimer = waiting_claimer(s, &cluster, "wake_on_run_at", &mut main, LONG_WAIT);
-        let id: i64 = ok(
-            main.query_one(
-                "SELECT id FROM workfence.work_enqueue($1, '{}', 'later',
-                        pg_catalog.clock_timestamp() + interval '1 second')",
-                &[&QUEUE],
-            ),
-            "enqueue for later",
-        )
-        .get(0);
+        let id = common::enqueue_new(
+            &mut main,
+            &Enqueue::new(QUEUE)
+                .key("later")
+                .run_at(RunAt::In("1 second".into())),
+        );
         let run_at: String = ok(
             main.query_one(
                 "SELECT run_at::text FROM workfence.items WHERE id = $1",
@@ -223,14 +203,8 @@ fn a_lapsed_lease_is_picked_up_by_a_waiting_claim() {
     let mut main = database(&cluster, "wake_on_lapse");
     let id = enqueue(&mut main, "k1");
     let held: (i64, String) = {
-        let row = ok(
-            main.query_one(
-                "SELECT epoch, lease_until::text FROM workfence.work_claim($1, 'dead worker', '1 second')",
-                &[&QUEUE],
-            ),
-            "claim with a short lease",
-        );
-        (row.get(0), row.get(1))
+        let claim = common::claimed_one(&mut main, QUEUE, "dead worker", "1 second");
+        (claim.epoch, claim.lease_until)
     };
     thread::scope(|s| {
         let claimer = waiting_claimer(s, &cluster, "wake_on_lapse", &mut main, LONG_WAIT);
@@ -423,7 +397,7 @@ fn one_call_sleeps_at_most_long_poll_max() {
     let mut c = database(&cluster, "long_poll_max");
     // Any call loads the library, which defines the setting.
     ok(
-        c.batch_execute("SELECT workfence.work_lease_status(1, 'w', 1)"),
+        calls::lease_status(&mut c, &Token::new(1, "w", 1)),
         "load the library",
     );
     assert_eq!(
@@ -460,17 +434,18 @@ fn a_claim_that_stopped_waiting_leaves_the_waiters_list_at_once() {
     // listed as a waiter, commits would wake it in a real waiter's place.
     let mut tx = ok(c.transaction(), "BEGIN");
     let got = ok(
-        tx.query(
-            "SELECT id FROM workfence.work_claim($1, 'w', '1 minute', 1, '1 second')",
-            &[&QUEUE],
-        ),
+        calls::claim(&mut tx, QUEUE, "w", "1 minute", Some(1), Some("1 second")),
         "a waiting claim that finds an item",
     );
     assert_eq!(got.len(), 1);
     let empty = ok(
-        tx.query(
-            "SELECT id FROM workfence.work_claim($1, 'w', '1 minute', 1, '50 milliseconds')",
-            &[&QUEUE],
+        calls::claim(
+            &mut tx,
+            QUEUE,
+            "w",
+            "1 minute",
+            Some(1),
+            Some("50 milliseconds"),
         ),
         "a waiting claim that ends empty",
     );

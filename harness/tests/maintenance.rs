@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use common::ok;
 use postgres::Client;
+use workfence_harness::calls::{self, Token};
 use workfence_harness::Cluster;
 
 /// `pg_stat_activity.backend_type` of a round worker (its `bgw_type`).
@@ -117,29 +118,24 @@ fn alter_system(admin: &mut Client, name: &str, value: &str) {
     );
 }
 
-/// A done item `key` in queue 'q' of `client`'s database, finished two
-/// hours ago (older than the retention).
-fn old_done_item(client: &mut Client, key: &str) {
-    ok(
-        client.execute("SELECT workfence.work_enqueue('q', '{}', $1)", &[&key]),
-        "enqueue",
-    );
+/// A done item `key` in queue 'q' of `client`'s database, finished `ago`
+/// (an interval) ago.
+fn done_item(client: &mut Client, key: &str, ago: &str) {
+    let token = common::enqueued_and_claimed(client, "q", key, "w", "1 hour");
+    ok(calls::finish(client, &token, None), "finish");
     ok(
         client.execute(
-            "SELECT workfence.work_finish(c.id, 'w', c.epoch)
-               FROM workfence.work_claim_key('q', $1, 'w', '1 hour') AS c",
-            &[&key],
-        ),
-        "claim and finish",
-    );
-    ok(
-        client.execute(
-            "UPDATE workfence.items SET finished_at = clock_timestamp() - interval '2 hours'
+            "UPDATE workfence.items SET finished_at = clock_timestamp() - $2::text::interval
               WHERE key = $1",
-            &[&key],
+            &[&key, &ago],
         ),
-        "finished two hours ago",
+        "finished in the past",
     );
+}
+
+/// A done item `key`, finished two hours ago (older than the retention).
+fn old_done_item(client: &mut Client, key: &str) {
+    done_item(client, key, "2 hours");
 }
 
 /// The state of item `key` of queue 'q', if it still exists.
@@ -215,7 +211,7 @@ fn the_preloaded_worker_dead_letters_and_purges() {
          WHERE key IN ('lapsed_retry', 'lapsed_final');
         COMMIT;";
     ok(client.batch_execute(setup), "setting up the items");
-    let final_token: (i64, i64) = {
+    let final_token: Token = {
         let row = ok(
             client.query_one(
                 "SELECT id, epoch FROM workfence.items WHERE key = 'lapsed_final'",
@@ -223,7 +219,7 @@ fn the_preloaded_worker_dead_letters_and_purges() {
             ),
             "reading the final attempt's token",
         );
-        (row.get(0), row.get(1))
+        Token::new(row.get(0), "w", row.get(1))
     };
 
     set_database(&mut admin, db);
@@ -257,14 +253,10 @@ fn the_preloaded_worker_dead_letters_and_purges() {
     );
     assert!(row.get::<_, bool>(1), "lease_until is cleared");
     assert!(row.get::<_, bool>(2), "finished_at is set");
-    let finished: bool = ok(
-        client.query_one(
-            "SELECT workfence.work_finish($1, 'w', $2)",
-            &[&final_token.0, &final_token.1],
-        ),
+    let finished = ok(
+        calls::finish(&mut client, &final_token, None),
         "work_finish",
-    )
-    .get(0);
+    );
     assert!(!finished, "the dead-lettered token's finish is refused");
 
     // An ERROR in a round: a trigger refuses the purge's DELETE. The round
@@ -418,15 +410,7 @@ fn without_preloading_no_worker_runs_and_purge_works() {
     ok(cluster.create_database(db), "creating the database");
     let mut client = ok(cluster.connect_to(db), "connecting");
 
-    ok(
-        client.batch_execute(
-            "SELECT workfence.work_enqueue('q', '{}', 'a');
-             SELECT workfence.work_finish(c.id, 'w', c.epoch)
-               FROM workfence.work_claim_key('q', 'a', 'w', '1 hour') AS c;
-             UPDATE workfence.items SET finished_at = clock_timestamp() - interval '8 days';",
-        ),
-        "finishing an item eight days ago",
-    );
+    done_item(&mut client, "a", "8 days");
     assert_eq!(
         workers(&mut client),
         0,
@@ -434,10 +418,6 @@ fn without_preloading_no_worker_runs_and_purge_works() {
     );
     // This session has loaded the library: the settings are defined.
     assert_eq!(show(&mut client, "workfence.retention"), "7d");
-    let purged: i64 = ok(
-        client.query_one("SELECT workfence.work_purge()", &[]),
-        "work_purge",
-    )
-    .get(0);
+    let purged = ok(calls::purge(&mut client, None, None), "work_purge");
     assert_eq!(purged, 1);
 }

@@ -35,11 +35,12 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use common::{connect_as, ok};
 
 use postgres::Client;
+use serde_json::json;
+use workfence_harness::calls::{self, Claim, Enqueue, RunAt, Token};
 use workfence_harness::Cluster;
 
 /// The application_name of the role connections (pg_stat_activity).
@@ -291,14 +292,16 @@ fn a_worker_changes_an_item_only_through_its_token() {
     let mut monitor = connect_as(&cluster, db, MONITOR, SESSION_NAME);
 
     // The submitter submits; it may not claim.
-    let row = ok(
-        submitter.query_one(
-            "SELECT id, inserted FROM workfence.work_enqueue('mail', '{\"to\": \"ada\"}', 'welcome')",
-            &[],
+    let enqueued = ok(
+        calls::enqueue(
+            &mut submitter,
+            &Enqueue::new("mail")
+                .key("welcome")
+                .payload(json!({"to": "ada"})),
         ),
         "enqueue",
     );
-    let (id, inserted): (i64, bool) = (row.get(0), row.get(1));
+    let (id, inserted) = (enqueued.id, enqueued.inserted);
     assert!(inserted);
     assert_denied(
         &mut submitter,
@@ -307,26 +310,23 @@ fn a_worker_changes_an_item_only_through_its_token() {
     );
 
     // The worker claims and renews with its token.
-    let row = ok(
-        worker.query_one(
-            "SELECT id, epoch FROM workfence.work_claim('mail', 'mailer', '1 minute')",
-            &[],
-        ),
-        "claim",
-    );
-    let (claimed, epoch): (i64, i64) = (row.get(0), row.get(1));
+    let claim = common::claimed_one(&mut worker, "mail", "mailer", "1 minute");
+    let (claimed, epoch) = (claim.id, claim.epoch);
     assert_eq!(claimed, id);
-    let token_call = |client: &mut Client, sql: &str, owner: &str, epoch: i64| -> bool {
-        ok(client.query_one(sql, &[&id, &owner, &epoch]), sql).get(0)
+    let sent = json!({"sent": true});
+    let finish = |client: &mut Client, owner: &str, epoch: i64| -> bool {
+        ok(
+            calls::finish(client, &Token::new(id, owner, epoch), Some(&sent)),
+            "finish",
+        )
     };
-    let renew = "SELECT workfence.work_renew($1, $2, $3, '1 minute')";
-    let finish = "SELECT workfence.work_finish($1, $2, $3, '{\"sent\": true}')";
-    assert!(token_call(&mut worker, renew, "mailer", epoch));
+    let token = claim.token("mailer");
+    assert!(ok(calls::renew(&mut worker, &token, "1 minute"), "renew"));
 
     // Without the current token nothing is finished...
-    assert!(!token_call(&mut worker, finish, "mailer", epoch - 1));
-    assert!(!token_call(&mut worker, finish, "mailer", epoch + 1));
-    assert!(!token_call(&mut worker, finish, "other", epoch));
+    assert!(!finish(&mut worker, "mailer", epoch - 1));
+    assert!(!finish(&mut worker, "mailer", epoch + 1));
+    assert!(!finish(&mut worker, "other", epoch));
     // ... and there is no way around the functions.
     for sql in [
         format!("UPDATE workfence.items SET state = 'done' WHERE id = {id}"),
@@ -352,24 +352,11 @@ fn a_worker_changes_an_item_only_through_its_token() {
 
     // With its token, under work_assert, the worker finishes the item.
     let mut tx = ok(worker.transaction(), "BEGIN");
-    ok(
-        tx.execute(
-            "SELECT workfence.work_assert($1, 'mailer', $2)",
-            &[&id, &epoch],
-        ),
-        "assert",
-    );
-    let finished: bool = ok(tx.query_one(finish, &[&id, &"mailer", &epoch]), "finish").get(0);
+    ok(calls::assert(&mut tx, &token), "assert");
+    let finished = ok(calls::finish(&mut tx, &token, Some(&sent)), "finish");
     assert!(finished);
     ok(tx.commit(), "COMMIT");
-    let status: String = ok(
-        worker.query_one(
-            "SELECT workfence.work_lease_status($1, 'mailer', $2)",
-            &[&id, &epoch],
-        ),
-        "lease status",
-    )
-    .get(0);
+    let status = ok(calls::lease_status(&mut worker, &token), "lease status");
     assert_eq!(status, "finished");
     holds(
         &mut admin,
@@ -379,26 +366,15 @@ fn a_worker_changes_an_item_only_through_its_token() {
 
     // The submitter withdraws another item; the monitor reads the figures,
     // and nothing else.
-    ok(
-        submitter.batch_execute("SELECT workfence.work_enqueue('mail', '{}', 'later')"),
-        "enqueue",
-    );
-    let cancelled: bool = ok(
-        submitter.query_one("SELECT workfence.work_cancel('mail', 'later')", &[]),
-        "cancel",
-    )
-    .get(0);
+    common::enqueue_new(&mut submitter, &Enqueue::new("mail").key("later"));
+    let cancelled = ok(calls::cancel(&mut submitter, "mail", "later"), "cancel");
     assert!(cancelled);
-    let row = ok(
-        monitor.query_one(
-            &format!(
-                "SELECT pending, claimed, done, cancelled FROM {STATS_VIEW} WHERE queue = 'mail'"
-            ),
-            &[],
-        ),
-        "stats",
-    );
-    let figures: (i64, i64, i64, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    let stats = ok(calls::queue_stats(&mut monitor), "stats");
+    let mail = stats
+        .iter()
+        .find(|queue| queue.queue == "mail")
+        .expect("a row for mail");
+    let figures = (mail.pending, mail.claimed, mail.done, mail.cancelled);
     assert_eq!(figures, (0, 0, 1, 1));
     for sql in [
         "SELECT * FROM workfence.work_claim('mail', 'monitor', '1 minute')",
@@ -623,39 +599,15 @@ fn calls(attacker: &mut Client) -> Vec<(String, String)> {
     .collect()
 }
 
-/// A claimed item as the hostile session got it.
-struct Claimed {
-    id: i64,
-    key: String,
-    epoch: i64,
-    attempt: i32,
-}
-
-fn claimed(rows: Vec<postgres::Row>) -> Vec<Claimed> {
-    rows.iter()
-        .map(|row| Claimed {
-            id: row.get("id"),
-            key: row.get("key"),
-            epoch: row.get("epoch"),
-            attempt: row.get("attempt"),
-        })
-        .collect()
-}
-
 /// Every function of the extension, called from `hostile` (whose own queries
 /// would call the shadows), with each result checked, and each item's row
 /// checked by the superuser on a clean `search_path`.
 fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
     const OWNER: &str = "w";
     let enqueue = |client: &mut Client, key: &str| -> (i64, bool) {
-        let row = ok(
-            client.query_one(
-                "SELECT id, inserted FROM workfence.work_enqueue($1, '{\"n\": 1}', $2)",
-                &[&queue, &key],
-            ),
-            "enqueue",
-        );
-        (row.get(0), row.get(1))
+        let item = Enqueue::new(queue).key(key).payload(json!({"n": 1}));
+        let enqueued = ok(calls::enqueue(client, &item), "enqueue");
+        (enqueued.id, enqueued.inserted)
     };
     let mut ids = Vec::new();
     for key in ["a", "b", "c", "d", "e", "f", "g"] {
@@ -669,34 +621,24 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
     };
 
     // Claims: two at once, one with a (zero) wait, one by key.
-    let two = claimed(ok(
-        hostile.query(
-            "SELECT * FROM workfence.work_claim($1, $2, '1 minute', 2)",
-            &[&queue, &OWNER],
-        ),
+    let two = ok(
+        calls::claim(hostile, queue, OWNER, "1 minute", Some(2), None),
         "claim",
-    ));
+    );
     let keys: Vec<&str> = two.iter().map(|item| item.key.as_str()).collect();
     assert_eq!(keys, ["a", "b"], "claim order");
-    let third = claimed(ok(
-        hostile.query(
-            "SELECT * FROM workfence.work_claim($1, $2, '1 minute', 1, '0')",
-            &[&queue, &OWNER],
-        ),
+    let third = ok(
+        calls::claim(hostile, queue, OWNER, "1 minute", Some(1), Some("0")),
         "claim with wait",
-    ));
+    );
     assert_eq!(third.len(), 1);
     assert_eq!(third[0].key, "c");
-    let claim_key = |client: &mut Client, key: &str| -> Claimed {
-        let mut rows = claimed(ok(
-            client.query(
-                "SELECT * FROM workfence.work_claim_key($1, $2, $3, '1 minute')",
-                &[&queue, &key, &OWNER],
-            ),
+    let claim_key = |client: &mut Client, key: &str| -> Claim {
+        ok(
+            calls::claim_key(client, queue, key, OWNER, "1 minute"),
             "claim_key",
-        ));
-        assert_eq!(rows.len(), 1, "claim_key {key}");
-        rows.remove(0)
+        )
+        .unwrap_or_else(|| panic!("claim_key {key}: nothing claimed"))
     };
     let fourth = claim_key(hostile, "d");
     let mut epochs = BTreeSet::new();
@@ -716,15 +658,11 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
     }
     let (ea, eb, ec, ed) = (two[0].epoch, two[1].epoch, third[0].epoch, fourth.epoch);
 
-    let token = |client: &mut Client, sql: &str, id: i64, epoch: i64| -> bool {
-        ok(client.query_one(sql, &[&id, &OWNER, &epoch]), sql).get(0)
-    };
+    let token = |id: i64, epoch: i64| Token::new(id, OWNER, epoch);
     // Renew, finish (twice, then with another item's epoch).
-    assert!(token(
-        hostile,
-        "SELECT workfence.work_renew($1, $2, $3, '10 minutes')",
-        a,
-        ea
+    assert!(ok(
+        calls::renew(hostile, &token(a, ea), "10 minutes"),
+        "renew"
     ));
     holds(
         admin,
@@ -732,34 +670,34 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
         "lease_until BETWEEN clock_timestamp() + interval '9 minutes' \
                          AND clock_timestamp() + interval '10 minutes'",
     );
-    let finish = "SELECT workfence.work_finish($1, $2, $3, '{\"ok\": true}')";
-    assert!(token(hostile, finish, a, ea));
-    assert!(token(hostile, finish, a, ea), "a repeated finish");
-    assert!(!token(hostile, finish, a, eb), "another item's epoch");
+    let result = json!({"ok": true});
+    let mut finish = |id: i64, epoch: i64| -> bool {
+        ok(
+            calls::finish(hostile, &token(id, epoch), Some(&result)),
+            "finish",
+        )
+    };
+    assert!(finish(a, ea));
+    assert!(finish(a, ea), "a repeated finish");
+    assert!(!finish(a, eb), "another item's epoch");
     holds(
         admin,
         a,
         &format!("state = 'done' AND epoch = {ea} AND result = '{{\"ok\": true}}'"),
     );
     // Finish many.
-    let rows = ok(
-        hostile.query(
-            "SELECT id, finished FROM workfence.work_finish_many($1, $2, $3)",
-            &[&OWNER, &vec![b, c], &vec![eb, ec]],
-        ),
+    let finished = ok(
+        calls::finish_many(hostile, OWNER, &[b, c], &[eb, ec], None),
         "finish_many",
     );
-    let finished: Vec<(i64, bool)> = rows.iter().map(|row| (row.get(0), row.get(1))).collect();
     assert_eq!(finished, [(b, true), (c, true)]);
     for id in [b, c] {
         holds(admin, id, "state = 'done' AND finished_at IS NOT NULL");
     }
     // Release with a delay.
-    assert!(token(
-        hostile,
-        "SELECT workfence.work_release($1, $2, $3, '1 hour')",
-        d,
-        ed
+    assert!(ok(
+        calls::release(hostile, &token(d, ed), Some("1 hour")),
+        "release"
     ));
     holds(
         admin,
@@ -770,11 +708,9 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
     );
     // Fail with retry_in, and with the backoff (attempt 1: 1 to 2 seconds).
     let fifth = claim_key(hostile, "e");
-    assert!(token(
-        hostile,
-        "SELECT workfence.work_fail($1, $2, $3, 'boom', '2 hours')",
-        e,
-        fifth.epoch
+    assert!(ok(
+        calls::fail(hostile, &token(e, fifth.epoch), "boom", Some("2 hours")),
+        "fail"
     ));
     holds(
         admin,
@@ -784,11 +720,9 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
                         AND clock_timestamp() + interval '2 hours'",
     );
     let sixth = claim_key(hostile, "f");
-    assert!(token(
-        hostile,
-        "SELECT workfence.work_fail($1, $2, $3, 'boom')",
-        f,
-        sixth.epoch
+    assert!(ok(
+        calls::fail(hostile, &token(f, sixth.epoch), "boom", None),
+        "fail"
     ));
     holds(
         admin,
@@ -800,33 +734,21 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
     // Assert and lease status in one transaction, then cancel.
     let seventh = claim_key(hostile, "g");
     let mut tx = ok(hostile.transaction(), "BEGIN");
-    ok(
-        tx.execute(
-            "SELECT workfence.work_assert($1, $2, $3)",
-            &[&g, &OWNER, &seventh.epoch],
-        ),
-        "assert",
-    );
-    let status: String = ok(
-        tx.query_one(
-            "SELECT workfence.work_lease_status($1, $2, $3)",
-            &[&g, &OWNER, &seventh.epoch],
-        ),
+    ok(calls::assert(&mut tx, &token(g, seventh.epoch)), "assert");
+    let status = ok(
+        calls::lease_status(&mut tx, &token(g, seventh.epoch)),
         "lease status",
-    )
-    .get(0);
+    );
     assert_eq!(status, "current");
     ok(tx.commit(), "COMMIT");
-    let cancelled: bool = ok(
-        hostile.query_one("SELECT workfence.work_cancel($1, 'g')", &[&queue]),
-        "cancel",
-    )
-    .get(0);
+    let cancelled = ok(calls::cancel(hostile, queue, "g"), "cancel");
     assert!(cancelled);
     holds(admin, g, "state = 'cancelled'");
     let status = |client: &mut Client, id: i64, owner: &str, epoch: i64| -> String {
-        let sql = "SELECT workfence.work_lease_status($1, $2, $3)";
-        ok(client.query_one(sql, &[&id, &owner, &epoch]), sql).get(0)
+        ok(
+            calls::lease_status(client, &Token::new(id, owner, epoch)),
+            "lease status",
+        )
     };
     assert_eq!(status(hostile, a, OWNER, ea), "finished");
     assert_eq!(status(hostile, g, OWNER, seventh.epoch), "cancelled");
@@ -835,29 +757,25 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
 
     // A long poll that waits: a queue whose only item is due in an hour.
     let later = format!("{queue}-later");
-    let in_an_hour = SystemTime::now() + Duration::from_secs(3600);
-    ok(
-        hostile.execute(
-            "SELECT workfence.work_enqueue($1, '{}', 'x', $2)",
-            &[&later, &in_an_hour],
-        ),
-        "enqueue for later",
-    );
+    let in_an_hour = Enqueue::new(&later)
+        .key("x")
+        .run_at(RunAt::In("1 hour".into()));
+    ok(calls::enqueue(hostile, &in_an_hour), "enqueue for later");
     let rows = ok(
-        hostile.query(
-            "SELECT * FROM workfence.work_claim($1, $2, '1 minute', 1, '20 milliseconds')",
-            &[&later, &OWNER],
+        calls::claim(
+            hostile,
+            &later,
+            OWNER,
+            "1 minute",
+            Some(1),
+            Some("20 milliseconds"),
         ),
         "claim with a wait",
     );
     assert!(rows.is_empty(), "nothing is due in {later}");
 
     // Purge what is finished: a, b, c (done) and g (cancelled).
-    let purged: i64 = ok(
-        hostile.query_one("SELECT workfence.work_purge('0', $1)", &[&queue]),
-        "purge",
-    )
-    .get(0);
+    let purged = ok(calls::purge(hostile, Some("0"), Some(queue)), "purge");
     assert_eq!(purged, 4);
     let left: Vec<i64> = ok(
         admin.query(
@@ -1080,18 +998,11 @@ fn the_grants_survive_pg_dump_and_restore() {
     // And they work: the roles do their part, PUBLIC still nothing.
     let mut submitter = connect_as(&cluster, "privileges_restored", SUBMITTER, SESSION_NAME);
     ok(
-        submitter.batch_execute("SELECT workfence.work_enqueue('q', '{}', 'k')"),
+        calls::enqueue(&mut submitter, &Enqueue::new("q").key("k")),
         "enqueue after the restore",
     );
     let mut worker = connect_as(&cluster, "privileges_restored", WORKER, SESSION_NAME);
-    let key: String = ok(
-        worker.query_one(
-            "SELECT key FROM workfence.work_claim('q', 'w', '1 minute')",
-            &[],
-        ),
-        "claim after the restore",
-    )
-    .get(0);
+    let key = common::claimed_one(&mut worker, "q", "w", "1 minute").key;
     assert_eq!(key, "k");
     let mut nobody = connect_as(&cluster, "privileges_restored", NOBODY, SESSION_NAME);
     assert_denied(

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use common::{ok, scalar};
 use postgres::error::SqlState;
 use postgres::Client;
+use workfence_harness::calls::{self, Enqueue, Token};
 use workfence_harness::scenario::wait_for_lease_lapse;
 use workfence_harness::Cluster;
 
@@ -38,25 +39,6 @@ fn database(cluster: &Cluster, name: &str) -> Client {
         "the business table",
     );
     c
-}
-
-/// Enqueues `key` and claims it as `owner` under `lease`; returns (id, epoch).
-fn claim(c: &mut Client, key: &str, owner: &str, lease: &str) -> (i64, i64) {
-    ok(
-        c.execute(
-            "SELECT workfence.work_enqueue($1, '{}', $2)",
-            &[&QUEUE, &key],
-        ),
-        "enqueue",
-    );
-    let row = ok(
-        c.query_one(
-            "SELECT id, epoch FROM workfence.work_claim_key($1, $2, $3, $4::text::interval)",
-            &[&QUEUE, &key, &owner, &lease],
-        ),
-        "claim",
-    );
-    (row.get(0), row.get(1))
 }
 
 fn sqlstate(result: Result<impl Sized, postgres::Error>) -> SqlState {
@@ -92,7 +74,9 @@ fn a_stale_worker_cannot_commit_after_a_rolled_back_savepoint_released_the_lock(
     let mut b = ok(cluster.connect_to("fence_savepoint"), "worker B");
     for (n, (shape, template)) in SHAPES.iter().enumerate() {
         let key = format!("job-{n}");
-        let (id, a_epoch) = claim(&mut a, &key, "laptop", "300 milliseconds");
+        let Token {
+            id, epoch: a_epoch, ..
+        } = common::enqueued_and_claimed(&mut a, QUEUE, &key, "laptop", "300 milliseconds");
         // A asserts inside a subtransaction that rolls back, then writes.
         ok(
             a.batch_execute(&format!(
@@ -104,20 +88,22 @@ fn a_stale_worker_cannot_commit_after_a_rolled_back_savepoint_released_the_lock(
         // The row lock is gone: A's lease lapses and B (same owner name)
         // claims and finishes under a newer epoch.
         ok(wait_for_lease_lapse(&mut b, id), "A's lease lapses");
-        let b_epoch: i64 = scalar(
-            &mut b,
-            "SELECT epoch FROM workfence.work_claim_key($1, $2, 'laptop', '1 minute')",
-            &[&QUEUE, &key],
-        );
+        let b_token = ok(
+            calls::claim_key(&mut b, QUEUE, &key, "laptop", "1 minute"),
+            "B's claim",
+        )
+        .expect("claimable once the lease lapsed")
+        .token("laptop");
+        let b_epoch = b_token.epoch;
         assert!(b_epoch > a_epoch);
+        let mut tx = ok(b.transaction(), "B's BEGIN");
+        ok(calls::assert(&mut tx, &b_token), "B's work_assert");
         ok(
-            b.batch_execute(&format!(
-                "BEGIN; SELECT workfence.work_assert({id}, 'laptop', {b_epoch}); \
-                 INSERT INTO sent VALUES ('B', {b_epoch}); \
-                 SELECT workfence.work_finish({id}, 'laptop', {b_epoch}); COMMIT"
-            )),
-            "B's transaction",
+            tx.execute("INSERT INTO sent VALUES ('B', $1)", &[&b_epoch]),
+            "B's write",
         );
+        ok(calls::finish(&mut tx, &b_token, None), "B's work_finish");
+        ok(tx.commit(), "B's COMMIT");
         // A's commit re-checks the token and fails; its write is gone.
         let err = a.batch_execute("COMMIT").expect_err("A's commit must fail");
         let db = err.as_db_error().expect("a server error");
@@ -156,7 +142,8 @@ fn a_rolled_back_savepoint_under_a_current_lease_commits() {
     let mut a = database(&cluster, "fence_current");
     for (n, (shape, template)) in SHAPES.iter().enumerate() {
         let key = format!("job-{n}");
-        let (id, epoch) = claim(&mut a, &key, "laptop", "1 minute");
+        let Token { id, epoch, .. } =
+            common::enqueued_and_claimed(&mut a, QUEUE, &key, "laptop", "1 minute");
         ok(
             a.batch_execute(&format!(
                 "BEGIN; {} INSERT INTO sent VALUES ('A', {epoch}); \
@@ -184,19 +171,20 @@ fn a_rolled_back_savepoint_under_a_current_lease_commits() {
 fn a_long_poll_is_refused_at_once_where_the_snapshot_is_fixed() {
     let cluster = cluster();
     let mut c = database(&cluster, "wait_isolation");
-    ok(
-        c.execute("SELECT workfence.work_enqueue($1, '{}', 'k')", &[&QUEUE]),
-        "enqueue",
-    );
+    common::enqueue_new(&mut c, &Enqueue::new(QUEUE).key("k"));
     for level in ["REPEATABLE READ", "SERIALIZABLE"] {
         ok(
             c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")),
             "BEGIN",
         );
         let started = Instant::now();
-        let code = sqlstate(c.query(
-            "SELECT * FROM workfence.work_claim($1, 'w', '1 minute', 1, '30 seconds')",
-            &[&QUEUE],
+        let code = sqlstate(calls::claim(
+            &mut c,
+            QUEUE,
+            "w",
+            "1 minute",
+            Some(1),
+            Some("30 seconds"),
         ));
         assert_eq!(code, SqlState::INVALID_TRANSACTION_STATE, "{level}");
         assert!(
@@ -211,10 +199,7 @@ fn a_long_poll_is_refused_at_once_where_the_snapshot_is_fixed() {
         "BEGIN",
     );
     let got = ok(
-        c.query(
-            "SELECT id FROM workfence.work_claim($1, 'w', '1 minute', 1, '0')",
-            &[&QUEUE],
-        ),
+        calls::claim(&mut c, QUEUE, "w", "1 minute", Some(1), Some("0")),
         "claim without a wait",
     );
     assert_eq!(got.len(), 1);
@@ -226,26 +211,33 @@ fn lease_status_answers_from_the_statements_snapshot() {
     let cluster = cluster();
     let mut a = database(&cluster, "status_snapshot");
     let mut b = ok(cluster.connect_to("status_snapshot"), "B");
-    let (id, epoch) = claim(&mut a, "k", "laptop", "300 milliseconds");
-    let status = "SELECT workfence.work_lease_status($1, 'laptop', $2)";
+    let held = common::enqueued_and_claimed(&mut a, QUEUE, "k", "laptop", "300 milliseconds");
+    let (id, epoch) = (held.id, held.epoch);
     ok(
         a.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ"),
         "BEGIN",
     );
-    assert_eq!(scalar::<String>(&mut a, status, &[&id, &epoch]), "current");
-    ok(wait_for_lease_lapse(&mut b, id), "the lease lapses");
-    let newer: i64 = scalar(
-        &mut b,
-        "SELECT epoch FROM workfence.work_claim_key($1, 'k', 'laptop', '1 minute')",
-        &[&QUEUE],
+    assert_eq!(
+        ok(calls::lease_status(&mut a, &held), "lease status"),
+        "current"
     );
+    ok(wait_for_lease_lapse(&mut b, id), "the lease lapses");
+    let newer = ok(
+        calls::claim_key(&mut b, QUEUE, "k", "laptop", "1 minute"),
+        "B's claim",
+    )
+    .expect("claimable once the lease lapsed")
+    .epoch;
     assert!(newer > epoch);
     // The transaction's snapshot predates the re-claim ...
-    assert_eq!(scalar::<String>(&mut a, status, &[&id, &epoch]), "current");
+    assert_eq!(
+        ok(calls::lease_status(&mut a, &held), "lease status"),
+        "current"
+    );
     ok(a.batch_execute("COMMIT"), "COMMIT");
     // ... a statement in READ COMMITTED sees it.
     assert_eq!(
-        scalar::<String>(&mut a, status, &[&id, &epoch]),
+        ok(calls::lease_status(&mut a, &held), "lease status"),
         "superseded"
     );
 }

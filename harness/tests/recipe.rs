@@ -47,6 +47,7 @@ use std::time::{Duration, Instant, SystemTime};
 use common::{connect_as, ok};
 use postgres::Client;
 use serde_json::{json, Value};
+use workfence_harness::calls::{self, Token};
 use workfence_harness::Cluster;
 
 /// The recipe: its marked SQL blocks are what the replicas run.
@@ -327,13 +328,9 @@ fn output_of(item: &Claimed) -> Value {
 /// `work_lease_status` of `item`'s token (a worker's function).
 fn lease_status(client: &mut Client, item: &Claimed) -> String {
     ok(
-        client.query_one(
-            "SELECT workfence.work_lease_status($1, $2, $3)",
-            &[&item.id, &OWNER, &item.epoch],
-        ),
+        calls::lease_status(client, &Token::new(item.id, OWNER, item.epoch)),
         "work_lease_status",
     )
-    .get(0)
 }
 
 /// The business rows written for item `id`, as (epoch, output).
@@ -508,11 +505,10 @@ fn a_submit_is_idempotent_from_any_replica() {
     );
     let finished_at = seen.finished_at.expect("a done job has finished_at");
     assert!(seen.run_at < finished_at && seen.created_at < finished_at);
-    let purged: i64 = ok(
-        admin.query_one("SELECT workfence.work_purge('0', 'payments')", &[]),
+    let purged = ok(
+        calls::purge(&mut admin, Some("0"), Some("payments")),
         "work_purge",
-    )
-    .get(0);
+    );
     assert_eq!(purged, 1);
     assert_eq!(status(&mut c, "payments", "pay-1"), None);
     let (new_id, inserted) = submit(&mut b, "payments", &json!({ "amount": 45 }), "pay-1");

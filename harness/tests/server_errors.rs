@@ -12,6 +12,7 @@ mod common;
 
 use common::ok;
 use postgres::error::DbError;
+use workfence_harness::calls::{self, Token};
 use workfence_harness::Cluster;
 
 /// A DETAIL line that looks like a backtrace frame ("  12: foo::bar") or
@@ -46,7 +47,7 @@ fn no_rust_backtrace_reaches_a_client() {
     ok(cluster.create_database("errors"), "database");
     let mut c = ok(cluster.connect_to("errors"), "connecting");
 
-    let bad_lease = db_error(c.query("SELECT * FROM workfence.work_claim('q', 'w', '0')", &[]));
+    let bad_lease = db_error(calls::claim(&mut c, "q", "w", "0", None, None));
     assert_eq!(bad_lease.code().code(), "22023");
     assert_eq!(
         bad_lease.detail(),
@@ -57,9 +58,13 @@ fn no_rust_backtrace_reaches_a_client() {
         c.batch_execute("SET statement_timeout = '200ms'"),
         "statement_timeout",
     );
-    let cancelled = db_error(c.query(
-        "SELECT * FROM workfence.work_claim('q', 'w', '1 minute', 1, '10 seconds')",
-        &[],
+    let cancelled = db_error(calls::claim(
+        &mut c,
+        "q",
+        "w",
+        "1 minute",
+        Some(1),
+        Some("10 seconds"),
     ));
     assert_eq!(cancelled.code().code(), "57014");
     assert!(
@@ -69,7 +74,7 @@ fn no_rust_backtrace_reaches_a_client() {
     );
     ok(c.batch_execute("RESET statement_timeout"), "RESET");
 
-    let lost = db_error(c.query("SELECT workfence.work_assert(1, 'w', 1)", &[]));
+    let lost = db_error(calls::assert(&mut c, &Token::new(1, "w", 1)));
     assert_eq!(lost.code().code(), "55000");
     assert_eq!(lost.detail(), Some("No item has this id."));
     for e in [&bad_lease, &cancelled, &lost] {

@@ -21,6 +21,7 @@ mod common;
 
 use common::ok;
 use postgres::Client;
+use workfence_harness::calls::{self, Enqueue, Token};
 use workfence_harness::Cluster;
 
 /// The released versions, whose frozen install scripts are in `sql/`.
@@ -116,35 +117,22 @@ fn version(c: &mut Client) -> String {
     .get(0)
 }
 
-/// A token as a claim returned it.
-#[derive(Debug, Clone, Copy)]
-struct Token {
-    id: i64,
-    epoch: i64,
-}
-
+/// Claims item `key` of queue 'q' as owner 'w': its token.
 fn claim_key(c: &mut Client, key: &str, lease: &str) -> Token {
-    let row = ok(
-        c.query_one(
-            "SELECT id, epoch FROM workfence.work_claim_key('q', $1, 'w', $2::text::interval)",
-            &[&key, &lease],
-        ),
-        "claim_key",
-    );
-    Token {
-        id: row.get(0),
-        epoch: row.get(1),
-    }
+    ok(calls::claim_key(c, "q", key, "w", lease), "claim_key")
+        .unwrap_or_else(|| panic!("{key} is not claimable"))
+        .token("w")
 }
 
-fn call(c: &mut Client, sql: &str, t: Token) -> bool {
-    ok(c.query_one(sql, &[&t.id, &t.epoch]), sql).get(0)
+/// `work_renew` of `t` for an hour.
+fn renew(c: &mut Client, t: &Token) -> bool {
+    ok(calls::renew(c, t, "1 hour"), "work_renew")
 }
 
-const RENEW: &str = "SELECT workfence.work_renew($1, 'w', $2, '1 hour')";
-const FINISH: &str = "SELECT workfence.work_finish($1, 'w', $2)";
-const RELEASE: &str = "SELECT workfence.work_release($1, 'w', $2)";
-const FAIL: &str = "SELECT workfence.work_fail($1, 'w', $2, 'boom', '0')";
+/// `work_finish` of `t`, no result.
+fn finish(c: &mut Client, t: &Token) -> bool {
+    ok(calls::finish(c, t, None), "work_finish")
+}
 
 #[test]
 fn an_update_from_0_1_0_keeps_every_token_and_matches_a_fresh_install() {
@@ -211,21 +199,11 @@ fn update_under_load(previous: &str) -> (u64, u64) {
                 let mut once = Some(started);
                 while !stop.load(Ordering::Relaxed) {
                     let began_during = updating.load(Ordering::Relaxed);
-                    let result = c
-                        .query("SELECT workfence.work_enqueue('load')", &[])
-                        .and_then(|_| {
-                            c.query(
-                                "SELECT id, epoch FROM workfence.work_claim('load', $1, '1 minute')",
-                                &[&owner],
-                            )
-                        })
-                        .and_then(|rows| {
-                            for r in rows {
-                                let (id, epoch): (i64, i64) = (r.get(0), r.get(1));
-                                c.query(
-                                    "SELECT workfence.work_finish($1, $2, $3)",
-                                    &[&id, &owner, &epoch],
-                                )?;
+                    let result = calls::enqueue(&mut c, &Enqueue::new("load"))
+                        .and_then(|_| calls::claim(&mut c, "load", &owner, "1 minute", None, None))
+                        .and_then(|claims| {
+                            for claim in claims {
+                                calls::finish(&mut c, &claim.token(&owner), None)?;
                             }
                             Ok(())
                         });
@@ -351,11 +329,17 @@ fn upgrade_from(previous: &str) {
         "lapse",
     );
     let newer = claim_key(&mut old, "superseded", "1 hour");
-    assert!(call(&mut old, FINISH, done));
-    assert!(call(&mut old, RELEASE, released));
-    assert!(call(&mut old, FAIL, retry));
+    assert!(finish(&mut old, &done));
+    assert!(ok(
+        calls::release(&mut old, &released, None),
+        "work_release"
+    ));
+    assert!(ok(
+        calls::fail(&mut old, &retry, "boom", Some("0")),
+        "work_fail"
+    ));
     assert!(
-        call(&mut old, FAIL, dead),
+        ok(calls::fail(&mut old, &dead, "boom", Some("0")), "work_fail"),
         "the only attempt fails: dead letter"
     );
     let max_before: i64 = ok(
@@ -401,9 +385,9 @@ fn upgrade_from(previous: &str) {
     assert_eq!(states_after, states_before);
 
     // Every token judged as before the update.
-    assert!(call(&mut old, RENEW, live), "a live lease renews");
+    assert!(renew(&mut old, &live), "a live lease renews");
     assert!(
-        call(&mut old, RENEW, lapsed),
+        renew(&mut old, &lapsed),
         "a lapsed lease nobody re-claimed is still current"
     );
     for (what, token) in [
@@ -412,18 +396,15 @@ fn upgrade_from(previous: &str) {
         ("retried", retry),
         ("dead-lettered", dead),
     ] {
-        assert!(!call(&mut old, RENEW, token), "{what} token renews");
-        assert!(!call(&mut old, FINISH, token), "{what} token finishes");
+        assert!(!renew(&mut old, &token), "{what} token renews");
+        assert!(!finish(&mut old, &token), "{what} token finishes");
     }
     assert!(
-        call(&mut old, FINISH, done),
+        finish(&mut old, &done),
         "a repeated finish of the same token"
     );
-    assert!(
-        call(&mut old, FINISH, newer),
-        "the re-claim's token finishes"
-    );
-    assert!(call(&mut old, FINISH, live));
+    assert!(finish(&mut old, &newer), "the re-claim's token finishes");
+    assert!(finish(&mut old, &live));
     // The new version's functions work on the old rows, and epochs go on
     // above everything handed out before.
     let after = claim_key(&mut old, "pending", "1 minute");
@@ -432,11 +413,10 @@ fn upgrade_from(previous: &str) {
         "epoch {} after {max_before}",
         after.epoch
     );
-    let cancelled: bool = ok(
-        old.query_one("SELECT workfence.work_cancel('q', 'later')", &[]),
+    let cancelled = ok(
+        calls::cancel(&mut old, "q", "later"),
         "work_cancel after the update",
-    )
-    .get(0);
+    );
     assert!(cancelled);
 
     // The updated extension is object for object a fresh install (an

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use common::{ok, poll_until, scalar};
 use postgres::Client;
+use workfence_harness::calls::{self, Enqueue, RunAt, Token};
 use workfence_harness::Cluster;
 
 const QUEUE: &str = "mail";
@@ -97,15 +98,12 @@ fn waiter<'s>(
     let mut c = common::connect_long_poller(cluster, db);
     let pid = backend_pid(&mut c);
     let handle = scope.spawn(move || {
-        let rows = ok(
-            c.query(
-                "SELECT id, epoch FROM workfence.work_claim($1, 'waiter', '1 minute', 1, $2::text::interval)",
-                &[&QUEUE, &wait],
-            ),
+        let claims = ok(
+            calls::claim(&mut c, QUEUE, "waiter", "1 minute", Some(1), Some(wait)),
             "waiting claim",
         );
         Returned {
-            items: rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
+            items: claims.iter().map(|claim| (claim.id, claim.epoch)).collect(),
             at: Instant::now(),
         }
     });
@@ -119,46 +117,27 @@ fn waiter<'s>(
     handle
 }
 
-fn enqueue(c: &mut Client, key: &str) -> i64 {
-    scalar(
-        c,
-        "SELECT id FROM workfence.work_enqueue($1, '{}', $2)",
-        &[&QUEUE, &key],
-    )
+/// Enqueues an item and claims it as 'holder': its token.
+fn claimed(c: &mut Client, key: &str) -> Token {
+    common::enqueued_and_claimed(c, QUEUE, key, "holder", "1 minute")
 }
 
-/// Enqueues an item and claims it as 'holder'; returns (id, epoch).
-fn claimed(c: &mut Client, key: &str) -> (i64, i64) {
-    let id = enqueue(c, key);
-    let epoch: i64 = scalar(
-        c,
-        "SELECT epoch FROM workfence.work_claim_key($1, $2, 'holder', '1 minute')",
-        &[&QUEUE, &key],
-    );
-    (id, epoch)
-}
-
-/// Releases the holder's token `(id, epoch)` in a transaction prepared as
-/// `gid` on `main`, then ends it with `{outcome} PREPARED` (COMMIT or
-/// ROLLBACK) from `resolver`, as a transaction manager would.
+/// Releases the holder's `token` in a transaction prepared as `gid` on
+/// `main`, then ends it with `{outcome} PREPARED` (COMMIT or ROLLBACK) from
+/// `resolver`, as a transaction manager would.
 fn release_prepared(
     main: &mut Client,
     resolver: &mut Client,
-    (id, epoch): (i64, i64),
+    token: &Token,
     gid: &str,
     outcome: &str,
 ) {
-    ok(
-        main.batch_execute(&format!(
-            "BEGIN; SELECT workfence.work_release({id}, 'holder', {epoch}); \
-             PREPARE TRANSACTION '{gid}'"
-        )),
-        "release, prepared",
-    );
-    ok(
-        resolver.batch_execute(&format!("{outcome} PREPARED '{gid}'")),
-        "COMMIT or ROLLBACK PREPARED",
-    );
+    ok(main.batch_execute("BEGIN"), "BEGIN");
+    ok(calls::release(main, token, None), "release");
+    let prepare = format!("PREPARE TRANSACTION '{gid}'");
+    ok(main.batch_execute(&prepare), "release, prepared");
+    let end = format!("{outcome} PREPARED '{gid}'");
+    ok(resolver.batch_execute(&end), "COMMIT or ROLLBACK PREPARED");
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -201,23 +180,18 @@ fn every_wake_up_arrives_within_100_ms_after_connection_churn() {
             churn(&cluster, db, &mut observer, 1 + trial % 4);
             let (got, latency) = thread::scope(|s| {
                 let w = waiter(s, &cluster, db, &mut observer, WAIT);
-                let (id, changed) = match (cause, token) {
-                    (Cause::Enqueue, _) => (enqueue(&mut main, &key), true),
-                    (Cause::Release, Some((id, epoch))) => (
-                        id,
-                        scalar(
-                            &mut main,
-                            "SELECT workfence.work_release($1, 'holder', $2)",
-                            &[&id, &epoch],
-                        ),
+                let (id, changed) = match (cause, &token) {
+                    (Cause::Enqueue, _) => (
+                        common::enqueue_new(&mut main, &Enqueue::new(QUEUE).key(&key)),
+                        true,
                     ),
-                    (Cause::FailWithRetry, Some((id, epoch))) => (
-                        id,
-                        scalar(
-                            &mut main,
-                            "SELECT workfence.work_fail($1, 'holder', $2, 'boom', retry_in => '0')",
-                            &[&id, &epoch],
-                        ),
+                    (Cause::Release, Some(held)) => (
+                        held.id,
+                        ok(calls::release(&mut main, held, None), "release"),
+                    ),
+                    (Cause::FailWithRetry, Some(held)) => (
+                        held.id,
+                        ok(calls::fail(&mut main, held, "boom", Some("0")), "fail"),
                     ),
                     _ => unreachable!("a claimed item for release and fail"),
                 };
@@ -237,10 +211,9 @@ fn every_wake_up_arrives_within_100_ms_after_connection_churn() {
             }
             latencies.push(latency);
             let (id, epoch) = got.items[0];
-            assert!(scalar::<bool>(
-                &mut main,
-                "SELECT workfence.work_finish($1, 'waiter', $2)",
-                &[&id, &epoch],
+            assert!(ok(
+                calls::finish(&mut main, &Token::new(id, "waiter", epoch), None),
+                "finish"
             ));
         }
         let line = format!(
@@ -266,10 +239,11 @@ fn commit_prepared_wakes_and_rollback_prepared_does_not() {
     let mut resolver = ok(cluster.connect_to(db), "resolver");
 
     // COMMIT PREPARED of a release wakes the waiter.
-    let (id, epoch) = claimed(&mut main, "committed");
+    let held = claimed(&mut main, "committed");
+    let (id, epoch) = (held.id, held.epoch);
     thread::scope(|s| {
         let w = waiter(s, &cluster, db, &mut observer, "30 seconds");
-        release_prepared(&mut main, &mut resolver, (id, epoch), "release-1", "COMMIT");
+        release_prepared(&mut main, &mut resolver, &held, "release-1", "COMMIT");
         let committed = Instant::now();
         let got = w.join().expect("waiter thread");
         let latency = got.at.saturating_duration_since(committed);
@@ -283,25 +257,15 @@ fn commit_prepared_wakes_and_rollback_prepared_does_not() {
 
     // ROLLBACK PREPARED: nothing became claimable, the waiter is not handed
     // the item and ends empty at its deadline; the holder's token stands.
-    let (id, epoch) = claimed(&mut main, "rolled-back");
+    let held = claimed(&mut main, "rolled-back");
     thread::scope(|s| {
         let started = Instant::now();
         let w = waiter(s, &cluster, db, &mut observer, "2 seconds");
-        release_prepared(
-            &mut main,
-            &mut resolver,
-            (id, epoch),
-            "release-2",
-            "ROLLBACK",
-        );
+        release_prepared(&mut main, &mut resolver, &held, "release-2", "ROLLBACK");
         let got = w.join().expect("waiter thread");
         assert!(got.items.is_empty(), "nothing was released");
         assert!(got.at.duration_since(started) >= Duration::from_secs(2));
-        let status: String = scalar(
-            &mut main,
-            "SELECT workfence.work_lease_status($1, 'holder', $2)",
-            &[&id, &epoch],
-        );
+        let status = ok(calls::lease_status(&mut main, &held), "lease status");
         assert_eq!(status, "current");
     });
 }
@@ -315,22 +279,16 @@ fn the_session_that_prepared_sends_no_stale_wake_up_at_its_next_commit() {
     let mut resolver = ok(cluster.connect_to(db), "resolver");
     // A release whose wake-up is queued, then prepared and rolled back
     // (an enqueue of a due item cannot be prepared: it sends a NOTIFY).
-    let (id, epoch) = claimed(&mut main, "held");
-    release_prepared(
-        &mut main,
-        &mut resolver,
-        (id, epoch),
-        "release-3",
-        "ROLLBACK",
-    );
+    let held = claimed(&mut main, "held");
+    release_prepared(&mut main, &mut resolver, &held, "release-3", "ROLLBACK");
     // An item due in an hour: the waiter sleeps to its own deadline.
     // Enqueued from another connection: the preparing session's next
     // commit must be the one below, where a stale wake-up would fire.
-    let later: i64 = scalar(
+    let later = common::enqueue_new(
         &mut observer,
-        "SELECT id FROM workfence.work_enqueue($1, '{}', 'later', \
-                pg_catalog.clock_timestamp() + interval '1 hour')",
-        &[&QUEUE],
+        &Enqueue::new(QUEUE)
+            .key("later")
+            .run_at(RunAt::In("1 hour".into())),
     );
     thread::scope(|s| {
         let w = waiter(s, &cluster, db, &mut observer, "3 seconds");

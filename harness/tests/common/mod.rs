@@ -188,3 +188,37 @@ pub fn enqueue_new(
     assert!(enqueued.inserted, "{} was enqueued before", enqueued.key);
     enqueued.id
 }
+
+/// Enqueues a new item `key` (payload `{}`) and claims it as `owner` under
+/// `lease`: the claim's token.
+pub fn enqueued_and_claimed(
+    c: &mut impl postgres::GenericClient,
+    queue: &str,
+    key: &str,
+    owner: &str,
+    lease: &str,
+) -> workfence_harness::calls::Token {
+    enqueue_new(c, &workfence_harness::calls::Enqueue::new(queue).key(key));
+    ok(
+        workfence_harness::calls::claim_key(c, queue, key, owner, lease),
+        "work_claim_key",
+    )
+    .expect("the item just enqueued is claimable")
+    .token(owner)
+}
+
+/// [`calls::claim`](workfence_harness::calls::claim) of one item (no wait)
+/// from a queue that must have one due: the claim.
+pub fn claimed_one(
+    c: &mut impl postgres::GenericClient,
+    queue: &str,
+    owner: &str,
+    lease: &str,
+) -> workfence_harness::calls::Claim {
+    ok(
+        workfence_harness::calls::claim(c, queue, owner, lease, None, None),
+        "work_claim",
+    )
+    .pop()
+    .unwrap_or_else(|| panic!("nothing due in {queue} to claim"))
+}
