@@ -328,7 +328,7 @@ fn the_readme_the_contract_and_the_rust_docs_agree_with_each_functions_comment()
                 "src/: no doc comment on the #[pg_extern] of {name}"
             )),
             Some(doc) => {
-                let documented = sqlstates(&doc);
+                let documented = sqlstates(doc);
                 if documented != states {
                     disagreements.push(format!(
                         "src/ doc of {name}: SQLSTATEs {documented:?}, the COMMENT says {states:?}"
