@@ -6,17 +6,10 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
+# shellcheck source=../../scripts/install-lib.sh
+. ../../scripts/install-lib.sh
 
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm
-fi
-
-major="$(node -p 'process.versions.node.split(".")[0]')"
-if [ "$major" -lt 18 ]; then
-    echo "examples/node needs Node.js 18 or newer, found $(node --version)" >&2
-    exit 1
-fi
+need_node 18 examples/node
 
 # npm ci removes node_modules and installs the lock file's tree again: the same result each run.
 npm ci --no-audit --no-fund

@@ -7,17 +7,10 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
+# shellcheck source=../../../scripts/install-lib.sh
+. ../../../scripts/install-lib.sh
 
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm
-fi
-
-major="$(node -p 'process.versions.node.split(".")[0]')"
-if [ "$major" -lt 20 ]; then
-    echo "bench/peers/node needs Node.js 20 or newer, found $(node --version)" >&2
-    exit 1
-fi
+need_node 20 bench/peers/node
 
 stamp=node_modules/.bench-install-stamp
 want="$(sha256sum package-lock.json | cut -d' ' -f1) $(node --version)"

@@ -14,18 +14,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="$here/.venv"
 req="$here/requirements.txt"
 stamp="$venv/.requirements.sha256"
-# Debian's interpreter, not whatever python3 comes first on PATH (pyenv, say): the venv
-# must keep working for every user and shell that runs the benchmark.
-python=/usr/bin/python3
+# shellcheck source=../../../scripts/install-lib.sh
+. "$here/../../../scripts/install-lib.sh"
 
-if ! dpkg-query -W -f='${Status}\n' python3-venv 2>/dev/null | grep -qx 'install ok installed'; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv
-fi
-
-# (Re)create the venv when it is missing or its interpreter no longer runs.
-if ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
-    "$python" -m venv --clear "$venv"
+python_venv "$venv"
+if [ "$venv_made" = yes ]; then
     rm -f "$stamp"
 fi
 
@@ -36,9 +29,7 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ] \
     exit 0
 fi
 
-# Every file is checked against the lock's hashes; pip skips what is already installed.
-"$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --only-binary=:all: \
-    -r "$req"
+pip_install_locked "$venv" "$req"
 "$venv/bin/python" - <<'PY' >&2
 import importlib.metadata as md
 print("bench/peers/python:", ", ".join(
