@@ -8,6 +8,7 @@
 mod first_use;
 mod helpers;
 mod ops;
+mod plans;
 mod privileges;
 
 #[pgrx::pg_schema]

@@ -1,10 +1,9 @@
 //! `work_cancel`: withdraw an item that is not finished, from outside its lease.
 
-use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::error::{OrReport, Result};
-use crate::plans::{self, Statement};
+use crate::plans::{self, params, Statement};
 use crate::validate;
 
 // One statement: the row lock the UPDATE takes orders it against a concurrent
@@ -13,18 +12,26 @@ use crate::validate;
 // unfinished; a claim that comes after skips the locked row (SKIP LOCKED) and
 // then no longer sees a claimable item. Owner and epoch stay, so the holder's
 // `work_assert` can say why its token is dead.
-static CANCEL: Statement = Statement {
-    name: "cancel",
-    sql: "UPDATE workfence.items AS i \
-             SET state = 'cancelled'::workfence.item_state, lease_until = NULL, \
-                 finished_at = pg_catalog.clock_timestamp() \
-           WHERE i.queue OPERATOR(pg_catalog.=) $1 \
-             AND i.key OPERATOR(pg_catalog.=) $2 \
-             AND i.state OPERATOR(pg_catalog.=) ANY \
-                 ('{pending,claimed}'::workfence.item_state[]) \
-          RETURNING i.id",
-    args: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
-};
+static CANCEL: Statement<QueueKey> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET state = 'cancelled'::workfence.item_state,
+       lease_until = NULL,
+       finished_at = pg_catalog.clock_timestamp()
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.key OPERATOR(pg_catalog.=) $2
+   AND i.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed}'::workfence.item_state[])
+RETURNING i.id
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` key.
+    pub(crate) struct QueueKey<'a> {
+        queue: &'a str = TEXTOID,
+        key: &'a str = TEXTOID,
+    }
+}
 
 /// Cancel the item `key` of `queue` unless it is already finished.
 ///
@@ -55,7 +62,10 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
         plans::run(
             client,
             &CANCEL,
-            &[queue.as_str().into(), key.as_str().into()],
+            QueueKey {
+                queue: &queue,
+                key: &key,
+            },
             |rows| Ok(!rows.is_empty()),
         )
     })

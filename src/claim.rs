@@ -12,136 +12,159 @@ use pgrx::spi::SpiTupleTable;
 
 use crate::error::{OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
-use crate::plans::{self, Statement};
+use crate::plans::{self, params, Statement};
 use crate::validate;
 use crate::wait;
 
 /// One claimed item: (id, key, payload, epoch, attempt, lease_until).
 type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
 
-/// The shared second half of both claim statements: `picked(id)` names the
-/// locked, claimable rows; `$2` is the owner, `$3` the lease. Each gets a
-/// fresh epoch and a lease in the same UPDATE. Columns 7 and 8 (priority,
-/// run_at) only order the result; callers read columns 1 to 6.
-macro_rules! claim_update {
-    () => {
-        " UPDATE workfence.items AS i SET \
-             state = 'claimed'::workfence.item_state, \
-             epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass), \
-             owner = $2, \
-             lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3, \
-             attempts = i.attempts OPERATOR(pg_catalog.+) 1 \
-           FROM picked \
-          WHERE i.id OPERATOR(pg_catalog.=) picked.id \
-          RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, \
-                    i.priority, i.run_at"
-    };
-}
-
 /// A lapsed lease on an item whose attempts are used up is not handed out
 /// again: the claim that finds it turns the item `failed` (a dead letter), so
 /// a job that keeps crashing its worker cannot loop forever. This runs as a
 /// data-modifying CTE beside the claim, on rows `exhausted_ids(id)` names, and
 /// does not take any of the claim's `max_items` slots. The maintenance worker
-/// ([`crate::maintenance`]) runs the same CTE over every queue.
+/// ([`crate::maintenance`]) runs the same CTE over every queue. It has no
+/// parameters, so no statement depends on another's `$n`.
 macro_rules! dead_letter {
     () => {
-        ", exhausted AS ( \
-           UPDATE workfence.items AS i SET \
-             state = 'failed'::workfence.item_state, lease_until = NULL, \
-             last_error = 'lease expired on the final attempt', \
-             finished_at = pg_catalog.clock_timestamp() \
-           FROM exhausted_ids \
-           WHERE i.id OPERATOR(pg_catalog.=) exhausted_ids.id \
-           RETURNING i.id \
-         )"
+        r#"
+, exhausted AS (
+    UPDATE workfence.items AS i
+       SET state = 'failed'::workfence.item_state,
+           lease_until = NULL,
+           last_error = 'lease expired on the final attempt',
+           finished_at = pg_catalog.clock_timestamp()
+      FROM exhausted_ids
+     WHERE i.id OPERATOR(pg_catalog.=) exhausted_ids.id
+    RETURNING i.id
+)"#
     };
 }
 pub(crate) use dead_letter;
 
-// Two claim paths, each walking its own partial index in order: pending and
-// due (items_due_idx), and claimed with a lapsed lease (items_lease_idx). One
-// OR over both would use neither index. `(SELECT clock_timestamp())` is
-// evaluated once (an InitPlan), so it can bound the index scan.
-static CLAIM: Statement = Statement {
-    name: "claim",
-    sql: concat!(
-        "WITH due AS ( \
-           SELECT i.id, i.priority, i.run_at FROM workfence.items AS i \
-            WHERE i.queue OPERATOR(pg_catalog.=) $1 \
-              AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state \
-              AND i.run_at OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp()) \
-            ORDER BY i.priority, i.run_at, i.id \
-            LIMIT $4 \
-            FOR UPDATE SKIP LOCKED \
-         ), lapsed AS ( \
-           SELECT i.id, i.priority, i.run_at FROM workfence.items AS i \
-            WHERE i.queue OPERATOR(pg_catalog.=) $1 \
-              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-              AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp()) \
-              AND i.attempts OPERATOR(pg_catalog.<) i.max_attempts \
-            ORDER BY i.priority, i.run_at, i.id \
-            LIMIT $4 \
-            FOR UPDATE SKIP LOCKED \
-         ), exhausted_ids AS ( \
-           SELECT i.id FROM workfence.items AS i \
-            WHERE i.queue OPERATOR(pg_catalog.=) $1 \
-              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-              AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp()) \
-              AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-            LIMIT $4 \
-            FOR UPDATE SKIP LOCKED \
-         )",
-        dead_letter!(),
-        ", picked AS ( \
-           SELECT c.id FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c \
-            ORDER BY c.priority, c.run_at, c.id \
-            LIMIT $4 \
-         ), upd AS (",
-        claim_update!(),
-        // Column 7: how many lapsed final attempts this statement
-        // dead-lettered, on every row; with nothing claimed, one row of
-        // NULLs carries it (a waiting claim keeps an empty attempt only if
-        // it changed something, see `wait`).
-        ") SELECT upd.id, upd.key, upd.payload, upd.epoch, upd.attempts, upd.lease_until, d.dead \
-             FROM (SELECT pg_catalog.count(*) AS dead FROM exhausted) AS d \
-             LEFT JOIN upd ON true \
-            ORDER BY upd.priority, upd.run_at, upd.id"
-    ),
-    args: &[
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::INTERVALOID,
-        pg_sys::INT4OID,
-    ],
-};
+// Claim up to `$4` items of queue `$1` for owner `$2` under lease `$3`. Two
+// claim paths, each walking its own partial index in order: pending and due
+// (items_due_idx), and claimed with a lapsed lease (items_lease_idx). One OR
+// over both would use neither index. `(SELECT clock_timestamp())` is
+// evaluated once (an InitPlan), so it can bound the index scan. Each picked
+// item gets a fresh epoch and a lease in the same UPDATE (columns 8 and 9 of
+// `upd`, priority and run_at, only order the result). Column 7 of the
+// result: how many lapsed final attempts this statement dead-lettered, on
+// every row; with nothing claimed, one row of NULLs carries it (a waiting
+// claim keeps an empty attempt only if it changed something, see `wait`).
+static CLAIM: Statement<ClaimParams> = Statement::new(concat!(
+    r#"
+WITH due AS (
+    SELECT i.id, i.priority, i.run_at
+      FROM workfence.items AS i
+     WHERE i.queue OPERATOR(pg_catalog.=) $1
+       AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+       AND i.run_at OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp())
+     ORDER BY i.priority, i.run_at, i.id
+     LIMIT $4
+       FOR UPDATE SKIP LOCKED
+), lapsed AS (
+    SELECT i.id, i.priority, i.run_at
+      FROM workfence.items AS i
+     WHERE i.queue OPERATOR(pg_catalog.=) $1
+       AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+       AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp())
+       AND i.attempts OPERATOR(pg_catalog.<) i.max_attempts
+     ORDER BY i.priority, i.run_at, i.id
+     LIMIT $4
+       FOR UPDATE SKIP LOCKED
+), exhausted_ids AS (
+    SELECT i.id
+      FROM workfence.items AS i
+     WHERE i.queue OPERATOR(pg_catalog.=) $1
+       AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+       AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp())
+       AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
+     LIMIT $4
+       FOR UPDATE SKIP LOCKED
+)"#,
+    dead_letter!(),
+    r#"
+, picked AS (
+    SELECT c.id
+      FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
+     ORDER BY c.priority, c.run_at, c.id
+     LIMIT $4
+), upd AS (
+    UPDATE workfence.items AS i
+       SET state = 'claimed'::workfence.item_state,
+           epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
+           owner = $2,
+           lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3,
+           attempts = i.attempts OPERATOR(pg_catalog.+) 1
+      FROM picked
+     WHERE i.id OPERATOR(pg_catalog.=) picked.id
+    RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at
+)
+SELECT upd.id, upd.key, upd.payload, upd.epoch, upd.attempts, upd.lease_until, d.dead
+  FROM (SELECT pg_catalog.count(*) AS dead FROM exhausted) AS d
+  LEFT JOIN upd ON true
+ ORDER BY upd.priority, upd.run_at, upd.id
+"#
+));
 
-static CLAIM_KEY: Statement = Statement {
-    name: "claim_key",
-    sql: concat!(
-        "WITH candidate AS ( \
-           SELECT i.id, i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                     AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state AS exhausted \
-             FROM workfence.items AS i \
-            WHERE i.queue OPERATOR(pg_catalog.=) $1 \
-              AND i.key OPERATOR(pg_catalog.=) $4 \
-              AND ((i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state \
-                    AND i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) \
-                OR (i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                    AND i.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())) \
-            FOR UPDATE SKIP LOCKED \
-         ), exhausted_ids AS (SELECT c.id FROM candidate AS c WHERE c.exhausted)",
-        dead_letter!(),
-        ", picked AS (SELECT c.id FROM candidate AS c WHERE NOT c.exhausted) ",
-        claim_update!()
-    ),
-    args: &[
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::INTERVALOID,
-        pg_sys::TEXTOID,
-    ],
-};
+params! {
+    /// `$1` queue, `$2` owner, `$3` lease, `$4` max_items.
+    struct ClaimParams<'a> {
+        queue: &'a str = TEXTOID,
+        owner: &'a str = TEXTOID,
+        lease: Option<Interval> = INTERVALOID,
+        max_items: i32 = INT4OID,
+    }
+}
+
+// Claim item `$2` of queue `$1`, if claimable, for owner `$3` under lease
+// `$4` (a fresh epoch, as CLAIM gives); a lapsed final attempt is
+// dead-lettered instead.
+static CLAIM_KEY: Statement<ClaimKeyParams> = Statement::new(concat!(
+    r#"
+WITH candidate AS (
+    SELECT i.id,
+           i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
+             AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state AS exhausted
+      FROM workfence.items AS i
+     WHERE i.queue OPERATOR(pg_catalog.=) $1
+       AND i.key OPERATOR(pg_catalog.=) $2
+       AND ((i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+             AND i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+         OR (i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+             AND i.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()))
+       FOR UPDATE SKIP LOCKED
+), exhausted_ids AS (
+    SELECT c.id FROM candidate AS c WHERE c.exhausted
+)"#,
+    dead_letter!(),
+    r#"
+, picked AS (
+    SELECT c.id FROM candidate AS c WHERE NOT c.exhausted
+)
+UPDATE workfence.items AS i
+   SET state = 'claimed'::workfence.item_state,
+       epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
+       owner = $3,
+       lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4,
+       attempts = i.attempts OPERATOR(pg_catalog.+) 1
+  FROM picked
+ WHERE i.id OPERATOR(pg_catalog.=) picked.id
+RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at
+"#
+));
+
+params! {
+    /// `$1` queue, `$2` key, `$3` owner, `$4` lease.
+    struct ClaimKeyParams<'a> {
+        queue: &'a str = TEXTOID,
+        key: &'a str = TEXTOID,
+        owner: &'a str = TEXTOID,
+        lease: Option<Interval> = INTERVALOID,
+    }
+}
 
 /// The claimed rows of a claim statement's result.
 fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
@@ -295,7 +318,12 @@ fn claim_once(
         plans::run(
             client,
             &CLAIM,
-            &[queue.into(), owner.into(), lease.into(), max_items.into()],
+            ClaimParams {
+                queue,
+                owner,
+                lease,
+                max_items,
+            },
             |rows| read_claim_result(rows, true),
         )
     })?;
@@ -348,12 +376,12 @@ fn claim_key(
         plans::run(
             client,
             &CLAIM_KEY,
-            &[
-                queue.as_str().into(),
-                owner.as_str().into(),
-                lease.into(),
-                key.as_str().into(),
-            ],
+            ClaimKeyParams {
+                queue: &queue,
+                key: &key,
+                owner: &owner,
+                lease,
+            },
             read_claimed,
         )
     })

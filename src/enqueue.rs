@@ -1,30 +1,44 @@
 //! `work_enqueue`: add an item to a queue (idempotent on the queue and key).
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
-use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::cancel::QueueKey;
 use crate::error::{OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
-use crate::plans::{self, Statement};
+use crate::plans::{self, params, Statement};
 use crate::validate;
 use crate::wait;
 
-static INSERT: Statement = Statement {
-    name: "enqueue_insert",
-    sql: "INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts) \
-          VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6) \
-          ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING \
-          RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()",
-    args: &[
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::JSONBOID,
-        pg_sys::INT4OID,
-        pg_sys::TIMESTAMPTZOID,
-        pg_sys::INT4OID,
-    ],
-};
+// Insert the item unless (queue, key) exists; the id, and whether it is due.
+static INSERT: Statement<InsertParams> = Statement::new(
+    r#"
+INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts)
+VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6)
+    ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
+RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` key, `$3` payload, `$4` priority, `$5` run_at (NULL:
+    /// now), `$6` max_attempts.
+    struct InsertParams<'a> {
+        queue: &'a str = TEXTOID,
+        key: &'a str = TEXTOID,
+        payload: RawJsonb = JSONBOID,
+        priority: i32 = INT4OID,
+        run_at: Option<TimestampWithTimeZone> = TIMESTAMPTZOID,
+        max_attempts: i32 = INT4OID,
+    }
+}
+
+params! {
+    /// `$1` queue.
+    pub(crate) struct QueueParams<'a> {
+        queue: &'a str = TEXTOID,
+    }
+}
 
 /// `workfence.notify_enqueued` (boolean, default on, superuser-set): whether
 /// an enqueue of a due item runs `NOTIFY work_enqueued, '<queue>'`. Any role
@@ -51,20 +65,22 @@ pub fn init() {
 // Tells listeners that an item of queue `$1` is claimable now. PostgreSQL
 // delivers it when (and only if) the transaction commits, and folds identical
 // notifications of one transaction into one.
-static NOTIFY: Statement = Statement {
-    name: "enqueue_notify",
-    sql: "SELECT pg_catalog.pg_notify('work_enqueued', $1)",
-    args: &[pg_sys::TEXTOID],
-};
+static NOTIFY: Statement<QueueParams> = Statement::new(
+    r#"
+SELECT pg_catalog.pg_notify('work_enqueued', $1)
+"#,
+);
 
 // Runs as its own statement after the INSERT did nothing, so (in READ
 // COMMITTED) it sees the conflicting row that ON CONFLICT waited for.
-static EXISTING: Statement = Statement {
-    name: "enqueue_existing",
-    sql: "SELECT i.id FROM workfence.items AS i \
-          WHERE i.queue OPERATOR(pg_catalog.=) $1 AND i.key OPERATOR(pg_catalog.=) $2",
-    args: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
-};
+static EXISTING: Statement<QueueKey> = Statement::new(
+    r#"
+SELECT i.id
+  FROM workfence.items AS i
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.key OPERATOR(pg_catalog.=) $2
+"#,
+);
 
 /// Add an item to `queue`, or return the existing item with the same key.
 ///
@@ -144,14 +160,14 @@ fn enqueue(
             let inserted = plans::run(
                 client,
                 &INSERT,
-                &[
-                    queue.as_str().into(),
-                    key.as_str().into(),
-                    payload.clone().into(),
-                    priority.into(),
-                    run_at.into(),
-                    max_attempts.into(),
-                ],
+                InsertParams {
+                    queue: &queue,
+                    key: &key,
+                    payload: payload.clone(),
+                    priority,
+                    run_at,
+                    max_attempts,
+                },
                 |rows| {
                     if rows.is_empty() {
                         return Ok(None);
@@ -162,7 +178,7 @@ fn enqueue(
             )?;
             if let Some((id, due)) = inserted {
                 if due && NOTIFY_ENQUEUED.get() {
-                    plans::run(client, &NOTIFY, &[queue.as_str().into()], |_| Ok(()))?;
+                    plans::run(client, &NOTIFY, QueueParams { queue: &queue }, |_| Ok(()))?;
                 }
                 // Claimers long-polling the queue re-check after commit
                 // (a future run_at too: it may be sooner than they sleep).
@@ -172,7 +188,10 @@ fn enqueue(
             let existing = plans::run(
                 client,
                 &EXISTING,
-                &[queue.as_str().into(), key.as_str().into()],
+                QueueKey {
+                    queue: &queue,
+                    key: &key,
+                },
                 first_id,
             )?;
             if let Some(id) = existing {

@@ -285,6 +285,16 @@ pub enum WorkfenceError {
         column: &'static str,
     },
 
+    /// The plan cache found another statement's plan under a statement's
+    /// key: a bug in the extension (see `crate::plans`), reported as XX000.
+    #[error(
+        "pg_workfence internal error: the plan cache holds another statement's plan for {sql:?}"
+    )]
+    PlanKeyClash {
+        /// The statement's SQL.
+        sql: &'static str,
+    },
+
     /// SPI failed: a bug in the extension, reported as XX000.
     #[error("pg_workfence internal SPI error: {0}")]
     Spi(#[from] SpiError),
@@ -325,9 +335,9 @@ impl WorkfenceError {
             WorkfenceError::AssertOutsideTransaction => {
                 PgSqlErrorCode::ERRCODE_NO_ACTIVE_SQL_TRANSACTION
             }
-            WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => {
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR
-            }
+            WorkfenceError::Spi(_)
+            | WorkfenceError::UnexpectedNull { .. }
+            | WorkfenceError::PlanKeyClash { .. } => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
         }
     }
 
@@ -358,7 +368,9 @@ impl WorkfenceError {
                 status.as_str()
             )),
             WorkfenceError::LeaseLost { status, .. } => Some(status.detail().to_string()),
-            WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => None,
+            WorkfenceError::Spi(_)
+            | WorkfenceError::UnexpectedNull { .. }
+            | WorkfenceError::PlanKeyClash { .. } => None,
         }
     }
 
@@ -378,7 +390,9 @@ impl WorkfenceError {
                 "Call work_assert after BEGIN, in the transaction that writes the job's effects, \
                  and COMMIT after them.",
             ),
-            WorkfenceError::Spi(_) | WorkfenceError::UnexpectedNull { .. } => {
+            WorkfenceError::Spi(_)
+            | WorkfenceError::UnexpectedNull { .. }
+            | WorkfenceError::PlanKeyClash { .. } => {
                 Some("This is a bug in pg_workfence; please report it.")
             }
         }

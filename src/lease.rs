@@ -17,188 +17,250 @@ use pgrx::prelude::*;
 
 use crate::error::{LeaseStatus, OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
-use crate::plans::{self, Statement};
+use crate::plans::{self, params, Params, Statement};
 use crate::validate;
 use crate::wait;
 
-/// The token predicate shared by every statement: `$1` id, `$2` owner, `$3` epoch.
-macro_rules! current_token {
-    () => {
-        " WHERE i.id OPERATOR(pg_catalog.=) $1 \
-            AND i.owner OPERATOR(pg_catalog.=) $2 \
-            AND i.epoch OPERATOR(pg_catalog.=) $3 \
-            AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state "
-    };
+params! {
+    /// A token: `$1` id, `$2` owner, `$3` epoch.
+    struct TokenParams<'a> {
+        id: i64 = INT8OID,
+        owner: &'a str = TEXTOID,
+        epoch: i64 = INT8OID,
+    }
 }
 
-static RENEW: Statement = Statement {
-    name: "renew",
-    sql: concat!(
-        "UPDATE workfence.items AS i \
-            SET lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4",
-        current_token!(),
-        "RETURNING i.id"
-    ),
-    args: &[
-        pg_sys::INT8OID,
-        pg_sys::TEXTOID,
-        pg_sys::INT8OID,
-        pg_sys::INTERVALOID,
-    ],
-};
+// Push the lease of the current token out to now + lease.
+static RENEW: Statement<RenewParams> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+   AND i.owner OPERATOR(pg_catalog.=) $2
+   AND i.epoch OPERATOR(pg_catalog.=) $3
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+RETURNING i.id
+"#,
+);
 
-static FINISH: Statement = Statement {
-    name: "finish",
-    sql: concat!(
-        "UPDATE workfence.items AS i \
-            SET state = 'done'::workfence.item_state, result = $4, lease_until = NULL, \
-                finished_at = pg_catalog.clock_timestamp()",
-        current_token!(),
-        "RETURNING i.id"
-    ),
-    args: &[
-        pg_sys::INT8OID,
-        pg_sys::TEXTOID,
-        pg_sys::INT8OID,
-        pg_sys::JSONBOID,
-    ],
-};
+params! {
+    /// `$1` id, `$2` owner, `$3` epoch, `$4` lease.
+    struct RenewParams<'a> {
+        id: i64 = INT8OID,
+        owner: &'a str = TEXTOID,
+        epoch: i64 = INT8OID,
+        lease: Option<Interval> = INTERVALOID,
+    }
+}
+
+// Mark the item of the current token done, with its result.
+static FINISH: Statement<FinishParams> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET state = 'done'::workfence.item_state,
+       result = $4,
+       lease_until = NULL,
+       finished_at = pg_catalog.clock_timestamp()
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+   AND i.owner OPERATOR(pg_catalog.=) $2
+   AND i.epoch OPERATOR(pg_catalog.=) $3
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+RETURNING i.id
+"#,
+);
+
+params! {
+    /// `$1` id, `$2` owner, `$3` epoch, `$4` result.
+    struct FinishParams<'a> {
+        id: i64 = INT8OID,
+        owner: &'a str = TEXTOID,
+        epoch: i64 = INT8OID,
+        result: Option<RawJsonb> = JSONBOID,
+    }
+}
 
 // A finish repeated with the same token (a retry after a lost reply) finds the
 // item done under that token. Its own statement, so in READ COMMITTED it sees
 // a concurrent finish of the same token that the UPDATE waited for.
-static FINISHED_BY: Statement = Statement {
-    name: "finished_by",
-    sql: "SELECT i.id FROM workfence.items AS i \
-           WHERE i.id OPERATOR(pg_catalog.=) $1 \
-             AND i.owner OPERATOR(pg_catalog.=) $2 \
-             AND i.epoch OPERATOR(pg_catalog.=) $3 \
-             AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state",
-    args: &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID],
-};
+static FINISHED_BY: Statement<TokenParams> = Statement::new(
+    r#"
+SELECT i.id
+  FROM workfence.items AS i
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+   AND i.owner OPERATOR(pg_catalog.=) $2
+   AND i.epoch OPERATOR(pg_catalog.=) $3
+   AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state
+"#,
+);
 
-static FINISH_MANY: Statement = Statement {
-    name: "finish_many",
-    sql: "UPDATE workfence.items AS i \
-             SET state = 'done'::workfence.item_state, result = r.result, lease_until = NULL, \
-                 finished_at = pg_catalog.clock_timestamp() \
-            FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4)) \
-                 AS r(id, epoch, result) \
-           WHERE i.id OPERATOR(pg_catalog.=) r.id \
-             AND i.owner OPERATOR(pg_catalog.=) $1 \
-             AND i.epoch OPERATOR(pg_catalog.=) r.epoch \
-             AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-          RETURNING i.id, i.epoch",
-    args: &[
-        pg_sys::TEXTOID,
-        pg_sys::INT8ARRAYOID,
-        pg_sys::INT8ARRAYOID,
-        pg_sys::JSONBARRAYOID,
-    ],
-};
+// Finish every (id, epoch) pair held under the owner, in one statement; the
+// pairs finished.
+static FINISH_MANY: Statement<FinishManyParams> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET state = 'done'::workfence.item_state,
+       result = r.result,
+       lease_until = NULL,
+       finished_at = pg_catalog.clock_timestamp()
+  FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4))
+       AS r(id, epoch, result)
+ WHERE i.id OPERATOR(pg_catalog.=) r.id
+   AND i.owner OPERATOR(pg_catalog.=) $1
+   AND i.epoch OPERATOR(pg_catalog.=) r.epoch
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+RETURNING i.id, i.epoch
+"#,
+);
 
-static FINISHED_MANY_BY: Statement = Statement {
-    name: "finished_many_by",
-    sql: "SELECT i.id, i.epoch FROM workfence.items AS i \
-            JOIN ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS r(id, epoch) \
-              ON i.id OPERATOR(pg_catalog.=) r.id AND i.epoch OPERATOR(pg_catalog.=) r.epoch \
-           WHERE i.owner OPERATOR(pg_catalog.=) $1 \
-             AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state",
-    args: &[pg_sys::TEXTOID, pg_sys::INT8ARRAYOID, pg_sys::INT8ARRAYOID],
-};
+params! {
+    /// `$1` owner, `$2` ids, `$3` epochs, `$4` results (one per id).
+    struct FinishManyParams<'a> {
+        owner: &'a str = TEXTOID,
+        ids: Vec<i64> = INT8ARRAYOID,
+        epochs: Vec<i64> = INT8ARRAYOID,
+        results: Vec<Option<RawJsonb>> = JSONBARRAYOID,
+    }
+}
 
-// A release hands the attempt back: the job did not fail, it was put down.
-static RELEASE: Statement = Statement {
-    name: "release",
-    sql: concat!(
-        "UPDATE workfence.items AS i \
-            SET state = 'pending'::workfence.item_state, lease_until = NULL, \
-                run_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4, \
-                attempts = GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0)",
-        current_token!(),
-        "RETURNING i.queue"
-    ),
-    args: &[
-        pg_sys::INT8OID,
-        pg_sys::TEXTOID,
-        pg_sys::INT8OID,
-        pg_sys::INTERVALOID,
-    ],
-};
+// Of the (id, epoch) pairs, those already done under the owner (finishes
+// repeated with the same token).
+static FINISHED_MANY_BY: Statement<FinishedManyByParams> = Statement::new(
+    r#"
+SELECT i.id, i.epoch
+  FROM workfence.items AS i
+  JOIN ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS r(id, epoch)
+    ON i.id OPERATOR(pg_catalog.=) r.id
+   AND i.epoch OPERATOR(pg_catalog.=) r.epoch
+ WHERE i.owner OPERATOR(pg_catalog.=) $1
+   AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state
+"#,
+);
 
-// Retry after `$5`, or after an exponential backoff with equal jitter
-// (OPERATOR(...) binds like any user operator, left to right, hence the
-// explicit parentheses):
+params! {
+    /// `$1` owner, `$2` ids, `$3` epochs.
+    struct FinishedManyByParams<'a> {
+        owner: &'a str = TEXTOID,
+        ids: Vec<i64> = INT8ARRAYOID,
+        epochs: Vec<i64> = INT8ARRAYOID,
+    }
+}
+
+// Hand the item of the current token back: pending from now + delay. A
+// release hands the attempt back: the job did not fail, it was put down.
+static RELEASE: Statement<ReleaseParams> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET state = 'pending'::workfence.item_state,
+       lease_until = NULL,
+       run_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4,
+       attempts = GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0)
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+   AND i.owner OPERATOR(pg_catalog.=) $2
+   AND i.epoch OPERATOR(pg_catalog.=) $3
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+RETURNING i.queue
+"#,
+);
+
+params! {
+    /// `$1` id, `$2` owner, `$3` epoch, `$4` delay.
+    struct ReleaseParams<'a> {
+        id: i64 = INT8OID,
+        owner: &'a str = TEXTOID,
+        epoch: i64 = INT8OID,
+        delay: Option<Interval> = INTERVALOID,
+    }
+}
+
+// Record a failure of the current token: retry after `$5`, or after an
+// exponential backoff with equal jitter (OPERATOR(...) binds like any user
+// operator, left to right, hence the explicit parentheses):
 // d = min(2^attempts s, 1 h), wait d/2 + random(0, d/2). Once the attempts
 // are used up the item is failed (the dead letter state).
-static FAIL: Statement = Statement {
-    name: "fail",
-    sql: concat!(
-        "UPDATE workfence.items AS i \
-            SET state = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                             THEN 'failed'::workfence.item_state \
-                             ELSE 'pending'::workfence.item_state END, \
-                run_at = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts THEN i.run_at \
-                         ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) COALESCE($5, \
-                           pg_catalog.make_interval(secs => \
-                             LEAST(pg_catalog.power(2::pg_catalog.float8, i.attempts::pg_catalog.float8), \
-                                   3600::pg_catalog.float8) \
-                             OPERATOR(pg_catalog.*) (0.5::pg_catalog.float8 OPERATOR(pg_catalog.+) \
-                               (0.5::pg_catalog.float8 OPERATOR(pg_catalog.*) pg_catalog.random())))) END, \
-                finished_at = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-                                   THEN pg_catalog.clock_timestamp() ELSE NULL END, \
-                lease_until = NULL, last_error = $4",
-        current_token!(),
-        "RETURNING i.queue"
-    ),
-    args: &[
-        pg_sys::INT8OID,
-        pg_sys::TEXTOID,
-        pg_sys::INT8OID,
-        pg_sys::TEXTOID,
-        pg_sys::INTERVALOID,
-    ],
-};
+static FAIL: Statement<FailParams> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET state = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
+                    THEN 'failed'::workfence.item_state
+                    ELSE 'pending'::workfence.item_state END,
+       run_at = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts THEN i.run_at
+                ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) COALESCE($5,
+                  pg_catalog.make_interval(secs =>
+                    LEAST(pg_catalog.power(2::pg_catalog.float8, i.attempts::pg_catalog.float8),
+                          3600::pg_catalog.float8)
+                    OPERATOR(pg_catalog.*) (0.5::pg_catalog.float8 OPERATOR(pg_catalog.+)
+                      (0.5::pg_catalog.float8 OPERATOR(pg_catalog.*) pg_catalog.random())))) END,
+       finished_at = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
+                          THEN pg_catalog.clock_timestamp() ELSE NULL END,
+       lease_until = NULL,
+       last_error = $4
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+   AND i.owner OPERATOR(pg_catalog.=) $2
+   AND i.epoch OPERATOR(pg_catalog.=) $3
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+RETURNING i.queue
+"#,
+);
 
-// FOR NO KEY UPDATE: the row lock an UPDATE takes, held to the end of the
-// caller's transaction, so no claim, renew or finish of another token can
-// commit in between.
-static ASSERT: Statement = Statement {
-    name: "assert",
-    sql: concat!(
-        "SELECT i.id FROM workfence.items AS i",
-        current_token!(),
-        "FOR NO KEY UPDATE"
-    ),
-    args: &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID],
-};
+params! {
+    /// `$1` id, `$2` owner, `$3` epoch, `$4` error, `$5` retry_in (NULL:
+    /// backoff).
+    struct FailParams<'a> {
+        id: i64 = INT8OID,
+        owner: &'a str = TEXTOID,
+        epoch: i64 = INT8OID,
+        error: &'a str = TEXTOID,
+        retry_in: Option<Interval> = INTERVALOID,
+    }
+}
+
+// Lock the row of the current token. FOR NO KEY UPDATE: the row lock an
+// UPDATE takes, held to the end of the caller's transaction, so no claim,
+// renew or finish of another token can commit in between.
+static ASSERT: Statement<TokenParams> = Statement::new(
+    r#"
+SELECT i.id
+  FROM workfence.items AS i
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+   AND i.owner OPERATOR(pg_catalog.=) $2
+   AND i.epoch OPERATOR(pg_catalog.=) $3
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+   FOR NO KEY UPDATE
+"#,
+);
 
 // The re-check at commit of a token work_assert accepted (see `crate::xact`):
 // the row under this owner and epoch, locked again, with whether its newest
 // version was written by this transaction (then a finish, release or fail
 // under the token in this transaction explains a state other than claimed).
-static FENCE: Statement = Statement {
-    name: "fence",
-    sql: "SELECT i.state::pg_catalog.text, i.xmin::pg_catalog.text::pg_catalog.int8 \
-            FROM workfence.items AS i \
-           WHERE i.id OPERATOR(pg_catalog.=) $1 \
-             AND i.owner OPERATOR(pg_catalog.=) $2 \
-             AND i.epoch OPERATOR(pg_catalog.=) $3 \
-          FOR NO KEY UPDATE",
-    args: &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID],
-};
+static FENCE: Statement<TokenParams> = Statement::new(
+    r#"
+SELECT i.state::pg_catalog.text, i.xmin::pg_catalog.text::pg_catalog.int8
+  FROM workfence.items AS i
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+   AND i.owner OPERATOR(pg_catalog.=) $2
+   AND i.epoch OPERATOR(pg_catalog.=) $3
+   FOR NO KEY UPDATE
+"#,
+);
 
 // How the item's row stands, for `work_lease_status` and `work_assert`'s
 // DETAIL: the row version this statement's snapshot sees, with its xmax (a
 // transaction updating or locking it, see `lease_status_of`).
-static TOKEN_STATE: Statement = Statement {
-    name: "token_state",
-    sql: "SELECT i.state::pg_catalog.text, i.owner, i.epoch, \
-                 i.xmax::pg_catalog.text::pg_catalog.int8 \
-            FROM workfence.items AS i \
-           WHERE i.id OPERATOR(pg_catalog.=) $1",
-    args: &[pg_sys::INT8OID],
-};
+static TOKEN_STATE: Statement<ItemParams> = Statement::new(
+    r#"
+SELECT i.state::pg_catalog.text, i.owner, i.epoch, i.xmax::pg_catalog.text::pg_catalog.int8
+  FROM workfence.items AS i
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+"#,
+);
+
+params! {
+    /// `$1` item id.
+    struct ItemParams {
+        id: i64 = INT8OID,
+    }
+}
 
 /// A validated token: what `work_claim` handed out, as the caller names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,20 +271,6 @@ pub(crate) struct Token {
 }
 
 impl Token {
-    /// The statement arguments `$1` id, `$2` owner, `$3` epoch, then `extra`.
-    fn args(
-        &self,
-        extra: Vec<pgrx::datum::DatumWithOid<'static>>,
-    ) -> Vec<pgrx::datum::DatumWithOid<'_>> {
-        let mut args: Vec<pgrx::datum::DatumWithOid<'_>> = vec![
-            self.id.into(),
-            self.owner.as_str().into(),
-            self.epoch.into(),
-        ];
-        args.extend(extra);
-        args
-    }
-
     fn new(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) -> Result<Token> {
         Ok(Token {
             id: validate::id(id)?,
@@ -230,30 +278,28 @@ impl Token {
             epoch: validate::epoch(epoch)?,
         })
     }
+
+    /// The token as `$1` id, `$2` owner, `$3` epoch.
+    fn params(&self) -> TokenParams<'_> {
+        TokenParams {
+            id: self.id,
+            owner: &self.owner,
+            epoch: self.epoch,
+        }
+    }
 }
 
-/// Run a token-guarded statement with the token's three parameters plus
-/// `extra`; true when it matched the row.
-fn run_guarded(
-    stmt: &'static Statement,
-    token: &Token,
-    extra: Vec<pgrx::datum::DatumWithOid<'static>>,
-) -> Result<bool> {
-    let args = token.args(extra);
-    Spi::connect_mut(|client| plans::run(client, stmt, &args, |rows| Ok(!rows.is_empty())))
+/// Run a token-guarded statement; true when it matched the row.
+fn run_guarded<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<bool> {
+    Spi::connect_mut(|client| plans::run(client, stmt, params, |rows| Ok(!rows.is_empty())))
 }
 
 /// Run a token-guarded statement that hands the item back to its queue
 /// (`RETURNING i.queue`); when it matched, claimers long-polling that queue
 /// are woken once the transaction commits.
-fn run_handing_back(
-    stmt: &'static Statement,
-    token: &Token,
-    extra: Vec<pgrx::datum::DatumWithOid<'static>>,
-) -> Result<bool> {
-    let args = token.args(extra);
+fn run_handing_back<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<bool> {
     let queue = Spi::connect_mut(|client| {
-        plans::run(client, stmt, &args, |rows| {
+        plans::run(client, stmt, params, |rows| {
             if rows.is_empty() {
                 return Ok(None);
             }
@@ -292,7 +338,15 @@ pub fn work_renew(
     (|| {
         let token = Token::new(id, owner, epoch)?;
         validate::lease(lease.map(Into::into))?;
-        run_guarded(&RENEW, &token, vec![lease.into()])
+        run_guarded(
+            &RENEW,
+            RenewParams {
+                id: token.id,
+                owner: &token.owner,
+                epoch: token.epoch,
+                lease,
+            },
+        )
     })()
     .or_report()
 }
@@ -316,10 +370,18 @@ pub fn work_finish(
 ) -> bool {
     (|| {
         let token = Token::new(id, owner, epoch)?;
-        if run_guarded(&FINISH, &token, vec![result.into()])? {
+        if run_guarded(
+            &FINISH,
+            FinishParams {
+                id: token.id,
+                owner: &token.owner,
+                epoch: token.epoch,
+                result,
+            },
+        )? {
             return Ok(true);
         }
-        run_guarded(&FINISHED_BY, &token, vec![])
+        run_guarded(&FINISHED_BY, token.params())
     })()
     .or_report()
 }
@@ -398,12 +460,12 @@ fn finish_many(
         plans::run(
             client,
             &FINISH_MANY,
-            &[
-                owner.as_str().into(),
-                ids.clone().into(),
-                epochs.clone().into(),
-                results.into(),
-            ],
+            FinishManyParams {
+                owner: &owner,
+                ids: ids.clone(),
+                epochs: epochs.clone(),
+                results,
+            },
             pairs_done,
         )
     })?;
@@ -419,7 +481,11 @@ fn finish_many(
             plans::run(
                 client,
                 &FINISHED_MANY_BY,
-                &[owner.as_str().into(), rest_ids.into(), rest_epochs.into()],
+                FinishedManyByParams {
+                    owner: &owner,
+                    ids: rest_ids,
+                    epochs: rest_epochs,
+                },
                 pairs_done,
             )
         })?;
@@ -455,7 +521,15 @@ pub fn work_release(
         let token = Token::new(id, owner, epoch)?;
         let delay_value = validate::required("delay", delay)?;
         validate::delay("delay", delay_value.into(), server_now())?;
-        run_handing_back(&RELEASE, &token, vec![delay.into()])
+        run_handing_back(
+            &RELEASE,
+            ReleaseParams {
+                id: token.id,
+                owner: &token.owner,
+                epoch: token.epoch,
+                delay,
+            },
+        )
     })()
     .or_report()
 }
@@ -488,7 +562,16 @@ pub fn work_fail(
         if let Some(retry) = retry_in {
             validate::delay("retry_in", retry.into(), server_now())?;
         }
-        run_handing_back(&FAIL, &token, vec![error.into(), retry_in.into()])
+        run_handing_back(
+            &FAIL,
+            FailParams {
+                id: token.id,
+                owner: &token.owner,
+                epoch: token.epoch,
+                error: &error,
+                retry_in,
+            },
+        )
     })()
     .or_report()
 }
@@ -551,7 +634,7 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
                 Some(status) => lease_lost(token, status, false),
             });
         }
-        if run_guarded(&ASSERT, &token, vec![])? {
+        if run_guarded(&ASSERT, token.params())? {
             crate::xact::asserted(token);
             return Ok(());
         }
@@ -586,7 +669,7 @@ fn lease_lost(token: Token, status: LeaseStatus, at_commit: bool) -> WorkfenceEr
 pub(crate) fn fence_at_commit(tokens: &[Token]) -> Result<()> {
     for token in tokens {
         let held = Spi::connect_mut(|client| {
-            plans::run(client, &FENCE, &token.args(vec![]), |rows| {
+            plans::run(client, &FENCE, token.params(), |rows| {
                 if rows.is_empty() {
                     return Ok(false);
                 }
@@ -678,7 +761,7 @@ pub fn work_lease_status(id: Option<i64>, owner: Option<String>, epoch: Option<i
 /// not), else why it is not honoured. The row is read with a fresh snapshot.
 fn lease_status_of(token: &Token) -> Result<Option<LeaseStatus>> {
     let row = Spi::connect_mut(|client| {
-        plans::run(client, &TOKEN_STATE, &[token.id.into()], |rows| {
+        plans::run(client, &TOKEN_STATE, ItemParams { id: token.id }, |rows| {
             let rows = rows.first();
             if rows.is_empty() {
                 return Ok(None);

@@ -110,30 +110,30 @@ pub static DATABASE: GucSetting<Option<CString>> =
 
 // Every queue's lapsed final attempts, dead-lettered exactly as a claim does
 // it (the same CTE text). `(SELECT clock_timestamp())` is read once.
-static DEAD_LETTER: Statement = Statement {
-    name: "maintenance_dead_letter",
-    sql: concat!(
-        "WITH exhausted_ids AS ( \
-           SELECT i.id FROM workfence.items AS i \
-            WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-              AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp()) \
-              AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts \
-            FOR UPDATE SKIP LOCKED \
-         )",
-        dead_letter!(),
-        " SELECT pg_catalog.count(*) FROM exhausted"
-    ),
-    args: &[],
-};
+static DEAD_LETTER: Statement<()> = Statement::new(concat!(
+    r#"
+WITH exhausted_ids AS (
+    SELECT i.id
+      FROM workfence.items AS i
+     WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+       AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp())
+       AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
+       FOR UPDATE SKIP LOCKED
+)"#,
+    dead_letter!(),
+    r#"
+SELECT pg_catalog.count(*) FROM exhausted
+"#
+));
 
 // Is the extension installed in this database? (The worker's database may
 // have it created or dropped at any time.)
-static INSTALLED: Statement = Statement {
-    name: "maintenance_installed",
-    sql: "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension AS e \
-                          WHERE e.extname OPERATOR(pg_catalog.=) 'pg_workfence'::pg_catalog.name)",
-    args: &[],
-};
+static INSTALLED: Statement<()> = Statement::new(
+    r#"
+SELECT EXISTS (SELECT FROM pg_catalog.pg_extension AS e
+                WHERE e.extname OPERATOR(pg_catalog.=) 'pg_workfence'::pg_catalog.name)
+"#,
+);
 
 /// Define the settings, in every backend that loads the library; register
 /// the worker when the library is being preloaded. Called from `_PG_init`.
@@ -498,13 +498,13 @@ fn round(database: &str) {
 /// The round's statements, on `client`; `None` if the extension is not
 /// installed in this database.
 fn run_round(client: &mut SpiClient<'_>) -> Result<Option<Done>> {
-    let installed = plans::run(client, &INSTALLED, &[], |rows| {
+    let installed = plans::run(client, &INSTALLED, (), |rows| {
         Ok(rows.first().get_one::<bool>()?.unwrap_or(false))
     })?;
     if !installed {
         return Ok(None);
     }
-    let failed = plans::run(client, &DEAD_LETTER, &[], |rows| {
+    let failed = plans::run(client, &DEAD_LETTER, (), |rows| {
         Ok(rows.first().get_one::<i64>()?.unwrap_or_default())
     })?;
     let purged = match retention() {

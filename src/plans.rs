@@ -1,8 +1,11 @@
 //! Prepared SPI plans, made once per backend and kept for its lifetime.
 //!
 //! Every statement the functions run is a `static` [`Statement`]: fixed SQL
-//! text with `$n` parameters (values are never formatted into SQL) and the
-//! parameter types. The first call in a backend prepares it with
+//! text with `$n` parameters (values are never formatted into SQL), written
+//! as a raw string with real newlines (so `EXPLAIN`, `pg_stat_statements`
+//! and error positions show readable SQL), and the typed struct its
+//! parameters are bound from ([`Params`], declared with [`params!`] next to
+//! the SQL). The first call in a backend prepares it with
 //! `SPI_prepare` and `SPI_keepplan`; later calls execute the kept plan, so a
 //! hot path is not parsed and planned per call. PostgreSQL's plan cache still
 //! revalidates a kept plan when a table or index it uses changes.
@@ -21,51 +24,167 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::marker::PhantomData;
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 
-use crate::error::Result;
+use crate::error::{Result, WorkfenceError};
 
-/// A statement the extension runs: its SQL and parameter types.
-pub struct Statement {
-    /// Unique name, the cache key.
-    pub name: &'static str,
-    /// SQL text with `$1..$n` parameters.
+/// The parameters of a statement: one struct per statement (or per shape of
+/// statement), its fields bound to `$1..$n` in the order they are declared.
+/// Declare them with [`params!`], next to the statement's SQL.
+pub trait Params {
+    /// The struct itself with every lifetime `'static`: what a
+    /// [`Statement`] names (a `static` cannot name a shorter lifetime), so
+    /// that a statement takes its own parameter struct, borrowing for any
+    /// lifetime, and no other.
+    type Family: 'static;
+    /// The type OIDs of `$1..$n`.
+    const TYPES: &'static [pg_sys::Oid];
+    /// The values of `$1..$n` (moved, not copied: a batch of payloads is
+    /// not cloned to be bound).
+    fn into_datums(self) -> Vec<DatumWithOid<'static>>;
+}
+
+/// A statement without parameters.
+impl Params for () {
+    type Family = ();
+    const TYPES: &'static [pg_sys::Oid] = &[];
+    fn into_datums(self) -> Vec<DatumWithOid<'static>> {
+        Vec::new()
+    }
+}
+
+/// Declare a [`Params`] struct: each field with its type and the OID of its
+/// SQL type, bound to `$1..$n` in declaration order. For example
+///
+/// ```ignore
+/// params! {
+///     /// `$1` id, `$2` owner, `$3` epoch.
+///     pub(crate) struct TokenParams<'a> { id: i64 = INT8OID, owner: &'a str = TEXTOID, epoch: i64 = INT8OID }
+/// }
+/// ```
+macro_rules! params {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident<$lt:lifetime> {
+            $($(#[$fmeta:meta])* $field:ident : $ty:ty = $oid:ident),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        $vis struct $name<$lt> {
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl<$lt> $crate::plans::Params for $name<$lt> {
+            type Family = $name<'static>;
+            const TYPES: &'static [::pgrx::pg_sys::Oid] = &[$(::pgrx::pg_sys::$oid),*];
+            fn into_datums(self) -> Vec<::pgrx::datum::DatumWithOid<'static>> {
+                vec![$(self.$field.into()),*]
+            }
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $($(#[$fmeta:meta])* $field:ident : $ty:ty = $oid:ident),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl $crate::plans::Params for $name {
+            type Family = $name;
+            const TYPES: &'static [::pgrx::pg_sys::Oid] = &[$(::pgrx::pg_sys::$oid),*];
+            fn into_datums(self) -> Vec<::pgrx::datum::DatumWithOid<'static>> {
+                vec![$(self.$field.into()),*]
+            }
+        }
+    };
+}
+pub(crate) use params;
+
+/// A statement the extension runs: fixed SQL with `$1..$n` bound from a `P`
+/// ([`Params`], named with `'static` lifetimes: `Statement<TokenParams>` in a
+/// `static`; `run` takes the struct with any lifetime). Always a `static` item: the plan cache is keyed by its
+/// address, so two statements never share a plan, whatever their names or
+/// text (a `const` would have no one address).
+pub struct Statement<P> {
+    /// SQL text with `$1..$n` parameters, as `P` declares them.
     pub sql: &'static str,
-    /// Parameter type OIDs, in order.
-    pub args: &'static [pg_sys::Oid],
+    params: PhantomData<fn(&P)>,
+}
+
+impl<P> Statement<P> {
+    /// The statement `sql`, its parameters bound from a `P`.
+    pub const fn new(sql: &'static str) -> Self {
+        Statement {
+            sql,
+            params: PhantomData,
+        }
+    }
+}
+
+/// A kept plan, with what it was prepared from (checked at every use).
+struct Kept {
+    sql: &'static str,
+    types: &'static [pg_sys::Oid],
+    plan: &'static OwnedPreparedStatement,
 }
 
 thread_local! {
     // Backends are single-threaded; PostgreSQL calls us only on its main
     // thread. A kept plan lives as long as the backend, so it is leaked on
     // purpose: the map hands out `&'static` references and nothing is
-    // borrowed while a statement runs (it may raise and unwind).
-    static PLANS: RefCell<HashMap<&'static str, &'static OwnedPreparedStatement>> =
-        RefCell::new(HashMap::new());
+    // borrowed while a statement runs (it may raise and unwind). Keyed by
+    // the address of the statement's `static`.
+    static PLANS: RefCell<HashMap<usize, Kept>> = RefCell::new(HashMap::new());
 }
 
-/// Run `stmt` with `args` (read-write) on `client` and hand the result rows to
-/// `read`, preparing and keeping the plan on first use in this backend.
-pub fn run<R>(
+/// Run `stmt` with `params` (read-write) on `client` and hand the result rows
+/// to `read`, preparing and keeping the plan on first use in this backend.
+pub fn run<P: Params, R>(
     client: &mut SpiClient<'_>,
-    stmt: &'static Statement,
-    args: &[DatumWithOid<'_>],
+    stmt: &'static Statement<P::Family>,
+    params: P,
     read: impl FnOnce(SpiTupleTable<'_>) -> Result<R>,
 ) -> Result<R> {
-    let cached = PLANS.with(|plans| plans.borrow().get(stmt.name).copied());
+    let key = std::ptr::from_ref(stmt) as usize;
+    let cached = PLANS.with(|plans| {
+        plans.borrow().get(&key).map(|kept| {
+            (
+                kept.plan,
+                std::ptr::eq(kept.sql, stmt.sql) && kept.types == P::TYPES,
+            )
+        })
+    });
     let plan = match cached {
-        Some(plan) => plan,
+        Some((plan, true)) => plan,
+        // Two statements at one address: impossible for distinct statics;
+        // a bug if it ever happens, never a wrong plan.
+        Some((_, false)) => return Err(WorkfenceError::PlanKeyClash { sql: stmt.sql }),
         None => {
-            let types: Vec<PgOid> = stmt.args.iter().map(|oid| PgOid::from(*oid)).collect();
+            let types: Vec<PgOid> = P::TYPES.iter().map(|oid| PgOid::from(*oid)).collect();
             let plan: &'static OwnedPreparedStatement =
                 Box::leak(Box::new(client.prepare_mut(stmt.sql, &types)?.keep()));
-            PLANS.with(|plans| plans.borrow_mut().insert(stmt.name, plan));
+            PLANS.with(|plans| {
+                plans.borrow_mut().insert(
+                    key,
+                    Kept {
+                        sql: stmt.sql,
+                        types: P::TYPES,
+                        plan,
+                    },
+                )
+            });
             plan
         }
     };
+    let args = params.into_datums();
     // `select` on a plan prepared with `prepare_mut` runs it read-write
     // (each statement takes a fresh snapshot and sees the ones before it)
     // without what `update` adds: an xid assigned up front. A claim that
@@ -73,7 +192,7 @@ pub fn run<R>(
     // (none burnt, and a waiter holds no `backend_xid` back from vacuum).
     let rows = {
         let _generic = ForceGenericPlan::new();
-        client.select(plan, None, args)?
+        client.select(plan, None, &args)?
     };
     read(rows)
 }

@@ -1,12 +1,11 @@
 //! `work_purge`: delete finished items past a retention period.
 
 use pgrx::datum::Interval;
-use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::error::{OrReport, Result};
-use crate::plans::{self, Statement};
+use crate::plans::{self, params, Statement};
 use crate::validate;
 
 // One statement. The CTE locks the rows it will delete with FOR UPDATE SKIP
@@ -22,23 +21,32 @@ use crate::validate;
 // to the cut-off, and the DELETE finds the doomed ids through the primary
 // key (`= ANY (ARRAY(...))`; a join would let a generic plan hash-join a
 // scan of the whole table): a purge reads what it deletes, not the table.
-static PURGE: Statement = Statement {
-    name: "purge",
-    sql: "WITH doomed AS ( \
-            SELECT i.id FROM workfence.items AS i \
-             WHERE i.state OPERATOR(pg_catalog.=) ANY \
-                   ('{done,failed,cancelled}'::workfence.item_state[]) \
-               AND i.finished_at OPERATOR(pg_catalog.<) \
-                   (SELECT pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $1) \
-               AND ($2 IS NULL OR i.queue OPERATOR(pg_catalog.=) $2) \
-             FOR UPDATE SKIP LOCKED), \
-          gone AS ( \
-            DELETE FROM workfence.items AS i \
-             WHERE i.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.id FROM doomed AS d)) \
-            RETURNING i.id) \
-          SELECT pg_catalog.count(*) FROM gone",
-    args: &[pg_sys::INTERVALOID, pg_sys::TEXTOID],
-};
+static PURGE: Statement<PurgeParams> = Statement::new(
+    r#"
+WITH doomed AS (
+    SELECT i.id
+      FROM workfence.items AS i
+     WHERE i.state OPERATOR(pg_catalog.=) ANY ('{done,failed,cancelled}'::workfence.item_state[])
+       AND i.finished_at OPERATOR(pg_catalog.<)
+           (SELECT pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $1)
+       AND ($2 IS NULL OR i.queue OPERATOR(pg_catalog.=) $2)
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM workfence.items AS i
+     WHERE i.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.id FROM doomed AS d))
+    RETURNING i.id
+)
+SELECT pg_catalog.count(*) FROM gone
+"#,
+);
+
+params! {
+    /// `$1` older_than, `$2` queue (NULL: every queue).
+    struct PurgeParams<'a> {
+        older_than: Option<Interval> = INTERVALOID,
+        queue: Option<&'a str> = TEXTOID,
+    }
+}
 
 /// Delete the items that finished more than `older_than` ago.
 ///
@@ -82,7 +90,7 @@ pub(crate) fn purge_finished(
     plans::run(
         client,
         &PURGE,
-        &[older_than.into(), queue.into()],
+        PurgeParams { older_than, queue },
         // count(*) is never NULL.
         |rows| Ok(rows.first().get_one::<i64>()?.unwrap_or_default()),
     )

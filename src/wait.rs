@@ -64,6 +64,7 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::enqueue::QueueParams;
 use crate::error::{Result, WorkfenceError};
 use crate::plans::{self, Statement};
 use crate::{compat, xact};
@@ -277,29 +278,31 @@ fn unregister(key: i32) {
 // right after a claim that found nothing, means another transaction has it
 // locked (a claim or cancel not yet committed, a worker's work_assert on a
 // lapsed lease). Separate EXISTS per state, so that each can use its index.
-static NEXT_DUE: Statement = Statement {
-    name: "wait_next_due",
-    sql: "WITH now AS (SELECT pg_catalog.clock_timestamp() AS t) \
-          SELECT EXTRACT(EPOCH FROM LEAST( \
-              (SELECT pg_catalog.min(i.run_at) FROM workfence.items AS i, now \
-                WHERE i.queue OPERATOR(pg_catalog.=) $1 \
-                  AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state \
-                  AND i.run_at OPERATOR(pg_catalog.>) now.t), \
-              (SELECT pg_catalog.min(i.lease_until) FROM workfence.items AS i, now \
-                WHERE i.queue OPERATOR(pg_catalog.=) $1 \
-                  AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                  AND i.lease_until OPERATOR(pg_catalog.>) now.t)) \
-            OPERATOR(pg_catalog.-) (SELECT now.t FROM now))::pg_catalog.float8, \
-            EXISTS (SELECT FROM workfence.items AS i, now \
-                     WHERE i.queue OPERATOR(pg_catalog.=) $1 \
-                       AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state \
-                       AND i.run_at OPERATOR(pg_catalog.<=) now.t) \
-            OR EXISTS (SELECT FROM workfence.items AS i, now \
-                        WHERE i.queue OPERATOR(pg_catalog.=) $1 \
-                          AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state \
-                          AND i.lease_until OPERATOR(pg_catalog.<=) now.t)",
-    args: &[pg_sys::TEXTOID],
-};
+static NEXT_DUE: Statement<QueueParams> = Statement::new(
+    r#"
+WITH now AS (SELECT pg_catalog.clock_timestamp() AS t)
+SELECT EXTRACT(EPOCH FROM LEAST(
+           (SELECT pg_catalog.min(i.run_at)
+              FROM workfence.items AS i, now
+             WHERE i.queue OPERATOR(pg_catalog.=) $1
+               AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+               AND i.run_at OPERATOR(pg_catalog.>) now.t),
+           (SELECT pg_catalog.min(i.lease_until)
+              FROM workfence.items AS i, now
+             WHERE i.queue OPERATOR(pg_catalog.=) $1
+               AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+               AND i.lease_until OPERATOR(pg_catalog.>) now.t))
+         OPERATOR(pg_catalog.-) (SELECT now.t FROM now))::pg_catalog.float8,
+       EXISTS (SELECT FROM workfence.items AS i, now
+                WHERE i.queue OPERATOR(pg_catalog.=) $1
+                  AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                  AND i.run_at OPERATOR(pg_catalog.<=) now.t)
+       OR EXISTS (SELECT FROM workfence.items AS i, now
+                   WHERE i.queue OPERATOR(pg_catalog.=) $1
+                     AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                     AND i.lease_until OPERATOR(pg_catalog.<=) now.t)
+"#,
+);
 
 /// Run one claim attempt of a waiting claim in a subtransaction, kept if
 /// the attempt changed something (`attempt` returns its rows and whether it
@@ -569,7 +572,7 @@ fn relation_tag(relid: pg_sys::Oid) -> pg_sys::LOCKTAG {
 /// (see [`NEXT_DUE`]).
 fn next_due(queue: &str) -> Result<(Option<Duration>, bool)> {
     Spi::connect_mut(|client| {
-        plans::run(client, &NEXT_DUE, &[queue.into()], |rows| {
+        plans::run(client, &NEXT_DUE, QueueParams { queue }, |rows| {
             let row = rows.first();
             let seconds: Option<f64> = row.get(1)?;
             let due_now = row.get::<bool>(2)?.unwrap_or(false);
