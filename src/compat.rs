@@ -1,7 +1,17 @@
 //! Code that differs between PostgreSQL majors, in one place (house style
 //! 18): a new major is this file's work.
 //!
-//! Today the extension builds for PostgreSQL 15 only (`pg15` feature).
+//! Today the extension builds for PostgreSQL 15 only (`pg15` feature); the
+//! items that will differ in a later major say how (PostgreSQL 17 names a
+//! backend in a virtual transaction id by its `PGPROC` number, 18 sizes the
+//! fast-path lock slots at start-up). Everything else the extension calls
+//! (transaction callbacks, SPI, latches, `LockAcquire`/`LockRelease`,
+//! `TransactionIdIsInProgress`) has kept its shape since 15.
+//!
+//! What lives here: lock tags (advisory and relation), finding the live
+//! backends that hold a lock, setting a backend's latch, the fast-path lock
+//! slots, `pg_database`'s row layout, and the `hash_bytes` behind SQL's
+//! `hashtext`.
 
 use pgrx::pg_sys;
 
@@ -81,4 +91,117 @@ pub unsafe fn fast_path_holds(relid: pg_sys::Oid) -> bool {
         .iter()
         .enumerate()
         .any(|(slot, id)| *id == relid && (bits >> (slot * BITS_PER_SLOT)) & 0b111 != 0)
+}
+
+/// The lock tag of the advisory lock `(key1, key2)` in this database, as
+/// `pg_advisory_xact_lock_shared(int4, int4)` makes it (`pg_locks` shows it
+/// as `classid` = key1, `objid` = key2, `objsubid` = 2).
+pub fn advisory_tag(key1: i32, key2: i32) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
+        // SAFETY: a plain global of the backend, set at connection start.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        // The lock manager stores the signed keys' bits.
+        locktag_field2: key1 as u32,
+        locktag_field3: key2 as u32,
+        // 2 = the (int4, int4) form of the advisory lock functions.
+        locktag_field4: 2,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+/// The lock tag of relation `relid` in this database.
+pub fn relation_tag(relid: pg_sys::Oid) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
+        // SAFETY: a plain global of the backend.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: relid.to_u32(),
+        locktag_field3: 0,
+        locktag_field4: 0,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
+        locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+    }
+}
+
+/// Hand `visit` the `PGPROC` of each live backend (not this one) that holds
+/// a lock on `tag` conflicting with `mode`, until it returns false.
+/// Prepared transactions, which have no backend, are skipped (see
+/// [`lock_conflicts_exist`]).
+///
+/// # Safety
+/// Call in a backend attached to shared memory; `visit` must not raise
+/// (the holders' array is freed after the walk).
+pub unsafe fn for_each_conflicting_proc(
+    tag: &pg_sys::LOCKTAG,
+    mode: pg_sys::LOCKMODE,
+    mut visit: impl FnMut(*mut pg_sys::PGPROC) -> bool,
+) {
+    // GetLockConflicts returns a palloc'd array terminated by an invalid
+    // VirtualTransactionId (it leaves out this backend).
+    let array = pg_sys::GetLockConflicts(tag, mode, std::ptr::null_mut());
+    let mut vxid = array;
+    while (*vxid).localTransactionId != 0 {
+        if let Some(proc) = proc_of(&*vxid) {
+            if !visit(proc) {
+                break;
+            }
+        }
+        vxid = vxid.add(1);
+    }
+    pg_sys::pfree(array.cast());
+}
+
+/// Whether any transaction other than this backend's, a prepared one
+/// included, holds a lock on `tag` conflicting with `mode`.
+///
+/// # Safety
+/// Call in a backend attached to shared memory.
+pub unsafe fn lock_conflicts_exist(tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE) -> bool {
+    let vxid = pg_sys::GetLockConflicts(tag, mode, std::ptr::null_mut());
+    let any = (*vxid).localTransactionId != 0;
+    pg_sys::pfree(vxid.cast());
+    any
+}
+
+/// Set the latch of backend `proc` unless it is set already (woken and not
+/// yet running); true when this call set it.
+///
+/// # Safety
+/// `proc` is a live backend's `PGPROC` (from [`proc_of`]).
+pub unsafe fn set_latch_if_clear(proc: *mut pg_sys::PGPROC) -> bool {
+    if (*proc).procLatch.is_set != 0 {
+        return false;
+    }
+    pg_sys::SetLatch(&mut (*proc).procLatch);
+    true
+}
+
+/// Whether the `pg_database` row `form` is a database one can connect to:
+/// it allows connections and is not left invalid by an interrupted `DROP
+/// DATABASE` (`datconnlimit` = -2, DATCONNLIMIT_INVALID, since 15.4).
+///
+/// # Safety
+/// `form` points at a `pg_database` tuple's data, held by the caller.
+pub unsafe fn database_accepts_connections(form: *const pg_sys::FormData_pg_database) -> bool {
+    /// DATCONNLIMIT_INVALID in catalog/pg_database.h.
+    const DATCONNLIMIT_INVALID: i32 = -2;
+    (*form).datallowconn && (*form).datconnlimit != DATCONNLIMIT_INVALID
+}
+
+/// The `oid` of the `pg_database` row `form`.
+///
+/// # Safety
+/// As for [`database_accepts_connections`].
+pub unsafe fn database_oid_of(form: *const pg_sys::FormData_pg_database) -> pg_sys::Oid {
+    (*form).oid
+}
+
+/// The name of the `pg_database` row `form`.
+///
+/// # Safety
+/// As for [`database_accepts_connections`]; the name borrows the tuple.
+pub unsafe fn database_name_of<'a>(
+    form: *const pg_sys::FormData_pg_database,
+) -> &'a std::ffi::CStr {
+    std::ffi::CStr::from_ptr((*form).datname.data.as_ptr())
 }

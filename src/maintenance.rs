@@ -65,6 +65,7 @@ use pgrx::spi::SpiClient;
 use pgrx::{pg_shmem_init, PgAtomic};
 
 use crate::claim::dead_letter;
+use crate::compat;
 use crate::error::Result;
 use crate::plans::{self, Statement};
 use crate::purge;
@@ -319,12 +320,11 @@ fn database_oid(name: &str) -> Option<pg_sys::Oid> {
                 break;
             }
             let form = pg_sys::GETSTRUCT(tuple) as *const pg_sys::FormData_pg_database;
-            let datname = std::ffi::CStr::from_ptr((*form).datname.data.as_ptr());
-            if datname.to_bytes() == name.as_bytes() {
-                // datconnlimit -2 (DATCONNLIMIT_INVALID): a DROP DATABASE
-                // was interrupted; connecting would fail with a FATAL.
-                let usable = (*form).datallowconn && (*form).datconnlimit != -2;
-                found = usable.then_some((*form).oid);
+            if compat::database_name_of(form).to_bytes() == name.as_bytes() {
+                // Not usable: connecting would fail with a FATAL (e.g. a
+                // DROP DATABASE was interrupted).
+                found = compat::database_accepts_connections(form)
+                    .then(|| compat::database_oid_of(form));
                 break;
             }
         }

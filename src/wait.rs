@@ -163,22 +163,6 @@ pub fn wake_after_commit(queue: &str, items: u32) {
     xact::wake_at_commit(queue_key(queue), items);
 }
 
-/// The advisory lock tag `(class, key)` in this database, as
-/// `pg_advisory_xact_lock_shared(int4, int4)` makes it.
-fn advisory_tag(class: i32, key: i32) -> pg_sys::LOCKTAG {
-    pg_sys::LOCKTAG {
-        // SAFETY: a plain global of the backend, set at connection start.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        // The lock manager stores the signed keys' bits.
-        locktag_field2: class as u32,
-        locktag_field3: key as u32,
-        // 2 = the (int4, int4) form of the advisory lock functions.
-        locktag_field4: 2,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
-        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
-    }
-}
-
 /// Set the latches of up to `n` backends waiting on queue key `key` whose
 /// latch is not set already; returns how many were set. Runs after commit:
 /// it must not raise (nothing here allocates beyond one palloc'd array or
@@ -188,28 +172,21 @@ pub fn wake(key: i32, n: usize) -> usize {
     if n == 0 {
         return 0;
     }
-    let tag = advisory_tag(WAIT_LOCK_CLASS, key);
+    let tag = compat::advisory_tag(WAIT_LOCK_CLASS, key);
     let mut woken = 0;
-    // SAFETY: the tag is fully initialised; GetLockConflicts returns a
-    // palloc'd array terminated by an invalid VirtualTransactionId (it
-    // leaves out this backend); proc_of returns live PGPROCs only.
+    // SAFETY: the tag is fully initialised; the walk hands out live PGPROCs
+    // only, and setting a latch cannot raise.
     unsafe {
-        let mut vxid = pg_sys::GetLockConflicts(
+        compat::for_each_conflicting_proc(
             &tag,
             pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
-            std::ptr::null_mut(),
-        );
-        let array = vxid;
-        while woken < n && (*vxid).localTransactionId != 0 {
-            if let Some(proc) = compat::proc_of(&*vxid) {
-                if (*proc).procLatch.is_set == 0 {
-                    pg_sys::SetLatch(&mut (*proc).procLatch);
+            |proc| {
+                if compat::set_latch_if_clear(proc) {
                     woken += 1;
                 }
-            }
-            vxid = vxid.add(1);
-        }
-        pg_sys::pfree(array.cast());
+                woken < n
+            },
+        );
     }
     woken
 }
@@ -218,7 +195,7 @@ pub fn wake(key: i32, n: usize) -> usize {
 /// (shared, so prepared transactions never wait on each other), which the
 /// prepared transaction keeps until it is committed or rolled back.
 pub fn hold_for_prepared(key: i32) {
-    let tag = advisory_tag(PREPARED_WAKE_CLASS, key);
+    let tag = compat::advisory_tag(PREPARED_WAKE_CLASS, key);
     // SAFETY: a transaction-scoped lock taken before the prepare moves the
     // transaction's locks to the prepared transaction.
     unsafe {
@@ -228,18 +205,9 @@ pub fn hold_for_prepared(key: i32) {
 
 /// Whether a prepared transaction holds wake-ups for queue key `key`.
 fn prepared_wakes_pending(key: i32) -> bool {
-    let tag = advisory_tag(PREPARED_WAKE_CLASS, key);
-    // SAFETY: as in `wake`.
-    unsafe {
-        let vxid = pg_sys::GetLockConflicts(
-            &tag,
-            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
-            std::ptr::null_mut(),
-        );
-        let pending = (*vxid).localTransactionId != 0;
-        pg_sys::pfree(vxid.cast());
-        pending
-    }
+    let tag = compat::advisory_tag(PREPARED_WAKE_CLASS, key);
+    // SAFETY: a look-up in the lock manager's shared table.
+    unsafe { compat::lock_conflicts_exist(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE) }
 }
 
 /// Whether this backend's latch is set.
@@ -253,7 +221,7 @@ fn latch_is_set() -> bool {
 /// if it cannot be had at once (someone holds it exclusively: the waiter
 /// then polls every [`POLL_WITHOUT_LOCK`]).
 fn register(key: i32) -> bool {
-    let tag = advisory_tag(WAIT_LOCK_CLASS, key);
+    let tag = compat::advisory_tag(WAIT_LOCK_CLASS, key);
     // SAFETY: a transaction-scoped lock of the current transaction, taken
     // without waiting.
     let result =
@@ -263,7 +231,7 @@ fn register(key: i32) -> bool {
 
 /// Release the wait lock [`register`] took.
 fn unregister(key: i32) {
-    let tag = advisory_tag(WAIT_LOCK_CLASS, key);
+    let tag = compat::advisory_tag(WAIT_LOCK_CLASS, key);
     // SAFETY: releases the transaction-scoped lock this backend holds (a
     // transaction lock may be released before the transaction ends, as
     // UnlockRelationOid does).
@@ -503,7 +471,7 @@ impl ItemsLock {
         if items == pg_sys::InvalidOid {
             return ItemsLock::None;
         }
-        let tag = relation_tag(items);
+        let tag = compat::relation_tag(items);
         let mut local: *mut pg_sys::LOCALLOCK = std::ptr::null_mut();
         // SAFETY: a relation lock in the current transaction (the relation
         // was just looked up in it); `local` receives this backend's lock
@@ -542,7 +510,7 @@ impl ItemsLock {
             // SAFETY: reads this backend's own fast-path slots.
             ItemsLock::FastPath(items) => unsafe { !compat::fast_path_holds(items) },
             ItemsLock::Shared(items) => {
-                let tag = relation_tag(items);
+                let tag = compat::relation_tag(items);
                 // SAFETY: the ACCESS SHARE lock `take` acquired, held in the
                 // shared lock table (not the fast path, where LockHasWaiters
                 // cannot look), to the end of the transaction.
@@ -551,19 +519,6 @@ impl ItemsLock {
                 }
             }
         }
-    }
-}
-
-/// The lock tag of relation `relid` in this database.
-fn relation_tag(relid: pg_sys::Oid) -> pg_sys::LOCKTAG {
-    pg_sys::LOCKTAG {
-        // SAFETY: a plain global of the backend.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: relid.to_u32(),
-        locktag_field3: 0,
-        locktag_field4: 0,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
-        locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
     }
 }
 
