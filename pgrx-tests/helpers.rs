@@ -53,3 +53,58 @@ pub(super) fn error_of(sql: &str, a: i64, b: i64) -> String {
     .unwrap()
     .unwrap()
 }
+
+/// The number of rows `sql` returns (a `SELECT count(*) ...`).
+pub(super) fn count(sql: &str) -> i64 {
+    one::<i64>(sql, &[]).expect("count(*) is never NULL")
+}
+
+/// (id, epoch) of the item `work_claim` returns, or None for zero rows.
+/// Any other outcome (an error, a NULL column) fails the test.
+pub(super) fn claim(queue: &str, owner: &str, lease: &str) -> Option<(i64, i64)> {
+    match Spi::get_two_with_args::<i64, i64>(
+        "SELECT id, epoch FROM workfence.work_claim($1, $2, $3::interval)",
+        &[queue.into(), owner.into(), lease.into()],
+    ) {
+        Ok((Some(id), Some(epoch))) => Some((id, epoch)),
+        Err(pgrx::spi::SpiError::InvalidPosition) => None,
+        other => panic!("work_claim returned {other:?}"),
+    }
+}
+
+pub(super) fn token_call(func: &str, id: i64, owner: &str, epoch: i64) -> bool {
+    let sql = match func {
+        "renew" => "SELECT workfence.work_renew($1, $2, $3, '30 seconds')",
+        "finish" => "SELECT workfence.work_finish($1, $2, $3)",
+        "release" => "SELECT workfence.work_release($1, $2, $3)",
+        "fail" => "SELECT workfence.work_fail($1, $2, $3, 'boom')",
+        other => panic!("no such call {other}"),
+    };
+    Spi::get_one_with_args::<bool>(sql, &[id.into(), owner.into(), epoch.into()])
+        .unwrap()
+        .unwrap()
+}
+
+/// Everything a call could change: every row, and the last epoch this
+/// session drew from the sequence (`currval`). Not the sequence's global
+/// position: the suites run in parallel in one database, and other
+/// tests' claims move it.
+pub(super) fn snapshot() -> String {
+    Spi::run(
+        "CREATE OR REPLACE FUNCTION pg_temp.session_epoch() RETURNS text
+         LANGUAGE plpgsql AS $$
+         BEGIN
+             RETURN pg_catalog.currval('workfence.epoch_seq')::text;
+         EXCEPTION WHEN object_not_in_prerequisite_state THEN
+             RETURN 'none drawn';
+         END $$",
+    )
+    .unwrap();
+    Spi::get_one::<String>(
+        "SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), '') || ' ' ||
+                pg_temp.session_epoch()
+           FROM workfence.items t",
+    )
+    .unwrap()
+    .unwrap()
+}

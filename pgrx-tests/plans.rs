@@ -1,10 +1,12 @@
 //! In-server tests of the kept-plan cache (`src/plans.rs`): two statements
-//! never share a plan, whatever their text.
+//! never share a plan, whatever their text; the generic-plan setting does
+//! not leak out of a statement that raises.
 
 #[pgrx::pg_schema]
 mod tests {
     use pgrx::prelude::*;
 
+    use crate::pgrx_tests::helpers::{enqueue, error_of, one, run};
     use crate::plans::{self, params, Statement};
 
     params! {
@@ -50,5 +52,39 @@ SELECT pg_catalog.format('%s:%s', pg_catalog.pg_typeof($1), $1)
             assert_eq!(int, "integer:42");
             assert_eq!(text, "text:x");
         }
+    }
+
+    /// The extension runs its kept statements as generic plans by setting
+    /// `plan_cache_mode` around each one (src/plans.rs). A statement that
+    /// raises must leave the session's own setting as it was.
+    #[pg_test]
+    fn plan_cache_mode_is_restored_after_a_statement_raises() {
+        run("SET LOCAL plan_cache_mode = force_custom_plan", &[]);
+        run(
+            "CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 RAISE EXCEPTION 'refused under %', current_setting('plan_cache_mode');
+             END $$",
+            &[],
+        );
+        run(
+            "CREATE TRIGGER refuse BEFORE UPDATE ON workfence.items
+             FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse()",
+            &[],
+        );
+        enqueue("q", "k");
+        let err = error_of(
+            "SELECT count(*) FROM workfence.work_claim('q', 'w', '1 minute')",
+            0,
+            0,
+        );
+        assert!(
+            err.starts_with("P0001: refused under force_generic_plan"),
+            "{err}"
+        );
+        assert_eq!(
+            one::<String>("SELECT current_setting('plan_cache_mode')", &[]).as_deref(),
+            Some("force_custom_plan")
+        );
     }
 }
