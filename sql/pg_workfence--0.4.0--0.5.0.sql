@@ -10,11 +10,25 @@
 -- 'uncommitted' for the epoch of a claim not committed yet; the long poll's
 -- queue key is hashtext(queue). In the catalog: the comments below, and the
 -- 4-argument work_claim of 0.1.0, renamed out of the way by the update to
--- 0.4.0, is dropped: the version after the rename drops it (CONTRIBUTING.md,
--- "An update keeps every function callable"). Its C symbol stays in the
--- library for databases still at 0.1.0.
-
-DROP FUNCTION IF EXISTS workfence.work_claim_retired_0_1_0(text, text, interval, integer);
+-- 0.4.0, is dropped (CONTRIBUTING.md, "An update keeps every function
+-- callable"). Its C symbol stays in the library for databases still at 0.1.0.
+--
+-- Not when this very transaction renamed it: an update from 0.1.0 runs
+-- 0.1.0--0.4.0 and this script in one transaction, and calls in flight that
+-- resolved the 0.1.0 work_claim before the update committed would fail with
+-- XX000 "cache lookup failed for function" (tests/upgrade.rs, under load).
+-- Such a database keeps it until the next version's update, which repeats
+-- this step. age(xmin) = 0: the row version was written by this transaction.
+DO $retire$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_proc AS p
+                WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+                          'workfence.work_claim_retired_0_1_0(text, text, interval, integer)')
+                  AND pg_catalog.age(p.xmin) OPERATOR(pg_catalog.<>) 0) THEN
+        DROP FUNCTION workfence.work_claim_retired_0_1_0(text, text, interval, integer);
+    END IF;
+END
+$retire$;
 
 -- An expired lease is claimed anew directly (claimed -> claimed), not via pending.
 COMMENT ON TYPE workfence.item_state IS
@@ -28,6 +42,10 @@ COMMENT ON COLUMN workfence.items.max_attempts IS
     'How many attempts the item may have: every claim counts as one (a lapsed lease too), a release '
     'gives its attempt back. A failure, or a lapsed lease, on the final attempt makes the item failed '
     '(dead letter).';
+
+-- work_enqueue's COMMENT names the 40001 it can raise.
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer) IS
+'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25) -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned unchanged with inserted = false. run_at NULL = now (server time). Errors: 22004 NULL argument, 22023 bad queue/key/run_at/max_attempts; 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
 
 COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
 'work_assert(id, owner, epoch) -> void. Call inside a transaction block (after BEGIN). Raises SQLSTATE 55000 (lease lost; DETAIL says why, HINT what to do) unless the token is current, and holds the item''s row lock (FOR NO KEY UPDATE) to the end of the transaction, so the worker''s own writes in that transaction commit only while it holds the lease. If a savepoint or exception block that held the lock rolls back, COMMIT re-checks the token and fails with 55000 (lease lost before commit) when it is no longer current. Errors: 55000 lease lost, 25P01 a current token outside a transaction block (autocommit, also a DO block or function run by one autocommit statement: the lock would end with the statement), 22004 NULL argument, 22023 bad owner.';

@@ -103,7 +103,9 @@ SELECT i.id
 /// Errors: 22004 for a NULL `queue`, `payload`, `priority` or `max_attempts`;
 /// 22023 for an empty, oversized (> 128 bytes) or control-character queue, an
 /// empty or oversized (> 512 bytes) key, `run_at` = 'infinity',
-/// `max_attempts` outside 1..1000.
+/// `max_attempts` outside 1..1000; 40001 (serialization_failure) when the
+/// existing item of the key was deleted while this enqueue ran (a purge or a
+/// restore racing it): retrying the transaction is safe.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_enqueue(
     queue: Option<String>,

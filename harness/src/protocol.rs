@@ -16,7 +16,7 @@
 //! | `finish <id> <epoch> [result json]` | `work_finish` | `bool` |
 //! | `release <id> <epoch> [delay]` | `work_release` | `bool` |
 //! | `fail <id> <epoch> <retry_in or -> <error text>` | `work_fail` | `bool` |
-//! | `assert <id> <epoch>` | `work_assert` | `done` |
+//! | `assert <id> <epoch>` | `BEGIN; work_assert; COMMIT` | `done` |
 //! | `quit` | closes the connection | `bye`, then the process exits |
 //!
 //! Every reply is one line of JSON tagged by `"reply"`, e.g.

@@ -51,7 +51,9 @@ fn no_rust_backtrace_reaches_a_client() {
     assert_eq!(bad_lease.code().code(), "22023");
     assert_eq!(
         bad_lease.detail(),
-        Some("The lease is 0 microseconds long.")
+        // Intervals are shown as PostgreSQL prints them (issue 11), not in
+        // microseconds.
+        Some("The lease is '00:00:00'.")
     );
 
     ok(

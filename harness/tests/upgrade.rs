@@ -149,6 +149,11 @@ fn an_update_from_0_3_0_keeps_every_token_and_matches_a_fresh_install() {
     upgrade_from(RELEASED[2]);
 }
 
+#[test]
+fn an_update_from_0_4_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[3]);
+}
+
 /// Update `previous` while four connections enqueue, claim and finish as
 /// fast as they can, [`UNDER_LOAD_ROUNDS`] times (a fresh database each):
 /// no call may fail. Returns the calls made and how many ran while an
@@ -439,4 +444,40 @@ fn upgrade_from(previous: &str) {
          In a fresh install only:\n{missing:#?}\nAfter the update only:\n{extra:#?}"
     );
     assert!(updated.len() > 20, "the fingerprint lost its rows");
+}
+
+/// The 0.1.0 `work_claim(text, text, interval, integer)` that the update to
+/// 0.4.0 renamed out of the way is dropped by the next update, but not by
+/// the update that renamed it (one transaction from 0.1.0 to 0.5.0): calls
+/// in flight that resolved it before that update must still find it.
+#[test]
+fn the_retired_0_1_0_claim_is_dropped_by_the_update_after_its_rename() {
+    const RETIRED: &str =
+        "SELECT pg_catalog.to_regprocedure('workfence.work_claim_retired_0_1_0(text, text, interval, integer)') IS NOT NULL";
+    let cluster = common::shared_cluster();
+    for (db, steps, kept) in [
+        ("retired_in_two_steps", &["0.4.0", "0.5.0"][..], false),
+        ("retired_in_one_step", &["0.5.0"][..], true),
+    ] {
+        ok(cluster.create_database(db), "create database");
+        let mut c = ok(cluster.connect_to(db), "connect");
+        ok(
+            c.batch_execute(
+                "DROP EXTENSION pg_workfence; CREATE EXTENSION pg_workfence VERSION '0.1.0'",
+            ),
+            "installing 0.1.0",
+        );
+        for step in steps {
+            ok(
+                c.batch_execute(&format!("ALTER EXTENSION pg_workfence UPDATE TO '{step}'")),
+                "updating",
+            );
+        }
+        assert_eq!(version(&mut c), "0.5.0");
+        assert_eq!(
+            common::scalar::<bool>(&mut c, RETIRED, &[]),
+            kept,
+            "{db}: the retired claim after updating through {steps:?}"
+        );
+    }
 }

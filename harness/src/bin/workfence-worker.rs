@@ -159,8 +159,13 @@ fn execute(client: &mut Client, owner: &str, cmd: &Command) -> Result<Reply, pos
                 retry_in.as_deref(),
             )?,
         }),
+        // work_assert belongs in the transaction that writes the job's
+        // effects (outside a transaction block it raises 25P01); the worker
+        // has no effects to write, so it asserts in a transaction of its own.
         Command::Assert { id, epoch } => {
-            calls::assert(client, &Token::new(*id, owner, *epoch))?;
+            let mut tx = client.transaction()?;
+            calls::assert(&mut tx, &Token::new(*id, owner, *epoch))?;
+            tx.commit()?;
             Ok(Reply::Done)
         }
         // Handled by the loop before it gets here.
