@@ -730,8 +730,10 @@ pub(crate) fn fence_at_commit(tokens: &[Token]) -> Result<()> {
 ///
 /// The same reading of the row as `work_assert`'s DETAIL, except that a
 /// handed-back lease and a rolled-back claim are reported as `superseded`
-/// (its DETAIL says "handed back" or "rolled back"). Reads the newest
-/// committed state at each call; nothing changes.
+/// (its DETAIL says "handed back" or "rolled back"). Reads with the
+/// statement's snapshot: in READ COMMITTED the newest committed state at
+/// each call, under REPEATABLE READ the transaction's snapshot (read-write
+/// SPI takes `GetTransactionSnapshot()`); nothing changes.
 ///
 /// VOLATILE, not STABLE, although it only reads: like every statement of the
 /// extension (see `plans`), its read runs through read-write SPI, which
