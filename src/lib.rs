@@ -6,8 +6,9 @@
 //! fail and assert succeed only for the item's newest epoch AND its owner,
 //! checked in one statement inside the server with the server's clock.
 //!
-//! The SQL surface and its guarantees are specified in the project's
-//! contract; the README's reference lists every function. This file is only
+//! The SQL surface and its guarantees are specified in `docs/contract.md`
+//! (cited as "docs/contract.md, promise N"); the README's reference lists
+//! every function. This file is only
 //! the table of contents.
 
 use pgrx::prelude::*;

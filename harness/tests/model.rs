@@ -20,7 +20,7 @@
 //! acknowledged to one token only; attempts stay within `max_attempts`. The `sometimes` properties keep the check from being
 //! vacuous: the bug report's scenario (a lapsed lease taken over by a second
 //! worker, the first worker's finish refused, the item done), a repeated
-//! finish acknowledged, a lapsed lease renewed by its holder (contract promise
+//! finish acknowledged, a lapsed lease renewed by its holder (docs/contract.md, promise
 //! 2), both ways to `failed`, a retry, both items done.
 //!
 //! The checker must also catch broken protocols: fencing by owner name only
@@ -543,7 +543,7 @@ mod sometimes {
         "an item taken over after its lease lapsed, the first holder's finish refused, done";
     /// A superseded token's finish is refused.
     pub const STALE_FINISH_REFUSED: &str = "a superseded token's finish is refused";
-    /// Contract promise 2.
+    /// docs/contract.md, promise 2.
     pub const LAPSED_LEASE_RENEWED: &str = "a lapsed lease nobody re-claimed is renewed";
     /// The retry after a lost reply.
     pub const FINISH_REPEATED: &str = "a repeated finish with the same token returns true";
@@ -747,7 +747,7 @@ fn extension_protocol_holds_in_every_state() {
     }
 }
 
-/// The contract's scenario, step by step in the model (workers keep their
+/// The scenario of docs/contract.md, step by step in the model (workers keep their
 /// numbers): A claims, the lease lapses, B claims with a newer epoch; A's
 /// renew and finish are refused and change nothing; B's finish is honoured
 /// and its retry returns true again without a second write; A's finish after

@@ -10,7 +10,7 @@
 //! server's clock (`pg_sleep_until(lease_until)`, then a check that
 //! `clock_timestamp()` has passed it). No client sleep orders anything.
 //!
-//! What the tests prove, one scenario each (the contract's promises 1 to 3,
+//! What the tests prove, one scenario each (docs/contract.md, promises 1 to 3,
 //! and `work_cancel` / `work_assert`):
 //! 1. three schedulers racing for one firing: exactly one claim wins, and
 //!    again exactly one when its lease lapses; the first token is then dead;

@@ -1,5 +1,5 @@
 //! Soak: many workers under ONE owner name, through worker kills, terminated
-//! backends and server crashes, finish every item exactly once (contract,
+//! backends and server crashes, finish every item exactly once (docs/contract.md,
 //! promises 1, 2 and 4, and "never handed out twice" for the epoch).
 //!
 //! Six `workfence-soak-worker` processes share the owner name `soak/shared`
