@@ -1,7 +1,7 @@
 //! `pg_dump` of a database using pg_workfence, restored into a new database:
 //! the items, their states and both sequences come back, so a claim after
 //! the restore gets an epoch above every epoch handed out before, and an
-//! enqueue gets a fresh id (contract, promise 7).
+//! enqueue gets a fresh id (docs/contract.md, promise 7).
 
 mod common;
 
