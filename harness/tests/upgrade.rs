@@ -106,6 +106,20 @@ fn fingerprint(c: &mut Client) -> Vec<String> {
         .collect()
 }
 
+/// Every item's (key, state), in key order.
+fn states(c: &mut Client) -> Vec<(String, String)> {
+    ok(
+        c.query(
+            "SELECT key, state::text FROM workfence.items ORDER BY key",
+            &[],
+        ),
+        "states",
+    )
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
 fn version(c: &mut Client) -> String {
     ok(
         c.query_one(
@@ -352,16 +366,7 @@ fn upgrade_from(previous: &str) {
         "max epoch",
     )
     .get(0);
-    let states_before: Vec<(String, String)> = ok(
-        old.query(
-            "SELECT key, state::text FROM workfence.items ORDER BY key",
-            &[],
-        ),
-        "states",
-    )
-    .iter()
-    .map(|r| (r.get(0), r.get(1)))
-    .collect();
+    let states_before = states(&mut old);
 
     ok(
         old.batch_execute("ALTER EXTENSION pg_workfence UPDATE"),
@@ -377,16 +382,7 @@ fn upgrade_from(previous: &str) {
     assert_eq!(version(&mut old), current, "updated to the current version");
 
     // Nothing moved in the update itself.
-    let states_after: Vec<(String, String)> = ok(
-        old.query(
-            "SELECT key, state::text FROM workfence.items ORDER BY key",
-            &[],
-        ),
-        "states",
-    )
-    .iter()
-    .map(|r| (r.get(0), r.get(1)))
-    .collect();
+    let states_after = states(&mut old);
     assert_eq!(states_after, states_before);
 
     // Every token judged as before the update.
