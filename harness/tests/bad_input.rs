@@ -24,7 +24,6 @@ use common::ok;
 
 use postgres::error::DbError;
 use postgres::Client;
-use workfence_harness::Cluster;
 
 /// `"q".repeat(n)`, for the length limits.
 fn long(c: char, bytes: usize) -> String {
@@ -417,15 +416,7 @@ fn fixture(client: &mut Client) -> Fixture {
 
 #[test]
 fn every_bad_argument_of_every_function_is_rejected_and_changes_nothing() {
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    );
-    ok(
-        cluster.create_database("bad_input"),
-        "creating the database",
-    );
-    let mut client = ok(cluster.connect_to("bad_input"), "connecting");
+    let (_cluster, mut client) = common::own_cluster_with_database("bad_input");
     let fixture = fixture(&mut client);
     let functions = functions(&fixture);
 
@@ -483,15 +474,7 @@ fn every_bad_argument_of_every_function_is_rejected_and_changes_nothing() {
 
 #[test]
 fn tokens_that_are_not_current_are_refused_and_change_nothing() {
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    );
-    ok(
-        cluster.create_database("not_current"),
-        "creating the database",
-    );
-    let mut client = ok(cluster.connect_to("not_current"), "connecting");
+    let (_cluster, mut client) = common::own_cluster_with_database("not_current");
     let f = fixture(&mut client);
     let unknown = f.a_id.max(f.b_id).max(f.done_id).max(f.cancelled_id) + 1000;
     // (what, id, owner, epoch): none of them is a current token.

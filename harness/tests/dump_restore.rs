@@ -40,15 +40,7 @@ fn run_client(cluster: &Cluster, program: &str, database: &str, args: &[&str], f
 
 #[test]
 fn dump_and_restore_keeps_items_states_and_the_epoch_sequence() {
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway cluster",
-    );
-    ok(
-        cluster.create_database("source"),
-        "creating the source database",
-    );
-    let mut src = ok(cluster.connect_to("source"), "connecting to source");
+    let (cluster, mut src) = common::own_cluster_with_database("source");
 
     // Items in several states (done, claimed, pending), and epochs handed out.
     for key in ["a", "b", "c", "d"] {
@@ -109,12 +101,7 @@ fn dump_and_restore_keeps_items_states_and_the_epoch_sequence() {
 
 #[test]
 fn a_restore_of_the_items_table_alone_lifts_both_sequences() {
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway cluster",
-    );
-    ok(cluster.create_database("only_items"), "source database");
-    let mut src = ok(cluster.connect_to("only_items"), "connecting to source");
+    let (cluster, mut src) = common::own_cluster_with_database("only_items");
     // Epochs well above 1: 50 claims and releases of one item, then items in
     // several states.
     ok(

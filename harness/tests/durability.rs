@@ -86,10 +86,7 @@ fn wait_for_setting(cluster: &Cluster, setting: &str, value: &str) {
 
 #[test]
 fn a_claim_under_asynchronous_commit_flushes_its_epochs_before_returning() {
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    );
+    let cluster = common::own_cluster();
     ok(cluster.create_database("durable"), "creating the database");
     let mut admin = ok(cluster.connect(), "connecting");
     for statement in [

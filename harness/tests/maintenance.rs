@@ -402,13 +402,8 @@ fn the_preloaded_worker_dead_letters_and_purges() {
 
 #[test]
 fn without_preloading_no_worker_runs_and_purge_works() {
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    );
     let db = "unmaintained";
-    ok(cluster.create_database(db), "creating the database");
-    let mut client = ok(cluster.connect_to(db), "connecting");
+    let (_cluster, mut client) = common::own_cluster_with_database(db);
 
     done_item(&mut client, "a", "8 days");
     assert_eq!(

@@ -85,10 +85,7 @@ fn stack() -> Arc<Stack> {
     if let Some(stack) = slot.upgrade() {
         return stack;
     }
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    );
+    let cluster = common::own_cluster();
     let bouncer = ok(
         PgBouncer::builder(common::scratch_base())
             .default_pool_size(POOL_SIZE as u32)

@@ -44,13 +44,8 @@ fn never_waits(cluster: &Cluster, database: &str) -> Client {
 
 #[test]
 fn a_purge_skips_locked_rows_and_never_waits() {
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    );
     let db = "purge";
-    ok(cluster.create_database(db), "creating the database");
-    let mut admin = ok(cluster.connect_to(db), "connecting");
+    let (cluster, mut admin) = common::own_cluster_with_database(db);
 
     // a, b, c done; d claimed by a worker; e pending.
     ok(
@@ -150,13 +145,8 @@ fn a_purge_skips_locked_rows_and_never_waits() {
 /// printed beside a scan of the whole table for comparison.
 #[test]
 fn a_purge_reads_what_it_deletes_not_the_table() {
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    );
     let db = "purge_index";
-    ok(cluster.create_database(db), "creating the database");
-    let mut admin = ok(cluster.connect_to(db), "connecting");
+    let (_cluster, mut admin) = common::own_cluster_with_database(db);
     ok(
         admin.batch_execute(
             "INSERT INTO workfence.items (queue, key, payload, run_at, state, max_attempts, \

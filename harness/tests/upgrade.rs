@@ -22,7 +22,6 @@ mod common;
 use common::ok;
 use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, Token};
-use workfence_harness::Cluster;
 
 /// The released versions, whose frozen install scripts are in `sql/`.
 const RELEASED: [&str; 4] = ["0.1.0", "0.2.0", "0.3.0", "0.4.0"];
@@ -176,10 +175,7 @@ fn update_under_load(previous: &str) -> (u64, u64) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Barrier, Mutex};
 
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    );
+    let cluster = common::own_cluster();
     let mut admin = ok(cluster.connect(), "connecting");
     let (mut calls, mut during) = (0, 0);
     for round in 0..UNDER_LOAD_ROUNDS {
@@ -299,10 +295,7 @@ fn updates_from_every_released_version_under_load_fail_no_call() {
 /// Install `previous`, make items in every state it can make, update, and
 /// check the tokens and the catalog.
 fn upgrade_from(previous: &str) {
-    let cluster = ok(
-        Cluster::start(common::scratch_base()),
-        "starting a throwaway PostgreSQL 15 cluster",
-    );
+    let cluster = common::own_cluster();
     let mut admin = ok(cluster.connect(), "connecting");
     for db in ["CREATE DATABASE previous", "CREATE DATABASE fresh"] {
         ok(admin.batch_execute(db), db);

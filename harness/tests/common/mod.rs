@@ -222,3 +222,21 @@ pub fn claimed_one(
     .pop()
     .unwrap_or_else(|| panic!("nothing due in {queue} to claim"))
 }
+
+/// A throwaway cluster of the calling test's own, stopped and removed when
+/// dropped (for a test that restarts, crashes or reconfigures its server).
+pub fn own_cluster() -> Cluster {
+    ok(
+        Cluster::start(scratch_base()),
+        "starting a throwaway PostgreSQL 15 cluster",
+    )
+}
+
+/// [`own_cluster`] with database `name` (the extension created in it) and a
+/// connection to it.
+pub fn own_cluster_with_database(name: &str) -> (Cluster, Client) {
+    let cluster = own_cluster();
+    ok(cluster.create_database(name), "creating the database");
+    let client = ok(cluster.connect_to(name), "connecting");
+    (cluster, client)
+}
