@@ -8,7 +8,7 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::pgrx_tests::helpers::{
-        claim, count, enqueue, error_of, lapse, snapshot, token_call,
+        claim, count, enqueue, error_of, item_two, lapse, snapshot, token_call,
     };
 
     #[pg_test]
@@ -22,12 +22,10 @@ mod tests {
         let id = enqueue("q", "claimed");
         let (_, epoch) = claim("q", "w", "1 minute").unwrap();
         assert!(cancel("claimed"));
-        let row = Spi::get_two_with_args::<String, bool>(
-            "SELECT state::text, finished_at IS NOT NULL AND lease_until IS NULL
-               FROM workfence.items WHERE id = $1",
-            &[id.into()],
-        )
-        .unwrap();
+        let row = item_two::<String, bool>(
+            "state::text, finished_at IS NOT NULL AND lease_until IS NULL",
+            id,
+        );
         assert_eq!(row, (Some("cancelled".into()), Some(true)));
         let before = snapshot();
         for call in ["renew", "finish", "release", "fail"] {

@@ -8,7 +8,9 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::pgrx_tests::helpers::{claim, count, enqueue, lapse, one, run, token_call};
+    use crate::pgrx_tests::helpers::{
+        claim, count, enqueue, item_three, lapse, one, run, token_call,
+    };
 
     #[pg_test]
     fn claim_hands_out_a_fresh_lease_with_server_time() {
@@ -118,11 +120,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(key, "live");
-        let row = Spi::get_three_with_args::<String, i64, String>(
-            "SELECT state::text, epoch, last_error FROM workfence.items WHERE id = $1",
-            &[id.into()],
-        )
-        .unwrap();
+        let row = item_three::<String, i64, String>("state::text, epoch, last_error", id);
         assert_eq!(
             row,
             (

@@ -14,6 +14,30 @@ pub(super) fn run(sql: &str, args: &[i64]) {
     Spi::run_with_args(sql, &args).expect("statement failed");
 }
 
+/// Two columns of item `id`: `columns` is their SELECT list over
+/// `workfence.items`, e.g. `"state::text, epoch"`.
+pub(super) fn item_two<A, B>(columns: &str, id: i64) -> (Option<A>, Option<B>)
+where
+    A: pgrx::IntoDatum + pgrx::FromDatum,
+    B: pgrx::IntoDatum + pgrx::FromDatum,
+{
+    Spi::get_two_with_args(&item_query(columns), &[id.into()]).expect("query failed")
+}
+
+/// Three columns of item `id`, as [`item_two`] reads two.
+pub(super) fn item_three<A, B, C>(columns: &str, id: i64) -> (Option<A>, Option<B>, Option<C>)
+where
+    A: pgrx::IntoDatum + pgrx::FromDatum,
+    B: pgrx::IntoDatum + pgrx::FromDatum,
+    C: pgrx::IntoDatum + pgrx::FromDatum,
+{
+    Spi::get_three_with_args(&item_query(columns), &[id.into()]).expect("query failed")
+}
+
+fn item_query(columns: &str) -> String {
+    format!("SELECT {columns} FROM workfence.items WHERE id = $1")
+}
+
 /// Enqueue `key` into `queue` (payload `{}`); its id.
 pub(super) fn enqueue(queue: &str, key: &str) -> i64 {
     Spi::get_one_with_args::<i64>(

@@ -9,8 +9,16 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::pgrx_tests::helpers::{
-        claim, enqueue, error_of, lapse, one, run, snapshot, token_call,
+        claim, enqueue, error_of, item_three, item_two, lapse, one, run, snapshot, token_call,
     };
+
+    /// Item `a` of queue `q`, enqueued and claimed by `w` for a minute:
+    /// (id, epoch).
+    fn claimed() -> (i64, i64) {
+        let id = enqueue("q", "a");
+        let (_, epoch) = claim("q", "w", "1 minute").unwrap();
+        (id, epoch)
+    }
 
     #[pg_test]
     fn the_seed_scenario_same_owner_lapsed_lease() {
@@ -34,11 +42,7 @@ mod tests {
             token_call("finish", id, "routines/laptop", b_epoch),
             "B's finish holds"
         );
-        let (state, epoch) = Spi::get_two_with_args::<String, i64>(
-            "SELECT state::text, epoch FROM workfence.items WHERE id = $1",
-            &[id.into()],
-        )
-        .unwrap();
+        let (state, epoch) = item_two::<String, i64>("state::text, epoch", id);
         assert_eq!(
             (state.as_deref(), epoch),
             (Some("done"), Some(b_epoch)),
@@ -48,8 +52,7 @@ mod tests {
 
     #[pg_test]
     fn an_expired_lease_nobody_reclaimed_is_still_current() {
-        let id = enqueue("q", "a");
-        let (_, epoch) = claim("q", "w", "1 minute").unwrap();
+        let (id, epoch) = claimed();
         lapse(id);
         assert!(token_call("renew", id, "w", epoch));
         let live: bool = one(
@@ -64,22 +67,19 @@ mod tests {
 
     #[pg_test]
     fn finish_is_idempotent_for_the_same_token_only() {
-        let id = enqueue("q", "a");
-        let (_, epoch) = claim("q", "w", "1 minute").unwrap();
+        let (id, epoch) = claimed();
         assert!(!token_call("finish", id, "other", epoch), "wrong owner");
         assert!(!token_call("finish", id, "w", epoch + 1), "wrong epoch");
-        let first = Spi::get_one_with_args::<bool>(
+        let first = one::<bool>(
             "SELECT workfence.work_finish($1, 'w', $2, '{\"r\": 1}')",
-            &[id.into(), epoch.into()],
-        )
-        .unwrap();
+            &[id, epoch],
+        );
         assert_eq!(first, Some(true));
         let before = snapshot();
-        let again = Spi::get_one_with_args::<bool>(
+        let again = one::<bool>(
             "SELECT workfence.work_finish($1, 'w', $2, '{\"r\": 2}')",
-            &[id.into(), epoch.into()],
-        )
-        .unwrap();
+            &[id, epoch],
+        );
         assert_eq!(
             again,
             Some(true),
@@ -95,8 +95,7 @@ mod tests {
 
     #[pg_test]
     fn a_superseded_token_is_refused_everything() {
-        let id = enqueue("q", "a");
-        let (_, old) = claim("q", "w", "1 minute").unwrap();
+        let (id, old) = claimed();
         lapse(id);
         let (_, new) = claim("q", "w", "1 minute").unwrap();
         let before = snapshot();
@@ -120,14 +119,9 @@ mod tests {
 
     #[pg_test]
     fn release_hands_the_item_back_and_kills_the_token() {
-        let id = enqueue("q", "a");
-        let (_, epoch) = claim("q", "w", "1 minute").unwrap();
+        let (id, epoch) = claimed();
         assert!(token_call("release", id, "w", epoch));
-        let (state, attempts) = Spi::get_two_with_args::<String, i32>(
-            "SELECT state::text, attempts FROM workfence.items WHERE id = $1",
-            &[id.into()],
-        )
-        .unwrap();
+        let (state, attempts) = item_two::<String, i32>("state::text, attempts", id);
         assert_eq!(
             (state.as_deref(), attempts),
             (Some("pending"), Some(0)),
@@ -142,11 +136,10 @@ mod tests {
         assert_eq!(again, id);
         assert!(epoch2 > epoch);
         // A release with a delay parks the item.
-        assert!(Spi::get_one_with_args::<bool>(
+        assert!(one::<bool>(
             "SELECT workfence.work_release($1, 'w', $2, '1 hour')",
-            &[id.into(), epoch2.into()]
+            &[id, epoch2]
         )
-        .unwrap()
         .unwrap());
         assert_eq!(
             claim("q", "w", "1 minute"),
@@ -160,17 +153,12 @@ mod tests {
         Spi::run("SELECT workfence.work_enqueue('q', '{}', 'a', max_attempts => 2)").unwrap();
         let id: i64 = one("SELECT id FROM workfence.items WHERE key = 'a'", &[]).unwrap();
         let (_, e1) = claim("q", "w", "1 minute").unwrap();
-        assert!(Spi::get_one_with_args::<bool>(
+        assert!(one::<bool>(
             "SELECT workfence.work_fail($1, 'w', $2, 'first error', '0')",
-            &[id.into(), e1.into()]
+            &[id, e1]
         )
-        .unwrap()
         .unwrap());
-        let row = Spi::get_three_with_args::<String, i32, String>(
-            "SELECT state::text, attempts, last_error FROM workfence.items WHERE id = $1",
-            &[id.into()],
-        )
-        .unwrap();
+        let row = item_three::<String, i32, String>("state::text, attempts, last_error", id);
         assert_eq!(
             row,
             (Some("pending".into()), Some(1), Some("first error".into()))
@@ -182,11 +170,8 @@ mod tests {
             "the old token cannot fail it again"
         );
         assert!(token_call("fail", id, "w", e2));
-        let row = Spi::get_three_with_args::<String, i32, bool>(
-            "SELECT state::text, attempts, finished_at IS NOT NULL FROM workfence.items WHERE id = $1",
-            &[id.into()],
-        )
-        .unwrap();
+        let row =
+            item_three::<String, i32, bool>("state::text, attempts, finished_at IS NOT NULL", id);
         assert_eq!(
             row,
             (Some("failed".into()), Some(2), Some(true)),

@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 
-use pgrx::datum::Interval;
+use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -21,17 +21,84 @@ use crate::plans::{self, params, Params, Statement};
 use crate::validate;
 use crate::wait;
 
-params! {
-    /// A token: `$1` id, `$2` owner, `$3` epoch.
-    struct TokenParams<'a> {
-        id: i64 = INT8OID,
-        owner: &'a str = TEXTOID,
-        epoch: i64 = INT8OID,
+/// The parameters of a statement guarded by a token, the same in every
+/// one: `$1` id, `$2` owner, `$3` epoch, then what the statement adds
+/// (`then`, [`Then`]) from `$4` on. Made by [`Token::params`] and
+/// [`Token::then`].
+struct Guarded<'a, T> {
+    token: &'a Token,
+    then: T,
+}
+
+/// What a guarded statement binds after the token: nothing (`()`), one
+/// value, or two (a pair), each a [`Value`].
+trait Then: 'static {
+    /// The type OIDs of `$1..$n`: the token's first (bigint, text, bigint),
+    /// then those of the values.
+    const TYPES: &'static [pg_sys::Oid];
+    /// Bind the values, from `$4` on.
+    fn bind(self, args: &mut Vec<DatumWithOid<'static>>);
+}
+
+/// A value bound after the token, with the OID of its SQL type.
+trait Value: Into<DatumWithOid<'static>> + 'static {
+    const OID: pg_sys::Oid;
+}
+
+impl Value for Option<Interval> {
+    const OID: pg_sys::Oid = pg_sys::INTERVALOID;
+}
+
+impl Value for Option<RawJsonb> {
+    const OID: pg_sys::Oid = pg_sys::JSONBOID;
+}
+
+impl Value for String {
+    const OID: pg_sys::Oid = pg_sys::TEXTOID;
+}
+
+impl Then for () {
+    const TYPES: &'static [pg_sys::Oid] = &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID];
+    fn bind(self, _: &mut Vec<DatumWithOid<'static>>) {}
+}
+
+impl<A: Value> Then for A {
+    const TYPES: &'static [pg_sys::Oid] =
+        &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID, A::OID];
+    fn bind(self, args: &mut Vec<DatumWithOid<'static>>) {
+        args.push(self.into());
     }
 }
 
-// Push the lease of the current token out to now + lease.
-static RENEW: Statement<RenewParams> = Statement::new(
+impl<A: Value, B: Value> Then for (A, B) {
+    const TYPES: &'static [pg_sys::Oid] = &[
+        pg_sys::INT8OID,
+        pg_sys::TEXTOID,
+        pg_sys::INT8OID,
+        A::OID,
+        B::OID,
+    ];
+    fn bind(self, args: &mut Vec<DatumWithOid<'static>>) {
+        args.push(self.0.into());
+        args.push(self.1.into());
+    }
+}
+
+impl<T: Then> Params for Guarded<'_, T> {
+    type Family = Guarded<'static, T>;
+    const TYPES: &'static [pg_sys::Oid] = T::TYPES;
+    fn into_datums(self) -> Vec<DatumWithOid<'static>> {
+        let mut args = Vec::with_capacity(T::TYPES.len());
+        args.push(self.token.id.into());
+        args.push(self.token.owner.as_str().into());
+        args.push(self.token.epoch.into());
+        self.then.bind(&mut args);
+        args
+    }
+}
+
+// Push the lease of the current token out to now + `$4` (the lease).
+static RENEW: Statement<Guarded<Option<Interval>>> = Statement::new(
     r#"
 UPDATE workfence.items AS i
    SET lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4
@@ -43,18 +110,8 @@ RETURNING i.id
 "#,
 );
 
-params! {
-    /// `$1` id, `$2` owner, `$3` epoch, `$4` lease.
-    struct RenewParams<'a> {
-        id: i64 = INT8OID,
-        owner: &'a str = TEXTOID,
-        epoch: i64 = INT8OID,
-        lease: Option<Interval> = INTERVALOID,
-    }
-}
-
-// Mark the item of the current token done, with its result.
-static FINISH: Statement<FinishParams> = Statement::new(
+// Mark the item of the current token done, with its result `$4`.
+static FINISH: Statement<Guarded<Option<RawJsonb>>> = Statement::new(
     r#"
 UPDATE workfence.items AS i
    SET state = 'done'::workfence.item_state,
@@ -69,20 +126,10 @@ RETURNING i.id
 "#,
 );
 
-params! {
-    /// `$1` id, `$2` owner, `$3` epoch, `$4` result.
-    struct FinishParams<'a> {
-        id: i64 = INT8OID,
-        owner: &'a str = TEXTOID,
-        epoch: i64 = INT8OID,
-        result: Option<RawJsonb> = JSONBOID,
-    }
-}
-
 // A finish repeated with the same token (a retry after a lost reply) finds the
 // item done under that token. Its own statement, so in READ COMMITTED it sees
 // a concurrent finish of the same token that the UPDATE waited for.
-static FINISHED_BY: Statement<TokenParams> = Statement::new(
+static FINISHED_BY: Statement<Guarded<()>> = Statement::new(
     r#"
 SELECT i.id
   FROM workfence.items AS i
@@ -145,9 +192,10 @@ params! {
     }
 }
 
-// Hand the item of the current token back: pending from now + delay. A
-// release hands the attempt back: the job did not fail, it was put down.
-static RELEASE: Statement<ReleaseParams> = Statement::new(
+// Hand the item of the current token back: pending from now + `$4` (the
+// delay). A release hands the attempt back: the job did not fail, it was
+// put down.
+static RELEASE: Statement<Guarded<Option<Interval>>> = Statement::new(
     r#"
 UPDATE workfence.items AS i
    SET state = 'pending'::workfence.item_state,
@@ -162,22 +210,13 @@ RETURNING i.queue
 "#,
 );
 
-params! {
-    /// `$1` id, `$2` owner, `$3` epoch, `$4` delay.
-    struct ReleaseParams<'a> {
-        id: i64 = INT8OID,
-        owner: &'a str = TEXTOID,
-        epoch: i64 = INT8OID,
-        delay: Option<Interval> = INTERVALOID,
-    }
-}
-
-// Record a failure of the current token: retry after `$5`, or after an
-// exponential backoff with equal jitter (OPERATOR(...) binds like any user
-// operator, left to right, hence the explicit parentheses):
+// Record the failure `$4` (the error) of the current token: retry after
+// `$5` (retry_in), or after an exponential backoff with equal jitter
+// (OPERATOR(...) binds like any user operator, left to right, hence the
+// explicit parentheses):
 // d = min(2^attempts s, 1 h), wait d/2 + random(0, d/2). Once the attempts
 // are used up the item is failed (the dead letter state).
-static FAIL: Statement<FailParams> = Statement::new(
+static FAIL: Statement<Guarded<(String, Option<Interval>)>> = Statement::new(
     r#"
 UPDATE workfence.items AS i
    SET state = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
@@ -202,22 +241,10 @@ RETURNING i.queue
 "#,
 );
 
-params! {
-    /// `$1` id, `$2` owner, `$3` epoch, `$4` error, `$5` retry_in (NULL:
-    /// backoff).
-    struct FailParams<'a> {
-        id: i64 = INT8OID,
-        owner: &'a str = TEXTOID,
-        epoch: i64 = INT8OID,
-        error: &'a str = TEXTOID,
-        retry_in: Option<Interval> = INTERVALOID,
-    }
-}
-
 // Lock the row of the current token. FOR NO KEY UPDATE: the row lock an
 // UPDATE takes, held to the end of the caller's transaction, so no claim,
 // renew or finish of another token can commit in between.
-static ASSERT: Statement<TokenParams> = Statement::new(
+static ASSERT: Statement<Guarded<()>> = Statement::new(
     r#"
 SELECT i.id
   FROM workfence.items AS i
@@ -233,7 +260,7 @@ SELECT i.id
 // the row under this owner and epoch, locked again, with whether its newest
 // version was written by this transaction (then a finish, release or fail
 // under the token in this transaction explains a state other than claimed).
-static FENCE: Statement<TokenParams> = Statement::new(
+static FENCE: Statement<Guarded<()>> = Statement::new(
     r#"
 SELECT i.state::pg_catalog.text, i.xmin::pg_catalog.text::pg_catalog.int8
   FROM workfence.items AS i
@@ -280,12 +307,13 @@ impl Token {
     }
 
     /// The token as `$1` id, `$2` owner, `$3` epoch.
-    fn params(&self) -> TokenParams<'_> {
-        TokenParams {
-            id: self.id,
-            owner: &self.owner,
-            epoch: self.epoch,
-        }
+    fn params(&self) -> Guarded<'_, ()> {
+        self.then(())
+    }
+
+    /// The token as `$1` id, `$2` owner, `$3` epoch, and `then` from `$4` on.
+    fn then<T: Then>(&self, then: T) -> Guarded<'_, T> {
+        Guarded { token: self, then }
     }
 }
 
@@ -338,15 +366,7 @@ pub fn work_renew(
     (|| {
         let token = Token::new(id, owner, epoch)?;
         validate::lease(lease.map(Into::into))?;
-        run_guarded(
-            &RENEW,
-            RenewParams {
-                id: token.id,
-                owner: &token.owner,
-                epoch: token.epoch,
-                lease,
-            },
-        )
+        run_guarded(&RENEW, token.then(lease))
     })()
     .or_report()
 }
@@ -370,15 +390,7 @@ pub fn work_finish(
 ) -> bool {
     (|| {
         let token = Token::new(id, owner, epoch)?;
-        if run_guarded(
-            &FINISH,
-            FinishParams {
-                id: token.id,
-                owner: &token.owner,
-                epoch: token.epoch,
-                result,
-            },
-        )? {
+        if run_guarded(&FINISH, token.then(result))? {
             return Ok(true);
         }
         run_guarded(&FINISHED_BY, token.params())
@@ -521,15 +533,7 @@ pub fn work_release(
         let token = Token::new(id, owner, epoch)?;
         let delay_value = validate::required("delay", delay)?;
         validate::delay("delay", delay_value.into(), server_now())?;
-        run_handing_back(
-            &RELEASE,
-            ReleaseParams {
-                id: token.id,
-                owner: &token.owner,
-                epoch: token.epoch,
-                delay,
-            },
-        )
+        run_handing_back(&RELEASE, token.then(delay))
     })()
     .or_report()
 }
@@ -562,16 +566,7 @@ pub fn work_fail(
         if let Some(retry) = retry_in {
             validate::delay("retry_in", retry.into(), server_now())?;
         }
-        run_handing_back(
-            &FAIL,
-            FailParams {
-                id: token.id,
-                owner: &token.owner,
-                epoch: token.epoch,
-                error: &error,
-                retry_in,
-            },
-        )
+        run_handing_back(&FAIL, token.then((error, retry_in)))
     })()
     .or_report()
 }

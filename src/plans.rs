@@ -62,8 +62,8 @@ impl Params for () {
 ///
 /// ```ignore
 /// params! {
-///     /// `$1` id, `$2` owner, `$3` epoch.
-///     pub(crate) struct TokenParams<'a> { id: i64 = INT8OID, owner: &'a str = TEXTOID, epoch: i64 = INT8OID }
+///     /// `$1` queue, `$2` key.
+///     struct QueueKey<'a> { queue: &'a str = TEXTOID, key: &'a str = TEXTOID }
 /// }
 /// ```
 macro_rules! params {
@@ -109,7 +109,7 @@ macro_rules! params {
 pub(crate) use params;
 
 /// A statement the extension runs: fixed SQL with `$1..$n` bound from a `P`
-/// ([`Params`], named with `'static` lifetimes: `Statement<TokenParams>` in a
+/// ([`Params`], named with `'static` lifetimes: `Statement<ClaimParams>` in a
 /// `static`; `run` takes the struct with any lifetime). Always a `static` item: the plan cache is keyed by its
 /// address, so two statements never share a plan, whatever their names or
 /// text (a `const` would have no one address).
