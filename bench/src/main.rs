@@ -129,6 +129,9 @@ const USAGE: &str =
 scripts/bench.sh runs it with the README's settings.";
 
 fn parse_args() -> Result<Option<Args>> {
+    if workfence_harness::cli::help_requested(USAGE) {
+        return Ok(None);
+    }
     let mut size = Size::default_size();
     let mut out = None;
     let mut reps = None;
@@ -137,10 +140,6 @@ fn parse_args() -> Result<Option<Args>> {
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
             "--quick" => size = Size::quick(),
             "--no-peers" => peers = false,
             "--workloads" => {

@@ -65,14 +65,13 @@ fn main() -> ExitCode {
 
 /// The cluster directory, or `None` after printing help.
 fn parse_args() -> Result<Option<PathBuf>, String> {
+    if workfence_harness::cli::help_requested(USAGE) {
+        return Ok(None);
+    }
     let mut dir = std::env::var_os("WORKFENCE_DEMO_DIR").map(PathBuf::from);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
             "--dir" => dir = Some(args.next().ok_or("--dir needs a value")?.into()),
             other => return Err(format!("unknown argument {other:?}")),
         }

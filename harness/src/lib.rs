@@ -3,6 +3,7 @@
 //!
 //! - [`calls`]: one typed call per SQL function of the extension, used by
 //!   every client test, the benchmark driver and the demo.
+//! - [`cli`]: `--help` for every binary of the workspace.
 //! - [`Cluster`]: a throwaway PostgreSQL 15 cluster on a free loopback port, one
 //!   database per test, stopped and removed on drop.
 //! - [`Worker`]: drives a `workfence-worker` child process, so that two workers
@@ -25,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod calls;
+pub mod cli;
 mod cluster;
 mod error;
 mod os;

@@ -194,15 +194,11 @@ fn gate_waiters(c: &mut Client) -> i64 {
 
 /// Tokens (id, epoch) of every item the server has as claimed.
 fn claimed(c: &mut Client) -> BTreeSet<(i64, i64)> {
-    ok(
-        c.query(
-            "SELECT id, epoch FROM workfence.items WHERE state = 'claimed'",
-            &[],
-        ),
-        "claimed items",
+    common::pairs(
+        c,
+        "SELECT id, epoch FROM workfence.items WHERE state = 'claimed'",
     )
-    .iter()
-    .map(|r| (r.get(0), r.get(1)))
+    .into_iter()
     .collect()
 }
 

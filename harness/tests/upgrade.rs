@@ -107,16 +107,10 @@ fn fingerprint(c: &mut Client) -> Vec<String> {
 
 /// Every item's (key, state), in key order.
 fn states(c: &mut Client) -> Vec<(String, String)> {
-    ok(
-        c.query(
-            "SELECT key, state::text FROM workfence.items ORDER BY key",
-            &[],
-        ),
-        "states",
+    common::pairs(
+        c,
+        "SELECT key, state::text FROM workfence.items ORDER BY key",
     )
-    .iter()
-    .map(|r| (r.get(0), r.get(1)))
-    .collect()
 }
 
 fn version(c: &mut Client) -> String {

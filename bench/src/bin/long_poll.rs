@@ -54,6 +54,9 @@ const USAGE: &str =
 With WORKFENCE_KEEP set (any value) the cluster and its log are kept afterwards.";
 
 fn parse_args() -> Result<Option<Args>> {
+    if workfence_harness::cli::help_requested(USAGE) {
+        return Ok(None);
+    }
     let mut args = Args {
         quick: false,
         out: None,
@@ -63,10 +66,6 @@ fn parse_args() -> Result<Option<Args>> {
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
             "--quick" => args.quick = true,
             "--out" => args.out = Some(it.next().ok_or("--out needs a file")?),
             "--only" => args.only = Some(it.next().ok_or("--only needs herd or horizon")?),

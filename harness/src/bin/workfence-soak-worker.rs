@@ -111,8 +111,7 @@ enum Round {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if matches!(args.as_slice(), [h] if h == "-h" || h == "--help") {
-        println!("{USAGE}");
+    if workfence_harness::cli::help_requested(USAGE) {
         return ExitCode::SUCCESS;
     }
     let settings = match parse(&args) {

@@ -25,12 +25,11 @@ one JSON reply per line on stdout.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if workfence_harness::cli::help_requested(USAGE) {
+        return ExitCode::SUCCESS;
+    }
     let (conninfo, owner) = match args.as_slice() {
-        [c, o] if c != "-h" && c != "--help" => (c.clone(), o.clone()),
-        [h] if h == "-h" || h == "--help" => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
+        [c, o] => (c.clone(), o.clone()),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

@@ -240,3 +240,15 @@ pub fn own_cluster_with_database(name: &str) -> (Cluster, Client) {
     let client = ok(cluster.connect_to(name), "connecting");
     (cluster, client)
 }
+
+/// The rows of a two-column query, as pairs.
+pub fn pairs<A, B>(client: &mut Client, sql: &str) -> Vec<(A, B)>
+where
+    A: for<'a> FromSql<'a>,
+    B: for<'a> FromSql<'a>,
+{
+    ok(client.query(sql, &[]), sql)
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
