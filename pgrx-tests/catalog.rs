@@ -52,8 +52,8 @@ mod tests {
         .unwrap();
         assert_eq!(
             dumped,
-            Some(3),
-            "items, items_id_seq and epoch_seq are dumped by pg_dump"
+            Some(4),
+            "items, queues, items_id_seq and epoch_seq are dumped by pg_dump"
         );
     }
 

@@ -13,6 +13,7 @@ mod enqueue;
 mod first_use;
 mod helpers;
 mod lease;
+mod operate;
 mod ops;
 mod plans;
 mod privileges;

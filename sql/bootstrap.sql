@@ -18,7 +18,30 @@ COMMENT ON TYPE workfence.item_state IS
     'Life cycle of an item: pending -> claimed -> done | failed; pending or claimed -> cancelled; '
     'claimed -> pending on release or on a retryable failure. An expired lease is claimed anew '
     'directly (claimed -> claimed, with a new epoch and attempts + 1), or, on the final attempt, '
-    'made failed. done, failed and cancelled are final.';
+    'made failed. failed or cancelled -> pending only by an operator''s work_retry (from 0.6.0); done is final.';
+
+-- The shapes of two JSON objects the functions build: an entry of an item's
+-- `errors` history, and the payload of NOTIFY work_lease_lost (to_jsonb /
+-- to_json of a row of these, so every key and value is typed and escaped).
+CREATE TYPE workfence.error_entry AS (
+    attempt  integer,
+    epoch    bigint,
+    owner    text,
+    at       timestamptz,
+    error    text
+);
+COMMENT ON TYPE workfence.error_entry IS
+    'One entry of workfence.items.errors, as jsonb: the attempt, the epoch and owner of its token, when it '
+    'failed or its lease lapsed (at), and the error text.';
+CREATE TYPE workfence.lost_token AS (
+    id     bigint,
+    queue  text,
+    key    text,
+    owner  text,
+    epoch  bigint
+);
+COMMENT ON TYPE workfence.lost_token IS
+    'The payload of NOTIFY work_lease_lost, as json: the token a claim superseded.';
 
 -- Item ids. A plain sequence rather than an identity column: an extension
 -- member, so pg_extension_config_dump can keep its position across pg_dump.
@@ -41,6 +64,9 @@ CREATE TABLE workfence.items (
     result        jsonb,
     created_at    timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     finished_at   timestamptz,
+    claimed_at    timestamptz,
+    max_run       interval,
+    errors        jsonb,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -71,6 +97,13 @@ COMMENT ON COLUMN workfence.items.last_error IS 'Error text of the latest work_f
 COMMENT ON COLUMN workfence.items.result IS 'Result given to work_finish.';
 COMMENT ON COLUMN workfence.items.created_at IS 'Server time of the enqueue.';
 COMMENT ON COLUMN workfence.items.finished_at IS 'Server time the item became done, failed or cancelled.';
+COMMENT ON COLUMN workfence.items.claimed_at IS 'Server time the current epoch was claimed (from 0.6.0; NULL for claims made before).';
+COMMENT ON COLUMN workfence.items.max_run IS
+    'Run-time limit given at enqueue: no claim or renew sets lease_until past claimed_at + max_run. NULL: no limit.';
+COMMENT ON COLUMN workfence.items.errors IS
+    'History of failed attempts, oldest first: one object {attempt, epoch, owner, at, error} per work_fail and per '
+    'lapsed lease (claimed anew or dead-lettered); the newest 20 are kept, each error text at most 2048 bytes. '
+    'NULL until the first entry.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).
@@ -122,7 +155,24 @@ CREATE TRIGGER items_sequence_floor AFTER INSERT ON workfence.items
           OR NEW.created_at OPERATOR(pg_catalog.<) pg_catalog.transaction_timestamp())
     EXECUTE FUNCTION workfence.items_sequence_floor();
 
+-- Settings of a queue, one row per queue that has any (a queue exists by
+-- its items; this table holds only what an operator set). `paused`: claims
+-- of the queue hand out nothing (work_pause / work_resume).
+CREATE TABLE workfence.queues (
+    queue      text NOT NULL PRIMARY KEY,
+    paused     boolean NOT NULL DEFAULT false,
+    paused_at  timestamptz
+);
+COMMENT ON TABLE workfence.queues IS
+    'Settings of queues, set by an operator through the workfence.work_* functions (work_pause, work_resume). '
+    'A queue without a row has the defaults (not paused). Not writable by PUBLIC.';
+COMMENT ON COLUMN workfence.queues.queue IS 'Queue name.';
+COMMENT ON COLUMN workfence.queues.paused IS 'Whether claims of the queue hand out nothing (work_pause; work_resume ends it).';
+COMMENT ON COLUMN workfence.queues.paused_at IS 'Server time of the work_pause that paused it; NULL when not paused.';
+COMMENT ON INDEX workfence.queues_pkey IS 'A queue''s settings by name: the claim''s pause check is one probe here.';
+
 REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.queues FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.epoch_seq FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.items_id_seq FROM PUBLIC;
 
@@ -131,6 +181,7 @@ REVOKE ALL ON SEQUENCE workfence.items_id_seq FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('workfence.items', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.epoch_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.items_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.queues', '');
 
 COMMENT ON INDEX workfence.items_pkey IS 'Items by id: every token call finds its row here.';
 COMMENT ON INDEX workfence.items_queue_key_unique IS 'One item per (queue, key): idempotent enqueue and work_claim_key.';

@@ -1,17 +1,17 @@
 -- pg_workfence: documentation of every function, for \df+ and \dd.
 -- Runs last in the install script (pgrx `finalize`), after every function exists.
 
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer) IS
-'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25) -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned unchanged with inserted = false. run_at NULL = now (server time). Errors: 22004 NULL argument, 22023 bad queue/key/run_at/max_attempts; 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval) IS
+'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL) -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned unchanged with inserted = false. run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). Errors: 22004 NULL argument, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days]; 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
 
 COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
-'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token) and lease_until = clock_timestamp() + lease. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 57014 when cancelled while waiting.';
+'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 57014 when cancelled while waiting.';
 
 COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
-'work_claim_key(queue, key, owner, lease interval) -> zero or one (id, key, payload, epoch, attempt, lease_until). Claims the named item if it is claimable, under the rules of work_claim. Errors: 22004 NULL argument, 22023 bad queue/key/owner/lease.';
+'work_claim_key(queue, key, owner, lease interval) -> zero or one (id, key, payload, epoch, attempt, lease_until). Claims the named item if it is claimable and its queue is not paused, under the rules of work_claim. Errors: 22004 NULL argument, 22023 bad queue/key/owner/lease.';
 
 COMMENT ON FUNCTION workfence.work_renew(bigint, text, bigint, interval) IS
-'work_renew(id, owner, epoch, lease interval) -> boolean. True and lease_until = clock_timestamp() + lease only if the item is claimed under exactly this owner AND epoch; false otherwise (stop the job). Errors: 22004 NULL argument, 22023 bad owner or lease.';
+'work_renew(id, owner, epoch, lease interval) -> boolean. True and lease_until = clock_timestamp() + lease, capped at claimed_at + max_run, only if the item is claimed under exactly this owner AND epoch and its max_run is not used up; false otherwise (stop the job). Errors: 22004 NULL argument, 22023 bad owner or lease.';
 
 COMMENT ON FUNCTION workfence.work_finish(bigint, text, bigint, jsonb) IS
 'work_finish(id, owner, epoch, result jsonb DEFAULT NULL) -> boolean. True and the item done only under the current lease; repeating it with the same token returns true and changes nothing; any other token gets false. Errors: 22004 NULL id/owner/epoch, 22023 bad owner.';
@@ -23,7 +23,7 @@ COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
 'work_release(id, owner, epoch, delay interval DEFAULT ''0'') -> boolean. Hands a claimed item back unfinished: pending again from clock_timestamp() + delay, attempt given back, token dead. False for any token but the current one. Errors: 22004 NULL argument, 22023 bad owner, delay negative or over 365 days (its real length from now: months count as the calendar months that follow).';
 
 COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
-'work_fail(id, owner, epoch, error text, retry_in interval DEFAULT NULL) -> boolean. Records error; pending again after retry_in (NULL: exponential backoff with jitter, 2^n/2..2^n s, at most 1 h) or failed once attempts are used up. False (nothing recorded) for any token but the current one. Errors: 22004 NULL id/owner/epoch/error, 22023 bad owner, retry_in negative or over 365 days (real length from now).';
+'work_fail(id, owner, epoch, error text, retry_in interval DEFAULT NULL) -> boolean. Records error (in last_error and the errors history; a text over 2048 bytes is cut there); pending again after retry_in (NULL: exponential backoff with jitter, 2^n/2..2^n s, at most 1 h) or failed once attempts are used up. False (nothing recorded) for any token but the current one. Errors: 22004 NULL id/owner/epoch/error, 22023 bad owner, retry_in negative or over 365 days (real length from now).';
 
 COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
 'work_assert(id, owner, epoch) -> void. Call inside a transaction block (after BEGIN). Raises SQLSTATE 55000 (lease lost; DETAIL says why, HINT what to do) unless the token is current, and holds the item''s row lock (FOR NO KEY UPDATE) to the end of the transaction, so the worker''s own writes in that transaction commit only while it holds the lease. If a savepoint or exception block that held the lock rolls back, COMMIT re-checks the token and fails with 55000 (lease lost before commit) when it is no longer current. Errors: 55000 lease lost, 25P01 a current token outside a transaction block (autocommit, also a DO block or function run by one autocommit statement: the lock would end with the statement), 22004 NULL argument, 22023 bad owner.';
@@ -36,6 +36,27 @@ COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
 
 COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
 'work_lease_status(id, owner, epoch) -> text: current, uncommitted, superseded, finished, cancelled, wrong_owner or missing. Why the token is (not) honoured, read with the statement''s snapshot (READ COMMITTED: the newest committed state; REPEATABLE READ: the transaction''s snapshot). A lapsed lease nobody claimed anew is current; uncommitted: the epoch is newer than the item''s committed one and a transaction still in progress is changing the item (the claim that handed the epoch out has not committed: only its own transaction can use the token until it commits); a lease handed back (work_release, retryable work_fail), a newer claim, or a claim that rolled back is superseded. Changes nothing. Errors: 22004 NULL argument, 22023 bad owner.';
+
+COMMENT ON FUNCTION workfence.work_retry(text, text, timestamptz) IS
+'work_retry(queue, key, run_at DEFAULT NULL) -> boolean. A failed or cancelled item back to pending, due at run_at (NULL: now), with at least one more attempt (max_attempts raised to attempts + 1 when used up); its errors history is kept, its old tokens stay dead; wakes long polls at commit. True if it changed the item; false for a missing item or any other state. Errors: 22004 NULL queue/key, 22023 bad queue/key/run_at.';
+
+COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamptz) IS
+'work_reschedule(queue, key, run_at) -> boolean. Moves a pending item''s run_at (run it now: now()); wakes long polls at commit. True if it changed the item; false for a missing item or one that is not pending. Errors: 22004 NULL argument, 22023 bad queue/key/run_at.';
+
+COMMENT ON FUNCTION workfence.work_pause(text) IS
+'work_pause(queue) -> boolean. Pauses the queue: work_claim and work_claim_key of it return no rows (they claim and dead-letter nothing) and long polls go on waiting until work_resume; enqueue, renew, finish, release, fail and assert work as usual. True if it was not paused. Errors: 22004 NULL queue, 22023 bad queue.';
+
+COMMENT ON FUNCTION workfence.work_resume(text) IS
+'work_resume(queue) -> boolean. Ends a pause and wakes every long poll of the queue at commit. True if it was paused. Errors: 22004 NULL queue, 22023 bad queue.';
+
+COMMENT ON FUNCTION workfence.work_item(text, text) IS
+'work_item(queue, key) -> zero or one (id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run). The item as an operator sees it; errors is its history of failed attempts and lapsed leases, oldest first (the newest 20 kept). Reads only: grant it to a role that may only look. Errors: 22004 NULL queue/key, 22023 bad queue/key.';
+
+COMMENT ON FUNCTION workfence.work_item(bigint) IS
+'work_item(id) -> zero or one row, the columns of work_item(queue, key): the item with this id. Reads only. Errors: 22004 NULL id.';
+
+COMMENT ON FUNCTION workfence.queue_counters(text) IS
+'queue_counters(queue) -> zero or one (refused, lapsed): stale-token calls refused and lapsed leases claimed anew in the queue since the server started, as work_queue_stats shows them. No row unless pg_workfence is in shared_preload_libraries (or when the server''s counter table of 1024 queues is full and the queue is not in it). Grant it with work_queue_stats. Errors: 22004 NULL queue, 22023 bad queue.';
 
 -- Privileges and search_path safety. KEEP THIS BLOCK LAST: it covers every
 -- function, table, view and sequence in schema workfence that exists when it

@@ -1,5 +1,6 @@
 -- pg_workfence: the monitoring view. Runs after bootstrap (it reads
--- workfence.items) and before finalize.
+-- workfence.items and workfence.queues) and after the function
+-- workfence.queue_counters (pgrx places it there: `requires`), before finalize.
 --
 -- One reading of the server's clock for the whole view (a MATERIALIZED CTE
 -- is evaluated once), so the counts of one row add up: an item is exactly one
@@ -9,41 +10,64 @@
 CREATE VIEW workfence.work_queue_stats AS
 WITH server_time AS MATERIALIZED (
     SELECT pg_catalog.clock_timestamp() AS now
-)
-SELECT i.queue,
-       pg_catalog.count(*) FILTER (
-           WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-             AND i.run_at OPERATOR(pg_catalog.<=) t.now) AS pending,
-       pg_catalog.count(*) FILTER (
-           WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-             AND i.run_at OPERATOR(pg_catalog.>) t.now) AS scheduled,
-       pg_catalog.count(*) FILTER (
-           WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-             AND i.lease_until OPERATOR(pg_catalog.>) t.now) AS claimed,
-       pg_catalog.count(*) FILTER (
-           WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-             AND i.lease_until OPERATOR(pg_catalog.<=) t.now) AS expired,
-       pg_catalog.count(*) FILTER (
-           WHERE i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state) AS done,
-       pg_catalog.count(*) FILTER (
-           WHERE i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state) AS failed,
-       pg_catalog.count(*) FILTER (
-           WHERE i.state OPERATOR(pg_catalog.=) 'cancelled'::workfence.item_state) AS cancelled,
-       -- An item due at '-infinity' has been due since its enqueue (and
-       -- subtracting an infinite timestamp is an error in PostgreSQL 15).
-       t.now OPERATOR(pg_catalog.-) pg_catalog.min(
-           CASE WHEN pg_catalog.isfinite(i.run_at) THEN i.run_at ELSE i.created_at END)
-           FILTER (
+), counts AS (
+    SELECT i.queue,
+           pg_catalog.count(*) FILTER (
                WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                 AND i.run_at OPERATOR(pg_catalog.<=) t.now) AS oldest_due_age
-  FROM workfence.items AS i
- CROSS JOIN server_time AS t
- GROUP BY i.queue, t.now;
+                 AND i.run_at OPERATOR(pg_catalog.<=) t.now) AS pending,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                 AND i.run_at OPERATOR(pg_catalog.>) t.now) AS scheduled,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                 AND i.lease_until OPERATOR(pg_catalog.>) t.now) AS claimed,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                 AND i.lease_until OPERATOR(pg_catalog.<=) t.now) AS expired,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state) AS done,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state) AS failed,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'cancelled'::workfence.item_state) AS cancelled,
+           -- An item due at '-infinity' has been due since its enqueue (and
+           -- subtracting an infinite timestamp is an error in PostgreSQL 15).
+           t.now OPERATOR(pg_catalog.-) pg_catalog.min(
+               CASE WHEN pg_catalog.isfinite(i.run_at) THEN i.run_at ELSE i.created_at END)
+               FILTER (
+                   WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                     AND i.run_at OPERATOR(pg_catalog.<=) t.now) AS oldest_due_age
+      FROM workfence.items AS i
+     CROSS JOIN server_time AS t
+     GROUP BY i.queue, t.now
+), names AS (
+    SELECT c.queue FROM counts AS c
+    UNION
+    SELECT q.queue FROM workfence.queues AS q
+)
+SELECT n.queue,
+       COALESCE(c.pending, 0) AS pending,
+       COALESCE(c.scheduled, 0) AS scheduled,
+       COALESCE(c.claimed, 0) AS claimed,
+       COALESCE(c.expired, 0) AS expired,
+       COALESCE(c.done, 0) AS done,
+       COALESCE(c.failed, 0) AS failed,
+       COALESCE(c.cancelled, 0) AS cancelled,
+       c.oldest_due_age,
+       COALESCE(q.paused, false) AS paused,
+       f.refused,
+       f.lapsed
+  FROM names AS n
+  LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN LATERAL workfence.queue_counters(n.queue) AS f ON true;
 
 COMMENT ON VIEW workfence.work_queue_stats IS
-    'One row per queue that has items: how many are in each state, and how long the oldest due item '
-    'has waited, by the server''s clock (clock_timestamp(), read once per query). Reads every item '
-    '(a scan of workfence.items): for monitoring, not for a hot path. Not readable by PUBLIC.';
+    'One row per queue that has items or settings (work_pause): how many items are in each state, how '
+    'long the oldest due item has waited, by the server''s clock (clock_timestamp(), read once per '
+    'query), whether the queue is paused, and how often fencing refused a stale token. Reads every item '
+    '(a scan of workfence.items): for monitoring, not for a hot path. Not readable by PUBLIC; a reader '
+    'needs EXECUTE on workfence.queue_counters too.';
 COMMENT ON COLUMN workfence.work_queue_stats.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.work_queue_stats.pending IS 'Pending items that are due (run_at reached): claimable now.';
 COMMENT ON COLUMN workfence.work_queue_stats.scheduled IS 'Pending items not yet due (run_at in the future: scheduled, or a retry backing off).';
@@ -55,5 +79,13 @@ COMMENT ON COLUMN workfence.work_queue_stats.cancelled IS 'Items withdrawn with 
 COMMENT ON COLUMN workfence.work_queue_stats.oldest_due_age IS
     'Server time minus the run_at of the oldest due pending item (its created_at when run_at is -infinity); '
     'NULL when no item is due. How far the workers are behind.';
+COMMENT ON COLUMN workfence.work_queue_stats.paused IS 'Whether the queue is paused (work_pause): claims of it hand out nothing.';
+COMMENT ON COLUMN workfence.work_queue_stats.refused IS
+    'Calls of work_renew, work_finish, work_finish_many (per pair), work_release, work_fail and work_assert refused '
+    'for a token that is not the current one, since the server started (counted whether or not the caller commits). '
+    'NULL unless pg_workfence is in shared_preload_libraries.';
+COMMENT ON COLUMN workfence.work_queue_stats.lapsed IS
+    'Lapsed leases claimed anew (each superseded a token), since the server started. '
+    'NULL unless pg_workfence is in shared_preload_libraries.';
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;

@@ -10,8 +10,10 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
 
+use crate::counters;
 use crate::error::{OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
+use crate::notify::{self, LostToken};
 use crate::plans::{self, params, Statement};
 use crate::validate;
 use crate::wait;
@@ -19,58 +21,187 @@ use crate::wait;
 /// One claimed item: (id, key, payload, epoch, attempt, lease_until).
 type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
 
+/// Append one entry to an item's `errors` history (`i.errors`, NULL or a
+/// jsonb array), keeping the newest [`validate::ERRORS_KEPT`] (20): when the
+/// history is full its oldest entry is dropped. The entry is a
+/// `workfence.error_entry` (attempt, epoch, owner, at, error) as jsonb: the
+/// row's attempt, epoch and owner, with `$at` and `$error` (SQL
+/// expressions). Used inside an `UPDATE workfence.items AS i`, whose `SET`
+/// expressions read the row as it was before the update (the lapsed
+/// lease's owner, epoch and lease_until). A composite and `to_jsonb`
+/// rather than `jsonb_build_object`: the same object, through functions
+/// whose every argument has a type (`harness/tests/privileges.rs` shadows
+/// each function the SQL names). The pure test
+/// `errors_bound_is_validate_errors_kept` checks the number against the
+/// constant.
+macro_rules! errors_append {
+    ($at:literal, $error:literal) => {
+        concat!(
+            "CASE WHEN pg_catalog.jsonb_array_length(COALESCE(i.errors, '[]'::pg_catalog.jsonb)) ",
+            "OPERATOR(pg_catalog.>=) 20 THEN i.errors OPERATOR(pg_catalog.-) 0 ",
+            "ELSE COALESCE(i.errors, '[]'::pg_catalog.jsonb) END OPERATOR(pg_catalog.||) ",
+            "pg_catalog.to_jsonb(ROW(i.attempts, i.epoch, i.owner, ",
+            $at,
+            ", ",
+            $error,
+            ")::workfence.error_entry)"
+        )
+    };
+}
+pub(crate) use errors_append;
+
 /// A lapsed lease on an item whose attempts are used up is not handed out
 /// again: the claim that finds it turns the item `failed` (a dead letter), so
 /// a job that keeps crashing its worker cannot loop forever. This runs as a
 /// data-modifying CTE beside the claim, on rows `exhausted_ids(id)` names, and
-/// does not take any of the claim's `max_items` slots. The maintenance worker
-/// ([`crate::maintenance`]) runs the same CTE over every queue. It has no
-/// parameters, so no statement depends on another's `$n`.
+/// does not take any of the claim's `max_items` slots; it returns each dead
+/// letter's superseded token (id, queue, key, owner, epoch) for the
+/// `work_lease_lost` notification, and (schema `current`) records the lapse
+/// in the item's `errors`. The maintenance worker ([`crate::maintenance`])
+/// runs the same CTE over every queue. It has no parameters, so no
+/// statement depends on another's `$n`. `$mode`: `current` or `legacy`
+/// (see [`plans::Schema`]).
 macro_rules! dead_letter {
-    () => {
-        r#"
+    ($mode:ident) => {
+        concat!(
+            r#"
 , exhausted AS (
     UPDATE workfence.items AS i
        SET state = 'failed'::workfence.item_state,
            lease_until = NULL,
-           last_error = 'lease expired on the final attempt',
+           last_error = 'lease expired on the final attempt',"#,
+            $crate::plans::by_schema!(
+                $mode,
+                concat!(
+                    r#"
+           errors = "#,
+                    $crate::claim::errors_append!(
+                        "i.lease_until",
+                        "'lease expired on the final attempt'::pg_catalog.text"
+                    ),
+                    ","
+                ),
+                ""
+            ),
+            r#"
            finished_at = pg_catalog.clock_timestamp()
       FROM exhausted_ids
      WHERE i.id OPERATOR(pg_catalog.=) exhausted_ids.id
-    RETURNING i.id
+    RETURNING i.id, i.queue, i.key, i.owner, i.epoch
 )"#
+        )
     };
 }
 pub(crate) use dead_letter;
 
-// Claim up to `$4` items of queue `$1` for owner `$2` under lease `$3`. Two
-// claim paths, each walking its own partial index in order: pending and due
-// (items_due_idx), and claimed with a lapsed lease (items_lease_idx). One OR
-// over both would use neither index. `(SELECT clock_timestamp())` is
-// evaluated once (an InitPlan), so it can bound the index scan. Each picked
-// item gets a fresh epoch and a lease in the same UPDATE (columns 8 and 9 of
-// `upd`, priority and run_at, only order the result). Column 7 of the
-// result: how many lapsed final attempts this statement dead-lettered, on
-// every row; with nothing claimed, one row of NULLs carries it (a waiting
-// claim keeps an empty attempt only if it changed something, see `wait`).
-static CLAIM: Statement<ClaimParams> = Statement::new(concat!(
-    r#"
-WITH due AS (
-    SELECT i.id, i.priority, i.run_at
+/// What a claim sets besides state, epoch, owner and attempts: schema
+/// `current`: `claimed_at`, a lease capped at `claimed_at + max_run`, and a
+/// lapsed lease's entry in `errors`; `legacy`: the lease. `$lease` is the
+/// statement's lease parameter (`$3` or `$4`).
+macro_rules! claim_sets {
+    (current, $lease:literal) => {
+        concat!(
+            r#"
+           claimed_at = (SELECT c.now FROM clock AS c),
+           lease_until = LEAST((SELECT c.now FROM clock AS c) OPERATOR(pg_catalog.+) "#,
+            $lease,
+            r#",
+                               (SELECT c.now FROM clock AS c) OPERATOR(pg_catalog.+) i.max_run),
+           errors = CASE WHEN picked.lost_epoch IS NULL THEN i.errors ELSE "#,
+            errors_append!("i.lease_until", "'lease expired'::pg_catalog.text"),
+            " END,"
+        )
+    };
+    (legacy, $lease:literal) => {
+        concat!(
+            r#"
+           lease_until = (SELECT c.now FROM clock AS c) OPERATOR(pg_catalog.+) "#,
+            $lease,
+            ","
+        )
+    };
+}
+
+/// The end of both claim statements: the UPDATE of the picked rows, and the
+/// result (see [`CLAIM`]). `$owner` and `$lease` are the statement's
+/// parameters for them.
+macro_rules! claim_update {
+    ($mode:ident, $owner:literal, $lease:literal) => {
+        concat!(
+            r#"
+, upd AS (
+    UPDATE workfence.items AS i
+       SET state = 'claimed'::workfence.item_state,
+           epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
+           owner = "#,
+            $owner,
+            ",",
+            claim_sets!($mode, $lease),
+            r#"
+           attempts = i.attempts OPERATOR(pg_catalog.+) 1
+      FROM picked
+     WHERE i.id OPERATOR(pg_catalog.=) picked.id
+    RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at,
+              picked.lost_owner, picked.lost_epoch
+)
+SELECT u.id, u.key, u.payload, u.epoch, u.attempts, u.lease_until,
+       u.lost_owner, u.lost_epoch, false AS dead, u.priority, u.run_at
+  FROM upd AS u
+UNION ALL
+SELECT e.id, e.key, NULL, NULL, NULL, NULL, e.owner, e.epoch, true, NULL, NULL
+  FROM exhausted AS e
+ ORDER BY 9, 10, 11, 1
+"#
+        )
+    };
+}
+
+/// `AND <queue $1 is not paused>` (schema `current`; nothing for `legacy`,
+/// which has no pause).
+macro_rules! queue_open {
+    ($mode:ident) => {
+        $crate::plans::by_schema!(
+            $mode,
+            r#"
+       AND NOT EXISTS (SELECT FROM workfence.queues AS q
+                        WHERE q.queue OPERATOR(pg_catalog.=) $1
+                          AND q.paused)"#,
+            ""
+        )
+    };
+}
+pub(crate) use queue_open;
+
+/// The claim statement for schema `$mode`; see [`CLAIM`].
+macro_rules! claim_sql {
+    ($mode:ident) => {
+        concat!(
+            r#"
+WITH clock AS (
+    SELECT pg_catalog.clock_timestamp() AS now
+), gate AS (
+    SELECT true"#,
+            queue_open!($mode),
+            r#" AS open
+), due AS (
+    SELECT i.id, i.priority, i.run_at,
+           NULL::pg_catalog.text AS lost_owner, NULL::pg_catalog.int8 AS lost_epoch
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-       AND i.run_at OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp())
+       AND i.run_at OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c)
+       AND (SELECT g.open FROM gate AS g)
      ORDER BY i.priority, i.run_at, i.id
      LIMIT $4
        FOR UPDATE SKIP LOCKED
 ), lapsed AS (
-    SELECT i.id, i.priority, i.run_at
+    SELECT i.id, i.priority, i.run_at, i.owner AS lost_owner, i.epoch AS lost_epoch
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-       AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp())
+       AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c)
        AND i.attempts OPERATOR(pg_catalog.<) i.max_attempts
+       AND (SELECT g.open FROM gate AS g)
      ORDER BY i.priority, i.run_at, i.id
      LIMIT $4
        FOR UPDATE SKIP LOCKED
@@ -79,35 +210,47 @@ WITH due AS (
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-       AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp())
+       AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c)
        AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
+       AND (SELECT g.open FROM gate AS g)
      LIMIT $4
        FOR UPDATE SKIP LOCKED
 )"#,
-    dead_letter!(),
-    r#"
+            dead_letter!($mode),
+            r#"
 , picked AS (
-    SELECT c.id
+    SELECT c.id, c.lost_owner, c.lost_epoch
       FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
      ORDER BY c.priority, c.run_at, c.id
      LIMIT $4
-), upd AS (
-    UPDATE workfence.items AS i
-       SET state = 'claimed'::workfence.item_state,
-           epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
-           owner = $2,
-           lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3,
-           attempts = i.attempts OPERATOR(pg_catalog.+) 1
-      FROM picked
-     WHERE i.id OPERATOR(pg_catalog.=) picked.id
-    RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at
-)
-SELECT upd.id, upd.key, upd.payload, upd.epoch, upd.attempts, upd.lease_until, d.dead
-  FROM (SELECT pg_catalog.count(*) AS dead FROM exhausted) AS d
-  LEFT JOIN upd ON true
- ORDER BY upd.priority, upd.run_at, upd.id
-"#
-));
+)"#,
+            claim_update!($mode, "$2", "$3")
+        )
+    };
+}
+
+// Claim up to `$4` items of queue `$1` for owner `$2` under lease `$3`.
+//
+// - `clock`: the server's clock, read once for the whole statement (every
+//   item of a batch gets the same `claimed_at`).
+// - `gate`: whether the queue is open (not paused, `work_pause`); the scans
+//   of a paused queue do not run at all (a one-time filter).
+// - Two claim paths, each walking its own partial index in order: pending
+//   and due (items_due_idx), and claimed with a lapsed lease
+//   (items_lease_idx). One OR over both would use neither index. A lapsed
+//   lease carries its superseded token (owner, epoch) along, for the
+//   item's `errors` history and the `work_lease_lost` notification.
+// - Each picked item gets a fresh epoch and a lease in the same UPDATE,
+//   capped at `claimed_at + max_run`.
+//
+// The result: one row per claimed item (`dead` false; `lost_*` set when it
+// was a lapsed lease claimed anew), then one per lapsed final attempt this
+// statement dead-lettered (`dead` true, its superseded token in `lost_*`).
+// Columns 10 and 11 (priority, run_at) only order the claimed rows.
+static CLAIM: plans::Versioned<ClaimParams> = plans::Versioned {
+    current: Statement::new(claim_sql!(current)),
+    legacy: Statement::new(claim_sql!(legacy)),
+};
 
 params! {
     /// `$1` queue, `$2` owner, `$3` lease, `$4` max_items.
@@ -119,42 +262,51 @@ params! {
     }
 }
 
-// Claim item `$2` of queue `$1`, if claimable, for owner `$3` under lease
-// `$4` (a fresh epoch, as CLAIM gives); a lapsed final attempt is
-// dead-lettered instead.
-static CLAIM_KEY: Statement<ClaimKeyParams> = Statement::new(concat!(
-    r#"
-WITH candidate AS (
+/// The claim statement of one key for schema `$mode`; see [`CLAIM_KEY`].
+macro_rules! claim_key_sql {
+    ($mode:ident) => {
+        concat!(
+            r#"
+WITH clock AS (
+    SELECT pg_catalog.clock_timestamp() AS now
+), candidate AS (
     SELECT i.id,
            i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
-             AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state AS exhausted
+             AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state AS exhausted,
+           CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                THEN i.owner END AS lost_owner,
+           CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                THEN i.epoch END AS lost_epoch
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.key OPERATOR(pg_catalog.=) $2
        AND ((i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-             AND i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
+             AND i.run_at OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c))
          OR (i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-             AND i.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()))
+             AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c)))"#,
+            queue_open!($mode),
+            r#"
        FOR UPDATE SKIP LOCKED
 ), exhausted_ids AS (
     SELECT c.id FROM candidate AS c WHERE c.exhausted
 )"#,
-    dead_letter!(),
-    r#"
+            dead_letter!($mode),
+            r#"
 , picked AS (
-    SELECT c.id FROM candidate AS c WHERE NOT c.exhausted
-)
-UPDATE workfence.items AS i
-   SET state = 'claimed'::workfence.item_state,
-       epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
-       owner = $3,
-       lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4,
-       attempts = i.attempts OPERATOR(pg_catalog.+) 1
-  FROM picked
- WHERE i.id OPERATOR(pg_catalog.=) picked.id
-RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at
-"#
-));
+    SELECT c.id, c.lost_owner, c.lost_epoch FROM candidate AS c WHERE NOT c.exhausted
+)"#,
+            claim_update!($mode, "$3", "$4")
+        )
+    };
+}
+
+// Claim item `$2` of queue `$1`, if claimable and its queue is not paused,
+// for owner `$3` under lease `$4` (a fresh epoch, as CLAIM gives); a lapsed
+// final attempt is dead-lettered instead. The result has CLAIM's columns.
+static CLAIM_KEY: plans::Versioned<ClaimKeyParams> = plans::Versioned {
+    current: Statement::new(claim_key_sql!(current)),
+    legacy: Statement::new(claim_key_sql!(legacy)),
+};
 
 params! {
     /// `$1` queue, `$2` key, `$3` owner, `$4` lease.
@@ -166,29 +318,41 @@ params! {
     }
 }
 
-/// The claimed rows of a claim statement's result.
-fn read_claimed(rows: SpiTupleTable<'_>) -> Result<Vec<ClaimedRow>> {
-    Ok(read_claim_result(rows, false)?.0)
+/// What one claim statement did: the rows it claimed, and the tokens it
+/// superseded (lapsed leases claimed anew, and lapsed final attempts it
+/// dead-lettered).
+struct ClaimOutcome {
+    claimed: Vec<ClaimedRow>,
+    lost: Vec<LostToken>,
 }
 
-/// The claimed rows and, with `counts_dead` (CLAIM's column 7), how many
-/// lapsed final attempts the statement dead-lettered.
-fn read_claim_result(rows: SpiTupleTable<'_>, counts_dead: bool) -> Result<(Vec<ClaimedRow>, i64)> {
-    let mut out = Vec::with_capacity(rows.len());
-    let mut dead = 0;
+/// The result of CLAIM or CLAIM_KEY (see CLAIM for its columns).
+fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<ClaimOutcome> {
+    let mut claimed = Vec::with_capacity(rows.len());
+    let mut lost = Vec::new();
+    // Every column of a claimed row is NOT NULL; a NULL here is a bug.
+    let missing = |column| WorkfenceError::UnexpectedNull { column };
     for row in rows {
-        if counts_dead {
-            dead = row.get::<i64>(7)?.unwrap_or(0);
+        let id = row.get::<i64>(1)?.ok_or_else(|| missing("id"))?;
+        let key = row.get::<String>(2)?.ok_or_else(|| missing("key"))?;
+        let dead = row.get::<bool>(9)?.unwrap_or(false);
+        let lost_epoch = row.get::<i64>(8)?;
+        if let Some(epoch) = lost_epoch {
+            lost.push(LostToken {
+                id,
+                queue: queue.to_owned(),
+                key: key.clone(),
+                owner: row.get::<String>(7)?.unwrap_or_default(),
+                epoch,
+                dead_lettered: dead,
+            });
         }
-        if row.get::<i64>(1)?.is_none() {
-            // CLAIM's row that only carries the dead-letter count.
+        if dead {
             continue;
         }
-        // Every column is NOT NULL for a claimed row; a NULL here is a bug.
-        let missing = |column| WorkfenceError::UnexpectedNull { column };
-        out.push((
-            row.get::<i64>(1)?.ok_or_else(|| missing("id"))?,
-            row.get::<String>(2)?.ok_or_else(|| missing("key"))?,
+        claimed.push((
+            id,
+            key,
             row.get::<RawJsonb>(3)?.ok_or_else(|| missing("payload"))?,
             row.get::<i64>(4)?.ok_or_else(|| missing("epoch"))?,
             row.get::<i32>(5)?.ok_or_else(|| missing("attempts"))?,
@@ -196,7 +360,19 @@ fn read_claim_result(rows: SpiTupleTable<'_>, counts_dead: bool) -> Result<(Vec<
                 .ok_or_else(|| missing("lease_until"))?,
         ));
     }
-    Ok((out, dead))
+    Ok(ClaimOutcome { claimed, lost })
+}
+
+/// After a claim statement: count its lapsed leases claimed anew and tell
+/// the holders of the tokens it superseded (`work_lease_lost`, sent at
+/// commit). True if the statement changed anything at all.
+fn settle(queue: &str, outcome: &ClaimOutcome) -> Result<bool> {
+    let taken_over = outcome.lost.iter().filter(|t| !t.dead_lettered).count();
+    counters::lapsed(queue, taken_over as u64);
+    if !outcome.lost.is_empty() {
+        Spi::connect_mut(|client| notify::lease_lost(client, &outcome.lost))?;
+    }
+    Ok(!outcome.claimed.is_empty() || !outcome.lost.is_empty())
 }
 
 /// Claim up to `max_items` claimable items of `queue` for `owner`, waiting
@@ -301,9 +477,45 @@ fn claim(
     let owner = validate::owner(owner)?;
     validate::lease(lease.map(Into::into))?;
     let max_items = validate::max_items(max_items)?;
+    let waiting = !wait.is_zero();
     wait::until_claimed(&queue, wait, || {
-        claim_once(&queue, &owner, lease, max_items)
+        claim_once(&queue, &owner, lease, max_items, waiting)
     })
+}
+
+/// Take the claim's strongest lock on `workfence.items`, ROW EXCLUSIVE (for
+/// its UPDATE), before the statement, whose executor would take ROW SHARE
+/// (for `FOR UPDATE`) first and then upgrade.
+///
+/// Why: an `ALTER EXTENSION ... UPDATE` through several scripts can hold a
+/// lock between the two (SHARE ROW EXCLUSIVE, from a `CREATE TRIGGER`) and
+/// then ask for ACCESS EXCLUSIVE (an `ALTER TABLE` of a later script). A
+/// claim holding ROW SHARE and waiting for ROW EXCLUSIVE then deadlocks
+/// with it (measured: 3 calls failed with 40P01 in a round of the upgrade
+/// test from 0.3.0); holding ROW EXCLUSIVE first, the claim waits holding
+/// nothing and goes on after the update commits. A waiting claim
+/// (`conditional`) holds an ACCESS SHARE lock on the table for its whole
+/// wait, so it must not wait here at all: it takes the lock only if it is
+/// free at once and otherwise reports `false` (this attempt is skipped;
+/// the long poll tries again, or gives way to the update, see
+/// [`crate::wait`]).
+fn lock_items(conditional: bool) -> bool {
+    let items = plans::workfence_relation(c"items");
+    if items == pg_sys::InvalidOid {
+        return true;
+    }
+    let mode = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+    // SAFETY: a relation lock of the current transaction on a relation
+    // looked up in it; released at the transaction's (or the waiting
+    // attempt's subtransaction's) end, as the statement's own would be.
+    unsafe {
+        if conditional {
+            pg_sys::ConditionalLockRelationOid(items, mode)
+        } else {
+            pg_sys::LockRelationOid(items, mode);
+            true
+        }
+    }
 }
 
 /// One claim statement: the rows claimed, and whether the statement changed
@@ -313,22 +525,26 @@ fn claim_once(
     owner: &str,
     lease: Option<Interval>,
     max_items: i32,
+    waiting: bool,
 ) -> Result<(Vec<ClaimedRow>, bool)> {
-    let (rows, dead) = Spi::connect_mut(|client| {
+    if !lock_items(waiting) {
+        return Ok((Vec::new(), false));
+    }
+    let outcome = Spi::connect_mut(|client| {
         plans::run(
             client,
-            &CLAIM,
+            CLAIM.get(),
             ClaimParams {
                 queue,
                 owner,
                 lease,
                 max_items,
             },
-            |rows| read_claim_result(rows, true),
+            |rows| read_claim_result(queue, rows),
         )
     })?;
-    let changed = !rows.is_empty() || dead > 0;
-    Ok((durable(rows), changed))
+    let changed = settle(queue, &outcome)?;
+    Ok((durable(outcome.claimed), changed))
 }
 
 /// Claim the one item of `queue` named `key`, if it is claimable.
@@ -372,20 +588,22 @@ fn claim_key(
     let key = validate::key(validate::required("key", key)?)?;
     let owner = validate::owner(owner)?;
     validate::lease(lease.map(Into::into))?;
-    Spi::connect_mut(|client| {
+    lock_items(false);
+    let outcome = Spi::connect_mut(|client| {
         plans::run(
             client,
-            &CLAIM_KEY,
+            CLAIM_KEY.get(),
             ClaimKeyParams {
                 queue: &queue,
                 key: &key,
                 owner: &owner,
                 lease,
             },
-            read_claimed,
+            |rows| read_claim_result(&queue, rows),
         )
-    })
-    .map(durable)
+    })?;
+    settle(&queue, &outcome)?;
+    Ok(durable(outcome.claimed))
 }
 
 /// Make the epochs of a claim durable before they are handed out.
@@ -450,4 +668,22 @@ unsafe fn epoch_seq_lsn() -> Option<pg_sys::XLogRecPtr> {
     pg_sys::UnlockReleaseBuffer(buffer);
     pg_sys::relation_close(rel, lock);
     Some(lsn)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::validate;
+
+    /// The number in the SQL of [`errors_append!`] is the documented bound.
+    #[test]
+    fn errors_bound_is_validate_errors_kept() {
+        let sql = errors_append!("now()", "'x'");
+        assert!(
+            sql.contains(&format!(
+                "OPERATOR(pg_catalog.>=) {} ",
+                validate::ERRORS_KEPT
+            )),
+            "{sql}"
+        );
+    }
 }

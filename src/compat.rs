@@ -25,6 +25,25 @@ extern "C-unwind" {
     /// behind `hash_any` and so behind SQL's `hashtext`. Not in pgrx's
     /// bindings.
     fn hash_bytes(k: *const u8, keylen: std::ffi::c_int) -> u32;
+
+    /// `libpq/libpq.h` (PostgreSQL 14 and later): false when the client's
+    /// socket has been closed by the peer (a non-blocking poll of the
+    /// socket, what `client_connection_check_interval` uses). Not in pgrx's
+    /// bindings.
+    fn pq_check_connection() -> bool;
+}
+
+/// Whether this backend's client is still connected: true for a backend
+/// without a client (a background worker), false once the peer has closed
+/// the socket (a killed client, a dropped connection).
+///
+/// # Safety
+/// Call on the backend's main thread.
+pub unsafe fn client_connected() -> bool {
+    if pg_sys::MyProcPort.is_null() {
+        return true;
+    }
+    pq_check_connection()
 }
 
 /// SQL's `hashtext(t)` of the text whose bytes are `bytes`, as it is under a

@@ -1,28 +1,40 @@
 //! `work_enqueue`: add an item to a queue (idempotent on the queue and key).
 
-use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
 use crate::cancel::QueueKey;
 use crate::error::{OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
+use crate::notify;
 use crate::plans::{self, params, Statement};
 use crate::validate;
 use crate::wait;
 
 // Insert the item unless (queue, key) exists; the id, and whether it is due.
-static INSERT: Statement<InsertParams> = Statement::new(
-    r#"
+// (A schema before 0.6.0 has no `max_run`; `$7` is then NULL and unused.)
+static INSERT: plans::Versioned<InsertParams> = plans::Versioned {
+    current: Statement::new(
+        r#"
+INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts, max_run)
+VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6, $7)
+    ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
+RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+"#,
+    ),
+    legacy: Statement::new(
+        r#"
 INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts)
 VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6)
     ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
 RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
 "#,
-);
+    ),
+};
 
 params! {
     /// `$1` queue, `$2` key, `$3` payload, `$4` priority, `$5` run_at (NULL:
-    /// now), `$6` max_attempts.
+    /// now), `$6` max_attempts, `$7` max_run (NULL: no limit).
     struct InsertParams<'a> {
         queue: &'a str = TEXTOID,
         key: &'a str = TEXTOID,
@@ -30,6 +42,7 @@ params! {
         priority: i32 = INT4OID,
         run_at: Option<TimestampWithTimeZone> = TIMESTAMPTZOID,
         max_attempts: i32 = INT4OID,
+        max_run: Option<Interval> = INTERVALOID,
     }
 }
 
@@ -39,37 +52,6 @@ params! {
         queue: &'a str = TEXTOID,
     }
 }
-
-/// `workfence.notify_enqueued` (boolean, default on, superuser-set): whether
-/// an enqueue of a due item runs `NOTIFY work_enqueued, '<queue>'`. Any role
-/// that can connect may `LISTEN` on any channel, so the notifications tell
-/// every such role the names of the queues that receive work; an operator
-/// who must keep queue names private turns this off (`ALTER SYSTEM`, `ALTER
-/// DATABASE ... SET`, or a superuser's `SET`): long polls
-/// (`work_claim(..., wait)`) do not need it.
-pub static NOTIFY_ENQUEUED: GucSetting<bool> = GucSetting::<bool>::new(true);
-
-/// Define `workfence.notify_enqueued`; called from `_PG_init`.
-pub fn init() {
-    GucRegistry::define_bool_guc(
-        c"workfence.notify_enqueued",
-        c"pg_workfence: an enqueue of a due item sends NOTIFY work_enqueued with the queue name.",
-        c"Any role that can connect may LISTEN and so learn queue names; turn this off to keep \
-          them private (long polls do not need it).",
-        &NOTIFY_ENQUEUED,
-        GucContext::Suset,
-        GucFlags::empty(),
-    );
-}
-
-// Tells listeners that an item of queue `$1` is claimable now. PostgreSQL
-// delivers it when (and only if) the transaction commits, and folds identical
-// notifications of one transaction into one.
-static NOTIFY: Statement<QueueParams> = Statement::new(
-    r#"
-SELECT pg_catalog.pg_notify('work_enqueued', $1)
-"#,
-);
 
 // Runs as its own statement after the INSERT did nothing, so (in READ
 // COMMITTED) it sees the conflicting row that ON CONFLICT waited for.
@@ -86,7 +68,8 @@ SELECT i.id
 ///
 /// SQL: `workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key
 /// text DEFAULT NULL, run_at timestamptz DEFAULT NULL, priority int DEFAULT 0,
-/// max_attempts int DEFAULT 25) RETURNS TABLE (id bigint, key text, inserted bool)`.
+/// max_attempts int DEFAULT 25, max_run interval DEFAULT NULL) RETURNS TABLE
+/// (id bigint, key text, inserted bool)`.
 ///
 /// - `key` NULL: a UUIDv7 is generated (time-ordered, so the key index stays
 ///   compact). An existing (queue, key) is left exactly as it is and returned
@@ -94,6 +77,11 @@ SELECT i.id
 /// - `run_at` NULL: claimable at once (server time, `clock_timestamp()`).
 /// - `priority`: lower is claimed first.
 /// - `max_attempts`: claims that may fail (1 to 1000) before the item is failed.
+/// - `max_run` (from 0.6.0): a run-time limit, up to 365 days; no claim or
+///   renew sets the lease past `claimed_at + max_run`, so a hung job that
+///   keeps renewing loses its lease then (its renew returns false) and the
+///   item is claimed anew (or dead-lettered on its final attempt). NULL: no
+///   limit.
 /// - An inserted item that is due (`run_at` NULL or not after
 ///   `clock_timestamp()`) runs `pg_notify('work_enqueued', queue)`: listeners
 ///   hear of it when the transaction commits (one notification per queue per
@@ -103,19 +91,46 @@ SELECT i.id
 /// Errors: 22004 for a NULL `queue`, `payload`, `priority` or `max_attempts`;
 /// 22023 for an empty, oversized (> 128 bytes) or control-character queue, an
 /// empty or oversized (> 512 bytes) key, `run_at` = 'infinity',
-/// `max_attempts` outside 1..1000; 40001 (serialization_failure) when the
-/// existing item of the key was deleted while this enqueue ran (a purge or a
-/// restore racing it): retrying the transaction is safe.
-#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
-pub fn work_enqueue(
+/// `max_attempts` outside 1..1000, `max_run` not in (0, 365 days]; 40001
+/// (serialization_failure) when the existing item of the key was deleted
+/// while this enqueue ran (a purge or a restore racing it): retrying the
+/// transaction is safe.
+#[pg_extern(
+    name = "work_enqueue",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
+pub fn work_enqueue_with_max_run(
     queue: Option<String>,
     payload: default!(Option<RawJsonb>, "'{}'"),
     key: default!(Option<String>, "NULL"),
     run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
     priority: default!(Option<i32>, 0),
     max_attempts: default!(Option<i32>, 25),
+    max_run: default!(Option<Interval>, "NULL"),
 ) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
-    enqueue(queue, payload, key, run_at, priority, max_attempts)
+    enqueue(queue, payload, key, run_at, priority, max_attempts, max_run)
+        .map(TableIterator::once)
+        .or_report()
+}
+
+/// The 6-argument `work_enqueue` of versions up to 0.5.0 (no `max_run`),
+/// kept as the C symbol `work_enqueue_wrapper` that their install scripts
+/// bind, so that a database not yet updated keeps working with this
+/// library, and a call that resolved the old function before `ALTER
+/// EXTENSION pg_workfence UPDATE` renamed it (`work_enqueue_retired_0_5_0`)
+/// still runs. Not part of this version's SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
+pub fn work_enqueue(
+    queue: Option<String>,
+    payload: Option<RawJsonb>,
+    key: Option<String>,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: Option<i32>,
+    max_attempts: Option<i32>,
+) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
+    enqueue(queue, payload, key, run_at, priority, max_attempts, None)
         .map(TableIterator::once)
         .or_report()
 }
@@ -135,6 +150,7 @@ fn enqueue(
     run_at: Option<TimestampWithTimeZone>,
     priority: Option<i32>,
     max_attempts: Option<i32>,
+    max_run: Option<Interval>,
 ) -> Result<(i64, String, bool)> {
     let queue = validate::queue(queue)?;
     let payload = validate::required("payload", payload)?;
@@ -142,18 +158,10 @@ fn enqueue(
         Some(key) => validate::key(key)?,
         None => uuid::Uuid::now_v7().to_string(),
     };
-    if let Some(at) = run_at {
-        if at.is_infinity() {
-            return Err(WorkfenceError::invalid(
-                "run_at",
-                "must not be 'infinity'",
-                "An item due at 'infinity' could never be claimed.",
-                "Pass a finite time, or cancel the item instead.",
-            ));
-        }
-    }
+    validate::finite_run_at(run_at)?;
     let priority = validate::required("priority", priority)?;
     let max_attempts = validate::max_attempts(max_attempts)?;
+    validate::max_run(max_run.map(Into::into))?;
 
     Spi::connect_mut(|client| {
         // The existing row can vanish between the two statements (purged in
@@ -161,7 +169,7 @@ fn enqueue(
         for _ in 0..3 {
             let inserted = plans::run(
                 client,
-                &INSERT,
+                INSERT.get(),
                 InsertParams {
                     queue: &queue,
                     key: &key,
@@ -169,6 +177,7 @@ fn enqueue(
                     priority,
                     run_at,
                     max_attempts,
+                    max_run,
                 },
                 |rows| {
                     if rows.is_empty() {
@@ -179,8 +188,8 @@ fn enqueue(
                 },
             )?;
             if let Some((id, due)) = inserted {
-                if due && NOTIFY_ENQUEUED.get() {
-                    plans::run(client, &NOTIFY, QueueParams { queue: &queue }, |_| Ok(()))?;
+                if due {
+                    notify::enqueued(client, &queue)?;
                 }
                 // Claimers long-polling the queue re-check after commit
                 // (a future run_at too: it may be sooner than they sleep).

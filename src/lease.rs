@@ -15,6 +15,8 @@ use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::claim::errors_append;
+use crate::counters;
 use crate::error::{LeaseStatus, OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, params, Params, Statement};
@@ -97,18 +99,45 @@ impl<T: Then> Params for Guarded<'_, T> {
     }
 }
 
-// Push the lease of the current token out to now + `$4` (the lease).
-static RENEW: Statement<Guarded<Option<Interval>>> = Statement::new(
-    r#"
+// Push the lease of the current token out to now + `$4` (the lease), but
+// never past `claimed_at + max_run` (the item's run-time limit, NULL: none);
+// once that is reached the lease cannot be renewed at all. (A schema before
+// 0.6.0 has no run-time limit.)
+macro_rules! renew_sql {
+    ($mode:ident) => {
+        concat!(
+            r#"
 UPDATE workfence.items AS i
-   SET lease_until = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4
+   SET lease_until = "#,
+            plans::by_schema!(
+                $mode,
+                r#"LEAST(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4,
+                           i.claimed_at OPERATOR(pg_catalog.+) i.max_run)"#,
+                "pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4"
+            ),
+            r#"
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
    AND i.epoch OPERATOR(pg_catalog.=) $3
-   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
+            plans::by_schema!(
+                $mode,
+                r#"
+   AND COALESCE(i.claimed_at OPERATOR(pg_catalog.+) i.max_run, 'infinity'::pg_catalog.timestamptz)
+       OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"#,
+                ""
+            ),
+            r#"
 RETURNING i.id
-"#,
-);
+"#
+        )
+    };
+}
+
+static RENEW: plans::Versioned<Guarded<Option<Interval>>> = plans::Versioned {
+    current: Statement::new(renew_sql!(current)),
+    legacy: Statement::new(renew_sql!(legacy)),
+};
 
 // Mark the item of the current token done, with its result `$4`.
 static FINISH: Statement<Guarded<Option<RawJsonb>>> = Statement::new(
@@ -126,19 +155,37 @@ RETURNING i.id
 "#,
 );
 
-// A finish repeated with the same token (a retry after a lost reply) finds the
-// item done under that token. Its own statement, so in READ COMMITTED it sees
-// a concurrent finish of the same token that the UPDATE waited for.
-static FINISHED_BY: Statement<Guarded<()>> = Statement::new(
+// After a token-guarded statement matched nothing: how the item stands
+// towards the token, read with a fresh snapshot (its own statement, so in
+// READ COMMITTED it sees a concurrent change of the row that the guarded
+// statement waited for). No row: no such item. Columns: the item's queue
+// (for the refusal counters), whether the token is current (then the
+// statement refused for a reason of its own: a renew past max_run), and
+// whether the item is done under this token (a finish repeated with the
+// same token, after a lost reply). Never locks, never waits.
+static AFTER_REFUSAL: Statement<Guarded<()>> = Statement::new(
     r#"
-SELECT i.id
+SELECT i.queue,
+       i.owner OPERATOR(pg_catalog.=) $2 AND i.epoch OPERATOR(pg_catalog.=) $3
+         AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state,
+       i.owner OPERATOR(pg_catalog.=) $2 AND i.epoch OPERATOR(pg_catalog.=) $3
+         AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state
   FROM workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) $1
-   AND i.owner OPERATOR(pg_catalog.=) $2
-   AND i.epoch OPERATOR(pg_catalog.=) $3
-   AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state
 "#,
 );
+
+/// How an item stands towards a token a guarded statement did not match
+/// (see [`AFTER_REFUSAL`]).
+#[derive(Default)]
+struct AfterRefusal {
+    /// The item's queue; `None` if no item has the token's id.
+    queue: Option<String>,
+    /// The token is current after all.
+    current: bool,
+    /// The item is done under this token.
+    done_by_token: bool,
+}
 
 // Finish every (id, epoch) pair held under the owner, in one statement; the
 // pairs finished.
@@ -169,17 +216,18 @@ params! {
     }
 }
 
-// Of the (id, epoch) pairs, those already done under the owner (finishes
-// repeated with the same token).
-static FINISHED_MANY_BY: Statement<FinishedManyByParams> = Statement::new(
+// Of the (id, epoch) pairs the batch UPDATE did not take, how each item
+// stands (as AFTER_REFUSAL reads one): its queue, and whether it is done
+// under the pair's token (a finish repeated with the same token). Pairs of
+// missing items have no row.
+static AFTER_MANY_REFUSED: Statement<FinishedManyByParams> = Statement::new(
     r#"
-SELECT i.id, i.epoch
+SELECT i.id, r.epoch, i.queue,
+       i.owner OPERATOR(pg_catalog.=) $1 AND i.epoch OPERATOR(pg_catalog.=) r.epoch
+         AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state
   FROM workfence.items AS i
   JOIN ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS r(id, epoch)
     ON i.id OPERATOR(pg_catalog.=) r.id
-   AND i.epoch OPERATOR(pg_catalog.=) r.epoch
- WHERE i.owner OPERATOR(pg_catalog.=) $1
-   AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state
 "#,
 );
 
@@ -215,9 +263,12 @@ RETURNING i.queue
 // (OPERATOR(...) binds like any user operator, left to right, hence the
 // explicit parentheses):
 // d = min(2^attempts s, 1 h), wait d/2 + random(0, d/2). Once the attempts
-// are used up the item is failed (the dead letter state).
-static FAIL: Statement<Guarded<(String, Option<Interval>)>> = Statement::new(
-    r#"
+// are used up the item is failed (the dead letter state). The failure goes
+// into the item's `errors` history too (not in a schema before 0.6.0).
+macro_rules! fail_sql {
+    ($mode:ident) => {
+        concat!(
+            r#"
 UPDATE workfence.items AS i
    SET state = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
                     THEN 'failed'::workfence.item_state
@@ -231,15 +282,33 @@ UPDATE workfence.items AS i
                       (0.5::pg_catalog.float8 OPERATOR(pg_catalog.*) pg_catalog.random())))) END,
        finished_at = CASE WHEN i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
                           THEN pg_catalog.clock_timestamp() ELSE NULL END,
-       lease_until = NULL,
+       lease_until = NULL,"#,
+            plans::by_schema!(
+                $mode,
+                concat!(
+                    r#"
+       errors = "#,
+                    errors_append!("pg_catalog.clock_timestamp()", "$4"),
+                    ","
+                ),
+                ""
+            ),
+            r#"
        last_error = $4
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
    AND i.epoch OPERATOR(pg_catalog.=) $3
    AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
 RETURNING i.queue
-"#,
-);
+"#
+        )
+    };
+}
+
+static FAIL: plans::Versioned<Guarded<(String, Option<Interval>)>> = plans::Versioned {
+    current: Statement::new(fail_sql!(current)),
+    legacy: Statement::new(fail_sql!(legacy)),
+};
 
 // Lock the row of the current token. FOR NO KEY UPDATE: the row lock an
 // UPDATE takes, held to the end of the caller's transaction, so no claim,
@@ -276,7 +345,8 @@ SELECT i.state::pg_catalog.text, i.xmin::pg_catalog.text::pg_catalog.int8
 // transaction updating or locking it, see `lease_status_of`).
 static TOKEN_STATE: Statement<ItemParams> = Statement::new(
     r#"
-SELECT i.state::pg_catalog.text, i.owner, i.epoch, i.xmax::pg_catalog.text::pg_catalog.int8
+SELECT i.state::pg_catalog.text, i.owner, i.epoch, i.xmax::pg_catalog.text::pg_catalog.int8,
+       i.queue
   FROM workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) $1
 "#,
@@ -340,6 +410,41 @@ fn run_handing_back<P: Params>(stmt: &'static Statement<P::Family>, params: P) -
     Ok(queue.is_some())
 }
 
+/// After a token-guarded statement matched nothing: for a finish
+/// (`finishing`), whether the item is done under this very token (a finish
+/// repeated after a lost reply), which makes the call true. Otherwise the
+/// call was refused, and the refusal is counted on the item's queue
+/// ([`counters::refused`]), unless the token turns out current after all
+/// (a renew past `max_run`) or no item has its id. Without the counters
+/// (the library not preloaded), only a finish reads anything. One read by
+/// primary key, with a fresh snapshot: it takes no lock and waits for no
+/// one, so a refusal never waits behind the current holder's transaction.
+fn after_refusal(token: &Token, finishing: bool) -> Result<bool> {
+    if !finishing && !counters::enabled() {
+        return Ok(false);
+    }
+    let after = Spi::connect_mut(|client| {
+        plans::run(client, &AFTER_REFUSAL, token.params(), |rows| {
+            if rows.is_empty() {
+                return Ok(AfterRefusal::default());
+            }
+            let row = rows.first();
+            Ok(AfterRefusal {
+                queue: row.get::<String>(1)?,
+                current: row.get::<bool>(2)?.unwrap_or(false),
+                done_by_token: row.get::<bool>(3)?.unwrap_or(false),
+            })
+        })
+    })?;
+    if finishing && after.done_by_token {
+        return Ok(true);
+    }
+    if let (Some(queue), false) = (&after.queue, after.current) {
+        counters::refused(queue, 1);
+    }
+    Ok(false)
+}
+
 /// The server's clock (`clock_timestamp()`), as a `TimestampTz`.
 fn server_now() -> i64 {
     // SAFETY: reads the system clock; cannot fail.
@@ -351,8 +456,13 @@ fn server_now() -> i64 {
 /// SQL: `workfence.work_renew(id bigint, owner text, epoch bigint, lease
 /// interval) RETURNS boolean`. True only while the item is claimed under
 /// exactly this owner AND epoch (an expired lease that nobody re-claimed
-/// still counts); false otherwise (superseded, finished, released, unknown
-/// id): the worker should stop the job.
+/// still counts); false otherwise (superseded, finished, released,
+/// cancelled, unknown id): the worker should stop the job. An item enqueued
+/// with `max_run` is never renewed past `claimed_at + max_run`: the lease
+/// ends there at the latest, and once that time is reached every renew
+/// returns false (from 0.6.0), although the token stays current until the
+/// item is claimed anew (a finish still counts). A refusal is counted in
+/// `work_queue_stats.refused` (see [`after_refusal`]).
 ///
 /// Errors: 22004 for a NULL argument; 22023 for a blank, oversized or control-character owner, a
 /// lease not in (0, 7 days].
@@ -366,7 +476,7 @@ pub fn work_renew(
     (|| {
         let token = Token::new(id, owner, epoch)?;
         validate::lease(lease.map(Into::into))?;
-        run_guarded(&RENEW, token.then(lease))
+        Ok(run_guarded(RENEW.get(), token.then(lease))? || after_refusal(&token, false)?)
     })()
     .or_report()
 }
@@ -390,10 +500,7 @@ pub fn work_finish(
 ) -> bool {
     (|| {
         let token = Token::new(id, owner, epoch)?;
-        if run_guarded(&FINISH, token.then(result))? {
-            return Ok(true);
-        }
-        run_guarded(&FINISHED_BY, token.params())
+        Ok(run_guarded(&FINISH, token.then(result))? || after_refusal(&token, true)?)
     })()
     .or_report()
 }
@@ -489,18 +596,38 @@ fn finish_many(
             .filter(|pair| !finished.contains(&(*pair.0, *pair.1)))
             .map(|(id, epoch)| (*id, *epoch))
             .unzip();
+        let mut refused: Vec<String> = Vec::new();
         let again = Spi::connect_mut(|client| {
             plans::run(
                 client,
-                &FINISHED_MANY_BY,
+                &AFTER_MANY_REFUSED,
                 FinishedManyByParams {
                     owner: &owner,
                     ids: rest_ids,
                     epochs: rest_epochs,
                 },
-                pairs_done,
+                |rows| {
+                    let mut done = HashSet::new();
+                    for row in rows {
+                        let (Some(id), Some(epoch)) = (row.get::<i64>(1)?, row.get::<i64>(2)?)
+                        else {
+                            continue;
+                        };
+                        if row.get::<bool>(4)?.unwrap_or(false) {
+                            done.insert((id, epoch));
+                        } else if let Some(queue) = row.get::<String>(3)? {
+                            refused.push(queue);
+                        }
+                    }
+                    Ok(done)
+                },
             )
         })?;
+        // One count per queue of the batch (usually one).
+        refused.sort_unstable();
+        for queue in refused.chunk_by(|a, b| a == b) {
+            counters::refused(&queue[0], queue.len() as u64);
+        }
         finished.extend(again);
     }
     Ok(ids
@@ -533,7 +660,7 @@ pub fn work_release(
         let token = Token::new(id, owner, epoch)?;
         let delay_value = validate::required("delay", delay)?;
         validate::delay("delay", delay_value.into(), server_now())?;
-        run_handing_back(&RELEASE, token.then(delay))
+        Ok(run_handing_back(&RELEASE, token.then(delay))? || after_refusal(&token, false)?)
     })()
     .or_report()
 }
@@ -546,8 +673,12 @@ pub fn work_release(
 /// remain the item is pending again from `clock_timestamp() + retry_in`, or,
 /// with `retry_in` NULL, after an exponential backoff with jitter (attempt n
 /// waits between 2^n/2 and 2^n seconds, at most an hour); if the attempts are
-/// used up the item is `failed` (dead letter). False for any other token,
-/// and then nothing is recorded.
+/// used up the item is `failed` (dead letter). From 0.6.0 the failure is
+/// also appended to the item's `errors` history (`{attempt, epoch, owner,
+/// at, error}`, the newest [`validate::ERRORS_KEPT`] kept), and an error
+/// text over [`validate::ERROR_TEXT_MAX_BYTES`] (2048 bytes) is cut there
+/// and marked, in both places (not an error: the failure is recorded).
+/// False for any other token, and then nothing is recorded.
 ///
 /// Errors: 22004 for a NULL id, owner, epoch or error; 22023 for a blank or
 /// oversized owner, a negative retry_in or one over 365 days (real length
@@ -562,11 +693,12 @@ pub fn work_fail(
 ) -> bool {
     (|| {
         let token = Token::new(id, owner, epoch)?;
-        let error = validate::required("error", error)?;
+        let error = validate::error_text(validate::required("error", error)?);
         if let Some(retry) = retry_in {
             validate::delay("retry_in", retry.into(), server_now())?;
         }
-        run_handing_back(&FAIL, token.then((error, retry_in)))
+        Ok(run_handing_back(FAIL.get(), token.then((error, retry_in)))?
+            || after_refusal(&token, false)?)
     })()
     .or_report()
 }
@@ -624,9 +756,10 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
         // (`pgrx-tests/`) run inside BEGIN, so they meet the block path.
         // SAFETY: reads this backend's transaction state.
         if !unsafe { pg_sys::IsTransactionBlock() } {
-            return Err(match lease_status_of(&token)? {
+            let standing = standing(&token)?;
+            return Err(match standing.status {
                 None => WorkfenceError::AssertOutsideTransaction,
-                Some(status) => lease_lost(token, status, false),
+                Some(status) => lease_lost(token, status, standing.queue, false),
             });
         }
         if run_guarded(&ASSERT, token.params())? {
@@ -636,14 +769,25 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
         // Not current by the locking read, so not current by this later one
         // either (a claim never hands out an epoch twice): `None` cannot
         // come back, and would fail closed as before.
-        let status = lease_status_of(&token)?.unwrap_or(LeaseStatus::Released);
-        Err(lease_lost(token, status, false))
+        let standing = standing(&token)?;
+        let status = standing.status.unwrap_or(LeaseStatus::Released);
+        Err(lease_lost(token, status, standing.queue, false))
     })()
     .or_report()
 }
 
-/// The 55000 "lease lost" error for `token`, not honoured because of `status`.
-fn lease_lost(token: Token, status: LeaseStatus, at_commit: bool) -> WorkfenceError {
+/// The 55000 "lease lost" error for `token`, not honoured because of
+/// `status`; the refusal is counted on the item's `queue` (`None`: no such
+/// item, not counted).
+fn lease_lost(
+    token: Token,
+    status: LeaseStatus,
+    queue: Option<String>,
+    at_commit: bool,
+) -> WorkfenceError {
+    if let Some(queue) = &queue {
+        counters::refused(queue, 1);
+    }
     WorkfenceError::LeaseLost {
         id: token.id,
         owner: token.owner,
@@ -681,8 +825,9 @@ pub(crate) fn fence_at_commit(tokens: &[Token]) -> Result<()> {
             })
         })?;
         if !held {
-            let status = lease_status_of(token)?.unwrap_or(LeaseStatus::Released);
-            return Err(lease_lost(token.clone(), status, true));
+            let standing = standing(token)?;
+            let status = standing.status.unwrap_or(LeaseStatus::Released);
+            return Err(lease_lost(token.clone(), status, standing.queue, true));
         }
     }
     Ok(())
@@ -757,6 +902,19 @@ pub fn work_lease_status(id: Option<i64>, owner: Option<String>, epoch: Option<i
 /// current (the item claimed under exactly this owner and epoch, lapsed or
 /// not), else why it is not honoured. The row is read with a fresh snapshot.
 fn lease_status_of(token: &Token) -> Result<Option<LeaseStatus>> {
+    Ok(standing(token)?.status)
+}
+
+/// A token's status ([`lease_status_of`]) and its item's queue.
+struct Standing {
+    /// `None` when the token is current, else why it is not honoured.
+    status: Option<LeaseStatus>,
+    /// The item's queue; `None` when no item has the token's id.
+    queue: Option<String>,
+}
+
+/// Read how the item's row stands towards `token` (see [`lease_status_of`]).
+fn standing(token: &Token) -> Result<Standing> {
     let row = Spi::connect_mut(|client| {
         plans::run(client, &TOKEN_STATE, ItemParams { id: token.id }, |rows| {
             let rows = rows.first();
@@ -768,35 +926,49 @@ fn lease_status_of(token: &Token) -> Result<Option<LeaseStatus>> {
                 owner: rows.get::<String>(2)?,
                 epoch: rows.get::<i64>(3)?,
                 xmax: rows.get::<i64>(4)?.unwrap_or(0),
+                queue: rows.get::<String>(5)?,
             }))
         })
     })?;
     let Some(row) = row else {
-        return Ok(Some(LeaseStatus::Missing));
+        return Ok(Standing {
+            status: Some(LeaseStatus::Missing),
+            queue: None,
+        });
     };
+    let status = status_of(token, &row);
+    Ok(Standing {
+        status,
+        queue: row.queue,
+    })
+}
+
+/// Why `token` is not honoured by the item's row as read (`None`: current).
+fn status_of(token: &Token, row: &RowState) -> Option<LeaseStatus> {
     if row.epoch != Some(token.epoch) {
         // An epoch above the row's (or a row never claimed) was never the
         // row's committed epoch: a claim not committed yet, or one that
         // rolled back (or another item's epoch).
         if row.epoch.is_none_or(|epoch| token.epoch > epoch) {
-            return Ok(Some(if changed_by_a_running_transaction(row.xmax) {
+            return Some(if changed_by_a_running_transaction(row.xmax) {
                 LeaseStatus::Uncommitted
             } else {
                 LeaseStatus::RolledBack
-            }));
+            });
         }
-        return Ok(Some(LeaseStatus::Superseded));
+        return Some(LeaseStatus::Superseded);
     }
     if row.owner.as_deref() != Some(token.owner.as_str()) {
-        return Ok(Some(LeaseStatus::WrongOwner));
+        return Some(LeaseStatus::WrongOwner);
     }
-    Ok(match row.state.as_str() {
+    match row.state.as_str() {
         "claimed" => None,
         "done" | "failed" => Some(LeaseStatus::Finished),
         "cancelled" => Some(LeaseStatus::Cancelled),
-        // pending: the lease was handed back.
+        // pending: the lease was handed back (a release, a retryable
+        // failure, or an operator's work_retry).
         _ => Some(LeaseStatus::Released),
-    })
+    }
 }
 
 /// The row version of an item that [`TOKEN_STATE`] read.
@@ -809,6 +981,8 @@ struct RowState {
     epoch: Option<i64>,
     /// The version's `xmax` (0 if none): who deletes, updates or locks it.
     xmax: i64,
+    /// `queue`.
+    queue: Option<String>,
 }
 
 /// Whether `xmax` (a row version's, as read by SQL) names a transaction

@@ -17,11 +17,13 @@ use pgrx::prelude::*;
 
 // `work_cancel`.
 pub mod cancel;
+// Per-queue counters of refused tokens and lapsed leases (shared memory, when preloaded).
+pub mod counters;
 // What differs between PostgreSQL majors.
 mod compat;
 // `work_claim`, `work_claim_key`.
 pub mod claim;
-// `work_enqueue` (and its NOTIFY `work_enqueued`).
+// `work_enqueue`.
 pub mod enqueue;
 // Domain errors and their SQLSTATEs.
 pub mod error;
@@ -32,6 +34,10 @@ pub mod jsonb;
 pub mod lease;
 // Optional background worker (shared_preload_libraries): dead letters and purge; its GUCs.
 pub mod maintenance;
+// NOTIFY `work_enqueued` and `work_lease_lost`, and the settings that turn them off.
+pub mod notify;
+// `work_retry`, `work_reschedule`, `work_pause`, `work_resume`, `work_item`.
+pub mod operate;
 // Per-backend cache of prepared SPI plans.
 mod plans;
 // `work_purge`.
@@ -46,7 +52,11 @@ mod xact;
 // Tables, sequence and indexes, before any function.
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 // The `work_queue_stats` view, over the tables.
-extension_sql_file!("../sql/views.sql", name = "views", requires = ["bootstrap"]);
+extension_sql_file!(
+    "../sql/views.sql",
+    name = "views",
+    requires = ["bootstrap", counters::queue_counters]
+);
 // COMMENT ON FUNCTION and function privileges, after every function exists.
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 
@@ -56,8 +66,9 @@ extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 pub extern "C-unwind" fn _PG_init() {
     quiet_backtraces();
     xact::init();
-    enqueue::init();
+    notify::init();
     wait::init();
+    counters::init();
     maintenance::init();
 }
 

@@ -67,6 +67,7 @@ use pgrx::{pg_shmem_init, PgAtomic};
 use crate::claim::dead_letter;
 use crate::compat;
 use crate::error::Result;
+use crate::notify::{self, LostToken};
 use crate::plans::{self, Statement};
 use crate::purge;
 
@@ -110,9 +111,14 @@ pub static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 
 // Every queue's lapsed final attempts, dead-lettered exactly as a claim does
-// it (the same CTE text). `(SELECT clock_timestamp())` is read once.
-static DEAD_LETTER: Statement<()> = Statement::new(concat!(
-    r#"
+// it (the same CTE text), paused queues included (nobody holds those items;
+// a pause stops new work, not the bookkeeping of abandoned work). The
+// superseded tokens, for `work_lease_lost`. `(SELECT clock_timestamp())` is
+// read once.
+macro_rules! dead_letter_all_sql {
+    ($mode:ident) => {
+        concat!(
+            r#"
 WITH exhausted_ids AS (
     SELECT i.id
       FROM workfence.items AS i
@@ -121,11 +127,18 @@ WITH exhausted_ids AS (
        AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
        FOR UPDATE SKIP LOCKED
 )"#,
-    dead_letter!(),
-    r#"
-SELECT pg_catalog.count(*) FROM exhausted
+            dead_letter!($mode),
+            r#"
+SELECT e.id, e.queue, e.key, e.owner, e.epoch FROM exhausted AS e
 "#
-));
+        )
+    };
+}
+
+static DEAD_LETTER: plans::Versioned<()> = plans::Versioned {
+    current: Statement::new(dead_letter_all_sql!(current)),
+    legacy: Statement::new(dead_letter_all_sql!(legacy)),
+};
 
 // Is the extension installed in this database? (The worker's database may
 // have it created or dropped at any time.)
@@ -504,9 +517,24 @@ fn run_round(client: &mut SpiClient<'_>) -> Result<Option<Done>> {
     if !installed {
         return Ok(None);
     }
-    let failed = plans::run(client, &DEAD_LETTER, (), |rows| {
-        Ok(rows.first().get_one::<i64>()?.unwrap_or_default())
+    let lost = plans::run(client, DEAD_LETTER.get(), (), |rows| {
+        let mut lost = Vec::with_capacity(rows.len());
+        for row in rows {
+            if let (Some(id), Some(epoch)) = (row.get::<i64>(1)?, row.get::<i64>(5)?) {
+                lost.push(LostToken {
+                    id,
+                    queue: row.get::<String>(2)?.unwrap_or_default(),
+                    key: row.get::<String>(3)?.unwrap_or_default(),
+                    owner: row.get::<String>(4)?.unwrap_or_default(),
+                    epoch,
+                    dead_lettered: true,
+                });
+            }
+        }
+        Ok(lost)
     })?;
+    notify::lease_lost(client, &lost)?;
+    let failed = lost.len() as i64;
     let purged = match retention() {
         Some(older_than) => purge::purge_finished(client, Some(older_than), None)?,
         None => 0,

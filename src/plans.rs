@@ -237,3 +237,70 @@ pub fn workfence_relation(name: &std::ffi::CStr) -> pg_sys::Oid {
         pg_sys::get_relname_relid(name.as_ptr(), schema)
     }
 }
+
+/// The schema of the extension installed in this database, as far as the
+/// library's statements care: this version's, or one of a release before
+/// 0.6.0.
+///
+/// A new library runs against the old schema from the moment it is
+/// installed (a package upgrade replaces the file; new backends load it)
+/// until `ALTER EXTENSION pg_workfence UPDATE` commits, and calls made
+/// meanwhile must keep working (CONTRIBUTING.md, "An update keeps every
+/// function callable"). The few statements that name what 0.6.0 added
+/// (`workfence.queues`, `claimed_at`, `max_run`, `errors`) therefore come
+/// in two forms, a [`Versioned`] pair built from one text with
+/// [`by_schema!`]; the legacy form does what the released versions did
+/// (no pause, no run-time limit, no error history), and no `work_lease_lost`
+/// is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schema {
+    /// 0.6.0 or later: `workfence.queues` exists.
+    Current,
+    /// Before 0.6.0 (the update has not run yet).
+    Legacy,
+}
+
+/// The schema of this database's extension, read from the catalog caches
+/// at every call (two cache look-ups): a concurrent `ALTER EXTENSION ...
+/// UPDATE` is seen as soon as it commits. Call inside a transaction.
+pub fn schema() -> Schema {
+    if workfence_relation(c"queues") == pg_sys::InvalidOid {
+        Schema::Legacy
+    } else {
+        Schema::Current
+    }
+}
+
+/// A statement in two forms, for the [`Schema`] the database has: `current`
+/// and `legacy` (both `static`, so each keeps its own plan).
+pub struct Versioned<P> {
+    /// For this version's schema.
+    pub current: Statement<P>,
+    /// For a schema before 0.6.0.
+    pub legacy: Statement<P>,
+}
+
+impl<P> Versioned<P> {
+    /// The form for the database's schema now.
+    pub fn get(&'static self) -> &'static Statement<P> {
+        match schema() {
+            Schema::Current => &self.current,
+            Schema::Legacy => &self.legacy,
+        }
+    }
+}
+
+/// A piece of SQL text that differs between the two forms of a
+/// [`Versioned`] statement: `by_schema!(current, "...", "...")` is the first
+/// text, `by_schema!(legacy, ...)` the second; statement templates take the
+/// form as a macro argument and pass it on, so the text they share is
+/// written once.
+macro_rules! by_schema {
+    (current, $current:expr, $legacy:expr) => {
+        $current
+    };
+    (legacy, $current:expr, $legacy:expr) => {
+        $legacy
+    };
+}
+pub(crate) use by_schema;

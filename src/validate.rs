@@ -30,6 +30,19 @@ pub const DELAY_MAX_USECS: i128 = 365 * USECS_PER_DAY;
 /// it waits; workers should wait seconds to a minute and call again.
 pub const WAIT_MAX_USECS: i128 = 3_600 * 1_000_000;
 
+/// Longest `max_run` of `work_enqueue`: 365 days (a month counted as 30
+/// days). The run-time limit of a job that renews its lease from a heartbeat.
+pub const MAX_RUN_MAX_USECS: i128 = 365 * USECS_PER_DAY;
+
+/// Longest error text kept per failure (`last_error` and each `errors`
+/// entry), in bytes: a longer one is cut at a character boundary and
+/// marked, so that a stack trace of megabytes does not bloat the row.
+pub const ERROR_TEXT_MAX_BYTES: usize = 2048;
+
+/// How many entries `errors` keeps: the newest ones (the oldest is dropped
+/// when a new one would make more).
+pub const ERRORS_KEPT: usize = 20;
+
 /// Longest `older_than` of `work_purge`: 3650 days (ten years). Beyond it a
 /// value is a mistake (and `clock_timestamp() - older_than` would overflow
 /// long before the interval type does).
@@ -324,6 +337,68 @@ pub fn older_than(value: Option<IntervalParts>) -> Result<IntervalParts> {
     Ok(value)
 }
 
+/// `max_run` of `work_enqueue`: NULL (no limit), or longer than zero and
+/// at most [`MAX_RUN_MAX_USECS`], with no negative field.
+pub fn max_run(value: Option<IntervalParts>) -> Result<Option<IntervalParts>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let total = value.total_micros();
+    if total <= 0 {
+        return Err(WorkfenceError::invalid(
+            "max_run",
+            "must be a positive interval",
+            interval_is("The interval is ", value),
+            "Pass the longest the job may run, e.g. '15 minutes', or NULL for no limit.",
+        ));
+    }
+    if total > MAX_RUN_MAX_USECS {
+        return Err(WorkfenceError::invalid(
+            "max_run",
+            "must be at most 365 days",
+            interval_is("The interval is ", value),
+            "Pass NULL for a job without a run-time limit.",
+        ));
+    }
+    no_negative_fields("max_run", value)?;
+    Ok(Some(value))
+}
+
+/// An error text as it is stored: at most [`ERROR_TEXT_MAX_BYTES`] bytes,
+/// a longer one cut at a character boundary and ended with a note of its
+/// full length. Not an error: a failure is recorded whatever its text.
+pub fn error_text(value: String) -> String {
+    if value.len() <= ERROR_TEXT_MAX_BYTES {
+        return value;
+    }
+    let note = format!(" [truncated: {} bytes in all]", value.len());
+    let mut cut = ERROR_TEXT_MAX_BYTES - note.len();
+    while !value.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut kept = value;
+    kept.truncate(cut);
+    kept.push_str(&note);
+    kept
+}
+
+/// A `run_at` (`work_enqueue`, `work_retry`, `work_reschedule`): anything
+/// but `'infinity'`, at which the item could never be claimed (NULL is
+/// "now" where the function allows it).
+pub fn finite_run_at(
+    value: Option<pgrx::prelude::TimestampWithTimeZone>,
+) -> Result<Option<pgrx::prelude::TimestampWithTimeZone>> {
+    if value.is_some_and(|at| at.is_infinity()) {
+        return Err(WorkfenceError::invalid(
+            "run_at",
+            "must not be 'infinity'",
+            "An item due at 'infinity' could never be claimed.",
+            "Pass a finite time, or cancel the item instead.",
+        ));
+    }
+    Ok(value)
+}
+
 /// `max_items` of `work_claim`: 1 to [`MAX_ITEMS_CAP`].
 pub fn max_items(value: Option<i32>) -> Result<i32> {
     let value = required("max_items", value)?;
@@ -389,6 +464,33 @@ mod tests {
             lease(None),
             Err(WorkfenceError::NullArgument { arg: "lease" })
         ));
+    }
+
+    #[test]
+    fn max_run_bounds() {
+        assert_eq!(max_run(None).unwrap(), None);
+        assert!(max_run(iv(0, 0, 1)).unwrap().is_some());
+        assert!(max_run(iv(0, 365, 0)).is_ok());
+        assert!(max_run(iv(12, 5, 0)).is_ok(), "365 days by the 30-day rule");
+        assert!(max_run(iv(0, 365, 1)).is_err());
+        assert!(max_run(iv(0, 0, 0)).is_err());
+        assert!(max_run(iv(0, 0, -1)).is_err());
+        assert!(max_run(iv(0, 2, -1)).is_err(), "a negative field");
+    }
+
+    #[test]
+    fn error_texts_are_bounded_at_a_character_boundary() {
+        assert_eq!(error_text("boom".into()), "boom");
+        let exact = "x".repeat(ERROR_TEXT_MAX_BYTES);
+        assert_eq!(error_text(exact.clone()), exact);
+        let huge = "é".repeat(5_000_000);
+        let kept = error_text(huge);
+        assert!(kept.len() <= ERROR_TEXT_MAX_BYTES, "{} bytes", kept.len());
+        assert!(
+            kept.ends_with(" [truncated: 10000000 bytes in all]"),
+            "{kept:.40}"
+        );
+        assert!(kept.starts_with("éé"));
     }
 
     #[test]

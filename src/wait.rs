@@ -246,9 +246,16 @@ fn unregister(key: i32) {
 // right after a claim that found nothing, means another transaction has it
 // locked (a claim or cancel not yet committed, a worker's work_assert on a
 // lapsed lease). Separate EXISTS per state, so that each can use its index.
-static NEXT_DUE: Statement<QueueParams> = Statement::new(
-    r#"
-WITH now AS (SELECT pg_catalog.clock_timestamp() AS t)
+// No row when the queue is paused: nothing becomes claimable by the clock
+// then, and only the resume (which wakes every waiter) opens it.
+macro_rules! next_due_sql {
+    ($mode:ident) => {
+        concat!(
+            r#"
+WITH now AS (SELECT pg_catalog.clock_timestamp() AS t),
+gate AS (SELECT true"#,
+            crate::claim::queue_open!($mode),
+            r#" AS open)
 SELECT EXTRACT(EPOCH FROM LEAST(
            (SELECT pg_catalog.min(i.run_at)
               FROM workfence.items AS i, now
@@ -261,16 +268,25 @@ SELECT EXTRACT(EPOCH FROM LEAST(
                AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
                AND i.lease_until OPERATOR(pg_catalog.>) now.t))
          OPERATOR(pg_catalog.-) (SELECT now.t FROM now))::pg_catalog.float8,
-       EXISTS (SELECT FROM workfence.items AS i, now
+       (EXISTS (SELECT FROM workfence.items AS i, now
                 WHERE i.queue OPERATOR(pg_catalog.=) $1
                   AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
                   AND i.run_at OPERATOR(pg_catalog.<=) now.t)
        OR EXISTS (SELECT FROM workfence.items AS i, now
                    WHERE i.queue OPERATOR(pg_catalog.=) $1
                      AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                     AND i.lease_until OPERATOR(pg_catalog.<=) now.t)
-"#,
-);
+                     AND i.lease_until OPERATOR(pg_catalog.<=) now.t))
+  FROM gate
+ WHERE gate.open
+"#
+        )
+    };
+}
+
+static NEXT_DUE: plans::Versioned<QueueParams> = plans::Versioned {
+    current: Statement::new(next_due_sql!(current)),
+    legacy: Statement::new(next_due_sql!(legacy)),
+};
 
 /// Run one claim attempt of a waiting claim in a subtransaction, kept if
 /// the attempt changed something (`attempt` returns its rows and whether it
@@ -436,6 +452,19 @@ fn sleep_until(wake_at: Instant, items: ItemsLock) -> Result<bool> {
             )
         };
         check_for_interrupts!();
+        // SAFETY: this backend's own client socket, if it has one.
+        if !unsafe { compat::client_connected() } {
+            // The client went away: nobody would receive what this claim
+            // takes. End the session as PostgreSQL's own
+            // `client_connection_check_interval` does (FATAL "connection to
+            // client lost"), which rolls the transaction back.
+            // SAFETY: the flags ProcessInterrupts reads, set on the main thread.
+            unsafe {
+                pg_sys::ClientConnectionLost = 1;
+                pg_sys::InterruptPending = 1;
+            }
+            check_for_interrupts!();
+        }
         if items.request_queued() {
             return Ok(true);
         }
@@ -527,7 +556,11 @@ impl ItemsLock {
 /// (see [`NEXT_DUE`]).
 fn next_due(queue: &str) -> Result<(Option<Duration>, bool)> {
     Spi::connect_mut(|client| {
-        plans::run(client, &NEXT_DUE, QueueParams { queue }, |rows| {
+        plans::run(client, NEXT_DUE.get(), QueueParams { queue }, |rows| {
+            if rows.is_empty() {
+                // Paused.
+                return Ok((None, false));
+            }
             let row = rows.first();
             let seconds: Option<f64> = row.get(1)?;
             let due_now = row.get::<bool>(2)?.unwrap_or(false);

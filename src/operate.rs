@@ -1,0 +1,426 @@
+//! Operating queues (from 0.6.0): an operator's calls, made without a
+//! token: retry a dead letter, move a pending item, pause and resume a
+//! queue, read an item.
+//!
+//! None of them can make an old token act again: a retried item goes back
+//! to `pending` with its old epoch on the row, and every token-guarded
+//! statement matches only `claimed` items, so the next claim's fresh epoch
+//! is the only one that will ever be honoured (docs/contract.md, promise 1).
+//! Each changes one row (or one queue setting) in one statement; the row
+//! lock it takes orders it against a concurrent claim, finish or cancel,
+//! and in READ COMMITTED it re-checks the row's state after waiting.
+
+use pgrx::datum::Interval;
+use pgrx::prelude::*;
+
+use crate::cancel::QueueKey;
+use crate::enqueue::QueueParams;
+use crate::error::{OrReport, Result, WorkfenceError};
+use crate::jsonb::RawJsonb;
+use crate::plans::{self, params, Statement};
+use crate::validate;
+use crate::wait;
+
+// Put a failed or cancelled item back to pending, due at `$3` (NULL: now),
+// with at least one attempt left. The epoch, owner, attempts and errors
+// stay as they were (the history is kept; the old tokens stay dead).
+static RETRY: Statement<QueueKeyAt> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET state = 'pending'::workfence.item_state,
+       run_at = COALESCE($3, pg_catalog.clock_timestamp()),
+       max_attempts = GREATEST(i.max_attempts, i.attempts OPERATOR(pg_catalog.+) 1),
+       lease_until = NULL,
+       finished_at = NULL
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.key OPERATOR(pg_catalog.=) $2
+   AND i.state OPERATOR(pg_catalog.=) ANY ('{failed,cancelled}'::workfence.item_state[])
+RETURNING i.id
+"#,
+);
+
+// Move a pending item's run_at to `$3`.
+static RESCHEDULE: Statement<QueueKeyAt> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET run_at = $3
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.key OPERATOR(pg_catalog.=) $2
+   AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+RETURNING i.id
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` key, `$3` run_at.
+    struct QueueKeyAt<'a> {
+        queue: &'a str = TEXTOID,
+        key: &'a str = TEXTOID,
+        run_at: Option<TimestampWithTimeZone> = TIMESTAMPTZOID,
+    }
+}
+
+// Pause queue `$1`; a row only if it was not paused before.
+static PAUSE: Statement<QueueParams> = Statement::new(
+    r#"
+INSERT INTO workfence.queues AS q (queue, paused, paused_at)
+VALUES ($1, true, pg_catalog.clock_timestamp())
+    ON CONFLICT ON CONSTRAINT queues_pkey
+    DO UPDATE SET paused = true, paused_at = EXCLUDED.paused_at
+ WHERE NOT q.paused
+RETURNING q.queue
+"#,
+);
+
+// Resume queue `$1`; a row only if it was paused.
+static RESUME: Statement<QueueParams> = Statement::new(
+    r#"
+UPDATE workfence.queues AS q
+   SET paused = false,
+       paused_at = NULL
+ WHERE q.queue OPERATOR(pg_catalog.=) $1
+   AND q.paused
+RETURNING q.queue
+"#,
+);
+
+/// The columns of `work_item`, in its result's order.
+macro_rules! item_columns {
+    () => {
+        r#"
+SELECT i.id, i.queue, i.key, i.state::pg_catalog.text, i.priority, i.run_at, i.attempts,
+       i.max_attempts, i.owner, i.epoch, i.claimed_at, i.lease_until,
+       COALESCE(i.errors, '[]'::pg_catalog.jsonb), i.result, i.created_at, i.finished_at,
+       i.payload, i.max_run
+  FROM workfence.items AS i"#
+    };
+}
+
+// The item `$2` of queue `$1`.
+static ITEM_BY_KEY: Statement<QueueKey> = Statement::new(concat!(
+    item_columns!(),
+    r#"
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.key OPERATOR(pg_catalog.=) $2
+"#
+));
+
+// The item with id `$1`.
+static ITEM_BY_ID: Statement<ItemId> = Statement::new(concat!(
+    item_columns!(),
+    r#"
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+"#
+));
+
+params! {
+    /// `$1` item id.
+    struct ItemId {
+        id: i64 = INT8OID,
+    }
+}
+
+/// Put a dead letter (a `failed` item) or a `cancelled` item back in its
+/// queue.
+///
+/// SQL: `workfence.work_retry(queue text, key text, run_at timestamptz
+/// DEFAULT NULL) RETURNS boolean`. True when the item was `failed` or
+/// `cancelled` and is now `pending`, due at `run_at` (NULL: now, by the
+/// server's clock), allowed at least one more attempt: `max_attempts` is
+/// raised to `attempts + 1` when the attempts are used up, and left as it
+/// is otherwise. Its `errors` history, `last_error`, `attempts` and epoch
+/// stay; the tokens handed out before stay dead (the next claim hands out a
+/// new epoch). Claimers long-polling the queue are woken at commit. False,
+/// changing nothing, for a missing item or one that is `pending`, `claimed`
+/// or `done`. (Bulk: `SELECT work_retry(queue, key) FROM ...` over the keys
+/// `work_item` or a query of the operator's own finds.)
+///
+/// Errors: 22004 for a NULL queue or key; 22023 for a bad queue or key (see
+/// `work_enqueue`), or `run_at` = 'infinity'.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_retry(
+    queue: Option<String>,
+    key: Option<String>,
+    run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
+) -> bool {
+    (|| {
+        let queue = validate::queue(queue)?;
+        let key = validate::key(validate::required("key", key)?)?;
+        let run_at = validate::finite_run_at(run_at)?;
+        move_item(&RETRY, &queue, &key, run_at)
+    })()
+    .or_report()
+}
+
+/// Move a pending item's `run_at` (to run it now: `now()`).
+///
+/// SQL: `workfence.work_reschedule(queue text, key text, run_at
+/// timestamptz) RETURNS boolean`. True when the item is `pending` and its
+/// `run_at` is now `run_at` (earlier or later); claimers long-polling the
+/// queue are woken at commit, so an item moved to now is claimed at once.
+/// False, changing nothing, for a missing item or one that is not
+/// `pending` (claimed, done, failed, cancelled: a claimed item is
+/// the holder's; retry a failed one with `work_retry`).
+///
+/// Errors: 22004 for a NULL queue, key or run_at; 22023 for a bad queue or
+/// key (see `work_enqueue`), or `run_at` = 'infinity'.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_reschedule(
+    queue: Option<String>,
+    key: Option<String>,
+    run_at: Option<TimestampWithTimeZone>,
+) -> bool {
+    (|| {
+        let queue = validate::queue(queue)?;
+        let key = validate::key(validate::required("key", key)?)?;
+        let run_at = validate::finite_run_at(Some(validate::required("run_at", run_at)?))?;
+        move_item(&RESCHEDULE, &queue, &key, run_at)
+    })()
+    .or_report()
+}
+
+/// Run RETRY or RESCHEDULE; when it changed the item, wake a claimer
+/// long-polling its queue after commit.
+fn move_item(
+    stmt: &'static Statement<QueueKeyAt<'static>>,
+    queue: &str,
+    key: &str,
+    run_at: Option<TimestampWithTimeZone>,
+) -> Result<bool> {
+    let changed = Spi::connect_mut(|client| {
+        plans::run(client, stmt, QueueKeyAt { queue, key, run_at }, |rows| {
+            Ok(!rows.is_empty())
+        })
+    })?;
+    if changed {
+        wait::wake_after_commit(queue, 1);
+    }
+    Ok(changed)
+}
+
+/// Pause a queue: its claims hand out nothing until `work_resume`.
+///
+/// SQL: `workfence.work_pause(queue text) RETURNS boolean`. True when the
+/// queue was not paused and is now (false: it was paused already). From the
+/// pause's commit on, `work_claim` and `work_claim_key` of the queue return
+/// no rows and change nothing (they neither claim nor dead-letter), and
+/// long polls of it go on waiting until the resume wakes them. Everything
+/// else works as usual: enqueue, and the token calls of items already
+/// claimed (renew, finish, release, fail, assert), so workers finish what
+/// they hold. A claim that began before the pause committed may still
+/// return items. The background maintenance still dead-letters the queue's
+/// lapsed final attempts (nobody holds them; see the README). A queue with
+/// no items can be paused (before a deploy); the setting survives a dump
+/// and restore.
+///
+/// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`).
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_pause(queue: Option<String>) -> bool {
+    (|| {
+        let queue = validate::queue(queue)?;
+        Spi::connect_mut(|client| {
+            plans::run(client, &PAUSE, QueueParams { queue: &queue }, |rows| {
+                Ok(!rows.is_empty())
+            })
+        })
+    })()
+    .or_report()
+}
+
+/// Resume a paused queue.
+///
+/// SQL: `workfence.work_resume(queue text) RETURNS boolean`. True when the
+/// queue was paused and is not any more (false: it was not paused). Every
+/// claimer long-polling the queue is woken at commit, so waiting workers
+/// take its due items at once.
+///
+/// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`).
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_resume(queue: Option<String>) -> bool {
+    (|| {
+        let queue = validate::queue(queue)?;
+        let resumed = Spi::connect_mut(|client| {
+            plans::run(client, &RESUME, QueueParams { queue: &queue }, |rows| {
+                Ok(!rows.is_empty())
+            })
+        })?;
+        if resumed {
+            wait::wake_after_commit(&queue, u32::MAX);
+        }
+        Ok(resumed)
+    })()
+    .or_report()
+}
+
+/// One row of `work_item`, in column order.
+type ItemRow = (
+    i64,
+    String,
+    String,
+    String,
+    i32,
+    TimestampWithTimeZone,
+    i32,
+    i32,
+    Option<String>,
+    Option<i64>,
+    Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
+    RawJsonb,
+    Option<RawJsonb>,
+    TimestampWithTimeZone,
+    Option<TimestampWithTimeZone>,
+    RawJsonb,
+    Option<Interval>,
+);
+
+/// The rows of ITEM_BY_KEY or ITEM_BY_ID (zero or one).
+fn read_item(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ItemRow>> {
+    let missing = |column| WorkfenceError::UnexpectedNull { column };
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push((
+            row.get::<i64>(1)?.ok_or_else(|| missing("id"))?,
+            row.get::<String>(2)?.ok_or_else(|| missing("queue"))?,
+            row.get::<String>(3)?.ok_or_else(|| missing("key"))?,
+            row.get::<String>(4)?.ok_or_else(|| missing("state"))?,
+            row.get::<i32>(5)?.ok_or_else(|| missing("priority"))?,
+            row.get::<TimestampWithTimeZone>(6)?
+                .ok_or_else(|| missing("run_at"))?,
+            row.get::<i32>(7)?.ok_or_else(|| missing("attempts"))?,
+            row.get::<i32>(8)?.ok_or_else(|| missing("max_attempts"))?,
+            row.get::<String>(9)?,
+            row.get::<i64>(10)?,
+            row.get::<TimestampWithTimeZone>(11)?,
+            row.get::<TimestampWithTimeZone>(12)?,
+            row.get::<RawJsonb>(13)?.ok_or_else(|| missing("errors"))?,
+            row.get::<RawJsonb>(14)?,
+            row.get::<TimestampWithTimeZone>(15)?
+                .ok_or_else(|| missing("created_at"))?,
+            row.get::<TimestampWithTimeZone>(16)?,
+            row.get::<RawJsonb>(17)?.ok_or_else(|| missing("payload"))?,
+            row.get::<Interval>(18)?,
+        ));
+    }
+    Ok(out)
+}
+
+/// An item as an operator sees it, by queue and key.
+///
+/// SQL: `workfence.work_item(queue text, key text) RETURNS TABLE (id bigint,
+/// queue text, key text, state text, priority integer, run_at timestamptz,
+/// attempts integer, max_attempts integer, owner text, epoch bigint,
+/// claimed_at timestamptz, lease_until timestamptz, errors jsonb, result
+/// jsonb, created_at timestamptz, finished_at timestamptz, payload jsonb,
+/// max_run interval)`: zero rows when there is no such item, else one.
+/// `state` is `pending`, `claimed`, `done`, `failed` or `cancelled`;
+/// `owner`, `epoch` and `claimed_at` are the latest claim's (kept after it
+/// ended); `lease_until` is set only while claimed (a `lease_until` in the
+/// past is a lapsed lease nobody has claimed anew); `errors` is the history
+/// of failed attempts and lapsed leases, oldest first (`[]` if none; the
+/// newest 20 are kept). It reads, changes nothing and locks nothing: grant
+/// it to a role that may only look (docs/operations.md's monitoring role).
+/// A hung job: `claimed_at` long ago and `lease_until` kept in the future by
+/// renews; `max_run` at enqueue bounds it.
+///
+/// Errors: 22004 for a NULL queue or key; 22023 for a bad queue or key (see
+/// `work_enqueue`).
+#[pg_extern(
+    name = "work_item",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
+// The result type is spelled out in both forms: pgrx reads it from the
+// signature to write the SQL, and cannot see through a type alias.
+#[allow(clippy::type_complexity)]
+pub fn work_item_by_key(
+    queue: Option<String>,
+    key: Option<String>,
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(queue, String),
+        name!(key, String),
+        name!(state, String),
+        name!(priority, i32),
+        name!(run_at, TimestampWithTimeZone),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(owner, Option<String>),
+        name!(epoch, Option<i64>),
+        name!(claimed_at, Option<TimestampWithTimeZone>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(errors, RawJsonb),
+        name!(result, Option<RawJsonb>),
+        name!(created_at, TimestampWithTimeZone),
+        name!(finished_at, Option<TimestampWithTimeZone>),
+        name!(payload, RawJsonb),
+        name!(max_run, Option<Interval>),
+    ),
+> {
+    (|| {
+        let queue = validate::queue(queue)?;
+        let key = validate::key(validate::required("key", key)?)?;
+        Spi::connect_mut(|client| {
+            plans::run(
+                client,
+                &ITEM_BY_KEY,
+                QueueKey {
+                    queue: &queue,
+                    key: &key,
+                },
+                read_item,
+            )
+        })
+    })()
+    .map(TableIterator::new)
+    .or_report()
+}
+
+/// An item as an operator sees it, by id.
+///
+/// SQL: `workfence.work_item(id bigint) RETURNS TABLE (...)`, the columns of
+/// `work_item(queue, key)`: zero rows when no item has this id, else one.
+///
+/// Errors: 22004 for a NULL id.
+#[pg_extern(
+    name = "work_item",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
+#[allow(clippy::type_complexity)] // as work_item_by_key's
+pub fn work_item_by_id(
+    id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(queue, String),
+        name!(key, String),
+        name!(state, String),
+        name!(priority, i32),
+        name!(run_at, TimestampWithTimeZone),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(owner, Option<String>),
+        name!(epoch, Option<i64>),
+        name!(claimed_at, Option<TimestampWithTimeZone>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(errors, RawJsonb),
+        name!(result, Option<RawJsonb>),
+        name!(created_at, TimestampWithTimeZone),
+        name!(finished_at, Option<TimestampWithTimeZone>),
+        name!(payload, RawJsonb),
+        name!(max_run, Option<Interval>),
+    ),
+> {
+    (|| {
+        let id = validate::id(id)?;
+        Spi::connect_mut(|client| plans::run(client, &ITEM_BY_ID, ItemId { id }, read_item))
+    })()
+    .map(TableIterator::new)
+    .or_report()
+}
