@@ -166,6 +166,8 @@ pub struct Enqueue {
     pub priority: Option<i32>,
     /// Attempts before the item is failed (dead letter).
     pub max_attempts: Option<i32>,
+    /// Run-time limit, interval text (from 0.6.0); `None` for no limit.
+    pub max_run: Option<String>,
 }
 
 impl Enqueue {
@@ -206,6 +208,12 @@ impl Enqueue {
         self.max_attempts = Some(max_attempts);
         self
     }
+
+    /// With the run-time limit `max_run` (interval text).
+    pub fn max_run(mut self, max_run: impl Into<String>) -> Enqueue {
+        self.max_run = Some(max_run.into());
+        self
+    }
 }
 
 /// What `work_enqueue` returned.
@@ -219,27 +227,43 @@ pub struct Enqueued {
     pub inserted: bool,
 }
 
-/// `work_enqueue(queue, payload, key, run_at, priority, max_attempts)`.
-pub fn enqueue(c: &mut impl GenericClient, item: &Enqueue) -> CallResult<Enqueued> {
-    let (run_at_literal, run_at_in) = match &item.run_at {
+/// A `run_at` as the two optional arguments a [`Call`] binds it from: a
+/// literal time, or an interval from the server's clock.
+fn run_at_parts(run_at: Option<&RunAt>) -> (Option<&str>, Option<&str>) {
+    match run_at {
         None => (None, None),
         Some(RunAt::At(at)) => (Some(at.as_str()), None),
         Some(RunAt::In(after)) => (None, Some(after.as_str())),
-    };
-    let mut call = Call::new("SELECT e.id, e.key, e.inserted FROM workfence.work_enqueue(")
+    }
+}
+
+impl<'a> Call<'a> {
+    /// The named argument `run_at`, from the parts [`run_at_parts`] made
+    /// (omitted when both are `None`).
+    fn run_at(self, parts: &'a (Option<&'a str>, Option<&'a str>)) -> Call<'a> {
+        self.named("run_at", &parts.0, Type::TEXT, "::timestamptz")
+            .named(
+                "run_at",
+                &parts.1,
+                Type::TEXT,
+                "::interval OPERATOR(pg_catalog.+) pg_catalog.clock_timestamp()",
+            )
+    }
+}
+
+/// `work_enqueue(queue, payload, key, run_at, priority, max_attempts,
+/// max_run)`; `max_run` only when given (so the call works against versions
+/// before 0.6.0 too).
+pub fn enqueue(c: &mut impl GenericClient, item: &Enqueue) -> CallResult<Enqueued> {
+    let run_at = run_at_parts(item.run_at.as_ref());
+    let call = Call::new("SELECT e.id, e.key, e.inserted FROM workfence.work_enqueue(")
         .arg(&item.queue, Type::TEXT, "")
         .named("payload", &item.payload, Type::JSONB, "")
-        .named("key", &item.key, Type::TEXT, "");
-    call = call
-        .named("run_at", &run_at_literal, Type::TEXT, "::timestamptz")
-        .named(
-            "run_at",
-            &run_at_in,
-            Type::TEXT,
-            "::interval OPERATOR(pg_catalog.+) pg_catalog.clock_timestamp()",
-        )
+        .named("key", &item.key, Type::TEXT, "")
+        .run_at(&run_at)
         .named("priority", &item.priority, Type::INT4, "")
-        .named("max_attempts", &item.max_attempts, Type::INT4, "");
+        .named("max_attempts", &item.max_attempts, Type::INT4, "")
+        .named("max_run", &item.max_run, Type::TEXT, "::interval");
     let (mut sql, params) = call.finish();
     sql.push_str(" AS e");
     let row = c.query_typed_one(&sql, &params)?;
@@ -409,6 +433,151 @@ pub fn lease_status(c: &mut impl GenericClient, token: &Token) -> CallResult<Str
         .get(0))
 }
 
+/// `work_retry(queue, key, run_at)`: true when a failed or cancelled item
+/// went back to pending (due at `run_at`; `None`: now).
+pub fn retry(
+    c: &mut impl GenericClient,
+    queue: &str,
+    key: &str,
+    run_at: Option<&RunAt>,
+) -> CallResult<bool> {
+    let run_at = run_at_parts(run_at);
+    Ok(Call::new("SELECT workfence.work_retry(")
+        .arg(&queue, Type::TEXT, "")
+        .arg(&key, Type::TEXT, "")
+        .run_at(&run_at)
+        .one(c)?
+        .get(0))
+}
+
+/// `work_reschedule(queue, key, run_at)`: true when the pending item moved.
+pub fn reschedule(
+    c: &mut impl GenericClient,
+    queue: &str,
+    key: &str,
+    run_at: &RunAt,
+) -> CallResult<bool> {
+    let run_at = run_at_parts(Some(run_at));
+    Ok(Call::new("SELECT workfence.work_reschedule(")
+        .arg(&queue, Type::TEXT, "")
+        .arg(&key, Type::TEXT, "")
+        .run_at(&run_at)
+        .one(c)?
+        .get(0))
+}
+
+/// `work_pause(queue)`: true when the queue was not paused before.
+pub fn pause(c: &mut impl GenericClient, queue: &str) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_pause(")
+        .arg(&queue, Type::TEXT, "")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_resume(queue)`: true when the queue was paused.
+pub fn resume(c: &mut impl GenericClient, queue: &str) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_resume(")
+        .arg(&queue, Type::TEXT, "")
+        .one(c)?
+        .get(0))
+}
+
+/// One row of `work_item`: an item as an operator sees it. Times and
+/// intervals as the server renders them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// Item id.
+    pub id: i64,
+    /// Queue.
+    pub queue: String,
+    /// Key.
+    pub key: String,
+    /// `pending`, `claimed`, `done`, `failed` or `cancelled`.
+    pub state: String,
+    /// Priority.
+    pub priority: i32,
+    /// When it is (or was) due.
+    pub run_at: String,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// Attempts allowed.
+    pub max_attempts: i32,
+    /// The latest claim's owner.
+    pub owner: Option<String>,
+    /// The latest claim's epoch.
+    pub epoch: Option<i64>,
+    /// When the latest claim was made.
+    pub claimed_at: Option<String>,
+    /// When the lease lapses, while claimed.
+    pub lease_until: Option<String>,
+    /// Failed attempts and lapsed leases, oldest first (a JSON array).
+    pub errors: Value,
+    /// What `work_finish` stored.
+    pub result: Option<Value>,
+    /// When it was enqueued.
+    pub created_at: String,
+    /// When it became done, failed or cancelled.
+    pub finished_at: Option<String>,
+    /// The payload.
+    pub payload: Value,
+    /// The run-time limit.
+    pub max_run: Option<String>,
+}
+
+/// The columns of a `work_item` row, times and intervals as text.
+const ITEM_COLUMNS: &str = "SELECT w.id, w.queue, w.key, w.state, w.priority, w.run_at::text,
+       w.attempts, w.max_attempts, w.owner, w.epoch, w.claimed_at::text, w.lease_until::text,
+       w.errors, w.result, w.created_at::text, w.finished_at::text, w.payload, w.max_run::text";
+
+fn to_item(row: &Row) -> Item {
+    Item {
+        id: row.get(0),
+        queue: row.get(1),
+        key: row.get(2),
+        state: row.get(3),
+        priority: row.get(4),
+        run_at: row.get(5),
+        attempts: row.get(6),
+        max_attempts: row.get(7),
+        owner: row.get(8),
+        epoch: row.get(9),
+        claimed_at: row.get(10),
+        lease_until: row.get(11),
+        errors: row.get(12),
+        result: row.get(13),
+        created_at: row.get(14),
+        finished_at: row.get(15),
+        payload: row.get(16),
+        max_run: row.get(17),
+    }
+}
+
+/// `work_item(queue, key)`: the item, if there is one.
+pub fn item(c: &mut impl GenericClient, queue: &str, key: &str) -> CallResult<Option<Item>> {
+    let rows = Call::new(&format!("{ITEM_COLUMNS} FROM workfence.work_item("))
+        .arg(&queue, Type::TEXT, "")
+        .arg(&key, Type::TEXT, "")
+        .rows_as(c, " AS w")?;
+    Ok(rows.first().map(to_item))
+}
+
+/// `work_item(id)`: the item, if there is one.
+pub fn item_by_id(c: &mut impl GenericClient, id: i64) -> CallResult<Option<Item>> {
+    let rows = Call::new(&format!("{ITEM_COLUMNS} FROM workfence.work_item("))
+        .arg(&id, Type::INT8, "")
+        .rows_as(c, " AS w")?;
+    Ok(rows.first().map(to_item))
+}
+
+/// `queue_counters(queue)`: (refused, lapsed) since the server started;
+/// `None` when nothing is counted (the library is not preloaded).
+pub fn queue_counters(c: &mut impl GenericClient, queue: &str) -> CallResult<Option<(i64, i64)>> {
+    let rows = Call::new("SELECT q.refused, q.lapsed FROM workfence.queue_counters(")
+        .arg(&queue, Type::TEXT, "")
+        .rows_as(c, " AS q")?;
+    Ok(rows.first().map(|r| (r.get(0), r.get(1))))
+}
+
 /// One row of the view `work_queue_stats`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueStats {
@@ -431,13 +600,21 @@ pub struct QueueStats {
     /// How long the oldest due item has waited, as interval text; `None`
     /// when nothing is due.
     pub oldest_due_age: Option<String>,
+    /// Whether the queue is paused.
+    pub paused: bool,
+    /// Stale-token calls refused since the server started; `None` without
+    /// `shared_preload_libraries`.
+    pub refused: Option<i64>,
+    /// Lapsed leases claimed anew since the server started; `None` without
+    /// `shared_preload_libraries`.
+    pub lapsed: Option<i64>,
 }
 
 /// The view `work_queue_stats`, one row per queue, in queue order.
 pub fn queue_stats(c: &mut impl GenericClient) -> CallResult<Vec<QueueStats>> {
     let rows = c.query_typed(
         "SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed,
-                s.cancelled, s.oldest_due_age::text
+                s.cancelled, s.oldest_due_age::text, s.paused, s.refused, s.lapsed
            FROM workfence.work_queue_stats AS s
           ORDER BY s.queue",
         &[],
@@ -454,6 +631,9 @@ pub fn queue_stats(c: &mut impl GenericClient) -> CallResult<Vec<QueueStats>> {
             failed: r.get(6),
             cancelled: r.get(7),
             oldest_due_age: r.get(8),
+            paused: r.get(9),
+            refused: r.get(10),
+            lapsed: r.get(11),
         })
         .collect())
 }

@@ -197,6 +197,18 @@ fn functions(f: &Fixture) -> Vec<Function> {
                 arg("run_at", "timestamptz", None, vec![invalid("infinity")]),
                 not_null("priority", "integer", "0"),
                 count_arg("max_attempts", "25"),
+                arg(
+                    "max_run",
+                    "interval",
+                    None,
+                    vec![
+                        invalid("0"),
+                        invalid("-1 second"),
+                        invalid("365 days 00:00:00.000001"),
+                        invalid("1000 years"),
+                        invalid("1 day -1 hour"),
+                    ],
+                ),
             ],
         },
         Function {
@@ -293,6 +305,47 @@ fn functions(f: &Fixture) -> Vec<Function> {
             args: vec![id(), owner_arg(), epoch()],
         },
         Function {
+            name: "work_retry",
+            args: vec![
+                queue_arg(),
+                key_arg(true),
+                arg("run_at", "timestamptz", None, vec![invalid("infinity")]),
+            ],
+        },
+        Function {
+            name: "work_reschedule",
+            args: vec![
+                queue_arg(),
+                key_arg(true),
+                arg(
+                    "run_at",
+                    "timestamptz",
+                    Some("2026-01-01 00:00:00+00"),
+                    vec![null(), invalid("infinity")],
+                ),
+            ],
+        },
+        Function {
+            name: "work_pause",
+            args: vec![queue_arg()],
+        },
+        Function {
+            name: "work_resume",
+            args: vec![queue_arg()],
+        },
+        Function {
+            name: "work_item",
+            args: vec![queue_arg(), key_arg(true)],
+        },
+        Function {
+            name: "work_item",
+            args: vec![id()],
+        },
+        Function {
+            name: "queue_counters",
+            args: vec![queue_arg()],
+        },
+        Function {
             name: "work_purge",
             args: vec![
                 arg(
@@ -342,6 +395,8 @@ fn snapshot(client: &mut Client) -> String {
             "SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), 'no rows')
                     || ' epoch_seq ' || (SELECT last_value || '/' || is_called FROM workfence.epoch_seq)
                     || ' items_id_seq ' || (SELECT last_value || '/' || is_called FROM workfence.items_id_seq)
+                    || ' queues ' || (SELECT coalesce(string_agg(q::text, '|' ORDER BY q.queue), '')
+                                        FROM workfence.queues AS q)
                FROM workfence.items AS t",
             &[],
         ),

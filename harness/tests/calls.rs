@@ -129,4 +129,58 @@ fn every_call_round_trips_with_the_servers_defaults() {
     );
     assert_eq!(ok(calls::purge(&mut c, Some("0"), Some("q")), "purge"), 3);
     assert_eq!(ok(calls::purge(&mut c, None, None), "purge, defaults"), 0);
+
+    // Operating queues (0.6.0).
+    let ops = ok(
+        calls::enqueue(
+            &mut c,
+            &Enqueue::new("ops")
+                .key("o")
+                .max_attempts(1)
+                .max_run("1 hour"),
+        ),
+        "enqueue with max_run",
+    );
+    assert!(ok(calls::pause(&mut c, "ops"), "pause"));
+    assert!(ok(
+        calls::claim(&mut c, "ops", "w", "1 minute", None, None),
+        "claim"
+    )
+    .is_empty());
+    assert!(ok(calls::resume(&mut c, "ops"), "resume"));
+    let token = common::claimed_one(&mut c, "ops", "w", "1 minute").token("w");
+    assert!(ok(calls::fail(&mut c, &token, "boom", None), "fail"));
+    assert!(ok(calls::retry(&mut c, "ops", "o", None), "retry"));
+    assert!(ok(
+        calls::reschedule(&mut c, "ops", "o", &RunAt::In("1 hour".into())),
+        "reschedule"
+    ));
+    let item = ok(calls::item(&mut c, "ops", "o"), "item").expect("the item");
+    assert_eq!(
+        (item.id, item.state.as_str(), item.max_attempts, item.epoch),
+        (ops.id, "pending", 2, Some(token.epoch))
+    );
+    assert_eq!(item.max_run.as_deref(), Some("01:00:00"));
+    assert_eq!(item.errors[0]["error"], "boom");
+    assert_eq!(
+        ok(calls::item_by_id(&mut c, ops.id), "item by id"),
+        Some(item)
+    );
+    assert_eq!(ok(calls::item(&mut c, "ops", "none"), "no item"), None);
+    assert_eq!(
+        ok(calls::queue_counters(&mut c, "ops"), "counters"),
+        None,
+        "nothing is counted without shared_preload_libraries"
+    );
+    let stats = ok(calls::queue_stats(&mut c), "stats");
+    let ops_stats = stats.iter().find(|q| q.queue == "ops").expect("a row");
+    assert_eq!(
+        (
+            ops_stats.scheduled,
+            ops_stats.paused,
+            ops_stats.refused,
+            ops_stats.lapsed
+        ),
+        (1, false, None, None)
+    );
 }

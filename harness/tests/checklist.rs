@@ -46,8 +46,10 @@ struct Function {
     comment: String,
 }
 
-/// The public functions of the installed extension: `workfence.work_*`,
-/// except the 0.1.0 claim an upgrade from 0.1.0 keeps under another name.
+/// The public functions of the installed extension: every function of
+/// schema `workfence` but the trigger function (`items_sequence_floor`) and
+/// the old signatures an update keeps under another name until the
+/// next one (`work_claim_retired_0_1_0`, `work_enqueue_retired_0_5_0`).
 fn catalog() -> &'static [Function] {
     static CATALOG: OnceLock<Vec<Function>> = OnceLock::new();
     CATALOG.get_or_init(read_catalog)
@@ -65,8 +67,8 @@ fn read_catalog() -> Vec<Function> {
                 FROM pg_catalog.pg_proc AS p
                 JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
                WHERE n.nspname = 'workfence'
-                 AND p.proname LIKE 'work\_%'
-                 AND p.proname NOT LIKE 'work\_claim\_retired\_%'
+                 AND p.prorettype <> 'pg_catalog.trigger'::pg_catalog.regtype
+                 AND p.proname NOT LIKE '%\_retired\_%'
                ORDER BY 1, 2",
             &[],
         ),
@@ -92,8 +94,8 @@ fn drop_casts(arguments: &str) -> String {
 }
 
 /// The `#[pg_extern]` functions of `src/` that define SQL (not `sql = false`):
-/// SQL name → the `///` doc comment above the attribute.
-fn pg_externs() -> BTreeMap<String, String> {
+/// SQL name → the `///` doc comments above the attribute, one per overload.
+fn pg_externs() -> BTreeMap<String, Vec<String>> {
     let mut found = BTreeMap::new();
     for entry in ok(std::fs::read_dir(root().join("src")), "src/") {
         let path = ok(entry, "src/").path();
@@ -132,7 +134,10 @@ fn pg_externs() -> BTreeMap<String, String> {
                 .map(|l| l.trim_start_matches('/'))
                 .collect();
             let doc: Vec<&str> = doc.into_iter().rev().collect();
-            found.insert(name.to_owned(), doc.join("\n"));
+            found
+                .entry(name.to_owned())
+                .or_insert_with(Vec::new)
+                .push(doc.join("\n"));
         }
     }
     found
@@ -323,18 +328,19 @@ fn the_readme_the_contract_and_the_rust_docs_agree_with_each_functions_comment()
                 }
             }
         }
-        match rust_docs.get(name).filter(|doc| !doc.is_empty()) {
-            None => disagreements.push(format!(
+        // Overloads each have their doc: one of them must name exactly the
+        // SQLSTATEs of this overload's COMMENT.
+        let docs = rust_docs.get(name).cloned().unwrap_or_default();
+        if docs.iter().all(String::is_empty) {
+            disagreements.push(format!(
                 "src/: no doc comment on the #[pg_extern] of {name}"
-            )),
-            Some(doc) => {
-                let documented = sqlstates(doc);
-                if documented != states {
-                    disagreements.push(format!(
-                        "src/ doc of {name}: SQLSTATEs {documented:?}, the COMMENT says {states:?}"
-                    ));
-                }
-            }
+            ));
+        } else if !docs.iter().any(|doc| sqlstates(doc) == states) {
+            let documented: Vec<_> = docs.iter().map(|doc| sqlstates(doc)).collect();
+            disagreements.push(format!(
+                "src/ doc of {name}: SQLSTATEs {documented:?}, the COMMENT of ({}) says {states:?}",
+                function.arguments
+            ));
         }
     }
     assert!(

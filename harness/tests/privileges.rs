@@ -55,10 +55,12 @@ const SUBMITTER: &str = "wf_submitter";
 const WORKER: &str = "wf_worker";
 /// A member of `workfence_monitor`.
 const MONITOR: &str = "wf_monitor";
+/// A member of `workfence_operator`.
+const OPERATOR: &str = "wf_operator";
 /// A role granted nothing: it has only what PUBLIC has.
 const NOBODY: &str = "wf_nobody";
-/// A member of `workfence_enqueuer` and `workfence_worker`, owner of schema
-/// `evil`: the would-be hijacker.
+/// A member of every group (enqueuer, worker, monitor, operator), owner of
+/// schema `evil`: the would-be hijacker, who can call every function.
 const APP: &str = "wf_app";
 
 /// The login roles, members of the guide's group roles.
@@ -66,8 +68,10 @@ const LOGIN_ROLES: &str = "
     CREATE ROLE wf_submitter LOGIN IN ROLE workfence_enqueuer;
     CREATE ROLE wf_worker LOGIN IN ROLE workfence_worker;
     CREATE ROLE wf_monitor LOGIN IN ROLE workfence_monitor;
+    CREATE ROLE wf_operator LOGIN IN ROLE workfence_operator;
     CREATE ROLE wf_nobody LOGIN;
-    CREATE ROLE wf_app LOGIN IN ROLE workfence_enqueuer, workfence_worker;";
+    CREATE ROLE wf_app LOGIN IN ROLE workfence_enqueuer, workfence_worker, workfence_monitor,
+                                     workfence_operator;";
 
 /// What the guide grants `workfence_enqueuer`.
 const ENQUEUER_FUNCTIONS: &[&str] = &["work_enqueue", "work_cancel"];
@@ -83,6 +87,10 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "work_assert",
     "work_lease_status",
 ];
+/// What the guide grants `workfence_monitor` (besides reading the view).
+const MONITOR_FUNCTIONS: &[&str] = &["queue_counters", "work_item"];
+/// What the guide grants `workfence_operator`.
+const OPERATOR_FUNCTIONS: &[&str] = &["work_retry", "work_reschedule", "work_pause", "work_resume"];
 /// Functions the guide grants to no group (the extension's owner runs them;
 /// `items_sequence_floor` is the items table's trigger, called by no one).
 const OWNER_ONLY_FUNCTIONS: &[&str] = &["work_purge", "items_sequence_floor"];
@@ -184,10 +192,16 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
     .map(|row| (row.get(0), row.get(1)))
     .collect();
     let in_schema: BTreeSet<&str> = calls.iter().map(|(name, _)| name.as_str()).collect();
-    let documented: BTreeSet<&str> = [ENQUEUER_FUNCTIONS, WORKER_FUNCTIONS, OWNER_ONLY_FUNCTIONS]
-        .concat()
-        .into_iter()
-        .collect();
+    let documented: BTreeSet<&str> = [
+        ENQUEUER_FUNCTIONS,
+        WORKER_FUNCTIONS,
+        MONITOR_FUNCTIONS,
+        OPERATOR_FUNCTIONS,
+        OWNER_ONLY_FUNCTIONS,
+    ]
+    .concat()
+    .into_iter()
+    .collect();
     assert_eq!(
         in_schema, documented,
         "every function is granted to a group in docs/operations.md, or documented as the owner's"
@@ -214,6 +228,7 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
     let names: BTreeSet<&str> = relations.iter().map(|(name, _, _)| name.as_str()).collect();
     for expected in [
         "workfence.items",
+        "workfence.queues",
         "workfence.epoch_seq",
         "workfence.items_id_seq",
         STATS_VIEW,
@@ -246,7 +261,8 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
     for (role, allowed) in [
         (SUBMITTER, ENQUEUER_FUNCTIONS),
         (WORKER, WORKER_FUNCTIONS),
-        (MONITOR, &[][..]),
+        (MONITOR, MONITOR_FUNCTIONS),
+        (OPERATOR, OPERATOR_FUNCTIONS),
         (NOBODY, &[][..]),
     ] {
         let mut client = connect_as(&cluster, "privileges_matrix", role, SESSION_NAME);
@@ -443,6 +459,21 @@ const SHADOWS: &[Shadow] = &[
         probe: "SELECT pg_try_advisory_xact_lock_shared(1, 2)",
     },
     Shadow {
+        function: "to_jsonb",
+        logged: "to_jsonb(anyelement)",
+        probe: "SELECT to_jsonb(1)",
+    },
+    Shadow {
+        function: "to_json",
+        logged: "to_json(anyelement)",
+        probe: "SELECT to_json(1)",
+    },
+    Shadow {
+        function: "jsonb_array_length",
+        logged: "jsonb_array_length(jsonb)",
+        probe: "SELECT jsonb_array_length('[1]'::jsonb)",
+    },
+    Shadow {
         function: "min",
         logged: "min(timestamp with time zone)",
         probe: "SELECT min('2000-01-01'::timestamptz)",
@@ -494,6 +525,13 @@ AS $$ BEGIN
     RETURN pg_catalog.pg_try_advisory_xact_lock_shared(a, b);
 END $$;
 
+CREATE FUNCTION evil.to_jsonb(a anyelement) RETURNS jsonb LANGUAGE plpgsql SET search_path = pg_catalog
+AS $$ BEGIN PERFORM evil.log('to_jsonb(anyelement)'); RETURN pg_catalog.to_jsonb(a); END $$;
+CREATE FUNCTION evil.to_json(a anyelement) RETURNS json LANGUAGE plpgsql SET search_path = pg_catalog
+AS $$ BEGIN PERFORM evil.log('to_json(anyelement)'); RETURN pg_catalog.to_json(a); END $$;
+CREATE FUNCTION evil.jsonb_array_length(a jsonb) RETURNS integer LANGUAGE plpgsql SET search_path = pg_catalog
+AS $$ BEGIN PERFORM evil.log('jsonb_array_length(jsonb)'); RETURN pg_catalog.jsonb_array_length(a); END $$;
+
 CREATE FUNCTION evil.min_step(m timestamptz, v timestamptz) RETURNS timestamptz LANGUAGE plpgsql
 SET search_path = pg_catalog
 AS $$ BEGIN
@@ -507,7 +545,7 @@ CREATE AGGREGATE evil.count(*) (SFUNC = evil.count_step, STYPE = bigint, INITCON
 "#;
 
 /// Shadows every binary `pg_catalog` operator named `=`, `<>`, `<`, `<=`,
-/// `>`, `>=`, `+`, `-`, `*` or `/` between the types the extension's SQL compares and computes with: an
+/// `>`, `>=`, `+`, `-`, `*`, `/` or `||` between the types the extension's SQL compares and computes with: an
 /// `evil` operator of the same name and operand types that records the call
 /// as `op(left, right)` and then calls the original's function.
 const EVIL_OPERATORS: &str = r#"
@@ -525,7 +563,7 @@ BEGIN
           JOIN pg_proc AS fn ON fn.oid = op.oprcode
           JOIN pg_namespace AS fn_ns ON fn_ns.oid = fn.pronamespace
          WHERE op.oprnamespace = 'pg_catalog'::regnamespace
-           AND op.oprname = ANY (ARRAY['=', '<>', '<', '<=', '>', '>=', '+', '-', '*', '/'])
+           AND op.oprname = ANY (ARRAY['=', '<>', '<', '<=', '>', '>=', '+', '-', '*', '/', '||'])
            AND op.oprleft = ANY (ARRAY['int4', 'int8', 'float8', 'numeric', 'text', 'timestamptz',
                                        'interval', 'bool', 'jsonb', 'anyenum']::regtype[])
            AND op.oprright = ANY (ARRAY['int4', 'int8', 'float8', 'numeric', 'text', 'timestamptz',
@@ -639,6 +677,14 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
             "claim_key",
         )
         .unwrap_or_else(|| panic!("claim_key {key}: nothing claimed"))
+    };
+    let claim_key_in = |client: &mut Client, queue: &str, key: &str| -> i64 {
+        ok(
+            calls::claim_key(client, queue, key, OWNER, "1 minute"),
+            "claim_key",
+        )
+        .unwrap_or_else(|| panic!("claim_key {queue}/{key}: nothing claimed"))
+        .epoch
     };
     let fourth = claim_key(hostile, "d");
     let mut epochs = BTreeSet::new();
@@ -774,6 +820,88 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
     );
     assert!(rows.is_empty(), "nothing is due in {later}");
 
+    // Operating queues, in a queue of their own: a dead letter retried, a
+    // lapsed lease claimed anew (an `errors` entry and a work_lease_lost
+    // payload built), a reschedule, a pause and a resume, work_item, and
+    // the stats view (queue_counters).
+    let ops = format!("{queue}-ops");
+    let dead = Enqueue::new(&ops)
+        .key("h")
+        .max_attempts(1)
+        .max_run("1 hour");
+    let h = ok(calls::enqueue(hostile, &dead), "enqueue h").id;
+    let h1 = claim_key_in(hostile, &ops, "h");
+    assert!(ok(
+        calls::fail(hostile, &token(h, h1), "boom", None),
+        "fail h"
+    ));
+    assert!(ok(calls::retry(hostile, &ops, "h", None), "retry h"));
+    holds(
+        admin,
+        h,
+        "state = 'pending' AND max_attempts = 2 AND jsonb_array_length(errors) = 1",
+    );
+    let h2 = claim_key_in(hostile, &ops, "h");
+    assert!(h2 > h1, "the retried item's next claim");
+    let j = ok(
+        calls::enqueue(hostile, &Enqueue::new(&ops).key("j")),
+        "enqueue j",
+    )
+    .id;
+    let j1 = claim_key_in(hostile, &ops, "j");
+    ok(
+        admin.execute(
+            "UPDATE workfence.items SET lease_until = clock_timestamp() - interval '1 second' WHERE id = $1",
+            &[&j],
+        ),
+        "the lease lapses",
+    );
+    ok(
+        calls::resume(hostile, &ops),
+        "resume of a queue never paused",
+    );
+    let j2 = claim_key_in(hostile, &ops, "j");
+    assert!(j2 > j1);
+    holds(
+        admin,
+        j,
+        &format!("errors -> 0 ->> 'error' = 'lease expired' AND (errors -> 0 ->> 'epoch')::bigint = {j1}"),
+    );
+    let later_item = Enqueue::new(&ops)
+        .key("i")
+        .run_at(RunAt::In("1 hour".into()));
+    let i = ok(calls::enqueue(hostile, &later_item), "enqueue i").id;
+    assert!(ok(
+        calls::reschedule(hostile, &ops, "i", &RunAt::In("0".into())),
+        "reschedule"
+    ));
+    assert!(ok(calls::pause(hostile, &ops), "pause"));
+    assert!(ok(
+        calls::claim(hostile, &ops, OWNER, "1 minute", None, None),
+        "paused claim"
+    )
+    .is_empty());
+    assert!(ok(calls::resume(hostile, &ops), "resume"));
+    let i1 = claim_key_in(hostile, &ops, "i");
+    let seen = ok(calls::item(hostile, &ops, "j"), "work_item").expect("j");
+    assert_eq!(
+        (
+            seen.state.as_str(),
+            seen.epoch,
+            seen.errors.as_array().map(Vec::len)
+        ),
+        ("claimed", Some(j2), Some(1))
+    );
+    assert_eq!(
+        ok(calls::item_by_id(hostile, i), "work_item by id").map(|w| w.epoch),
+        Some(Some(i1))
+    );
+    let stats = ok(calls::queue_stats(hostile), "stats");
+    assert!(stats
+        .iter()
+        .any(|q| q.queue == ops && q.claimed == 3 && !q.paused));
+    epochs.extend([h1, h2, j1, j2, i1]);
+
     // Purge what is finished: a, b, c (done) and g (cancelled).
     let purged = ok(calls::purge(hostile, Some("0"), Some(queue)), "purge");
     assert_eq!(purged, 4);
@@ -859,6 +987,8 @@ fn a_hostile_search_path_is_never_followed() {
         ("+", "timestamp with time zone", "interval"),
         ("-", "timestamp with time zone", "interval"),
         ("*", "double precision", "double precision"),
+        ("||", "jsonb", "jsonb"),
+        ("-", "jsonb", "integer"),
     ] {
         assert!(
             operators.contains(&(name.to_owned(), left.to_owned(), right.to_owned())),

@@ -24,7 +24,7 @@ use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, Token};
 
 /// The released versions, whose frozen install scripts are in `sql/`.
-const RELEASED: [&str; 4] = ["0.1.0", "0.2.0", "0.3.0", "0.4.0"];
+const RELEASED: [&str; 5] = ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"];
 
 /// One line per property of every object that belongs to the extension,
 /// sorted: equal for two databases exactly when their extensions are.
@@ -159,6 +159,11 @@ fn an_update_from_0_3_0_keeps_every_token_and_matches_a_fresh_install() {
 #[test]
 fn an_update_from_0_4_0_keeps_every_token_and_matches_a_fresh_install() {
     upgrade_from(RELEASED[3]);
+}
+
+#[test]
+fn an_update_from_0_5_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[4]);
 }
 
 /// Update `previous` while four connections enqueue, claim and finish as
@@ -407,16 +412,21 @@ fn upgrade_from(previous: &str) {
     );
     assert!(cancelled);
 
-    // The updated extension is object for object a fresh install (an
-    // update from 0.1.0 keeps the old work_claim under another name until
-    // the next version's update: see pg_workfence--0.1.0--0.4.0.sql).
+    // The updated extension is object for object a fresh install, but for
+    // the old signatures an update keeps under another name until the next
+    // version's update: 0.5.0's work_enqueue (pg_workfence--0.5.0--0.6.0.sql),
+    // and, from 0.1.0, its work_claim (pg_workfence--0.1.0--0.4.0.sql).
     let (mut updated, installed) = (fingerprint(&mut old), fingerprint(&mut fresh));
-    if previous == "0.1.0" {
+    for (retired, kept) in [
+        ("work_enqueue_retired_0_5_0", true),
+        ("work_claim_retired_0_1_0", previous == "0.1.0"),
+    ] {
         let before = updated.len();
-        updated.retain(|l| !l.contains("work_claim_retired_0_1_0"));
-        assert!(
+        updated.retain(|l| !l.contains(retired));
+        assert_eq!(
             updated.len() < before,
-            "0.1.0's work_claim is kept, renamed"
+            kept,
+            "{retired} kept after the update from {previous}"
         );
     }
     let missing: Vec<&String> = installed.iter().filter(|l| !updated.contains(l)).collect();
@@ -441,6 +451,7 @@ fn the_retired_0_1_0_claim_is_dropped_by_the_update_after_its_rename() {
     for (db, steps, kept) in [
         ("retired_in_two_steps", &["0.4.0", "0.5.0"][..], false),
         ("retired_in_one_step", &["0.5.0"][..], true),
+        ("retired_at_the_next_update", &["0.5.0", "0.6.0"][..], false),
     ] {
         ok(cluster.create_database(db), "create database");
         let mut c = ok(cluster.connect_to(db), "connect");
@@ -456,11 +467,45 @@ fn the_retired_0_1_0_claim_is_dropped_by_the_update_after_its_rename() {
                 "updating",
             );
         }
-        assert_eq!(version(&mut c), "0.5.0");
+        assert_eq!(&version(&mut c), steps.last().expect("a step"));
         assert_eq!(
             common::scalar::<bool>(&mut c, RETIRED, &[]),
             kept,
             "{db}: the retired claim after updating through {steps:?}"
         );
     }
+}
+
+/// A role granted `work_enqueue` before the update to 0.6.0, which gives it
+/// a new argument (and so makes it a new function), may enqueue after it:
+/// the update carries the grants of the 6-argument function over to the
+/// 7-argument one, and a role without them gets none.
+#[test]
+fn the_update_to_0_6_0_keeps_the_grants_of_work_enqueue() {
+    let cluster = common::shared_cluster();
+    ok(cluster.create_database("enqueue_grants"), "create database");
+    let mut admin = ok(cluster.connect_to("enqueue_grants"), "connect");
+    ok(
+        admin.batch_execute(
+            "DROP EXTENSION pg_workfence;
+             CREATE EXTENSION pg_workfence VERSION '0.5.0';
+             CREATE ROLE upgrade_submitter LOGIN;
+             CREATE ROLE upgrade_stranger LOGIN;
+             GRANT USAGE ON SCHEMA workfence TO upgrade_submitter, upgrade_stranger;
+             GRANT EXECUTE ON FUNCTION workfence.work_enqueue TO upgrade_submitter;
+             ALTER EXTENSION pg_workfence UPDATE TO '0.6.0';",
+        ),
+        "0.5.0 with a grant, updated",
+    );
+    let mut submitter =
+        common::connect_as(&cluster, "enqueue_grants", "upgrade_submitter", "upgrade");
+    let enqueued = ok(
+        calls::enqueue(&mut submitter, &Enqueue::new("q").max_run("1 minute")),
+        "the 7-argument work_enqueue, as the role granted the 6-argument one",
+    );
+    assert!(enqueued.inserted);
+    let mut stranger =
+        common::connect_as(&cluster, "enqueue_grants", "upgrade_stranger", "upgrade");
+    let err = calls::enqueue(&mut stranger, &Enqueue::new("q")).expect_err("no grant, no enqueue");
+    assert_eq!(err.code().map(|c| c.code()), Some("42501"));
 }
