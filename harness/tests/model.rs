@@ -5,31 +5,41 @@
 //! items (`max_attempts` 2). Any of them may claim, renew, finish, release or
 //! fail at any moment, in any order, with whatever token it was last given
 //! for an item — a superseded one included: workers keep their tokens and go
-//! on using them, which is the bug report's situation. The server's clock is
-//! abstract: a live lease may lapse and a delayed item may come due at any
-//! moment. Each action is one SQL statement of `src/claim.rs` or
-//! `src/lease.rs`, atomic as it is under PostgreSQL's row locks;
-//! `docs/model.md` maps every action onto its statement, and says what the
-//! model leaves out.
+//! on using them, which is the bug report's situation. An operator may
+//! cancel an item or retry it (a dead letter or a cancelled item back to
+//! pending, at most once per item in the model) at any moment, without a
+//! token. The server's clock is abstract: a live lease may lapse and a
+//! delayed item may come due at any moment. Each action is one SQL statement
+//! of `src/claim.rs`, `src/lease.rs`, `src/cancel.rs` or `src/operate.rs`,
+//! atomic as it is under PostgreSQL's row locks; `docs/model.md` maps every
+//! action onto its statement, and says what the model leaves out.
 //!
 //! What the check proves, for every reachable state (`always` properties):
 //! at most one token per item is honoured; a token that is not current (a
 //! superseded one, or one whose lease ended) never changes an item, and a
-//! superseded one is always refused; no claim takes an item under a live
-//! lease; an item is written `done` at most once and its finish is
-//! acknowledged to one token only; attempts stay within `max_attempts`. The `sometimes` properties keep the check from being
-//! vacuous: the bug report's scenario (a lapsed lease taken over by a second
-//! worker, the first worker's finish refused, the item done), a repeated
-//! finish acknowledged, a lapsed lease renewed by its holder (docs/contract.md, promise
-//! 2), both ways to `failed`, a retry, both items done.
+//! superseded one is always refused; a token handed out before a cancel or
+//! retry of its item never acts again; no claim takes an item under a live
+//! lease, nor a cancelled item; an item is written `done` at most once and
+//! its finish is acknowledged to one token only; attempts stay within the
+//! row's `max_attempts`, which a retry raises by one at most. The
+//! `sometimes` properties keep the check from being vacuous: the bug
+//! report's scenario (a lapsed lease taken over by a second worker, the
+//! first worker's finish refused, the item done), a repeated finish
+//! acknowledged, a lapsed lease renewed by its holder (docs/contract.md,
+//! promise 2), both ways to `failed`, a hand-back to pending, both items
+//! done, a dead letter retried and done, a cancelled holder's finish
+//! refused, a cancelled item retried and claimed again.
 //!
 //! The checker must also catch broken protocols: fencing by owner name only
-//! (as the queues this project answers do) and a finish retry that writes the
-//! row again. For each, the test demands the counterexamples that show it.
-//! A last test replays the bug report's scenario step by step.
+//! (as the queues this project answers do), a finish retry that writes the
+//! row again, a retry that undoes a cancel under the old token, a retry that
+//! leaves `max_attempts` alone, and a claim that picks by exclusion and so
+//! takes cancelled items. For each, the test demands the counterexamples
+//! that show it. The last tests replay the bug report's scenario, a cancel
+//! then a retry, and a dead letter's retry step by step.
 //!
-//! Runs in a few seconds with `--release`:
-//! `cargo test -p workfence_harness --release --test model -- --nocapture`.
+//! Runs in well under a minute with `--release`:
+//! `cargo test -p workfence-harness --release --test model -- --nocapture`.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,9 +52,14 @@ use stateright::{Checker, Expectation, HasDiscoveries, Model, Path, Property};
 const WORKERS: usize = 3;
 /// Items in the one queue.
 const ITEMS: usize = 2;
-/// `max_attempts` of every item: small, so both outcomes of `work_fail` and
-/// the claim's dead letter are reached.
+/// `max_attempts` of every item when it is enqueued: small, so both outcomes
+/// of `work_fail` and the claim's dead letter are reached. Only a retry
+/// raises it, per row.
 const MAX_ATTEMPTS: u8 = 2;
+/// Operator retries (`work_retry`) the model allows per item. Not a limit of
+/// the extension: a bound that keeps the state space finite, since every
+/// retry of a dead letter raises the row's `max_attempts`.
+const MAX_RETRIES: u8 = 1;
 /// The owner name every worker claims with (the bug report's).
 const OWNER: &str = "routines/laptop";
 /// Checker threads (the machine has two cores).
@@ -59,12 +74,25 @@ type Epoch = u8;
 enum Sql {
     /// The statements of `src/claim.rs` and `src/lease.rs`.
     Extension,
-    /// Broken: `current_token!()` and `FINISHED_BY` without the epoch, so a
+    /// Broken: the token guard and `AFTER_REFUSAL` without the epoch, so a
     /// token is judged by its owner name and the item's state alone.
     OwnerOnly,
     /// Broken: `FINISH` also matches a row already done under the token, so a
     /// retried finish writes the row again instead of only reading it.
     FinishRewrites,
+    /// Broken: `work_retry` as an "undo" of the cancel. A cancelled item that
+    /// has an owner and an epoch goes back to `claimed` under them, as if the
+    /// cancel had not happened, so the old holder's token is honoured again.
+    RetryRestoresClaim,
+    /// Broken: `work_retry` without `max_attempts = GREATEST(...)`, so a
+    /// retried dead letter is pending with its attempts used up, and the
+    /// claim (whose `due` path does not look at attempts) goes past them.
+    RetryKeepsMaxAttempts,
+    /// Broken: the claim picks by exclusion, `state NOT IN ('done', 'failed')
+    /// AND COALESCE(lease_until, run_at) <= clock_timestamp()`, as a query
+    /// written before `cancelled` existed would: a cancelled item (no
+    /// `lease_until`, its `run_at` passed or passing) is claimable.
+    ClaimByExclusion,
 }
 
 /// The statement a token is used with.
@@ -72,7 +100,7 @@ enum Sql {
 enum Stmt {
     /// `RENEW`.
     Renew,
-    /// `FINISH` (then `FINISHED_BY` when it matched nothing).
+    /// `FINISH` (then `AFTER_REFUSAL` when it matched nothing).
     Finish,
     /// `RELEASE` with this `delay`.
     Release(Retry),
@@ -99,7 +127,9 @@ enum FailedBy {
 }
 
 /// The `state` column, with the parts of `run_at` and `lease_until` that
-/// matter.
+/// matter. A cancelled item has no `lease_until`, and its `run_at` is not
+/// kept: only the broken [`Sql::ClaimByExclusion`] would read it, and the
+/// clock can always pass it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Status {
     /// `pending`; `due` when `run_at <= clock_timestamp()`.
@@ -113,6 +143,8 @@ enum Status {
     Done,
     /// `failed`.
     Failed(FailedBy),
+    /// `cancelled` by `work_cancel`.
+    Cancelled,
 }
 
 /// The columns of one `workfence.items` row that the statements read or write.
@@ -122,10 +154,13 @@ struct Row {
     status: Status,
     /// `owner`: NULL until the first claim, then the claimer's owner name.
     owner: Option<&'static str>,
-    /// `epoch`: NULL until the first claim; kept by release, fail, finish.
+    /// `epoch`: NULL until the first claim; kept by release, fail, finish,
+    /// cancel and retry.
     epoch: Option<Epoch>,
     /// `attempts`.
     attempts: u8,
+    /// `max_attempts`: [`MAX_ATTEMPTS`] until a retry raises it.
+    max_attempts: u8,
 }
 
 impl Row {
@@ -135,18 +170,30 @@ impl Row {
         owner: None,
         epoch: None,
         attempts: 0,
+        max_attempts: MAX_ATTEMPTS,
     };
 }
 
-/// What the model remembers about an item's past, for the properties only;
-/// no statement reads it.
+/// What `work_retry` took back to `pending`: history, not a column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum RetriedFrom {
+    /// A `failed` item (a dead letter, by `work_fail` or a claim).
+    DeadLetter,
+    /// A `cancelled` item.
+    Cancelled,
+}
+
+/// What the model remembers about an item's past, for the properties (and,
+/// `retried`, for the retry bound); no statement reads it.
 ///
-/// Every field is either fixed by the row in the extension's protocol
-/// (`newest` is the row's epoch, `done_writes` is 1 exactly when the row is
-/// done, `acked` is then its epoch, `acked_twice` stays false) or is
-/// forgotten at the item's next claim (`taken_over`), so this history adds
-/// few states: a flag that stayed set for ever would double the states after
-/// it.
+/// Most fields are fixed by the row in the extension's protocol (`newest` is
+/// the row's epoch, `done_writes` is 1 exactly when the row is done, `acked`
+/// is then its epoch, `acked_twice` stays false, `cancelled` is set exactly
+/// when the row is cancelled, `revoked` is `newest` or nothing) or are
+/// forgotten at the item's next claim or cancel (`taken_over`, `revoked`),
+/// so this history adds few states: a flag that stayed set for ever would
+/// double the states after it. Only `retried` stays, and [`MAX_RETRIES`]
+/// bounds it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 struct History {
     /// The newest epoch a claim handed out for the item: the ground truth of
@@ -159,7 +206,21 @@ struct History {
     /// A finish returned true to a second, different token.
     acked_twice: bool,
     /// The item's latest claim took it from another worker's lapsed lease.
+    /// Forgotten at the next claim, and at a cancel or retry: a `sometimes`
+    /// property that reads it wants the item done under that claim.
     taken_over: bool,
+    /// The newest epoch handed out for the item when an operator last
+    /// cancelled or retried it: that token and every older one are dead from
+    /// then on, whatever the row says. `None` also when no token had been
+    /// handed out then. Forgotten at the next claim: its epoch is newer, so
+    /// from then on all those tokens are superseded, and judged as such.
+    revoked: Option<Epoch>,
+    /// `work_cancel` took the item and no retry has taken it back since:
+    /// the ground truth of "cancelled", kept apart from the row's state.
+    cancelled: bool,
+    /// The item's retry, if it had one ([`MAX_RETRIES`] is 1), and what it
+    /// took back.
+    retried: Option<RetriedFrom>,
 }
 
 /// What the last step did, when it is something a `sometimes` property looks
@@ -176,6 +237,14 @@ enum Event {
     /// A finish repeated with the token that had finished the item returned
     /// true.
     FinishRepeated,
+    /// `work_cancel` took `item` while it was claimed.
+    CancelledWhileClaimed {
+        /// Which item.
+        item: usize,
+    },
+    /// Right after a cancel of a claimed item, its holder's finish returned
+    /// false.
+    CancelledHolderRefused,
 }
 
 /// The whole system: the rows, what each worker holds, the epoch sequence,
@@ -186,7 +255,8 @@ struct State {
     rows: [Row; ITEMS],
     /// `tokens[w][i]`: the epoch worker `w` was last given for item `i`.
     tokens: [[Option<Epoch>; ITEMS]; WORKERS],
-    /// The next value of `workfence.epoch_seq`.
+    /// The next value of `workfence.epoch_seq`: newer than every epoch in
+    /// play, for every item.
     next_epoch: Epoch,
     /// Per item: what happened to it.
     history: [History; ITEMS],
@@ -196,18 +266,33 @@ struct State {
     superseded_honoured: bool,
     /// A claim took an item whose lease had not lapsed.
     live_lease_taken: bool,
+    /// A token handed out before a cancel or retry of its item changed the
+    /// row, matched an UPDATE, or got true from a statement.
+    revoked_acted: bool,
+    /// A claim took (or dead-lettered) an item that was cancelled and not
+    /// retried since.
+    cancelled_claimed: bool,
     /// What the last step did, if a `sometimes` property looks for it.
     last: Option<Event>,
 }
 
 impl State {
     /// The ground truth the properties judge by: `epoch` is the newest token
-    /// handed out for `item` and the lease it opened is still on (what
-    /// `work_lease_status` calls `current`). The owner name plays no part: it
-    /// is not an identity.
+    /// handed out for `item`, no cancel or retry has ended it since, and the
+    /// lease it opened is still on (what `work_lease_status` calls
+    /// `current`). The owner name plays no part: it is not an identity.
     fn is_current(&self, item: usize, epoch: Epoch) -> bool {
         self.history[item].newest == Some(epoch)
+            && !self.is_revoked(item, epoch)
             && matches!(self.rows[item].status, Status::Claimed(_))
+    }
+
+    /// `epoch` was handed out for `item` before an operator's cancel or
+    /// retry of it (by the history, not the row).
+    fn is_revoked(&self, item: usize, epoch: Epoch) -> bool {
+        self.history[item]
+            .revoked
+            .is_some_and(|revoked| epoch <= revoked)
     }
 
     /// A newer token than `epoch` was handed out for `item`.
@@ -217,47 +302,50 @@ impl State {
             .is_some_and(|newest| newest > epoch)
     }
 
-    /// Renames the epochs in play to 1, 2, ... keeping their order, and sets
-    /// the sequence just past them.
+    /// Renames each item's epochs in play to 1, 2, ... keeping their order,
+    /// and sets the sequence just past the largest.
     ///
-    /// The statements only compare epochs for equality, and a claim's epoch
-    /// is newer than every epoch in play; a renaming that keeps the order
-    /// changes neither, so the renamed state behaves exactly as the original.
-    /// It folds the unending run of epochs into finitely many states, which
-    /// is what lets breadth-first search finish: the check covers any number
-    /// of claims, not a bounded prefix.
+    /// The statements only compare epochs for equality, and only within one
+    /// item (a token names its item's id, and nothing compares the epochs of
+    /// two items); a claim's epoch is newer than every epoch in play. A
+    /// renaming per item that keeps the order changes neither, so the renamed
+    /// state behaves exactly as the original. It folds the unending run of
+    /// epochs into finitely many states, which is what lets breadth-first
+    /// search finish: the check covers any number of claims, not a bounded
+    /// prefix. Renaming per item, not over both at once, also forgets how the
+    /// two items' epochs interleave, which no statement can see.
     fn renumbered(mut self) -> State {
-        let mut in_play: Vec<Epoch> = self
-            .rows
-            .iter()
-            .filter_map(|row| row.epoch)
-            .chain(
-                self.history
-                    .iter()
-                    .flat_map(|h| [h.newest, h.acked])
-                    .flatten(),
-            )
-            .chain(self.tokens.iter().flatten().copied().flatten())
+        let mut most = 0;
+        for item in 0..ITEMS {
+            let mut in_play: Vec<Epoch> = [
+                self.rows[item].epoch,
+                self.history[item].newest,
+                self.history[item].acked,
+                self.history[item].revoked,
+            ]
+            .into_iter()
+            .chain(self.tokens.iter().map(|held| held[item]))
+            .flatten()
             .collect();
-        in_play.sort_unstable();
-        in_play.dedup();
-        let rename = |e: &mut Option<Epoch>| {
-            if let Some(old) = *e {
-                let rank = in_play.binary_search(&old).expect("epoch is in play");
-                *e = Some(Epoch::try_from(rank + 1).expect("few epochs in play"));
-            }
-        };
-        for row in &mut self.rows {
-            rename(&mut row.epoch);
-        }
-        for history in &mut self.history {
+            in_play.sort_unstable();
+            in_play.dedup();
+            let rename = |e: &mut Option<Epoch>| {
+                if let Some(old) = *e {
+                    let rank = in_play.binary_search(&old).expect("epoch is in play");
+                    *e = Some(Epoch::try_from(rank + 1).expect("few epochs in play"));
+                }
+            };
+            rename(&mut self.rows[item].epoch);
+            let history = &mut self.history[item];
             rename(&mut history.newest);
             rename(&mut history.acked);
+            rename(&mut history.revoked);
+            for held in &mut self.tokens {
+                rename(&mut held[item]);
+            }
+            most = most.max(in_play.len());
         }
-        for token in self.tokens.iter_mut().flatten() {
-            rename(token);
-        }
-        self.next_epoch = Epoch::try_from(in_play.len() + 1).expect("few epochs in play");
+        self.next_epoch = Epoch::try_from(most + 1).expect("few epochs in play");
         self
     }
 
@@ -274,16 +362,19 @@ impl State {
     }
 }
 
-/// `work_release`'s `delay`, `work_fail`'s `retry_in`.
+/// `work_release`'s `delay`, `work_fail`'s `retry_in`, `work_retry`'s
+/// `run_at`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Retry {
-    /// `'0'`: due at once.
+    /// `'0'` (`run_at` NULL or not in the future): due at once.
     Now,
-    /// A positive interval (or NULL: backoff): due once the clock gets there.
+    /// A positive interval (or NULL: backoff; a future `run_at`): due once
+    /// the clock gets there.
     Later,
 }
 
-/// One step: one SQL statement by a worker, or the server's clock moving on.
+/// One step: one SQL statement by a worker or an operator, or the server's
+/// clock moving on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Action {
     /// `work_claim` (or `work_claim_key`) taking `item`, if it is claimable.
@@ -324,6 +415,18 @@ enum Action {
         item: usize,
         /// The `retry_in`.
         retry: Retry,
+    },
+    /// `work_cancel` of `item`, by an operator (no token).
+    Cancel {
+        /// Which item.
+        item: usize,
+    },
+    /// `work_retry` of `item`, by an operator (no token).
+    Retry {
+        /// Which item.
+        item: usize,
+        /// The `run_at`.
+        run_at: Retry,
     },
     /// The clock passes the item's `lease_until`.
     LeaseLapses {
@@ -371,14 +474,17 @@ impl LeaseModel {
         }
     }
 
-    /// The WHERE clause of `stmt` (`current_token!()` in the extension):
+    /// The WHERE clause of `stmt` (the token guard in the extension):
     /// does the token match the row?
     fn matches(&self, stmt: Stmt, row: &Row, owner: &str, epoch: Epoch) -> bool {
         let owner_ok = row.owner == Some(owner);
         let epoch_ok = row.epoch == Some(epoch);
         let claimed = matches!(row.status, Status::Claimed(_));
         match self.sql {
-            Sql::Extension => owner_ok && epoch_ok && claimed,
+            Sql::Extension
+            | Sql::RetryRestoresClaim
+            | Sql::RetryKeepsMaxAttempts
+            | Sql::ClaimByExclusion => owner_ok && epoch_ok && claimed,
             Sql::OwnerOnly => owner_ok && claimed,
             Sql::FinishRewrites if stmt == Stmt::Finish => {
                 owner_ok && epoch_ok && (claimed || row.status == Status::Done)
@@ -387,7 +493,7 @@ impl LeaseModel {
         }
     }
 
-    /// `FINISHED_BY`: is the row done under this token (a repeated finish)?
+    /// `AFTER_REFUSAL`: is the row done under this token (a repeated finish)?
     fn finished_by(&self, row: &Row, owner: &str, epoch: Epoch) -> bool {
         let epoch_ok = self.sql == Sql::OwnerOnly || row.epoch == Some(epoch);
         row.status == Status::Done && row.owner == Some(owner) && epoch_ok
@@ -409,9 +515,18 @@ impl LeaseModel {
     fn claim(&self, state: &State, worker: usize, item: usize) -> Option<State> {
         let row = state.rows[item];
         let mut next = state.clone();
+        // The monitor of "a cancelled item is never claimed", judged by the
+        // history: whatever the statement below does to the row, a claim
+        // that takes a step here took a cancelled item.
+        if state.history[item].cancelled {
+            next.cancelled_claimed = true;
+        }
         match row.status {
             Status::Pending { due: true } => next.history[item].taken_over = false,
-            Status::Claimed(Lease::Lapsed) if row.attempts < MAX_ATTEMPTS => {
+            Status::Cancelled if self.sql == Sql::ClaimByExclusion => {
+                next.history[item].taken_over = false;
+            }
+            Status::Claimed(Lease::Lapsed) if row.attempts < row.max_attempts => {
                 let newest = state.history[item].newest;
                 let holder = (0..WORKERS).find(|&w| state.tokens[w][item] == newest);
                 next.history[item].taken_over = holder != Some(worker);
@@ -430,19 +545,92 @@ impl LeaseModel {
         let epoch = state.next_epoch;
         next.next_epoch = epoch.checked_add(1).expect("epochs are renumbered");
         next.history[item].newest = Some(epoch);
+        next.history[item].revoked = None;
         next.rows[item] = Row {
             status: Status::Claimed(Lease::Live),
             owner: Some(self.owners[worker]),
             epoch: Some(epoch),
             attempts: row.attempts + 1,
+            max_attempts: row.max_attempts,
         };
         next.tokens[worker][item] = Some(epoch);
         Some(next)
     }
 
-    /// A token-guarded statement by `worker` with its token for `item`; None
-    /// when the worker has never claimed the item.
-    fn use_token(&self, state: &State, worker: usize, item: usize, stmt: Stmt) -> Option<State> {
+    /// `work_cancel`'s `CANCEL` (`src/cancel.rs`) of `item`: a pending or
+    /// claimed item becomes `cancelled`, its `owner` and `epoch` stay and its
+    /// lease ends. None (no step) for a done, failed or cancelled item.
+    ///
+    /// The history records, apart from the row, that every token handed out
+    /// for the item so far is dead and that the item is cancelled.
+    fn cancel(&self, state: &State, item: usize) -> Option<State> {
+        let mut next = state.clone();
+        match state.rows[item].status {
+            Status::Pending { .. } => {}
+            Status::Claimed(_) => next.last = Some(Event::CancelledWhileClaimed { item }),
+            Status::Done | Status::Failed(_) | Status::Cancelled => return None,
+        }
+        next.rows[item].status = Status::Cancelled;
+        let history = &mut next.history[item];
+        history.revoked = history.newest;
+        history.cancelled = true;
+        history.taken_over = false;
+        Some(next)
+    }
+
+    /// `work_retry`'s statement on `item`: a failed or cancelled item goes
+    /// back to `pending` (due at once or later, by `run_at`), with
+    /// `max_attempts` raised to `attempts + 1` if the attempts are used up;
+    /// `owner`, `epoch` and `attempts` stay. None (no step) for any other
+    /// state, and once the item has had its [`MAX_RETRIES`] retry.
+    ///
+    /// The history records, apart from the row, that every token handed out
+    /// for the item so far is dead and that it is no longer cancelled.
+    fn retry(&self, state: &State, item: usize, run_at: Retry) -> Option<State> {
+        let history = state.history[item];
+        if u8::from(history.retried.is_some()) >= MAX_RETRIES {
+            return None;
+        }
+        let before = state.rows[item];
+        let retried = match before.status {
+            Status::Failed(_) => RetriedFrom::DeadLetter,
+            Status::Cancelled => RetriedFrom::Cancelled,
+            Status::Pending { .. } | Status::Claimed(_) | Status::Done => return None,
+        };
+        let mut next = state.clone();
+        let row = &mut next.rows[item];
+        row.status = if self.sql == Sql::RetryRestoresClaim
+            && before.status == Status::Cancelled
+            && before.epoch.is_some()
+        {
+            Status::Claimed(Lease::Live)
+        } else {
+            Status::Pending {
+                due: run_at == Retry::Now,
+            }
+        };
+        if self.sql != Sql::RetryKeepsMaxAttempts {
+            row.max_attempts = before.max_attempts.max(before.attempts + 1);
+        }
+        let history = &mut next.history[item];
+        history.revoked = history.newest;
+        history.cancelled = false;
+        history.retried = Some(retried);
+        history.taken_over = false;
+        Some(next)
+    }
+
+    /// A token-guarded statement by `worker` with its token for `item`, after
+    /// a step that did `previous`; None when the worker has never claimed the
+    /// item.
+    fn use_token(
+        &self,
+        state: &State,
+        previous: Option<Event>,
+        worker: usize,
+        item: usize,
+        stmt: Stmt,
+    ) -> Option<State> {
         let epoch = state.tokens[worker][item]?;
         let owner = self.owners[worker];
         let before = state.rows[item];
@@ -473,6 +661,10 @@ impl LeaseModel {
                 } else {
                     if state.is_superseded(item, epoch) {
                         next.last = Some(Event::StaleFinishRefused { item });
+                    } else if previous == Some(Event::CancelledWhileClaimed { item })
+                        && state.history[item].newest == Some(epoch)
+                    {
+                        next.last = Some(Event::CancelledHolderRefused);
                     }
                     false
                 };
@@ -497,7 +689,7 @@ impl LeaseModel {
             }
             Stmt::Fail(retry) => {
                 if matched {
-                    row.status = if row.attempts >= MAX_ATTEMPTS {
+                    row.status = if row.attempts >= row.max_attempts {
                         Status::Failed(FailedBy::WorkFail)
                     } else {
                         Status::Pending {
@@ -513,6 +705,9 @@ impl LeaseModel {
         }
         if state.is_superseded(item, epoch) && returned {
             next.superseded_honoured = true;
+        }
+        if state.is_revoked(item, epoch) && (matched || returned || next.rows[item] != before) {
+            next.revoked_acted = true;
         }
         Some(next)
     }
@@ -532,8 +727,18 @@ mod always {
     pub const DONE_ONCE: &str = "an item is written done at most once";
     /// Finish returns true to one token per item only.
     pub const ONE_FINISHER: &str = "finish is acknowledged to one token per item";
-    /// `attempts` never exceeds `max_attempts`.
-    pub const ATTEMPTS_BOUNDED: &str = "attempts stay within max_attempts";
+    /// `attempts` never exceeds the row's `max_attempts`, and that is
+    /// raised above [`MAX_ATTEMPTS`](super::MAX_ATTEMPTS) by one at most per
+    /// retry.
+    pub const ATTEMPTS_BOUNDED: &str =
+        "attempts stay within max_attempts, which a retry raises by one at most";
+    /// A token handed out before a cancel or retry of its item never matches
+    /// an UPDATE, never changes the row, and gets false from every statement.
+    pub const REVOKED_TOKEN_DEAD: &str =
+        "a token handed out before a cancel or retry never acts again";
+    /// No claim takes (or dead-letters) an item that is cancelled and not
+    /// retried since.
+    pub const CANCELLED_NOT_CLAIMED: &str = "a cancelled item is never claimed until a retry";
 }
 
 /// Names of the `sometimes` properties (reachability: the check is not vacuous).
@@ -555,6 +760,13 @@ mod sometimes {
     pub const BACK_TO_PENDING: &str = "a claimed item goes back to pending";
     /// Everything finished.
     pub const ALL_DONE: &str = "both items done";
+    /// `work_retry` of a dead letter, then `work_finish` of a new claim.
+    pub const DEAD_LETTER_RETRIED_DONE: &str = "a dead letter retried and then done";
+    /// `work_cancel` of a claimed item, then its holder's `work_finish`.
+    pub const CANCELLED_HOLDER_REFUSED: &str =
+        "an item cancelled while claimed refuses its holder's finish";
+    /// `work_cancel`, `work_retry`, then a claim with a newer epoch.
+    pub const CANCELLED_RETRIED_CLAIMED: &str = "a cancelled item retried and claimed again";
 }
 
 impl Model for LeaseModel {
@@ -570,12 +782,18 @@ impl Model for LeaseModel {
             stale_write: false,
             superseded_honoured: false,
             live_lease_taken: false,
+            revoked_acted: false,
+            cancelled_claimed: false,
             last: None,
         }]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
         for item in 0..ITEMS {
+            actions.push(Action::Cancel { item });
+            for run_at in [Retry::Now, Retry::Later] {
+                actions.push(Action::Retry { item, run_at });
+            }
             match state.rows[item].status {
                 Status::Claimed(Lease::Live) => actions.push(Action::LeaseLapses { item }),
                 Status::Pending { due: false } => actions.push(Action::ComesDue { item }),
@@ -612,18 +830,24 @@ impl Model for LeaseModel {
         };
         let next = match action {
             Action::Claim { worker, item } => self.claim(state, worker, item),
-            Action::Renew { worker, item } => self.use_token(state, worker, item, Stmt::Renew),
-            Action::Finish { worker, item } => self.use_token(state, worker, item, Stmt::Finish),
+            Action::Renew { worker, item } => {
+                self.use_token(state, last_state.last, worker, item, Stmt::Renew)
+            }
+            Action::Finish { worker, item } => {
+                self.use_token(state, last_state.last, worker, item, Stmt::Finish)
+            }
             Action::Release {
                 worker,
                 item,
                 retry,
-            } => self.use_token(state, worker, item, Stmt::Release(retry)),
+            } => self.use_token(state, last_state.last, worker, item, Stmt::Release(retry)),
             Action::Fail {
                 worker,
                 item,
                 retry,
-            } => self.use_token(state, worker, item, Stmt::Fail(retry)),
+            } => self.use_token(state, last_state.last, worker, item, Stmt::Fail(retry)),
+            Action::Cancel { item } => self.cancel(state, item),
+            Action::Retry { item, run_at } => self.retry(state, item, run_at),
             Action::LeaseLapses { item } => {
                 let mut next = state.clone();
                 next.rows[item].status = Status::Claimed(Lease::Lapsed);
@@ -665,7 +889,14 @@ impl Model for LeaseModel {
                 s.history.iter().all(|h| !h.acked_twice)
             }),
             Property::always(always::ATTEMPTS_BOUNDED, |_, s: &State| {
-                s.rows.iter().all(|row| row.attempts <= MAX_ATTEMPTS)
+                s.rows.iter().zip(&s.history).all(|(row, history)| {
+                    let retries = u8::from(history.retried.is_some());
+                    row.attempts <= row.max_attempts && row.max_attempts <= MAX_ATTEMPTS + retries
+                })
+            }),
+            Property::always(always::REVOKED_TOKEN_DEAD, |_, s: &State| !s.revoked_acted),
+            Property::always(always::CANCELLED_NOT_CLAIMED, |_, s: &State| {
+                !s.cancelled_claimed
             }),
             Property::sometimes(sometimes::TAKEN_OVER_STALE_REFUSED_DONE, |_, s: &State| {
                 matches!(s.last, Some(Event::StaleFinishRefused { item })
@@ -697,6 +928,22 @@ impl Model for LeaseModel {
             }),
             Property::sometimes(sometimes::ALL_DONE, |_, s: &State| {
                 s.rows.iter().all(|row| row.status == Status::Done)
+            }),
+            Property::sometimes(sometimes::DEAD_LETTER_RETRIED_DONE, |_, s: &State| {
+                s.rows.iter().zip(&s.history).any(|(row, history)| {
+                    history.retried == Some(RetriedFrom::DeadLetter) && row.status == Status::Done
+                })
+            }),
+            Property::sometimes(sometimes::CANCELLED_HOLDER_REFUSED, |_, s: &State| {
+                s.last == Some(Event::CancelledHolderRefused)
+            }),
+            Property::sometimes(sometimes::CANCELLED_RETRIED_CLAIMED, |_, s: &State| {
+                (0..ITEMS).any(|i| {
+                    s.history[i].retried == Some(RetriedFrom::Cancelled)
+                        && s.history[i]
+                            .newest
+                            .is_some_and(|epoch| s.is_current(i, epoch))
+                })
             }),
         ]
     }
@@ -747,6 +994,76 @@ fn extension_protocol_holds_in_every_state() {
     }
 }
 
+/// A path through the extension's model, replayed step by step with the
+/// workers keeping their numbers: the states so far, and the model that
+/// makes the steps.
+struct Replay {
+    /// The extension's protocol, without the symmetry reduction.
+    model: LeaseModel,
+    /// The initial state, then one state per step.
+    path: Vec<State>,
+}
+
+impl Replay {
+    /// A replay from the model's initial state.
+    fn new() -> Replay {
+        let model = LeaseModel::new(Sql::Extension);
+        let path = vec![model.init_states().remove(0)];
+        Replay { model, path }
+    }
+
+    /// The state the replay has reached.
+    fn now(&self) -> &State {
+        self.path.last().expect("starts with the initial state")
+    }
+
+    /// Takes `action`, which must be a step, and returns the state after it.
+    fn step(&mut self, action: Action) -> State {
+        let next = self
+            .model
+            .next_state(self.now(), action)
+            .unwrap_or_else(|| panic!("{action:?} is not possible"));
+        self.path.push(next.clone());
+        next
+    }
+
+    /// Demands that `action` is no step here: its statement finds no row.
+    fn no_step(&self, action: Action) {
+        assert_eq!(
+            self.model.next_state(self.now(), action),
+            None,
+            "{action:?} must change nothing"
+        );
+    }
+
+    /// Demands that every `always` property holds in every state so far.
+    fn assert_always(&self) {
+        for property in self.model.properties() {
+            if property.expectation == Expectation::Always {
+                for state in &self.path {
+                    assert!(
+                        (property.condition)(&self.model, state),
+                        "{}",
+                        property.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// Demands that the `sometimes` property `name` holds in `state`.
+    fn assert_reached(&self, name: &str, state: &State) {
+        let property = self
+            .model
+            .properties()
+            .into_iter()
+            .find(|property| property.name == name)
+            .unwrap_or_else(|| panic!("no property \"{name}\""));
+        assert_eq!(property.expectation, Expectation::Sometimes, "{name}");
+        assert!((property.condition)(&self.model, state), "{name}");
+    }
+}
+
 /// The scenario of docs/contract.md, step by step in the model (workers keep their
 /// numbers): A claims, the lease lapses, B claims with a newer epoch; A's
 /// renew and finish are refused and change nothing; B's finish is honoured
@@ -757,23 +1074,14 @@ fn bug_report_scenario_in_the_model() {
     const A: usize = 0;
     const B: usize = 1;
     const ITEM: usize = 0;
-    let model = LeaseModel::new(Sql::Extension);
-    let mut path = vec![model.init_states().remove(0)];
-    let mut step = |action: Action| -> State {
-        let last = path.last().expect("starts with the initial state");
-        let next = model
-            .next_state(last, action)
-            .unwrap_or_else(|| panic!("{action:?} is not possible"));
-        path.push(next.clone());
-        next
-    };
+    let mut replay = Replay::new();
 
-    step(Action::Claim {
+    replay.step(Action::Claim {
         worker: A,
         item: ITEM,
     });
-    step(Action::LeaseLapses { item: ITEM });
-    let b_claimed = step(Action::Claim {
+    replay.step(Action::LeaseLapses { item: ITEM });
+    let b_claimed = replay.step(Action::Claim {
         worker: B,
         item: ITEM,
     });
@@ -783,7 +1091,7 @@ fn bug_report_scenario_in_the_model() {
     assert!(b_claimed.history[ITEM].taken_over);
     assert_eq!(b_claimed.rows[ITEM].attempts, 2);
 
-    let a_renewed = step(Action::Renew {
+    let a_renewed = replay.step(Action::Renew {
         worker: A,
         item: ITEM,
     });
@@ -791,7 +1099,7 @@ fn bug_report_scenario_in_the_model() {
         a_renewed, b_claimed,
         "A's renew is refused, nothing changes"
     );
-    let a_finished = step(Action::Finish {
+    let a_finished = replay.step(Action::Finish {
         worker: A,
         item: ITEM,
     });
@@ -804,37 +1112,177 @@ fn bug_report_scenario_in_the_model() {
         "A's finish changes nothing"
     );
 
-    let b_finished = step(Action::Finish {
+    let b_finished = replay.step(Action::Finish {
         worker: B,
         item: ITEM,
     });
     assert_eq!(b_finished.rows[ITEM].status, Status::Done);
     assert_eq!(b_finished.rows[ITEM].epoch, Some(b_token));
-    let b_retried = step(Action::Finish {
+    let b_retried = replay.step(Action::Finish {
         worker: B,
         item: ITEM,
     });
     assert_eq!(b_retried.last, Some(Event::FinishRepeated));
     assert_eq!(b_retried.rows, b_finished.rows, "the retry changes nothing");
-    let a_late = step(Action::Finish {
+    let a_late = replay.step(Action::Finish {
         worker: A,
         item: ITEM,
     });
     assert_eq!(a_late.history[ITEM].done_writes, 1, "finished exactly once");
 
-    for property in model.properties() {
-        match property.expectation {
-            Expectation::Always => {
-                for state in &path {
-                    assert!((property.condition)(&model, state), "{}", property.name);
-                }
-            }
-            _ if property.name == sometimes::TAKEN_OVER_STALE_REFUSED_DONE => {
-                assert!((property.condition)(&model, &a_late), "{}", property.name);
-            }
-            _ => {}
-        }
-    }
+    replay.assert_always();
+    replay.assert_reached(sometimes::TAKEN_OVER_STALE_REFUSED_DONE, &a_late);
+}
+
+/// An operator cancels an item under A's live lease, step by step: A's renew
+/// and finish are refused and change nothing, no claim takes the item, a
+/// done item cannot be cancelled. The operator's retry puts it back to
+/// pending with owner, epoch and attempts kept and an attempt left; A's
+/// token stays dead, and B's claim hands out a newer epoch, which finishes
+/// the item. Every `always` property holds at every step.
+#[test]
+fn cancel_then_retry_in_the_model() {
+    const A: usize = 0;
+    const B: usize = 1;
+    const ITEM: usize = 0;
+    let mut replay = Replay::new();
+
+    let a_claimed = replay.step(Action::Claim {
+        worker: A,
+        item: ITEM,
+    });
+    let a_token = a_claimed.tokens[A][ITEM].expect("A was given a token");
+    let cancelled = replay.step(Action::Cancel { item: ITEM });
+    assert_eq!(cancelled.rows[ITEM].status, Status::Cancelled);
+    assert_eq!(cancelled.rows[ITEM].epoch, Some(a_token), "the epoch stays");
+    assert_eq!(cancelled.rows[ITEM].owner, Some(OWNER), "the owner stays");
+    assert!(!cancelled.is_current(ITEM, a_token));
+    replay.no_step(Action::Cancel { item: ITEM });
+    replay.no_step(Action::Claim {
+        worker: B,
+        item: ITEM,
+    });
+
+    let a_finished = replay.step(Action::Finish {
+        worker: A,
+        item: ITEM,
+    });
+    assert_eq!(a_finished.last, Some(Event::CancelledHolderRefused));
+    assert_eq!(
+        a_finished.rows, cancelled.rows,
+        "A's finish changes nothing"
+    );
+    let a_renewed = replay.step(Action::Renew {
+        worker: A,
+        item: ITEM,
+    });
+    assert_eq!(a_renewed.rows, cancelled.rows, "A's renew changes nothing");
+    replay.assert_reached(sometimes::CANCELLED_HOLDER_REFUSED, &a_finished);
+
+    let retried = replay.step(Action::Retry {
+        item: ITEM,
+        run_at: Retry::Now,
+    });
+    assert_eq!(retried.rows[ITEM].status, Status::Pending { due: true });
+    assert_eq!(retried.rows[ITEM].epoch, Some(a_token), "the epoch stays");
+    assert_eq!(retried.rows[ITEM].attempts, 1, "the attempts stay");
+    assert_eq!(retried.rows[ITEM].max_attempts, MAX_ATTEMPTS, "one is left");
+    assert!(retried.is_revoked(ITEM, a_token), "A's token is dead");
+    let a_again = replay.step(Action::Finish {
+        worker: A,
+        item: ITEM,
+    });
+    assert_eq!(a_again.rows, retried.rows, "A's token stays dead");
+
+    let b_claimed = replay.step(Action::Claim {
+        worker: B,
+        item: ITEM,
+    });
+    let b_token = b_claimed.tokens[B][ITEM].expect("B was given a token");
+    assert!(b_token > a_token, "B's epoch is newer than A's");
+    replay.assert_reached(sometimes::CANCELLED_RETRIED_CLAIMED, &b_claimed);
+    let a_late = replay.step(Action::Finish {
+        worker: A,
+        item: ITEM,
+    });
+    assert_eq!(a_late.rows, b_claimed.rows, "A's finish changes nothing");
+    let b_finished = replay.step(Action::Finish {
+        worker: B,
+        item: ITEM,
+    });
+    assert_eq!(b_finished.rows[ITEM].status, Status::Done);
+    replay.no_step(Action::Cancel { item: ITEM });
+    replay.no_step(Action::Retry {
+        item: ITEM,
+        run_at: Retry::Now,
+    });
+
+    replay.assert_always();
+}
+
+/// An operator retries a dead letter, step by step: A fails the item on both
+/// of its attempts, the retry raises `max_attempts` by one and makes it
+/// pending later, the item comes due and B claims and finishes it on the
+/// third attempt. A second retry is beyond the model's bound. Every `always`
+/// property holds at every step.
+#[test]
+fn dead_letter_retried_in_the_model() {
+    const A: usize = 0;
+    const B: usize = 1;
+    const ITEM: usize = 1;
+    let mut replay = Replay::new();
+    let claim_a = Action::Claim {
+        worker: A,
+        item: ITEM,
+    };
+    let fail_a = Action::Fail {
+        worker: A,
+        item: ITEM,
+        retry: Retry::Now,
+    };
+
+    replay.step(claim_a);
+    replay.step(fail_a);
+    replay.step(claim_a);
+    let failed = replay.step(fail_a);
+    assert_eq!(failed.rows[ITEM].status, Status::Failed(FailedBy::WorkFail));
+    replay.no_step(Action::Cancel { item: ITEM });
+
+    let retried = replay.step(Action::Retry {
+        item: ITEM,
+        run_at: Retry::Later,
+    });
+    assert_eq!(retried.rows[ITEM].status, Status::Pending { due: false });
+    assert_eq!(
+        retried.rows[ITEM].attempts, MAX_ATTEMPTS,
+        "the attempts stay"
+    );
+    assert_eq!(retried.rows[ITEM].max_attempts, MAX_ATTEMPTS + 1);
+    replay.no_step(Action::Claim {
+        worker: B,
+        item: ITEM,
+    });
+    replay.step(Action::ComesDue { item: ITEM });
+    let b_claimed = replay.step(Action::Claim {
+        worker: B,
+        item: ITEM,
+    });
+    assert_eq!(b_claimed.rows[ITEM].attempts, MAX_ATTEMPTS + 1);
+    let a_token = b_claimed.tokens[A][ITEM].expect("A was given a token");
+    assert!(b_claimed.is_superseded(ITEM, a_token));
+    let a_late = replay.step(Action::Renew {
+        worker: A,
+        item: ITEM,
+    });
+    assert_eq!(a_late.rows, b_claimed.rows, "A's token stays dead");
+    let b_finished = replay.step(Action::Finish {
+        worker: B,
+        item: ITEM,
+    });
+    assert_eq!(b_finished.rows[ITEM].status, Status::Done);
+    replay.assert_reached(sometimes::DEAD_LETTER_RETRIED_DONE, &b_finished);
+
+    replay.assert_always();
 }
 
 /// Checks `sql` until each of `expected` has a counterexample, and demands
@@ -878,7 +1326,7 @@ fn owner_only_fencing_is_caught() {
     );
 }
 
-/// A retried finish that writes the row again (instead of `FINISHED_BY`'s
+/// A retried finish that writes the row again (instead of `AFTER_REFUSAL`'s
 /// read) finishes the item twice. The checker must find it.
 #[test]
 fn finish_retry_that_writes_is_caught() {
@@ -886,4 +1334,29 @@ fn finish_retry_that_writes_is_caught() {
         Sql::FinishRewrites,
         &[always::DONE_ONCE, always::STALE_CHANGES_NOTHING],
     );
+}
+
+/// A retry written as an "undo" of the cancel, putting the item back to
+/// `claimed` under the token it was cancelled from, lets that token renew and
+/// finish again. The checker must find it.
+#[test]
+fn retry_that_restores_the_claim_is_caught() {
+    assert_caught(
+        Sql::RetryRestoresClaim,
+        &[always::REVOKED_TOKEN_DEAD, always::STALE_CHANGES_NOTHING],
+    );
+}
+
+/// A retry that leaves `max_attempts` as it is lets a retried dead letter be
+/// claimed past its attempts. The checker must find it.
+#[test]
+fn retry_that_keeps_max_attempts_is_caught() {
+    assert_caught(Sql::RetryKeepsMaxAttempts, &[always::ATTEMPTS_BOUNDED]);
+}
+
+/// A claim that picks by `state NOT IN ('done', 'failed')` takes cancelled
+/// items. The checker must find it.
+#[test]
+fn claim_by_exclusion_is_caught() {
+    assert_caught(Sql::ClaimByExclusion, &[always::CANCELLED_NOT_CLAIMED]);
 }
