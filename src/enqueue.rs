@@ -13,23 +13,26 @@ use crate::wait;
 
 // Insert the item unless (queue, key) exists; the id, and whether it is due.
 // (A schema before 0.6.0 has no `max_run`; `$7` is then NULL and unused.)
+macro_rules! insert_sql {
+    ($mode:ident) => {
+        concat!(
+            r#"
+INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts"#,
+            plans::by_schema!($mode, ", max_run", ""),
+            r#")
+VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6"#,
+            plans::by_schema!($mode, ", $7", ""),
+            r#")
+    ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
+RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+"#
+        )
+    };
+}
+
 static INSERT: plans::Versioned<InsertParams> = plans::Versioned {
-    current: Statement::new(
-        r#"
-INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts, max_run)
-VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6, $7)
-    ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
-RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
-"#,
-    ),
-    legacy: Statement::new(
-        r#"
-INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts)
-VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6)
-    ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
-RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
-"#,
-    ),
+    current: Statement::new(insert_sql!(current)),
+    legacy: Statement::new(insert_sql!(legacy)),
 };
 
 params! {

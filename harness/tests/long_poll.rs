@@ -50,14 +50,6 @@ fn database(cluster: &Cluster, name: &str) -> Client {
     ok(cluster.connect_to(name), "connecting")
 }
 
-fn backend_pid(c: &mut Client) -> i32 {
-    ok(
-        c.query_one("SELECT pg_catalog.pg_backend_pid()", &[]),
-        "pid",
-    )
-    .get(0)
-}
-
 /// What a waiting claim returned: (id, epoch, lease_until as text) per item,
 /// and how long the call took.
 struct Returned {
@@ -77,18 +69,6 @@ fn claim(c: &mut Client, max_items: i32, wait: &str) -> Result<Returned, postgre
     })
 }
 
-/// Polls until backend `pid` sleeps in the extension's wait (the long poll).
-fn wait_until_waiting(observer: &mut Client, pid: i32) {
-    common::poll_until(
-        observer,
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
-                         WHERE pid = $1 AND state = 'active'
-                           AND wait_event_type = 'Extension')",
-        &[&pid],
-        &format!("backend {pid} waiting in the long poll"),
-    );
-}
-
 fn enqueue(c: &mut Client, key: &str) -> i64 {
     common::enqueue_new(c, &Enqueue::new(QUEUE).key(key))
 }
@@ -102,9 +82,9 @@ fn waiting_claimer<'s>(
     wait: &'static str,
 ) -> thread::ScopedJoinHandle<'s, Result<Returned, postgres::Error>> {
     let mut c = common::connect_long_poller(cluster, db);
-    let pid = backend_pid(&mut c);
+    let pid = common::backend_pid(&mut c);
     let handle = scope.spawn(move || claim(&mut c, 1, wait));
-    wait_until_waiting(observer, pid);
+    common::wait_until_waiting(observer, pid);
     handle
 }
 
@@ -312,10 +292,10 @@ fn statement_timeout_and_cancel_end_a_wait_with_57014() {
     assert!(took < PROMPT, "statement_timeout took {took:?}");
     ok(c.batch_execute("RESET statement_timeout"), "RESET");
 
-    let pid = backend_pid(&mut c);
+    let pid = common::backend_pid(&mut c);
     thread::scope(|s| {
         let claimer = s.spawn(move || claim(&mut c, 1, LONG_WAIT).map(|r| r.items.len()));
-        wait_until_waiting(&mut main, pid);
+        common::wait_until_waiting(&mut main, pid);
         let cancelled: bool = ok(
             main.query_one("SELECT pg_catalog.pg_cancel_backend($1)", &[&pid]),
             "pg_cancel_backend",
@@ -342,10 +322,10 @@ fn a_fast_shutdown_is_not_held_up_by_a_waiting_claim() {
     );
     let mut main = database(&cluster, "shutdown");
     let mut c = common::connect_long_poller(&cluster, "shutdown");
-    let pid = backend_pid(&mut c);
+    let pid = common::backend_pid(&mut c);
     thread::scope(|s| {
         let claimer = s.spawn(move || claim(&mut c, 1, "1 hour").map(|r| r.items.len()));
-        wait_until_waiting(&mut main, pid);
+        common::wait_until_waiting(&mut main, pid);
         drop(main);
         let started = Instant::now();
         ok(cluster.stop(), "pg_ctl -m fast stop");
@@ -428,7 +408,7 @@ fn one_call_sleeps_at_most_long_poll_max() {
 fn a_claim_that_stopped_waiting_leaves_the_waiters_list_at_once() {
     let cluster = cluster();
     let mut c = database(&cluster, "unregister");
-    let pid = backend_pid(&mut c);
+    let pid = common::backend_pid(&mut c);
     enqueue(&mut c, "k1");
     // Inside a transaction that goes on after the claim: were it still
     // listed as a waiter, commits would wake it in a real waiter's place.

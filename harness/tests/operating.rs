@@ -55,22 +55,6 @@ fn database(cluster: &Cluster, name: &str) -> Client {
     ok(cluster.connect_to(name), "connect")
 }
 
-fn backend_pid(c: &mut Client) -> i32 {
-    common::scalar(c, "SELECT pg_catalog.pg_backend_pid()", &[])
-}
-
-/// Polls until backend `pid` sleeps in the long poll.
-fn wait_until_waiting(observer: &mut Client, pid: i32) {
-    common::poll_until(
-        observer,
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
-                         WHERE pid = $1 AND state = 'active'
-                           AND wait_event_type = 'Extension')",
-        &[&pid],
-        &format!("backend {pid} waiting in the long poll"),
-    );
-}
-
 /// An item of `queue` that has failed its only attempt (a dead letter): its
 /// key and the token that failed it.
 fn dead_letter(c: &mut Client, queue: &str, key: &str) -> Token {
@@ -92,7 +76,7 @@ fn a_retry_racing_a_claim_and_a_second_retry_hands_out_one_fresh_token() {
     thread::scope(|s| {
         // A worker long-polls the queue: nothing is claimable.
         let mut waiter = common::connect_long_poller(&cluster, "retry_race");
-        let waiter_pid = backend_pid(&mut waiter);
+        let waiter_pid = common::backend_pid(&mut waiter);
         let claimer = s.spawn(move || {
             let got = calls::claim(
                 &mut waiter,
@@ -104,14 +88,14 @@ fn a_retry_racing_a_claim_and_a_second_retry_hands_out_one_fresh_token() {
             );
             (got, Instant::now())
         });
-        wait_until_waiting(&mut main, waiter_pid);
+        common::wait_until_waiting(&mut main, waiter_pid);
 
         // Operator 1 retries in a transaction it holds open; operator 2's
         // retry of the same item waits for its row lock.
         let mut op1 = ok(cluster.connect_to("retry_race"), "operator 1");
         let mut op2 = ok(cluster.connect_to("retry_race"), "operator 2");
-        let op1_pid = backend_pid(&mut op1);
-        let op2_pid = backend_pid(&mut op2);
+        let op1_pid = common::backend_pid(&mut op1);
+        let op2_pid = common::backend_pid(&mut op2);
         let mut tx = ok(op1.transaction(), "BEGIN");
         assert!(ok(calls::retry(&mut tx, "mail", "m1", None), "retry 1"));
         let second = s.spawn(move || calls::retry(&mut op2, "mail", "m1", None));
@@ -178,12 +162,12 @@ fn a_reschedule_to_now_wakes_a_waiting_claim() {
     );
     thread::scope(|s| {
         let mut waiter = common::connect_long_poller(&cluster, "reschedule_wakes");
-        let pid = backend_pid(&mut waiter);
+        let pid = common::backend_pid(&mut waiter);
         let claimer = s.spawn(move || {
             let got = calls::claim(&mut waiter, "later", "w", "1 minute", None, Some("30 s"));
             (got, Instant::now())
         });
-        wait_until_waiting(&mut main, pid);
+        common::wait_until_waiting(&mut main, pid);
         assert!(ok(
             calls::reschedule(&mut main, "later", "l1", &RunAt::In("0".into())),
             "reschedule"
@@ -205,18 +189,18 @@ fn a_pause_keeps_long_polls_waiting_and_the_resume_wakes_them() {
         // A short waiter: its whole wait passes with an item due in the
         // paused queue, and it claims nothing.
         let mut short = ok(cluster.connect_to("pause_race"), "short waiter");
-        let short_pid = backend_pid(&mut short);
+        let short_pid = common::backend_pid(&mut short);
         let short_claim =
             s.spawn(move || calls::claim(&mut short, "p", "w", "1 minute", None, Some("2 s")));
         // A long waiter, woken by the resume.
         let mut long = common::connect_long_poller(&cluster, "pause_race");
-        let long_pid = backend_pid(&mut long);
+        let long_pid = common::backend_pid(&mut long);
         let long_claim = s.spawn(move || {
             let got = calls::claim(&mut long, "p", "w", "1 minute", None, Some("60 s"));
             (got, Instant::now())
         });
-        wait_until_waiting(&mut main, short_pid);
-        wait_until_waiting(&mut main, long_pid);
+        common::wait_until_waiting(&mut main, short_pid);
+        common::wait_until_waiting(&mut main, long_pid);
 
         // The enqueue wakes a waiter, which finds the queue paused.
         common::enqueue_new(&mut main, &Enqueue::new("p").key("x"));
@@ -227,7 +211,7 @@ fn a_pause_keeps_long_polls_waiting_and_the_resume_wakes_them() {
         let item = ok(calls::item(&mut main, "p", "x"), "work_item").expect("the item");
         assert_eq!((item.state.as_str(), item.attempts), ("pending", 0));
         // The long waiter is still waiting, and the resume wakes it.
-        wait_until_waiting(&mut main, long_pid);
+        common::wait_until_waiting(&mut main, long_pid);
         let stats = ok(calls::queue_stats(&mut main), "stats");
         assert!(stats
             .iter()
@@ -249,7 +233,7 @@ fn a_lease_lost_notification_comes_with_the_reclaim_and_the_holders_finish_is_re
     // Worker A (owner routines/laptop) claims with a short lease and listens.
     let mut a = ok(cluster.connect_to("lease_lost"), "worker A");
     ok(a.batch_execute("LISTEN work_lease_lost"), "LISTEN");
-    let a_pid = backend_pid(&mut a);
+    let a_pid = common::backend_pid(&mut a);
     let token_a =
         common::enqueued_and_claimed(&mut a, "routines", "daily", "routines/laptop", "1 second");
     // The lease lapses, by the server's clock.
@@ -262,7 +246,7 @@ fn a_lease_lost_notification_comes_with_the_reclaim_and_the_holders_finish_is_re
     );
     // Worker B, same owner name, claims it anew in a transaction it holds open.
     let mut b = ok(cluster.connect_to("lease_lost"), "worker B");
-    let b_pid = backend_pid(&mut b);
+    let b_pid = common::backend_pid(&mut b);
     let mut tx = ok(b.transaction(), "BEGIN");
     let claims = ok(
         calls::claim(

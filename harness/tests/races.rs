@@ -203,13 +203,6 @@ fn wait_past(c: &mut Client, moment: &str) {
     panic!("the server's clock did not pass {moment}");
 }
 
-/// The backend pid of a connection.
-fn backend_pid(c: &mut Client) -> i32 {
-    c.query_one("SELECT pg_catalog.pg_backend_pid()", &[])
-        .expect("pg_backend_pid")
-        .get(0)
-}
-
 /// Runs `work_claim_key(QUEUE, key, owner, lease)` on every client at once (a barrier
 /// releases the threads together); the results in client order.
 fn race_claim_key(
@@ -524,7 +517,7 @@ fn reclaim_of_a_lapsed_lease_refuses_the_waiting_finish() {
     let mut observer = db.connect();
     let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut a, mut b) = (db.connect(), db.connect());
-    let (a_pid, b_pid) = (backend_pid(&mut a), backend_pid(&mut b));
+    let (a_pid, b_pid) = (common::backend_pid(&mut a), common::backend_pid(&mut b));
 
     let old = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT)
         .expect("work_claim_key")
@@ -574,7 +567,7 @@ fn rolled_back_reclaim_lets_the_waiting_finish_through() {
     let mut observer = db.connect();
     let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut a, mut b) = (db.connect(), db.connect());
-    let (a_pid, b_pid) = (backend_pid(&mut a), backend_pid(&mut b));
+    let (a_pid, b_pid) = (common::backend_pid(&mut a), common::backend_pid(&mut b));
 
     let old = calls::claim_key(&mut a, QUEUE, KEY, OWNER, SHORT)
         .expect("work_claim_key")
@@ -692,7 +685,10 @@ fn cancel_and_work_assert_exclude_each_other() {
     let mut observer = db.connect();
     let mut scheduler = db.connect();
     let mut worker = db.connect();
-    let (scheduler_pid, worker_pid) = (backend_pid(&mut scheduler), backend_pid(&mut worker));
+    let (scheduler_pid, worker_pid) = (
+        common::backend_pid(&mut scheduler),
+        common::backend_pid(&mut worker),
+    );
 
     // The worker commits first: the cancel waits, then finds the item done.
     let first = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key("first"));
@@ -879,7 +875,10 @@ fn renew_at_the_edge_loses_to_a_claim_that_came_first() {
     let mut observer = db.connect();
     let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let (mut holder, mut claimer) = (db.connect(), db.connect());
-    let (holder_pid, claimer_pid) = (backend_pid(&mut holder), backend_pid(&mut claimer));
+    let (holder_pid, claimer_pid) = (
+        common::backend_pid(&mut holder),
+        common::backend_pid(&mut claimer),
+    );
 
     let old = calls::claim_key(&mut holder, QUEUE, KEY, OWNER, SHORT)
         .expect("work_claim_key")

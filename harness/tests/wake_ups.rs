@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{ok, poll_until, scalar};
+use common::{ok, poll_until};
 use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, RunAt, Token};
 use workfence_harness::Cluster;
@@ -56,10 +56,6 @@ fn database(cluster: &Cluster, name: &str) -> Client {
     ok(cluster.connect_to(name), "connecting")
 }
 
-fn backend_pid(c: &mut Client) -> i32 {
-    scalar(c, "SELECT pg_catalog.pg_backend_pid()", &[])
-}
-
 /// Opens `n` connections, closes them, and returns once their backends have
 /// exited (their PGPROC slots are free, with their old ids in them).
 fn churn(cluster: &Cluster, db: &str, observer: &mut Client, n: usize) {
@@ -67,7 +63,7 @@ fn churn(cluster: &Cluster, db: &str, observer: &mut Client, n: usize) {
     let clients: Vec<Client> = (0..n)
         .map(|_| {
             let mut c = ok(cluster.connect_to(db), "churn connection");
-            pids.push(backend_pid(&mut c));
+            pids.push(common::backend_pid(&mut c));
             c
         })
         .collect();
@@ -96,7 +92,7 @@ fn waiter<'s>(
     wait: &'static str,
 ) -> thread::ScopedJoinHandle<'s, Returned> {
     let mut c = common::connect_long_poller(cluster, db);
-    let pid = backend_pid(&mut c);
+    let pid = common::backend_pid(&mut c);
     let handle = scope.spawn(move || {
         let claims = ok(
             calls::claim(&mut c, QUEUE, "waiter", "1 minute", Some(1), Some(wait)),

@@ -252,3 +252,21 @@ where
         .map(|r| (r.get(0), r.get(1)))
         .collect()
 }
+
+/// This connection's backend pid.
+pub fn backend_pid(c: &mut Client) -> i32 {
+    scalar(c, "SELECT pg_catalog.pg_backend_pid()", &[])
+}
+
+/// Polls until backend `pid` sleeps in the extension's wait (the long
+/// poll: `wait_event_type = 'Extension'`).
+pub fn wait_until_waiting(observer: &mut Client, pid: i32) {
+    poll_until(
+        observer,
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+                         WHERE pid = $1 AND state = 'active'
+                           AND wait_event_type = 'Extension')",
+        &[&pid],
+        &format!("backend {pid} waiting in the long poll"),
+    );
+}
