@@ -72,3 +72,15 @@ SELECT * FROM work_claim('email', 'w', '0');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM work_claim('email', 'w', '30 seconds', max_items => 5000);
 \echo :LAST_ERROR_SQLSTATE
+
+-- 10. Operate (0.6.0): retry the dead letter of step 6 (its history is kept),
+--     pause a queue (claims hand out nothing), resume it.
+SELECT work_retry('reports', 'r-1') AS retried;
+SELECT state, attempts, max_attempts, jsonb_array_length(errors) AS failures,
+       errors -> 0 ->> 'error' AS first_error
+  FROM work_item('reports', 'r-1');
+SELECT work_pause('reports') AS paused;
+SELECT count(*) AS claimed_while_paused FROM work_claim('reports', 'rep-1', '1 minute');
+SELECT work_resume('reports') AS resumed;
+SELECT key, attempt FROM work_claim('reports', 'rep-1', '1 minute', max_items => 2);
+SELECT queue, paused, pending, claimed, failed FROM work_queue_stats WHERE queue = 'reports';
