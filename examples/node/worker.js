@@ -3,7 +3,9 @@
 // Claims items with the long poll `workfence.work_claim(..., wait)`, runs each job while a heartbeat
 // renews its lease on a second connection, and settles it with its fencing token: success writes the
 // job's effect (a row in examples.results) and `work_finish` in ONE transaction behind `work_assert`;
-// a job error is `work_fail`; SIGTERM releases whatever is held and exits 0.
+// a job error is `work_fail`; SIGTERM releases whatever is held and exits 0. The heartbeat's
+// connection also LISTENs on `work_lease_lost`: a notification naming a token this worker holds
+// (id and epoch) stops that job at once, as a refused renew would.
 // Configuration comes from WORKFENCE_* environment variables (see README.md beside this file).
 
 import os from 'node:os';
@@ -89,7 +91,10 @@ function clientConfig(conninfo) {
   return config;
 }
 
-/** The simulated job: sleep (stoppable through `signal`), then fail on purpose or return n*n. */
+/**
+ * The simulated job: sleep (stoppable through `signal`), then fail on purpose or return n*n.
+ * (`"heartbeat": false` in the payload is read by `Worker.heartbeat`, not here.)
+ */
 async function runJob(payload, signal) {
   await sleep(payload.sleep_ms ?? 0, undefined, { signal });
   if (payload.fail) throw new Error(`job ${payload.n} failed on purpose`);
@@ -97,7 +102,9 @@ async function runJob(payload, signal) {
   return n * n;
 }
 
+/** The worker: two connections, the settings, and what it holds. */
 class Worker {
+  /** Reads the settings from `env`; throws on a bad one. Connects nothing yet. */
   constructor(env) {
     this.queue = env.WORKFENCE_QUEUE || 'examples';
     this.owner = env.WORKFENCE_OWNER || os.hostname();
@@ -108,15 +115,19 @@ class Worker {
     const config = clientConfig(env.WORKFENCE_DSN);
     // Main connection: claims, the final transaction, fail and release.
     this.main = new pg.Client(config);
-    // Side connection: the heartbeat's renews, and cancelling the main connection's long poll.
+    // Side connection: the heartbeat's renews, cancelling the main connection's long poll, and
+    // LISTEN work_lease_lost. node-postgres reads the socket whenever data comes and emits
+    // 'notification' at once, busy or idle, so the heartbeat's connection can carry it: no
+    // third connection, and the claims and transactions on main are never held up by it.
     this.side = new pg.Client(config);
+    this.side.on('notification', (msg) => this.notified(msg));
     for (const client of [this.main, this.side]) {
       // An idle client whose connection breaks emits 'error'; the next query then rejects.
       client.on('error', (err) => log(`connection error: ${err.message}`));
     }
     this.stopping = false;
     this.held = new Map(); // id -> claimed item not yet settled (released on shutdown)
-    this.job = null; // AbortController of the job in progress
+    this.job = null; // { item, controller } of the job in progress
     this.polling = false; // the main connection is in work_claim's long poll
     this.cancel = null; // promise of the pg_cancel_backend sent to that poll
     this.strayCancel = false; // that cancel may still hit a later statement on main
@@ -127,20 +138,57 @@ class Worker {
     if (this.stopping) return;
     this.stopping = true;
     log(`stop signal=${signal}`);
-    this.job?.abort(SHUTDOWN);
+    this.job?.controller.abort(SHUTDOWN);
     if (this.polling) {
       this.cancel = this.side.query('SELECT pg_cancel_backend($1)', [this.main.processID]);
     }
   }
 
+  /**
+   * A `work_lease_lost` notification: when its token (id AND epoch: the owner name is shared
+   * with other copies) is one this worker holds, the item is someone else's now. Its job stops
+   * at once (the same abort as a refused renew), or, waiting its turn in the batch, it is
+   * dropped. A hint only, arriving at the re-claim's commit: the refused renew and work_assert
+   * remain the ground truth, so a payload that cannot be read is logged and ignored.
+   */
+  notified({ channel, payload }) {
+    if (channel !== 'work_lease_lost') return;
+    let id;
+    let epoch;
+    try {
+      ({ id, epoch } = JSON.parse(payload));
+    } catch (err) {
+      log(`error notification payload=${JSON.stringify(payload)}: ${err.message}`);
+      return;
+    }
+    // ids and epochs are held as node-postgres returns bigints: decimal strings. A JSON number
+    // is exact only up to 2^53, so a larger one cannot be matched (the renew still will).
+    if (!Number.isSafeInteger(id) || !Number.isSafeInteger(epoch)) {
+      log(`error notification payload=${JSON.stringify(payload)}: id and epoch must be safe integers`);
+      return;
+    }
+    const item = this.held.get(String(id));
+    if (!item || item.epoch !== String(epoch)) return; // not ours, or already settled
+    log(`lease lost (notified) id=${item.id} epoch=${item.epoch}`);
+    if (this.job?.item === item) {
+      this.job.controller.abort(LEASE_LOST); // process() drops it from `held`
+    } else {
+      this.held.delete(item.id); // waiting its turn: skipped by run(), never released
+    }
+    log(`refused id=${item.id} (lease lost)`);
+  }
+
+  /** Connects (and LISTENs), then claims and works batches until a shutdown. */
   async run() {
     await this.main.connect();
     await this.side.connect();
+    await this.side.query('LISTEN work_lease_lost');
     while (!this.stopping) {
       const items = await this.claim();
       for (const item of items) this.held.set(item.id, item);
       for (const item of items) {
         if (this.stopping) break;
+        if (!this.held.has(item.id)) continue; // its lease was lost (notified) while it waited
         await this.process(item);
       }
     }
@@ -171,7 +219,7 @@ class Worker {
   /** Run one item's job under a heartbeat, then settle it with its token. */
   async process(item) {
     const job = new AbortController();
-    this.job = job;
+    this.job = { item, controller: job };
     const stopHeartbeat = this.heartbeat(item, job);
     let output;
     try {
@@ -193,8 +241,13 @@ class Worker {
     await this.finish(item, output);
   }
 
-  /** Renew the item's lease every lease/3 on the side connection; a refusal stops the job. */
+  /**
+   * Renew the item's lease every lease/3 on the side connection; a refusal stops the job.
+   * The payload's `"heartbeat": false` turns it off for that item, standing in for a worker that
+   * stalls (a GC pause, a network partition): its lease lapses while the job runs.
+   */
   heartbeat(item, job) {
+    if (item.payload?.heartbeat === false) return async () => {};
     let inFlight = null;
     const timer = setInterval(() => {
       if (inFlight) return; // the previous renew has not answered yet
@@ -271,11 +324,16 @@ class Worker {
     this.held.clear();
   }
 
+  /** Closes both connections; a failure to close one is logged (the process exits anyway). */
   async close() {
-    await Promise.allSettled([this.main.end(), this.side.end()]);
+    const ended = await Promise.allSettled([this.main.end(), this.side.end()]);
+    for (const { status, reason } of ended) {
+      if (status === 'rejected') log(`error closing a connection: ${reason.message}`);
+    }
   }
 }
 
+/** Runs the worker until a shutdown; the exit status (0, 1 after an error, 2 on bad settings). */
 async function main() {
   let worker;
   try {

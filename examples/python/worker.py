@@ -4,8 +4,10 @@ It long-polls `workfence.work_claim` for a batch, runs each job while a heartbea
 connection) renews every item it still holds, and commits the job's effect only under its lease:
 `work_assert`, the INSERT into `examples.results` and `work_finish` in one transaction. A job that
 raises is recorded with `work_fail`; a renew that is refused stops the job, which is then not
-finished. SIGTERM (or SIGINT) stops it taking work, cancels a long poll in flight, abandons the job
-in progress and hands every item it holds back with `work_release`, then it exits 0.
+finished. Between renews the heartbeat's connection LISTENs on `work_lease_lost`: a notification
+naming one of its tokens (id and epoch) stops that job at once, the same way. SIGTERM (or SIGINT)
+stops it taking work, cancels a long poll in flight, abandons the job in progress and hands every
+item it holds back with `work_release`, then it exits 0.
 
 Configuration from the environment: WORKFENCE_DSN (libpq connection string, required),
 WORKFENCE_QUEUE (default `examples`), WORKFENCE_OWNER (default: the hostname), WORKFENCE_BATCH
@@ -16,12 +18,14 @@ WORKFENCE_WAIT_SECONDS (default 5). One line per event on stdout, e.g.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import sys
 import threading
 from dataclasses import dataclass, field
+from time import monotonic
 from types import FrameType
 from typing import Any
 
@@ -44,6 +48,12 @@ INSERT_RESULT = """
 FINISH = "SELECT workfence.work_finish(%s, %s, %s, %s)"
 FAIL = "SELECT workfence.work_fail(%s, %s, %s, %s, retry_in => make_interval(secs => 0.2))"
 RELEASE = "SELECT workfence.work_release(%s, %s, %s)"
+LISTEN = "LISTEN work_lease_lost"
+
+# The longest the heartbeat waits for a notification before it looks at its stop flag again:
+# psycopg's wait in `notifies()` cannot be woken from another thread, so a shutdown waits for
+# this slice at most (notifications themselves are handled the moment they arrive).
+STOP_CHECK_SECONDS = 0.25
 
 
 def query_bool(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...]) -> bool:
@@ -72,6 +82,7 @@ class Config:
 
     @classmethod
     def from_env(cls) -> Config:
+        """Read the settings; exit with a message when WORKFENCE_DSN is missing."""
         env = os.environ
         if not env.get("WORKFENCE_DSN"):
             raise SystemExit("worker.py: set WORKFENCE_DSN to a libpq connection string")
@@ -98,6 +109,12 @@ class Item:
     interrupt: threading.Event = field(default_factory=threading.Event)
     lease_lost: bool = False
 
+    @property
+    def renewed(self) -> bool:
+        """Whether the heartbeat renews this item: `"heartbeat": false` in the payload stands in
+        for a worker that stalls (a GC pause, a partition) and lets the lease lapse mid-job."""
+        return self.payload.get("heartbeat", True) is not False
+
 
 class JobFailed(Exception):
     """The job raised: recorded with work_fail, retried until max_attempts."""
@@ -117,42 +134,100 @@ def run_job(item: Item) -> int | None:
 
 
 class Heartbeat(threading.Thread):
-    """Renews the lease of every item the worker holds every lease/3, on its own connection.
+    """Renews the lease of every item the worker holds every lease/3, on its own connection,
+    and listens on that connection for `work_lease_lost` in between.
 
-    A refused renew marks the item lost and interrupts its job. `drop` takes an item out of
-    the renewal set and waits for a renew of it in flight, so that no renew runs while the
-    main connection's final transaction holds the item's row lock (it would wait on it and
-    then be refused).
+    A refused renew, or a notification naming one of the held tokens (matched by id AND epoch:
+    the owner name is shared with other copies), marks the item lost and interrupts its job.
+    The listening is on this connection because it is otherwise idle between renews and only
+    this thread uses it: `conn.notifies(timeout=...)` is the wait until the next renew is due,
+    and notifications that arrive during a renew are kept by psycopg and returned by the next
+    `notifies()`. The notification is a hint that comes at the re-claim's commit; the refused
+    renew (and the final `work_assert`) stay the ground truth.
+
+    `drop` takes an item out of the held set and waits for a renew of it in flight, so that no
+    renew runs while the main connection's final transaction holds the item's row lock (it
+    would wait on it and then be refused).
     """
 
     def __init__(self, config: Config) -> None:
         super().__init__(name="heartbeat", daemon=True)
         self.config = config
-        self.conn = psycopg.connect(config.dsn, autocommit=True)
+        self.conn = self._connect()
         self.stopped = threading.Event()
-        self._lock = threading.Lock()  # held while renewing; guards _held
+        self._lock = threading.Lock()  # held while renewing or matching; guards _held
         self._held: dict[int, Item] = {}
 
+    def _connect(self) -> psycopg.Connection[Any]:
+        """Open the heartbeat's connection (autocommit) and LISTEN on `work_lease_lost`."""
+        conn = psycopg.connect(self.config.dsn, autocommit=True)
+        conn.execute(LISTEN)
+        return conn
+
     def add(self, item: Item) -> None:
+        """Hold `item`: renew it (unless its payload says not to) and watch for its loss."""
         with self._lock:
             self._held[item.id] = item
 
     def drop(self, item: Item) -> None:
+        """Stop renewing and watching `item`; returns after a renew of it in flight."""
         with self._lock:
             self._held.pop(item.id, None)
 
     def run(self) -> None:
+        """Renew every lease/3; wait for notifications in between, until stopped."""
         interval = self.config.lease / 3
-        while not self.stopped.wait(interval):
+        due = monotonic() + interval
+        while not self.stopped.is_set():
+            left = due - monotonic()
+            if left > 0:
+                self._listen(min(left, STOP_CHECK_SECONDS))
+                continue
             with self._lock:
                 items = list(self._held.values())
             for item in items:
                 with self._lock:
-                    if self.stopped.is_set() or item.id not in self._held:
+                    if self.stopped.is_set() or item.id not in self._held or not item.renewed:
                         continue
                     self._renew(item)
+            due = monotonic() + interval
+
+    def _listen(self, timeout: float) -> None:
+        """Handle the notifications that arrive within `timeout` seconds."""
+        try:
+            for notify in self.conn.notifies(timeout=timeout):
+                self._notified(notify.payload)
+        except psycopg.Error as exc:
+            # Only the hint is missing meanwhile: renews still tell a lost lease. Reconnect
+            # (and LISTEN again) if the connection broke, and do not spin on a dead one.
+            log(f"listen error={exc}")
+            if self.conn.closed or self.conn.broken:
+                self._reconnect()
+            self.stopped.wait(timeout)
+
+    def _notified(self, payload: str) -> None:
+        """A `work_lease_lost` payload: if it names a held token (id and epoch), lose it."""
+        try:
+            token = json.loads(payload)
+            lost_id, lost_epoch = int(token["id"]), int(token["epoch"])
+        except (ValueError, TypeError, KeyError) as exc:
+            log(f"listen error=unreadable work_lease_lost payload {payload!r}: {exc!r}")
+            return
+        with self._lock:
+            item = self._held.get(lost_id)
+            if item is None or item.epoch != lost_epoch:
+                return  # another worker's token, or one of ours already settled
+            log(f"lease lost (notified) id={lost_id} epoch={lost_epoch}")
+            self._lose(item)
+
+    def _lose(self, item: Item) -> None:
+        """The item is someone else's now: forget it and stop its job (caller holds _lock)."""
+        del self._held[item.id]
+        item.lease_lost = True
+        item.interrupt.set()
 
     def _renew(self, item: Item) -> None:
+        """Renew one item's lease (caller holds _lock); a refusal loses the item."""
         try:
             ok = query_bool(
                 self.conn, RENEW, (item.id, self.config.owner, item.epoch, self.config.lease)
@@ -166,17 +241,17 @@ class Heartbeat(threading.Thread):
             return
         log(f"renew id={item.id} {'ok' if ok else 'refused'}")
         if not ok:
-            del self._held[item.id]
-            item.lease_lost = True
-            item.interrupt.set()
+            self._lose(item)
 
     def _reconnect(self) -> None:
+        """Replace a broken connection (LISTENing again); log and keep the old on failure."""
         try:
-            self.conn = psycopg.connect(self.config.dsn, autocommit=True)
+            self.conn = self._connect()
         except psycopg.Error as exc:
             log(f"heartbeat reconnect error={exc}")
 
     def stop(self) -> None:
+        """Stop the thread (within STOP_CHECK_SECONDS or a renew) and close its connection."""
         self.stopped.set()
         self.join()
         self.conn.close()
@@ -213,6 +288,7 @@ class Worker:
                 log(f"cancel error={exc}")
 
     def run(self) -> int:
+        """Claim and work batches until SIGTERM/SIGINT; returns the exit status (0)."""
         self.heartbeat.start()
         try:
             while not self.stopping.is_set():
@@ -224,6 +300,7 @@ class Worker:
         return 0
 
     def claim(self) -> list[Item]:
+        """One long poll; the items claimed (none when the wait passed or SIGTERM cancelled it)."""
         c = self.config
         params = {
             "queue": c.queue,
@@ -254,6 +331,7 @@ class Worker:
         return items
 
     def work_batch(self, items: list[Item]) -> None:
+        """Work the items one by one; on SIGTERM release the ones not started."""
         for index, item in enumerate(items):
             if self.stopping.is_set():
                 for rest in items[index:]:
@@ -262,6 +340,8 @@ class Worker:
             self.work_one(item)
 
     def work_one(self, item: Item) -> None:
+        """Run one item's job and settle it: finish, fail, release (SIGTERM), or, when its lease
+        was lost (a refused renew or a `work_lease_lost` notification), abandon it."""
         self.current = item
         if self.stopping.is_set():  # a SIGTERM just before `current` was set
             item.interrupt.set()
@@ -303,6 +383,7 @@ class Worker:
         log(f"finish id={item.id} epoch={item.epoch} {'ok' if finished else 'false'}")
 
     def fail(self, item: Item, error: str) -> None:
+        """Record the job's error with `work_fail` (retried in 0.2 s, or dead-lettered)."""
         ok = query_bool(self.conn, FAIL, (item.id, self.config.owner, item.epoch, error))
         if ok:
             log(f"fail id={item.id} error={error}")
@@ -310,6 +391,7 @@ class Worker:
             log(f"refused id={item.id} (lease lost)")
 
     def release(self, item: Item) -> None:
+        """Hand the item back unfinished with `work_release` (SIGTERM)."""
         self.heartbeat.drop(item)
         args = (item.id, self.config.owner, item.epoch)
         try:
@@ -324,6 +406,7 @@ class Worker:
 
 
 def main() -> int:
+    """Read the settings, install the signal handlers, run the worker; the exit status."""
     config = Config.from_env()
     stopping = threading.Event()
     # Until the worker is connected, a signal only asks it to stop before it starts.

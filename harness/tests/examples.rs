@@ -11,6 +11,13 @@
 //! - the SIGTERMed copy exited 0 after releasing what it held, and every item
 //!   it released was finished by the survivor.
 //!
+//! And, per language, that a worker stops a job at once when `NOTIFY
+//! work_lease_lost` names its token: one copy runs a long job whose payload
+//! turns its heartbeat off; once the lease has lapsed on the server's clock
+//! the test claims the item under the SAME owner name, and the copy logs the
+//! loss of exactly that (id, epoch) within seconds, settles nothing for it
+//! (the item stays the test's, with no business row), and goes on serving.
+//!
 //! The workers take their settings from the environment (see
 //! `examples/README.md`); their install scripts run from `scripts/setup.sh`.
 //! Needs the extension installed (`scripts/test.sh`).
@@ -27,6 +34,8 @@ use std::time::{Duration, Instant};
 
 use common::ok;
 use postgres::Client;
+use serde_json::json;
+use workfence_harness::calls::{self, Enqueue};
 
 /// Items per run; every tenth raises.
 const ITEMS: i64 = 200;
@@ -36,6 +45,16 @@ const OWNER: &str = "examples/shared-host";
 
 /// The longest a whole run may take before it counts as stuck.
 const DEADLINE: Duration = Duration::from_secs(180);
+
+/// How long the stalled job of the lease-lost test would sleep if nothing
+/// stopped it.
+const STALLED_JOB_MS: i64 = 60_000;
+
+/// How soon after the re-claim's commit the copy must have stopped the
+/// stalled job: far below the job's own length, far above the delivery of a
+/// notification (a renew would come only after a third of the lease, and is
+/// turned off for that job anyway).
+const NOTIFIED_WITHIN: Duration = Duration::from_secs(5);
 
 /// The repository's root (this crate lives in `harness/`).
 fn root() -> PathBuf {
@@ -61,6 +80,8 @@ struct Copy {
 }
 
 impl Copy {
+    /// Starts `program args` with the WORKFENCE_* settings of these tests,
+    /// collecting its stdout lines.
     fn start(name: &'static str, program: &Path, args: &[&str], dsn: &str) -> Copy {
         let mut child = Command::new(program)
             .args(args)
@@ -93,10 +114,12 @@ impl Copy {
         Copy { name, child, lines }
     }
 
+    /// The copy's process id (the `worker_pid` of its business rows).
     fn pid(&self) -> i32 {
         i32::try_from(self.child.id()).expect("pid fits in i32")
     }
 
+    /// The lines the copy printed so far.
     fn lines(&self) -> Vec<String> {
         self.lines
             .lock()
@@ -126,12 +149,46 @@ impl Copy {
         held.into_iter().collect()
     }
 
+    /// Sends the copy SIGTERM.
     fn terminate(&self) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
             .expect("running kill");
         assert!(status.success(), "kill -TERM {}", self.name);
+    }
+
+    /// Whether the copy's process is still running.
+    fn running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    /// Waits until the copy has printed a line for which `wanted` holds, and
+    /// returns it; fails with `what` and the copy's last lines after `limit`.
+    /// (It watches the lines as they come, checking every 20 ms.)
+    fn line_where(&self, limit: Duration, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(line) = self.lines().into_iter().find(|line| wanted(line)) {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: {what}: not logged within {limit:?}; its last lines:\n{}",
+                self.name,
+                tail(&self.lines())
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The copy's lines of `event` (e.g. `"finish"`) about item `id`.
+    fn lines_about(&self, event: &str, id: i64) -> Vec<String> {
+        let event = format!("] {event} ");
+        self.lines()
+            .into_iter()
+            .filter(|line| line.contains(&event) && field(line, "id") == Some(id))
+            .collect()
     }
 
     /// Waits for the copy to exit, killing it after `limit`.
@@ -175,6 +232,7 @@ fn field(line: &str, name: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
+/// The last 15 of `lines`, one per line (for failure messages).
 fn tail(lines: &[String]) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
@@ -202,6 +260,7 @@ fn claimed(c: &mut Client) -> BTreeSet<(i64, i64)> {
     .collect()
 }
 
+/// How many items are done or failed.
 fn finished(c: &mut Client) -> i64 {
     ok(
         c.query_one(
@@ -240,6 +299,7 @@ fn wait_until(
     }
 }
 
+/// The 200-item run of one language's worker (see the top of this file).
 fn run_example(lang: &str, program: &Path, args: &[&str]) {
     assert!(
         program.exists(),
@@ -431,6 +491,194 @@ fn run_example(lang: &str, program: &Path, args: &[&str]) {
     );
 }
 
+/// The state, owner and epoch the server has for item `id`, and the number
+/// of business rows written for it.
+fn item_and_rows(c: &mut Client, id: i64) -> (String, Option<String>, Option<i64>, i64) {
+    let row = ok(
+        c.query_one(
+            "SELECT i.state::text, i.owner, i.epoch,
+                    (SELECT count(*) FROM examples.results AS r WHERE r.item_id = i.id)
+               FROM workfence.items AS i WHERE i.id = $1",
+            &[&id],
+        ),
+        "the item and its business rows",
+    );
+    (row.get(0), row.get(1), row.get(2), row.get(3))
+}
+
+/// The lease-lost test of one language's worker (see the top of this file):
+/// one copy, a job that sleeps a minute without a heartbeat, its lease
+/// lapsed on the server's clock and the item claimed by the test under the
+/// same owner name; the copy must stop the job on the notification.
+fn run_lease_lost(lang: &str, program: &Path, args: &[&str]) {
+    assert!(
+        program.exists(),
+        "{} is missing: run examples/{lang}/install.sh (scripts/setup.sh does)",
+        program.display()
+    );
+    let cluster = common::shared_cluster();
+    let db = format!("examples_{lang}_lease_lost");
+    ok(cluster.create_database(&db), "creating the database");
+    let mut c = ok(cluster.connect_to(&db), "connecting");
+    ok(
+        c.batch_execute(
+            "CREATE SCHEMA examples;
+             CREATE TABLE examples.results (item_id bigint, epoch bigint, worker_pid int,
+                                            output bigint, at timestamptz DEFAULT clock_timestamp());",
+        ),
+        "schema and table",
+    );
+    let mut copy = Copy::start("the copy", program, args, &cluster.connection_string(&db));
+
+    // A job that would run a minute, unrenewed: the stand-in for a worker
+    // that stalls (a GC pause, a network partition) while its job runs.
+    let stalled = common::enqueue_new(
+        &mut c,
+        &Enqueue::new("examples")
+            .key("stalled")
+            .payload(json!({"n": 7, "sleep_ms": STALLED_JOB_MS, "fail": false, "heartbeat": false}))
+            .max_attempts(3),
+    );
+    let claimed = copy.line_where(DEADLINE, "its claim of the stalled item", |line| {
+        line.contains("] claim ") && field(line, "id") == Some(stalled)
+    });
+    let old_epoch = field(&claimed, "epoch").expect("a claim line has epoch=");
+    assert_eq!(
+        item_and_rows(&mut c, stalled),
+        (
+            "claimed".to_string(),
+            Some(OWNER.to_string()),
+            Some(old_epoch),
+            0
+        ),
+        "{lang}: the server has the stalled item as the copy's claim"
+    );
+
+    // Its lease lapses on the server's clock; then the test claims the item
+    // as another worker of the SAME owner name, in autocommit, so that the
+    // notification goes out as this statement commits.
+    ok(
+        c.execute(
+            "SELECT pg_catalog.pg_sleep_until(lease_until) FROM workfence.items WHERE id = $1",
+            &[&stalled],
+        ),
+        "waiting out the lease",
+    );
+    let mut reclaim = ok(
+        calls::claim(&mut c, "examples", OWNER, "1 minute", None, None),
+        "claiming the lapsed item",
+    );
+    let reclaimed_at = Instant::now();
+    assert_eq!(
+        reclaim.len(),
+        1,
+        "{lang}: the test claims exactly the lapsed item"
+    );
+    let ours = reclaim.pop().expect("one claim").token(OWNER);
+    assert!(
+        ours.id == stalled && ours.epoch > old_epoch,
+        "{lang}: the test's claim {ours:?} supersedes the copy's epoch {old_epoch}"
+    );
+
+    // The copy stops the job at once, for exactly that token, and abandons it.
+    copy.line_where(NOTIFIED_WITHIN, "the lease lost (notified) line", |line| {
+        line.contains("] lease lost (notified) ") && field(line, "id") == Some(stalled)
+    });
+    let took = reclaimed_at.elapsed();
+    copy.line_where(
+        NOTIFIED_WITHIN,
+        "the abandoned job's refused line",
+        |line| line.contains("] refused ") && field(line, "id") == Some(stalled),
+    );
+    let notified: Vec<(Option<i64>, Option<i64>)> = copy
+        .lines()
+        .iter()
+        .filter(|line| line.contains("] lease lost (notified) "))
+        .map(|line| (field(line, "id"), field(line, "epoch")))
+        .collect();
+    assert_eq!(
+        notified,
+        [(Some(stalled), Some(old_epoch))],
+        "{lang}: the copy logs the loss of exactly its own token"
+    );
+    assert!(
+        !copy.holding().contains(&(stalled, old_epoch)),
+        "{lang}: the copy still counts the stalled item as held:\n{}",
+        tail(&copy.lines())
+    );
+
+    // Still alive and serving: it claims and finishes the next item.
+    let next = common::enqueue_new(
+        &mut c,
+        &Enqueue::new("examples")
+            .key("next")
+            .payload(json!({"n": 9, "sleep_ms": 20, "fail": false})),
+    );
+    copy.line_where(DEADLINE, "its finish of the next item", |line| {
+        line.contains("] finish ") && field(line, "id") == Some(next)
+    });
+    let next_rows: Vec<(i64, Option<i32>)> = ok(
+        c.query(
+            "SELECT r.output, r.worker_pid FROM examples.results AS r
+               JOIN workfence.items AS i ON i.id = r.item_id AND i.epoch = r.epoch
+              WHERE i.id = $1 AND i.state = 'done'",
+            &[&next],
+        ),
+        "the next item's business row",
+    )
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect();
+    assert_eq!(
+        next_rows,
+        [(81, Some(copy.pid()))],
+        "{lang}: the copy finished the next item"
+    );
+    assert!(copy.running(), "{lang}: the copy exited");
+
+    // The stalled item is still the test's: never finished, failed or
+    // released by the copy, and no business row for it. The test's token
+    // then finishes it.
+    assert_eq!(
+        item_and_rows(&mut c, stalled),
+        (
+            "claimed".to_string(),
+            Some(OWNER.to_string()),
+            Some(ours.epoch),
+            0
+        ),
+        "{lang}: the stalled item after the copy stopped its job"
+    );
+    assert!(
+        ok(calls::finish(&mut c, &ours, None), "the test's finish"),
+        "{lang}: the test's token finishes the item"
+    );
+
+    copy.terminate();
+    let status = copy.wait(Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "{lang}: the copy exited with {status} after SIGTERM"
+    );
+    for event in ["finish", "fail", "release"] {
+        assert_eq!(
+            copy.lines_about(event, stalled),
+            Vec::<String>::new(),
+            "{lang}: the copy must not {event} the item whose lease it lost"
+        );
+    }
+    assert!(
+        copy.lines().iter().any(|l| l.contains("] exit")),
+        "{lang}: the copy logs its exit"
+    );
+    println!(
+        "examples: {lang}: the copy stopped the stalled job {took:.1?} after the re-claim \
+         (token id={stalled} epoch={old_epoch}, superseded by epoch {})",
+        ours.epoch
+    );
+}
+
+/// The 200-item run of the Python worker (psycopg 3).
 #[test]
 fn python_worker() {
     let root = root();
@@ -441,6 +689,7 @@ fn python_worker() {
     );
 }
 
+/// The 200-item run of the Node.js worker (node-postgres).
 #[test]
 fn node_worker() {
     run_example(
@@ -450,12 +699,47 @@ fn node_worker() {
     );
 }
 
+/// The 200-item run of the Rust worker (tokio-postgres).
 #[test]
 fn rust_worker() {
     run_example("rust", &release_dir().join("workfence-example-worker"), &[]);
 }
 
+/// The 200-item run of the bash worker (psql).
 #[test]
 fn bash_worker() {
     run_example("bash", Path::new("/bin/bash"), &["examples/bash/worker.sh"]);
+}
+
+/// The Python worker stops a job on `work_lease_lost` naming its token.
+#[test]
+fn python_worker_stops_the_job_on_lease_lost() {
+    let root = root();
+    run_lease_lost(
+        "python",
+        &root.join("examples/python/.venv/bin/python"),
+        &["examples/python/worker.py"],
+    );
+}
+
+/// The Node.js worker stops a job on `work_lease_lost` naming its token.
+#[test]
+fn node_worker_stops_the_job_on_lease_lost() {
+    run_lease_lost(
+        "node",
+        Path::new("/usr/bin/node"),
+        &["examples/node/worker.js"],
+    );
+}
+
+/// The Rust worker stops a job on `work_lease_lost` naming its token.
+#[test]
+fn rust_worker_stops_the_job_on_lease_lost() {
+    run_lease_lost("rust", &release_dir().join("workfence-example-worker"), &[]);
+}
+
+/// The bash worker stops a job on `work_lease_lost` naming its token.
+#[test]
+fn bash_worker_stops_the_job_on_lease_lost() {
+    run_lease_lost("bash", Path::new("/bin/bash"), &["examples/bash/worker.sh"]);
 }

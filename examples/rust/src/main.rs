@@ -9,16 +9,20 @@
 //! - the *main* one claims and writes (the final transaction, `work_fail`);
 //! - the *side* one carries the heartbeat and, at shutdown, the releases. The heartbeat cannot
 //!   share the main connection: that one is busy in the long poll or the final transaction.
+//!   It also `LISTEN`s on `work_lease_lost`: its connection task (which reads the socket all the
+//!   time, busy or idle) hands each notification to a [`LeaseWatch`], and a notification naming a
+//!   token the worker holds (id and epoch) stops that job at once, as a refused renew does.
 //!
 //! Settings come from the environment (see [`Config::from_env`]); every event is one line on
 //! stdout, prefixed `[rust pid=<pid>]`.
 
+use std::collections::HashMap;
 use std::error::Error;
 use std::fmt;
 use std::io::Write;
 use std::process::ExitCode;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -29,7 +33,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Json, ToSql};
-use tokio_postgres::{Client, NoTls, Row, Statement};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Row, Statement};
 
 /// Any error that ends the worker (a broken connection, a bad setting).
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -51,6 +55,8 @@ const FAIL_SQL: &str =
     "SELECT workfence.work_fail($1, $2, $3, $4, retry_in => make_interval(secs => 0.2))";
 /// Hands an item back unfinished (shutdown).
 const RELEASE_SQL: &str = "SELECT workfence.work_release($1, $2, $3)";
+/// The channel on which a claim that supersedes a lapsed lease names the old token.
+const LEASE_LOST_CHANNEL: &str = "work_lease_lost";
 
 /// Writes one event line to stdout, prefixed `[rust pid=<pid>]`, and flushes it.
 macro_rules! log {
@@ -140,19 +146,110 @@ where
 
 /// Opens a connection and runs its I/O in a task of its own, as tokio-postgres expects.
 /// `role` becomes the `application_name` (shown in `pg_stat_activity`) unless the DSN sets one.
-async fn connect(dsn: &str, role: &str) -> Result<Client, BoxError> {
+/// The task reads the connection's messages with `Connection::poll_message`: notifications on
+/// [`LEASE_LOST_CHANNEL`] go to `lease_watch` (when given), notices are logged.
+async fn connect(
+    dsn: &str,
+    role: &str,
+    lease_watch: Option<Arc<LeaseWatch>>,
+) -> Result<Client, BoxError> {
     let mut config = tokio_postgres::Config::from_str(dsn)?;
     if config.get_application_name().is_none() {
         config.application_name(format!("workfence-example {role}"));
     }
-    let (client, connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.connect(NoTls).await?;
     let role = role.to_owned();
     tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            log!("connection {role} error={e}");
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(note))) => {
+                    if let (Some(watch), LEASE_LOST_CHANNEL) = (&lease_watch, note.channel()) {
+                        watch.notified(note.payload());
+                    }
+                }
+                Some(Ok(AsyncMessage::Notice(notice))) => {
+                    log!(
+                        "connection {role} notice {}: {}",
+                        notice.severity(),
+                        notice.message()
+                    );
+                }
+                // AsyncMessage is non-exhaustive; nothing else is sent today.
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    log!("connection {role} error={e}");
+                    break;
+                }
+                None => break,
+            }
         }
     });
     Ok(client)
+}
+
+/// The tokens this worker holds, watched for `work_lease_lost` notifications. A notification
+/// whose id AND epoch match a held token (never the owner name: other copies share it) marks
+/// that item's lease lost, which stops its job at once. It is a hint that comes when the
+/// re-claim commits; the refused renew and `work_assert` remain the ground truth.
+#[derive(Default)]
+struct LeaseWatch {
+    /// Item id -> (the held epoch, the sender that tells the item's job its lease is lost).
+    held: Mutex<HashMap<i64, (i64, watch::Sender<bool>)>>,
+}
+
+/// The part of a `work_lease_lost` payload the worker matches on (other fields are ignored).
+#[derive(Deserialize)]
+struct LostToken {
+    /// The item's id.
+    id: i64,
+    /// The superseded epoch.
+    epoch: i64,
+}
+
+impl LeaseWatch {
+    /// Starts watching the token (`id`, `epoch`): the receiver turns true if it is notified lost.
+    fn watch(&self, id: i64, epoch: i64) -> watch::Receiver<bool> {
+        let (lost, receiver) = watch::channel(false);
+        self.lock().insert(id, (epoch, lost));
+        receiver
+    }
+
+    /// Stops watching the token (`id`, `epoch`), if it is still watched.
+    fn forget(&self, id: i64, epoch: i64) {
+        let mut held = self.lock();
+        if held
+            .get(&id)
+            .is_some_and(|(held_epoch, _)| *held_epoch == epoch)
+        {
+            held.remove(&id);
+        }
+    }
+
+    /// A notification's payload: when it names a watched token, logs it and marks it lost.
+    fn notified(&self, payload: &str) {
+        let token: LostToken = match serde_json::from_str(payload) {
+            Ok(token) => token,
+            Err(e) => {
+                log!("error=unreadable {LEASE_LOST_CHANNEL} payload {payload:?}: {e}");
+                return;
+            }
+        };
+        let mut held = self.lock();
+        if held
+            .get(&token.id)
+            .is_some_and(|(epoch, _)| *epoch == token.epoch)
+        {
+            if let Some((epoch, lost)) = held.remove(&token.id) {
+                log!("lease lost (notified) id={} epoch={epoch}", token.id);
+                lost.send_replace(true);
+            }
+        }
+    }
+
+    /// The map, also after a panic elsewhere while it was locked (it stays consistent).
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (i64, watch::Sender<bool>)>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Becomes true once SIGTERM or SIGINT arrives. Each wait of the worker selects on it, and the
@@ -201,6 +298,15 @@ struct Job {
     /// Raise an error instead of producing the output.
     #[serde(default)]
     fail: bool,
+    /// `false`: the heartbeat does not renew this item, standing in for a worker that stalls (a
+    /// GC pause, a network partition) so that its lease lapses while the job runs.
+    #[serde(default = "renewed_by_default")]
+    heartbeat: bool,
+}
+
+/// The default of [`Job::heartbeat`]: renew.
+fn renewed_by_default() -> bool {
+    true
 }
 
 impl Job {
@@ -217,7 +323,8 @@ impl Job {
     }
 }
 
-/// One claimed item: its token (with the worker's owner) and its job.
+/// One claimed item: its token (with the worker's owner) and its job. Watched by the
+/// [`LeaseWatch`] from the claim until it is dropped.
 struct Claimed {
     /// The item's id.
     id: i64,
@@ -225,18 +332,45 @@ struct Claimed {
     epoch: i64,
     /// The job, or why its payload could not be read (the item then fails).
     job: Result<Job, String>,
+    /// Turns true when a `work_lease_lost` notification names this token.
+    lost: watch::Receiver<bool>,
+    /// Where the token is watched (forgotten on drop).
+    lease_watch: Arc<LeaseWatch>,
 }
 
 impl Claimed {
-    /// Reads a row of `work_claim`.
-    fn from_row(row: &Row) -> Result<Self, tokio_postgres::Error> {
+    /// Reads a row of `work_claim` and starts watching its token.
+    fn from_row(row: &Row, lease_watch: &Arc<LeaseWatch>) -> Result<Self, tokio_postgres::Error> {
         let Json(payload) = row.try_get::<_, Json<serde_json::Value>>("payload")?;
         let job = serde_json::from_value(payload).map_err(|e| format!("bad payload: {e}"));
+        let (id, epoch) = (row.try_get("id")?, row.try_get("epoch")?);
         Ok(Claimed {
-            id: row.try_get("id")?,
-            epoch: row.try_get("epoch")?,
+            id,
+            epoch,
             job,
+            lost: lease_watch.watch(id, epoch),
+            lease_watch: Arc::clone(lease_watch),
         })
+    }
+
+    /// Whether a notification said this token is lost.
+    fn notified_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Resolves when a notification says this token is lost (never, if none does).
+    async fn lost(&self) {
+        if self.lost.clone().wait_for(|&lost| lost).await.is_err() {
+            // The watch forgot the token without a loss: nothing will come.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Claimed {
+    /// Settled, released or abandoned: stop watching the token.
+    fn drop(&mut self) {
+        self.lease_watch.forget(self.id, self.epoch);
     }
 }
 
@@ -251,9 +385,13 @@ struct Side {
 }
 
 impl Side {
-    /// Connects and prepares the statements.
-    async fn connect(dsn: &str) -> Result<Self, BoxError> {
-        let client = connect(dsn, "side").await?;
+    /// Connects, `LISTEN`s on [`LEASE_LOST_CHANNEL`] (the notifications go to `lease_watch`)
+    /// and prepares the statements.
+    async fn connect(dsn: &str, lease_watch: Arc<LeaseWatch>) -> Result<Self, BoxError> {
+        let client = connect(dsn, "side", Some(lease_watch)).await?;
+        client
+            .batch_execute(&format!("LISTEN {LEASE_LOST_CHANNEL}"))
+            .await?;
         Ok(Side {
             renew: client.prepare(RENEW_SQL).await?,
             release: client.prepare(RELEASE_SQL).await?,
@@ -279,7 +417,8 @@ impl Side {
 }
 
 /// The heartbeat of one item: a task that renews its lease on the side connection every
-/// lease/3, and tells the job to stop (through `lost`) when a renew is refused.
+/// lease/3, and tells the job to stop (through `lost`) when a renew is refused. For a job whose
+/// payload says `"heartbeat": false` the task renews nothing and only waits to be stopped.
 struct Heartbeat {
     /// Dropping it stops the task.
     stop: oneshot::Sender<()>,
@@ -290,8 +429,8 @@ struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Starts renewing `item`'s lease.
-    fn start(side: Arc<Side>, config: &Config, item: &Claimed) -> Self {
+    /// Starts renewing `item`'s lease (only waiting to be stopped unless `renew`).
+    fn start(side: Arc<Side>, config: &Config, item: &Claimed, renew: bool) -> Self {
         let (stop, mut stopped) = oneshot::channel::<()>();
         let (lost_sender, lost) = watch::channel(false);
         let (id, epoch, owner, lease) = (
@@ -302,6 +441,11 @@ impl Heartbeat {
         );
         let period = config.renew_every();
         let task = tokio::spawn(async move {
+            if !renew {
+                // Resolves (with an error) when the sender is dropped: that is the stop.
+                let _stopped = stopped.await;
+                return Ok(());
+            }
             let mut ticks = interval_at(Instant::now() + period, period);
             ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
             loop {
@@ -346,7 +490,7 @@ impl Heartbeat {
 enum Outcome {
     /// The job returned: its output or its error.
     Ran(Result<i64, String>),
-    /// A renew was refused: somebody else holds the item now.
+    /// A renew was refused, or a notification said so: somebody else holds the item now.
     LeaseLost,
     /// SIGTERM: the item is to be released.
     Shutdown,
@@ -370,6 +514,8 @@ struct Worker {
     fail: Statement,
     /// The side connection (shared with the heartbeat tasks).
     side: Arc<Side>,
+    /// The held tokens, which the side connection's notifications are matched against.
+    lease_watch: Arc<LeaseWatch>,
     /// Set by SIGTERM/SIGINT.
     shutdown: Shutdown,
 }
@@ -377,8 +523,9 @@ struct Worker {
 impl Worker {
     /// Connects twice and prepares every statement (so a missing table fails at start).
     async fn connect(config: Config, shutdown: Shutdown) -> Result<Self, BoxError> {
-        let main = connect(&config.dsn, "main").await?;
-        let side = Arc::new(Side::connect(&config.dsn).await?);
+        let main = connect(&config.dsn, "main", None).await?;
+        let lease_watch = Arc::new(LeaseWatch::default());
+        let side = Arc::new(Side::connect(&config.dsn, Arc::clone(&lease_watch)).await?);
         Ok(Worker {
             claim: main.prepare(CLAIM_SQL).await?,
             assert: main.prepare(ASSERT_SQL).await?,
@@ -387,6 +534,7 @@ impl Worker {
             fail: main.prepare(FAIL_SQL).await?,
             main,
             side,
+            lease_watch,
             config,
             shutdown,
         })
@@ -449,7 +597,7 @@ impl Worker {
         };
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
-            let item = Claimed::from_row(row)?;
+            let item = Claimed::from_row(row, &self.lease_watch)?;
             let attempt: i32 = row.try_get("attempt")?;
             log!(
                 "claim id={} epoch={} attempt={attempt}",
@@ -462,8 +610,14 @@ impl Worker {
     }
 
     /// Runs one item's job under a heartbeat and records the outcome. Returns false when a
-    /// shutdown interrupted it: the item is still held and must be released.
+    /// shutdown interrupted it: the item is still held and must be released. An item whose
+    /// lease was lost (a refused renew, or a notification, also while it waited its turn) is
+    /// abandoned: no finish, no fail, no release.
     async fn process(&mut self, item: &Claimed) -> Result<bool, BoxError> {
+        if item.notified_lost() {
+            log!("refused id={} (lease lost)", item.id);
+            return Ok(true);
+        }
         let job = match &item.job {
             Ok(job) => job,
             Err(error) => {
@@ -471,10 +625,12 @@ impl Worker {
                 return Ok(true);
             }
         };
-        let mut heartbeat = Heartbeat::start(Arc::clone(&self.side), &self.config, item);
+        let mut heartbeat =
+            Heartbeat::start(Arc::clone(&self.side), &self.config, item, job.heartbeat);
         let outcome = tokio::select! {
             result = job.run() => Outcome::Ran(result),
             () = heartbeat.ended() => Outcome::LeaseLost,
+            () = item.lost() => Outcome::LeaseLost,
             () = self.shutdown.wait() => Outcome::Shutdown,
         };
         // Before the final transaction: a renew in flight would wait on work_assert's lock.
