@@ -96,6 +96,11 @@ for binary in workfence-worker workfence-soak-worker workfence-demo workfence-be
     fi
 done
 
+if ! bash scripts/bench-ab.sh --help | grep -q 'scripts/bench-ab.sh --base REV'; then
+    echo "scripts/bench-ab.sh --help printed no usage" >&2
+    exit 1
+fi
+
 if [ "$(md5sum < "$installed_lib")" != "$installed_sum" ]; then
     echo "$installed_lib was replaced while the tests ran (another checkout installing?);" \
         "the results above are not this checkout's" >&2

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Two builds of the extension side by side: the claim -> finish cycle of this
+# checkout against an earlier revision's (a release), and what the refusal
+# counters cost. Not a test (no figure is asserted); it prints and writes
+# figures, measured in one run on one machine, with the builds alternating
+# round by round so that drift on a shared machine hits both.
+#
+#   scripts/bench-ab.sh --base REV [--rounds N] [--quick] [--out FILE]
+#
+#   --base REV   the revision to compare with (e.g. the previous release's
+#                commit); built in a worktree under target/ab/ (first run:
+#                a full release build, several minutes on 2 cores)
+#   --rounds N   rounds per build (default 3); each round installs the build
+#                and runs workload 1 of workfence-bench once (1, 4, 16 and 64
+#                connections, synchronous_commit on and off, the hand-written
+#                baseline in the same run)
+#   --quick      tiny sizes, one round: a smoke run of this script
+#   --out FILE   where the report goes (default target/ab/report.md); it is
+#                also printed
+#
+# Part two, the counters: pgbench calls work_renew with a stale token (a
+# refusal, counted) and with the current token (the holder's hot path), for
+# 10 s each, on a cluster with the library in shared_preload_libraries and
+# on one without, alternating, same build.
+#
+# The system-wide install is this checkout's build again when it ends.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export PATH="$HOME/.cargo/bin:$PATH"
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PG_BIN="$("$PG_CONFIG" --bindir)"
+
+base=""
+rounds=3
+quick=0
+out="$ROOT/target/ab/report.md"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --base) base="$2"; shift 2 ;;
+        --rounds) rounds="$2"; shift 2 ;;
+        --quick) quick=1; rounds=1; shift ;;
+        --out) out="$2"; shift 2 ;;
+        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$base" ]; then
+    echo "usage: scripts/bench-ab.sh --base REV [--rounds N] [--quick] [--out FILE]" >&2
+    exit 2
+fi
+
+stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
+ab="$ROOT/target/ab"
+mkdir -p "$ab"
+
+# --- build both into packages (a staging tree each) ------------------------
+package() { # name dir
+    local name="$1" dir="$2"
+    stage "build $name ($(git -C "$dir" rev-parse --short HEAD)) as a package"
+    (cd "$dir" && cargo pgrx package --pg-config "$PG_CONFIG" --out-dir "$ab/$name/pkg" >/dev/null)
+}
+base_dir="$ab/base-src"
+if [ ! -d "$base_dir" ] || [ "$(git -C "$base_dir" rev-parse HEAD 2>/dev/null)" != "$(git rev-parse "$base^{commit}")" ]; then
+    git worktree remove --force "$base_dir" 2>/dev/null || rm -rf "$base_dir"
+    git worktree add --detach "$base_dir" "$base" >/dev/null
+fi
+rm -rf "$ab/base/pkg" "$ab/head/pkg"
+package base "$base_dir"
+package head "$ROOT"
+base_version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$base_dir/Cargo.toml" | head -n1)"
+head_version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -n1)"
+
+install_build() { # name: copy its library, control file and scripts over the system's
+    cp -a "$ab/$1/pkg/." /
+}
+
+stage "build the driver"
+cargo build --release --locked -p workfence-bench
+# shellcheck source=cluster.sh
+. scripts/cluster.sh
+scratch="$(scratch_base "$ROOT")/bench-ab"
+mkdir -p "$scratch"
+
+# --- part one: claim -> finish, builds alternating -------------------------
+size_args=()
+[ "$quick" = 1 ] && size_args+=(--quick)
+rm -rf "$ab/runs"
+for round in $(seq 1 "$rounds"); do
+    order="base head"
+    [ $((round % 2)) = 0 ] && order="head base"
+    for name in $order; do
+        stage "round $round: $name"
+        install_build "$name"
+        WORKFENCE_SCRATCH="$scratch" target/release/workfence-bench --no-peers --workloads 1 \
+            --reps 1 "${size_args[@]}" --out "$ab/runs/$name-$round" >/dev/null
+    done
+done
+
+# --- part two: what counting a refusal costs -------------------------------
+install_build head
+counters_csv="$ab/counters.csv"
+echo "round,preload,call,tps" > "$counters_csv"
+seconds=10
+[ "$quick" = 1 ] && seconds=2
+for round in $(seq 1 "$rounds"); do
+    for preload in on off; do
+        dir="$scratch/counters-$preload"
+        rm -rf "$dir"
+        port="$(free_port)"
+        cluster_start "$dir" "$port"
+        if [ "$preload" = on ]; then
+            echo "shared_preload_libraries = 'pg_workfence'" >> "$dir/postgresql.conf"
+            cluster_stop "$dir"
+            cluster_start "$dir" "$port"
+        fi
+        psql_c=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d postgres)
+        "${psql_c[@]}" -c "CREATE EXTENSION pg_workfence" \
+            -c "SELECT workfence.work_enqueue('bench', key => 'k')" >/dev/null
+        epoch="$("${psql_c[@]}" -At -c "SELECT epoch FROM workfence.work_claim('bench', 'w', '1 hour')")"
+        id="$("${psql_c[@]}" -At -c "SELECT id FROM workfence.items WHERE key = 'k'")"
+        for call in refused current; do
+            e="$epoch"
+            [ "$call" = refused ] && e=$((epoch - 1))
+            printf "SELECT workfence.work_renew(%s, 'w', %s, '1 hour');\n" "$id" "$e" > "$dir/renew.sql"
+            tps="$("$PG_BIN/pgbench" -n -M prepared -c 4 -j 2 -T "$seconds" \
+                -h "$dir" -p "$port" -U postgres -f "$dir/renew.sql" postgres \
+                | sed -n 's/^tps = \([0-9.]*\).*/\1/p')"
+            echo "$round,$preload,$call,$tps" >> "$counters_csv"
+        done
+        if [ "$preload" = on ]; then
+            refused="$("${psql_c[@]}" -At -c "SELECT refused FROM workfence.work_queue_stats WHERE queue = 'bench'")"
+            echo "round $round: the counter says $refused refusals"
+        fi
+        cluster_stop "$dir"
+    done
+done
+
+# --- the report --------------------------------------------------------------
+python3 - "$ab" "$rounds" "$base" "$base_version" "$head_version" "$counters_csv" > "$out" <<'PY'
+import csv, glob, os, statistics, sys
+ab, rounds, base, base_version, head_version, counters_csv = sys.argv[1:]
+cells = {}  # (build, conns, sync) -> list of (pg_workfence items/s, baseline items/s)
+for path in glob.glob(os.path.join(ab, "runs", "*", "benchmarks.csv")):
+    build = os.path.basename(os.path.dirname(path)).split("-")[0]
+    rows = list(csv.DictReader(open(path)))
+    runs = {}
+    for r in rows:
+        if r["workload"] != "1":
+            continue
+        key = (int(r["conns"]), r["sync_commit"])
+        runs.setdefault(key, {})[r["contender"]] = float(r["items_per_s"])
+    for key, got in runs.items():
+        if "pg_workfence" in got and "baseline SQL" in got:
+            cells.setdefault((build,) + key, []).append((got["pg_workfence"], got["baseline SQL"]))
+print(f"# Release A/B: {head_version} (this checkout) against {base_version} ({base})\n")
+print(f"Workload 1 of `workfence-bench` (one claim -> finish per cycle), {rounds} round(s) per build,")
+print("builds installed in turn and alternating; medians. `x baseline` is each build's items/s over the")
+print("hand-written baseline of the same run; the last column is the head build's median over the base's.\n")
+print(f"| conns | sync | {base_version} items/s | x baseline | {head_version} items/s | x baseline | {head_version} / {base_version} |")
+print("|---:|---|---:|---:|---:|---:|---:|")
+keys = sorted({(c, s) for (_, c, s) in cells}, key=lambda k: (k[1] != "on", k[0]))
+for conns, sync in keys:
+    b = cells.get(("base", conns, sync), [])
+    h = cells.get(("head", conns, sync), [])
+    if not b or not h:
+        continue
+    bm = statistics.median(x for x, _ in b)
+    hm = statistics.median(x for x, _ in h)
+    br = statistics.median(x / y for x, y in b)
+    hr = statistics.median(x / y for x, y in h)
+    print(f"| {conns} | {sync} | {bm:,.0f} | {br:.2f} | {hm:,.0f} | {hr:.2f} | {hm / bm:.3f} |")
+rows = list(csv.DictReader(open(counters_csv)))
+print("\n## What counting a refusal costs\n")
+print("`pgbench -M prepared -c 4`: `work_renew` with a stale token (refused: the counters, when on, look")
+print("up the item's queue and add one) and with the current token (the holder's path, which counting")
+print("never touches), on a cluster with `shared_preload_libraries = 'pg_workfence'` (counters on) and")
+print("one without (off); median calls/s over the rounds.\n")
+print("| call | counters on | counters off | on / off |")
+print("|---|---:|---:|---:|")
+for call in ("refused", "current"):
+    on = [float(r["tps"]) for r in rows if r["call"] == call and r["preload"] == "on" and r["tps"]]
+    off = [float(r["tps"]) for r in rows if r["call"] == call and r["preload"] == "off" and r["tps"]]
+    if on and off:
+        a, b = statistics.median(on), statistics.median(off)
+        print(f"| {call} renew | {a:,.0f} | {b:,.0f} | {a / b:.3f} |")
+PY
+cat "$out"
+stage "wrote $out; the system's install is this checkout's build again"
