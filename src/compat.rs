@@ -25,25 +25,44 @@ extern "C-unwind" {
     /// behind `hash_any` and so behind SQL's `hashtext`. Not in pgrx's
     /// bindings.
     fn hash_bytes(k: *const u8, keylen: std::ffi::c_int) -> u32;
-
-    /// `libpq/libpq.h` (PostgreSQL 14 and later): false when the client's
-    /// socket has been closed by the peer (a non-blocking poll of the
-    /// socket, what `client_connection_check_interval` uses). Not in pgrx's
-    /// bindings.
-    fn pq_check_connection() -> bool;
 }
 
-/// Whether this backend's client is still connected: true for a backend
-/// without a client (a background worker), false once the peer has closed
-/// the socket (a killed client, a dropped connection).
+/// Wait on this backend's latch for at most `timeout_ms`, as `WaitLatch`
+/// with `WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH` does, and, when the
+/// backend has a client, also for the client's socket being closed by the
+/// peer (`WL_SOCKET_CLOSED`, PostgreSQL 15 and later: a killed client, a
+/// dropped connection). Returns the events that ended the wait.
+///
+/// Not `pq_check_connection()`, which `client_connection_check_interval`
+/// uses: it resets the latch when it finds it set, and a wake-up set
+/// between a waiter's `WaitLatch` and that reset would be lost. Here the
+/// socket is one more event of the same wait, and the latch is left as it
+/// is.
+///
+/// The socket is the first field of `Port` (`libpq/libpq-be.h`: `pgsocket
+/// sock;`, first in PostgreSQL 15's header), which pgrx's bindings leave
+/// opaque: a new major checks its header here.
 ///
 /// # Safety
 /// Call on the backend's main thread.
-pub unsafe fn client_connected() -> bool {
+pub unsafe fn wait_latch_or_client_gone(timeout_ms: std::ffi::c_long) -> std::ffi::c_int {
+    let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32;
     if pg_sys::MyProcPort.is_null() {
-        return true;
+        return pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            events,
+            timeout_ms,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
     }
-    pq_check_connection()
+    let sock = *(pg_sys::MyProcPort as *const pg_sys::pgsocket);
+    pg_sys::WaitLatchOrSocket(
+        pg_sys::MyLatch,
+        events | pg_sys::WL_SOCKET_CLOSED as i32,
+        sock,
+        timeout_ms,
+        pg_sys::PG_WAIT_EXTENSION,
+    )
 }
 
 /// SQL's `hashtext(t)` of the text whose bytes are `bytes`, as it is under a

@@ -54,6 +54,15 @@
 //! server shutdown end the wait at once (57014 / 57P01), and the postmaster's
 //! death ends the process (`WL_EXIT_ON_PM_DEATH`).
 //!
+//! - A paused queue (`work_pause`) is seen by every attempt, which then
+//!   claims nothing, and by [`NEXT_DUE`], which then reports nothing due:
+//!   the waiter sleeps until a wake-up (the resume wakes every waiter of
+//!   the queue) or its deadline, without polling.
+//! - A waiter whose client has gone away (the peer closed the socket) ends
+//!   its session at once, as `client_connection_check_interval` would, so
+//!   that it claims nothing for nobody: its sleep also waits for the
+//!   socket's `WL_SOCKET_CLOSED` ([`compat::wait_latch_or_client_gone`]).
+//!
 //! A long poll needs a fresh snapshot per attempt: under REPEATABLE READ or
 //! SERIALIZABLE every attempt would see the transaction's first snapshot and
 //! never an item enqueued since, so `wait > 0` is refused there (25000).
@@ -442,18 +451,11 @@ fn sleep_until(wake_at: Instant, items: ItemsLock) -> Result<bool> {
         }
         let chunk = (wake_at - now).min(GIVE_WAY_CHECK);
         let timeout_ms = chunk.as_micros().div_ceil(1000) as std::ffi::c_long;
-        // SAFETY: waiting on our own latch; the flags are PostgreSQL's.
-        let events = unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                timeout_ms,
-                pg_sys::PG_WAIT_EXTENSION,
-            )
-        };
+        // SAFETY: waiting on our own latch (and, for a backend with a
+        // client, on its socket being closed); the flags are PostgreSQL's.
+        let events = unsafe { compat::wait_latch_or_client_gone(timeout_ms) };
         check_for_interrupts!();
-        // SAFETY: this backend's own client socket, if it has one.
-        if !unsafe { compat::client_connected() } {
+        if events & pg_sys::WL_SOCKET_CLOSED as i32 != 0 {
             // The client went away: nobody would receive what this claim
             // takes. End the session as PostgreSQL's own
             // `client_connection_check_interval` does (FATAL "connection to

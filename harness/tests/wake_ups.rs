@@ -7,7 +7,8 @@
 //! its whole `wait`. Here every trial first opens and closes connections
 //! (and waits until their backends are gone), then starts a waiter on a new
 //! connection, so backend ids and PGPROC slots are reshuffled each time.
-//! Each cause of a wake-up (enqueue, release, failure with a retry) is tried
+//! Each cause of a wake-up (enqueue, release, failure with a retry, and from
+//! 0.6.0 an operator's retry, reschedule and resume) is tried
 //! [`trials`] times; every wake-up must arrive within [`PROMPT`], and the
 //! latency distribution is printed.
 //!
@@ -141,6 +142,12 @@ enum Cause {
     Enqueue,
     Release,
     FailWithRetry,
+    /// `work_retry` of a dead letter (0.6.0).
+    Retry,
+    /// `work_reschedule` of an item due in a day to now (0.6.0).
+    Reschedule,
+    /// `work_resume` of the paused queue an item waits in (0.6.0).
+    Resume,
 }
 
 /// p50, p99 and max of `latencies`, in milliseconds.
@@ -164,13 +171,48 @@ fn every_wake_up_arrives_within_100_ms_after_connection_churn() {
     let mut observer = ok(cluster.connect_to(db), "observer");
     let mut report = Vec::new();
     let mut late = Vec::new();
-    for cause in [Cause::Enqueue, Cause::Release, Cause::FailWithRetry] {
+    for cause in [
+        Cause::Enqueue,
+        Cause::Release,
+        Cause::FailWithRetry,
+        Cause::Retry,
+        Cause::Reschedule,
+        Cause::Resume,
+    ] {
         let mut latencies = Vec::with_capacity(trials());
         for trial in 0..trials() {
             let key = format!("{cause:?}-{trial}");
-            let token = match cause {
-                Cause::Enqueue => None,
-                _ => Some(claimed(&mut main, &key)),
+            // What is there before the waiter: a held item to hand back, or
+            // an item not claimable until the call wakes it (its id).
+            let (token, waiting) = match cause {
+                Cause::Enqueue => (None, None),
+                Cause::Release | Cause::FailWithRetry => (Some(claimed(&mut main, &key)), None),
+                Cause::Retry => {
+                    let item = Enqueue::new(QUEUE).key(&key).max_attempts(1);
+                    let id = common::enqueue_new(&mut main, &item);
+                    let held = common::claimed_one(&mut main, QUEUE, "holder", "1 minute");
+                    assert!(ok(
+                        calls::fail(&mut main, &held.token("holder"), "boom", None),
+                        "fail"
+                    ));
+                    (None, Some(id))
+                }
+                Cause::Reschedule => {
+                    let item = Enqueue::new(QUEUE)
+                        .key(&key)
+                        .run_at(RunAt::In("1 day".into()));
+                    (None, Some(common::enqueue_new(&mut main, &item)))
+                }
+                Cause::Resume => {
+                    assert!(ok(calls::pause(&mut main, QUEUE), "pause"));
+                    (
+                        None,
+                        Some(common::enqueue_new(
+                            &mut main,
+                            &Enqueue::new(QUEUE).key(&key),
+                        )),
+                    )
+                }
             };
             // 1 to 4 connections come and go before every wait.
             churn(&cluster, db, &mut observer, 1 + trial % 4);
@@ -188,6 +230,21 @@ fn every_wake_up_arrives_within_100_ms_after_connection_churn() {
                     (Cause::FailWithRetry, Some(held)) => (
                         held.id,
                         ok(calls::fail(&mut main, held, "boom", Some("0")), "fail"),
+                    ),
+                    (Cause::Retry, _) => (
+                        waiting.expect("a dead letter"),
+                        ok(calls::retry(&mut main, QUEUE, &key, None), "retry"),
+                    ),
+                    (Cause::Reschedule, _) => (
+                        waiting.expect("an item due in a day"),
+                        ok(
+                            calls::reschedule(&mut main, QUEUE, &key, &RunAt::In("0".into())),
+                            "reschedule",
+                        ),
+                    ),
+                    (Cause::Resume, _) => (
+                        waiting.expect("an item in the paused queue"),
+                        ok(calls::resume(&mut main, QUEUE), "resume"),
                     ),
                     _ => unreachable!("a claimed item for release and fail"),
                 };
