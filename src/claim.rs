@@ -10,10 +10,10 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
 
-use crate::counters;
 use crate::error::{OrReport, Result, WorkfenceError};
 use crate::jsonb::RawJsonb;
-use crate::notify::{self, LostToken};
+use crate::lapse::{self, LostToken};
+use crate::paused;
 use crate::plans::{self, params, Statement};
 use crate::validate;
 use crate::wait;
@@ -24,23 +24,26 @@ type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
 /// Append one entry to an item's `errors` history (`i.errors`, NULL or a
 /// jsonb array), keeping the newest [`validate::ERRORS_KEPT`] (20): when the
 /// history is full its oldest entry is dropped. The entry is a
-/// `workfence.error_entry` (attempt, epoch, owner, at, error) as jsonb: the
-/// row's attempt, epoch and owner, with `$at` and `$error` (SQL
-/// expressions). Used inside an `UPDATE workfence.items AS i`, whose `SET`
-/// expressions read the row as it was before the update (the lapsed
-/// lease's owner, epoch and lease_until). A composite and `to_jsonb`
-/// rather than `jsonb_build_object`: the same object, through functions
-/// whose every argument has a type (`harness/tests/privileges.rs` shadows
-/// each function the SQL names). The pure test
-/// `errors_bound_is_validate_errors_kept` checks the number against the
-/// constant.
+/// `workfence.error_entry` (attempt, epoch, owner, at, error) as jsonb, its
+/// fields the five SQL expressions given. For an `UPDATE workfence.items AS
+/// i`. A composite and `to_jsonb` rather than `jsonb_build_object`: the same
+/// object, through functions whose every argument has a type
+/// (`harness/tests/privileges.rs` shadows each function the SQL names). The
+/// pure test `errors_bound_is_validate_errors_kept` checks the number
+/// against the constant.
 macro_rules! errors_append {
-    ($at:literal, $error:literal) => {
+    ($attempt:literal, $epoch:literal, $owner:literal, $at:literal, $error:literal) => {
         concat!(
             "CASE WHEN pg_catalog.jsonb_array_length(COALESCE(i.errors, '[]'::pg_catalog.jsonb)) ",
             "OPERATOR(pg_catalog.>=) 20 THEN i.errors OPERATOR(pg_catalog.-) 0 ",
             "ELSE COALESCE(i.errors, '[]'::pg_catalog.jsonb) END OPERATOR(pg_catalog.||) ",
-            "pg_catalog.to_jsonb(ROW(i.attempts, i.epoch, i.owner, ",
+            "pg_catalog.to_jsonb(ROW(",
+            $attempt,
+            ", ",
+            $epoch,
+            ", ",
+            $owner,
+            ", ",
             $at,
             ", ",
             $error,
@@ -50,215 +53,144 @@ macro_rules! errors_append {
 }
 pub(crate) use errors_append;
 
-/// A lapsed lease on an item whose attempts are used up is not handed out
-/// again: the claim that finds it turns the item `failed` (a dead letter), so
-/// a job that keeps crashing its worker cannot loop forever. This runs as a
-/// data-modifying CTE beside the claim, on rows `exhausted_ids(id)` names, and
-/// does not take any of the claim's `max_items` slots; it returns each dead
-/// letter's superseded token (id, queue, key, owner, epoch) for the
-/// `work_lease_lost` notification, and (schema `current`) records the lapse
-/// in the item's `errors`. The maintenance worker ([`crate::maintenance`])
-/// runs the same CTE over every queue. It has no parameters, so no
-/// statement depends on another's `$n`. `$mode`: `current` or `legacy`
-/// (see [`plans::Schema`]).
-macro_rules! dead_letter {
-    ($mode:ident) => {
+/// What a claim statement sets, for the rows it picked (`p`, with `p.dead`
+/// true for a lapsed final attempt, which is dead-lettered rather than
+/// claimed: a job that keeps crashing its worker cannot loop forever). One
+/// UPDATE does both, so that a claim starts one modifying plan node, not
+/// two (plan start-up is most of a claim's cost). For schema `current`:
+/// `claimed_at` and a lease capped at `claimed_at + max_run`; for `legacy`
+/// (see [`plans::Schema`]) neither column exists. `$owner`, `$lease` and
+/// `$now` are the statement's parameters for the owner, the lease and the
+/// server's clock. `nextval` is called for the claimed rows only (a CASE
+/// evaluates only the branch it takes).
+macro_rules! claim_sets {
+    ($mode:ident, $owner:literal, $lease:literal, $now:literal) => {
         concat!(
             r#"
-, exhausted AS (
-    UPDATE workfence.items AS i
-       SET state = 'failed'::workfence.item_state,
-           lease_until = NULL,
-           last_error = 'lease expired on the final attempt',"#,
-            $crate::plans::by_schema!(
+   SET state = CASE WHEN p.dead THEN 'failed'::workfence.item_state
+                    ELSE 'claimed'::workfence.item_state END,
+       epoch = CASE WHEN p.dead THEN i.epoch
+                    ELSE pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass) END,
+       owner = CASE WHEN p.dead THEN i.owner ELSE "#,
+            $owner,
+            r#" END,
+       attempts = CASE WHEN p.dead THEN i.attempts ELSE i.attempts OPERATOR(pg_catalog.+) 1 END,
+       last_error = CASE WHEN p.dead THEN 'lease expired on the final attempt' ELSE i.last_error END,
+       finished_at = CASE WHEN p.dead THEN "#,
+            $now,
+            r#" ELSE i.finished_at END,"#,
+            plans::by_schema!(
                 $mode,
                 concat!(
-                    r#"
-           errors = "#,
-                    $crate::claim::errors_append!(
-                        "i.lease_until",
-                        "'lease expired on the final attempt'::pg_catalog.text"
-                    ),
-                    ","
+                    "\n       claimed_at = CASE WHEN p.dead THEN i.claimed_at ELSE ",
+                    $now,
+                    " END,\n       lease_until = CASE WHEN p.dead THEN NULL ELSE LEAST(",
+                    $now,
+                    " OPERATOR(pg_catalog.+) ",
+                    $lease,
+                    ", ",
+                    $now,
+                    " OPERATOR(pg_catalog.+) i.max_run) END"
                 ),
-                ""
+                concat!(
+                    "\n       lease_until = CASE WHEN p.dead THEN NULL ELSE ",
+                    $now,
+                    " OPERATOR(pg_catalog.+) ",
+                    $lease,
+                    " END"
+                )
             ),
             r#"
-           finished_at = pg_catalog.clock_timestamp()
-      FROM exhausted_ids
-     WHERE i.id OPERATOR(pg_catalog.=) exhausted_ids.id
-    RETURNING i.id, i.queue, i.key, i.owner, i.epoch
-)"#
-        )
-    };
-}
-pub(crate) use dead_letter;
-
-/// What a claim sets besides state, epoch, owner and attempts: schema
-/// `current`: `claimed_at`, a lease capped at `claimed_at + max_run`, and a
-/// lapsed lease's entry in `errors`; `legacy`: the lease. `$lease` is the
-/// statement's lease parameter (`$3` or `$4`).
-macro_rules! claim_sets {
-    (current, $lease:literal) => {
-        concat!(
-            r#"
-           claimed_at = (SELECT c.now FROM clock AS c),
-           lease_until = LEAST((SELECT c.now FROM clock AS c) OPERATOR(pg_catalog.+) "#,
-            $lease,
-            r#",
-                               (SELECT c.now FROM clock AS c) OPERATOR(pg_catalog.+) i.max_run),
-           errors = CASE WHEN picked.lost_epoch IS NULL THEN i.errors ELSE "#,
-            errors_append!("i.lease_until", "'lease expired'::pg_catalog.text"),
-            " END,"
-        )
-    };
-    (legacy, $lease:literal) => {
-        concat!(
-            r#"
-           lease_until = (SELECT c.now FROM clock AS c) OPERATOR(pg_catalog.+) "#,
-            $lease,
-            ","
-        )
-    };
-}
-
-/// The end of both claim statements: the UPDATE of the picked rows, and the
-/// result (see [`CLAIM`]). `$owner` and `$lease` are the statement's
-/// parameters for them.
-macro_rules! claim_update {
-    ($mode:ident, $owner:literal, $lease:literal) => {
-        concat!(
-            r#"
-, upd AS (
-    UPDATE workfence.items AS i
-       SET state = 'claimed'::workfence.item_state,
-           epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
-           owner = "#,
-            $owner,
-            ",",
-            claim_sets!($mode, $lease),
-            r#"
-           attempts = i.attempts OPERATOR(pg_catalog.+) 1
-      FROM picked
-     WHERE i.id OPERATOR(pg_catalog.=) picked.id
-    RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at,
-              picked.lost_owner, picked.lost_epoch
-)
-SELECT u.id, u.key, u.payload, u.epoch, u.attempts, u.lease_until,
-       u.lost_owner, u.lost_epoch, false AS dead, u.priority, u.run_at
-  FROM upd AS u
-UNION ALL
-SELECT e.id, e.key, NULL, NULL, NULL, NULL, e.owner, e.epoch, true, NULL, NULL
-  FROM exhausted AS e
- ORDER BY 9, 10, 11, 1
+  FROM picked AS p
+ WHERE i.id OPERATOR(pg_catalog.=) p.id
+RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
+          p.lost_owner, p.lost_epoch, p.lost_at, p.dead, i.priority, i.run_at
 "#
         )
     };
 }
-
-/// `AND <queue $1 is not paused>` (schema `current`; nothing for `legacy`,
-/// which has no pause).
-macro_rules! queue_open {
-    ($mode:ident) => {
-        $crate::plans::by_schema!(
-            $mode,
-            r#"
-       AND NOT EXISTS (SELECT FROM workfence.queues AS q
-                        WHERE q.queue OPERATOR(pg_catalog.=) $1
-                          AND q.paused)"#,
-            ""
-        )
-    };
-}
-pub(crate) use queue_open;
 
 /// The claim statement for schema `$mode`; see [`CLAIM`].
 macro_rules! claim_sql {
     ($mode:ident) => {
         concat!(
             r#"
-WITH clock AS (
-    SELECT pg_catalog.clock_timestamp() AS now
-), gate AS (
-    SELECT true"#,
-            queue_open!($mode),
-            r#" AS open
-), due AS (
+WITH due AS (
     SELECT i.id, i.priority, i.run_at,
-           NULL::pg_catalog.text AS lost_owner, NULL::pg_catalog.int8 AS lost_epoch
+           NULL::pg_catalog.text AS lost_owner, NULL::pg_catalog.int8 AS lost_epoch,
+           NULL::pg_catalog.timestamptz AS lost_at
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-       AND i.run_at OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c)
-       AND (SELECT g.open FROM gate AS g)
+       AND i.run_at OPERATOR(pg_catalog.<=) $5
      ORDER BY i.priority, i.run_at, i.id
      LIMIT $4
        FOR UPDATE SKIP LOCKED
 ), lapsed AS (
-    SELECT i.id, i.priority, i.run_at, i.owner AS lost_owner, i.epoch AS lost_epoch
+    SELECT i.id, i.priority, i.run_at, i.owner, i.epoch, i.lease_until
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-       AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c)
+       AND i.lease_until OPERATOR(pg_catalog.<=) $5
        AND i.attempts OPERATOR(pg_catalog.<) i.max_attempts
-       AND (SELECT g.open FROM gate AS g)
      ORDER BY i.priority, i.run_at, i.id
      LIMIT $4
        FOR UPDATE SKIP LOCKED
-), exhausted_ids AS (
-    SELECT i.id
+), exhausted AS (
+    SELECT i.id, i.owner, i.epoch, i.lease_until
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-       AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c)
+       AND i.lease_until OPERATOR(pg_catalog.<=) $5
        AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
-       AND (SELECT g.open FROM gate AS g)
      LIMIT $4
        FOR UPDATE SKIP LOCKED
-)"#,
-            dead_letter!($mode),
-            r#"
-, picked AS (
-    SELECT c.id, c.lost_owner, c.lost_epoch
-      FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
-     ORDER BY c.priority, c.run_at, c.id
-     LIMIT $4
-)"#,
-            claim_update!($mode, "$2", "$3")
+), picked AS (
+    (SELECT c.id, false AS dead, c.lost_owner, c.lost_epoch, c.lost_at
+       FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
+      ORDER BY c.priority, c.run_at, c.id
+      LIMIT $4)
+    UNION ALL
+    SELECT e.id, true, e.owner, e.epoch, e.lease_until FROM exhausted AS e
+)
+UPDATE workfence.items AS i"#,
+            claim_sets!($mode, "$2", "$3", "$5")
         )
     };
 }
 
-// Claim up to `$4` items of queue `$1` for owner `$2` under lease `$3`.
+// Claim up to `$4` items of queue `$1` for owner `$2` under lease `$3`, by
+// the server's clock `$5` (read by the caller just before: every item of a
+// batch gets the same `claimed_at`, and the statement carries no clock
+// sub-plans to start). The pause is checked before the statement
+// ([`paused::is_paused`]).
 //
-// - `clock`: the server's clock, read once for the whole statement (every
-//   item of a batch gets the same `claimed_at`).
-// - `gate`: whether the queue is open (not paused, `work_pause`); the scans
-//   of a paused queue do not run at all (a one-time filter).
 // - Two claim paths, each walking its own partial index in order: pending
 //   and due (items_due_idx), and claimed with a lapsed lease
 //   (items_lease_idx). One OR over both would use neither index. A lapsed
-//   lease carries its superseded token (owner, epoch) along, for the
-//   item's `errors` history and the `work_lease_lost` notification.
-// - Each picked item gets a fresh epoch and a lease in the same UPDATE,
-//   capped at `claimed_at + max_run`.
+//   lease carries its superseded token (owner, epoch, lease_until) along,
+//   for `errors` and `work_lease_lost` ([`crate::lapse`]).
+// - Lapsed final attempts (`exhausted`) are dead-lettered by the same
+//   UPDATE, without taking one of the `$4` slots.
 //
-// The result: one row per claimed item (`dead` false; `lost_*` set when it
-// was a lapsed lease claimed anew), then one per lapsed final attempt this
-// statement dead-lettered (`dead` true, its superseded token in `lost_*`).
-// Columns 10 and 11 (priority, run_at) only order the claimed rows.
+// One row per item the statement changed, in no particular order (the
+// caller sorts the claimed rows by priority, run_at, id: a sort node would
+// cost every claim its start-up): column 10 (`dead`) false for a claimed
+// item, whose columns 7-9 carry the superseded token when it was a lapsed
+// lease claimed anew; true for a dead letter, 7-9 its superseded token.
 static CLAIM: plans::Versioned<ClaimParams> = plans::Versioned {
     current: Statement::new(claim_sql!(current)),
     legacy: Statement::new(claim_sql!(legacy)),
 };
 
 params! {
-    /// `$1` queue, `$2` owner, `$3` lease, `$4` max_items.
+    /// `$1` queue, `$2` owner, `$3` lease, `$4` max_items, `$5` the server's clock.
     struct ClaimParams<'a> {
         queue: &'a str = TEXTOID,
         owner: &'a str = TEXTOID,
         lease: Option<Interval> = INTERVALOID,
         max_items: i32 = INT4OID,
+        now: TimestampWithTimeZone = TIMESTAMPTZOID,
     }
 }
 
@@ -267,41 +199,32 @@ macro_rules! claim_key_sql {
     ($mode:ident) => {
         concat!(
             r#"
-WITH clock AS (
-    SELECT pg_catalog.clock_timestamp() AS now
-), candidate AS (
+WITH picked AS (
     SELECT i.id,
            i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
-             AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state AS exhausted,
+             AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state AS dead,
            CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
                 THEN i.owner END AS lost_owner,
            CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                THEN i.epoch END AS lost_epoch
+                THEN i.epoch END AS lost_epoch,
+           i.lease_until AS lost_at
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.key OPERATOR(pg_catalog.=) $2
        AND ((i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-             AND i.run_at OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c))
+             AND i.run_at OPERATOR(pg_catalog.<=) $5)
          OR (i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-             AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT c.now FROM clock AS c)))"#,
-            queue_open!($mode),
-            r#"
+             AND i.lease_until OPERATOR(pg_catalog.<=) $5))
        FOR UPDATE SKIP LOCKED
-), exhausted_ids AS (
-    SELECT c.id FROM candidate AS c WHERE c.exhausted
-)"#,
-            dead_letter!($mode),
-            r#"
-, picked AS (
-    SELECT c.id, c.lost_owner, c.lost_epoch FROM candidate AS c WHERE NOT c.exhausted
-)"#,
-            claim_update!($mode, "$3", "$4")
+)
+UPDATE workfence.items AS i"#,
+            claim_sets!($mode, "$3", "$4", "$5")
         )
     };
 }
 
-// Claim item `$2` of queue `$1`, if claimable and its queue is not paused,
-// for owner `$3` under lease `$4` (a fresh epoch, as CLAIM gives); a lapsed
+// Claim item `$2` of queue `$1`, if claimable, for owner `$3` under lease
+// `$4` by the server's clock `$5` (a fresh epoch, as CLAIM gives); a lapsed
 // final attempt is dead-lettered instead. The result has CLAIM's columns.
 static CLAIM_KEY: plans::Versioned<ClaimKeyParams> = plans::Versioned {
     current: Statement::new(claim_key_sql!(current)),
@@ -309,12 +232,13 @@ static CLAIM_KEY: plans::Versioned<ClaimKeyParams> = plans::Versioned {
 };
 
 params! {
-    /// `$1` queue, `$2` key, `$3` owner, `$4` lease.
+    /// `$1` queue, `$2` key, `$3` owner, `$4` lease, `$5` the server's clock.
     struct ClaimKeyParams<'a> {
         queue: &'a str = TEXTOID,
         key: &'a str = TEXTOID,
         owner: &'a str = TEXTOID,
         lease: Option<Interval> = INTERVALOID,
+        now: TimestampWithTimeZone = TIMESTAMPTZOID,
     }
 }
 
@@ -326,7 +250,8 @@ struct ClaimOutcome {
     lost: Vec<LostToken>,
 }
 
-/// The result of CLAIM or CLAIM_KEY (see CLAIM for its columns).
+/// The result of CLAIM or CLAIM_KEY (see CLAIM for its columns); the
+/// claimed rows in claim order (priority, run_at, id).
 fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<ClaimOutcome> {
     let mut claimed = Vec::with_capacity(rows.len());
     let mut lost = Vec::new();
@@ -335,44 +260,71 @@ fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<ClaimOutcom
     for row in rows {
         let id = row.get::<i64>(1)?.ok_or_else(|| missing("id"))?;
         let key = row.get::<String>(2)?.ok_or_else(|| missing("key"))?;
-        let dead = row.get::<bool>(9)?.unwrap_or(false);
-        let lost_epoch = row.get::<i64>(8)?;
-        if let Some(epoch) = lost_epoch {
+        let attempts = row.get::<i32>(5)?.ok_or_else(|| missing("attempts"))?;
+        let dead = row.get::<bool>(10)?.unwrap_or(false);
+        if let Some(epoch) = row.get::<i64>(8)? {
             lost.push(LostToken {
                 id,
                 queue: queue.to_owned(),
                 key: key.clone(),
                 owner: row.get::<String>(7)?.unwrap_or_default(),
                 epoch,
+                // A claim counts one more attempt; a dead letter none.
+                attempt: if dead { attempts } else { attempts - 1 },
+                lapsed_at: row
+                    .get::<TimestampWithTimeZone>(9)?
+                    .ok_or_else(|| missing("lease_until"))?,
                 dead_lettered: dead,
             });
         }
         if dead {
             continue;
         }
-        claimed.push((
+        let order = (
+            row.get::<i32>(11)?.ok_or_else(|| missing("priority"))?,
+            pg_sys::TimestampTz::from(
+                row.get::<TimestampWithTimeZone>(12)?
+                    .ok_or_else(|| missing("run_at"))?,
+            ),
             id,
-            key,
-            row.get::<RawJsonb>(3)?.ok_or_else(|| missing("payload"))?,
-            row.get::<i64>(4)?.ok_or_else(|| missing("epoch"))?,
-            row.get::<i32>(5)?.ok_or_else(|| missing("attempts"))?,
-            row.get::<TimestampWithTimeZone>(6)?
-                .ok_or_else(|| missing("lease_until"))?,
+        );
+        claimed.push((
+            order,
+            (
+                id,
+                key,
+                row.get::<RawJsonb>(3)?.ok_or_else(|| missing("payload"))?,
+                row.get::<i64>(4)?.ok_or_else(|| missing("epoch"))?,
+                attempts,
+                row.get::<TimestampWithTimeZone>(6)?
+                    .ok_or_else(|| missing("lease_until"))?,
+            ),
         ));
     }
-    Ok(ClaimOutcome { claimed, lost })
+    claimed.sort_unstable_by_key(|(order, _)| *order);
+    Ok(ClaimOutcome {
+        claimed: claimed.into_iter().map(|(_, row)| row).collect(),
+        lost,
+    })
 }
 
-/// After a claim statement: count its lapsed leases claimed anew and tell
-/// the holders of the tokens it superseded (`work_lease_lost`, sent at
-/// commit). True if the statement changed anything at all.
-fn settle(queue: &str, outcome: &ClaimOutcome) -> Result<bool> {
-    let taken_over = outcome.lost.iter().filter(|t| !t.dead_lettered).count();
-    counters::lapsed(queue, taken_over as u64);
+/// After a claim statement: settle the tokens it superseded
+/// ([`crate::lapse::settle`]: `errors`, `work_lease_lost`, the `lapsed`
+/// counter). True if the statement changed anything at all.
+fn settle(outcome: &ClaimOutcome) -> Result<bool> {
     if !outcome.lost.is_empty() {
-        Spi::connect_mut(|client| notify::lease_lost(client, &outcome.lost))?;
+        Spi::connect_mut(|client| lapse::settle(client, &outcome.lost))?;
     }
     Ok(!outcome.claimed.is_empty() || !outcome.lost.is_empty())
+}
+
+/// The server's clock (`clock_timestamp()`), for a claim's `$5`.
+fn server_clock() -> Result<TimestampWithTimeZone> {
+    // SAFETY: reads the system clock; cannot fail.
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    TimestampWithTimeZone::try_from(now).map_err(|_| WorkfenceError::UnexpectedNull {
+        column: "clock_timestamp()",
+    })
 }
 
 /// Claim up to `max_items` claimable items of `queue` for `owner`, waiting
@@ -527,9 +479,10 @@ fn claim_once(
     max_items: i32,
     waiting: bool,
 ) -> Result<(Vec<ClaimedRow>, bool)> {
-    if !lock_items(waiting) {
+    if !lock_items(waiting) || paused::is_paused(queue)? {
         return Ok((Vec::new(), false));
     }
+    let now = server_clock()?;
     let outcome = Spi::connect_mut(|client| {
         plans::run(
             client,
@@ -539,11 +492,12 @@ fn claim_once(
                 owner,
                 lease,
                 max_items,
+                now,
             },
             |rows| read_claim_result(queue, rows),
         )
     })?;
-    let changed = settle(queue, &outcome)?;
+    let changed = settle(&outcome)?;
     Ok((durable(outcome.claimed), changed))
 }
 
@@ -589,6 +543,10 @@ fn claim_key(
     let owner = validate::owner(owner)?;
     validate::lease(lease.map(Into::into))?;
     lock_items(false);
+    if paused::is_paused(&queue)? {
+        return Ok(Vec::new());
+    }
+    let now = server_clock()?;
     let outcome = Spi::connect_mut(|client| {
         plans::run(
             client,
@@ -598,11 +556,12 @@ fn claim_key(
                 key: &key,
                 owner: &owner,
                 lease,
+                now,
             },
             |rows| read_claim_result(&queue, rows),
         )
     })?;
-    settle(&queue, &outcome)?;
+    settle(&outcome)?;
     Ok(durable(outcome.claimed))
 }
 
@@ -677,7 +636,7 @@ mod tests {
     /// The number in the SQL of [`errors_append!`] is the documented bound.
     #[test]
     fn errors_bound_is_validate_errors_kept() {
-        let sql = errors_append!("now()", "'x'");
+        let sql = errors_append!("1", "2", "'o'", "now()", "'x'");
         assert!(
             sql.contains(&format!(
                 "OPERATOR(pg_catalog.>=) {} ",

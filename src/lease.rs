@@ -288,7 +288,13 @@ UPDATE workfence.items AS i
                 concat!(
                     r#"
        errors = "#,
-                    errors_append!("pg_catalog.clock_timestamp()", "$4"),
+                    errors_append!(
+                        "i.attempts",
+                        "i.epoch",
+                        "i.owner",
+                        "pg_catalog.clock_timestamp()",
+                        "$4"
+                    ),
                     ","
                 ),
                 ""

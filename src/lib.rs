@@ -23,6 +23,8 @@ pub mod counters;
 mod compat;
 // `work_claim`, `work_claim_key`.
 pub mod claim;
+// What a superseded lapsed lease leaves: its `errors` entry, `work_lease_lost`, the `lapsed` count.
+pub mod lapse;
 // `work_enqueue`.
 pub mod enqueue;
 // Domain errors and their SQLSTATEs.
@@ -38,6 +40,8 @@ pub mod maintenance;
 pub mod notify;
 // `work_retry`, `work_reschedule`, `work_pause`, `work_resume`, `work_item`.
 pub mod operate;
+// Which queues are paused, per backend, kept fresh by shared invalidation.
+mod paused;
 // Per-backend cache of prepared SPI plans.
 mod plans;
 // `work_purge`.
@@ -69,6 +73,7 @@ pub extern "C-unwind" fn _PG_init() {
     notify::init();
     wait::init();
     counters::init();
+    paused::init();
     maintenance::init();
 }
 

@@ -64,10 +64,9 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::{pg_shmem_init, PgAtomic};
 
-use crate::claim::dead_letter;
 use crate::compat;
 use crate::error::Result;
-use crate::notify::{self, LostToken};
+use crate::lapse::{self, LostToken};
 use crate::plans::{self, Statement};
 use crate::purge;
 
@@ -110,35 +109,32 @@ pub static NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 
-// Every queue's lapsed final attempts, dead-lettered exactly as a claim does
-// it (the same CTE text), paused queues included (nobody holds those items;
-// a pause stops new work, not the bookkeeping of abandoned work). The
-// superseded tokens, for `work_lease_lost`. `(SELECT clock_timestamp())` is
-// read once.
-macro_rules! dead_letter_all_sql {
-    ($mode:ident) => {
-        concat!(
-            r#"
-WITH exhausted_ids AS (
-    SELECT i.id
+// Every queue's lapsed final attempts, dead-lettered as a claim does it
+// (state, last_error and finished_at as `claim`'s statement sets them),
+// paused queues included (nobody holds those items; a pause stops new work,
+// not the bookkeeping of abandoned work), with the superseded tokens
+// ([`crate::lapse::settle`] records and announces them).
+// `(SELECT clock_timestamp())` is read once.
+static DEAD_LETTER: Statement<()> = Statement::new(
+    r#"
+WITH exhausted AS (
+    SELECT i.id, i.lease_until
       FROM workfence.items AS i
      WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
        AND i.lease_until OPERATOR(pg_catalog.<=) (SELECT pg_catalog.clock_timestamp())
        AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
        FOR UPDATE SKIP LOCKED
-)"#,
-            dead_letter!($mode),
-            r#"
-SELECT e.id, e.queue, e.key, e.owner, e.epoch FROM exhausted AS e
-"#
-        )
-    };
-}
-
-static DEAD_LETTER: plans::Versioned<()> = plans::Versioned {
-    current: Statement::new(dead_letter_all_sql!(current)),
-    legacy: Statement::new(dead_letter_all_sql!(legacy)),
-};
+)
+UPDATE workfence.items AS i
+   SET state = 'failed'::workfence.item_state,
+       lease_until = NULL,
+       last_error = 'lease expired on the final attempt',
+       finished_at = pg_catalog.clock_timestamp()
+  FROM exhausted AS x
+ WHERE i.id OPERATOR(pg_catalog.=) x.id
+RETURNING i.id, i.key, i.owner, i.epoch, i.attempts, x.lease_until, i.queue
+"#,
+);
 
 // Is the extension installed in this database? (The worker's database may
 // have it created or dropped at any time.)
@@ -517,23 +513,30 @@ fn run_round(client: &mut SpiClient<'_>) -> Result<Option<Done>> {
     if !installed {
         return Ok(None);
     }
-    let lost = plans::run(client, DEAD_LETTER.get(), (), |rows| {
+    let lost = plans::run(client, &DEAD_LETTER, (), |rows| {
         let mut lost = Vec::with_capacity(rows.len());
         for row in rows {
-            if let (Some(id), Some(epoch)) = (row.get::<i64>(1)?, row.get::<i64>(5)?) {
-                lost.push(LostToken {
-                    id,
-                    queue: row.get::<String>(2)?.unwrap_or_default(),
-                    key: row.get::<String>(3)?.unwrap_or_default(),
-                    owner: row.get::<String>(4)?.unwrap_or_default(),
-                    epoch,
-                    dead_lettered: true,
-                });
-            }
+            let (Some(id), Some(epoch), Some(lapsed_at)) = (
+                row.get::<i64>(1)?,
+                row.get::<i64>(4)?,
+                row.get::<TimestampWithTimeZone>(6)?,
+            ) else {
+                continue;
+            };
+            lost.push(LostToken {
+                id,
+                key: row.get::<String>(2)?.unwrap_or_default(),
+                owner: row.get::<String>(3)?.unwrap_or_default(),
+                epoch,
+                attempt: row.get::<i32>(5)?.unwrap_or_default(),
+                lapsed_at,
+                queue: row.get::<String>(7)?.unwrap_or_default(),
+                dead_lettered: true,
+            });
         }
         Ok(lost)
     })?;
-    notify::lease_lost(client, &lost)?;
+    lapse::settle(client, &lost)?;
     let failed = lost.len() as i64;
     let purged = match retention() {
         Some(older_than) => purge::purge_finished(client, Some(older_than), None)?,

@@ -21,6 +21,7 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 use crate::enqueue::QueueParams;
 use crate::error::Result;
+use crate::lapse::LostToken;
 use crate::plans::{self, params, Statement};
 
 /// `workfence.notify_enqueued` (boolean, default on, superuser-set): whether
@@ -70,24 +71,6 @@ pub fn enqueued(client: &mut pgrx::spi::SpiClient<'_>, queue: &str) -> Result<()
     Ok(())
 }
 
-/// A token a claim superseded: the item's lease had lapsed under it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LostToken {
-    /// The item's id.
-    pub id: i64,
-    /// Its queue.
-    pub queue: String,
-    /// Its key.
-    pub key: String,
-    /// The owner of the superseded token.
-    pub owner: String,
-    /// The superseded epoch.
-    pub epoch: i64,
-    /// Whether the item was dead-lettered (its final attempt) rather than
-    /// claimed anew.
-    pub dead_lettered: bool,
-}
-
 // One `work_lease_lost` per superseded token (the arrays have one element
 // per token), its payload built by the server so that every string is
 // escaped as JSON: a `workfence.lost_token` as json, whose keys come in
@@ -115,11 +98,11 @@ params! {
 }
 
 /// Notify `work_lease_lost` for each of `tokens` (one statement for all),
-/// unless there are none, `workfence.notify_lease_lost` is off, or the
-/// database's extension is older than 0.6.0 (before `ALTER EXTENSION ...
-/// UPDATE`: it has no `workfence.lost_token`, and its users no such channel).
+/// unless there are none or `workfence.notify_lease_lost` is off. Called by
+/// [`crate::lapse::settle`], which skips it on a schema before 0.6.0 (no
+/// `workfence.lost_token` there).
 pub fn lease_lost(client: &mut pgrx::spi::SpiClient<'_>, tokens: &[LostToken]) -> Result<()> {
-    if tokens.is_empty() || !NOTIFY_LEASE_LOST.get() || plans::schema() == plans::Schema::Legacy {
+    if tokens.is_empty() || !NOTIFY_LEASE_LOST.get() {
         return Ok(());
     }
     let params = LeaseLostParams {

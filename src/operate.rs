@@ -218,11 +218,15 @@ fn move_item(
 pub fn work_pause(queue: Option<String>) -> bool {
     (|| {
         let queue = validate::queue(queue)?;
-        Spi::connect_mut(|client| {
+        let paused = Spi::connect_mut(|client| {
             plans::run(client, &PAUSE, QueueParams { queue: &queue }, |rows| {
                 Ok(!rows.is_empty())
             })
-        })
+        })?;
+        if paused {
+            crate::paused::changed();
+        }
+        Ok(paused)
     })()
     .or_report()
 }
@@ -245,6 +249,7 @@ pub fn work_resume(queue: Option<String>) -> bool {
             })
         })?;
         if resumed {
+            crate::paused::changed();
             wait::wake_after_commit(&queue, u32::MAX);
         }
         Ok(resumed)

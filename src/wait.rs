@@ -55,7 +55,7 @@
 //! death ends the process (`WL_EXIT_ON_PM_DEATH`).
 //!
 //! - A paused queue (`work_pause`) is seen by every attempt, which then
-//!   claims nothing, and by [`NEXT_DUE`], which then reports nothing due:
+//!   claims nothing, and by [`next_due`], which then reports nothing due:
 //!   the waiter sleeps until a wake-up (the resume wakes every waiter of
 //!   the queue) or its deadline, without polling.
 //! - A waiter whose client has gone away (the peer closed the socket) ends
@@ -76,7 +76,7 @@ use pgrx::prelude::*;
 use crate::enqueue::QueueParams;
 use crate::error::{Result, WorkfenceError};
 use crate::plans::{self, Statement};
-use crate::{compat, xact};
+use crate::{compat, paused, xact};
 
 /// The first key of the advisory lock waiters hold (ASCII "WFwt"), so that
 /// the locks are recognisable in `pg_locks` (`classid`) and unlikely to meet
@@ -255,16 +255,11 @@ fn unregister(key: i32) {
 // right after a claim that found nothing, means another transaction has it
 // locked (a claim or cancel not yet committed, a worker's work_assert on a
 // lapsed lease). Separate EXISTS per state, so that each can use its index.
-// No row when the queue is paused: nothing becomes claimable by the clock
-// then, and only the resume (which wakes every waiter) opens it.
-macro_rules! next_due_sql {
-    ($mode:ident) => {
-        concat!(
-            r#"
-WITH now AS (SELECT pg_catalog.clock_timestamp() AS t),
-gate AS (SELECT true"#,
-            crate::claim::queue_open!($mode),
-            r#" AS open)
+// (A paused queue is not asked: nothing becomes claimable by the clock
+// then, and only the resume, which wakes every waiter, opens it.)
+static NEXT_DUE: Statement<QueueParams> = Statement::new(
+    r#"
+WITH now AS (SELECT pg_catalog.clock_timestamp() AS t)
 SELECT EXTRACT(EPOCH FROM LEAST(
            (SELECT pg_catalog.min(i.run_at)
               FROM workfence.items AS i, now
@@ -277,25 +272,16 @@ SELECT EXTRACT(EPOCH FROM LEAST(
                AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
                AND i.lease_until OPERATOR(pg_catalog.>) now.t))
          OPERATOR(pg_catalog.-) (SELECT now.t FROM now))::pg_catalog.float8,
-       (EXISTS (SELECT FROM workfence.items AS i, now
+       EXISTS (SELECT FROM workfence.items AS i, now
                 WHERE i.queue OPERATOR(pg_catalog.=) $1
                   AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
                   AND i.run_at OPERATOR(pg_catalog.<=) now.t)
        OR EXISTS (SELECT FROM workfence.items AS i, now
                    WHERE i.queue OPERATOR(pg_catalog.=) $1
                      AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                     AND i.lease_until OPERATOR(pg_catalog.<=) now.t))
-  FROM gate
- WHERE gate.open
-"#
-        )
-    };
-}
-
-static NEXT_DUE: plans::Versioned<QueueParams> = plans::Versioned {
-    current: Statement::new(next_due_sql!(current)),
-    legacy: Statement::new(next_due_sql!(legacy)),
-};
+                     AND i.lease_until OPERATOR(pg_catalog.<=) now.t)
+"#,
+);
 
 /// Run one claim attempt of a waiting claim in a subtransaction, kept if
 /// the attempt changed something (`attempt` returns its rows and whether it
@@ -557,12 +543,11 @@ impl ItemsLock {
 /// (None if none will without a write), and whether one is claimable now
 /// (see [`NEXT_DUE`]).
 fn next_due(queue: &str) -> Result<(Option<Duration>, bool)> {
+    if paused::is_paused(queue)? {
+        return Ok((None, false));
+    }
     Spi::connect_mut(|client| {
-        plans::run(client, NEXT_DUE.get(), QueueParams { queue }, |rows| {
-            if rows.is_empty() {
-                // Paused.
-                return Ok((None, false));
-            }
+        plans::run(client, &NEXT_DUE, QueueParams { queue }, |rows| {
             let row = rows.first();
             let seconds: Option<f64> = row.get(1)?;
             let due_now = row.get::<bool>(2)?.unwrap_or(false);

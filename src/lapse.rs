@@ -1,0 +1,107 @@
+//! What a superseded lapsed lease leaves behind, once a claim (or the
+//! maintenance worker) has taken the item anew or dead-lettered it: an
+//! entry in the item's `errors` history, the `work_lease_lost`
+//! notification, and (claimed anew only) the queue's `lapsed` counter.
+//!
+//! Done after the statement that superseded the tokens, on the rare path
+//! only: a claim that finds no lapsed lease runs none of it, so the claim
+//! statement itself carries no `errors` expression (its cost is paid by
+//! every claim, at plan start-up, whether or not a lease lapsed).
+
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use crate::claim::errors_append;
+use crate::counters;
+use crate::error::Result;
+use crate::notify;
+use crate::plans::{self, params, Statement};
+
+/// A token a claim superseded: the item's lease had lapsed under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostToken {
+    /// The item's id.
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its key.
+    pub key: String,
+    /// The owner of the superseded token.
+    pub owner: String,
+    /// The superseded epoch.
+    pub epoch: i64,
+    /// The attempt the lapsed lease was (the item's `attempts` then).
+    pub attempt: i32,
+    /// When the lease lapsed (its `lease_until`).
+    pub lapsed_at: TimestampWithTimeZone,
+    /// Whether the item was dead-lettered (its final attempt) rather than
+    /// claimed anew.
+    pub dead_lettered: bool,
+}
+
+impl LostToken {
+    /// The `error` of its `errors` entry.
+    fn error(&self) -> &'static str {
+        if self.dead_lettered {
+            "lease expired on the final attempt"
+        } else {
+            "lease expired"
+        }
+    }
+}
+
+// Append one `errors` entry per lapsed lease (the arrays have one element
+// per token), in the transaction that superseded them (which holds their
+// row locks).
+static RECORD: Statement<RecordParams> = Statement::new(concat!(
+    r#"
+UPDATE workfence.items AS i
+   SET errors = "#,
+    errors_append!("e.attempt", "e.epoch", "e.owner", "e.at", "e.error"),
+    r#"
+  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),
+                  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6))
+       AS e(id, attempt, epoch, owner, at, error)
+ WHERE i.id OPERATOR(pg_catalog.=) e.id
+"#
+));
+
+params! {
+    /// `$1` ids, `$2` attempts, `$3` epochs, `$4` owners, `$5` lapsed_at,
+    /// `$6` error texts: one element per lapsed lease.
+    struct RecordParams {
+        ids: Vec<i64> = INT8ARRAYOID,
+        attempts: Vec<i32> = INT4ARRAYOID,
+        epochs: Vec<i64> = INT8ARRAYOID,
+        owners: Vec<String> = TEXTARRAYOID,
+        at: Vec<TimestampWithTimeZone> = TIMESTAMPTZARRAYOID,
+        errors: Vec<String> = TEXTARRAYOID,
+    }
+}
+
+/// Settle `lost`, the tokens one statement superseded: record each in its
+/// item's `errors` and notify `work_lease_lost` (neither on a schema before
+/// 0.6.0, which has no `errors` and no such channel), and count the leases
+/// claimed anew in their queues' `lapsed`. Nothing at all when `lost` is
+/// empty.
+pub fn settle(client: &mut SpiClient<'_>, lost: &[LostToken]) -> Result<()> {
+    if lost.is_empty() {
+        return Ok(());
+    }
+    for token in lost.iter().filter(|t| !t.dead_lettered) {
+        counters::lapsed(&token.queue, 1);
+    }
+    if plans::schema() == plans::Schema::Legacy {
+        return Ok(());
+    }
+    let params = RecordParams {
+        ids: lost.iter().map(|t| t.id).collect(),
+        attempts: lost.iter().map(|t| t.attempt).collect(),
+        epochs: lost.iter().map(|t| t.epoch).collect(),
+        owners: lost.iter().map(|t| t.owner.clone()).collect(),
+        at: lost.iter().map(|t| t.lapsed_at).collect(),
+        errors: lost.iter().map(|t| t.error().to_owned()).collect(),
+    };
+    plans::run(client, &RECORD, params, |_| Ok(()))?;
+    notify::lease_lost(client, lost)
+}
