@@ -164,7 +164,8 @@ CREATE TABLE workfence.queues (
     paused_at  timestamptz
 );
 COMMENT ON TABLE workfence.queues IS
-    'Settings of queues, set by an operator through the workfence.work_* functions (work_pause, work_resume). '
+    'Settings of queues, set by an operator through the workfence.work_* functions (work_pause, work_resume), '
+    'which tell every session to read it again; a row written any other way is seen by new sessions only. '
     'A queue without a row has the defaults (not paused). Not writable by PUBLIC.';
 COMMENT ON COLUMN workfence.queues.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.queues.paused IS 'Whether claims of the queue hand out nothing (work_pause; work_resume ends it).';

@@ -585,3 +585,47 @@ fn the_operations_guides_sql_does_what_it_says() {
         "resumed, both due"
     );
 }
+
+#[test]
+fn a_pause_reaches_a_session_that_claimed_before_it_and_a_rolled_back_one_does_not() {
+    let cluster = cluster();
+    let mut operator = database(&cluster, "pause_seen");
+    let mut worker = ok(cluster.connect_to("pause_seen"), "worker");
+    for key in ["a", "b", "c"] {
+        common::enqueue_new(&mut operator, &Enqueue::new("p").key(key));
+    }
+    // The worker's session knows the queue open (it has claimed from it).
+    assert_eq!(
+        common::claimed_one(&mut worker, "p", "w", "1 minute").key,
+        "a"
+    );
+    // A pause that rolls back changes nothing for it.
+    let mut tx = ok(operator.transaction(), "BEGIN");
+    assert!(ok(calls::pause(&mut tx, "p"), "pause"));
+    ok(tx.rollback(), "ROLLBACK");
+    assert_eq!(
+        common::claimed_one(&mut worker, "p", "w", "1 minute").key,
+        "b"
+    );
+    // A committed pause closes the queue for the worker's very next claim.
+    assert!(ok(calls::pause(&mut operator, "p"), "pause"));
+    assert!(
+        ok(
+            calls::claim(&mut worker, "p", "w", "1 minute", None, None),
+            "claim"
+        )
+        .is_empty(),
+        "a session that knew the queue open must see the pause"
+    );
+    assert!(ok(
+        calls::claim_key(&mut worker, "p", "c", "w", "1 minute"),
+        "claim_key"
+    )
+    .is_none());
+    // And the resume opens it again.
+    assert!(ok(calls::resume(&mut operator, "p"), "resume"));
+    assert_eq!(
+        common::claimed_one(&mut worker, "p", "w", "1 minute").key,
+        "c"
+    );
+}
