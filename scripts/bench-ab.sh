@@ -5,7 +5,7 @@
 # figures, measured in one run on one machine, with the builds alternating
 # round by round so that drift on a shared machine hits both.
 #
-#   scripts/bench-ab.sh --base REV [--rounds N] [--quick] [--out FILE]
+#   scripts/bench-ab.sh --base REV [--rounds N] [--parts LIST] [--quick] [--out FILE]
 #
 #   --base REV   the revision to compare with (e.g. the previous release's
 #                commit); built in a worktree under target/ab/ (first run:
@@ -14,6 +14,8 @@
 #                and runs workload 1 of workfence-bench once (1, 4, 16 and 64
 #                connections, synchronous_commit on and off, the hand-written
 #                baseline in the same run)
+#   --parts LIST which parts, comma-separated (default all): speed (items/s,
+#                as above), counters (part two) and instructions (part three)
 #   --quick      tiny sizes, one round: a smoke run of this script
 #   --out FILE   where the report goes (default target/ab/report.md); it is
 #                also printed
@@ -22,6 +24,14 @@
 # refusal, counted) and with the current token (the holder's hot path), for
 # 10 s each, on a cluster with the library in shared_preload_libraries and
 # on one without, alternating, same build.
+#
+# Part three, instructions: the machine's timings move by tens of percent
+# between runs, so each build's CPU cost is also counted in instructions,
+# which do not: `postgres --single` (one backend, no client) runs N claim ->
+# finish cycles under valgrind's callgrind on a fresh cluster of 3,000
+# items, for N = 100 and N = 600; (600's total - 100's) / 500 is one cycle,
+# with the backend's start and exit taken out. The same for a refused and a
+# current renew, with and without the counters (shared_preload_libraries).
 #
 # The system-wide install is this checkout's build again when it ends.
 set -euo pipefail
@@ -34,11 +44,13 @@ PG_BIN="$("$PG_CONFIG" --bindir)"
 base=""
 rounds=3
 quick=0
+parts="speed,counters,instructions"
 out="$ROOT/target/ab/report.md"
 while [ $# -gt 0 ]; do
     case "$1" in
         --base) base="$2"; shift 2 ;;
         --rounds) rounds="$2"; shift 2 ;;
+        --parts) parts="$2"; shift 2 ;;
         --quick) quick=1; rounds=1; shift ;;
         --out) out="$2"; shift 2 ;;
         -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -46,11 +58,12 @@ while [ $# -gt 0 ]; do
     esac
 done
 if [ -z "$base" ]; then
-    echo "usage: scripts/bench-ab.sh --base REV [--rounds N] [--quick] [--out FILE]" >&2
+    echo "usage: scripts/bench-ab.sh --base REV [--rounds N] [--parts LIST] [--quick] [--out FILE]" >&2
     exit 2
 fi
 
 stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
+part() { case ",$parts," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 ab="$ROOT/target/ab"
 mkdir -p "$ab"
 
@@ -86,7 +99,7 @@ mkdir -p "$scratch"
 size_args=()
 [ "$quick" = 1 ] && size_args+=(--quick)
 rm -rf "$ab/runs"
-for round in $(seq 1 "$rounds"); do
+part speed && for round in $(seq 1 "$rounds"); do
     order="base head"
     [ $((round % 2)) = 0 ] && order="head base"
     for name in $order; do
@@ -103,7 +116,7 @@ counters_csv="$ab/counters.csv"
 echo "round,preload,call,tps" > "$counters_csv"
 seconds=10
 [ "$quick" = 1 ] && seconds=2
-for round in $(seq 1 "$rounds"); do
+part counters && for round in $(seq 1 "$rounds"); do
     for preload in on off; do
         dir="$scratch/counters-$preload"
         rm -rf "$dir"
@@ -136,10 +149,74 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 
+# --- part three: instructions per call (callgrind, deterministic) -----------
+instructions_csv="$ab/instructions.csv"
+echo "build,what,instructions_per_call" > "$instructions_csv"
+# collected DIR SCRIPT [postgres options...]: the instructions callgrind
+# counted for a single-user backend running SCRIPT on the cluster in DIR.
+collected() {
+    local dir="$1" script="$2"
+    shift 2
+    runuser -u postgres -- valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$PG_BIN/postgres" --single -D "$dir" -c fsync=off "$@" postgres \
+        < "$script" 2>&1 >/dev/null | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+# fresh_cluster DIR SQL: a new cluster in DIR with the extension and SQL run, stopped.
+fresh_cluster() {
+    local dir="$1" sql="$2" port
+    rm -rf "$dir"
+    port="$(free_port)"
+    cluster_start "$dir" "$port"
+    "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d postgres \
+        -c "CREATE EXTENSION pg_workfence" -c "$sql" >/dev/null
+    cluster_stop "$dir"
+}
+# repeat N LINE FILE: LINE, N times, into FILE.
+repeat() {
+    local i
+    for i in $(seq "$1"); do printf '%s\n' "$2"; done > "$3"
+    chmod 644 "$3"
+}
+if part instructions; then
+    command -v valgrind >/dev/null || { echo "part instructions needs valgrind" >&2; exit 1; }
+    small=100 large=600
+    [ "$quick" = 1 ] && small=20 large=60
+    cg="$scratch/callgrind"
+    mkdir -p "$cg"
+    chown postgres "$cg"
+    for name in base head; do
+        stage "instructions: $name"
+        install_build "$name"
+        for n in "$small" "$large"; do
+            repeat "$n" "SELECT workfence.work_finish(c.id, 'w', c.epoch) FROM workfence.work_claim('q', 'w', '1 minute') AS c;" "$cg/cycles-$n.sql"
+            fresh_cluster "$cg/data" "SELECT count(*) FROM (SELECT workfence.work_enqueue('q') FROM pg_catalog.generate_series(1, 3000)) AS s"
+            eval "cycle_$n=$(collected "$cg/data" "$cg/cycles-$n.sql")"
+        done
+        echo "$name,claim -> finish,$(( (cycle_$large - cycle_$small) / (large - small) ))" >> "$instructions_csv"
+        [ "$name" = head ] || continue
+        # The renews: item 1 claimed (epoch 1); a stale epoch 0 is refused.
+        for preload in on off; do
+            opts=()
+            [ "$preload" = on ] && opts+=(-c "shared_preload_libraries=pg_workfence")
+            for call in refused current; do
+                e=1
+                [ "$call" = refused ] && e=0
+                for n in "$small" "$large"; do
+                    repeat "$n" "SELECT workfence.work_renew(1, 'w', $e, '1 hour');" "$cg/renew-$n.sql"
+                    fresh_cluster "$cg/data" "SELECT workfence.work_enqueue('q', key => 'k'); SELECT * FROM workfence.work_claim('q', 'w', '1 hour')"
+                    eval "renew_$n=$(collected "$cg/data" "$cg/renew-$n.sql" "${opts[@]}")"
+                done
+                echo "head,$call renew (counters $preload),$(( (renew_$large - renew_$small) / (large - small) ))" >> "$instructions_csv"
+            done
+        done
+    done
+    install_build head
+fi
+
 # --- the report --------------------------------------------------------------
-python3 - "$ab" "$rounds" "$base" "$base_version" "$head_version" "$counters_csv" > "$out" <<'PY'
+python3 - "$ab" "$rounds" "$base" "$base_version" "$head_version" "$counters_csv" "$instructions_csv" > "$out" <<'PY'
 import csv, glob, os, statistics, sys
-ab, rounds, base, base_version, head_version, counters_csv = sys.argv[1:]
+ab, rounds, base, base_version, head_version, counters_csv, instructions_csv = sys.argv[1:]
 cells = {}  # (build, conns, sync) -> list of (pg_workfence items/s, baseline items/s)
 for path in glob.glob(os.path.join(ab, "runs", "*", "benchmarks.csv")):
     build = os.path.basename(os.path.dirname(path)).split("-")[0]
@@ -170,6 +247,8 @@ for conns, sync in keys:
     br = statistics.median(x / y for x, y in b)
     hr = statistics.median(x / y for x, y in h)
     print(f"| {conns} | {sync} | {bm:,.0f} | {br:.2f} | {hm:,.0f} | {hr:.2f} | {hm / bm:.3f} |")
+def median_or_none(xs):
+    return statistics.median(xs) if xs else None
 rows = list(csv.DictReader(open(counters_csv)))
 print("\n## What counting a refusal costs\n")
 print("`pgbench -M prepared -c 4`: `work_renew` with a stale token (refused: the counters, when on, look")
@@ -184,6 +263,18 @@ for call in ("refused", "current"):
     if on and off:
         a, b = statistics.median(on), statistics.median(off)
         print(f"| {call} renew | {a:,.0f} | {b:,.0f} | {a / b:.3f} |")
+ins = list(csv.DictReader(open(instructions_csv)))
+if ins:
+    print("\n## Instructions per call (callgrind, `postgres --single`)\n")
+    print("Counted, not timed: the same for every run of the same build on the same inputs.\n")
+    print("| build | call | instructions |")
+    print("|---|---|---:|")
+    names = {"base": base_version, "head": head_version}
+    for r in ins:
+        print(f"| {names[r['build']]} | {r['what']} | {int(r['instructions_per_call']):,} |")
+    cycle = {r["build"]: int(r["instructions_per_call"]) for r in ins if r["what"] == "claim -> finish"}
+    if "base" in cycle and "head" in cycle:
+        print(f"\n{head_version} / {base_version}, claim -> finish: {cycle['head'] / cycle['base']:.3f}")
 PY
 cat "$out"
 stage "wrote $out; the system's install is this checkout's build again"

@@ -2,10 +2,11 @@
 //! once from `workfence.queues` and kept until a pause or resume commits.
 //!
 //! A claim must find a paused queue closed, and must cost a queue that is
-//! not paused nothing measurable. Asking the table on every claim (a probe
-//! of `workfence.queues` in the claim statement) cost each claim about 3%
-//! of its instructions (plan start-up of the probe and its locks, counted
-//! with callgrind, `scripts/bench-ab.sh`); a set of names in the backend
+//! not paused nothing measurable. A probe of `workfence.queues` in the
+//! claim statement costs every claim the start-up of its sub-plan, its
+//! index scan and two more relation locks, part of the 15% more
+//! instructions per claim -> finish the first 0.6.0 build counted against
+//! 0.5.0 (callgrind, `scripts/bench-ab.sh`); a set of names in the backend
 //! costs a hash look-up.
 //!
 //! The set is kept correct by PostgreSQL's shared invalidation: `work_pause`
