@@ -45,6 +45,11 @@ stage "unit and in-server tests: cargo pgrx test"
 pgdata="$(scratch_base "$ROOT")/pgrx-test-data"
 mkdir -p "$pgdata"
 chown postgres:postgres "$pgdata"
+# cargo pgrx test installs its build with `cp` over the installed library;
+# writing into a library a running server has mapped (a cluster of another
+# run that preloads it) crashes that server. Unlinked first, the running
+# servers keep the old file and the copy is a new one.
+rm -f "$("$PG_CONFIG" --pkglibdir)/pg_workfence.so"
 cargo pgrx test pg15 --runas postgres --pgdata "$pgdata/pg15"
 
 stage "install: cargo pgrx install --release"

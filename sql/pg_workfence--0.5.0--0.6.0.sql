@@ -282,7 +282,7 @@ COMMENT ON COLUMN workfence.work_queue_stats.lapsed IS
     'Lapsed leases claimed anew (each superseded a token), since the server started. '
     'NULL unless pg_workfence is in shared_preload_libraries.';
 
-REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
+-- (The view keeps the privileges it had: CREATE OR REPLACE VIEW does not change them.)
 
 -- ---- documentation, as sql/finalize.sql writes it ----
 COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval) IS
@@ -299,6 +299,9 @@ COMMENT ON FUNCTION workfence.work_renew(bigint, text, bigint, interval) IS
 
 COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
 'work_fail(id, owner, epoch, error text, retry_in interval DEFAULT NULL) -> boolean. Records error (in last_error and the errors history; a text over 2048 bytes is cut there); pending again after retry_in (NULL: exponential backoff with jitter, 2^n/2..2^n s, at most 1 h) or failed once attempts are used up. False (nothing recorded) for any token but the current one. Errors: 22004 NULL id/owner/epoch/error, 22023 bad owner, retry_in negative or over 365 days (real length from now).';
+
+COMMENT ON FUNCTION workfence.work_cancel(text, text) IS
+'work_cancel(queue, key) -> boolean. Cancels the item if it is pending or claimed: state cancelled, finished_at = clock_timestamp(), not claimed again unless work_retry puts it back (under a new epoch); the holder''s token is refused from then on (work_assert: 55000, cancelled). False, changing nothing, when the item is missing or already done, failed or cancelled. Errors: 22004 NULL argument, 22023 bad queue/key.';
 
 COMMENT ON FUNCTION workfence.work_retry(text, text, timestamptz) IS
 'work_retry(queue, key, run_at DEFAULT NULL) -> boolean. A failed or cancelled item back to pending, due at run_at (NULL: now), with at least one more attempt (max_attempts raised to attempts + 1 when used up); its errors history is kept, its old tokens stay dead; wakes long polls at commit. True if it changed the item; false for a missing item or any other state. Errors: 22004 NULL queue/key, 22023 bad queue/key/run_at.';
@@ -336,52 +339,47 @@ BEGIN
 END
 $retire$;
 
--- Privileges and search_path safety. KEEP THIS BLOCK LAST: it covers every
--- function, table, view and sequence in schema workfence that exists when it
--- runs, without naming them (docs/operations.md, "Least privilege").
---
--- Every function runs as the extension's owner (SECURITY DEFINER), so a role
--- needs EXECUTE on the functions it calls and no privilege on the tables: a
--- worker can change an item only through the lease checks. Each function pins
--- search_path to pg_catalog with pg_temp explicitly last, as "Writing SECURITY
--- DEFINER Functions Safely" in the PostgreSQL manual asks, on top of the
--- schema-qualified SQL the functions run: objects a caller puts on its own
--- search_path are never looked up. PostgreSQL grants EXECUTE to PUBLIC by
--- default; that is revoked, so only roles granted a function may call it.
+-- ---- privileges of the new functions ----
+-- As sql/finalize.sql sets them in a fresh install: SECURITY DEFINER with a
+-- pinned search_path, no EXECUTE for PUBLIC (docs/operations.md, "Least
+-- privilege"). Only the new functions: the grants an operator made on the
+-- objects that were there before, PUBLIC's included, stay as they are.
 DO $privileges$
 DECLARE
     routine pg_catalog.regprocedure;
 BEGIN
     FOR routine IN
-        SELECT p.oid::pg_catalog.regprocedure
-          FROM pg_catalog.pg_proc AS p
-         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'workfence'::pg_catalog.regnamespace
-         ORDER BY p.oid
+        SELECT pg_catalog.unnest(ARRAY[
+            'workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval)',
+            'workfence.work_retry(text, text, timestamptz)',
+            'workfence.work_reschedule(text, text, timestamptz)',
+            'workfence.work_pause(text)',
+            'workfence.work_resume(text)',
+            'workfence.work_item(text, text)',
+            'workfence.work_item(bigint)',
+            'workfence.queue_counters(text)'
+        ]::pg_catalog.regprocedure[])
     LOOP
-        -- A catalog name rendered by regprocedure, not user data.
+        -- Catalog names rendered by regprocedure, not user data.
         EXECUTE pg_catalog.format(
             'ALTER ROUTINE %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', routine);
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', routine);
     END LOOP;
 END
 $privileges$;
 
-REVOKE ALL ON ALL ROUTINES IN SCHEMA workfence FROM PUBLIC;
-REVOKE ALL ON ALL TABLES IN SCHEMA workfence FROM PUBLIC;
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA workfence FROM PUBLIC;
-REVOKE ALL ON SCHEMA workfence FROM PUBLIC;
-
 -- ---- the new work_enqueue keeps the old one's grants ----
--- A role granted EXECUTE on the 6-argument work_enqueue (the enqueuer
--- group of docs/operations.md) may call the 7-argument one after the
--- update, as before it: each grantee of the old function's EXECUTE gets it
--- on the new one (after the block above, which revokes PUBLIC's default).
+-- A role (or PUBLIC) granted EXECUTE on the 6-argument work_enqueue (the
+-- enqueuer group of docs/operations.md) may call the 7-argument one after
+-- the update, as before it, with the grant option if it had it.
 DO $grants$
 DECLARE
-    grantee pg_catalog.text;
+    grant_to pg_catalog.text;
 BEGIN
-    FOR grantee IN
+    FOR grant_to IN
         SELECT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
                     ELSE pg_catalog.quote_ident(r.rolname::pg_catalog.text) END
+               || CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END
           FROM pg_catalog.pg_proc AS p
          CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
           LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
@@ -393,7 +391,7 @@ BEGIN
         -- A role name quoted by quote_ident, not user data.
         EXECUTE pg_catalog.format(
             'GRANT EXECUTE ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval) TO %s',
-            grantee);
+            grant_to);
     END LOOP;
 END
 $grants$;

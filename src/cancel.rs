@@ -37,7 +37,8 @@ params! {
 ///
 /// SQL: `workfence.work_cancel(queue text, key text) RETURNS boolean`. True
 /// when the item was pending or claimed and is now `cancelled` (with
-/// `finished_at` = `clock_timestamp()`): it is never claimed again, and the
+/// `finished_at` = `clock_timestamp()`): it is not claimed again (unless an
+/// operator puts it back with `work_retry`, from 0.6.0, under a new epoch), and the
 /// token of a worker holding it is dead from then on (renew, finish, release
 /// and fail return false; `work_assert` raises 55000 with DETAIL "The item
 /// was cancelled."). False when no such item exists or it is already done,

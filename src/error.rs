@@ -65,7 +65,10 @@ impl LeaseStatus {
             LeaseStatus::WrongOwner => "The epoch is current but was claimed under another owner.",
             LeaseStatus::Finished => "The item is already done or failed.",
             LeaseStatus::Cancelled => "The item was cancelled.",
-            LeaseStatus::Released => "The lease was handed back (work_release or work_fail).",
+            LeaseStatus::Released => {
+                "The lease was handed back (work_release or work_fail), or the item was retried \
+                 (work_retry)."
+            }
             LeaseStatus::Uncommitted => {
                 "The epoch was handed out by a claim whose transaction has not committed yet; \
                  other transactions do not see the claim until it does."
@@ -96,8 +99,8 @@ impl LeaseStatus {
                 "Roll back: the item is finished; there is nothing left to do under this token."
             }
             LeaseStatus::Cancelled => {
-                "Roll back and stop the job: the item was withdrawn with work_cancel and is never \
-                 claimed again."
+                "Roll back and stop the job: the item was withdrawn with work_cancel; an operator's \
+                 work_retry would put it back under a new epoch, never this one."
             }
             LeaseStatus::Released => {
                 "Roll back: this token handed the item back, and the next claim takes it under a \

@@ -12,7 +12,6 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::claim::errors_append;
-use crate::counters;
 use crate::error::Result;
 use crate::notify;
 use crate::plans::{self, params, Statement};
@@ -82,14 +81,14 @@ params! {
 /// Settle `lost`, the tokens one statement superseded: record each in its
 /// item's `errors` and notify `work_lease_lost` (neither on a schema before
 /// 0.6.0, which has no `errors` and no such channel), and count the leases
-/// claimed anew in their queues' `lapsed`. Nothing at all when `lost` is
-/// empty.
+/// claimed anew in their queues' `lapsed` when the transaction commits.
+/// Nothing at all when `lost` is empty.
 pub fn settle(client: &mut SpiClient<'_>, lost: &[LostToken]) -> Result<()> {
     if lost.is_empty() {
         return Ok(());
     }
     for token in lost.iter().filter(|t| !t.dead_lettered) {
-        counters::lapsed(&token.queue, 1);
+        crate::xact::lapsed_at_commit(&token.queue);
     }
     if plans::schema() == plans::Schema::Legacy {
         return Ok(());

@@ -159,15 +159,18 @@ RETURNING i.id
 // towards the token, read with a fresh snapshot (its own statement, so in
 // READ COMMITTED it sees a concurrent change of the row that the guarded
 // statement waited for). No row: no such item. Columns: the item's queue
-// (for the refusal counters), whether the token is current (then the
-// statement refused for a reason of its own: a renew past max_run), and
+// (for the refusal counters), whether the token was never superseded:
+// current (then the statement refused for a reason of its own, a renew
+// past max_run) or newer than the item's committed epoch (a claim not yet
+// committed, or one that rolled back: no worker was fenced off), and
 // whether the item is done under this token (a finish repeated with the
 // same token, after a lost reply). Never locks, never waits.
 static AFTER_REFUSAL: Statement<Guarded<()>> = Statement::new(
     r#"
 SELECT i.queue,
        i.owner OPERATOR(pg_catalog.=) $2 AND i.epoch OPERATOR(pg_catalog.=) $3
-         AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state,
+         AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+         OR i.epoch IS NULL OR $3 OPERATOR(pg_catalog.>) i.epoch,
        i.owner OPERATOR(pg_catalog.=) $2 AND i.epoch OPERATOR(pg_catalog.=) $3
          AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state
   FROM workfence.items AS i
@@ -181,7 +184,8 @@ SELECT i.queue,
 struct AfterRefusal {
     /// The item's queue; `None` if no item has the token's id.
     queue: Option<String>,
-    /// The token is current after all.
+    /// The token is current after all, or newer than the item's epoch: not
+    /// a stale token (not counted).
     current: bool,
     /// The item is done under this token.
     done_by_token: bool,
@@ -224,7 +228,8 @@ static AFTER_MANY_REFUSED: Statement<FinishedManyByParams> = Statement::new(
     r#"
 SELECT i.id, r.epoch, i.queue,
        i.owner OPERATOR(pg_catalog.=) $1 AND i.epoch OPERATOR(pg_catalog.=) r.epoch
-         AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state
+         AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state,
+       i.epoch IS NULL OR r.epoch OPERATOR(pg_catalog.>) i.epoch
   FROM workfence.items AS i
   JOIN ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS r(id, epoch)
     ON i.id OPERATOR(pg_catalog.=) r.id
@@ -621,6 +626,8 @@ fn finish_many(
                         };
                         if row.get::<bool>(4)?.unwrap_or(false) {
                             done.insert((id, epoch));
+                        } else if row.get::<bool>(5)?.unwrap_or(false) {
+                            // An epoch the item never carried: not stale.
                         } else if let Some(queue) = row.get::<String>(3)? {
                             refused.push(queue);
                         }
@@ -699,7 +706,13 @@ pub fn work_fail(
 ) -> bool {
     (|| {
         let token = Token::new(id, owner, epoch)?;
-        let error = validate::error_text(validate::required("error", error)?);
+        let error = validate::required("error", error)?;
+        // 0.6.0 bounds the text; a database not yet updated keeps it whole,
+        // as its release did.
+        let error = match plans::schema() {
+            plans::Schema::Current => validate::error_text(error),
+            plans::Schema::Legacy => error,
+        };
         if let Some(retry) = retry_in {
             validate::delay("retry_in", retry.into(), server_now())?;
         }
@@ -784,14 +797,17 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
 
 /// The 55000 "lease lost" error for `token`, not honoured because of
 /// `status`; the refusal is counted on the item's `queue` (`None`: no such
-/// item, not counted).
+/// item, not counted) unless the token is newer than the item's epoch.
 fn lease_lost(
     token: Token,
     status: LeaseStatus,
     queue: Option<String>,
     at_commit: bool,
 ) -> WorkfenceError {
-    if let Some(queue) = &queue {
+    // A token newer than the item's committed epoch was never superseded
+    // (its claim has not committed, or rolled back): not counted.
+    let stale = !matches!(status, LeaseStatus::Uncommitted | LeaseStatus::RolledBack);
+    if let (Some(queue), true) = (&queue, stale) {
         counters::refused(queue, 1);
     }
     WorkfenceError::LeaseLost {

@@ -72,12 +72,12 @@ RETURNING q.queue
 "#,
 );
 
-// Resume queue `$1`; a row only if it was paused.
+// Resume queue `$1`; a row only if it was paused. The row goes (a pause is
+// the only setting a queue has), so a resumed queue without items leaves
+// `work_queue_stats` as it came.
 static RESUME: Statement<QueueParams> = Statement::new(
     r#"
-UPDATE workfence.queues AS q
-   SET paused = false,
-       paused_at = NULL
+DELETE FROM workfence.queues AS q
  WHERE q.queue OPERATOR(pg_catalog.=) $1
    AND q.paused
 RETURNING q.queue
@@ -218,6 +218,7 @@ fn move_item(
 pub fn work_pause(queue: Option<String>) -> bool {
     (|| {
         let queue = validate::queue(queue)?;
+        crate::paused::changing(&queue);
         let paused = Spi::connect_mut(|client| {
             plans::run(client, &PAUSE, QueueParams { queue: &queue }, |rows| {
                 Ok(!rows.is_empty())
@@ -243,6 +244,7 @@ pub fn work_pause(queue: Option<String>) -> bool {
 pub fn work_resume(queue: Option<String>) -> bool {
     (|| {
         let queue = validate::queue(queue)?;
+        crate::paused::changing(&queue);
         let resumed = Spi::connect_mut(|client| {
             plans::run(client, &RESUME, QueueParams { queue: &queue }, |rows| {
                 Ok(!rows.is_empty())

@@ -4,7 +4,11 @@
 //! - **Wake-ups** ([`crate::wait`]): a transaction that makes items of a
 //!   queue claimable (enqueue, release, a failure with a retry) counts them;
 //!   once it has committed, that many claimers long-polling the queue are
-//!   woken. An abort wakes nobody. A `PREPARE TRANSACTION` hands the
+//!   woken, at the end of its resource release: after PostgreSQL has sent
+//!   its invalidation messages and released its locks, both of which come
+//!   after the commit callback (a waiter woken by a resume must find the
+//!   queue's pause set invalidated and the resume's lock gone, see
+//!   `crate::paused`). An abort wakes nobody. A `PREPARE TRANSACTION` hands the
 //!   wake-ups to the prepared transaction: it holds a shared advisory lock
 //!   per queue (class [`crate::wait::PREPARED_WAKE_CLASS`]) until `COMMIT
 //!   PREPARED` or `ROLLBACK PREPARED` releases it, and waiters re-check their
@@ -19,7 +23,12 @@
 //!   if one is no longer current, so the transaction's writes never commit
 //!   under a lease someone else holds.
 //!
-//! One `RegisterXactCallback` and one `RegisterSubXactCallback` per backend,
+//! - **Lapses** ([`crate::lapse`]): lapsed leases claimed anew, counted in
+//!   `work_queue_stats.lapsed` when the transaction commits (not those of a
+//!   rolled-back transaction or savepoint).
+//!
+//! One `RegisterXactCallback`, one `RegisterSubXactCallback` and one
+//! `RegisterResourceReleaseCallback` per backend,
 //! made in `_PG_init`, rather than pgrx's per-transaction callbacks: those
 //! are dropped on commit and abort but not on prepare, so a wake-up queued
 //! before `PREPARE TRANSACTION` would fire at the session's next commit.
@@ -37,6 +46,11 @@ struct XactState {
     /// Queue keys to wake at commit, each with how many items became
     /// claimable (or will, at a `run_at` the waiters should learn of).
     wake: Vec<(i32, u32)>,
+    /// Lapsed leases this transaction claimed anew, per queue, with the
+    /// subtransaction that claimed them: counted in `work_queue_stats.lapsed`
+    /// when the transaction commits (a rolled-back subtransaction's are
+    /// dropped), since until then no token was superseded.
+    lapsed: Vec<(pg_sys::SubTransactionId, String)>,
     /// Tokens `work_assert` accepted in this transaction.
     asserted: Vec<Token>,
     /// A subtransaction rolled back after an assert: its row lock may be gone.
@@ -45,6 +59,11 @@ struct XactState {
 
 thread_local! {
     static STATE: RefCell<XactState> = RefCell::new(XactState::default());
+    /// The wake-ups of a transaction that has committed, kept from its
+    /// `XACT_EVENT_COMMIT` to the end of its resource release, when its
+    /// locks are gone and its invalidation messages sent (see
+    /// [`on_resource_release`]).
+    static COMMITTED_WAKES: RefCell<Vec<(i32, u32)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Register the callbacks; `_PG_init` calls it once per backend.
@@ -54,7 +73,16 @@ pub fn init() {
     unsafe {
         pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut());
         pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());
+        pg_sys::RegisterResourceReleaseCallback(Some(on_resource_release), std::ptr::null_mut());
     }
+}
+
+/// Count a lapsed lease of `queue` claimed anew by this transaction: added
+/// to the queue's `lapsed` counter if (and when) the transaction commits.
+pub fn lapsed_at_commit(queue: &str) {
+    // SAFETY: reads this backend's transaction state.
+    let subid = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    STATE.with(|state| state.borrow_mut().lapsed.push((subid, queue.to_owned())));
 }
 
 /// Count `items` items of queue key `key` as made claimable by this
@@ -118,17 +146,23 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
             }
         }
         XACT_EVENT_COMMIT => {
+            // Not yet: PostgreSQL sends the transaction's invalidation
+            // messages (a pause or resume, see `crate::paused`) and
+            // releases its locks after this callback. A waiter woken now
+            // could look before either and sleep on; the wake-ups go out at
+            // the end of the resource release instead.
             let wake = STATE.with(|s| std::mem::take(&mut s.borrow_mut().wake));
+            count_lapses();
             clear();
-            for (key, items) in wake {
-                crate::wait::wake(key, items as usize);
-            }
+            COMMITTED_WAKES.with(|c| *c.borrow_mut() = wake);
         }
         XACT_EVENT_PREPARE => {
             // Waiters asleep on these queues must learn that a prepared
             // transaction now holds wake-ups for them (they then re-check
-            // every PREPARED_POLL): wake them all, once.
+            // every PREPARED_POLL): wake them all, once. (Its lapses count
+            // now: COMMIT PREPARED runs no extension code.)
             let wake = STATE.with(|s| std::mem::take(&mut s.borrow_mut().wake));
+            count_lapses();
             clear();
             for (key, _) in wake {
                 crate::wait::wake(key, usize::MAX);
@@ -142,7 +176,7 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
 #[pg_guard]
 unsafe extern "C-unwind" fn on_subxact(
     event: pg_sys::SubXactEvent::Type,
-    _my_subid: pg_sys::SubTransactionId,
+    my_subid: pg_sys::SubTransactionId,
     _parent_subid: pg_sys::SubTransactionId,
     _arg: *mut std::ffi::c_void,
 ) {
@@ -152,6 +186,40 @@ unsafe extern "C-unwind" fn on_subxact(
             if !state.asserted.is_empty() {
                 state.locks_maybe_lost = true;
             }
+            // Lapses claimed in this subtransaction or one inside it (their
+            // ids are this one's or larger) were rolled back.
+            state.lapsed.retain(|(subid, _)| *subid < my_subid);
         });
+    }
+}
+
+/// Add the committed transaction's lapses to the counters.
+fn count_lapses() {
+    let lapsed = STATE.with(|s| std::mem::take(&mut s.borrow_mut().lapsed));
+    for (_, queue) in lapsed {
+        crate::counters::lapsed(&queue, 1);
+    }
+}
+
+/// The resource release of a transaction: once a committed top-level
+/// transaction's locks are released (`RESOURCE_RELEASE_AFTER_LOCKS`, after
+/// its invalidation messages went out), wake the waiters its commit owes.
+/// Setting a latch cannot raise.
+#[pg_guard]
+unsafe extern "C-unwind" fn on_resource_release(
+    phase: pg_sys::ResourceReleasePhase::Type,
+    is_commit: bool,
+    is_top_level: bool,
+    _arg: *mut std::ffi::c_void,
+) {
+    if phase != pg_sys::ResourceReleasePhase::RESOURCE_RELEASE_AFTER_LOCKS || !is_top_level {
+        return;
+    }
+    let wake = COMMITTED_WAKES.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if !is_commit {
+        return;
+    }
+    for (key, items) in wake {
+        crate::wait::wake(key, items as usize);
     }
 }

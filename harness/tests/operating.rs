@@ -629,3 +629,151 @@ fn a_pause_reaches_a_session_that_claimed_before_it_and_a_rolled_back_one_does_n
         "c"
     );
 }
+
+#[test]
+fn a_repeatable_read_transaction_does_not_leave_its_session_blind_to_a_pause() {
+    let cluster = cluster();
+    let mut operator = database(&cluster, "pause_rr");
+    let mut worker = ok(cluster.connect_to("pause_rr"), "worker");
+    for key in ["a", "b", "c", "d"] {
+        common::enqueue_new(&mut operator, &Enqueue::new("rr").key(key));
+    }
+    assert_eq!(
+        common::claimed_one(&mut worker, "rr", "w", "1 minute").key,
+        "a"
+    );
+    // The worker's transaction takes its snapshot; then the queue is paused.
+    let mut tx = ok(
+        worker
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .start(),
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    );
+    ok(tx.batch_execute("SELECT 1"), "the snapshot");
+    assert!(ok(calls::pause(&mut operator, "rr"), "pause"));
+    // Inside, the claim may go by the snapshot (the pause is newer)...
+    let inside = ok(
+        calls::claim(&mut tx, "rr", "w", "1 minute", None, None),
+        "claim",
+    )
+    .len();
+    assert!(inside <= 1);
+    ok(tx.commit(), "COMMIT");
+    // ... but once it is over, the session sees the pause.
+    assert!(
+        ok(
+            calls::claim(&mut worker, "rr", "w", "1 minute", None, None),
+            "claim"
+        )
+        .is_empty(),
+        "a REPEATABLE READ transaction left its session claiming from a paused queue"
+    );
+    // And the same for a resume.
+    let mut tx = ok(
+        worker
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .start(),
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    );
+    ok(tx.batch_execute("SELECT 1"), "the snapshot");
+    assert!(ok(calls::resume(&mut operator, "rr"), "resume"));
+    let _ = ok(
+        calls::claim(&mut tx, "rr", "w", "1 minute", None, None),
+        "claim",
+    );
+    ok(tx.commit(), "COMMIT");
+    assert_eq!(
+        ok(
+            calls::claim(&mut worker, "rr", "w", "1 minute", None, None),
+            "claim"
+        )
+        .len(),
+        1,
+        "a REPEATABLE READ transaction left its session blind to a resume"
+    );
+}
+
+#[test]
+fn a_pause_committed_with_an_enqueue_is_never_claimed_by_a_waiter_it_wakes() {
+    let cluster = cluster();
+    let mut operator = database(&cluster, "pause_wake");
+    for trial in 0..20 {
+        let queue = format!("pw{trial}");
+        thread::scope(|s| {
+            let mut waiter = ok(cluster.connect_to("pause_wake"), "waiter");
+            let pid = common::backend_pid(&mut waiter);
+            let q = queue.clone();
+            let claim = s.spawn(move || {
+                calls::claim(
+                    &mut waiter,
+                    &q,
+                    "w",
+                    "1 minute",
+                    None,
+                    Some("300 milliseconds"),
+                )
+            });
+            common::wait_until_waiting(&mut operator, pid);
+            let mut tx = ok(operator.transaction(), "BEGIN");
+            assert!(ok(calls::pause(&mut tx, &queue), "pause"));
+            common::enqueue_new(&mut tx, &Enqueue::new(&queue).key("k"));
+            ok(tx.commit(), "COMMIT the pause and the enqueue");
+            let got = ok(claim.join().expect("waiter"), "waiting claim");
+            assert!(got.is_empty(), "trial {trial}: a waiter claimed from a queue paused by the very commit that woke it");
+        });
+    }
+}
+
+#[test]
+fn a_lapse_counts_when_its_claim_commits_and_an_uncommitted_token_is_not_a_refusal() {
+    let cluster = cluster();
+    let mut main = database(&cluster, "counts_commit");
+    let token = common::enqueued_and_claimed(&mut main, "cc", "k", "w", "1 second");
+    ok(
+        main.execute(
+            "SELECT pg_catalog.pg_sleep_until(i.lease_until) FROM workfence.items AS i WHERE i.id = $1",
+            &[&token.id],
+        ),
+        "the lease lapses",
+    );
+    let mut claimer = ok(cluster.connect_to("counts_commit"), "claimer");
+    // Two claims of the lapsed lease roll back; a third commits.
+    for _ in 0..2 {
+        let mut tx = ok(claimer.transaction(), "BEGIN");
+        assert_eq!(
+            ok(
+                calls::claim(&mut tx, "cc", "w2", "1 minute", None, None),
+                "claim"
+            )
+            .len(),
+            1
+        );
+        ok(tx.rollback(), "ROLLBACK");
+    }
+    let mut tx = ok(claimer.transaction(), "BEGIN");
+    let open = ok(
+        calls::claim(&mut tx, "cc", "w2", "1 minute", None, None),
+        "claim",
+    );
+    // Its token, used from another connection before the claim commits, is
+    // refused (uncommitted), but no stale worker was fenced off.
+    let uncommitted = open[0].token("w2");
+    assert!(!ok(
+        calls::renew(&mut main, &uncommitted, "1 minute"),
+        "renew of an uncommitted claim"
+    ));
+    ok(tx.commit(), "COMMIT");
+    assert!(!ok(
+        calls::renew(&mut main, &token, "1 minute"),
+        "the superseded token"
+    ));
+    let stats = ok(calls::queue_stats(&mut main), "stats");
+    let cc = stats.iter().find(|q| q.queue == "cc").expect("row");
+    assert_eq!(
+        (cc.lapsed, cc.refused),
+        (Some(1), Some(1)),
+        "one lapse, one stale refusal"
+    );
+}

@@ -492,10 +492,49 @@ fn the_update_to_0_6_0_keeps_the_grants_of_work_enqueue() {
              CREATE ROLE upgrade_submitter LOGIN;
              CREATE ROLE upgrade_stranger LOGIN;
              GRANT USAGE ON SCHEMA workfence TO upgrade_submitter, upgrade_stranger;
-             GRANT EXECUTE ON FUNCTION workfence.work_enqueue TO upgrade_submitter;
+             GRANT EXECUTE ON FUNCTION workfence.work_enqueue TO upgrade_submitter WITH GRANT OPTION;
+             GRANT USAGE ON SCHEMA workfence TO PUBLIC;
+             GRANT EXECUTE ON FUNCTION workfence.work_lease_status TO PUBLIC;
+             GRANT SELECT ON workfence.work_queue_stats TO PUBLIC;
              ALTER EXTENSION pg_workfence UPDATE TO '0.6.0';",
         ),
-        "0.5.0 with a grant, updated",
+        "0.5.0 with grants, updated",
+    );
+    // The grants made before the update stay as they were: PUBLIC's, and
+    // the grant option, carried to the new work_enqueue.
+    let kept: Vec<String> = ok(
+        admin.query(
+            "SELECT what FROM (
+                 SELECT 'schema ' || a.privilege_type || ' ' || a.grantee::regrole::text AS what
+                   FROM pg_namespace AS n, aclexplode(n.nspacl) AS a WHERE n.nspname = 'workfence'
+                 UNION ALL
+                 SELECT p.proname || ' ' || a.privilege_type || ' ' || a.grantee::regrole::text
+                        || CASE WHEN a.is_grantable THEN ' grantable' ELSE '' END
+                   FROM pg_proc AS p, aclexplode(p.proacl) AS a
+                  WHERE p.pronamespace = 'workfence'::regnamespace
+                    AND p.proname IN ('work_enqueue', 'work_lease_status')
+                 UNION ALL
+                 SELECT 'view ' || a.privilege_type || ' ' || a.grantee::regrole::text
+                   FROM pg_class AS c, aclexplode(c.relacl) AS a
+                  WHERE c.oid = 'workfence.work_queue_stats'::regclass
+             ) AS g WHERE what NOT LIKE '% postgres%' ORDER BY 1",
+            &[],
+        ),
+        "the grants after the update",
+    )
+    .iter()
+    .map(|r| r.get::<_, String>(0).replace(" -", " PUBLIC"))
+    .collect();
+    assert_eq!(
+        kept,
+        [
+            "schema USAGE PUBLIC",
+            "schema USAGE upgrade_stranger",
+            "schema USAGE upgrade_submitter",
+            "view SELECT PUBLIC",
+            "work_enqueue EXECUTE upgrade_submitter grantable",
+            "work_lease_status EXECUTE PUBLIC",
+        ]
     );
     let mut submitter =
         common::connect_as(&cluster, "enqueue_grants", "upgrade_submitter", "upgrade");
@@ -508,4 +547,61 @@ fn the_update_to_0_6_0_keeps_the_grants_of_work_enqueue() {
         common::connect_as(&cluster, "enqueue_grants", "upgrade_stranger", "upgrade");
     let err = calls::enqueue(&mut stranger, &Enqueue::new("q")).expect_err("no grant, no enqueue");
     assert_eq!(err.code().map(|c| c.code()), Some("42501"));
+}
+
+/// A session that used the extension before `ALTER EXTENSION ... UPDATE` to
+/// 0.6.0 (its library served the 0.5.0 schema) sees pauses after it, and
+/// until the update a failure's text is kept whole, as 0.5.0 kept it.
+#[test]
+fn a_session_from_before_the_update_to_0_6_0_sees_pauses_after_it() {
+    let cluster = common::shared_cluster();
+    ok(
+        cluster.create_database("pause_after_update"),
+        "create database",
+    );
+    let mut worker = ok(cluster.connect_to("pause_after_update"), "connect");
+    ok(
+        worker.batch_execute(
+            "DROP EXTENSION pg_workfence; CREATE EXTENSION pg_workfence VERSION '0.5.0'",
+        ),
+        "0.5.0",
+    );
+    for key in ["a", "b", "c"] {
+        common::enqueue_new(&mut worker, &Enqueue::new("q").key(key));
+    }
+    let held = common::claimed_one(&mut worker, "q", "w", "1 minute").token("w");
+    let long = "x".repeat(5000);
+    assert!(ok(
+        calls::fail(&mut worker, &held, &long, Some("1 hour")),
+        "fail"
+    ));
+    let kept: i32 = common::scalar(
+        &mut worker,
+        "SELECT octet_length(last_error) FROM workfence.items WHERE id = $1",
+        &[&held.id],
+    );
+    assert_eq!(kept, 5000, "before the update the text is kept whole");
+    let mut operator = ok(cluster.connect_to("pause_after_update"), "operator");
+    ok(
+        operator.batch_execute("ALTER EXTENSION pg_workfence UPDATE TO '0.6.0'"),
+        "update",
+    );
+    assert!(ok(calls::pause(&mut operator, "q"), "pause"));
+    assert!(
+        ok(
+            calls::claim(&mut worker, "q", "w", "1 minute", None, None),
+            "claim"
+        )
+        .is_empty(),
+        "a session from before the update claimed from a paused queue"
+    );
+    assert!(ok(calls::resume(&mut operator, "q"), "resume"));
+    assert_eq!(
+        ok(
+            calls::claim(&mut worker, "q", "w", "1 minute", None, None),
+            "claim"
+        )
+        .len(),
+        1
+    );
 }
