@@ -642,25 +642,31 @@ fn a_repeatable_read_transaction_does_not_leave_its_session_blind_to_a_pause() {
         common::claimed_one(&mut worker, "rr", "w", "1 minute").key,
         "a"
     );
-    // The worker's transaction takes its snapshot; then the queue is paused.
-    let mut tx = ok(
-        worker
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .start(),
-        "BEGIN ISOLATION LEVEL REPEATABLE READ",
-    );
-    ok(tx.batch_execute("SELECT 1"), "the snapshot");
-    assert!(ok(calls::pause(&mut operator, "rr"), "pause"));
-    // Inside, the claim may go by the snapshot (the pause is newer)...
-    let inside = ok(
-        calls::claim(&mut tx, "rr", "w", "1 minute", None, None),
-        "claim",
-    )
-    .len();
-    assert!(inside <= 1);
-    ok(tx.commit(), "COMMIT");
-    // ... but once it is over, the session sees the pause.
+    // A REPEATABLE READ transaction of the worker takes its snapshot, the
+    // operator's `change` commits after it, the worker claims inside (by the
+    // snapshot, as it may: the change is newer) and commits.
+    let across_repeatable_read =
+        |worker: &mut Client, operator: &mut Client, change: fn(&mut Client, &str) -> bool| {
+            let mut tx = ok(
+                worker
+                    .build_transaction()
+                    .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                    .start(),
+                "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            );
+            ok(tx.batch_execute("SELECT 1"), "the snapshot");
+            assert!(change(operator, "rr"), "the change");
+            let inside = ok(
+                calls::claim(&mut tx, "rr", "w", "1 minute", None, None),
+                "claim",
+            );
+            assert!(inside.len() <= 1);
+            ok(tx.commit(), "COMMIT");
+        };
+    let pause = |c: &mut Client, q: &str| ok(calls::pause(c, q), "pause");
+    let resume = |c: &mut Client, q: &str| ok(calls::resume(c, q), "resume");
+    // Once the transaction is over, the session sees the pause...
+    across_repeatable_read(&mut worker, &mut operator, pause);
     assert!(
         ok(
             calls::claim(&mut worker, "rr", "w", "1 minute", None, None),
@@ -669,21 +675,8 @@ fn a_repeatable_read_transaction_does_not_leave_its_session_blind_to_a_pause() {
         .is_empty(),
         "a REPEATABLE READ transaction left its session claiming from a paused queue"
     );
-    // And the same for a resume.
-    let mut tx = ok(
-        worker
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .start(),
-        "BEGIN ISOLATION LEVEL REPEATABLE READ",
-    );
-    ok(tx.batch_execute("SELECT 1"), "the snapshot");
-    assert!(ok(calls::resume(&mut operator, "rr"), "resume"));
-    let _ = ok(
-        calls::claim(&mut tx, "rr", "w", "1 minute", None, None),
-        "claim",
-    );
-    ok(tx.commit(), "COMMIT");
+    // ... and the resume.
+    across_repeatable_read(&mut worker, &mut operator, resume);
     assert_eq!(
         ok(
             calls::claim(&mut worker, "rr", "w", "1 minute", None, None),
