@@ -95,13 +95,17 @@ stage "every binary answers --help"
 cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example
 for binary in workfence-worker workfence-soak-worker workfence-demo workfence-bench \
     workfence-long-poll workfence-example-worker; do
-    if ! "target/release/$binary" --help | grep -q '^usage: '; then
+    # Read all of the output before matching: `grep -q` closing the pipe at
+    # the first match must not turn into the binary's EPIPE.
+    usage_text=$("target/release/$binary" --help)
+    if ! grep -q '^usage: ' <<<"$usage_text"; then
         echo "$binary --help printed no usage" >&2
         exit 1
     fi
 done
 
-if ! bash scripts/bench-ab.sh --help | grep -q 'scripts/bench-ab.sh --base REV'; then
+usage_text=$(bash scripts/bench-ab.sh --help)
+if ! grep -q 'scripts/bench-ab.sh --base REV' <<<"$usage_text"; then
     echo "scripts/bench-ab.sh --help printed no usage" >&2
     exit 1
 fi

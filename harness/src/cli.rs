@@ -2,12 +2,17 @@
 
 /// True, after printing `usage` to stdout, when any command-line argument
 /// is `-h` or `--help`: the caller then exits 0 without doing anything else.
+///
+/// A reader that closes the pipe early (`--help | head -1`, `grep -q`) is
+/// not an error: the write's failure is ignored rather than panicking the
+/// way `println!` does on EPIPE.
 pub fn help_requested(usage: &str) -> bool {
     let asked = std::env::args()
         .skip(1)
         .any(|arg| arg == "-h" || arg == "--help");
     if asked {
-        println!("{usage}");
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), "{usage}");
     }
     asked
 }

@@ -720,7 +720,9 @@ Runs until SIGTERM or SIGINT, then releases what it holds.";
 #[tokio::main]
 async fn main() -> ExitCode {
     if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
+        // A reader closing the pipe early (`--help | head -1`) is no error.
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), "{USAGE}");
         return ExitCode::SUCCESS;
     }
     let result = async {
