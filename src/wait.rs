@@ -489,20 +489,12 @@ impl ItemsLock {
             return ItemsLock::None;
         }
         let tag = compat::relation_tag(items);
-        let mut local: *mut pg_sys::LOCALLOCK = std::ptr::null_mut();
         // SAFETY: a relation lock in the current transaction (the relation
-        // was just looked up in it); `local` receives this backend's lock
-        // table entry.
-        unsafe {
-            pg_sys::LockAcquireExtended(
-                &tag,
-                pg_sys::AccessShareLock as pg_sys::LOCKMODE,
-                false,
-                false,
-                true,
-                &mut local,
-            );
-        }
+        // was just looked up in it); `local` is this backend's lock table
+        // entry.
+        let local = unsafe {
+            compat::lock_acquire_local(&tag, pg_sys::AccessShareLock as pg_sys::LOCKMODE)
+        };
         // SAFETY: reads this backend's own fast-path slots and lock entry.
         unsafe {
             if compat::fast_path_holds(items) {
