@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Helpers for a throwaway PostgreSQL 15 cluster, sourced by the other scripts.
+# Helpers for a throwaway PostgreSQL cluster, sourced by the other scripts.
 # The server runs as the `postgres` OS user (it refuses root), on 127.0.0.1
 # and a free port chosen by the kernel, with its socket in the data directory.
+# The major is the one whose pg_config is $WORKFENCE_PG_CONFIG (the harness
+# reads the same variable), Debian's PostgreSQL 15 when it is unset.
 
-PG_BIN="$(/usr/lib/postgresql/15/bin/pg_config --bindir)"
+CLUSTER_PG_CONFIG="${WORKFENCE_PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}"
+PG_BIN="$("$CLUSTER_PG_CONFIG" --bindir)"
 
 as_postgres() {
     if [ "$(id -u)" -eq 0 ]; then

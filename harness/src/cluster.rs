@@ -1,4 +1,5 @@
-//! A throwaway PostgreSQL 15 cluster.
+//! A throwaway PostgreSQL cluster, of the major whose `pg_config` is
+//! [`pg_config`] (PostgreSQL 15 unless `WORKFENCE_PG_CONFIG` names another).
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -14,8 +15,22 @@ use crate::os::{
 };
 use crate::{Error, Result};
 
-/// The `pg_config` of the PostgreSQL 15 the extension is installed into.
+/// The `pg_config` of Debian's PostgreSQL 15, the default major.
 pub const DEFAULT_PG_CONFIG: &str = "/usr/lib/postgresql/15/bin/pg_config";
+
+/// The environment variable that names the `pg_config` of the PostgreSQL
+/// every cluster runs (scripts/test.sh sets it to PostgreSQL 18's for the
+/// PG 18 tier); unset or empty means [`DEFAULT_PG_CONFIG`].
+pub const PG_CONFIG_ENV: &str = "WORKFENCE_PG_CONFIG";
+
+/// The `pg_config` clusters are started from by default: `$WORKFENCE_PG_CONFIG`
+/// when set and not empty, else [`DEFAULT_PG_CONFIG`].
+pub fn pg_config() -> PathBuf {
+    match std::env::var_os(PG_CONFIG_ENV) {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => PathBuf::from(DEFAULT_PG_CONFIG),
+    }
+}
 
 /// The superuser `initdb` creates; every connection logs in as it (trust auth).
 const SUPERUSER: &str = "postgres";
@@ -51,7 +66,7 @@ impl ClusterBuilder {
             name: None,
             keep: false,
             replace_existing: false,
-            pg_config: PathBuf::from(DEFAULT_PG_CONFIG),
+            pg_config: pg_config(),
             settings: Vec::new(),
         }
     }
@@ -79,7 +94,7 @@ impl ClusterBuilder {
     }
 
     /// The `pg_config` whose `--bindir` supplies `initdb` and `pg_ctl`
-    /// (default [`DEFAULT_PG_CONFIG`]).
+    /// (default [`pg_config()`]).
     pub fn pg_config(mut self, path: impl Into<PathBuf>) -> Self {
         self.pg_config = path.into();
         self
@@ -326,6 +341,7 @@ impl Cluster {
         db.batch_execute("CREATE EXTENSION pg_workfence")
             .map_err(|source| Error::ExtensionMissing {
                 database: name.to_owned(),
+                pg_config: self.bin_dir().join("pg_config"),
                 source,
             })
     }

@@ -93,12 +93,15 @@ pub enum Error {
     /// extension is not installed into this PostgreSQL.
     #[error(
         "CREATE EXTENSION pg_workfence failed in database {database}: {source}\n\
-         Is the extension installed into PostgreSQL 15? Run scripts/test.sh (or \
-         `cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config`) first."
+         Is the extension installed into the PostgreSQL of {pg_config}? Run scripts/test.sh (or \
+         `cargo pgrx install --release --pg-config {pg_config}`) first.",
+        pg_config = pg_config.display()
     )]
     ExtensionMissing {
         /// The database it was created in.
         database: String,
+        /// The `pg_config` of the cluster's PostgreSQL.
+        pg_config: PathBuf,
         /// The server's answer.
         #[source]
         source: postgres::Error,

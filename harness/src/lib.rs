@@ -19,9 +19,10 @@
 //! `tests/common/`). The demo, `workfence-demo`, is its own crate in `demo/`;
 //! the automated form of its scenario is `tests/seed_scenario.rs`.
 //!
-//! The extension must be installed into the PostgreSQL 15 the cluster runs
-//! (`cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config`,
-//! which `scripts/test.sh` and `scripts/demo.sh` do).
+//! The extension must be installed into the PostgreSQL the cluster runs:
+//! Debian's PostgreSQL 15 by default, the one whose `pg_config` is
+//! `$WORKFENCE_PG_CONFIG` when that is set (`cargo pgrx install --release
+//! --pg-config <that pg_config>`, which `scripts/test.sh` does for 15 and 18).
 
 #![warn(missing_docs)]
 
@@ -35,7 +36,7 @@ pub mod protocol;
 pub mod scenario;
 mod worker;
 
-pub use cluster::{Cluster, ClusterBuilder, DEFAULT_PG_CONFIG};
+pub use cluster::{pg_config, Cluster, ClusterBuilder, DEFAULT_PG_CONFIG, PG_CONFIG_ENV};
 pub use error::{Error, ServerError};
 pub use protocol::Claim;
 pub use worker::{Worker, DEFAULT_REPLY_TIMEOUT};

@@ -504,7 +504,7 @@ fn a_long_poll_ends_when_its_client_goes_away() {
         cluster.port()
     );
     let mut psql = ok(
-        Command::new("/usr/lib/postgresql/15/bin/psql")
+        Command::new(cluster.bin_dir().join("psql"))
             .arg(&conninfo)
             .args([
                 "-X",

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Build the release artefacts of pg_workfence, one per PostgreSQL major:
+#   target/packages/postgresql-15-pg-workfence_<version>_amd64.deb
+#       Debian's layout (/usr/lib/postgresql/15/lib, /usr/share/postgresql/15/
+#       extension), Depends: postgresql-15, a copyright file, md5sums; install
+#       with dpkg -i, remove with dpkg -r postgresql-15-pg-workfence.
+#   target/packages/pg_workfence-<version>-pg18-linux-amd64.tar.gz
+#       the `cargo pgrx package` files for PostgreSQL 18 (lib/, extension/)
+#       with an install.sh that copies them into any PostgreSQL 18's
+#       pg_config directories (--pg-config PATH; --uninstall removes them).
+#
+# usage: scripts/package.sh [--out DIR] [--major 15|18]... [--source DIR]
+#   --out DIR      where the artefacts go (default target/packages)
+#   --major N      build only this major's artefact (repeatable; default 15 18)
+#   --source DIR   build the checkout at DIR instead of this one (the package
+#                  test builds the previous release from a git worktree; its
+#                  version is DIR's Cargo.toml's, the packaging templates are
+#                  this checkout's)
+# Needs scripts/setup.sh first (cargo-pgrx, both majors' pg_config).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PATH="$HOME/.cargo/bin:$PATH"
+# shellcheck source=majors.sh
+. "$ROOT/scripts/majors.sh"
+
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+out="$ROOT/target/packages"
+source_dir="$ROOT"
+majors=()
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --out) out="$2"; shift 2 ;;
+        --major) majors+=("$2"); shift 2 ;;
+        --source) source_dir="$(cd "$2" && pwd)"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "scripts/package.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+[ "${#majors[@]}" -gt 0 ] || majors=(15 18)
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+
+version="$(sed -n 's/^version *= *"\([^"]*\)".*/\1/p' "$source_dir/Cargo.toml" | head -n1)"
+[ -n "$version" ] || { echo "no version in $source_dir/Cargo.toml" >&2; exit 1; }
+stage_root="$(mktemp -d)"
+trap 'rm -rf "$stage_root"' EXIT
+
+# build_tree MAJOR DIR: `cargo pgrx package` of the source for MAJOR into DIR
+# (the files under their absolute install paths), the library stripped of
+# debugging symbols as Debian's packages are (its dynamic symbols stay).
+build_tree() {
+    local major="$1" dir="$2" pg_config
+    pg_config="$(pg_config_of "$major")"
+    # Cargo's build directory is this checkout's, also for another source:
+    # the dependencies are built once, and each source's library keeps its
+    # own fingerprint (its path is part of it).
+    (cd "$source_dir" && CARGO_TARGET_DIR="$ROOT/target" \
+        cargo pgrx package --pg-config "$pg_config" --out-dir "$dir") >&2
+    strip --strip-unneeded "$dir$("$pg_config" --pkglibdir)/pg_workfence.so"
+}
+
+# fill TEMPLATE MAJOR [NAME=VALUE...]: the template with @VERSION@, @MAJOR@
+# and each @NAME@ replaced.
+fill() {
+    local template="$1" major="$2" text
+    shift 2
+    text="$(sed -e "s/@VERSION@/$version/g" -e "s/@MAJOR@/$major/g" "$template")"
+    local pair
+    for pair in "$@"; do
+        text="${text//@${pair%%=*}@/${pair#*=}}"
+    done
+    printf '%s\n' "$text"
+}
+
+build_deb() {
+    local major="$1" stage="$stage_root/deb-$1" name pkg lib glibc
+    name="postgresql-$major-pg-workfence"
+    pkg="$stage/pkg"
+    build_tree "$major" "$pkg"
+    lib="$pkg$("$(pg_config_of "$major")" --pkglibdir)/pg_workfence.so"
+    # The newest glibc symbol version the library needs is its libc6 floor.
+    glibc="$(objdump -T "$lib" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)"
+    install -D -m 0644 "$ROOT/packaging/copyright" "$pkg/usr/share/doc/$name/copyright"
+    find "$pkg" -type d -exec chmod 0755 {} +
+    find "$pkg" -type f -exec chmod 0644 {} +
+    mkdir -p "$pkg/DEBIAN"
+    fill "$ROOT/packaging/deb/control.in" "$major" \
+        "INSTALLED_SIZE=$(du -sk "$pkg/usr" | cut -f1)" "GLIBC_MIN=$glibc" \
+        > "$pkg/DEBIAN/control"
+    (cd "$pkg" && find usr -type f -print0 | sort -z | xargs -0 md5sum) > "$pkg/DEBIAN/md5sums"
+    chmod 0644 "$pkg/DEBIAN/control" "$pkg/DEBIAN/md5sums"
+    dpkg-deb --root-owner-group -Zxz --build "$pkg" "$out/${name}_${version}_amd64.deb" >/dev/null
+    echo "$out/${name}_${version}_amd64.deb"
+}
+
+build_tarball() {
+    local major="$1" stage="$stage_root/tar-$1" name pg_config tree dir
+    name="pg_workfence-$version-pg$major-linux-amd64"
+    pg_config="$(pg_config_of "$major")"
+    tree="$stage/tree"
+    build_tree "$major" "$tree"
+    dir="$stage/$name"
+    mkdir -p "$dir/lib" "$dir/extension"
+    install -m 0755 "$tree$("$pg_config" --pkglibdir)/pg_workfence.so" "$dir/lib/"
+    install -m 0644 "$tree$("$pg_config" --sharedir)"/extension/* "$dir/extension/"
+    fill "$ROOT/packaging/tarball/install.sh" "$major" > "$dir/install.sh"
+    chmod 0755 "$dir/install.sh"
+    install -m 0644 "$ROOT/LICENSE" "$ROOT/packaging/copyright" "$dir/"
+    tar -C "$stage" --owner=0 --group=0 -czf "$out/$name.tar.gz" "$name"
+    echo "$out/$name.tar.gz"
+}
+
+for major in "${majors[@]}"; do
+    case "$major" in
+        15) artefact="$(build_deb 15)" ;;
+        18) artefact="$(build_tarball 18)" ;;
+        *) echo "scripts/package.sh: no artefact for PostgreSQL $major (15: .deb, 18: tarball)" >&2; exit 2 ;;
+    esac
+    echo "built $(basename "$artefact"): $(du -k "$artefact" | cut -f1) KiB"
+done
