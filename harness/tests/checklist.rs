@@ -19,21 +19,15 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::{ok, shared_cluster};
-
-/// The repository's root (this crate lives in `harness/`).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("harness/ has a parent")
-        .to_path_buf()
-}
+use common::{ok, repo_root, shared_cluster};
 
 fn read(relative: &str) -> String {
-    ok(std::fs::read_to_string(root().join(relative)), relative)
+    ok(
+        std::fs::read_to_string(repo_root().join(relative)),
+        relative,
+    )
 }
 
 /// One function as the catalog describes it.
@@ -97,7 +91,7 @@ fn drop_casts(arguments: &str) -> String {
 /// SQL name → the `///` doc comments above the attribute, one per overload.
 fn pg_externs() -> BTreeMap<String, Vec<String>> {
     let mut found = BTreeMap::new();
-    for entry in ok(std::fs::read_dir(root().join("src")), "src/") {
+    for entry in ok(std::fs::read_dir(repo_root().join("src")), "src/") {
         let path = ok(entry, "src/").path();
         if path.extension().is_none_or(|e| e != "rs") {
             continue;

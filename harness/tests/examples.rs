@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::ok;
+use common::{ok, repo_root};
 use postgres::Client;
 use serde_json::json;
 use workfence_harness::calls::{self, Enqueue};
@@ -56,19 +56,11 @@ const STALLED_JOB_MS: i64 = 60_000;
 /// turned off for that job anyway).
 const NOTIFIED_WITHIN: Duration = Duration::from_secs(5);
 
-/// The repository's root (this crate lives in `harness/`).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("harness/ has a parent")
-        .to_path_buf()
-}
-
 /// Where cargo puts release binaries of the workspace.
 fn release_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
+        .unwrap_or_else(|| repo_root().join("target"))
         .join("release")
 }
 
@@ -85,7 +77,7 @@ impl Copy {
     fn start(name: &'static str, program: &Path, args: &[&str], dsn: &str) -> Copy {
         let mut child = Command::new(program)
             .args(args)
-            .current_dir(root())
+            .current_dir(repo_root())
             .env("WORKFENCE_DSN", dsn)
             .env("WORKFENCE_QUEUE", "examples")
             .env("WORKFENCE_OWNER", OWNER)
@@ -681,7 +673,7 @@ fn run_lease_lost(lang: &str, program: &Path, args: &[&str]) {
 /// The 200-item run of the Python worker (psycopg 3).
 #[test]
 fn python_worker() {
-    let root = root();
+    let root = repo_root();
     run_example(
         "python",
         &root.join("examples/python/.venv/bin/python"),
@@ -714,7 +706,7 @@ fn bash_worker() {
 /// The Python worker stops a job on `work_lease_lost` naming its token.
 #[test]
 fn python_worker_stops_the_job_on_lease_lost() {
-    let root = root();
+    let root = repo_root();
     run_lease_lost(
         "python",
         &root.join("examples/python/.venv/bin/python"),

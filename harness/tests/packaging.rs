@@ -4,20 +4,14 @@
 //! builds, and the previous release the package test upgrades from is the
 //! one whose install script is frozen in `sql/`.
 
-use std::fs;
-use std::path::PathBuf;
+mod common;
 
-/// The checkout's root (this crate is `harness/`).
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("harness/ has a parent")
-        .to_path_buf()
-}
+use common::repo_root;
+use std::fs;
 
 /// `version = "..."` of the `[package]` table of the root `Cargo.toml`.
 fn cargo_version() -> String {
-    let manifest = fs::read_to_string(root().join("Cargo.toml")).expect("read Cargo.toml");
+    let manifest = fs::read_to_string(repo_root().join("Cargo.toml")).expect("read Cargo.toml");
     manifest
         .lines()
         .skip_while(|line| line.trim() != "[package]")
@@ -29,7 +23,7 @@ fn cargo_version() -> String {
 }
 
 fn meta() -> serde_json::Value {
-    let text = fs::read_to_string(root().join("META.json")).expect("read META.json");
+    let text = fs::read_to_string(repo_root().join("META.json")).expect("read META.json");
     serde_json::from_str(&text).expect("META.json is JSON")
 }
 
@@ -64,14 +58,14 @@ fn meta_json_names_the_version_cargo_builds() {
         .as_str()
         .expect("provides.pg_workfence.file");
     assert!(
-        root().join(file).is_file(),
+        repo_root().join(file).is_file(),
         "META.json names {file}, which is missing"
     );
 }
 
 #[test]
 fn the_previous_release_the_package_test_upgrades_from_is_frozen() {
-    let text = fs::read_to_string(root().join("packaging/previous-release.sh"))
+    let text = fs::read_to_string(repo_root().join("packaging/previous-release.sh"))
         .expect("read packaging/previous-release.sh");
     let value = |name: &str| {
         text.lines()
@@ -86,12 +80,12 @@ fn the_previous_release_the_package_test_upgrades_from_is_frozen() {
         "the previous release is this one"
     );
     assert!(
-        root()
+        repo_root()
             .join(format!("sql/pg_workfence--{previous}.sql"))
             .is_file(),
         "release {previous} has no frozen install script in sql/"
     );
-    let upgrade = root().join(format!(
+    let upgrade = repo_root().join(format!(
         "sql/pg_workfence--{previous}--{}.sql",
         cargo_version()
     ));

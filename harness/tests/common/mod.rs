@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::error::Error;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -269,4 +270,12 @@ pub fn wait_until_waiting(observer: &mut Client, pid: i32) {
         &[&pid],
         &format!("backend {pid} waiting in the long poll"),
     );
+}
+
+/// The repository's root (this crate lives in `harness/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("harness/ has a parent")
+        .to_path_buf()
 }
