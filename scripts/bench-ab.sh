@@ -35,6 +35,10 @@
 #
 # The system-wide install is this checkout's build again when it ends.
 set -euo pipefail
+# This script installs into and runs Debian's PostgreSQL 15; a
+# WORKFENCE_PG_CONFIG exported for the PG 18 tier must not point the
+# clusters (scripts/cluster.sh, the harness) at another major.
+unset WORKFENCE_PG_CONFIG
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"

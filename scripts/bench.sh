@@ -15,6 +15,10 @@
 # it), and the peers at the versions their lock files pin
 # (bench/peers/*/install.sh; the Node.js runners need Node.js 20 or newer).
 set -euo pipefail
+# This script installs into and runs Debian's PostgreSQL 15; a
+# WORKFENCE_PG_CONFIG exported for the PG 18 tier must not point the
+# clusters (scripts/cluster.sh, the harness) at another major.
+unset WORKFENCE_PG_CONFIG
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"

@@ -11,6 +11,10 @@
 # on 127.0.0.1 on a free port, which the demo prints with the psql command line.
 # A second run replaces the cluster of the first.
 set -euo pipefail
+# This script installs into and runs Debian's PostgreSQL 15; a
+# WORKFENCE_PG_CONFIG exported for the PG 18 tier must not point the
+# clusters (scripts/cluster.sh, the harness) at another major.
+unset WORKFENCE_PG_CONFIG
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG_CONFIG="/usr/lib/postgresql/15/bin/pg_config"

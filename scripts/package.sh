@@ -37,6 +37,12 @@ while [ "$#" -gt 0 ]; do
     esac
 done
 [ "${#majors[@]}" -gt 0 ] || majors=(15 18)
+# The control file and the artefacts' names say amd64 (x86-64): build nothing
+# that would carry a wrong label.
+if [ "$(dpkg --print-architecture)" != amd64 ]; then
+    echo "scripts/package.sh builds x86-64 (amd64) artefacts only; this is $(dpkg --print-architecture)" >&2
+    exit 1
+fi
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 

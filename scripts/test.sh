@@ -148,7 +148,7 @@ bash scripts/package-test.sh
 # The package test removes what it installed; put this checkout's build back
 # so that the machine is left as the tiers above used it.
 for major in "${MAJORS[@]}"; do
-    bash scripts/install-build.sh "$major" >/dev/null 2>&1
+    bash scripts/install-build.sh "$major" >/dev/null
 done
 
 stage "all tests passed in $((SECONDS - t_start)) s"

@@ -105,13 +105,17 @@ pub fn hash_text(bytes: &[u8]) -> u32 {
 /// pick a dead slot (the long poll's missed wake-ups, fixed in 0.4.0).
 /// `BackendIdGetProc` asks the shared-invalidation state, which maps each
 /// backend id to the one live backend that holds it. PostgreSQL 17 and later
-/// name the `PGPROC` slot itself (`procNumber`; a prepared transaction has
-/// `INVALID_PROC_NUMBER`), and `ProcNumberGetProc` refuses a slot with no
-/// process. Either way the local transaction id is then compared, so a slot
-/// reused since the lock was looked up is not taken. The comparison is
-/// unlocked: at worst it lets through a backend that is ending its
-/// transaction, and setting that backend's latch is a spurious wake-up,
-/// which every latch user tolerates.
+/// name the `PGPROC` slot itself (`procNumber`), and `ProcNumberGetProc`
+/// refuses a slot with no process. Either way the local transaction id is
+/// then compared, and that is what leaves out a prepared transaction: its
+/// dummy `PGPROC` carries the preparing backend's id and the local id it had
+/// (`MarkAsPreparingGuts`), while that backend, if still alive, has cleared
+/// or moved on from it (a transaction prepared before a restart has no
+/// backend at all: an invalid id, returned early). The same comparison
+/// leaves out a slot reused since the lock was looked up. It is unlocked:
+/// at worst it lets through a backend that is ending its transaction, and
+/// setting that backend's latch is a spurious wake-up, which every latch
+/// user tolerates.
 ///
 /// # Safety
 /// Call in a backend attached to shared memory.

@@ -1,9 +1,14 @@
 #!/bin/sh
 # Install pg_workfence @VERSION@ for PostgreSQL @MAJOR@ into the PostgreSQL
-# whose pg_config is given (or the first pg_config on PATH), or remove it.
+# whose pg_config is given, or remove it.
 #
-#   ./install.sh [--pg-config PATH]               copy the files in
-#   ./install.sh [--pg-config PATH] --uninstall   remove exactly those files
+#   ./install.sh --pg-config PATH                 copy the files in
+#   ./install.sh --pg-config PATH --uninstall     remove exactly those files
+#
+# The pg_config must be the server's (the one in its bin directory): a
+# client-only pg_config (libpq-dev's /usr/bin/pg_config on Debian) reports
+# directories the server does not read, so none is taken from PATH. The
+# library needs x86-64 Linux with glibc 2.34 or later.
 #
 # The library goes to `pg_config --pkglibdir`, the control file and the SQL
 # scripts to `pg_config --sharedir`/extension. Run it as the user that owns
@@ -14,21 +19,21 @@
 set -eu
 
 here="$(cd "$(dirname "$0")" && pwd)"
-pg_config="$(command -v pg_config || true)"
+pg_config=""
 action=install
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --pg-config) pg_config="$2"; shift 2 ;;
         --uninstall) action=uninstall; shift ;;
         -h|--help)
-            sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 if [ -z "$pg_config" ] || [ ! -x "$pg_config" ]; then
-    echo "install.sh: no pg_config found; pass --pg-config /path/to/pg_config" >&2
+    echo "install.sh: pass --pg-config with the server's pg_config (e.g. /usr/lib/postgresql/@MAJOR@/bin/pg_config)" >&2
     exit 2
 fi
 major="$("$pg_config" --version | sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p')"
@@ -41,14 +46,18 @@ extdir="$("$pg_config" --sharedir)/extension"
 
 if [ "$action" = install ]; then
     mkdir -p "$libdir" "$extdir"
-    # A running server keeps the library it mapped: replace, never rewrite.
-    rm -f "$libdir/pg_workfence.so"
-    cp "$here/lib/pg_workfence.so" "$libdir/pg_workfence.so"
-    chmod 0755 "$libdir/pg_workfence.so"
+    # Each file is copied beside its destination and renamed over it: a
+    # running server keeps the library it mapped, a new session finds either
+    # the old file or the new one, never none or half of one.
+    place() {
+        cp "$1" "$2.tmp-install-$$"
+        chmod "$3" "$2.tmp-install-$$"
+        mv -f "$2.tmp-install-$$" "$2"
+    }
     for f in "$here"/extension/*; do
-        cp "$f" "$extdir/"
-        chmod 0644 "$extdir/$(basename "$f")"
+        place "$f" "$extdir/$(basename "$f")" 0644
     done
+    place "$here/lib/pg_workfence.so" "$libdir/pg_workfence.so" 0755
     echo "pg_workfence @VERSION@ installed into $libdir and $extdir"
 else
     rm -f "$libdir/pg_workfence.so"
