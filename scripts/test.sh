@@ -75,11 +75,16 @@ for major in "${MAJORS[@]}"; do
     bash scripts/install-build.sh "$major"
 done
 
-# The tiers below test the library installed system-wide. Another checkout
-# installing at the same time would swap it under them; record what this run
-# installed and check it is still there at the end.
-installed_lib="$("$PG_CONFIG" --pkglibdir)/pg_workfence.so"
-installed_sum="$(md5sum < "$installed_lib")"
+# The tiers below test the libraries installed machine-wide (Debian's 15,
+# /opt's 18). Another checkout installing at the same time would swap them
+# under them; record what this run installed and check it is still there.
+installed_sums() {
+    local major
+    for major in "${MAJORS[@]}"; do
+        md5sum "$("$(pg_config_of "$major")" --pkglibdir)/pg_workfence.so"
+    done
+}
+installed_sum="$(installed_sums)"
 
 for major in "${MAJORS[@]}"; do
     stage "pg_regress golden files on PostgreSQL $major"
@@ -137,9 +142,9 @@ if ! grep -q 'scripts/bench-ab.sh --base REV' <<<"$usage_text"; then
     exit 1
 fi
 
-if [ "$(md5sum < "$installed_lib")" != "$installed_sum" ]; then
-    echo "$installed_lib was replaced while the tests ran (another checkout installing?);" \
-        "the results above are not this checkout's" >&2
+if [ "$(installed_sums)" != "$installed_sum" ]; then
+    echo "pg_workfence.so of PostgreSQL ${MAJORS[*]} was replaced while the tests ran" \
+        "(another checkout installing?); the results above are not this checkout's" >&2
     exit 1
 fi
 
