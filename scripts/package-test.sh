@@ -184,6 +184,9 @@ sql app "ALTER EXTENSION pg_workfence UPDATE" >/dev/null
 [ "$(sql app "SELECT extversion FROM pg_extension WHERE extname = 'pg_workfence'")" = "$version" ] \
     || fail "ALTER EXTENSION UPDATE did not reach $version"
 finish_and_check app "$id" "$epoch"
+notices=/usr/share/doc/postgresql-15-pg-workfence/THIRD-PARTY-NOTICES.gz
+zgrep -q '^pgrx [0-9.]*: MIT$' "$notices" \
+    || fail "$notices does not list pgrx, which the library links"
 [ "$(sql app "SELECT state FROM workfence.work_item('q', 'package-test')")" = done ] \
     || fail "work_item (new in 0.6.0) does not report the finished item as done"
 say "PostgreSQL 15: dpkg -i $version over it, ALTER EXTENSION UPDATE, the old token finished"
@@ -208,6 +211,8 @@ unpacked="$work/pg_workfence-$version-pg18-linux-amd64"
 if "$unpacked/install.sh" --pg-config "$PG15_CONFIG" >/dev/null 2>&1; then
     fail "install.sh accepted PostgreSQL 15's pg_config for a PostgreSQL 18 build"
 fi
+grep -q '^pgrx [0-9.]*: MIT$' "$unpacked/THIRD-PARTY-NOTICES.txt" \
+    || fail "the tarball's THIRD-PARTY-NOTICES.txt does not list pgrx"
 "$unpacked/install.sh" --pg-config "$PG18_CONFIG"
 say "PostgreSQL 18: golden files against the tarball's files"
 WORKFENCE_PG_CONFIG="$PG18_CONFIG" bash scripts/pg_regress.sh

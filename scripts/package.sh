@@ -87,6 +87,11 @@ build_deb() {
     # The newest glibc symbol version the library needs is its libc6 floor.
     glibc="$(objdump -T "$lib" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)"
     install -D -m 0644 "$ROOT/packaging/copyright" "$pkg/usr/share/doc/$name/copyright"
+    # The statically linked crates' licences and notices (gzipped, as Debian
+    # ships documentation).
+    python3 "$ROOT/packaging/third_party.py" "$source_dir" \
+        "$pkg/usr/share/doc/$name/THIRD-PARTY-NOTICES" >&2
+    gzip -9n "$pkg/usr/share/doc/$name/THIRD-PARTY-NOTICES"
     find "$pkg" -type d -exec chmod 0755 {} +
     find "$pkg" -type f -exec chmod 0644 {} +
     mkdir -p "$pkg/DEBIAN"
@@ -112,6 +117,7 @@ build_tarball() {
     fill "$ROOT/packaging/tarball/install.sh" "$major" > "$dir/install.sh"
     chmod 0755 "$dir/install.sh"
     install -m 0644 "$ROOT/LICENSE" "$ROOT/packaging/copyright" "$dir/"
+    python3 "$ROOT/packaging/third_party.py" "$source_dir" "$dir/THIRD-PARTY-NOTICES.txt" >&2
     tar -C "$stage" --owner=0 --group=0 -czf "$out/$name.tar.gz" "$name"
     echo "$out/$name.tar.gz"
 }

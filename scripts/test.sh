@@ -141,6 +141,13 @@ if ! grep -q 'scripts/bench-ab.sh --base REV' <<<"$usage_text"; then
     echo "scripts/bench-ab.sh --help printed no usage" >&2
     exit 1
 fi
+for script in package.sh package-test.sh install-build.sh pg-config.sh; do
+    usage_text=$(bash "scripts/$script" --help)
+    if ! grep -q "usage: scripts/$script" <<<"$usage_text"; then
+        echo "scripts/$script --help printed no usage" >&2
+        exit 1
+    fi
+done
 
 if [ "$(installed_sums)" != "$installed_sum" ]; then
     echo "pg_workfence.so of PostgreSQL ${MAJORS[*]} was replaced while the tests ran" \
