@@ -43,7 +43,8 @@ dpkg-query -W -f='${Status}' postgresql-${PG_MAJOR} 2>/dev/null | grep -q 'insta
 # pgbouncer needs no pin: it depends on neither the server nor libpq (only
 # postgresql-common), and bookworm's build installs without upgrading
 # anything already present.
-for pkg in postgresql-server-dev-${PG_MAJOR} libclang-dev clang sudo pkg-config pgbouncer; do
+# binutils: strip and objdump for scripts/package.sh (clang pulls it in too).
+for pkg in postgresql-server-dev-${PG_MAJOR} libclang-dev clang sudo pkg-config pgbouncer binutils; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then
