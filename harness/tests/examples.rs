@@ -549,13 +549,7 @@ fn run_lease_lost(lang: &str, program: &Path, args: &[&str]) {
     // Its lease lapses on the server's clock; then the test claims the item
     // as another worker of the SAME owner name, in autocommit, so that the
     // notification goes out as this statement commits.
-    ok(
-        c.execute(
-            "SELECT pg_catalog.pg_sleep_until(lease_until) FROM workfence.items WHERE id = $1",
-            &[&stalled],
-        ),
-        "waiting out the lease",
-    );
+    common::wait_out_lease(&mut c, stalled);
     let mut reclaim = ok(
         calls::claim(&mut c, "examples", OWNER, "1 minute", None, None),
         "claiming the lapsed item",

@@ -237,13 +237,7 @@ fn a_lease_lost_notification_comes_with_the_reclaim_and_the_holders_finish_is_re
     let token_a =
         common::enqueued_and_claimed(&mut a, "routines", "daily", "routines/laptop", "1 second");
     // The lease lapses, by the server's clock.
-    ok(
-        main.execute(
-            "SELECT pg_catalog.pg_sleep_until(i.lease_until) FROM workfence.items AS i WHERE i.id = $1",
-            &[&token_a.id],
-        ),
-        "waiting for the lease to lapse",
-    );
+    common::wait_out_lease(&mut main, token_a.id);
     // Worker B, same owner name, claims it anew in a transaction it holds open.
     let mut b = ok(cluster.connect_to("lease_lost"), "worker B");
     let b_pid = common::backend_pid(&mut b);
@@ -400,13 +394,7 @@ fn stale_tokens_are_counted_per_queue_and_never_wait_for_the_holder() {
     let cluster = cluster();
     let mut main = database(&cluster, "counters");
     let stale = common::enqueued_and_claimed(&mut main, "counted", "k", "w", "1 second");
-    ok(
-        main.execute(
-            "SELECT pg_catalog.pg_sleep_until(i.lease_until) FROM workfence.items AS i WHERE i.id = $1",
-            &[&stale.id],
-        ),
-        "the lease lapses",
-    );
+    common::wait_out_lease(&mut main, stale.id);
     let current = common::claimed_one(&mut main, "counted", "w", "1 minute").token("w");
     assert_eq!(current.id, stale.id);
     common::enqueue_new(&mut main, &Enqueue::new("other").key("o"));
@@ -610,11 +598,7 @@ fn a_pause_reaches_a_session_that_claimed_before_it_and_a_rolled_back_one_does_n
     // A committed pause closes the queue for the worker's very next claim.
     assert!(ok(calls::pause(&mut operator, "p"), "pause"));
     assert!(
-        ok(
-            calls::claim(&mut worker, "p", "w", "1 minute", None, None),
-            "claim"
-        )
-        .is_empty(),
+        common::claim_count(&mut worker, "p") == 0,
         "a session that knew the queue open must see the pause"
     );
     assert!(ok(
@@ -668,21 +652,13 @@ fn a_repeatable_read_transaction_does_not_leave_its_session_blind_to_a_pause() {
     // Once the transaction is over, the session sees the pause...
     across_repeatable_read(&mut worker, &mut operator, pause);
     assert!(
-        ok(
-            calls::claim(&mut worker, "rr", "w", "1 minute", None, None),
-            "claim"
-        )
-        .is_empty(),
+        common::claim_count(&mut worker, "rr") == 0,
         "a REPEATABLE READ transaction left its session claiming from a paused queue"
     );
     // ... and the resume.
     across_repeatable_read(&mut worker, &mut operator, resume);
     assert_eq!(
-        ok(
-            calls::claim(&mut worker, "rr", "w", "1 minute", None, None),
-            "claim"
-        )
-        .len(),
+        common::claim_count(&mut worker, "rr"),
         1,
         "a REPEATABLE READ transaction left its session blind to a resume"
     );
@@ -724,13 +700,7 @@ fn a_lapse_counts_when_its_claim_commits_and_an_uncommitted_token_is_not_a_refus
     let cluster = cluster();
     let mut main = database(&cluster, "counts_commit");
     let token = common::enqueued_and_claimed(&mut main, "cc", "k", "w", "1 second");
-    ok(
-        main.execute(
-            "SELECT pg_catalog.pg_sleep_until(i.lease_until) FROM workfence.items AS i WHERE i.id = $1",
-            &[&token.id],
-        ),
-        "the lease lapses",
-    );
+    common::wait_out_lease(&mut main, token.id);
     let mut claimer = ok(cluster.connect_to("counts_commit"), "claimer");
     // Two claims of the lapsed lease roll back; a third commits.
     for _ in 0..2 {

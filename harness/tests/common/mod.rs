@@ -279,3 +279,25 @@ pub fn repo_root() -> PathBuf {
         .expect("harness/ has a parent")
         .to_path_buf()
 }
+
+/// Sleeps on the server (`pg_sleep_until`, the server's clock, which the
+/// lease is judged by) until item `id`'s lease has lapsed.
+pub fn wait_out_lease(client: &mut Client, id: i64) {
+    ok(
+        client.execute(
+            "SELECT pg_catalog.pg_sleep_until(i.lease_until) FROM workfence.items AS i WHERE i.id = $1",
+            &[&id],
+        ),
+        "waiting out the lease",
+    );
+}
+
+/// How many items one claim of `queue` by owner `w` (lease 1 minute, one
+/// item, no wait) takes: 0 or 1.
+pub fn claim_count(client: &mut impl postgres::GenericClient, queue: &str) -> usize {
+    ok(
+        workfence_harness::calls::claim(client, queue, "w", "1 minute", None, None),
+        "claim",
+    )
+    .len()
+}
