@@ -40,9 +40,11 @@ set -euo pipefail
 # clusters (scripts/cluster.sh, the harness) at another major.
 unset WORKFENCE_PG_CONFIG
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=majors.sh
+. "$ROOT/scripts/majors.sh"
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PG_CONFIG="$PG15_CONFIG"
 PG_BIN="$("$PG_CONFIG" --bindir)"
 
 base=""
@@ -85,8 +87,8 @@ fi
 rm -rf "$ab/base/pkg" "$ab/head/pkg"
 package base "$base_dir"
 package head "$ROOT"
-base_version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$base_dir/Cargo.toml" | head -n1)"
-head_version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -n1)"
+base_version="$(crate_version "$base_dir")"
+head_version="$(crate_version "$ROOT")"
 
 install_build() { # name: copy its library, control file and scripts over the system's
     cp -a "$ab/$1/pkg/." /

@@ -35,3 +35,9 @@ pg_config_of() {
             ;;
     esac
 }
+
+# crate_version DIR: the version of the checkout at DIR, as its Cargo.toml's
+# first `version = "..."` line (the [package] table's) says.
+crate_version() {
+    sed -n 's/^version *= *"\([^"]*\)".*/\1/p' "$1/Cargo.toml" | head -n1
+}

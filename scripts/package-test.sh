@@ -52,7 +52,7 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-version="$(sed -n 's/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -n1)"
+version="$(crate_version "$ROOT")"
 deb="$packages/postgresql-15-pg-workfence_${version}_amd64.deb"
 tarball="$packages/pg_workfence-$version-pg18-linux-amd64.tar.gz"
 

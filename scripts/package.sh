@@ -46,7 +46,7 @@ fi
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
-version="$(sed -n 's/^version *= *"\([^"]*\)".*/\1/p' "$source_dir/Cargo.toml" | head -n1)"
+version="$(crate_version "$source_dir")"
 [ -n "$version" ] || { echo "no version in $source_dir/Cargo.toml" >&2; exit 1; }
 stage_root="$(mktemp -d)"
 trap 'rm -rf "$stage_root"' EXIT

@@ -22,6 +22,7 @@ fn cargo_version() -> String {
         .expect("a version in [package]")
 }
 
+/// `META.json`, parsed.
 fn meta() -> serde_json::Value {
     let text = fs::read_to_string(repo_root().join("META.json")).expect("read META.json");
     serde_json::from_str(&text).expect("META.json is JSON")
