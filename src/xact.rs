@@ -134,8 +134,9 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
                 // SPI needs an active snapshot, which a commit no longer has
                 // (an error unwinds the stack with the transaction).
                 pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-                // Raising here aborts the commit (or the prepare).
-                crate::lease::fence_at_commit(&tokens).or_report();
+                // Raising here aborts the commit (or the prepare); the
+                // abort puts the session's user back.
+                as_extension_owner(|| crate::lease::fence_at_commit(&tokens)).or_report();
                 pg_sys::PopActiveSnapshot();
             }
             if event == XACT_EVENT_PRE_PREPARE {
@@ -190,6 +191,40 @@ unsafe extern "C-unwind" fn on_subxact(
             // ids are this one's or larger) were rolled back.
             state.lapsed.retain(|(subid, _)| *subid < my_subid);
         });
+    }
+}
+
+/// Run `f` as the owner of `workfence.items`, as the extension's
+/// `SECURITY DEFINER` functions run: a commit runs outside them, as the
+/// session's user, who has (and needs) no privilege on the extension's
+/// tables. The switch is the one PostgreSQL's `fmgr_security_definer` makes
+/// (`SECURITY_LOCAL_USERID_CHANGE`, so nothing in between can `SET ROLE`);
+/// the previous user is put back when `f` returns, and by the transaction's
+/// abort when it raises. Without the extension's table, `f` runs as is.
+fn as_extension_owner<T>(f: impl FnOnce() -> T) -> T {
+    let items = crate::plans::workfence_relation(c"items");
+    if items == pg_sys::InvalidOid {
+        return f();
+    }
+    // SAFETY: a relation this transaction has locked (its claims, renews
+    // or asserts touched it), opened to read its owner and closed again;
+    // the user switch of fmgr_security_definer, undone below or by the
+    // abort of the transaction.
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let rel = pg_sys::relation_open(items, lock);
+        let owner = (*(*rel).rd_rel).relowner;
+        pg_sys::relation_close(rel, lock);
+        let mut user = pg_sys::InvalidOid;
+        let mut context: std::ffi::c_int = 0;
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            owner,
+            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as std::ffi::c_int,
+        );
+        let out = f();
+        pg_sys::SetUserIdAndSecContext(user, context);
+        out
     }
 }
 

@@ -4,7 +4,9 @@
 //! - `work_assert`'s fence holds whatever savepoints do: after a rolled-back
 //!   savepoint or exception block released its row lock, the commit checks
 //!   the token again and fails with 55000 if another worker has claimed the
-//!   item meanwhile; the stale worker's writes never commit.
+//!   item meanwhile; the stale worker's writes never commit. The workers run
+//!   as a role with only `EXECUTE` on the functions (the commit's re-check
+//!   runs as the extension's owner, not as the session's role).
 //! - A long poll under REPEATABLE READ or SERIALIZABLE is refused at once
 //!   (25000); a claim that does not wait works there.
 //! - `work_lease_status` answers from the statement's snapshot: the newest
@@ -41,6 +43,24 @@ fn database(cluster: &Cluster, name: &str) -> Client {
     c
 }
 
+/// A worker of database `name` as docs/operations.md sets one up: a role
+/// (its own, `<name>_worker`: roles are cluster-wide and the tests of this
+/// file share a cluster) with `EXECUTE` on the extension's functions and
+/// rights on its own table only, none on the extension's tables.
+fn least_privilege_worker(cluster: &Cluster, admin: &mut Client, name: &str) -> Client {
+    let role = format!("{name}_worker");
+    ok(
+        admin.batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT USAGE ON SCHEMA workfence TO {role};
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA workfence TO {role};
+             GRANT SELECT, INSERT ON sent TO {role};"
+        )),
+        "the worker role",
+    );
+    common::connect_as(cluster, name, &role, "least-privilege worker")
+}
+
 fn sqlstate(result: Result<impl Sized, postgres::Error>) -> SqlState {
     match result {
         Ok(_) => panic!("expected an error"),
@@ -70,8 +90,9 @@ fn shape_sql(template: &str, id: i64, epoch: i64) -> String {
 #[test]
 fn a_stale_worker_cannot_commit_after_a_rolled_back_savepoint_released_the_lock() {
     let cluster = cluster();
-    let mut a = database(&cluster, "fence_savepoint");
-    let mut b = ok(cluster.connect_to("fence_savepoint"), "worker B");
+    // B, the worker that claims the item anew, is the superuser's session.
+    let mut b = database(&cluster, "fence_savepoint");
+    let mut a = least_privilege_worker(&cluster, &mut b, "fence_savepoint");
     for (n, (shape, template)) in SHAPES.iter().enumerate() {
         let key = format!("job-{n}");
         let Token {
@@ -139,7 +160,8 @@ fn a_stale_worker_cannot_commit_after_a_rolled_back_savepoint_released_the_lock(
 #[test]
 fn a_rolled_back_savepoint_under_a_current_lease_commits() {
     let cluster = cluster();
-    let mut a = database(&cluster, "fence_current");
+    let mut admin = database(&cluster, "fence_current");
+    let mut a = least_privilege_worker(&cluster, &mut admin, "fence_current");
     for (n, (shape, template)) in SHAPES.iter().enumerate() {
         let key = format!("job-{n}");
         let Token { id, epoch, .. } =
@@ -153,7 +175,7 @@ fn a_rolled_back_savepoint_under_a_current_lease_commits() {
             shape,
         );
         let state: String = scalar(
-            &mut a,
+            &mut admin,
             "SELECT state::text FROM workfence.items WHERE id = $1",
             &[&id],
         );
