@@ -172,8 +172,50 @@ COMMENT ON COLUMN workfence.queues.paused IS 'Whether claims of the queue hand o
 COMMENT ON COLUMN workfence.queues.paused_at IS 'Server time of the work_pause that paused it; NULL when not paused.';
 COMMENT ON INDEX workfence.queues_pkey IS 'A queue''s settings by name: the claim''s pause check is one probe here.';
 
+-- Queue grants (from 0.7.0): which role may use which capability on which
+-- queues, and whether they are enforced. Written only by work_grant,
+-- work_revoke and work_enforce_grants, which tell every session to read
+-- them again (src/grants.rs).
+CREATE TABLE workfence.queue_grants (
+    role        regrole NOT NULL,
+    capability  text NOT NULL
+                CHECK (capability IN ('enqueue', 'claim', 'operate', 'read', 'purge')),
+    queues      text NOT NULL CHECK (queues <> ''),
+    granted_at  timestamptz NOT NULL,
+    CONSTRAINT queue_grants_pkey PRIMARY KEY (role, capability, queues)
+);
+COMMENT ON TABLE workfence.queue_grants IS
+    'Queue grants: role may use capability on queues (a queue name, or a prefix followed by *), as '
+    'work_grant made them; checked only while workfence.queue_grant_mode has its row (work_enforce_grants). '
+    'Members of role are covered too. Not readable by PUBLIC; workfence.work_queue_grants lists them.';
+COMMENT ON COLUMN workfence.queue_grants.role IS 'The role granted (its members are covered too).';
+COMMENT ON COLUMN workfence.queue_grants.capability IS
+    'enqueue, claim (claims and the token calls), operate (cancel, retry, reschedule, pause, resume), '
+    'read (work_queue_stats, work_item, queue_counters) or purge.';
+COMMENT ON COLUMN workfence.queue_grants.queues IS
+    'A queue name, or a prefix followed by * (every queue whose name starts with it; * alone: every queue).';
+COMMENT ON COLUMN workfence.queue_grants.granted_at IS 'Server time of the work_grant that made it.';
+COMMENT ON INDEX workfence.queue_grants_pkey IS 'One grant per (role, capability, queues).';
+
+-- Zero rows: grants are not enforced (as before 0.7.0); one row: enforced
+-- since enforced_since. No row is made here, so that a restored dump's
+-- row (if any) never meets one the install made.
+CREATE TABLE workfence.queue_grant_mode (
+    enforced        boolean NOT NULL DEFAULT true CHECK (enforced),
+    enforced_since  timestamptz NOT NULL,
+    CONSTRAINT queue_grant_mode_pkey PRIMARY KEY (enforced)
+);
+COMMENT ON TABLE workfence.queue_grant_mode IS
+    'Whether queue grants are enforced in this database: one row (enforced, since when) if they are, none if '
+    'not. Written by work_enforce_grants. Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.queue_grant_mode.enforced IS 'Always true: the row''s presence is the setting.';
+COMMENT ON COLUMN workfence.queue_grant_mode.enforced_since IS 'Server time of the work_enforce_grants(true) that turned it on.';
+COMMENT ON INDEX workfence.queue_grant_mode_pkey IS 'At most one row.';
+
 REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queues FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.queue_grants FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.queue_grant_mode FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.epoch_seq FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.items_id_seq FROM PUBLIC;
 
@@ -183,6 +225,8 @@ SELECT pg_catalog.pg_extension_config_dump('workfence.items', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.epoch_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.items_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queues', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grants', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grant_mode', '');
 
 COMMENT ON INDEX workfence.items_pkey IS 'Items by id: every token call finds its row here.';
 COMMENT ON INDEX workfence.items_queue_key_unique IS 'One item per (queue, key): idempotent enqueue and work_claim_key.';

@@ -1,13 +1,19 @@
--- pg_workfence: the monitoring view. Runs after bootstrap (it reads
--- workfence.items and workfence.queues) and after the function
--- workfence.queue_counters (pgrx places it there: `requires`), before finalize.
+-- pg_workfence: the views. Run after bootstrap (they read the tables) and
+-- after the functions workfence.queue_counters and workfence.work_may (pgrx
+-- places them there: `requires`), before finalize.
 --
 -- One reading of the server's clock for the whole view (a MATERIALIZED CTE
 -- is evaluated once), so the counts of one row add up: an item is exactly one
 -- of pending, scheduled, claimed, expired, done, failed, cancelled. A view's
 -- names and operators are bound when it is created; they are schema-qualified
 -- all the same.
-CREATE VIEW workfence.work_queue_stats AS
+--
+-- Where queue grants are enforced (from 0.7.0), a reader sees only the
+-- queues it may read (work_may, which judges the session's role). The
+-- filter runs in a MATERIALIZED CTE, before queue_counters is called for a
+-- queue, and the view is a security_barrier, so that no condition of the
+-- reader's query is evaluated on a row the filter removes.
+CREATE VIEW workfence.work_queue_stats WITH (security_barrier) AS
 WITH server_time AS MATERIALIZED (
     SELECT pg_catalog.clock_timestamp() AS now
 ), counts AS (
@@ -40,10 +46,12 @@ WITH server_time AS MATERIALIZED (
       FROM workfence.items AS i
      CROSS JOIN server_time AS t
      GROUP BY i.queue, t.now
-), names AS (
-    SELECT c.queue FROM counts AS c
-    UNION
-    SELECT q.queue FROM workfence.queues AS q
+), names AS MATERIALIZED (
+    SELECT u.queue
+      FROM (SELECT c.queue FROM counts AS c
+            UNION
+            SELECT q.queue FROM workfence.queues AS q) AS u
+     WHERE workfence.work_may('read', u.queue)
 )
 SELECT n.queue,
        COALESCE(c.pending, 0) AS pending,
@@ -65,9 +73,10 @@ SELECT n.queue,
 COMMENT ON VIEW workfence.work_queue_stats IS
     'One row per queue that has items or settings (work_pause): how many items are in each state, how '
     'long the oldest due item has waited, by the server''s clock (clock_timestamp(), read once per '
-    'query), whether the queue is paused, and how often fencing refused a stale token. Reads every item '
-    '(a scan of workfence.items): for monitoring, not for a hot path. Not readable by PUBLIC; a reader '
-    'needs EXECUTE on workfence.queue_counters too.';
+    'query), whether the queue is paused, and how often fencing refused a stale token. Where queue grants are '
+    'enforced, only the queues the reader may read (work_may). Reads every item (a scan of workfence.items): '
+    'for monitoring, not for a hot path. Not readable by PUBLIC; a reader needs EXECUTE on '
+    'workfence.queue_counters and workfence.work_may too.';
 COMMENT ON COLUMN workfence.work_queue_stats.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.work_queue_stats.pending IS 'Pending items that are due (run_at reached): claimable now.';
 COMMENT ON COLUMN workfence.work_queue_stats.scheduled IS 'Pending items not yet due (run_at in the future: scheduled, or a retry backing off).';
@@ -89,3 +98,25 @@ COMMENT ON COLUMN workfence.work_queue_stats.lapsed IS
     'NULL unless pg_workfence is in shared_preload_libraries.';
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
+
+-- The queue grants as work_grant made them (from 0.7.0), with the role's
+-- name (pg_get_userbyid: "unknown (OID=n)" for a role dropped since).
+CREATE VIEW workfence.work_queue_grants AS
+SELECT pg_catalog.pg_get_userbyid(g.role::pg_catalog.oid) AS role,
+       g.capability,
+       g.queues,
+       g.granted_at
+  FROM workfence.queue_grants AS g;
+
+COMMENT ON VIEW workfence.work_queue_grants IS
+    'One row per queue grant (work_grant): role may use capability on queues. Checked only while queue grants '
+    'are enforced (work_enforce_grants; workfence.queue_grant_mode has a row). Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.work_queue_grants.role IS 'The role granted; its members are covered too.';
+COMMENT ON COLUMN workfence.work_queue_grants.capability IS
+    'enqueue, claim (claims and the token calls), operate (cancel, retry, reschedule, pause, resume), '
+    'read (work_queue_stats, work_item, queue_counters) or purge.';
+COMMENT ON COLUMN workfence.work_queue_grants.queues IS
+    'A queue name, or a prefix followed by * (every queue whose name starts with it; * alone: every queue).';
+COMMENT ON COLUMN workfence.work_queue_grants.granted_at IS 'Server time of the work_grant that made it.';
+
+REVOKE ALL ON TABLE workfence.work_queue_grants FROM PUBLIC;

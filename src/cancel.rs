@@ -3,6 +3,7 @@
 use pgrx::prelude::*;
 
 use crate::error::{OrReport, Result};
+use crate::grants::{self, Capability};
 use crate::plans::{self, params, Statement};
 use crate::validate;
 
@@ -50,7 +51,9 @@ params! {
 /// `work_assert` never commits them after a cancel).
 ///
 /// Errors: 22004 for a NULL queue or key; 22023 for an empty, oversized or
-/// control-character queue or key.
+/// control-character queue or key; 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no operate grant covering the queue
+/// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_cancel(queue: Option<String>, key: Option<String>) -> bool {
     cancel(queue, key).or_report()
@@ -59,6 +62,7 @@ pub fn work_cancel(queue: Option<String>, key: Option<String>) -> bool {
 fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
     let queue = validate::queue(queue)?;
     let key = validate::key(validate::required("key", key)?)?;
+    grants::check(Capability::Operate, &queue)?;
     Spi::connect_mut(|client| {
         plans::run(
             client,

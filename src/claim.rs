@@ -11,6 +11,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
 
 use crate::error::{OrReport, Result, WorkfenceError};
+use crate::grants::{self, Capability};
 use crate::jsonb::RawJsonb;
 use crate::lapse::{self, LostToken};
 use crate::paused;
@@ -359,7 +360,10 @@ fn server_clock() -> Result<TimestampWithTimeZone> {
 /// `work_enqueue`; owner blank, > 256 bytes or with control characters), a
 /// lease not in (0, 7 days], `max_items` outside 1..1000, `wait` not in
 /// [0, 1 hour]; 25000 for `wait` > 0 under REPEATABLE READ or SERIALIZABLE;
-/// 57014 when cancelled while waiting.
+/// 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no claim grant covering the queue
+/// (see `crate::grants`), checked again at every attempt of a
+/// waiting claim; 57014 when cancelled while waiting.
 #[pg_extern(
     name = "work_claim",
     volatile,
@@ -429,6 +433,7 @@ fn claim(
     let owner = validate::owner(owner)?;
     validate::lease(lease.map(Into::into))?;
     let max_items = validate::max_items(max_items)?;
+    grants::check(Capability::Claim, &queue)?;
     let waiting = !wait.is_zero();
     wait::until_claimed(&queue, wait, || {
         claim_once(&queue, &owner, lease, max_items, waiting)
@@ -479,6 +484,11 @@ fn claim_once(
     max_items: i32,
     waiting: bool,
 ) -> Result<(Vec<ClaimedRow>, bool)> {
+    if waiting {
+        // A revoke that commits while the claim waits ends it at its next
+        // attempt (the first was checked by `claim`).
+        grants::check(Capability::Claim, queue)?;
+    }
     if !lock_items(waiting) || paused::is_paused(queue)? {
         return Ok((Vec::new(), false));
     }
@@ -509,7 +519,10 @@ fn claim_once(
 /// rules are `work_claim`'s: zero rows when the item is missing, not yet due,
 /// held under a live lease, finished, or locked by a concurrent claim.
 ///
-/// Errors: 22004 for a NULL argument; 22023 for a bad queue, key, owner or lease.
+/// Errors: 22004 for a NULL argument; 22023 for a bad queue, key, owner or
+/// lease; 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no claim grant covering the queue
+/// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_claim_key(
     queue: Option<String>,
@@ -542,6 +555,7 @@ fn claim_key(
     let key = validate::key(validate::required("key", key)?)?;
     let owner = validate::owner(owner)?;
     validate::lease(lease.map(Into::into))?;
+    grants::check(Capability::Claim, &queue)?;
     lock_items(false);
     if paused::is_paused(&queue)? {
         return Ok(Vec::new());

@@ -31,6 +31,7 @@ use pgrx::prelude::*;
 use pgrx::shmem::PGRXSharedMemory;
 
 use crate::error::{OrReport, Result};
+use crate::grants::{self, Capability};
 use crate::validate;
 
 /// How many (database, queue) pairs the server counts for.
@@ -212,13 +213,17 @@ fn read(queue: &str) -> Option<(i64, i64)> {
 ///   counted (it has no queue).
 /// - `lapsed`: lapsed leases claimed anew (each one superseded a token).
 ///
-/// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`).
+/// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`);
+/// 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no read grant covering the queue
+/// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn queue_counters(
     queue: Option<String>,
 ) -> TableIterator<'static, (name!(refused, i64), name!(lapsed, i64))> {
     (|| -> Result<Vec<(i64, i64)>> {
         let queue = validate::queue(queue)?;
+        grants::check(Capability::Read, &queue)?;
         Ok(read(&queue).into_iter().collect())
     })()
     .map(TableIterator::new)

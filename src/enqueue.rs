@@ -5,6 +5,7 @@ use pgrx::prelude::*;
 
 use crate::cancel::QueueKey;
 use crate::error::{OrReport, Result, WorkfenceError};
+use crate::grants::{self, Capability};
 use crate::jsonb::RawJsonb;
 use crate::notify;
 use crate::plans::{self, params, Statement};
@@ -94,7 +95,9 @@ SELECT i.id
 /// Errors: 22004 for a NULL `queue`, `payload`, `priority` or `max_attempts`;
 /// 22023 for an empty, oversized (> 128 bytes) or control-character queue, an
 /// empty or oversized (> 512 bytes) key, `run_at` = 'infinity',
-/// `max_attempts` outside 1..1000, `max_run` not in (0, 365 days]; 40001
+/// `max_attempts` outside 1..1000, `max_run` not in (0, 365 days]; 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no enqueue grant covering the queue
+/// (see `crate::grants`); 40001
 /// (serialization_failure) when the existing item of the key was deleted
 /// while this enqueue ran (a purge or a restore racing it): retrying the
 /// transaction is safe.
@@ -165,6 +168,7 @@ fn enqueue(
     let priority = validate::required("priority", priority)?;
     let max_attempts = validate::max_attempts(max_attempts)?;
     validate::max_run(max_run.map(Into::into))?;
+    grants::check(Capability::Enqueue, &queue)?;
 
     Spi::connect_mut(|client| {
         // The existing row can vanish between the two statements (purged in

@@ -10,6 +10,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::SpiError;
 
+use crate::grants::Capability;
 use crate::validate::IntervalParts;
 
 /// Why a token is not honoured; the `detail` of a [`WorkfenceError::LeaseLost`].
@@ -20,7 +21,8 @@ use crate::validate::IntervalParts;
 /// will); `work_assert`'s message, DETAIL and HINT keep the finer reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
-    /// No item has this id.
+    /// No item has this id, or (queue grants enforced) none in a queue the
+    /// role may claim: the two are told apart to nobody.
     Missing,
     /// The item was claimed again: its epoch is newer than the token's.
     Superseded,
@@ -60,7 +62,10 @@ impl LeaseStatus {
     /// The DETAIL of `work_assert`'s 55000: what happened to the token.
     pub fn detail(self) -> &'static str {
         match self {
-            LeaseStatus::Missing => "No item has this id.",
+            LeaseStatus::Missing => {
+                "No item has this id (where queue grants are enforced: none in a queue this role \
+                 may claim)."
+            }
             LeaseStatus::Superseded => "The item was claimed again since: a newer epoch holds it.",
             LeaseStatus::WrongOwner => "The epoch is current but was claimed under another owner.",
             LeaseStatus::Finished => "The item is already done or failed.",
@@ -84,8 +89,9 @@ impl LeaseStatus {
     pub fn hint(self) -> &'static str {
         match self {
             LeaseStatus::Missing => {
-                "Check the id: no item has it (never enqueued in this database, or purged). Roll \
-                 back the job's writes."
+                "Check the id: no item has it (never enqueued in this database, or purged), or \
+                 the role's claim grant does not cover its queue (revoked while the job ran). \
+                 Roll back the job's writes."
             }
             LeaseStatus::Superseded => {
                 "Roll back: a newer epoch holds the item now, and only it may act on the item. Stop \
@@ -273,6 +279,28 @@ pub enum WorkfenceError {
         key: String,
     },
 
+    /// Queue grants are enforced (`work_enforce_grants`) and the role the
+    /// session runs as has no grant of `capability` covering `queue`.
+    /// SQLSTATE 42501 (insufficient_privilege); nothing was changed. `queue`
+    /// `None`: the call named every queue (`work_purge` without a queue).
+    #[error("permission denied for queue {}", match queue { Some(q) => format!("{q:?}"), None => "\"*\" (every queue)".to_string() })]
+    QueueForbidden {
+        /// The capability the call needs.
+        capability: Capability,
+        /// The queue the call named; `None` for every queue.
+        queue: Option<String>,
+        /// The role checked (the session's current role).
+        role: String,
+    },
+
+    /// `work_grant` or `work_revoke` named a role that does not exist.
+    /// SQLSTATE 42704 (undefined_object), as PostgreSQL's GRANT raises it.
+    #[error("argument \"role\": role {role:?} does not exist")]
+    UnknownRole {
+        /// The role name as given.
+        role: String,
+    },
+
     /// A required array argument held a NULL element. SQLSTATE 22004.
     #[error("argument \"{arg}\" must not contain NULL elements")]
     NullElement {
@@ -326,6 +354,8 @@ impl WorkfenceError {
                 PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED
             }
             WorkfenceError::KeyChurn { .. } => PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            WorkfenceError::QueueForbidden { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            WorkfenceError::UnknownRole { .. } => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             WorkfenceError::InvalidArgument { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
             }
@@ -351,6 +381,25 @@ impl WorkfenceError {
                 Some("The existing item was deleted while this enqueue ran.".to_string())
             }
             WorkfenceError::InvalidArgument { detail, .. } => Some(detail.render()),
+            WorkfenceError::QueueForbidden {
+                capability,
+                queue: Some(queue),
+                role,
+            } => Some(format!(
+                "Queue grants are enforced in this database, and role {role:?} has no {:?} grant \
+                 covering queue {queue:?} (nor has any role it is a member of).",
+                capability.as_str()
+            )),
+            WorkfenceError::QueueForbidden {
+                capability,
+                queue: None,
+                role,
+            } => Some(format!(
+                "Queue grants are enforced in this database: a call on every queue needs a {:?} \
+                 grant of '*', which role {role:?} does not have.",
+                capability.as_str()
+            )),
+            WorkfenceError::UnknownRole { .. } => None,
             WorkfenceError::AssertOutsideTransaction => Some(
                 "Outside BEGIN ... COMMIT the statement commits at once, which releases the item's \
                  row lock: writes made afterwards would not be fenced by the lease."
@@ -385,6 +434,17 @@ impl WorkfenceError {
             WorkfenceError::NullElement { .. } => Some("Remove the NULL elements from the array."),
             WorkfenceError::KeyChurn { .. } => Some("Retry the transaction."),
             WorkfenceError::InvalidArgument { hint, .. } => Some(hint),
+            WorkfenceError::QueueForbidden { queue: Some(_), .. } => Some(
+                "The extension's owner grants a queue or a prefix of queues with \
+                 workfence.work_grant(capability, queues, role); workfence.work_queue_grants \
+                 lists the grants.",
+            ),
+            WorkfenceError::QueueForbidden { queue: None, .. } => {
+                Some("Name the queue, or have the extension's owner grant the capability on '*'.")
+            }
+            WorkfenceError::UnknownRole { .. } => Some(
+                "Create the role first, or check the spelling (role names are case-sensitive).",
+            ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "Long-poll in READ COMMITTED (the default isolation level), or pass wait => '0'.",
             ),

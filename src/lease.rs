@@ -8,6 +8,15 @@
 //! first (and the UPDATE, re-checking the new row version, matches nothing)
 //! or waits for this one. The epoch is the authority: an expired lease that no
 //! one has re-claimed is still the newest and is honoured.
+//!
+//! Where queue grants are enforced ([`crate::grants`]) and the session's
+//! role does not reach every queue, each statement that changes or locks a
+//! row comes in its *scoped* form, which also requires the item's queue to
+//! be `LIKE ANY` of the role's claim patterns (its last parameter): a token
+//! of an item in a queue the role may not claim matches nothing, and is
+//! then refused exactly as a token of a missing item is (the reads that
+//! follow a refusal check the queue they read), so the answer never tells
+//! whether such an item exists.
 
 use std::collections::HashSet;
 
@@ -18,6 +27,7 @@ use pgrx::prelude::*;
 use crate::claim::errors_append;
 use crate::counters;
 use crate::error::{LeaseStatus, OrReport, Result, WorkfenceError};
+use crate::grants::{self, Capability, Scope};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, params, Params, Statement};
 use crate::validate;
@@ -25,18 +35,58 @@ use crate::wait;
 
 /// The parameters of a statement guarded by a token, the same in every
 /// one: `$1` id, `$2` owner, `$3` epoch, then what the statement adds
-/// (`then`, [`Then`]) from `$4` on. Made by [`Token::params`] and
-/// [`Token::then`].
+/// (`then`, [`Then`]) from `$4` on, and last the `LIKE` patterns of the
+/// queues the role may claim (NULL in the open form, which ignores it; see
+/// [`Fenced`]). Made by [`Token::params`] and [`Token::then`].
 struct Guarded<'a, T> {
     token: &'a Token,
     then: T,
+    scope: Option<Vec<String>>,
+}
+
+/// A token statement in its two forms: `open`, for a role that reaches
+/// every queue (in the schema's two versions, see [`plans::Versioned`]),
+/// and `scoped`, which matches only items whose queue is `LIKE ANY` of its
+/// last parameter (the schema of this version only: queue grants came
+/// after the legacy schema).
+struct Fenced<P> {
+    open: plans::Versioned<P>,
+    scoped: Statement<P>,
+}
+
+/// The condition of the scoped form of a token statement (see [`Fenced`]),
+/// on parameter `$p`; nothing in the open form.
+macro_rules! scope_filter {
+    (open, $p:literal) => {
+        ""
+    };
+    (scoped, $p:literal) => {
+        concat!(
+            "\n   AND i.queue OPERATOR(pg_catalog.~~) ANY (",
+            $p,
+            "::pg_catalog.text[])"
+        )
+    };
+}
+
+/// The three forms of a token statement built by `$sql!(schema, scope)`.
+macro_rules! fenced {
+    ($sql:ident) => {
+        Fenced {
+            open: plans::Versioned {
+                current: Statement::new($sql!(current, open)),
+                legacy: Statement::new($sql!(legacy, open)),
+            },
+            scoped: Statement::new($sql!(current, scoped)),
+        }
+    };
 }
 
 /// What a guarded statement binds after the token: nothing (`()`), one
 /// value, or two (a pair), each a [`Value`].
 trait Then: 'static {
     /// The type OIDs of `$1..$n`: the token's first (bigint, text, bigint),
-    /// then those of the values.
+    /// then those of the values, then the scope's (text[]).
     const TYPES: &'static [pg_sys::Oid];
     /// Bind the values, from `$4` on.
     fn bind(self, args: &mut Vec<DatumWithOid<'static>>);
@@ -60,13 +110,23 @@ impl Value for String {
 }
 
 impl Then for () {
-    const TYPES: &'static [pg_sys::Oid] = &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID];
+    const TYPES: &'static [pg_sys::Oid] = &[
+        pg_sys::INT8OID,
+        pg_sys::TEXTOID,
+        pg_sys::INT8OID,
+        pg_sys::TEXTARRAYOID,
+    ];
     fn bind(self, _: &mut Vec<DatumWithOid<'static>>) {}
 }
 
 impl<A: Value> Then for A {
-    const TYPES: &'static [pg_sys::Oid] =
-        &[pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::INT8OID, A::OID];
+    const TYPES: &'static [pg_sys::Oid] = &[
+        pg_sys::INT8OID,
+        pg_sys::TEXTOID,
+        pg_sys::INT8OID,
+        A::OID,
+        pg_sys::TEXTARRAYOID,
+    ];
     fn bind(self, args: &mut Vec<DatumWithOid<'static>>) {
         args.push(self.into());
     }
@@ -79,6 +139,7 @@ impl<A: Value, B: Value> Then for (A, B) {
         pg_sys::INT8OID,
         A::OID,
         B::OID,
+        pg_sys::TEXTARRAYOID,
     ];
     fn bind(self, args: &mut Vec<DatumWithOid<'static>>) {
         args.push(self.0.into());
@@ -95,6 +156,7 @@ impl<T: Then> Params for Guarded<'_, T> {
         args.push(self.token.owner.as_str().into());
         args.push(self.token.epoch.into());
         self.then.bind(&mut args);
+        args.push(self.scope.into());
         args
     }
 }
@@ -104,7 +166,7 @@ impl<T: Then> Params for Guarded<'_, T> {
 // once that is reached the lease cannot be renewed at all. (A schema before
 // 0.6.0 has no run-time limit.)
 macro_rules! renew_sql {
-    ($mode:ident) => {
+    ($mode:ident, $scope:ident) => {
         concat!(
             r#"
 UPDATE workfence.items AS i
@@ -127,6 +189,7 @@ UPDATE workfence.items AS i
        OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"#,
                 ""
             ),
+            scope_filter!($scope, "$5"),
             r#"
 RETURNING i.id
 "#
@@ -134,14 +197,13 @@ RETURNING i.id
     };
 }
 
-static RENEW: plans::Versioned<Guarded<Option<Interval>>> = plans::Versioned {
-    current: Statement::new(renew_sql!(current)),
-    legacy: Statement::new(renew_sql!(legacy)),
-};
+static RENEW: Fenced<Guarded<Option<Interval>>> = fenced!(renew_sql);
 
 // Mark the item of the current token done, with its result `$4`.
-static FINISH: Statement<Guarded<Option<RawJsonb>>> = Statement::new(
-    r#"
+macro_rules! finish_sql {
+    ($mode:ident, $scope:ident) => {
+        concat!(
+            r#"
 UPDATE workfence.items AS i
    SET state = 'done'::workfence.item_state,
        result = $4,
@@ -150,10 +212,16 @@ UPDATE workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
    AND i.epoch OPERATOR(pg_catalog.=) $3
-   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
+            scope_filter!($scope, "$5"),
+            r#"
 RETURNING i.id
-"#,
-);
+"#
+        )
+    };
+}
+
+static FINISH: Fenced<Guarded<Option<RawJsonb>>> = fenced!(finish_sql);
 
 // After a token-guarded statement matched nothing: how the item stands
 // towards the token, read with a fresh snapshot (its own statement, so in
@@ -164,7 +232,8 @@ RETURNING i.id
 // past max_run) or newer than the item's committed epoch (a claim not yet
 // committed, or one that rolled back: no worker was fenced off), and
 // whether the item is done under this token (a finish repeated with the
-// same token, after a lost reply). Never locks, never waits.
+// same token, after a lost reply). Never locks, never waits. (`$4`, the
+// scope, is not used: the caller checks the queue it reads.)
 static AFTER_REFUSAL: Statement<Guarded<()>> = Statement::new(
     r#"
 SELECT i.queue,
@@ -193,8 +262,11 @@ struct AfterRefusal {
 
 // Finish every (id, epoch) pair held under the owner, in one statement; the
 // pairs finished.
-static FINISH_MANY: Statement<FinishManyParams> = Statement::new(
-    r#"
+// (`$5`: the scope, see `Fenced`.)
+macro_rules! finish_many_sql {
+    ($mode:ident, $scope:ident) => {
+        concat!(
+            r#"
 UPDATE workfence.items AS i
    SET state = 'done'::workfence.item_state,
        result = r.result,
@@ -205,18 +277,26 @@ UPDATE workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) r.id
    AND i.owner OPERATOR(pg_catalog.=) $1
    AND i.epoch OPERATOR(pg_catalog.=) r.epoch
-   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
+            scope_filter!($scope, "$5"),
+            r#"
 RETURNING i.id, i.epoch
-"#,
-);
+"#
+        )
+    };
+}
+
+static FINISH_MANY: Fenced<FinishManyParams> = fenced!(finish_many_sql);
 
 params! {
-    /// `$1` owner, `$2` ids, `$3` epochs, `$4` results (one per id).
+    /// `$1` owner, `$2` ids, `$3` epochs, `$4` results (one per id), `$5`
+    /// the scope (see `Fenced`).
     struct FinishManyParams<'a> {
         owner: &'a str = TEXTOID,
         ids: Vec<i64> = INT8ARRAYOID,
         epochs: Vec<i64> = INT8ARRAYOID,
         results: Vec<Option<RawJsonb>> = JSONBARRAYOID,
+        scope: Option<Vec<String>> = TEXTARRAYOID,
     }
 }
 
@@ -248,8 +328,10 @@ params! {
 // Hand the item of the current token back: pending from now + `$4` (the
 // delay). A release hands the attempt back: the job did not fail, it was
 // put down.
-static RELEASE: Statement<Guarded<Option<Interval>>> = Statement::new(
-    r#"
+macro_rules! release_sql {
+    ($mode:ident, $scope:ident) => {
+        concat!(
+            r#"
 UPDATE workfence.items AS i
    SET state = 'pending'::workfence.item_state,
        lease_until = NULL,
@@ -258,10 +340,16 @@ UPDATE workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
    AND i.epoch OPERATOR(pg_catalog.=) $3
-   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
+            scope_filter!($scope, "$5"),
+            r#"
 RETURNING i.queue
-"#,
-);
+"#
+        )
+    };
+}
+
+static RELEASE: Fenced<Guarded<Option<Interval>>> = fenced!(release_sql);
 
 // Record the failure `$4` (the error) of the current token: retry after
 // `$5` (retry_in), or after an exponential backoff with equal jitter
@@ -271,7 +359,7 @@ RETURNING i.queue
 // are used up the item is failed (the dead letter state). The failure goes
 // into the item's `errors` history too (not in a schema before 0.6.0).
 macro_rules! fail_sql {
-    ($mode:ident) => {
+    ($mode:ident, $scope:ident) => {
         concat!(
             r#"
 UPDATE workfence.items AS i
@@ -309,51 +397,66 @@ UPDATE workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
    AND i.epoch OPERATOR(pg_catalog.=) $3
-   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
+            scope_filter!($scope, "$6"),
+            r#"
 RETURNING i.queue
 "#
         )
     };
 }
 
-static FAIL: plans::Versioned<Guarded<(String, Option<Interval>)>> = plans::Versioned {
-    current: Statement::new(fail_sql!(current)),
-    legacy: Statement::new(fail_sql!(legacy)),
-};
+static FAIL: Fenced<Guarded<(String, Option<Interval>)>> = fenced!(fail_sql);
 
 // Lock the row of the current token. FOR NO KEY UPDATE: the row lock an
 // UPDATE takes, held to the end of the caller's transaction, so no claim,
 // renew or finish of another token can commit in between.
-static ASSERT: Statement<Guarded<()>> = Statement::new(
-    r#"
+macro_rules! assert_sql {
+    ($mode:ident, $scope:ident) => {
+        concat!(
+            r#"
 SELECT i.id
   FROM workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
    AND i.epoch OPERATOR(pg_catalog.=) $3
-   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
+            scope_filter!($scope, "$4"),
+            r#"
    FOR NO KEY UPDATE
-"#,
-);
+"#
+        )
+    };
+}
+
+static ASSERT: Fenced<Guarded<()>> = fenced!(assert_sql);
 
 // The re-check at commit of a token work_assert accepted (see `crate::xact`):
 // the row under this owner and epoch, locked again, with whether its newest
 // version was written by this transaction (then a finish, release or fail
 // under the token in this transaction explains a state other than claimed).
-static FENCE: Statement<Guarded<()>> = Statement::new(
-    r#"
+macro_rules! fence_sql {
+    ($mode:ident, $scope:ident) => {
+        concat!(
+            r#"
 SELECT i.state::pg_catalog.text, i.xmin::pg_catalog.text::pg_catalog.int8
   FROM workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
-   AND i.epoch OPERATOR(pg_catalog.=) $3
+   AND i.epoch OPERATOR(pg_catalog.=) $3"#,
+            scope_filter!($scope, "$4"),
+            r#"
    FOR NO KEY UPDATE
-"#,
-);
+"#
+        )
+    };
+}
+
+static FENCE: Fenced<Guarded<()>> = fenced!(fence_sql);
 
 // How the item's row stands, for `work_lease_status` and `work_assert`'s
 // DETAIL: the row version this statement's snapshot sees, with its xmax (a
-// transaction updating or locking it, see `lease_status_of`).
+// transaction updating or locking it, see `standing`).
 static TOKEN_STATE: Statement<ItemParams> = Statement::new(
     r#"
 SELECT i.state::pg_catalog.text, i.owner, i.epoch, i.xmax::pg_catalog.text::pg_catalog.int8,
@@ -387,14 +490,28 @@ impl Token {
         })
     }
 
-    /// The token as `$1` id, `$2` owner, `$3` epoch.
-    fn params(&self) -> Guarded<'_, ()> {
-        self.then(())
+    /// The token as `$1` id, `$2` owner, `$3` epoch, and the claim scope
+    /// of the role (`$4`, see [`Fenced`]).
+    fn params(&self, scope: &Scope) -> Guarded<'_, ()> {
+        self.then((), scope)
     }
 
-    /// The token as `$1` id, `$2` owner, `$3` epoch, and `then` from `$4` on.
-    fn then<T: Then>(&self, then: T) -> Guarded<'_, T> {
-        Guarded { token: self, then }
+    /// The token as `$1` id, `$2` owner, `$3` epoch, `then` from `$4` on,
+    /// and last the claim scope of the role (see [`Fenced`]).
+    fn then<T: Then>(&self, then: T, scope: &Scope) -> Guarded<'_, T> {
+        Guarded {
+            token: self,
+            then,
+            scope: scope.like(),
+        }
+    }
+}
+
+/// The form of `stmt` for `scope`.
+fn form<P>(stmt: &'static Fenced<P>, scope: &Scope) -> &'static Statement<P> {
+    match scope {
+        Scope::Every => stmt.open.get(),
+        Scope::Only { .. } => &stmt.scoped,
     }
 }
 
@@ -426,16 +543,18 @@ fn run_handing_back<P: Params>(stmt: &'static Statement<P::Family>, params: P) -
 /// repeated after a lost reply), which makes the call true. Otherwise the
 /// call was refused, and the refusal is counted on the item's queue
 /// ([`counters::refused`]), unless the token turns out current after all
-/// (a renew past `max_run`) or no item has its id. Without the counters
+/// (a renew past `max_run`) or no item has its id, or the item's queue is
+/// outside the role's claim `scope` (then the call is answered as for a
+/// missing item: false, not counted). Without the counters
 /// (the library not preloaded), only a finish reads anything. One read by
 /// primary key, with a fresh snapshot: it takes no lock and waits for no
 /// one, so a refusal never waits behind the current holder's transaction.
-fn after_refusal(token: &Token, finishing: bool) -> Result<bool> {
+fn after_refusal(token: &Token, finishing: bool, scope: &Scope) -> Result<bool> {
     if !finishing && !counters::enabled() {
         return Ok(false);
     }
     let after = Spi::connect_mut(|client| {
-        plans::run(client, &AFTER_REFUSAL, token.params(), |rows| {
+        plans::run(client, &AFTER_REFUSAL, token.params(scope), |rows| {
             if rows.is_empty() {
                 return Ok(AfterRefusal::default());
             }
@@ -447,6 +566,14 @@ fn after_refusal(token: &Token, finishing: bool) -> Result<bool> {
             })
         })
     })?;
+    if after
+        .queue
+        .as_deref()
+        .is_some_and(|queue| !scope.allows(queue))
+    {
+        // An item of a queue the role may not claim: as if there were none.
+        return Ok(false);
+    }
     if finishing && after.done_by_token {
         return Ok(true);
     }
@@ -487,7 +614,11 @@ pub fn work_renew(
     (|| {
         let token = Token::new(id, owner, epoch)?;
         validate::lease(lease.map(Into::into))?;
-        Ok(run_guarded(RENEW.get(), token.then(lease))? || after_refusal(&token, false)?)
+        let scope = grants::scope(Capability::Claim)?;
+        Ok(
+            run_guarded(form(&RENEW, &scope), token.then(lease, &scope))?
+                || after_refusal(&token, false, &scope)?,
+        )
     })()
     .or_report()
 }
@@ -511,7 +642,11 @@ pub fn work_finish(
 ) -> bool {
     (|| {
         let token = Token::new(id, owner, epoch)?;
-        Ok(run_guarded(&FINISH, token.then(result))? || after_refusal(&token, true)?)
+        let scope = grants::scope(Capability::Claim)?;
+        Ok(
+            run_guarded(form(&FINISH, &scope), token.then(result, &scope))?
+                || after_refusal(&token, true, &scope)?,
+        )
     })()
     .or_report()
 }
@@ -577,6 +712,7 @@ fn finish_many(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
+    let scope = grants::scope(Capability::Claim)?;
     let pairs_done = |rows: pgrx::spi::SpiTupleTable<'_>| -> Result<HashSet<(i64, i64)>> {
         let mut set = HashSet::with_capacity(rows.len());
         for row in rows {
@@ -589,12 +725,13 @@ fn finish_many(
     let mut finished = Spi::connect_mut(|client| {
         plans::run(
             client,
-            &FINISH_MANY,
+            form(&FINISH_MANY, &scope),
             FinishManyParams {
                 owner: &owner,
                 ids: ids.clone(),
                 epochs: epochs.clone(),
                 results,
+                scope: scope.like(),
             },
             pairs_done,
         )
@@ -624,11 +761,16 @@ fn finish_many(
                         else {
                             continue;
                         };
+                        let queue = row.get::<String>(3)?;
+                        if queue.as_deref().is_some_and(|queue| !scope.allows(queue)) {
+                            // A queue the role may not claim: as if missing.
+                            continue;
+                        }
                         if row.get::<bool>(4)?.unwrap_or(false) {
                             done.insert((id, epoch));
                         } else if row.get::<bool>(5)?.unwrap_or(false) {
                             // An epoch the item never carried: not stale.
-                        } else if let Some(queue) = row.get::<String>(3)? {
+                        } else if let Some(queue) = queue {
                             refused.push(queue);
                         }
                     }
@@ -673,7 +815,11 @@ pub fn work_release(
         let token = Token::new(id, owner, epoch)?;
         let delay_value = validate::required("delay", delay)?;
         validate::delay("delay", delay_value.into(), server_now())?;
-        Ok(run_handing_back(&RELEASE, token.then(delay))? || after_refusal(&token, false)?)
+        let scope = grants::scope(Capability::Claim)?;
+        Ok(
+            run_handing_back(form(&RELEASE, &scope), token.then(delay, &scope))?
+                || after_refusal(&token, false, &scope)?,
+        )
     })()
     .or_report()
 }
@@ -716,8 +862,11 @@ pub fn work_fail(
         if let Some(retry) = retry_in {
             validate::delay("retry_in", retry.into(), server_now())?;
         }
-        Ok(run_handing_back(FAIL.get(), token.then((error, retry_in)))?
-            || after_refusal(&token, false)?)
+        let scope = grants::scope(Capability::Claim)?;
+        Ok(
+            run_handing_back(form(&FAIL, &scope), token.then((error, retry_in), &scope))?
+                || after_refusal(&token, false, &scope)?,
+        )
     })()
     .or_report()
 }
@@ -756,6 +905,7 @@ pub fn work_fail(
 pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
     (|| {
         let token = Token::new(id, owner, epoch)?;
+        let scope = grants::scope(Capability::Claim)?;
         // Outside a transaction block the row lock would end with this
         // statement: refused (25P01) as LOCK TABLE refuses it, but only for
         // a token that is current; a dead token gets its 55000 wherever it
@@ -775,20 +925,20 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
         // (`pgrx-tests/`) run inside BEGIN, so they meet the block path.
         // SAFETY: reads this backend's transaction state.
         if !unsafe { pg_sys::IsTransactionBlock() } {
-            let standing = standing(&token)?;
+            let standing = standing(&token, &scope)?;
             return Err(match standing.status {
                 None => WorkfenceError::AssertOutsideTransaction,
                 Some(status) => lease_lost(token, status, standing.queue, false),
             });
         }
-        if run_guarded(&ASSERT, token.params())? {
+        if run_guarded(form(&ASSERT, &scope), token.params(&scope))? {
             crate::xact::asserted(token);
             return Ok(());
         }
         // Not current by the locking read, so not current by this later one
         // either (a claim never hands out an epoch twice): `None` cannot
         // come back, and would fail closed as before.
-        let standing = standing(&token)?;
+        let standing = standing(&token, &scope)?;
         let status = standing.status.unwrap_or(LeaseStatus::Released);
         Err(lease_lost(token, status, standing.queue, false))
     })()
@@ -828,9 +978,10 @@ fn lease_lost(
 /// Errors: 55000 "lease lost before commit", naming the first token that
 /// is no longer current.
 pub(crate) fn fence_at_commit(tokens: &[Token]) -> Result<()> {
+    let scope = grants::scope(Capability::Claim)?;
     for token in tokens {
         let held = Spi::connect_mut(|client| {
-            plans::run(client, &FENCE, token.params(), |rows| {
+            plans::run(client, form(&FENCE, &scope), token.params(&scope), |rows| {
                 if rows.is_empty() {
                     return Ok(false);
                 }
@@ -847,7 +998,7 @@ pub(crate) fn fence_at_commit(tokens: &[Token]) -> Result<()> {
             })
         })?;
         if !held {
-            let standing = standing(token)?;
+            let standing = standing(token, &scope)?;
             let status = standing.status.unwrap_or(LeaseStatus::Released);
             return Err(lease_lost(token.clone(), status, standing.queue, true));
         }
@@ -910,7 +1061,8 @@ pub(crate) fn fence_at_commit(tokens: &[Token]) -> Result<()> {
 pub fn work_lease_status(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) -> String {
     (|| {
         let token = Token::new(id, owner, epoch)?;
-        Ok(match lease_status_of(&token)? {
+        let scope = grants::scope(Capability::Claim)?;
+        Ok(match standing(&token, &scope)?.status {
             None => "current",
             Some(LeaseStatus::Released | LeaseStatus::RolledBack) => "superseded",
             Some(status) => status.as_str(),
@@ -920,14 +1072,7 @@ pub fn work_lease_status(id: Option<i64>, owner: Option<String>, epoch: Option<i
     .or_report()
 }
 
-/// How the item's row stands towards `token`: `None` when the token is
-/// current (the item claimed under exactly this owner and epoch, lapsed or
-/// not), else why it is not honoured. The row is read with a fresh snapshot.
-fn lease_status_of(token: &Token) -> Result<Option<LeaseStatus>> {
-    Ok(standing(token)?.status)
-}
-
-/// A token's status ([`lease_status_of`]) and its item's queue.
+/// How the item's row stands towards a token, and its queue.
 struct Standing {
     /// `None` when the token is current, else why it is not honoured.
     status: Option<LeaseStatus>,
@@ -935,8 +1080,12 @@ struct Standing {
     queue: Option<String>,
 }
 
-/// Read how the item's row stands towards `token` (see [`lease_status_of`]).
-fn standing(token: &Token) -> Result<Standing> {
+/// Read how the item's row stands towards `token`, with a fresh snapshot:
+/// status `None` when the token is current (the item claimed under exactly
+/// this owner and epoch, lapsed or not), else why it is not honoured. An
+/// item whose queue is outside the role's claim `scope` stands as a missing
+/// one.
+fn standing(token: &Token, scope: &Scope) -> Result<Standing> {
     let row = Spi::connect_mut(|client| {
         plans::run(client, &TOKEN_STATE, ItemParams { id: token.id }, |rows| {
             let rows = rows.first();
@@ -952,7 +1101,7 @@ fn standing(token: &Token) -> Result<Standing> {
             }))
         })
     })?;
-    let Some(row) = row else {
+    let Some(row) = row.filter(|row| row.queue.as_deref().is_none_or(|q| scope.allows(q))) else {
         return Ok(Standing {
             status: Some(LeaseStatus::Missing),
             queue: None,

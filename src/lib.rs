@@ -29,6 +29,10 @@ pub mod lapse;
 pub mod enqueue;
 // Domain errors and their SQLSTATEs.
 pub mod error;
+// Queue-scoped privileges: `work_grant`, `work_revoke`, `work_enforce_grants`, `work_may`.
+pub mod grants;
+// Keeping the backend's caches of the settings tables fresh (shared invalidation).
+mod invalidation;
 // A `jsonb` value passed through byte for byte (no parse, no re-serialise).
 pub mod jsonb;
 // `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`,
@@ -55,11 +59,11 @@ mod xact;
 
 // Tables, sequence and indexes, before any function.
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
-// The `work_queue_stats` view, over the tables.
+// The views `work_queue_stats` and `work_queue_grants`, over the tables.
 extension_sql_file!(
     "../sql/views.sql",
     name = "views",
-    requires = ["bootstrap", counters::queue_counters]
+    requires = ["bootstrap", counters::queue_counters, grants::work_may]
 );
 // COMMENT ON FUNCTION and function privileges, after every function exists.
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
@@ -73,7 +77,7 @@ pub extern "C-unwind" fn _PG_init() {
     notify::init();
     wait::init();
     counters::init();
-    paused::init();
+    invalidation::init();
     maintenance::init();
 }
 

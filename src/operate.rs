@@ -16,6 +16,7 @@ use pgrx::prelude::*;
 use crate::cancel::QueueKey;
 use crate::enqueue::QueueParams;
 use crate::error::{OrReport, Result, WorkfenceError};
+use crate::grants::{self, Capability};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, params, Statement};
 use crate::validate;
@@ -136,7 +137,9 @@ params! {
 /// `work_item` or a query of the operator's own finds.)
 ///
 /// Errors: 22004 for a NULL queue or key; 22023 for a bad queue or key (see
-/// `work_enqueue`), or `run_at` = 'infinity'.
+/// `work_enqueue`), or `run_at` = 'infinity'; 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no operate grant covering the queue
+/// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_retry(
     queue: Option<String>,
@@ -147,6 +150,7 @@ pub fn work_retry(
         let queue = validate::queue(queue)?;
         let key = validate::key(validate::required("key", key)?)?;
         let run_at = validate::finite_run_at(run_at)?;
+        grants::check(Capability::Operate, &queue)?;
         move_item(&RETRY, &queue, &key, run_at)
     })()
     .or_report()
@@ -163,7 +167,9 @@ pub fn work_retry(
 /// the holder's; retry a failed one with `work_retry`).
 ///
 /// Errors: 22004 for a NULL queue, key or run_at; 22023 for a bad queue or
-/// key (see `work_enqueue`), or `run_at` = 'infinity'.
+/// key (see `work_enqueue`), or `run_at` = 'infinity'; 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no operate grant covering the queue
+/// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_reschedule(
     queue: Option<String>,
@@ -174,6 +180,7 @@ pub fn work_reschedule(
         let queue = validate::queue(queue)?;
         let key = validate::key(validate::required("key", key)?)?;
         let run_at = validate::finite_run_at(Some(validate::required("run_at", run_at)?))?;
+        grants::check(Capability::Operate, &queue)?;
         move_item(&RESCHEDULE, &queue, &key, run_at)
     })()
     .or_report()
@@ -213,11 +220,15 @@ fn move_item(
 /// no items can be paused (before a deploy); the setting survives a dump
 /// and restore.
 ///
-/// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`).
+/// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`);
+/// 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no operate grant covering the queue
+/// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_pause(queue: Option<String>) -> bool {
     (|| {
         let queue = validate::queue(queue)?;
+        grants::check(Capability::Operate, &queue)?;
         crate::paused::changing(&queue);
         let paused = Spi::connect_mut(|client| {
             plans::run(client, &PAUSE, QueueParams { queue: &queue }, |rows| {
@@ -239,11 +250,15 @@ pub fn work_pause(queue: Option<String>) -> bool {
 /// claimer long-polling the queue is woken at commit, so waiting workers
 /// take its due items at once.
 ///
-/// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`).
+/// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`);
+/// 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no operate grant covering the queue
+/// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_resume(queue: Option<String>) -> bool {
     (|| {
         let queue = validate::queue(queue)?;
+        grants::check(Capability::Operate, &queue)?;
         crate::paused::changing(&queue);
         let resumed = Spi::connect_mut(|client| {
             plans::run(client, &RESUME, QueueParams { queue: &queue }, |rows| {
@@ -331,7 +346,9 @@ fn read_item(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ItemRow>> {
 /// renews; `max_run` at enqueue bounds it.
 ///
 /// Errors: 22004 for a NULL queue or key; 22023 for a bad queue or key (see
-/// `work_enqueue`).
+/// `work_enqueue`); 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no read grant covering the queue
+/// (see `crate::grants`).
 #[pg_extern(
     name = "work_item",
     volatile,
@@ -370,6 +387,7 @@ pub fn work_item_by_key(
     (|| {
         let queue = validate::queue(queue)?;
         let key = validate::key(validate::required("key", key)?)?;
+        grants::check(Capability::Read, &queue)?;
         Spi::connect_mut(|client| {
             plans::run(
                 client,
@@ -390,6 +408,8 @@ pub fn work_item_by_key(
 ///
 /// SQL: `workfence.work_item(id bigint) RETURNS TABLE (...)`, the columns of
 /// `work_item(queue, key)`: zero rows when no item has this id, else one.
+/// Where queue grants are enforced, an item of a queue the role may not
+/// read is answered with zero rows too, as if it did not exist.
 ///
 /// Errors: 22004 for a NULL id.
 #[pg_extern(
@@ -426,7 +446,13 @@ pub fn work_item_by_id(
 > {
     (|| {
         let id = validate::id(id)?;
-        Spi::connect_mut(|client| plans::run(client, &ITEM_BY_ID, ItemId { id }, read_item))
+        let mut rows =
+            Spi::connect_mut(|client| plans::run(client, &ITEM_BY_ID, ItemId { id }, read_item))?;
+        // An item of a queue the role may not read is not there for it: the
+        // answer does not tell whether such an item exists.
+        let scope = grants::scope(Capability::Read)?;
+        rows.retain(|row| scope.allows(&row.1));
+        Ok(rows)
     })()
     .map(TableIterator::new)
     .or_report()

@@ -9,15 +9,14 @@
 //! 0.5.0 (callgrind, `scripts/bench-ab.sh`); a set of names in the backend
 //! costs a hash look-up.
 //!
-//! The set is kept correct by PostgreSQL's shared invalidation: `work_pause`
-//! and `work_resume` register a relcache invalidation of `workfence.queues`
-//! (`CacheInvalidateRelcacheByRelid`), which PostgreSQL sends to every
-//! backend when their transaction commits (and applies in the pausing
-//! backend at once, and again if it aborts); a backend's callback
-//! (`CacheRegisterRelcacheCallback`) then marks its set stale, and the next
-//! claim reads the table again. Every claim first takes the invalidations
-//! that have arrived (`AcceptInvalidationMessages`). Dropping or
-//! re-creating the extension invalidates the table too.
+//! The set is kept correct by PostgreSQL's shared invalidation
+//! ([`crate::invalidation`]): `work_pause` and `work_resume` register a
+//! relcache invalidation of `workfence.queues`, which PostgreSQL sends to
+//! every backend when their transaction commits; the set is valid for the
+//! invalidation generation it was read in, and the next claim after a
+//! change reads the table again. Every claim first takes the invalidations
+//! that have arrived. Dropping or re-creating the extension invalidates the
+//! table too.
 //!
 //! PostgreSQL makes a commit visible to other snapshots before it sends the
 //! committing transaction's invalidation messages, and releases its locks
@@ -43,42 +42,19 @@
 //! nothing is paused there, and nothing is kept (after `ALTER EXTENSION
 //! ... UPDATE` the next claim finds the table).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashSet;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::error::Result;
+use crate::invalidation::{self, Watched};
 use crate::plans::{self, Statement};
 
 thread_local! {
-    /// Bumped by the invalidation callback; the set below is valid for the
-    /// generation it was read in. A `Cell`, so that the callback (which can
-    /// run inside any catalog access, even while the set is being read)
-    /// never borrows anything.
-    static GENERATION: Cell<u64> = const { Cell::new(0) };
-    /// The OID of `workfence.queues` when the set was read (`InvalidOid`:
-    /// none yet), which the callback compares its relation with.
-    static QUEUES: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
-    /// The paused queues, and the generation they were read in.
+    /// The paused queues, and the invalidation generation they were read in.
     static PAUSED: RefCell<Option<(u64, HashSet<String>)>> = const { RefCell::new(None) };
-}
-
-/// Register the invalidation callback; `_PG_init` calls it once per backend.
-pub fn init() {
-    // SAFETY: registering a C callback with static lifetime at library load,
-    // on the backend's main thread.
-    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(invalidated), pg_sys::Datum::from(0)) };
-}
-
-/// The relcache callback: `relid` was invalidated (`InvalidOid`: every
-/// relation). Must not access the catalog, allocate or raise.
-#[pg_guard]
-unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    if relid == pg_sys::InvalidOid || relid == QUEUES.get() {
-        GENERATION.set(GENERATION.get().wrapping_add(1));
-    }
 }
 
 /// The first key of the advisory lock a pause or resume of a queue holds to
@@ -109,11 +85,7 @@ pub fn changing(queue: &str) {
 /// After `work_pause` or `work_resume` changed `workfence.queues`: every
 /// backend (this one included) reads it again before its next claim.
 pub fn changed() {
-    let queues = plans::workfence_relation(c"queues");
-    if queues != pg_sys::InvalidOid {
-        // SAFETY: registers an invalidation message of this transaction.
-        unsafe { pg_sys::CacheInvalidateRelcacheByRelid(queues) };
-    }
+    invalidation::invalidate(Watched::Queues);
 }
 
 // The paused queues of this database.
@@ -139,10 +111,7 @@ pub fn is_paused(queue: &str) -> Result<bool> {
         }
         pg_sys::LockRelease(&tag, share, false);
     }
-    // SAFETY: takes the invalidation messages that have arrived, as every
-    // lock acquisition does; may run the callback above.
-    unsafe { pg_sys::AcceptInvalidationMessages() };
-    let generation = GENERATION.get();
+    let generation = invalidation::generation();
     let known = PAUSED.with(|paused| match &*paused.borrow() {
         Some((read_in, set)) if *read_in == generation => Some(set.contains(queue)),
         _ => None,
@@ -150,12 +119,10 @@ pub fn is_paused(queue: &str) -> Result<bool> {
     if let Some(answer) = known {
         return Ok(answer);
     }
-    let queues = plans::workfence_relation(c"queues");
-    if queues == pg_sys::InvalidOid {
+    if invalidation::watch(Watched::Queues) == pg_sys::InvalidOid {
         // A schema before 0.6.0: nothing is paused, and nothing is kept.
         return Ok(false);
     }
-    QUEUES.set(queues);
     let set = {
         Spi::connect_mut(|client| {
             plans::run(client, &PAUSED_QUEUES, (), |rows| {
@@ -170,9 +137,7 @@ pub fn is_paused(queue: &str) -> Result<bool> {
         })?
     };
     let answer = set.contains(queue);
-    // SAFETY: a plain int global of the backend.
-    let fresh = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
-    if fresh {
+    if invalidation::read_may_be_kept() {
         // Read in `generation`: if an invalidation came while reading, the
         // next call reads again.
         PAUSED.with(|paused| *paused.borrow_mut() = Some((generation, set)));

@@ -5,6 +5,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::error::{OrReport, Result};
+use crate::grants::{self, Capability};
 use crate::plans::{self, params, Statement};
 use crate::validate;
 
@@ -63,7 +64,9 @@ params! {
 ///
 /// Errors: 22004 for a NULL `older_than`; 22023 for a negative `older_than`,
 /// one with a negative field or over 3650 days, or an empty, oversized or
-/// control-character `queue`.
+/// control-character `queue`; 42501 (insufficient_privilege) when queue grants are
+/// enforced and the session's role has no purge grant covering the queue
+/// (see `crate::grants`) (with `queue` NULL: no purge grant of `*`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_purge(
     older_than: default!(Option<Interval>, "'7 days'"),
@@ -75,6 +78,10 @@ pub fn work_purge(
 fn purge(older_than: Option<Interval>, queue: Option<String>) -> Result<i64> {
     validate::older_than(older_than.map(Into::into))?;
     let queue = queue.map(|q| validate::queue(Some(q))).transpose()?;
+    match &queue {
+        Some(queue) => grants::check(Capability::Purge, queue)?,
+        None => grants::check_every_queue(Capability::Purge)?,
+    }
     Spi::connect_mut(|client| purge_finished(client, older_than, queue.as_deref()))
 }
 

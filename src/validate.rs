@@ -6,6 +6,7 @@
 //! run before any statement, so a rejected call changes nothing.
 
 use crate::error::{Detail, Piece, Result, WorkfenceError};
+use crate::grants::{Capability, Pattern};
 
 /// Longest queue name, in bytes.
 pub const QUEUE_MAX_BYTES: usize = 128;
@@ -435,6 +436,61 @@ pub fn id(value: Option<i64>) -> Result<i64> {
 /// An epoch: not NULL. (A stale or foreign epoch is not an error: the call is refused.)
 pub fn epoch(value: Option<i64>) -> Result<i64> {
     required("epoch", value)
+}
+
+/// Longest role name, in bytes: PostgreSQL's identifier limit
+/// (`NAMEDATALEN - 1`); a longer name names no role.
+pub const ROLE_MAX_BYTES: usize = 63;
+
+/// A capability of a queue grant (`work_grant`, `work_revoke`,
+/// `work_may`): one of [`Capability::ALL`]'s names.
+pub fn capability(value: Option<String>) -> Result<Capability> {
+    let value = required("capability", value)?;
+    Capability::parse(&value).ok_or_else(|| {
+        WorkfenceError::invalid(
+            "capability",
+            "must be one of enqueue, claim, operate, read, purge",
+            format!("The capability is {value:?}."),
+            "enqueue: work_enqueue; claim: work_claim and the token calls; operate: work_cancel, \
+             work_retry, work_reschedule, work_pause, work_resume; read: work_queue_stats, \
+             work_item, queue_counters; purge: work_purge.",
+        )
+    })
+}
+
+/// The queues of a grant: a queue name, or a prefix followed by `*` (every
+/// queue whose name starts with it; `*` alone: every queue). The name or
+/// prefix follows the rules of a queue name (at most [`QUEUE_MAX_BYTES`], no
+/// control characters), but a prefix may be empty.
+pub fn queues(value: Option<String>) -> Result<Pattern> {
+    let value = required("queues", value)?;
+    if value.is_empty() {
+        return Err(WorkfenceError::invalid(
+            "queues",
+            "must not be empty",
+            "The queues are ''.",
+            "Name a queue ('billing'), a prefix followed by * ('billing.*'), or * for every queue.",
+        ));
+    }
+    let pattern = Pattern::parse(&value);
+    check_name("queues", pattern.name(), QUEUE_MAX_BYTES)?;
+    Ok(pattern)
+}
+
+/// A role name: non-empty, at most [`ROLE_MAX_BYTES`], no control
+/// characters. Whether the role exists is the caller's look-up.
+pub fn role(value: Option<String>) -> Result<String> {
+    let value = required("role", value)?;
+    if value.is_empty() {
+        return Err(WorkfenceError::invalid(
+            "role",
+            "must not be empty",
+            "The role is ''.",
+            "Name a role, e.g. a group role your workers log in as members of.",
+        ));
+    }
+    check_name("role", &value, ROLE_MAX_BYTES)?;
+    Ok(value)
 }
 
 #[cfg(test)]

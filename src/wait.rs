@@ -369,10 +369,14 @@ pub fn until_claimed<T>(
         // transaction, which releases the lock anyway.
         unregister(key);
     }
-    if latch_is_set() {
+    if latch_is_set() || outcome.is_err() {
         // A wake-up came in that this waiter, leaving (with items, at its
         // deadline, or giving way), will not use: pass it on (see the
-        // module comment).
+        // module comment). A waiter leaving with an error (its queue grant
+        // revoked while it waited, see `crate::grants`) may have been woken
+        // for an item and reset its latch before the attempt that failed:
+        // it passes one on too, so the item does not wait for a waiter
+        // nobody woke.
         wake(key, 1);
     }
     outcome

@@ -638,6 +638,83 @@ pub fn queue_stats(c: &mut impl GenericClient) -> CallResult<Vec<QueueStats>> {
         .collect())
 }
 
+/// `work_grant(capability, queues, role)`: true when the grant is new.
+/// `queues` is a queue name or a prefix followed by `*`.
+pub fn grant(
+    c: &mut impl GenericClient,
+    capability: &str,
+    queues: &str,
+    role: &str,
+) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_grant(")
+        .arg(&capability, Type::TEXT, "")
+        .arg(&queues, Type::TEXT, "")
+        .arg(&role, Type::TEXT, "")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_revoke(capability, queues, role)`: true when the grant existed.
+pub fn revoke(
+    c: &mut impl GenericClient,
+    capability: &str,
+    queues: &str,
+    role: &str,
+) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_revoke(")
+        .arg(&capability, Type::TEXT, "")
+        .arg(&queues, Type::TEXT, "")
+        .arg(&role, Type::TEXT, "")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_enforce_grants(enforced)`: true when the setting changed.
+pub fn enforce_grants(c: &mut impl GenericClient, enforced: bool) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_enforce_grants(")
+        .arg(&enforced, Type::BOOL, "")
+        .one(c)?
+        .get(0))
+}
+
+/// `work_may(capability, queue)`: whether the session's role may.
+pub fn may(c: &mut impl GenericClient, capability: &str, queue: &str) -> CallResult<bool> {
+    Ok(Call::new("SELECT workfence.work_may(")
+        .arg(&capability, Type::TEXT, "")
+        .arg(&queue, Type::TEXT, "")
+        .one(c)?
+        .get(0))
+}
+
+/// One row of the view `work_queue_grants`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueGrant {
+    /// The role granted.
+    pub role: String,
+    /// `enqueue`, `claim`, `operate`, `read` or `purge`.
+    pub capability: String,
+    /// A queue name, or a prefix followed by `*`.
+    pub queues: String,
+}
+
+/// The view `work_queue_grants`, ordered by role, capability, queues.
+pub fn queue_grants(c: &mut impl GenericClient) -> CallResult<Vec<QueueGrant>> {
+    let rows = c.query_typed(
+        "SELECT g.role::text, g.capability, g.queues
+           FROM workfence.work_queue_grants AS g
+          ORDER BY 1, 2, 3",
+        &[],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| QueueGrant {
+            role: r.get(0),
+            capability: r.get(1),
+            queues: r.get(2),
+        })
+        .collect())
+}
+
 /// The hot calls as fixed statements, for a client that prepares them once
 /// per connection (the benchmark driver, which measures them side by side
 /// with hand-written SQL prepared the same way). Parameters: as the SQL

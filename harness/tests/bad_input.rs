@@ -166,6 +166,56 @@ fn not_null(name: &'static str, sql_type: &'static str, valid: &str) -> Arg {
     arg(name, sql_type, Some(valid), vec![null()])
 }
 
+/// `capability` of the queue-grant functions.
+fn capability_arg() -> Arg {
+    arg(
+        "capability",
+        "text",
+        Some("claim"),
+        vec![
+            null(),
+            invalid(""),
+            invalid("Claim"),
+            invalid("all"),
+            invalid("claim "),
+        ],
+    )
+}
+
+/// The arguments of `work_grant` and `work_revoke`: a capability, queues (a
+/// name or a prefix and `*`) and an existing role (the cluster's superuser).
+fn grant_args() -> Vec<Arg> {
+    vec![
+        capability_arg(),
+        arg(
+            "queues",
+            "text",
+            Some("q.*"),
+            vec![
+                null(),
+                invalid(""),
+                invalid(&long('q', 129)),
+                invalid(&format!("{}*", long('q', 129))),
+                invalid("a\nb*"),
+                invalid("\t*"),
+            ],
+        ),
+        arg(
+            "role",
+            "text",
+            Some("postgres"),
+            vec![
+                null(),
+                invalid(""),
+                invalid(&long('r', 64)),
+                invalid("postgres\n"),
+                bad(Some("no_such_role"), "42704"),
+                bad(Some("Postgres"), "42704"),
+            ],
+        ),
+    ]
+}
+
 /// A function: its name and arguments, in order.
 struct Function {
     name: &'static str,
@@ -346,6 +396,22 @@ fn functions(f: &Fixture) -> Vec<Function> {
             args: vec![queue_arg()],
         },
         Function {
+            name: "work_grant",
+            args: grant_args(),
+        },
+        Function {
+            name: "work_revoke",
+            args: grant_args(),
+        },
+        Function {
+            name: "work_enforce_grants",
+            args: vec![not_null("enforced", "boolean", "true")],
+        },
+        Function {
+            name: "work_may",
+            args: vec![capability_arg(), queue_arg()],
+        },
+        Function {
             name: "work_purge",
             args: vec![
                 arg(
@@ -386,23 +452,6 @@ fn call_sql(function: &Function) -> String {
         function.name,
         params.join(", ")
     )
-}
-
-/// Everything a call could change: every row, and both sequences' positions.
-fn snapshot(client: &mut Client) -> String {
-    ok(
-        client.query_one(
-            "SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), 'no rows')
-                    || ' epoch_seq ' || (SELECT last_value || '/' || is_called FROM workfence.epoch_seq)
-                    || ' items_id_seq ' || (SELECT last_value || '/' || is_called FROM workfence.items_id_seq)
-                    || ' queues ' || (SELECT coalesce(string_agg(q::text, '|' ORDER BY q.queue), '')
-                                        FROM workfence.queues AS q)
-               FROM workfence.items AS t",
-            &[],
-        ),
-        "snapshot",
-    )
-    .get(0)
 }
 
 fn call(client: &mut Client, sql: &str, values: &[Option<String>]) -> Result<i64, postgres::Error> {
@@ -492,7 +541,7 @@ fn every_bad_argument_of_every_function_is_rejected_and_changes_nothing() {
         ok(tx.rollback(), "ROLLBACK");
         // After the valid call: a rolled-back INSERT still draws from
         // items_id_seq (sequences are not transactional).
-        let before = snapshot(&mut client);
+        let before = common::snapshot(&mut client);
 
         for (position, argument) in function.args.iter().enumerate() {
             for bad in &argument.bad {
@@ -516,7 +565,11 @@ fn every_bad_argument_of_every_function_is_rejected_and_changes_nothing() {
                 if bad.sqlstate == "22023" {
                     assert!(db.detail().is_some(), "{what}: no DETAIL");
                 }
-                assert_eq!(snapshot(&mut client), before, "{what} changed something");
+                assert_eq!(
+                    common::snapshot(&mut client),
+                    before,
+                    "{what} changed something"
+                );
             }
         }
     }
@@ -551,7 +604,7 @@ fn tokens_that_are_not_current_are_refused_and_change_nothing() {
         "SELECT workfence.work_finish($1, $2, $3)",
         "SELECT finished FROM workfence.work_finish_many($2, ARRAY[$1::bigint], ARRAY[$3::bigint])",
     ];
-    let before = snapshot(&mut client);
+    let before = common::snapshot(&mut client);
     for (what, id, owner, epoch) in &tokens {
         for sql in refusals {
             let accepted: bool = ok(client.query_one(sql, &[id, owner, epoch]), sql).get(0);
@@ -581,7 +634,7 @@ fn tokens_that_are_not_current_are_refused_and_change_nothing() {
             "{what}: {db:?}"
         );
         assert_eq!(
-            snapshot(&mut client),
+            common::snapshot(&mut client),
             before,
             "a token with {what} changed something"
         );
@@ -619,7 +672,7 @@ fn tokens_that_are_not_current_are_refused_and_change_nothing() {
     .get(0);
     assert!(!cancels, "a finished item cannot be cancelled");
     assert_eq!(
-        snapshot(&mut client),
+        common::snapshot(&mut client),
         before,
         "refused claims changed something"
     );

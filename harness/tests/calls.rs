@@ -183,4 +183,42 @@ fn every_call_round_trips_with_the_servers_defaults() {
         ),
         (1, false, None, None)
     );
+
+    // Queue grants (0.7.0): recorded, listed, enforced, asked about, revoked.
+    ok(
+        c.batch_execute(
+            "CREATE ROLE calls_worker;
+             GRANT USAGE ON SCHEMA workfence TO calls_worker;
+             GRANT EXECUTE ON FUNCTION workfence.work_may TO calls_worker;",
+        ),
+        "a role",
+    );
+    assert!(ok(
+        calls::grant(&mut c, "claim", "ops*", "calls_worker"),
+        "grant"
+    ));
+    assert!(!ok(
+        calls::grant(&mut c, "claim", "ops*", "calls_worker"),
+        "grant again"
+    ));
+    assert_eq!(
+        ok(calls::queue_grants(&mut c), "grants"),
+        vec![calls::QueueGrant {
+            role: "calls_worker".into(),
+            capability: "claim".into(),
+            queues: "ops*".into(),
+        }]
+    );
+    assert!(ok(calls::enforce_grants(&mut c, true), "enforce"));
+    assert!(!ok(calls::enforce_grants(&mut c, true), "enforce again"));
+    assert!(ok(calls::may(&mut c, "purge", "q"), "a superuser may"));
+    ok(c.batch_execute("SET ROLE calls_worker"), "SET ROLE");
+    assert!(ok(calls::may(&mut c, "claim", "ops.x"), "may claim ops.x"));
+    assert!(!ok(calls::may(&mut c, "claim", "q"), "may claim q"));
+    ok(c.batch_execute("RESET ROLE"), "RESET ROLE");
+    assert!(ok(
+        calls::revoke(&mut c, "claim", "ops*", "calls_worker"),
+        "revoke"
+    ));
+    assert!(ok(calls::enforce_grants(&mut c, false), "stop enforcing"));
 }

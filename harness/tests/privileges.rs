@@ -87,13 +87,22 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "work_assert",
     "work_lease_status",
 ];
-/// What the guide grants `workfence_monitor` (besides reading the view).
-const MONITOR_FUNCTIONS: &[&str] = &["queue_counters", "work_item"];
+/// What the guide grants `workfence_monitor` (besides reading the view,
+/// which calls `queue_counters` and `work_may`).
+const MONITOR_FUNCTIONS: &[&str] = &["queue_counters", "work_item", "work_may"];
 /// What the guide grants `workfence_operator`.
 const OPERATOR_FUNCTIONS: &[&str] = &["work_retry", "work_reschedule", "work_pause", "work_resume"];
 /// Functions the guide grants to no group (the extension's owner runs them;
 /// `items_sequence_floor` is the items table's trigger, called by no one).
-const OWNER_ONLY_FUNCTIONS: &[&str] = &["work_purge", "items_sequence_floor"];
+/// The queue grants' management is the owner's: a role that could call
+/// `work_grant` could grant itself every queue.
+const OWNER_ONLY_FUNCTIONS: &[&str] = &[
+    "work_purge",
+    "items_sequence_floor",
+    "work_grant",
+    "work_revoke",
+    "work_enforce_grants",
+];
 /// The one relation a group may read (`workfence_monitor`).
 const STATS_VIEW: &str = "workfence.work_queue_stats";
 
@@ -563,7 +572,7 @@ BEGIN
           JOIN pg_proc AS fn ON fn.oid = op.oprcode
           JOIN pg_namespace AS fn_ns ON fn_ns.oid = fn.pronamespace
          WHERE op.oprnamespace = 'pg_catalog'::regnamespace
-           AND op.oprname = ANY (ARRAY['=', '<>', '<', '<=', '>', '>=', '+', '-', '*', '/', '||'])
+           AND op.oprname = ANY (ARRAY['=', '<>', '<', '<=', '>', '>=', '+', '-', '*', '/', '||', '~~'])
            AND op.oprleft = ANY (ARRAY['int4', 'int8', 'float8', 'numeric', 'text', 'timestamptz',
                                        'interval', 'bool', 'jsonb', 'anyenum']::regtype[])
            AND op.oprright = ANY (ARRAY['int4', 'int8', 'float8', 'numeric', 'text', 'timestamptz',
@@ -989,6 +998,7 @@ fn a_hostile_search_path_is_never_followed() {
         ("*", "double precision", "double precision"),
         ("||", "jsonb", "jsonb"),
         ("-", "jsonb", "integer"),
+        ("~~", "text", "text"),
     ] {
         assert!(
             operators.contains(&(name.to_owned(), left.to_owned(), right.to_owned())),
@@ -1069,6 +1079,24 @@ fn a_hostile_search_path_is_never_followed() {
         calls(&mut attacker),
         Vec::<(String, String)>::new(),
         "shadows called by the extension"
+    );
+
+    // With queue grants enforced, the token statements run in their scoped
+    // forms (a LIKE over the role's patterns): those too call no shadow.
+    ok(
+        admin.batch_execute(
+            "SELECT workfence.work_grant(c, '*', 'wf_app')
+               FROM unnest(ARRAY['enqueue', 'claim', 'operate', 'read', 'purge']) AS c;
+             SELECT workfence.work_enforce_grants(true);",
+        ),
+        "granting wf_app every queue",
+    );
+    let mut hostile = hostile_session(&cluster, db);
+    run_every_function(&mut hostile, &mut admin, "granted");
+    assert_eq!(
+        calls(&mut attacker),
+        Vec::<(String, String)>::new(),
+        "shadows called by the extension under queue grants"
     );
 }
 

@@ -78,7 +78,13 @@ fn no_rust_backtrace_reaches_a_client() {
 
     let lost = db_error(calls::assert(&mut c, &Token::new(1, "w", 1)));
     assert_eq!(lost.code().code(), "55000");
-    assert_eq!(lost.detail(), Some("No item has this id."));
+    assert_eq!(
+        lost.detail(),
+        Some(
+            "No item has this id (where queue grants are enforced: none in a queue this role \
+             may claim)."
+        )
+    );
     for e in [&bad_lease, &cancelled, &lost] {
         assert!(!has_backtrace(e.detail()), "DETAIL: {:?}", e.detail());
         assert!(!has_backtrace(e.hint()), "HINT: {:?}", e.hint());

@@ -24,7 +24,7 @@ use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, Token};
 
 /// The released versions, whose frozen install scripts are in `sql/`.
-const RELEASED: [&str; 5] = ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"];
+const RELEASED: [&str; 6] = ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0"];
 
 /// One line per property of every object that belongs to the extension,
 /// sorted: equal for two databases exactly when their extensions are.
@@ -164,6 +164,11 @@ fn an_update_from_0_4_0_keeps_every_token_and_matches_a_fresh_install() {
 #[test]
 fn an_update_from_0_5_0_keeps_every_token_and_matches_a_fresh_install() {
     upgrade_from(RELEASED[4]);
+}
+
+#[test]
+fn an_update_from_0_6_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[5]);
 }
 
 /// Update `previous` while four connections enqueue, claim and finish as
@@ -414,11 +419,13 @@ fn upgrade_from(previous: &str) {
 
     // The updated extension is object for object a fresh install, but for
     // the old signatures an update keeps under another name until the next
-    // version's update: 0.5.0's work_enqueue (pg_workfence--0.5.0--0.6.0.sql),
-    // and, from 0.1.0, its work_claim (pg_workfence--0.1.0--0.4.0.sql).
+    // version's update, when the update that renamed them ran in the same
+    // transaction: 0.5.0's work_enqueue (renamed by
+    // pg_workfence--0.5.0--0.6.0.sql, so kept from 0.5.0 and earlier), and,
+    // from 0.1.0, its work_claim (pg_workfence--0.1.0--0.4.0.sql).
     let (mut updated, installed) = (fingerprint(&mut old), fingerprint(&mut fresh));
     for (retired, kept) in [
-        ("work_enqueue_retired_0_5_0", true),
+        ("work_enqueue_retired_0_5_0", previous != "0.6.0"),
         ("work_claim_retired_0_1_0", previous == "0.1.0"),
     ] {
         let before = updated.len();
@@ -439,27 +446,70 @@ fn upgrade_from(previous: &str) {
     assert!(updated.len() > 20, "the fingerprint lost its rows");
 }
 
-/// The 0.1.0 `work_claim(text, text, interval, integer)` that the update to
-/// 0.4.0 renamed out of the way is dropped by the next update, but not by
-/// the update that renamed it (one transaction from 0.1.0 to 0.5.0): calls
-/// in flight that resolved it before that update must still find it.
+/// A signature an update renamed out of the way (`*_retired_*`) is dropped
+/// by the next update, but not by the update that renamed it when it ran in
+/// the same transaction (one `ALTER EXTENSION` through several scripts):
+/// calls in flight that resolved it before that update must still find it.
+/// 0.1.0's `work_claim` (renamed on the way to 0.4.0) and 0.5.0's
+/// `work_enqueue` (renamed on the way to 0.6.0).
 #[test]
-fn the_retired_0_1_0_claim_is_dropped_by_the_update_after_its_rename() {
-    const RETIRED: &str =
-        "SELECT pg_catalog.to_regprocedure('workfence.work_claim_retired_0_1_0(text, text, interval, integer)') IS NOT NULL";
+fn a_retired_signature_is_dropped_by_the_update_after_its_rename() {
+    const CLAIM: &str = "workfence.work_claim_retired_0_1_0(text, text, interval, integer)";
+    const ENQUEUE: &str =
+        "workfence.work_enqueue_retired_0_5_0(text, jsonb, text, timestamptz, integer, integer)";
     let cluster = common::shared_cluster();
-    for (db, steps, kept) in [
-        ("retired_in_two_steps", &["0.4.0", "0.5.0"][..], false),
-        ("retired_in_one_step", &["0.5.0"][..], true),
-        ("retired_at_the_next_update", &["0.5.0", "0.6.0"][..], false),
+    for (db, from, steps, retired, kept) in [
+        (
+            "claim_in_two_steps",
+            "0.1.0",
+            &["0.4.0", "0.5.0"][..],
+            CLAIM,
+            false,
+        ),
+        ("claim_in_one_step", "0.1.0", &["0.5.0"][..], CLAIM, true),
+        (
+            "claim_at_the_next_update",
+            "0.1.0",
+            &["0.5.0", "0.6.0"][..],
+            CLAIM,
+            false,
+        ),
+        (
+            "claim_to_0_6_0_in_one_step",
+            "0.1.0",
+            &["0.6.0"][..],
+            CLAIM,
+            true,
+        ),
+        (
+            "claim_after_0_6_0",
+            "0.1.0",
+            &["0.6.0", "0.7.0"][..],
+            CLAIM,
+            false,
+        ),
+        (
+            "enqueue_in_one_step",
+            "0.5.0",
+            &["0.7.0"][..],
+            ENQUEUE,
+            true,
+        ),
+        (
+            "enqueue_at_the_next_update",
+            "0.5.0",
+            &["0.6.0", "0.7.0"][..],
+            ENQUEUE,
+            false,
+        ),
     ] {
         ok(cluster.create_database(db), "create database");
         let mut c = ok(cluster.connect_to(db), "connect");
         ok(
-            c.batch_execute(
-                "DROP EXTENSION pg_workfence; CREATE EXTENSION pg_workfence VERSION '0.1.0'",
-            ),
-            "installing 0.1.0",
+            c.batch_execute(&format!(
+                "DROP EXTENSION pg_workfence; CREATE EXTENSION pg_workfence VERSION '{from}'"
+            )),
+            "installing the old version",
         );
         for step in steps {
             ok(
@@ -469,9 +519,13 @@ fn the_retired_0_1_0_claim_is_dropped_by_the_update_after_its_rename() {
         }
         assert_eq!(&version(&mut c), steps.last().expect("a step"));
         assert_eq!(
-            common::scalar::<bool>(&mut c, RETIRED, &[]),
+            common::scalar::<bool>(
+                &mut c,
+                "SELECT pg_catalog.to_regprocedure($1) IS NOT NULL",
+                &[&retired],
+            ),
             kept,
-            "{db}: the retired claim after updating through {steps:?}"
+            "{db}: {retired} after updating from {from} through {steps:?}"
         );
     }
 }

@@ -301,3 +301,26 @@ pub fn claim_count(client: &mut impl postgres::GenericClient, queue: &str) -> us
     )
     .len()
 }
+
+/// Everything a call of the extension could change, as one string: every
+/// item, queue setting and queue grant, whether grants are enforced, and
+/// both sequences' positions. Equal before and after a call that changed
+/// nothing.
+pub fn snapshot(client: &mut Client) -> String {
+    ok(
+        client.query_one(
+            "SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), 'no rows')
+                    || ' epoch_seq ' || (SELECT last_value || '/' || is_called FROM workfence.epoch_seq)
+                    || ' items_id_seq ' || (SELECT last_value || '/' || is_called FROM workfence.items_id_seq)
+                    || ' queues ' || (SELECT coalesce(string_agg(q::text, '|' ORDER BY q.queue), '')
+                                        FROM workfence.queues AS q)
+                    || ' grants ' || (SELECT coalesce(string_agg(g::text, '|' ORDER BY g::text), '')
+                                        FROM workfence.queue_grants AS g)
+                    || ' grants enforced ' || (SELECT count(*) FROM workfence.queue_grant_mode)
+               FROM workfence.items AS t",
+            &[],
+        ),
+        "snapshot",
+    )
+    .get(0)
+}

@@ -1,0 +1,656 @@
+//! Queue-scoped privileges (from 0.7.0): which queues a role reaches, and
+//! with which capability.
+//!
+//! `EXECUTE` on a function says what a role may call; a **queue grant**
+//! says on which queues: `work_grant('claim', 'billing.*', 'billing_worker')`
+//! lets `billing_worker` (and every role that has its privileges, as
+//! PostgreSQL's own GRANT counts membership, `has_privs_of_role`) claim from
+//! the queues whose names start with `billing.` and use the tokens of their
+//! items. Five capabilities ([`Capability`]), each covering a set of
+//! functions. The idea is RabbitMQ's per-user configure/write/read patterns
+//! and the queue-scoped policies of Amazon SQS, done inside the functions
+//! since every queue shares one table (pgmq, with a table per queue, gets
+//! the same from table GRANTs).
+//!
+//! **Opt-in.** Grants are checked only once the extension's owner turns
+//! them on (`work_enforce_grants(true)`, a row in
+//! `workfence.queue_grant_mode`); until then every call behaves exactly as
+//! before 0.7.0 and the function `EXECUTE` grants alone decide. An update
+//! to 0.7.0 leaves them off.
+//!
+//! **Whose rights.** The role the session runs as: its login role, or the
+//! one `SET ROLE` chose (`GetOuterUserId`). The extension's functions are
+//! `SECURITY DEFINER`, so inside them the current user is always their
+//! owner, and PostgreSQL keeps no record of who the current user was
+//! before: a `SECURITY DEFINER` function of a user's that calls ours is
+//! therefore judged by the session's role, not by its own owner (it lends
+//! its owner's `EXECUTE`, not its queue grants). Superusers reach every
+//! queue, as PostgreSQL lets them past every GRANT.
+//!
+//! **Refused calls.** A call that names a queue the role may not reach
+//! raises 42501 naming the queue, before it changes anything. A token call
+//! (renew, finish, release, fail, assert, lease status) names an item by id,
+//! and must not tell whether an item exists in a queue the role may not
+//! reach: it is refused exactly as for a missing item (false, `missing`,
+//! 55000 with the missing DETAIL). Its statements carry the role's claim
+//! scope as a parameter ([`token_scope`]), so a forbidden row is never
+//! matched, locked or changed.
+//!
+//! **The cache.** Each backend reads the grants once and keeps, per
+//! (role, capability), the queue patterns the role reaches ([`Scope`]);
+//! the next call after a `work_grant`, `work_revoke` or
+//! `work_enforce_grants` commits, or after a role's membership or
+//! attributes change, reads them again ([`crate::invalidation`]). A revoke
+//! therefore takes effect at the role's next call. Under REPEATABLE READ or
+//! SERIALIZABLE the grants are read with the transaction's snapshot and not
+//! kept.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::error::{OrReport, Result, WorkfenceError};
+use crate::invalidation::{self, Watched};
+use crate::plans::{self, params, Statement};
+use crate::validate;
+
+/// What a queue grant allows, each covering a set of functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Capability {
+    /// `work_enqueue`.
+    Enqueue,
+    /// `work_claim`, `work_claim_key` and the token calls: `work_renew`,
+    /// `work_finish`, `work_finish_many`, `work_release`, `work_fail`,
+    /// `work_assert`, `work_lease_status`.
+    Claim,
+    /// `work_cancel`, `work_retry`, `work_reschedule`, `work_pause`,
+    /// `work_resume`: acting on items and queues without a token.
+    Operate,
+    /// `work_queue_stats`, `work_item` (both forms), `queue_counters`.
+    Read,
+    /// `work_purge`.
+    Purge,
+}
+
+impl Capability {
+    /// Every capability, in the order the docs list them.
+    pub const ALL: [Capability; 5] = [
+        Capability::Enqueue,
+        Capability::Claim,
+        Capability::Operate,
+        Capability::Read,
+        Capability::Purge,
+    ];
+
+    /// The SQL name (`'claim'`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::Enqueue => "enqueue",
+            Capability::Claim => "claim",
+            Capability::Operate => "operate",
+            Capability::Read => "read",
+            Capability::Purge => "purge",
+        }
+    }
+
+    /// The capability named `text` exactly (lower case), if any.
+    pub fn parse(text: &str) -> Option<Capability> {
+        Capability::ALL.into_iter().find(|c| c.as_str() == text)
+    }
+}
+
+/// The queues of a grant: one queue by name, or every queue whose name
+/// starts with a prefix, written `prefix*` (`*` alone: every queue). A `*`
+/// anywhere but at the end is part of a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pattern {
+    /// The queue of this name.
+    Queue(String),
+    /// Every queue whose name starts with this (possibly empty) prefix.
+    Prefix(String),
+}
+
+impl Pattern {
+    /// The pattern written as `text`: a trailing `*` makes a prefix.
+    pub fn parse(text: &str) -> Pattern {
+        match text.strip_suffix('*') {
+            Some(prefix) => Pattern::Prefix(prefix.to_owned()),
+            None => Pattern::Queue(text.to_owned()),
+        }
+    }
+
+    /// The queue name, or the prefix without its `*`.
+    pub fn name(&self) -> &str {
+        match self {
+            Pattern::Queue(name) | Pattern::Prefix(name) => name,
+        }
+    }
+
+    /// The pattern as written (and stored): the name, or the prefix and `*`.
+    pub fn text(&self) -> String {
+        match self {
+            Pattern::Queue(name) => name.clone(),
+            Pattern::Prefix(prefix) => format!("{prefix}*"),
+        }
+    }
+
+    /// Whether `queue` is one of the pattern's queues (byte for byte).
+    pub fn matches(&self, queue: &str) -> bool {
+        match self {
+            Pattern::Queue(name) => queue == name,
+            Pattern::Prefix(prefix) => queue.starts_with(prefix.as_str()),
+        }
+    }
+
+    /// The same set of queues as a SQL `LIKE` pattern: `%`, `_` and `\`
+    /// in the name escaped with `\` (LIKE's default escape), and `%` for a
+    /// prefix's rest.
+    pub fn like(&self) -> String {
+        let mut like = String::with_capacity(self.name().len() + 2);
+        for c in self.name().chars() {
+            if matches!(c, '%' | '_' | '\\') {
+                like.push('\\');
+            }
+            like.push(c);
+        }
+        if let Pattern::Prefix(_) = self {
+            like.push('%');
+        }
+        like
+    }
+}
+
+/// The queues one role reaches with one capability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every queue: grants are not enforced, or the role is a superuser.
+    Every,
+    /// The queues of these patterns (none: no queue at all), with the same
+    /// as `LIKE` patterns for the token statements.
+    Only {
+        /// The patterns of the grants that reach the role.
+        patterns: Vec<Pattern>,
+        /// [`Pattern::like`] of each.
+        like: Vec<String>,
+    },
+}
+
+impl Scope {
+    /// The scope of these patterns.
+    pub fn only(patterns: Vec<Pattern>) -> Scope {
+        let like = patterns.iter().map(Pattern::like).collect();
+        Scope::Only { patterns, like }
+    }
+
+    /// The `LIKE` patterns to bind to a token statement: `None` for every
+    /// queue (the statement's open form), else the patterns' (see
+    /// `crate::lease`).
+    pub fn like(&self) -> Option<Vec<String>> {
+        match self {
+            Scope::Every => None,
+            Scope::Only { like, .. } => Some(like.clone()),
+        }
+    }
+
+    /// Whether `queue` is in the scope.
+    pub fn allows(&self, queue: &str) -> bool {
+        match self {
+            Scope::Every => true,
+            Scope::Only { patterns, .. } => patterns.iter().any(|p| p.matches(queue)),
+        }
+    }
+}
+
+/// One row of `workfence.queue_grants`.
+struct Grant {
+    role: pg_sys::Oid,
+    capability: Capability,
+    pattern: Pattern,
+}
+
+/// The grants as one backend read them.
+struct Grants {
+    /// The invalidation generation they were read in.
+    generation: u64,
+    /// Whether grants are enforced (`workfence.queue_grant_mode` has its row).
+    enforced: bool,
+    /// Every grant (empty when not enforced: they decide nothing then).
+    grants: Vec<Grant>,
+    /// The scopes worked out so far, per (role, capability).
+    scopes: HashMap<(pg_sys::Oid, Capability), Scope>,
+}
+
+impl Grants {
+    /// The scope of `role` for `capability`, worked out once.
+    fn scope(&mut self, role: pg_sys::Oid, capability: Capability) -> Scope {
+        if !self.enforced {
+            return Scope::Every;
+        }
+        if let Some(scope) = self.scopes.get(&(role, capability)) {
+            return scope.clone();
+        }
+        // SAFETY: catalog look-ups of roles (cached by PostgreSQL); they
+        // raise only on a broken catalog.
+        let scope = if unsafe { pg_sys::superuser_arg(role) } {
+            Scope::Every
+        } else {
+            Scope::only(
+                self.grants
+                    .iter()
+                    .filter(|g| {
+                        g.capability == capability
+                            && unsafe { pg_sys::has_privs_of_role(role, g.role) }
+                    })
+                    .map(|g| g.pattern.clone())
+                    .collect(),
+            )
+        };
+        self.scopes.insert((role, capability), scope.clone());
+        scope
+    }
+}
+
+thread_local! {
+    /// The grants this backend read, kept until the generation changes.
+    static CACHE: RefCell<Option<Grants>> = const { RefCell::new(None) };
+}
+
+// Whether grants are enforced, and (only then) every grant: one row with
+// NULL grant columns when there is none.
+static READ_GRANTS: Statement<()> = Statement::new(
+    r#"
+SELECT m.enforced, g.role::pg_catalog.oid, g.capability, g.queues
+  FROM (SELECT EXISTS (SELECT FROM workfence.queue_grant_mode) AS enforced) AS m
+  LEFT JOIN workfence.queue_grants AS g ON m.enforced
+"#,
+);
+
+/// The grants of this database, read with the statement's snapshot.
+fn read_grants(generation: u64) -> Result<Grants> {
+    Spi::connect_mut(|client| {
+        plans::run(client, &READ_GRANTS, (), |rows| {
+            let mut read = Grants {
+                generation,
+                enforced: false,
+                grants: Vec::new(),
+                scopes: HashMap::new(),
+            };
+            for row in rows {
+                read.enforced = row.get::<bool>(1)?.unwrap_or(false);
+                let (Some(role), Some(capability), Some(queues)) = (
+                    row.get::<pg_sys::Oid>(2)?,
+                    row.get::<String>(3)?,
+                    row.get::<String>(4)?,
+                ) else {
+                    continue;
+                };
+                // The table's CHECK admits only the capabilities' names.
+                if let Some(capability) = Capability::parse(&capability) {
+                    read.grants.push(Grant {
+                        role,
+                        capability,
+                        pattern: Pattern::parse(&queues),
+                    });
+                }
+            }
+            Ok(read)
+        })
+    })
+}
+
+/// The role whose grants count: the session's current role (its login
+/// role, or the one `SET ROLE` chose), not the `SECURITY DEFINER` owner
+/// the function runs as.
+fn session_role() -> pg_sys::Oid {
+    // SAFETY: reads a backend global.
+    unsafe { pg_sys::GetOuterUserId() }
+}
+
+/// The queues the session's role reaches with `capability`. Call inside a
+/// transaction.
+pub fn scope(capability: Capability) -> Result<Scope> {
+    let generation = invalidation::generation();
+    let role = session_role();
+    let kept = CACHE.with(|cache| match &mut *cache.borrow_mut() {
+        Some(grants) if grants.generation == generation => Some(grants.scope(role, capability)),
+        _ => None,
+    });
+    if let Some(scope) = kept {
+        return Ok(scope);
+    }
+    if invalidation::watch(Watched::QueueGrants) == pg_sys::InvalidOid {
+        // A schema before 0.7.0: nothing is enforced, and nothing is kept
+        // (after ALTER EXTENSION ... UPDATE the next call finds the table).
+        return Ok(Scope::Every);
+    }
+    invalidation::watch(Watched::QueueGrantMode);
+    let mut grants = read_grants(generation)?;
+    let scope = grants.scope(role, capability);
+    if invalidation::read_may_be_kept() {
+        CACHE.with(|cache| *cache.borrow_mut() = Some(grants));
+    }
+    Ok(scope)
+}
+
+/// Whether the session's role may use `capability` on `queue`.
+pub fn allows(capability: Capability, queue: &str) -> Result<bool> {
+    Ok(scope(capability)?.allows(queue))
+}
+
+/// Raise 42501 naming `queue` unless the session's role may use
+/// `capability` on it.
+pub fn check(capability: Capability, queue: &str) -> Result<()> {
+    if allows(capability, queue)? {
+        return Ok(());
+    }
+    Err(forbidden(capability, Some(queue.to_owned())))
+}
+
+/// Raise 42501 unless the session's role may use `capability` on every
+/// queue (a call that names none: `work_purge` without a queue).
+pub fn check_every_queue(capability: Capability) -> Result<()> {
+    let every = match scope(capability)? {
+        Scope::Every => true,
+        Scope::Only { patterns, .. } => patterns
+            .iter()
+            .any(|p| matches!(p, Pattern::Prefix(prefix) if prefix.is_empty())),
+    };
+    if every {
+        return Ok(());
+    }
+    Err(forbidden(capability, None))
+}
+
+/// The 42501 of `capability` on `queue` (`None`: every queue) for the
+/// session's role.
+fn forbidden(capability: Capability, queue: Option<String>) -> WorkfenceError {
+    // SAFETY: a catalog look-up by OID; noerr, so a NULL for a dropped role.
+    let name = unsafe { pg_sys::GetUserNameFromId(session_role(), true) };
+    let role = if name.is_null() {
+        format!("{}", session_role().to_u32())
+    } else {
+        // SAFETY: a NUL-terminated palloc'd string.
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    WorkfenceError::QueueForbidden {
+        capability,
+        queue,
+        role,
+    }
+}
+
+// Grant `$2` on queues `$3` to role `$1`; a row only if it is new.
+static GRANT: Statement<GrantParams> = Statement::new(
+    r#"
+INSERT INTO workfence.queue_grants AS g (role, capability, queues, granted_at)
+VALUES ($1::pg_catalog.regrole, $2, $3, pg_catalog.clock_timestamp())
+    ON CONFLICT ON CONSTRAINT queue_grants_pkey DO NOTHING
+RETURNING g.queues
+"#,
+);
+
+// Take grant `$2` on queues `$3` from role `$1`; a row only if it existed.
+static REVOKE: Statement<GrantParams> = Statement::new(
+    r#"
+DELETE FROM workfence.queue_grants AS g
+ WHERE g.role::pg_catalog.oid OPERATOR(pg_catalog.=) $1
+   AND g.capability OPERATOR(pg_catalog.=) $2
+   AND g.queues OPERATOR(pg_catalog.=) $3
+RETURNING g.queues
+"#,
+);
+
+params! {
+    /// `$1` role, `$2` capability, `$3` queues (the pattern as written).
+    struct GrantParams<'a> {
+        role: pg_sys::Oid = OIDOID,
+        capability: &'a str = TEXTOID,
+        queues: &'a str = TEXTOID,
+    }
+}
+
+// Turn enforcement on; a row only if it was off.
+static ENFORCE: Statement<()> = Statement::new(
+    r#"
+INSERT INTO workfence.queue_grant_mode AS m (enforced_since)
+VALUES (pg_catalog.clock_timestamp())
+    ON CONFLICT ON CONSTRAINT queue_grant_mode_pkey DO NOTHING
+RETURNING m.enforced_since
+"#,
+);
+
+// Turn enforcement off; a row only if it was on.
+static STOP_ENFORCING: Statement<()> = Statement::new(
+    r#"
+DELETE FROM workfence.queue_grant_mode AS m
+RETURNING m.enforced_since
+"#,
+);
+
+/// Run a statement that changes the grants; true if it changed a row, and
+/// then every backend reads the grants again once this transaction commits.
+fn change<P: plans::Params>(
+    stmt: &'static Statement<P::Family>,
+    params: P,
+    table: Watched,
+) -> Result<bool> {
+    let changed =
+        Spi::connect_mut(|client| plans::run(client, stmt, params, |rows| Ok(!rows.is_empty())))?;
+    if changed {
+        invalidation::invalidate(table);
+    }
+    Ok(changed)
+}
+
+/// The OID of the role named `name` exactly.
+fn role_oid(name: &str) -> Result<pg_sys::Oid> {
+    let unknown = || WorkfenceError::UnknownRole {
+        role: name.to_owned(),
+    };
+    let name_c = CString::new(name).map_err(|_| unknown())?;
+    // SAFETY: a catalog look-up by a NUL-terminated name; missing_ok.
+    let oid = unsafe { pg_sys::get_role_oid(name_c.as_ptr(), true) };
+    if oid == pg_sys::InvalidOid {
+        return Err(unknown());
+    }
+    Ok(oid)
+}
+
+/// Validated (capability, queues, role) of `work_grant` / `work_revoke`.
+fn grant_arguments(
+    capability: Option<String>,
+    queues: Option<String>,
+    role: Option<String>,
+) -> Result<(Capability, Pattern, pg_sys::Oid)> {
+    let capability = validate::capability(capability)?;
+    let queues = validate::queues(queues)?;
+    let role = role_oid(&validate::role(role)?)?;
+    Ok((capability, queues, role))
+}
+
+/// Let a role use a capability on a queue or a prefix of queues.
+///
+/// SQL: `workfence.work_grant(capability text, queues text, role text)
+/// RETURNS boolean`. `capability`: `enqueue`, `claim`, `operate`, `read`
+/// or `purge` (see [`Capability`]); `queues`: a queue name, or a prefix
+/// followed by `*` (`'billing.*'`; `'*'`: every queue); `role`: a role
+/// name, exactly (case counts); members of the role are covered too, as
+/// by PostgreSQL's GRANT. True if the grant is new, false if it existed.
+/// Takes effect for every session at its next call after the transaction
+/// commits, and only while grants are enforced (`work_enforce_grants`).
+/// For the extension's owner (grant `EXECUTE` to no one else).
+///
+/// Errors: 22004 for a NULL argument; 22023 for an unknown capability, an
+/// empty `queues`, a name or prefix over 128 bytes or with control
+/// characters, an empty role name or one over 63 bytes; 42704 for a role
+/// that does not exist.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_grant(
+    capability: Option<String>,
+    queues: Option<String>,
+    role: Option<String>,
+) -> bool {
+    (|| {
+        let (capability, queues, role) = grant_arguments(capability, queues, role)?;
+        change(
+            &GRANT,
+            GrantParams {
+                role,
+                capability: capability.as_str(),
+                queues: &queues.text(),
+            },
+            Watched::QueueGrants,
+        )
+    })()
+    .or_report()
+}
+
+/// Take back a grant made with `work_grant`.
+///
+/// SQL: `workfence.work_revoke(capability text, queues text, role text)
+/// RETURNS boolean`. The arguments name the grant exactly as it was made
+/// (`'billing.*'` revokes the grant of `'billing.*'`, not one of
+/// `'billing.invoices'`). True if the grant existed and is gone. Takes
+/// effect at every session's next call after the transaction commits: a
+/// worker of the role that holds a lease then finds its token refused as
+/// if the item were missing. For the extension's owner.
+///
+/// Errors: 22004 for a NULL argument; 22023 for an unknown capability, an
+/// empty `queues`, a name or prefix over 128 bytes or with control
+/// characters, an empty role name or one over 63 bytes; 42704 for a role
+/// that does not exist.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_revoke(
+    capability: Option<String>,
+    queues: Option<String>,
+    role: Option<String>,
+) -> bool {
+    (|| {
+        let (capability, queues, role) = grant_arguments(capability, queues, role)?;
+        change(
+            &REVOKE,
+            GrantParams {
+                role,
+                capability: capability.as_str(),
+                queues: &queues.text(),
+            },
+            Watched::QueueGrants,
+        )
+    })()
+    .or_report()
+}
+
+/// Turn the checking of queue grants on or off for this database.
+///
+/// SQL: `workfence.work_enforce_grants(enforced boolean) RETURNS boolean`.
+/// On, every call of a role that is not a superuser is checked against the
+/// queue grants of the role (and of the roles it is a member of): a role
+/// without a grant reaches no queue at all. Off (the default, and what an
+/// update from an earlier version leaves), grants are kept but decide
+/// nothing, and the function `EXECUTE` grants alone decide, as before 0.7.0.
+/// Make the grants first and turn enforcement on in the same transaction,
+/// so that no worker is locked out in between. True if the setting changed.
+/// For the extension's owner.
+///
+/// Errors: 22004 for a NULL `enforced`.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_enforce_grants(enforced: Option<bool>) -> bool {
+    (|| {
+        let stmt = if validate::required("enforced", enforced)? {
+            &ENFORCE
+        } else {
+            &STOP_ENFORCING
+        };
+        change(stmt, (), Watched::QueueGrantMode)
+    })()
+    .or_report()
+}
+
+/// Whether the calling session's role may use a capability on a queue.
+///
+/// SQL: `workfence.work_may(capability text, queue text) RETURNS boolean`.
+/// True when queue grants are not enforced, when the role is a superuser,
+/// or when a grant of `capability` to the role (or a role it is a member
+/// of) covers `queue`. It answers for the session's own role only, so any
+/// role that may use the queue may ask (a dashboard hides what its user may
+/// not do); `work_queue_stats` uses it to show a role only the queues it
+/// may read.
+///
+/// Errors: 22004 for a NULL argument; 22023 for an unknown capability or a
+/// bad queue (see `work_enqueue`).
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_may(capability: Option<String>, queue: Option<String>) -> bool {
+    (|| {
+        let capability = validate::capability(capability)?;
+        let queue = validate::queue(queue)?;
+        allows(capability, &queue)
+    })()
+    .or_report()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Capability, Pattern, Scope};
+
+    #[test]
+    fn a_trailing_star_makes_a_prefix_anything_else_a_name() {
+        assert_eq!(
+            Pattern::parse("billing.*"),
+            Pattern::Prefix("billing.".into())
+        );
+        assert_eq!(Pattern::parse("*"), Pattern::Prefix(String::new()));
+        assert_eq!(Pattern::parse("a*b"), Pattern::Queue("a*b".into()));
+        assert_eq!(Pattern::parse("billing"), Pattern::Queue("billing".into()));
+        for text in ["billing.*", "*", "a*b", "billing"] {
+            assert_eq!(Pattern::parse(text).text(), text);
+        }
+    }
+
+    #[test]
+    fn a_name_matches_itself_only_and_a_prefix_what_starts_with_it() {
+        let name = Pattern::parse("billing");
+        assert!(name.matches("billing"));
+        assert!(!name.matches("billing2"));
+        assert!(!name.matches("Billing"));
+        let prefix = Pattern::parse("billing.*");
+        assert!(prefix.matches("billing."));
+        assert!(prefix.matches("billing.invoices"));
+        assert!(!prefix.matches("billing"));
+        assert!(!prefix.matches("billingx.invoices"));
+        assert!(Pattern::parse("*").matches(""));
+        assert!(Pattern::parse("*").matches("anything"));
+    }
+
+    #[test]
+    fn like_patterns_escape_the_wildcards_of_names() {
+        assert_eq!(Pattern::parse("a_b").like(), "a\\_b");
+        assert_eq!(Pattern::parse("50%*").like(), "50\\%%");
+        assert_eq!(Pattern::parse("back\\slash").like(), "back\\\\slash");
+        assert_eq!(Pattern::parse("*").like(), "%");
+        assert_eq!(Pattern::parse("billing.*").like(), "billing.%");
+    }
+
+    #[test]
+    fn a_scope_allows_the_queues_of_any_of_its_patterns() {
+        let scope = Scope::only(vec![Pattern::parse("a"), Pattern::parse("b.*")]);
+        assert!(scope.allows("a"));
+        assert!(scope.allows("b.x"));
+        assert!(!scope.allows("c"));
+        assert!(!Scope::only(Vec::new()).allows("a"));
+        assert!(Scope::Every.allows("anything"));
+    }
+
+    #[test]
+    fn capabilities_parse_by_their_exact_names() {
+        for capability in Capability::ALL {
+            assert_eq!(Capability::parse(capability.as_str()), Some(capability));
+        }
+        assert_eq!(Capability::parse("Claim"), None);
+        assert_eq!(Capability::parse("all"), None);
+    }
+}
