@@ -46,14 +46,18 @@ mod tests {
             Some(""),
             "every table, view, index and sequence has a COMMENT"
         );
-        let dumped = Spi::get_one::<i64>(
-            "SELECT count(*) FROM pg_extension e, unnest(e.extconfig) AS c WHERE e.extname = 'pg_workfence'",
+        let dumped = Spi::get_one::<String>(
+            "SELECT string_agg(c::regclass::text, ', ' ORDER BY c::regclass::text)
+               FROM pg_extension e, unnest(e.extconfig) AS c WHERE e.extname = 'pg_workfence'",
         )
         .unwrap();
         assert_eq!(
-            dumped,
-            Some(4),
-            "items, queues, items_id_seq and epoch_seq are dumped by pg_dump"
+            dumped.as_deref(),
+            Some(
+                "workfence.epoch_seq, workfence.items, workfence.items_id_seq, \
+                 workfence.queue_grant_mode, workfence.queue_grants, workfence.queues"
+            ),
+            "the tables and sequences pg_dump must keep the rows and positions of"
         );
     }
 

@@ -15,7 +15,8 @@
 #                connections, synchronous_commit on and off, the hand-written
 #                baseline in the same run)
 #   --parts LIST which parts, comma-separated (default all): speed (items/s,
-#                as above), counters (part two) and instructions (part three)
+#                as above), counters (part two), instructions (part three)
+#                and grants (part four)
 #   --quick      tiny sizes, one round: a smoke run of this script
 #   --out FILE   where the report goes (default target/ab/report.md); it is
 #                also printed
@@ -31,7 +32,13 @@
 # finish cycles under valgrind's callgrind on a fresh cluster of 3,000
 # items, for N = 100 and N = 600; (600's total - 100's) / 500 is one cycle,
 # with the backend's start and exit taken out. The same for a refused and a
-# current renew, with and without the counters (shared_preload_libraries).
+# current renew, with and without the counters (shared_preload_libraries);
+# and the head build's claim -> finish as a role that is not a superuser,
+# with queue grants off and on (the role granted `claim` on its queue).
+#
+# Part four, queue grants: pgbench runs claim -> finish (two statements,
+# one transaction each) as a role granted `claim` on its queue, with
+# queue grants enforced and not, for 10 s each, alternating, same build.
 #
 # The system-wide install is this checkout's build again when it ends.
 set -euo pipefail
@@ -50,7 +57,7 @@ PG_BIN="$("$PG_CONFIG" --bindir)"
 base=""
 rounds=3
 quick=0
-parts="speed,counters,instructions"
+parts="speed,counters,instructions,grants"
 out="$ROOT/target/ab/report.md"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -59,7 +66,7 @@ while [ $# -gt 0 ]; do
         --parts) parts="$2"; shift 2 ;;
         --quick) quick=1; rounds=1; shift ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -177,6 +184,13 @@ fresh_cluster() {
         -c "CREATE EXTENSION pg_workfence" -c "$sql" >/dev/null
     cluster_stop "$dir"
 }
+# grants_sql: a login role bench_worker with EXECUTE on every function and a
+# claim grant on queue q (decisive only once grants are enforced).
+grants_sql() {
+    echo "CREATE ROLE bench_worker LOGIN; GRANT USAGE ON SCHEMA workfence TO bench_worker;
+          GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA workfence TO bench_worker;
+          SELECT workfence.work_grant('claim', 'q', 'bench_worker');"
+}
 # repeat N LINE FILE: LINE, N times, into FILE.
 repeat() {
     local i
@@ -215,14 +229,55 @@ if part instructions; then
                 echo "head,$call renew (counters $preload),$(( (renew_$large - renew_$small) / (large - small) ))" >> "$instructions_csv"
             done
         done
+        # claim -> finish as a role that is not a superuser (superusers
+        # skip the grants), queue grants off and on.
+        for grants in off on; do
+            enforce=""
+            [ "$grants" = on ] && enforce="SELECT workfence.work_enforce_grants(true);"
+            for n in "$small" "$large"; do
+                repeat "$n" "SELECT workfence.work_finish(c.id, 'w', c.epoch) FROM workfence.work_claim('q', 'w', '1 minute') AS c;" "$cg/role-$n.body"
+                { echo "SET ROLE bench_worker;"; cat "$cg/role-$n.body"; } > "$cg/role-$n.sql"
+                chmod 644 "$cg/role-$n.sql"
+                fresh_cluster "$cg/data" "$(grants_sql) $enforce SELECT count(*) FROM (SELECT workfence.work_enqueue('q') FROM pg_catalog.generate_series(1, 3000)) AS s"
+                eval "role_$n=$(collected "$cg/data" "$cg/role-$n.sql")"
+            done
+            echo "head,claim -> finish as a role (grants $grants),$(( (role_$large - role_$small) / (large - small) ))" >> "$instructions_csv"
+        done
     done
     install_build head
 fi
 
+# --- part four: queue grants, timed ------------------------------------------
+grants_csv="$ab/grants.csv"
+echo "round,grants,tps" > "$grants_csv"
+part grants && for round in $(seq 1 "$rounds"); do
+    order="off on"
+    [ $((round % 2)) = 0 ] && order="on off"
+    for grants in $order; do
+        dir="$scratch/grants-$grants"
+        rm -rf "$dir"
+        port="$(free_port)"
+        cluster_start "$dir" "$port"
+        enforce=""
+        [ "$grants" = on ] && enforce="SELECT workfence.work_enforce_grants(true);"
+        "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d postgres \
+            -c "CREATE EXTENSION pg_workfence" -c "$(grants_sql) $enforce" \
+            -c "SELECT count(*) FROM (SELECT workfence.work_enqueue('q') FROM pg_catalog.generate_series(1, 200000)) AS s" \
+            -c "VACUUM ANALYZE workfence.items" >/dev/null
+        printf '%s\n' "SELECT c.id, c.epoch FROM workfence.work_claim('q', 'w', '1 minute') AS c \\gset" \
+            "SELECT workfence.work_finish(:id, 'w', :epoch);" > "$dir/cycle.sql"
+        tps="$("$PG_BIN/pgbench" -n -M prepared -c 4 -j 2 -T "$seconds" \
+            -h "$dir" -p "$port" -U bench_worker -f "$dir/cycle.sql" postgres \
+            | sed -n 's/^tps = \([0-9.]*\).*/\1/p')"
+        echo "$round,$grants,$tps" >> "$grants_csv"
+        cluster_stop "$dir"
+    done
+done
+
 # --- the report --------------------------------------------------------------
-python3 - "$ab" "$rounds" "$base" "$base_version" "$head_version" "$counters_csv" "$instructions_csv" > "$out" <<'PY'
+python3 - "$ab" "$rounds" "$base" "$base_version" "$head_version" "$counters_csv" "$instructions_csv" "$grants_csv" > "$out" <<'PY'
 import csv, glob, os, statistics, sys
-ab, rounds, base, base_version, head_version, counters_csv, instructions_csv = sys.argv[1:]
+ab, rounds, base, base_version, head_version, counters_csv, instructions_csv, grants_csv = sys.argv[1:]
 cells = {}  # (build, conns, sync) -> list of (pg_workfence items/s, baseline items/s)
 for path in glob.glob(os.path.join(ab, "runs", "*", "benchmarks.csv")):
     build = os.path.basename(os.path.dirname(path)).split("-")[0]
@@ -281,6 +336,27 @@ if ins:
     cycle = {r["build"]: int(r["instructions_per_call"]) for r in ins if r["what"] == "claim -> finish"}
     if "base" in cycle and "head" in cycle:
         print(f"\n{head_version} / {base_version}, claim -> finish: {cycle['head'] / cycle['base']:.3f}")
+    role = {r["what"]: int(r["instructions_per_call"]) for r in ins if r["what"].startswith("claim -> finish as a role")}
+    off, on = role.get("claim -> finish as a role (grants off)"), role.get("claim -> finish as a role (grants on)")
+    if off and on:
+        print(f"\nqueue grants on / off, claim -> finish as a role: {on / off:.3f}")
+grants = list(csv.DictReader(open(grants_csv)))
+on = [float(r["tps"]) for r in grants if r["grants"] == "on" and r["tps"]]
+off = [float(r["tps"]) for r in grants if r["grants"] == "off" and r["tps"]]
+if on and off:
+    print("\n## What enforcing queue grants costs\n")
+    print("`pgbench -M prepared -c 4`: claim -> finish (two statements) as a role granted `claim` on its")
+    print("queue, with queue grants enforced (on) and not (off), alternating; median cycles/s over the")
+    print("rounds, each round's pair side by side.\n")
+    print("| round | grants off | grants on | on / off |")
+    print("|---:|---:|---:|---:|")
+    for rnd in sorted({r["round"] for r in grants}, key=int):
+        a = [float(r["tps"]) for r in grants if r["round"] == rnd and r["grants"] == "off" and r["tps"]]
+        b = [float(r["tps"]) for r in grants if r["round"] == rnd and r["grants"] == "on" and r["tps"]]
+        if a and b:
+            print(f"| {rnd} | {a[0]:,.0f} | {b[0]:,.0f} | {b[0] / a[0]:.3f} |")
+    a, b = statistics.median(off), statistics.median(on)
+    print(f"| median | {a:,.0f} | {b:,.0f} | {b / a:.3f} |")
 PY
 cat "$out"
 stage "wrote $out; the system's install is this checkout's build again"

@@ -530,6 +530,60 @@ fn a_retired_signature_is_dropped_by_the_update_after_its_rename() {
     }
 }
 
+/// The update to 0.7.0 changes nothing a role reaches until the owner turns
+/// queue grants on: docs/operations.md's worker and monitor roles on a 0.6.0
+/// database claim from every queue and read every queue's statistics after
+/// it (the view now calls `work_may`, whose `EXECUTE` the update gives every
+/// role that could read the view); then a grant and `work_enforce_grants`
+/// scope the monitor, and nothing else.
+#[test]
+fn the_update_to_0_7_0_changes_no_roles_reach_until_grants_are_enforced() {
+    let cluster = common::shared_cluster();
+    ok(cluster.create_database("grants_off"), "create database");
+    let mut admin = ok(cluster.connect_to("grants_off"), "connect");
+    ok(
+        admin.batch_execute(
+            "DROP EXTENSION pg_workfence;
+             CREATE EXTENSION pg_workfence VERSION '0.6.0';
+             CREATE ROLE upgrade07_worker LOGIN;
+             CREATE ROLE upgrade07_monitor LOGIN;
+             GRANT USAGE ON SCHEMA workfence TO upgrade07_worker, upgrade07_monitor;
+             GRANT EXECUTE ON FUNCTION workfence.work_enqueue, workfence.work_claim,
+                   workfence.work_finish TO upgrade07_worker;
+             GRANT SELECT ON workfence.work_queue_stats TO upgrade07_monitor;
+             GRANT EXECUTE ON FUNCTION workfence.queue_counters TO upgrade07_monitor;
+             ALTER EXTENSION pg_workfence UPDATE TO '0.7.0';",
+        ),
+        "0.6.0 with the guide's kind of grants, updated",
+    );
+    let mut worker = common::connect_as(&cluster, "grants_off", "upgrade07_worker", "upgrade");
+    let mut monitor = common::connect_as(&cluster, "grants_off", "upgrade07_monitor", "upgrade");
+    for queue in ["billing", "hr"] {
+        let token = common::enqueued_and_claimed(&mut worker, queue, "k", "w", "1 minute");
+        assert!(finish(&mut worker, &token), "{queue}");
+    }
+    let readable = |monitor: &mut Client| -> Vec<String> {
+        ok(
+            calls::queue_stats(monitor),
+            "work_queue_stats after the update",
+        )
+        .into_iter()
+        .map(|row| row.queue)
+        .collect()
+    };
+    assert_eq!(readable(&mut monitor), ["billing", "hr"]);
+    // Turned on, with a read grant of one queue for the monitor.
+    ok(
+        calls::grant(&mut admin, "read", "billing", "upgrade07_monitor"),
+        "work_grant",
+    );
+    ok(
+        calls::enforce_grants(&mut admin, true),
+        "work_enforce_grants",
+    );
+    assert_eq!(readable(&mut monitor), ["billing"]);
+}
+
 /// A role granted `work_enqueue` before the update to 0.6.0, which gives it
 /// a new argument (and so makes it a new function), may enqueue after it:
 /// the update carries the grants of the 6-argument function over to the
