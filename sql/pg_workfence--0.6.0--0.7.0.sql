@@ -246,16 +246,16 @@ COMMENT ON FUNCTION workfence.queue_counters(text) IS
 'queue_counters(queue) -> zero or one (refused, lapsed): stale-token calls refused and lapsed leases claimed anew in the queue since the server started, as work_queue_stats shows them. No row unless pg_workfence is in shared_preload_libraries (or when the server''s counter table of 1024 queues is full and the queue is not in it). Grant it with work_queue_stats. Errors: 22004 NULL queue, 22023 bad queue, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_grant(text, text, text) IS
-'work_grant(capability, queues, role) -> boolean. Lets role (and its members) use capability on queues: enqueue (work_enqueue), claim (work_claim, work_claim_key and the token calls), operate (work_cancel, work_retry, work_reschedule, work_pause, work_resume), read (work_queue_stats, work_item, queue_counters) or purge (work_purge); queues is a queue name or a prefix followed by * (* alone: every queue). Checked only while queue grants are enforced (work_enforce_grants); every session sees it from its next call after the commit. True if the grant is new. For the extension''s owner. Errors: 22004 NULL argument, 22023 unknown capability, empty queues, name or prefix over 128 bytes or with control characters, empty role or one over 63 bytes; 42704 role does not exist.';
+'work_grant(capability, queues, role) -> boolean. Lets role (and its members) use capability on queues: enqueue (work_enqueue), claim (work_claim, work_claim_key and the token calls), operate (work_cancel, work_retry, work_reschedule, work_pause, work_resume), read (work_queue_stats, work_item, queue_counters) or purge (work_purge); queues is a queue name or a prefix followed by * (* alone: every queue). Checked only while queue grants are enforced (work_enforce_grants); every session sees it from its next call after the commit. True if the grant is new. For the extension''s owner. Errors: 22004 NULL argument, 22023 unknown capability, empty queues, name or prefix over 128 bytes or with control characters, empty role or one over 63 bytes; 42704 role does not exist; 42501 when the session''s role is neither a superuser nor a member of the extension''s owner.';
 
 COMMENT ON FUNCTION workfence.work_revoke(text, text, text) IS
-'work_revoke(capability, queues, role) -> boolean. Takes back the grant work_grant made with exactly these arguments; every session sees it from its next call after the commit (a worker of the role then finds its tokens refused as for a missing item). True if the grant existed. For the extension''s owner. Errors: 22004 NULL argument, 22023 unknown capability, empty queues, name or prefix over 128 bytes or with control characters, empty role or one over 63 bytes; 42704 role does not exist.';
+'work_revoke(capability, queues, role) -> boolean. Takes back the grant work_grant made with exactly these arguments; every session sees it from its next call after the commit (a worker of the role then finds its tokens refused as for a missing item). True if the grant existed. For the extension''s owner. Errors: 22004 NULL argument, 22023 unknown capability, empty queues, name or prefix over 128 bytes or with control characters, empty role or one over 63 bytes; 42704 role does not exist; 42501 when the session''s role is neither a superuser nor a member of the extension''s owner.';
 
 COMMENT ON FUNCTION workfence.work_enforce_grants(boolean) IS
-'work_enforce_grants(enforced) -> boolean. Turns the checking of queue grants on or off for this database. On: every call of a role that is not a superuser is checked against the queue grants of the session''s role and the roles it is a member of (a role without a grant reaches no queue). Off (the default, and after an update): grants decide nothing, as before 0.7.0. Make the grants and turn it on in one transaction. True if the setting changed. For the extension''s owner. Errors: 22004 NULL enforced.';
+'work_enforce_grants(enforced) -> boolean. Turns the checking of queue grants on or off for this database. On: every call of a role that is not a superuser is checked against the queue grants of the session''s role and the roles it is a member of (a role without a grant reaches no queue). Off (the default, and after an update): grants decide nothing, as before 0.7.0. Make the grants and turn it on in one transaction. True if the setting changed. For the extension''s owner. Errors: 22004 NULL enforced, 42501 when the session''s role is neither a superuser nor a member of the extension''s owner.';
 
 COMMENT ON FUNCTION workfence.work_may(text, text) IS
-'work_may(capability, queue) -> boolean. Whether the session''s role may use capability on queue: true when queue grants are not enforced, for a superuser, or when a grant to the role or a role it is a member of covers the queue. Answers for the caller only; work_queue_stats shows a role only the queues it may read through it. Errors: 22004 NULL argument, 22023 unknown capability or bad queue.';
+'work_may(capability, queue) -> boolean. Whether the session''s role may use capability on queue: true when queue grants are not enforced, for a superuser, or when a grant to the role or a role it is a member of covers the queue. Answers for the caller only, so PUBLIC may execute it; work_queue_stats shows a role only the queues it may read through it. Errors: 22004 NULL argument, 22023 unknown capability or bad queue.';
 
 -- ---- the 0.5.0 work_enqueue, renamed by the update to 0.6.0 ----
 -- Dropped now, unless this very transaction renamed it (an update from
@@ -313,26 +313,7 @@ END
 $privileges$;
 
 -- ---- readers of work_queue_stats keep reading it ----
--- A reader of work_queue_stats now needs EXECUTE on work_may, which the
--- view calls: every role (or PUBLIC) that may read the view gets it, so
--- that the update locks no monitor out.
-DO $grants$
-DECLARE
-    grant_to pg_catalog.text;
-BEGIN
-    FOR grant_to IN
-        SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                             ELSE pg_catalog.quote_ident(r.rolname::pg_catalog.text) END
-          FROM pg_catalog.pg_class AS c
-         CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS a
-          LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
-         WHERE c.oid OPERATOR(pg_catalog.=) 'workfence.work_queue_stats'::pg_catalog.regclass
-           AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT'
-           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
-    LOOP
-        -- A role name quoted by quote_ident, not user data.
-        EXECUTE pg_catalog.format(
-            'GRANT EXECUTE ON FUNCTION workfence.work_may(text, text) TO %s', grant_to);
-    END LOOP;
-END
-$grants$;
+-- The view now calls work_may, which answers only what the caller itself
+-- may do: PUBLIC may execute it (as a fresh install grants), so every role
+-- that could read the view still can.
+GRANT EXECUTE ON FUNCTION workfence.work_may(text, text) TO PUBLIC;

@@ -293,6 +293,15 @@ pub enum WorkfenceError {
         role: String,
     },
 
+    /// `work_grant`, `work_revoke` or `work_enforce_grants` called by a role
+    /// that is neither a superuser nor has the privileges of the owner of
+    /// the extension's tables. SQLSTATE 42501 (insufficient_privilege).
+    #[error("permission denied to manage queue grants")]
+    NotGrantManager {
+        /// The role checked (the session's current role).
+        role: String,
+    },
+
     /// `work_grant` or `work_revoke` named a role that does not exist.
     /// SQLSTATE 42704 (undefined_object), as PostgreSQL's GRANT raises it.
     #[error("argument \"role\": role {role:?} does not exist")]
@@ -354,7 +363,9 @@ impl WorkfenceError {
                 PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED
             }
             WorkfenceError::KeyChurn { .. } => PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-            WorkfenceError::QueueForbidden { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            WorkfenceError::QueueForbidden { .. } | WorkfenceError::NotGrantManager { .. } => {
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE
+            }
             WorkfenceError::UnknownRole { .. } => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             WorkfenceError::InvalidArgument { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
@@ -400,6 +411,10 @@ impl WorkfenceError {
                 capability.as_str()
             )),
             WorkfenceError::UnknownRole { .. } => None,
+            WorkfenceError::NotGrantManager { role } => Some(format!(
+                "Role {role:?} is neither a superuser nor a member of the role that owns the \
+                 extension's tables; EXECUTE on the function is not enough."
+            )),
             WorkfenceError::AssertOutsideTransaction => Some(
                 "Outside BEGIN ... COMMIT the statement commits at once, which releases the item's \
                  row lock: writes made afterwards would not be fenced by the lease."
@@ -445,6 +460,9 @@ impl WorkfenceError {
             WorkfenceError::UnknownRole { .. } => Some(
                 "Create the role first, or check the spelling (role names are case-sensitive).",
             ),
+            WorkfenceError::NotGrantManager { .. } => {
+                Some("Run it as the extension's owner (the superuser who ran CREATE EXTENSION).")
+            }
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "Long-poll in READ COMMITTED (the default isolation level), or pass wait => '0'.",
             ),

@@ -25,7 +25,12 @@
 //! before: a `SECURITY DEFINER` function of a user's that calls ours is
 //! therefore judged by the session's role, not by its own owner (it lends
 //! its owner's `EXECUTE`, not its queue grants). Superusers reach every
-//! queue, as PostgreSQL lets them past every GRANT.
+//! queue, as PostgreSQL lets them past every GRANT. Inside a
+//! security-restricted operation (a maintenance command running a table
+//! owner's index or statistics expressions as that owner, autovacuum
+//! included), the session's role is whoever ran the command, so nothing is
+//! reached from there. Only a superuser or a member of the extension's
+//! owner may change the grants, `EXECUTE` or not.
 //!
 //! **Refused calls.** A call that names a queue the role may not reach
 //! raises 42501 naming the queue, before it changes anything. A token call
@@ -41,9 +46,9 @@
 //! the next call after a `work_grant`, `work_revoke` or
 //! `work_enforce_grants` commits, or after a role's membership or
 //! attributes change, reads them again ([`crate::invalidation`]). A revoke
-//! therefore takes effect at the role's next call. Under REPEATABLE READ or
-//! SERIALIZABLE the grants are read with the transaction's snapshot and not
-//! kept.
+//! therefore takes effect at the role's next call. The grants are read
+//! with a snapshot taken then, not the transaction's, so that holds inside
+//! a REPEATABLE READ transaction too, as for PostgreSQL's own catalogs.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -229,6 +234,16 @@ impl Grants {
         if !self.enforced {
             return Scope::Every;
         }
+        // SAFETY: reads a backend global.
+        if unsafe { pg_sys::InSecurityRestrictedOperation() } {
+            // A maintenance command (ANALYZE, VACUUM, CREATE INDEX, REINDEX,
+            // REFRESH MATERIALIZED VIEW, autovacuum) runs a table owner's
+            // index and statistics expressions as that owner, restricted;
+            // the session's role is then whoever ran the command (a
+            // superuser, autovacuum), whose grants must not be lent to the
+            // owner's code. Nothing is reached from there.
+            return Scope::only(Vec::new());
+        }
         if let Some(scope) = self.scopes.get(&(role, capability)) {
             return scope.clone();
         }
@@ -258,35 +273,76 @@ thread_local! {
     static CACHE: RefCell<Option<Grants>> = const { RefCell::new(None) };
 }
 
-// Whether grants are enforced, and (only then) every grant: one row with
-// NULL grant columns when there is none.
-static READ_GRANTS: Statement<()> = Statement::new(
-    r#"
-SELECT m.enforced, g.role::pg_catalog.oid, g.capability, g.queues
-  FROM (SELECT EXISTS (SELECT FROM workfence.queue_grant_mode) AS enforced) AS m
-  LEFT JOIN workfence.queue_grants AS g ON m.enforced
-"#,
-);
+/// The rows of table `relid` that a snapshot taken now sees (the newest
+/// committed state, whatever the isolation level: as PostgreSQL reads its
+/// own catalogs, so a revoke counts at once even inside a REPEATABLE READ
+/// transaction), each handed to `each` deformed into its columns.
+///
+/// # Safety
+/// Call inside a transaction, with `relid` a table of `natts` columns.
+unsafe fn latest_rows(
+    relid: pg_sys::Oid,
+    natts: usize,
+    mut each: impl FnMut(&[pg_sys::Datum], &[bool]),
+) {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    let rel = pg_sys::table_open(relid, lock);
+    let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+    let scan = pg_sys::systable_beginscan(
+        rel,
+        pg_sys::InvalidOid,
+        false,
+        snapshot,
+        0,
+        std::ptr::null_mut(),
+    );
+    let mut values = vec![pg_sys::Datum::from(0); natts];
+    let mut nulls = vec![true; natts];
+    loop {
+        let tuple = pg_sys::systable_getnext(scan);
+        if tuple.is_null() {
+            break;
+        }
+        pg_sys::heap_deform_tuple(
+            tuple,
+            (*rel).rd_att,
+            values.as_mut_ptr(),
+            nulls.as_mut_ptr(),
+        );
+        each(&values, &nulls);
+    }
+    pg_sys::systable_endscan(scan);
+    pg_sys::UnregisterSnapshot(snapshot);
+    pg_sys::table_close(rel, lock);
+}
 
-/// The grants of this database, read with the statement's snapshot.
-fn read_grants(generation: u64) -> Result<Grants> {
-    Spi::connect_mut(|client| {
-        plans::run(client, &READ_GRANTS, (), |rows| {
-            let mut read = Grants {
-                generation,
-                enforced: false,
-                grants: Vec::new(),
-                scopes: HashMap::new(),
-            };
-            for row in rows {
-                read.enforced = row.get::<bool>(1)?.unwrap_or(false);
-                let (Some(role), Some(capability), Some(queues)) = (
-                    row.get::<pg_sys::Oid>(2)?,
-                    row.get::<String>(3)?,
-                    row.get::<String>(4)?,
-                ) else {
-                    continue;
-                };
+/// The grants of this database (`grants` the OID of `workfence.queue_grants`,
+/// `mode` that of `workfence.queue_grant_mode`), as a snapshot taken now sees
+/// them. Reads the tables directly, not through SQL: no statement, no plan.
+fn read_grants(generation: u64, grants: pg_sys::Oid, mode: pg_sys::Oid) -> Grants {
+    let mut read = Grants {
+        generation,
+        enforced: false,
+        grants: Vec::new(),
+        scopes: HashMap::new(),
+    };
+    // SAFETY: the two tables of this version's schema (looked up by the
+    // caller), with their columns: (enforced, enforced_since) and (role,
+    // capability, queues, granted_at); text columns read by pgrx's text
+    // FromDatum, which detoasts.
+    unsafe {
+        latest_rows(mode, 2, |_, _| read.enforced = true);
+        if !read.enforced {
+            return read;
+        }
+        latest_rows(grants, 4, |values, nulls| {
+            if nulls[..3].iter().any(|null| *null) {
+                return;
+            }
+            let role = pg_sys::Oid::from_datum(values[0], false);
+            let capability = String::from_datum(values[1], false);
+            let queues = String::from_datum(values[2], false);
+            if let (Some(role), Some(capability), Some(queues)) = (role, capability, queues) {
                 // The table's CHECK admits only the capabilities' names.
                 if let Some(capability) = Capability::parse(&capability) {
                     read.grants.push(Grant {
@@ -296,9 +352,9 @@ fn read_grants(generation: u64) -> Result<Grants> {
                     });
                 }
             }
-            Ok(read)
-        })
-    })
+        });
+    }
+    read
 }
 
 /// The role whose grants count: the session's current role (its login
@@ -321,17 +377,16 @@ pub fn scope(capability: Capability) -> Result<Scope> {
     if let Some(scope) = kept {
         return Ok(scope);
     }
-    if invalidation::watch(Watched::QueueGrants) == pg_sys::InvalidOid {
+    let grants_table = invalidation::watch(Watched::QueueGrants);
+    let mode_table = invalidation::watch(Watched::QueueGrantMode);
+    if grants_table == pg_sys::InvalidOid || mode_table == pg_sys::InvalidOid {
         // A schema before 0.7.0: nothing is enforced, and nothing is kept
         // (after ALTER EXTENSION ... UPDATE the next call finds the table).
         return Ok(Scope::Every);
     }
-    invalidation::watch(Watched::QueueGrantMode);
-    let mut grants = read_grants(generation)?;
+    let mut grants = read_grants(generation, grants_table, mode_table);
     let scope = grants.scope(role, capability);
-    if invalidation::read_may_be_kept() {
-        CACHE.with(|cache| *cache.borrow_mut() = Some(grants));
-    }
+    CACHE.with(|cache| *cache.borrow_mut() = Some(grants));
     Ok(scope)
 }
 
@@ -367,21 +422,24 @@ pub fn check_every_queue(capability: Capability) -> Result<()> {
 /// The 42501 of `capability` on `queue` (`None`: every queue) for the
 /// session's role.
 fn forbidden(capability: Capability, queue: Option<String>) -> WorkfenceError {
-    // SAFETY: a catalog look-up by OID; noerr, so a NULL for a dropped role.
-    let name = unsafe { pg_sys::GetUserNameFromId(session_role(), true) };
-    let role = if name.is_null() {
-        format!("{}", session_role().to_u32())
-    } else {
-        // SAFETY: a NUL-terminated palloc'd string.
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
-    };
     WorkfenceError::QueueForbidden {
         capability,
         queue,
-        role,
+        role: role_name(session_role()),
     }
+}
+
+/// The name of `role`, or its OID for a role dropped since.
+fn role_name(role: pg_sys::Oid) -> String {
+    // SAFETY: a catalog look-up by OID; noerr, so a NULL for a dropped role.
+    let name = unsafe { pg_sys::GetUserNameFromId(role, true) };
+    if name.is_null() {
+        return format!("{}", role.to_u32());
+    }
+    // SAFETY: a NUL-terminated palloc'd string.
+    unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 // Grant `$2` on queues `$3` to role `$1`; a row only if it is new.
@@ -432,15 +490,60 @@ RETURNING m.enforced_since
 "#,
 );
 
-/// Run a statement that changes the grants; true if it changed a row, and
-/// then every backend reads the grants again once this transaction commits.
+// The grants of roles that no longer exist (DROP ROLE keeps them: a
+// `regrole` column records no dependency). Deleted at every change, so that a
+// role created later with a reused OID inherits nothing.
+static FORGET_DROPPED_ROLES: Statement<()> = Statement::new(
+    r#"
+DELETE FROM workfence.queue_grants AS g
+ WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                    WHERE r.oid OPERATOR(pg_catalog.=) g.role::pg_catalog.oid)
+RETURNING g.queues
+"#,
+);
+
+/// Raise 42501 unless the session's role may manage queue grants: a
+/// superuser, or a role with the privileges of the owner of the extension's
+/// tables. `EXECUTE` on `work_grant` is not enough (an `ALTER DEFAULT
+/// PRIVILEGES` or a `GRANT ... ON ALL FUNCTIONS` can hand it out), since a
+/// role that could call it could grant itself every queue.
+fn check_owner() -> Result<()> {
+    let role = session_role();
+    let table = plans::workfence_relation(Watched::QueueGrants.name());
+    // SAFETY: catalog look-ups of roles and of an existing relation.
+    let allowed = unsafe {
+        !pg_sys::InSecurityRestrictedOperation()
+            && (pg_sys::superuser_arg(role)
+                || (table != pg_sys::InvalidOid
+                    && pg_sys::has_privs_of_role(role, plans::relation_owner(table))))
+    };
+    if allowed {
+        return Ok(());
+    }
+    Err(WorkfenceError::NotGrantManager {
+        role: role_name(role),
+    })
+}
+
+/// Run a statement that changes the grants, after forgetting the grants of
+/// dropped roles; true if it changed a row, and then every backend reads
+/// the grants again once this transaction commits.
 fn change<P: plans::Params>(
     stmt: &'static Statement<P::Family>,
     params: P,
     table: Watched,
 ) -> Result<bool> {
-    let changed =
-        Spi::connect_mut(|client| plans::run(client, stmt, params, |rows| Ok(!rows.is_empty())))?;
+    check_owner()?;
+    let (forgot, changed) = Spi::connect_mut(|client| {
+        let forgot = plans::run(client, &FORGET_DROPPED_ROLES, (), |rows| {
+            Ok(!rows.is_empty())
+        })?;
+        let changed = plans::run(client, stmt, params, |rows| Ok(!rows.is_empty()))?;
+        Ok::<_, WorkfenceError>((forgot, changed))
+    })?;
+    if forgot {
+        invalidation::invalidate(Watched::QueueGrants);
+    }
     if changed {
         invalidation::invalidate(table);
     }
@@ -488,7 +591,8 @@ fn grant_arguments(
 /// Errors: 22004 for a NULL argument; 22023 for an unknown capability, an
 /// empty `queues`, a name or prefix over 128 bytes or with control
 /// characters, an empty role name or one over 63 bytes; 42704 for a role
-/// that does not exist.
+/// that does not exist; 42501 when the session's role is neither a
+/// superuser nor a member of the extension's owner (see `check_owner`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_grant(
     capability: Option<String>,
@@ -523,7 +627,8 @@ pub fn work_grant(
 /// Errors: 22004 for a NULL argument; 22023 for an unknown capability, an
 /// empty `queues`, a name or prefix over 128 bytes or with control
 /// characters, an empty role name or one over 63 bytes; 42704 for a role
-/// that does not exist.
+/// that does not exist; 42501 when the session's role is neither a
+/// superuser nor a member of the extension's owner.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_revoke(
     capability: Option<String>,
@@ -557,7 +662,8 @@ pub fn work_revoke(
 /// so that no worker is locked out in between. True if the setting changed.
 /// For the extension's owner.
 ///
-/// Errors: 22004 for a NULL `enforced`.
+/// Errors: 22004 for a NULL `enforced`; 42501 when the session's role is
+/// neither a superuser nor a member of the extension's owner.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_enforce_grants(enforced: Option<bool>) -> bool {
     (|| {
@@ -579,7 +685,8 @@ pub fn work_enforce_grants(enforced: Option<bool>) -> bool {
 /// of) covers `queue`. It answers for the session's own role only, so any
 /// role that may use the queue may ask (a dashboard hides what its user may
 /// not do); `work_queue_stats` uses it to show a role only the queues it
-/// may read.
+/// may read. `PUBLIC` may execute it (`sql/finalize.sql`), the one function
+/// it may.
 ///
 /// Errors: 22004 for a NULL argument; 22023 for an unknown capability or a
 /// bad queue (see `work_enqueue`).

@@ -238,6 +238,19 @@ pub fn workfence_relation(name: &std::ffi::CStr) -> pg_sys::Oid {
     }
 }
 
+/// The owner of relation `relid` (one this transaction may open): for the
+/// extension's tables, the role its `SECURITY DEFINER` functions run as.
+///
+/// # Safety
+/// Call inside a transaction, with `relid` an existing relation.
+pub unsafe fn relation_owner(relid: pg_sys::Oid) -> pg_sys::Oid {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    let rel = pg_sys::relation_open(relid, lock);
+    let owner = (*(*rel).rd_rel).relowner;
+    pg_sys::relation_close(rel, lock);
+    owner
+}
+
 /// The schema of the extension installed in this database, as far as the
 /// library's statements care: this version's, or one of a release before
 /// 0.6.0.

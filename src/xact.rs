@@ -211,10 +211,7 @@ fn as_extension_owner<T>(f: impl FnOnce() -> T) -> T {
     // the user switch of fmgr_security_definer, undone below or by the
     // abort of the transaction.
     unsafe {
-        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let rel = pg_sys::relation_open(items, lock);
-        let owner = (*(*rel).rd_rel).relowner;
-        pg_sys::relation_close(rel, lock);
+        let owner = crate::plans::relation_owner(items);
         let mut user = pg_sys::InvalidOid;
         let mut context: std::ffi::c_int = 0;
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);

@@ -20,6 +20,10 @@
 //! - The operations guide's two-team setup, run verbatim, does what its
 //!   paragraph says.
 //! - Grants and their switch survive `pg_dump` and a restore.
+//! - Only the extension's owner manages grants, `EXECUTE` or not; a
+//!   maintenance command's restricted operation reaches no queue; a revoke
+//!   counts inside an open REPEATABLE READ transaction; queue names with
+//!   `LIKE`'s wildcards are matched literally; a dropped role's grants go.
 
 mod common;
 
@@ -88,7 +92,9 @@ fn cluster() -> Arc<Cluster> {
                  CREATE ROLE qg_owner NOLOGIN;
                  CREATE ROLE qg_waiter LOGIN;
                  CREATE ROLE qg_stayer LOGIN;
-                 CREATE ROLE qg_grafana LOGIN IN ROLE workfence_monitor;",
+                 CREATE ROLE qg_grafana LOGIN IN ROLE workfence_monitor;
+                 CREATE ROLE qg_patterns LOGIN;
+                 CREATE ROLE qg_gone LOGIN;",
             ),
             "the other tests' roles",
         );
@@ -900,8 +906,9 @@ fn the_statistics_view_shows_a_role_only_the_queues_it_may_read() {
         ]
     );
     // A query whose own condition records every row it sees (a function
-    // with a side effect, not LEAKPROOF) sees only the readable rows: the
-    // view is a security_barrier.
+    // with a side effect, not LEAKPROOF) sees only the readable rows,
+    // whatever the planner does with the condition (the filter runs in a
+    // MATERIALIZED CTE, and the view is a security_barrier besides).
     ok(
         admin.batch_execute(
             "CREATE TABLE public.seen (queue text);
@@ -1099,5 +1106,156 @@ fn grants_and_their_enforcement_survive_pg_dump_and_restore() {
     ok(
         calls::claim(&mut worker, PERMITTED, "w", "1 minute", None, None),
         "a permitted claim after the restore",
+    );
+}
+
+#[test]
+fn only_the_owner_manages_grants_whatever_execute_it_handed_out() {
+    let cluster = cluster();
+    // qg_other has EXECUTE on every function, work_grant included.
+    let mut admin = database(&cluster, "managers", &["qg_other"]);
+    let mut other = connect_as(&cluster, "managers", "qg_other", SESSION);
+    let before = common::snapshot(&mut admin);
+    for outcome in [
+        Outcome::of(calls::grant(&mut other, "claim", "*", "qg_other")),
+        Outcome::of(calls::revoke(&mut other, "claim", "*", "qg_other")),
+        Outcome::of(calls::enforce_grants(&mut other, true)),
+    ] {
+        match outcome {
+            Outcome::Error { code, message, .. } => {
+                assert_eq!(code, "42501");
+                assert_eq!(message, "permission denied to manage queue grants");
+            }
+            value => panic!("a role that is not the owner managed grants: {value:?}"),
+        }
+    }
+    assert_eq!(common::snapshot(&mut admin), before);
+    grant(&mut admin, "claim", "*", "qg_other");
+}
+
+/// A maintenance command runs the table owner's index expressions as that
+/// owner, restricted (PostgreSQL's security-restricted operation), while
+/// the session's role stays whoever ran it: a superuser here. The owner's
+/// code must not reach the queues through the superuser's rights.
+#[test]
+fn a_maintenance_commands_restricted_operation_reaches_no_queue() {
+    let cluster = cluster();
+    let mut admin = database(&cluster, "restricted", &["qg_claim"]);
+    grant(&mut admin, "claim", "billing.*", "qg_claim");
+    enforce(&mut admin);
+    ok(
+        admin.batch_execute(
+            "CREATE TABLE public.t (i integer);
+             INSERT INTO public.t VALUES (1);
+             ALTER TABLE public.t OWNER TO qg_claim;
+             CREATE FUNCTION public.probe(i integer) RETURNS integer LANGUAGE plpgsql IMMUTABLE
+               AS $$ BEGIN
+                   IF workfence.work_may('claim', 'hr.payroll') THEN
+                       RAISE EXCEPTION 'the table owner''s code reached hr.payroll';
+                   END IF;
+                   RETURN i;
+               END $$;
+             ALTER FUNCTION public.probe(integer) OWNER TO qg_claim;",
+        ),
+        "the owner's table and function",
+    );
+    // The superuser builds the index and analyzes the table: the probe runs
+    // restricted, as qg_claim, in the superuser's session.
+    ok(
+        admin
+            .batch_execute("CREATE INDEX t_probe ON public.t (public.probe(i)); ANALYZE public.t;"),
+        "CREATE INDEX and ANALYZE of the owner's expression",
+    );
+    // Outside such an operation, the superuser reaches every queue.
+    assert!(ok(
+        calls::may(&mut admin, "claim", "hr.payroll"),
+        "work_may"
+    ));
+}
+
+#[test]
+fn a_revoke_counts_inside_an_open_repeatable_read_transaction() {
+    let cluster = cluster();
+    let mut admin = database(&cluster, "repeatable", &["qg_claim"]);
+    grant(&mut admin, "claim", "billing.*", "qg_claim");
+    enforce(&mut admin);
+    for key in ["a", "b"] {
+        common::enqueue_new(&mut admin, &Enqueue::new(PERMITTED).key(key));
+    }
+    let mut worker = connect_as(&cluster, "repeatable", "qg_claim", SESSION);
+    let mut tx = ok(
+        worker
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .start(),
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    );
+    // The transaction's snapshot is taken, and the grant used.
+    ok(
+        calls::claim_key(&mut tx, PERMITTED, "a", "w", "1 minute"),
+        "a claim under the grant",
+    )
+    .expect("claimable");
+    assert!(ok(
+        calls::revoke(&mut admin, "claim", "billing.*", "qg_claim"),
+        "revoke"
+    ));
+    let after = calls::claim_key(&mut tx, PERMITTED, "b", "w", "1 minute");
+    assert_eq!(Outcome::of(after).code(), Some("42501"));
+}
+
+/// `LIKE`'s wildcards and escape in queue names are matched as themselves,
+/// by the token statements' scoped forms (`LIKE ANY` of escaped patterns)
+/// as by the checks of calls that name a queue.
+#[test]
+fn queue_names_with_like_wildcards_are_matched_literally() {
+    let cluster = cluster();
+    let mut admin = database(&cluster, "wildcards", &["qg_patterns"]);
+    for queues in ["a_b", "x%y*", "b\\c"] {
+        grant(&mut admin, "claim", queues, "qg_patterns");
+    }
+    enforce(&mut admin);
+    let mut role = connect_as(&cluster, "wildcards", "qg_patterns", SESSION);
+    for (queue, covered) in [
+        ("a_b", true),
+        ("axb", false),
+        ("a_bc", false),
+        ("x%yz", true),
+        ("x%y", true),
+        ("xzyz", false),
+        ("x%zy", false),
+        ("b\\c", true),
+        ("bc", false),
+        ("b\\", false),
+    ] {
+        let token = common::enqueued_and_claimed(&mut admin, queue, "k", "w", "1 minute");
+        let finished = ok(calls::finish(&mut role, &token, None), "finish");
+        assert_eq!(finished, covered, "a token of an item in {queue:?}");
+        assert_eq!(
+            ok(calls::may(&mut role, "claim", queue), "work_may"),
+            covered,
+            "{queue:?}"
+        );
+    }
+}
+
+#[test]
+fn a_dropped_roles_grants_are_forgotten_at_the_next_change() {
+    let cluster = cluster();
+    let mut admin = database(&cluster, "dropped_role", &[]);
+    grant(&mut admin, "claim", "billing.*", "qg_gone");
+    ok(admin.batch_execute("DROP ROLE qg_gone"), "DROP ROLE");
+    let listed = ok(calls::queue_grants(&mut admin), "grants");
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].role.starts_with("unknown (OID="), "{listed:?}");
+    grant(&mut admin, "read", "*", "workfence_monitor");
+    let listed = ok(calls::queue_grants(&mut admin), "grants");
+    assert_eq!(
+        listed,
+        [calls::QueueGrant {
+            role: "workfence_monitor".into(),
+            capability: "read".into(),
+            queues: "*".into(),
+        }]
     );
 }

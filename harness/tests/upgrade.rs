@@ -548,7 +548,7 @@ fn the_update_to_0_7_0_changes_no_roles_reach_until_grants_are_enforced() {
              CREATE ROLE upgrade07_worker LOGIN;
              CREATE ROLE upgrade07_monitor LOGIN;
              GRANT USAGE ON SCHEMA workfence TO upgrade07_worker, upgrade07_monitor;
-             GRANT EXECUTE ON FUNCTION workfence.work_enqueue, workfence.work_claim,
+             GRANT EXECUTE ON FUNCTION workfence.work_enqueue, workfence.work_claim_key,
                    workfence.work_finish TO upgrade07_worker;
              GRANT SELECT ON workfence.work_queue_stats TO upgrade07_monitor;
              GRANT EXECUTE ON FUNCTION workfence.queue_counters TO upgrade07_monitor;
