@@ -54,8 +54,9 @@ mod tests {
         assert_eq!(
             dumped.as_deref(),
             Some(
-                "workfence.epoch_seq, workfence.items, workfence.items_id_seq, \
-                 workfence.queue_grant_mode, workfence.queue_grants, workfence.queues"
+                "workfence.epoch_seq, workfence.generation, workfence.items, \
+                 workfence.items_id_seq, workfence.queue_grant_mode, workfence.queue_grants, \
+                 workfence.queues"
             ),
             "the tables and sequences pg_dump must keep the rows and positions of"
         );

@@ -127,9 +127,17 @@ COMMENT ON INDEX workfence.items_finished_idx IS
 -- (a data-only restore of workfence.items without its sequences, a COPY)
 -- lift the sequences above them, so that no later enqueue reuses an id and
 -- no later claim hands out an epoch at or below one already in the table.
--- An enqueue's row (created_at = clock_timestamp(), no epoch) never fires it.
+-- A row with an epoch also lifts epoch_seq to the generation floor (from
+-- 0.8.0): it comes from a copy of the database, whose history may have
+-- handed out epochs after the copy was made (src/generation.rs). The floor
+-- is taken at the transaction's start (one restore transaction moves the
+-- sequence once), as generation::floor_at computes it: milliseconds since
+-- 2000-01-01 times 1024. An enqueue's row (created_at = clock_timestamp(),
+-- no epoch) never fires it.
 CREATE FUNCTION workfence.items_sequence_floor() RETURNS trigger
 LANGUAGE plpgsql AS $floor$
+DECLARE
+    epoch_floor pg_catalog.int8;
 BEGIN
     -- Only past the sequence's position: a value nextval already handed out
     -- (an enqueue's own id) never moves it, so no concurrent nextval is undone.
@@ -138,17 +146,27 @@ BEGIN
                    OR (NEW.id OPERATOR(pg_catalog.=) s.last_value AND NOT s.is_called)) THEN
         PERFORM pg_catalog.setval('workfence.items_id_seq'::pg_catalog.regclass, NEW.id);
     END IF;
+    IF NEW.epoch IS NULL THEN
+        RETURN NULL;
+    END IF;
+    epoch_floor := GREATEST(NEW.epoch,
+        pg_catalog.floor(pg_catalog.date_part('epoch',
+            pg_catalog.transaction_timestamp()
+              OPERATOR(pg_catalog.-) '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)
+          OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8
+          OPERATOR(pg_catalog.*) 1024);
     IF EXISTS (SELECT FROM workfence.epoch_seq AS s
-                WHERE NEW.epoch OPERATOR(pg_catalog.>) s.last_value
-                   OR (NEW.epoch OPERATOR(pg_catalog.=) s.last_value AND NOT s.is_called)) THEN
-        PERFORM pg_catalog.setval('workfence.epoch_seq'::pg_catalog.regclass, NEW.epoch);
+                WHERE epoch_floor OPERATOR(pg_catalog.>) s.last_value
+                   OR (epoch_floor OPERATOR(pg_catalog.=) s.last_value AND NOT s.is_called)) THEN
+        PERFORM pg_catalog.setval('workfence.epoch_seq'::pg_catalog.regclass, epoch_floor);
     END IF;
     RETURN NULL;
 END
 $floor$;
 COMMENT ON FUNCTION workfence.items_sequence_floor() IS
     'Trigger of workfence.items: a row inserted with an id or epoch at or above its sequence''s '
-    'position (a restore, a COPY) moves the sequence past it. Not callable by users.';
+    'position (a restore, a COPY) moves the sequence past it; a row with an epoch moves workfence.epoch_seq to '
+    'the generation floor too. Not callable by users.';
 CREATE TRIGGER items_sequence_floor AFTER INSERT ON workfence.items
     FOR EACH ROW
     WHEN (NEW.epoch IS NOT NULL
@@ -212,10 +230,43 @@ COMMENT ON COLUMN workfence.queue_grant_mode.enforced IS 'Always true: the row''
 COMMENT ON COLUMN workfence.queue_grant_mode.enforced_since IS 'Server time of the work_enforce_grants(true) that turned it on.';
 COMMENT ON INDEX workfence.queue_grant_mode_pkey IS 'At most one row.';
 
+-- The history this database's epochs come from (from 0.8.0): the system
+-- identifier, timeline and database an epoch_seq position belongs to. A
+-- claim that finds another history (a promoted standby, a point-in-time
+-- recovery, a restored or copied database: another timeline, system or
+-- database, or a dump's row beside this one) first moves epoch_seq to the
+-- generation floor, above every epoch the old history handed out, and
+-- rewrites the row (src/generation.rs, docs/failover.md). The install
+-- records the history it runs on: its first claims need no bump, and a
+-- standby that replayed the install has the row to compare with.
+CREATE TABLE workfence.generation (
+    system_identifier  bigint NOT NULL,
+    timeline           integer NOT NULL,
+    database           oid NOT NULL,
+    floor              bigint NOT NULL,
+    since              timestamptz NOT NULL
+);
+COMMENT ON TABLE workfence.generation IS
+    'The history this database''s epochs come from: one row, written at install and by the first claim of a new '
+    'history (another system identifier, timeline or database, or more than one row after a restore), which first '
+    'moves workfence.epoch_seq to the generation floor (milliseconds since 2000-01-01 x 1024). Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.generation.system_identifier IS 'pg_control_system().system_identifier of the cluster.';
+COMMENT ON COLUMN workfence.generation.timeline IS 'The timeline the cluster wrote WAL on.';
+COMMENT ON COLUMN workfence.generation.database IS 'The OID of the database.';
+COMMENT ON COLUMN workfence.generation.floor IS 'The first epoch of this history (1 for a fresh install).';
+COMMENT ON COLUMN workfence.generation.since IS 'Server time the history was recorded.';
+INSERT INTO workfence.generation (system_identifier, timeline, database, floor, since)
+SELECT s.system_identifier, c.timeline_id, d.oid, 1, pg_catalog.clock_timestamp()
+  FROM pg_catalog.pg_control_system() AS s,
+       pg_catalog.pg_control_checkpoint() AS c,
+       pg_catalog.pg_database AS d
+ WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database();
+
 REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queues FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grants FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grant_mode FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.generation FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.epoch_seq FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.items_id_seq FROM PUBLIC;
 
@@ -227,6 +278,7 @@ SELECT pg_catalog.pg_extension_config_dump('workfence.items_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grant_mode', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.generation', '');
 
 COMMENT ON INDEX workfence.items_pkey IS 'Items by id: every token call finds its row here.';
 COMMENT ON INDEX workfence.items_queue_key_unique IS 'One item per (queue, key): idempotent enqueue and work_claim_key.';

@@ -11,6 +11,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
 
 use crate::error::{OrReport, Result, WorkfenceError};
+use crate::generation;
 use crate::grants::{self, Capability};
 use crate::jsonb::RawJsonb;
 use crate::lapse::{self, LostToken};
@@ -360,6 +361,7 @@ fn server_clock() -> Result<TimestampWithTimeZone> {
 /// `work_enqueue`; owner blank, > 256 bytes or with control characters), a
 /// lease not in (0, 7 days], `max_items` outside 1..1000, `wait` not in
 /// [0, 1 hour]; 25000 for `wait` > 0 under REPEATABLE READ or SERIALIZABLE;
+/// 25006 on a hot standby (before anything else: claim on the primary);
 /// 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no claim grant covering the queue
 /// (see `crate::grants`), checked again at every attempt of a
@@ -433,6 +435,7 @@ fn claim(
     let owner = validate::owner(owner)?;
     validate::lease(lease.map(Into::into))?;
     let max_items = validate::max_items(max_items)?;
+    generation::refuse_on_standby("work_claim")?;
     grants::check(Capability::Claim, &queue)?;
     let waiting = !wait.is_zero();
     wait::until_claimed(&queue, wait, || {
@@ -492,6 +495,7 @@ fn claim_once(
     if !lock_items(waiting) || paused::is_paused(queue)? {
         return Ok((Vec::new(), false));
     }
+    generation::ensure()?;
     let now = server_clock()?;
     let outcome = Spi::connect_mut(|client| {
         plans::run(
@@ -520,7 +524,7 @@ fn claim_once(
 /// held under a live lease, finished, or locked by a concurrent claim.
 ///
 /// Errors: 22004 for a NULL argument; 22023 for a bad queue, key, owner or
-/// lease; 42501 (insufficient_privilege) when queue grants are
+/// lease; 25006 on a hot standby; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no claim grant covering the queue
 /// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
@@ -555,11 +559,13 @@ fn claim_key(
     let key = validate::key(validate::required("key", key)?)?;
     let owner = validate::owner(owner)?;
     validate::lease(lease.map(Into::into))?;
+    generation::refuse_on_standby("work_claim_key")?;
     grants::check(Capability::Claim, &queue)?;
     lock_items(false);
     if paused::is_paused(&queue)? {
         return Ok(Vec::new());
     }
+    generation::ensure()?;
     let now = server_clock()?;
     let outcome = Spi::connect_mut(|client| {
         plans::run(

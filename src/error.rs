@@ -302,6 +302,15 @@ pub enum WorkfenceError {
         role: String,
     },
 
+    /// A claim on a server in recovery (a hot standby), which cannot write.
+    /// SQLSTATE 25006 (read_only_sql_transaction), as PostgreSQL raises for
+    /// a write there, but at once and naming what to do.
+    #[error("{function} cannot claim on a hot standby")]
+    HotStandby {
+        /// The function called.
+        function: &'static str,
+    },
+
     /// `work_grant` or `work_revoke` named a role that does not exist.
     /// SQLSTATE 42704 (undefined_object), as PostgreSQL's GRANT raises it.
     #[error("argument \"role\": role {role:?} does not exist")]
@@ -367,6 +376,7 @@ impl WorkfenceError {
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE
             }
             WorkfenceError::UnknownRole { .. } => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            WorkfenceError::HotStandby { .. } => PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
             WorkfenceError::InvalidArgument { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
             }
@@ -411,6 +421,10 @@ impl WorkfenceError {
                 capability.as_str()
             )),
             WorkfenceError::UnknownRole { .. } => None,
+            WorkfenceError::HotStandby { .. } => Some(
+                "The server is in recovery (a standby): a claim writes the item and draws an epoch."
+                    .to_string(),
+            ),
             WorkfenceError::NotGrantManager { role } => Some(format!(
                 "Role {role:?} is neither a superuser nor a member of the role that owns the \
                  extension's tables; EXECUTE on the function is not enough."
@@ -459,6 +473,10 @@ impl WorkfenceError {
             }
             WorkfenceError::UnknownRole { .. } => Some(
                 "Create the role first, or check the spelling (role names are case-sensitive).",
+            ),
+            WorkfenceError::HotStandby { .. } => Some(
+                "Claim on the primary: with libpq, list every server in the connection string and \
+                 add target_session_attrs=read-write.",
             ),
             WorkfenceError::NotGrantManager { .. } => {
                 Some("Run it as the extension's owner (the superuser who ran CREATE EXTENSION).")

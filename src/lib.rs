@@ -29,6 +29,8 @@ pub mod lapse;
 pub mod enqueue;
 // Domain errors and their SQLSTATEs.
 pub mod error;
+// Epochs that survive a failover: the generation floor of a new history.
+pub mod generation;
 // Queue-scoped privileges: `work_grant`, `work_revoke`, `work_enforce_grants`, `work_may`.
 pub mod grants;
 // Keeping the backend's caches of the settings tables fresh (shared invalidation).

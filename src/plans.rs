@@ -238,6 +238,49 @@ pub fn workfence_relation(name: &std::ffi::CStr) -> pg_sys::Oid {
     }
 }
 
+/// The rows of table `relid` that a snapshot taken now sees (the newest
+/// committed state, whatever the isolation level: as PostgreSQL reads its
+/// own catalogs, so a revoke counts at once even inside a REPEATABLE READ
+/// transaction), each handed to `each` deformed into its columns.
+///
+/// # Safety
+/// Call inside a transaction, with `relid` a table of `natts` columns.
+pub unsafe fn latest_rows(
+    relid: pg_sys::Oid,
+    natts: usize,
+    mut each: impl FnMut(&[pg_sys::Datum], &[bool]),
+) {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    let rel = pg_sys::table_open(relid, lock);
+    let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+    let scan = pg_sys::systable_beginscan(
+        rel,
+        pg_sys::InvalidOid,
+        false,
+        snapshot,
+        0,
+        std::ptr::null_mut(),
+    );
+    let mut values = vec![pg_sys::Datum::from(0); natts];
+    let mut nulls = vec![true; natts];
+    loop {
+        let tuple = pg_sys::systable_getnext(scan);
+        if tuple.is_null() {
+            break;
+        }
+        pg_sys::heap_deform_tuple(
+            tuple,
+            (*rel).rd_att,
+            values.as_mut_ptr(),
+            nulls.as_mut_ptr(),
+        );
+        each(&values, &nulls);
+    }
+    pg_sys::systable_endscan(scan);
+    pg_sys::UnregisterSnapshot(snapshot);
+    pg_sys::table_close(rel, lock);
+}
+
 /// The owner of relation `relid` (one this transaction may open): for the
 /// extension's tables, the role its `SECURITY DEFINER` functions run as.
 ///

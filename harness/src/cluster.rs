@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use postgres::{Client, NoTls};
 
 use crate::os::{
-    effective_uid, free_port, give_to_server_user, server_command, stdout_of, tail_of, HOST,
-    SERVER_OS_USER,
+    effective_uid, free_port, give_file_to_server_user, give_to_server_user, server_command,
+    stdout_of, tail_of, HOST, SERVER_OS_USER,
 };
 use crate::{Error, Result};
 
@@ -55,6 +55,7 @@ pub struct ClusterBuilder {
     replace_existing: bool,
     pg_config: PathBuf,
     settings: Vec<(String, String)>,
+    archive_wal: bool,
 }
 
 impl ClusterBuilder {
@@ -68,6 +69,7 @@ impl ClusterBuilder {
             replace_existing: false,
             pg_config: pg_config(),
             settings: Vec::new(),
+            archive_wal: false,
         }
     }
 
@@ -107,6 +109,15 @@ impl ClusterBuilder {
     /// the file). Later settings of the same name win.
     pub fn setting(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.settings.push((name.into(), value.into()));
+        self
+    }
+
+    /// Archive every finished WAL file into a directory of the cluster's own
+    /// ([`Cluster::archive_dir`], beside the data directory and removed with
+    /// it): `archive_mode = on` and an `archive_command` that copies there,
+    /// what a point-in-time recovery ([`Cluster::recover_to`]) replays.
+    pub fn archive_wal(mut self) -> Self {
+        self.archive_wal = true;
         self
     }
 
@@ -168,6 +179,7 @@ impl ClusterBuilder {
             path: data_dir.clone(),
             source,
         })?;
+        let archive = self.archive_wal.then(|| data_dir.with_extension("archive"));
         // From here on, dropping `cluster` cleans up whatever was made.
         let mut cluster = Cluster {
             data_dir,
@@ -177,10 +189,25 @@ impl ClusterBuilder {
             as_root,
             keep: self.keep,
             running: false,
+            archive: archive.clone(),
         };
         cluster.prepare_dir()?;
         cluster.initdb()?;
-        cluster.write_settings(&self.settings)?;
+        let mut settings = self.settings.clone();
+        if let Some(archive) = &archive {
+            fs::create_dir_all(archive).map_err(|source| Error::Io {
+                action: "create directory",
+                path: archive.clone(),
+                source,
+            })?;
+            give_to_server_user(archive, as_root)?;
+            settings.push(("archive_mode".into(), "on".into()));
+            settings.push((
+                "archive_command".into(),
+                format!("cp '%p' '{}/%f'", archive.display()),
+            ));
+        }
+        cluster.write_settings(&settings)?;
         cluster.start_server()?;
         Ok(cluster)
     }
@@ -213,6 +240,8 @@ pub struct Cluster {
     as_root: bool,
     keep: bool,
     running: bool,
+    /// Where `archive_command` copies WAL files ([`ClusterBuilder::archive_wal`]).
+    archive: Option<PathBuf>,
 }
 
 impl Cluster {
@@ -381,6 +410,18 @@ impl Cluster {
         }
     }
 
+    /// Starts a stopped server on `port` instead of its own: a promoted
+    /// standby taking over the address of the primary it replaces (which
+    /// must be down), so that clients reconnect with the connection string
+    /// they had. Starting a running cluster does nothing.
+    pub fn start_again_on(&mut self, port: u16) -> Result<()> {
+        if self.running {
+            return Ok(());
+        }
+        self.port = port;
+        self.start_again()
+    }
+
     /// `pg_ctl -m MODE stop`, waiting until the server is down.
     fn stop_with(&mut self, mode: &str) -> Result<()> {
         if self.running {
@@ -520,6 +561,156 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// A streaming hot standby of this running cluster: a `pg_basebackup -R`
+    /// copy (WAL streamed along, a fast checkpoint) in a new data directory
+    /// under `base_dir`, started on a free port. It is read-only and replays
+    /// this cluster's WAL as it comes, until [`Cluster::promote`]; stopped
+    /// and started again ([`Cluster::stop`], [`Cluster::start_again`]) it
+    /// stays a standby. Settings made with [`ClusterBuilder::setting`] come
+    /// along in `postgresql.conf`.
+    pub fn standby(&self, base_dir: impl Into<PathBuf>) -> Result<Cluster> {
+        let mut copy = self.copy(base_dir.into(), true)?;
+        copy.start_server()?;
+        Ok(copy)
+    }
+
+    /// A base backup of this running cluster (`pg_basebackup`, WAL streamed
+    /// along) in a new data directory under `base_dir`, not started: what a
+    /// point-in-time recovery starts from ([`Cluster::recover_to`]).
+    pub fn backup(&self, base_dir: impl Into<PathBuf>) -> Result<Cluster> {
+        self.copy(base_dir.into(), false)
+    }
+
+    /// Starts a [`Cluster::backup`] as a point-in-time recovery: archive
+    /// recovery of the WAL files in `archive` (the source's
+    /// [`Cluster::archive_dir`]), up to and not including `target_lsn`, then
+    /// promotion to a primary on a new timeline; returns once it accepts
+    /// writes.
+    pub fn recover_to(&mut self, archive: &Path, target_lsn: &str) -> Result<()> {
+        self.write_settings(&[
+            (
+                "restore_command".into(),
+                format!("cp '{}/%f' '%p'", archive.display()),
+            ),
+            ("recovery_target_lsn".into(), target_lsn.to_owned()),
+            ("recovery_target_inclusive".into(), "off".into()),
+            ("recovery_target_action".into(), "promote".into()),
+        ])?;
+        let signal = self.data_dir.join("recovery.signal");
+        fs::write(&signal, b"").map_err(|source| Error::Io {
+            action: "create",
+            path: signal.clone(),
+            source,
+        })?;
+        give_file_to_server_user(&signal, self.as_root)?;
+        self.start_server()?;
+        self.wait_until_primary()
+    }
+
+    /// `pg_basebackup` of this running cluster into a new data directory
+    /// under `base_dir` (with `-R`, a standby's settings, when `standby`).
+    fn copy(&self, base_dir: PathBuf, standby: bool) -> Result<Cluster> {
+        fs::create_dir_all(&base_dir).map_err(|source| Error::Io {
+            action: "create directory",
+            path: base_dir.clone(),
+            source,
+        })?;
+        let data_dir = fs::canonicalize(&base_dir)
+            .map_err(|source| Error::Io {
+                action: "resolve",
+                path: base_dir.clone(),
+                source,
+            })?
+            .join(format!(
+                "pg-{}-{}",
+                std::process::id(),
+                NEXT_ID.fetch_add(1, Ordering::Relaxed)
+            ));
+        fs::create_dir(&data_dir).map_err(|source| Error::Io {
+            action: "create directory",
+            path: data_dir.clone(),
+            source,
+        })?;
+        let copy = Cluster {
+            data_dir,
+            bin_dir: self.bin_dir.clone(),
+            port: 0,
+            socket_dir: None,
+            as_root: self.as_root,
+            keep: self.keep,
+            running: false,
+            archive: None,
+        };
+        copy.prepare_dir()?;
+        let port = self.port.to_string();
+        let mut args: Vec<&OsStr> = vec![
+            OsStr::new("-D"),
+            copy.data_dir.as_os_str(),
+            OsStr::new("-h"),
+            OsStr::new(HOST),
+            OsStr::new("-p"),
+            OsStr::new(&port),
+            OsStr::new("-U"),
+            OsStr::new(SUPERUSER),
+            OsStr::new("-X"),
+            OsStr::new("stream"),
+            OsStr::new("-c"),
+            OsStr::new("fast"),
+            OsStr::new("--no-sync"),
+        ];
+        if standby {
+            args.push(OsStr::new("-R"));
+        }
+        run(&self.bin_dir.join("pg_basebackup"), &args, self.as_root)?;
+        Ok(copy)
+    }
+
+    /// The directory `archive_command` copies finished WAL files into, when
+    /// built with [`ClusterBuilder::archive_wal`].
+    pub fn archive_dir(&self) -> Option<&Path> {
+        self.archive.as_deref()
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote -w`); returns once
+    /// it accepts writes.
+    pub fn promote(&self) -> Result<()> {
+        let args = [
+            OsStr::new("-D"),
+            self.data_dir.as_os_str(),
+            OsStr::new("-w"),
+            OsStr::new("-t"),
+            OsStr::new("60"),
+            OsStr::new("promote"),
+        ];
+        run(&self.bin_dir.join("pg_ctl"), &args, self.as_root)?;
+        self.wait_until_primary()
+    }
+
+    /// Waits (polling `pg_is_in_recovery()`, 10 ms apart, at most a minute)
+    /// until the server has ended recovery.
+    fn wait_until_primary(&self) -> Result<()> {
+        let mut client = self.connect()?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let in_recovery: bool = client
+                .query_one("SELECT pg_catalog.pg_is_in_recovery()", &[])
+                .map_err(|e| Error::Setup(format!("asking whether recovery ended: {e}")))?
+                .get(0);
+            if !in_recovery {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::Setup(format!(
+                    "the server in {} did not end recovery within a minute",
+                    self.data_dir.display()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
 /// What [`Cluster::start_on`] achieved short of an error.
 enum Started {
     /// The server runs and accepts connections.
@@ -552,11 +743,13 @@ impl Drop for Cluster {
                 return;
             }
         }
-        if let Err(err) = fs::remove_dir_all(&self.data_dir) {
-            eprintln!(
-                "workfence_harness: could not remove {}: {err}",
-                self.data_dir.display()
-            );
+        for dir in std::iter::once(&self.data_dir).chain(&self.archive) {
+            if let Err(err) = fs::remove_dir_all(dir) {
+                eprintln!(
+                    "workfence_harness: could not remove {}: {err}",
+                    dir.display()
+                );
+            }
         }
     }
 }

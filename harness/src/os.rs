@@ -86,6 +86,20 @@ pub(crate) fn tail_of(path: &Path) -> String {
     }
 }
 
+/// When root, hands the file `path` to [`SERVER_OS_USER`] (a file the
+/// harness writes into a data directory).
+pub(crate) fn give_file_to_server_user(path: &Path, as_root: bool) -> Result<()> {
+    if !as_root {
+        return Ok(());
+    }
+    let (uid, gid) = server_user_ids()?;
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|source| Error::Io {
+        action: "chown to postgres",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Makes `dir` private (0700) and, when root, hands it to [`SERVER_OS_USER`]
 /// and checks that user can reach it (every parent must be searchable).
 pub(crate) fn give_to_server_user(dir: &Path, as_root: bool) -> Result<()> {

@@ -30,6 +30,14 @@
 //! done, a dead letter retried and done, a cancelled holder's finish
 //! refused, a cancelled item retried and claimed again.
 //!
+//! In the failover configuration (`LeaseModel::with_failover`, one item) a
+//! standby may replay the state at any moment, and once the server may lose
+//! everything after the last replay (a promotion, a point-in-time recovery,
+//! an older dump restored): the rows go back, the workers keep their
+//! tokens, and a token handed out in the lost suffix must never act again
+//! (docs/contract.md, promise 8; docs/failover.md). Without the generation
+//! floor (`Sql::NoGeneration`) the checker must find the reissued epoch.
+//!
 //! The checker must also catch broken protocols: fencing by owner name only
 //! (as the queues this project answers do), a finish retry that writes the
 //! row again, a retry that undoes a cancel under the old token, a retry that
@@ -93,6 +101,11 @@ enum Sql {
     /// written before `cancelled` existed would: a cancelled item (no
     /// `lease_until`, its `run_at` passed or passing) is claimable.
     ClaimByExclusion,
+    /// Broken: no generation floor (`src/generation.rs`). After the server
+    /// loses a suffix of its history, `epoch_seq` continues from the
+    /// position it had then, so a claim hands out an epoch the lost suffix
+    /// had handed out already.
+    NoGeneration,
 }
 
 /// The statement a token is used with.
@@ -223,6 +236,37 @@ struct History {
     retried: Option<RetriedFrom>,
 }
 
+/// What a standby has replayed: the rows and their histories as they stood
+/// at the last [`Action::Replicate`]. A loss of the suffix after it
+/// ([`Action::LoseSuffix`]) puts both back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Replica {
+    /// `workfence.items` then.
+    rows: [Row; ITEMS],
+    /// The items' histories then: the ground truth of the history that
+    /// survives.
+    history: [History; ITEMS],
+}
+
+/// The epochs of an item that the server handed out and then lost with a
+/// suffix of its history: those above `survived` (the newest the surviving
+/// history has) up to `newest` (the newest handed out before the loss).
+/// Workers may still hold them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Lost {
+    /// The item's newest epoch in the history that survived.
+    survived: Option<Epoch>,
+    /// The newest epoch handed out before the loss.
+    newest: Epoch,
+}
+
+impl Lost {
+    /// Whether `epoch` was handed out in the lost suffix.
+    fn contains(&self, epoch: Epoch) -> bool {
+        self.survived.is_none_or(|survived| epoch > survived) && epoch <= self.newest
+    }
+}
+
 /// What the last step did, when it is something a `sometimes` property looks
 /// for; forgotten at the next step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -245,6 +289,9 @@ enum Event {
     /// Right after a cancel of a claimed item, its holder's finish returned
     /// false.
     CancelledHolderRefused,
+    /// After the server lost a suffix, a finish with a token handed out in
+    /// it returned false.
+    LostFinishRefused,
 }
 
 /// The whole system: the rows, what each worker holds, the epoch sequence,
@@ -274,6 +321,19 @@ struct State {
     cancelled_claimed: bool,
     /// What the last step did, if a `sometimes` property looks for it.
     last: Option<Event>,
+    /// What a standby has replayed (the failover configuration only).
+    replica: Option<Replica>,
+    /// Per item: the epochs lost with a suffix of the server's history.
+    lost: [Option<Lost>; ITEMS],
+    /// Per item, under [`Sql::NoGeneration`] after a loss: the next claim of
+    /// the item draws its epoch from the sequence position that survived,
+    /// right after this epoch (`None`: none had been handed out).
+    reissue_after: [Option<Option<Epoch>>; ITEMS],
+    /// The server has lost a suffix once (the model allows one loss).
+    failed_over: bool,
+    /// A token handed out in a lost suffix matched an UPDATE, changed a row
+    /// or got true from a statement.
+    lost_acted: bool,
 }
 
 impl State {
@@ -293,6 +353,11 @@ impl State {
         self.history[item]
             .revoked
             .is_some_and(|revoked| epoch <= revoked)
+    }
+
+    /// `epoch` was handed out for `item` in a suffix the server lost.
+    fn is_lost(&self, item: usize, epoch: Epoch) -> bool {
+        self.lost[item].is_some_and(|lost| lost.contains(epoch))
     }
 
     /// A newer token than `epoch` was handed out for `item`.
@@ -317,11 +382,19 @@ impl State {
     fn renumbered(mut self) -> State {
         let mut most = 0;
         for item in 0..ITEMS {
+            let replica = self.replica.map(|r| (r.rows[item], r.history[item]));
             let mut in_play: Vec<Epoch> = [
                 self.rows[item].epoch,
                 self.history[item].newest,
                 self.history[item].acked,
                 self.history[item].revoked,
+                replica.and_then(|(row, _)| row.epoch),
+                replica.and_then(|(_, history)| history.newest),
+                replica.and_then(|(_, history)| history.acked),
+                replica.and_then(|(_, history)| history.revoked),
+                self.lost[item].and_then(|lost| lost.survived),
+                self.lost[item].map(|lost| lost.newest),
+                self.reissue_after[item].flatten(),
             ]
             .into_iter()
             .chain(self.tokens.iter().map(|held| held[item]))
@@ -342,6 +415,22 @@ impl State {
             rename(&mut history.revoked);
             for held in &mut self.tokens {
                 rename(&mut held[item]);
+            }
+            if let Some(replica) = &mut self.replica {
+                rename(&mut replica.rows[item].epoch);
+                let history = &mut replica.history[item];
+                rename(&mut history.newest);
+                rename(&mut history.acked);
+                rename(&mut history.revoked);
+            }
+            if let Some(lost) = &mut self.lost[item] {
+                rename(&mut lost.survived);
+                let mut newest = Some(lost.newest);
+                rename(&mut newest);
+                lost.newest = newest.expect("renamed");
+            }
+            if let Some(after) = &mut self.reissue_after[item] {
+                rename(after);
             }
             most = most.max(in_play.len());
         }
@@ -438,6 +527,14 @@ enum Action {
         /// Which item.
         item: usize,
     },
+    /// A standby replays everything so far (the failover configuration).
+    Replicate,
+    /// The server loses the suffix of its history after the last
+    /// [`Action::Replicate`]: the standby is promoted (or the database is
+    /// recovered to that point, or an older dump restored). The rows go back
+    /// to what the standby had; workers keep every token they were given.
+    /// Once per run.
+    LoseSuffix,
 }
 
 /// The protocol, under the SQL of `sql`.
@@ -448,6 +545,14 @@ struct LeaseModel {
     owners: [&'static str; WORKERS],
     /// Whether each step ends with [`State::workers_sorted`].
     symmetry: bool,
+    /// How many items the workers and the clock act on (the rest stay
+    /// enqueued, untouched).
+    items: usize,
+    /// Whether an operator may cancel and retry.
+    operators: bool,
+    /// Whether the server may lose a suffix of its history
+    /// ([`Action::Replicate`], [`Action::LoseSuffix`]).
+    failover: bool,
 }
 
 impl LeaseModel {
@@ -458,6 +563,23 @@ impl LeaseModel {
             sql,
             owners: [OWNER; WORKERS],
             symmetry: false,
+            items: ITEMS,
+            operators: true,
+            failover: false,
+        }
+    }
+
+    /// The failover configuration: the server may lose the suffix of its
+    /// history after any point a standby replayed, once. To keep the pairs
+    /// of (state, state the standby had) within reach, one item (with the
+    /// operator's cancel and retry): the statements never look at two
+    /// items at once, and a loss puts every row back the same way. (Two
+    /// items did not finish within minutes.)
+    fn with_failover(self) -> LeaseModel {
+        LeaseModel {
+            items: 1,
+            failover: true,
+            ..self
         }
     }
 
@@ -484,7 +606,8 @@ impl LeaseModel {
             Sql::Extension
             | Sql::RetryRestoresClaim
             | Sql::RetryKeepsMaxAttempts
-            | Sql::ClaimByExclusion => owner_ok && epoch_ok && claimed,
+            | Sql::ClaimByExclusion
+            | Sql::NoGeneration => owner_ok && epoch_ok && claimed,
             Sql::OwnerOnly => owner_ok && claimed,
             Sql::FinishRewrites if stmt == Stmt::Finish => {
                 owner_ok && epoch_ok && (claimed || row.status == Status::Done)
@@ -542,8 +665,18 @@ impl LeaseModel {
         if row.status == Status::Claimed(Lease::Live) {
             next.live_lease_taken = true;
         }
-        let epoch = state.next_epoch;
-        next.next_epoch = epoch.checked_add(1).expect("epochs are renumbered");
+        let epoch = match state.reissue_after[item] {
+            // The sequence as it stood when the history was cut: right after
+            // the newest epoch the surviving history has.
+            Some(after) if self.sql == Sql::NoGeneration => after.map_or(1, |e| e + 1),
+            _ => state.next_epoch,
+        };
+        next.reissue_after[item] = None;
+        next.next_epoch = state
+            .next_epoch
+            .max(epoch)
+            .checked_add(1)
+            .expect("epochs are renumbered");
         next.history[item].newest = Some(epoch);
         next.history[item].revoked = None;
         next.rows[item] = Row {
@@ -709,6 +842,13 @@ impl LeaseModel {
         if state.is_revoked(item, epoch) && (matched || returned || next.rows[item] != before) {
             next.revoked_acted = true;
         }
+        if state.is_lost(item, epoch) {
+            if matched || returned || next.rows[item] != before {
+                next.lost_acted = true;
+            } else if stmt == Stmt::Finish {
+                next.last = Some(Event::LostFinishRefused);
+            }
+        }
         Some(next)
     }
 }
@@ -739,6 +879,10 @@ mod always {
     /// No claim takes (or dead-letters) an item that is cancelled and not
     /// retried since.
     pub const CANCELLED_NOT_CLAIMED: &str = "a cancelled item is never claimed until a retry";
+    /// A token handed out in a suffix of history the server lost never
+    /// matches an UPDATE, never changes a row, and gets false from every
+    /// statement (docs/contract.md, promise 8).
+    pub const LOST_TOKEN_DEAD: &str = "a token from a lost suffix of history never acts again";
 }
 
 /// Names of the `sometimes` properties (reachability: the check is not vacuous).
@@ -767,6 +911,13 @@ mod sometimes {
         "an item cancelled while claimed refuses its holder's finish";
     /// `work_cancel`, `work_retry`, then a claim with a newer epoch.
     pub const CANCELLED_RETRIED_CLAIMED: &str = "a cancelled item retried and claimed again";
+    /// After a loss, a finish with a lost token is refused.
+    pub const LOST_FINISH_REFUSED: &str =
+        "after the server lost a suffix, a finish with a token from it is refused";
+    /// After a loss, an item whose lost token a worker holds is claimed anew
+    /// and done.
+    pub const LOST_ITEM_DONE: &str =
+        "after the server lost a suffix, an item claimed in it is claimed anew and done";
 }
 
 impl Model for LeaseModel {
@@ -785,14 +936,27 @@ impl Model for LeaseModel {
             revoked_acted: false,
             cancelled_claimed: false,
             last: None,
+            replica: None,
+            lost: [None; ITEMS],
+            reissue_after: [None; ITEMS],
+            failed_over: false,
+            lost_acted: false,
         }]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-        for item in 0..ITEMS {
-            actions.push(Action::Cancel { item });
-            for run_at in [Retry::Now, Retry::Later] {
-                actions.push(Action::Retry { item, run_at });
+        if self.failover && !state.failed_over {
+            actions.push(Action::Replicate);
+            if state.replica.is_some() {
+                actions.push(Action::LoseSuffix);
+            }
+        }
+        for item in 0..self.items {
+            if self.operators {
+                actions.push(Action::Cancel { item });
+                for run_at in [Retry::Now, Retry::Later] {
+                    actions.push(Action::Retry { item, run_at });
+                }
             }
             match state.rows[item].status {
                 Status::Claimed(Lease::Live) => actions.push(Action::LeaseLapses { item }),
@@ -858,6 +1022,33 @@ impl Model for LeaseModel {
                 next.rows[item].status = Status::Pending { due: true };
                 Some(next)
             }
+            Action::Replicate => {
+                let replica = Some(Replica {
+                    rows: state.rows,
+                    history: state.history,
+                });
+                (state.replica != replica).then(|| State {
+                    replica,
+                    ..state.clone()
+                })
+            }
+            Action::LoseSuffix => state.replica.map(|replica| {
+                let mut next = state.clone();
+                for item in 0..ITEMS {
+                    let survived = replica.history[item].newest;
+                    if let Some(newest) = state.history[item].newest {
+                        if survived != Some(newest) {
+                            next.lost[item] = Some(Lost { survived, newest });
+                        }
+                    }
+                    next.reissue_after[item] = Some(survived);
+                }
+                next.rows = replica.rows;
+                next.history = replica.history;
+                next.replica = None;
+                next.failed_over = true;
+                next
+            }),
         };
         next.map(|next| {
             let next = next.renumbered();
@@ -870,7 +1061,7 @@ impl Model for LeaseModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 always::ONE_HONOURED_TOKEN,
                 |model: &LeaseModel, s: &State| {
@@ -898,6 +1089,10 @@ impl Model for LeaseModel {
             Property::always(always::CANCELLED_NOT_CLAIMED, |_, s: &State| {
                 !s.cancelled_claimed
             }),
+            Property::always(always::LOST_TOKEN_DEAD, |_, s: &State| !s.lost_acted),
+        ];
+        // Reachable in both configurations.
+        properties.extend([
             Property::sometimes(sometimes::TAKEN_OVER_STALE_REFUSED_DONE, |_, s: &State| {
                 matches!(s.last, Some(Event::StaleFinishRefused { item })
                     if s.rows[item].status == Status::Done && s.history[item].taken_over)
@@ -926,26 +1121,48 @@ impl Model for LeaseModel {
                     .iter()
                     .any(|row| matches!(row.status, Status::Pending { .. }) && row.epoch.is_some())
             }),
-            Property::sometimes(sometimes::ALL_DONE, |_, s: &State| {
-                s.rows.iter().all(|row| row.status == Status::Done)
-            }),
-            Property::sometimes(sometimes::DEAD_LETTER_RETRIED_DONE, |_, s: &State| {
-                s.rows.iter().zip(&s.history).any(|(row, history)| {
-                    history.retried == Some(RetriedFrom::DeadLetter) && row.status == Status::Done
-                })
-            }),
-            Property::sometimes(sometimes::CANCELLED_HOLDER_REFUSED, |_, s: &State| {
-                s.last == Some(Event::CancelledHolderRefused)
-            }),
-            Property::sometimes(sometimes::CANCELLED_RETRIED_CLAIMED, |_, s: &State| {
-                (0..ITEMS).any(|i| {
-                    s.history[i].retried == Some(RetriedFrom::Cancelled)
-                        && s.history[i]
-                            .newest
-                            .is_some_and(|epoch| s.is_current(i, epoch))
-                })
-            }),
-        ]
+        ]);
+        if self.failover {
+            properties.extend([
+                Property::sometimes(sometimes::LOST_FINISH_REFUSED, |_, s: &State| {
+                    s.last == Some(Event::LostFinishRefused)
+                }),
+                Property::sometimes(sometimes::LOST_ITEM_DONE, |_, s: &State| {
+                    (0..ITEMS).any(|i| {
+                        s.rows[i].status == Status::Done
+                            && s.lost[i].is_some()
+                            && s.tokens
+                                .iter()
+                                .any(|held| held[i].is_some_and(|epoch| s.is_lost(i, epoch)))
+                    })
+                }),
+            ]);
+        } else {
+            // Two items, and an operator that cancels and retries.
+            properties.extend([
+                Property::sometimes(sometimes::ALL_DONE, |_, s: &State| {
+                    s.rows.iter().all(|row| row.status == Status::Done)
+                }),
+                Property::sometimes(sometimes::DEAD_LETTER_RETRIED_DONE, |_, s: &State| {
+                    s.rows.iter().zip(&s.history).any(|(row, history)| {
+                        history.retried == Some(RetriedFrom::DeadLetter)
+                            && row.status == Status::Done
+                    })
+                }),
+                Property::sometimes(sometimes::CANCELLED_HOLDER_REFUSED, |_, s: &State| {
+                    s.last == Some(Event::CancelledHolderRefused)
+                }),
+                Property::sometimes(sometimes::CANCELLED_RETRIED_CLAIMED, |_, s: &State| {
+                    (0..ITEMS).any(|i| {
+                        s.history[i].retried == Some(RetriedFrom::Cancelled)
+                            && s.history[i]
+                                .newest
+                                .is_some_and(|epoch| s.is_current(i, epoch))
+                    })
+                }),
+            ]);
+        }
+        properties
     }
 }
 
@@ -954,14 +1171,34 @@ impl Model for LeaseModel {
 /// end.
 #[test]
 fn extension_protocol_holds_in_every_state() {
+    check_exhaustively("extension", LeaseModel::new(Sql::Extension).with_symmetry());
+}
+
+/// The extension's protocol when the server may lose the suffix of its
+/// history after any point a standby replayed (docs/contract.md, promise 8;
+/// docs/failover.md): every `always` property holds (a token from the lost
+/// suffix never acts again, and the others as before), and the failover's
+/// `sometimes` properties are reached.
+#[test]
+fn extension_protocol_holds_when_the_server_loses_a_suffix() {
+    check_exhaustively(
+        "extension, with a loss of history",
+        LeaseModel::new(Sql::Extension)
+            .with_failover()
+            .with_symmetry(),
+    );
+}
+
+/// Checks `model` exhaustively: every `always` property in every reachable
+/// state, every `sometimes` property reached, and the search run to its end.
+fn check_exhaustively(what: &str, model: LeaseModel) {
     let visited = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&visited);
     let started = Instant::now();
     // No target state count, depth or timeout: the search stops when the
     // frontier is empty, or at the first counterexample to an `always`
     // property (a broken model may have no end of states after it).
-    let checker = LeaseModel::new(Sql::Extension)
-        .with_symmetry()
+    let checker = model
         .checker()
         .threads(THREADS)
         .finish_when(HasDiscoveries::AnyFailures)
@@ -972,7 +1209,7 @@ fn extension_protocol_holds_in_every_state() {
         .join();
     let elapsed = started.elapsed();
     println!(
-        "extension: {} unique states ({} generated), max depth {}, {:.1?}",
+        "{what}: {} unique states ({} generated), max depth {}, {:.1?}",
         checker.unique_state_count(),
         checker.state_count(),
         checker.max_depth(),
@@ -1288,11 +1525,17 @@ fn dead_letter_retried_in_the_model() {
 /// Checks `sql` until each of `expected` has a counterexample, and demands
 /// that it has; prints each counterexample's actions.
 fn assert_caught(sql: Sql, expected: &[&'static str]) {
+    assert_caught_in(LeaseModel::new(sql), expected);
+}
+
+/// [`assert_caught`] in the configuration of `model`.
+fn assert_caught_in(model: LeaseModel, expected: &[&'static str]) {
+    let sql = model.sql;
     let started = Instant::now();
     let wanted: BTreeSet<&'static str> = expected.iter().copied().collect();
     // One thread, workers keeping their numbers: the search goes level by
     // level, so the counterexamples are short and read as written.
-    let checker = LeaseModel::new(sql)
+    let checker = model
         .checker()
         .finish_when(HasDiscoveries::AllOf(wanted))
         .spawn_bfs()
@@ -1359,4 +1602,72 @@ fn retry_that_keeps_max_attempts_is_caught() {
 #[test]
 fn claim_by_exclusion_is_caught() {
     assert_caught(Sql::ClaimByExclusion, &[always::CANCELLED_NOT_CLAIMED]);
+}
+
+/// Without the generation floor, a claim after the loss draws from the
+/// sequence position that survived and hands out an epoch of the lost
+/// suffix again: its holder's token is honoured beside the new one (the bug
+/// report's double dispatch, through a failover). The checker must find it.
+#[test]
+fn epochs_reissued_after_a_loss_of_history_are_caught() {
+    assert_caught_in(
+        LeaseModel::new(Sql::NoGeneration).with_failover(),
+        &[always::LOST_TOKEN_DEAD, always::ONE_HONOURED_TOKEN],
+    );
+}
+
+/// The failover scenario of docs/failover.md, step by step: a standby
+/// replays the enqueue; A claims; the server loses that suffix (the standby
+/// is promoted); B, with A's owner name, claims the item anew and gets an
+/// epoch above A's; A's renew and finish are refused and change nothing;
+/// B finishes. Every `always` property holds at every step.
+#[test]
+fn failover_scenario_in_the_model() {
+    const A: usize = 0;
+    const B: usize = 1;
+    const ITEM: usize = 0;
+    let mut replay = Replay {
+        model: LeaseModel::new(Sql::Extension).with_failover(),
+        ..Replay::new()
+    };
+    replay.step(Action::Replicate);
+    let a_claimed = replay.step(Action::Claim {
+        worker: A,
+        item: ITEM,
+    });
+    let a_token = a_claimed.tokens[A][ITEM].expect("A was given a token");
+    let promoted = replay.step(Action::LoseSuffix);
+    assert_eq!(promoted.rows[ITEM].status, Status::Pending { due: true });
+    assert_eq!(promoted.rows[ITEM].epoch, None, "the claim is lost");
+    assert_eq!(promoted.tokens[A][ITEM], Some(a_token), "A keeps its token");
+    assert!(promoted.is_lost(ITEM, a_token));
+    let b_claimed = replay.step(Action::Claim {
+        worker: B,
+        item: ITEM,
+    });
+    let a_token = b_claimed.tokens[A][ITEM].expect("A's token");
+    let b_token = b_claimed.tokens[B][ITEM].expect("B's token");
+    assert!(b_token > a_token, "B's epoch is above every lost one");
+    let a_renewed = replay.step(Action::Renew {
+        worker: A,
+        item: ITEM,
+    });
+    assert_eq!(a_renewed.rows, b_claimed.rows, "A's renew changes nothing");
+    let a_finished = replay.step(Action::Finish {
+        worker: A,
+        item: ITEM,
+    });
+    assert_eq!(a_finished.last, Some(Event::LostFinishRefused));
+    assert_eq!(
+        a_finished.rows, b_claimed.rows,
+        "A's finish changes nothing"
+    );
+    let b_finished = replay.step(Action::Finish {
+        worker: B,
+        item: ITEM,
+    });
+    assert_eq!(b_finished.rows[ITEM].status, Status::Done);
+    replay.assert_reached(sometimes::LOST_FINISH_REFUSED, &a_finished);
+    replay.assert_reached(sometimes::LOST_ITEM_DONE, &b_finished);
+    replay.assert_always();
 }

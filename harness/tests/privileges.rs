@@ -458,6 +458,11 @@ const SHADOWS: &[Shadow] = &[
         probe: "SELECT nextval('evil.probe_seq')",
     },
     Shadow {
+        function: "setval",
+        logged: "setval(regclass, bigint, boolean)",
+        probe: "SELECT setval('evil.probe_seq', 1, false)",
+    },
+    Shadow {
         function: "unnest",
         logged: "unnest(anyarray)",
         probe: "SELECT unnest(ARRAY[1, 2])",
@@ -528,6 +533,9 @@ AS $$ BEGIN
 END $$;
 CREATE FUNCTION evil.nextval(s regclass) RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('nextval(regclass)'); RETURN pg_catalog.nextval(s); END $$;
+CREATE FUNCTION evil.setval(s regclass, v bigint, c boolean) RETURNS bigint LANGUAGE plpgsql
+SET search_path = pg_catalog
+AS $$ BEGIN PERFORM evil.log('setval(regclass, bigint, boolean)'); RETURN pg_catalog.setval(s, v, c); END $$;
 CREATE FUNCTION evil.unnest(a anyarray) RETURNS SETOF anyelement LANGUAGE plpgsql SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('unnest(anyarray)'); RETURN QUERY SELECT pg_catalog.unnest(a); END $$;
 CREATE FUNCTION evil.pg_notify(channel text, payload text) RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog
@@ -1087,14 +1095,17 @@ fn a_hostile_search_path_is_never_followed() {
     );
 
     // With queue grants enforced, the token statements run in their scoped
-    // forms (a LIKE over the role's patterns): those too call no shadow.
+    // forms (a LIKE over the role's patterns): those too call no shadow. And
+    // the database's history forgotten, the first claim starts a new one
+    // (src/generation.rs: a setval, the row rewritten): no shadow either.
     ok(
         admin.batch_execute(
             "SELECT workfence.work_grant(c, '*', 'wf_app')
                FROM unnest(ARRAY['enqueue', 'claim', 'operate', 'read', 'purge']) AS c;
-             SELECT workfence.work_enforce_grants(true);",
+             SELECT workfence.work_enforce_grants(true);
+             DELETE FROM workfence.generation;",
         ),
-        "granting wf_app every queue",
+        "granting wf_app every queue, forgetting the history",
     );
     let mut hostile = hostile_session(&cluster, db);
     run_every_function(&mut hostile, &mut admin, "granted");

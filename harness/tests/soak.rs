@@ -12,7 +12,13 @@
 //! waves; once part of a wave is done it SIGKILLs a random worker (and starts
 //! a new one), `pg_terminate_backend`s a random worker's backend, and after
 //! some waves crashes the server (`pg_ctl -m immediate stop`) and starts it
-//! again on the same port. Then it closes the queue and the workers drain it.
+//! again on the same port. Once, it fails over: a streaming standby, stopped
+//! before a wave (so it lags the whole wave), is promoted after the primary
+//! crashes mid-wave, and takes over the primary's address; the workers,
+//! holding tokens of claims the new primary never heard of, reconnect to it
+//! as they would after a restart, and the producer submits the lost wave
+//! again by key (docs/failover.md). Then it closes the queue and the workers
+//! drain it.
 //!
 //! What must hold, whatever the timing:
 //! - every item is `done` (none lost) with exactly one effect (no duplicate),
@@ -23,7 +29,9 @@
 //!   claims); within a server life and across restarts all epochs are
 //!   distinct, and every claim after a restart has an epoch above every claim
 //!   committed before the crash and above the highest epoch the committed
-//!   data showed just before it;
+//!   data showed just before it; across the failover, above every epoch the
+//!   old primary's committed data showed before it crashed, those of the
+//!   lost wave included (the new primary's data no longer shows them);
 //! - every `work_assert` the workers saw refused (table `refusals`) was of a
 //!   token superseded by a later committed claim of its item;
 //! - the chaos really happened: kills, terminations and restarts are counted
@@ -88,6 +96,11 @@ const STALL_ONE_IN: &str = "8";
 
 /// After the chaos of these waves (0-based) the server crashes and restarts.
 const CRASH_AFTER_WAVES: [i64; 2] = [3, 7];
+
+/// The standby stops replaying before this wave is enqueued, and after its
+/// chaos the primary crashes and the standby takes over: the new primary
+/// has lost the wave and everything done since the standby stopped.
+const FAILOVER_AT_WAVE: i64 = 5;
 
 /// The whole test must finish within this; past it, it fails with the figures.
 const DEADLINE: Duration = Duration::from_secs(180);
@@ -230,6 +243,7 @@ struct Chaos {
     sigkills: u32,
     terminations: u32,
     restarts: u32,
+    failovers: u32,
 }
 
 /// What one crash left behind.
@@ -245,6 +259,10 @@ struct Crash {
     seq_after: i64,
     /// `pg_postmaster_start_time()` of the restarted server.
     server_start: String,
+    /// A failover to a lagging standby rather than a restart: the new
+    /// server's sequence is older than the old one's committed data until
+    /// its first claim moves it to the generation floor.
+    failover: bool,
 }
 
 /// The highest epoch the committed data shows.
@@ -308,12 +326,13 @@ fn figures(client: &mut Client, chaos: &Chaos, started: Instant, seed: u64) -> S
     let (items, done): (i64, i64) = (row.get(0), row.get(1));
     let max_attempts: i32 = row.get(6);
     format!(
-        "items={items} workers={WORKERS} sigkills={} terminations={} restarts={} claims={} \
-         stalls={} stale_refusals={} stalls_refused={} effects={} duplicates={} lost={} \
-         max_attempts={max_attempts} seed={seed:#x} wall={:.1}s",
+        "items={items} workers={WORKERS} sigkills={} terminations={} restarts={} failovers={} \
+         claims={} stalls={} stale_refusals={} stalls_refused={} effects={} duplicates={} \
+         lost={} max_attempts={max_attempts} seed={seed:#x} wall={:.1}s",
         chaos.sigkills,
         chaos.terminations,
         chaos.restarts,
+        chaos.failovers,
         row.get::<_, i64>(2),
         row.get::<_, i64>(7),
         row.get::<_, i64>(3),
@@ -397,8 +416,56 @@ fn crash_and_restart(cluster: &mut Cluster, client: &mut Client) -> (Crash, Clie
         seq_before,
         seq_after,
         server_start,
+        failover: false,
     };
     (crash, fresh)
+}
+
+/// Crashes the primary, promotes the (lagging) standby on the primary's
+/// address, and returns what the crash left behind, the new primary and a
+/// connection to it.
+fn fail_over(
+    primary: Cluster,
+    mut standby: Cluster,
+    client: &mut Client,
+) -> (Crash, Cluster, Client) {
+    let committed_before = committed_max_epoch(client);
+    let seq_before = seq_last_value(client);
+    let port = primary.port();
+    let mut primary = primary;
+    ok(
+        primary.crash(),
+        "crashing the primary (pg_ctl -m immediate)",
+    );
+    drop(primary);
+    // Promoted on its own port, then moved to the primary's address (as a
+    // failover manager moves a service address once the new primary is
+    // ready): the workers never reach it while it is still a standby.
+    ok(standby.start_again(), "starting the standby");
+    ok(standby.promote(), "promoting the standby");
+    ok(standby.stop(), "stopping the new primary to move it");
+    ok(
+        standby.start_again_on(port),
+        "starting it on the primary's address",
+    );
+    let mut fresh = ok(
+        standby.connect_to(DATABASE),
+        "connecting to the new primary",
+    );
+    let seq_after = seq_last_value(&mut fresh);
+    let server_start = scalar(
+        &mut fresh,
+        "SELECT pg_catalog.pg_postmaster_start_time()::text",
+        &[],
+    );
+    let crash = Crash {
+        committed_before,
+        seq_before,
+        seq_after,
+        server_start,
+        failover: true,
+    };
+    (crash, standby, fresh)
 }
 
 /// The claims of one server life (claims_seen grouped by server start).
@@ -454,6 +521,7 @@ fn every_item_done_exactly_once_through_kills_terminations_and_crashes() {
     ok(cluster.create_database(DATABASE), "creating the database");
     let mut client = ok(cluster.connect_to(DATABASE), "connecting");
     ok(client.batch_execute(SCHEMA), "creating the test's tables");
+    let mut standby = Some(ok(cluster.standby(&base), "starting a streaming standby"));
 
     let log = workers_log(&base);
     ok(File::create(&log), "creating the workers' log");
@@ -463,6 +531,13 @@ fn every_item_done_exactly_once_through_kills_terminations_and_crashes() {
     let mut crashes = Vec::new();
 
     for wave in 0..WAVES {
+        if wave == FAILOVER_AT_WAVE {
+            // The standby falls behind: everything from here on is the
+            // suffix the failover loses.
+            let lagging = standby.as_mut().expect("the standby");
+            common::caught_up(&cluster, lagging);
+            ok(lagging.stop(), "stopping the standby");
+        }
         enqueue_wave(&mut client, wave);
         // Chaos strikes once a third of this wave is done, so that it hits
         // workers in the middle of work.
@@ -481,6 +556,16 @@ fn every_item_done_exactly_once_through_kills_terminations_and_crashes() {
             client = fresh;
             crashes.push(crash);
             chaos.restarts += 1;
+        }
+        if wave == FAILOVER_AT_WAVE {
+            let (crash, promoted, fresh) =
+                fail_over(cluster, standby.take().expect("the standby"), &mut client);
+            cluster = promoted;
+            client = fresh;
+            crashes.push(crash);
+            chaos.failovers += 1;
+            // The producer submits the lost wave again, by its keys.
+            enqueue_wave(&mut client, wave);
         }
     }
 
@@ -512,9 +597,17 @@ fn every_item_done_exactly_once_through_kills_terminations_and_crashes() {
     println!("soak: {summary} (last {WORKERS} workers: reconnects={reconnects})");
     for c in &crashes {
         println!(
-            "soak: crash: committed max epoch {} / epoch_seq {} before, epoch_seq {} after; \
+            "soak: {}: committed max epoch {} / epoch_seq {} before, epoch_seq {} after; \
              restarted at {}",
-            c.committed_before, c.seq_before, c.seq_after, c.server_start
+            if c.failover {
+                "failover to the lagging standby"
+            } else {
+                "crash"
+            },
+            c.committed_before,
+            c.seq_before,
+            c.seq_after,
+            c.server_start
         );
     }
 
@@ -532,6 +625,7 @@ fn every_item_done_exactly_once_through_kills_terminations_and_crashes() {
     assert_eq!(chaos.sigkills, WAVES as u32);
     assert_eq!(chaos.terminations, WAVES as u32);
     assert_eq!(chaos.restarts, CRASH_AFTER_WAVES.len() as u32);
+    assert_eq!(chaos.failovers, 1);
 
     // None lost: every item done.
     let total = WAVES * WAVE_ITEMS;
@@ -651,8 +745,11 @@ fn every_item_done_exactly_once_through_kills_terminations_and_crashes() {
             after.min_epoch > crash.committed_before,
             "an epoch at or below the committed maximum before the crash: {crash:?}, {after:?}"
         );
+        // After a restart the sequence is at least where the committed
+        // data was; after the failover it is older (the standby lagged), and
+        // the first claim's generation floor is what keeps the epochs above.
         assert!(
-            crash.seq_after >= crash.committed_before,
+            crash.failover || crash.seq_after >= crash.committed_before,
             "epoch_seq went back below committed epochs: {crash:?}"
         );
     }

@@ -24,7 +24,9 @@ use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, Token};
 
 /// The released versions, whose frozen install scripts are in `sql/`.
-const RELEASED: [&str; 6] = ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0"];
+const RELEASED: [&str; 7] = [
+    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0",
+];
 
 /// One line per property of every object that belongs to the extension,
 /// sorted: equal for two databases exactly when their extensions are.
@@ -169,6 +171,11 @@ fn an_update_from_0_5_0_keeps_every_token_and_matches_a_fresh_install() {
 #[test]
 fn an_update_from_0_6_0_keeps_every_token_and_matches_a_fresh_install() {
     upgrade_from(RELEASED[5]);
+}
+
+#[test]
+fn an_update_from_0_7_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[6]);
 }
 
 /// Update `previous` while four connections enqueue, claim and finish as
@@ -425,7 +432,10 @@ fn upgrade_from(previous: &str) {
     // from 0.1.0, its work_claim (pg_workfence--0.1.0--0.4.0.sql).
     let (mut updated, installed) = (fingerprint(&mut old), fingerprint(&mut fresh));
     for (retired, kept) in [
-        ("work_enqueue_retired_0_5_0", previous != "0.6.0"),
+        (
+            "work_enqueue_retired_0_5_0",
+            !matches!(previous, "0.6.0" | "0.7.0"),
+        ),
         ("work_claim_retired_0_1_0", previous == "0.1.0"),
     ] {
         let before = updated.len();
@@ -499,6 +509,20 @@ fn a_retired_signature_is_dropped_by_the_update_after_its_rename() {
             "enqueue_at_the_next_update",
             "0.5.0",
             &["0.6.0", "0.7.0"][..],
+            ENQUEUE,
+            false,
+        ),
+        (
+            "enqueue_to_0_8_0_in_one_step",
+            "0.5.0",
+            &["0.8.0"][..],
+            ENQUEUE,
+            true,
+        ),
+        (
+            "enqueue_after_0_7_0",
+            "0.5.0",
+            &["0.7.0", "0.8.0"][..],
             ENQUEUE,
             false,
         ),

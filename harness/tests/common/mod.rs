@@ -324,3 +324,17 @@ pub fn snapshot(client: &mut Client) -> String {
     )
     .get(0)
 }
+
+/// Waits until `standby` has replayed everything `primary` has written so
+/// far (its replay LSN reaches the primary's current one).
+pub fn caught_up(primary: &Cluster, standby: &Cluster) {
+    let mut p = ok(primary.connect(), "connecting to the primary");
+    let lsn: String = scalar(&mut p, "SELECT pg_catalog.pg_current_wal_lsn()::text", &[]);
+    let mut s = ok(standby.connect(), "connecting to the standby");
+    poll_until(
+        &mut s,
+        "SELECT pg_catalog.pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+        &[&lsn],
+        "the standby replaying the primary's WAL",
+    );
+}

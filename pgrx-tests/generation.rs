@@ -1,0 +1,67 @@
+//! In-server tests of the generation floor (0.8.0, `src/generation.rs`):
+//! the history a database's epochs come from, and the first claim of a new
+//! one moving `epoch_seq` above every older epoch. Promotions, point-in-time
+//! recoveries and restores with real servers are in
+//! `harness/tests/failover.rs`.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use crate::generation::floor_at;
+    use crate::pgrx_tests::helpers::{claim, enqueue};
+
+    /// The trigger `items_sequence_floor` computes the floor in SQL from the
+    /// transaction's start; `generation::floor_at` in Rust. They agree.
+    #[pg_test]
+    fn the_sql_floor_is_the_rust_floor() {
+        let sql = Spi::get_one::<i64>(
+            "SELECT floor(date_part('epoch', transaction_timestamp()
+                                               - '2000-01-01 00:00:00+00'::timestamptz)
+                          * 1000::float8)::int8 * 1024",
+        )
+        .unwrap()
+        .expect("a floor");
+        // SAFETY: reads this transaction's start time.
+        let start = unsafe { pgrx::pg_sys::GetCurrentTransactionStartTimestamp() };
+        assert_eq!(sql, floor_at(start));
+    }
+
+    /// The install recorded the history it runs on, so claims in this
+    /// database draw plain sequence values, below the floor.
+    #[pg_test]
+    fn the_install_recorded_this_history() {
+        let matches = Spi::get_one::<bool>(
+            "SELECT g.system_identifier = s.system_identifier
+                    AND g.database = d.oid
+               FROM workfence.generation AS g, pg_control_system() AS s, pg_database AS d
+              WHERE d.datname = current_database()",
+        )
+        .unwrap();
+        assert_eq!(matches, Some(true));
+        enqueue("generation_same", "k");
+        let (_, epoch) = claim("generation_same", "w", "1 minute").expect("claimable");
+        // SAFETY: reads the clock.
+        let floor = floor_at(unsafe { pgrx::pg_sys::GetCurrentTimestamp() });
+        assert!(epoch < floor, "epoch {epoch} bumped to the floor {floor}");
+    }
+
+    /// A history the row does not name (here: no row, as after `DELETE FROM
+    /// workfence.generation`, the documented way to start a new history by
+    /// hand) makes the next claim move the sequence to the floor and record
+    /// this history.
+    #[pg_test]
+    fn the_first_claim_of_a_new_history_starts_at_the_floor() {
+        Spi::run("DELETE FROM workfence.generation").unwrap();
+        enqueue("generation_new", "k");
+        // SAFETY: reads the clock.
+        let before = floor_at(unsafe { pgrx::pg_sys::GetCurrentTimestamp() });
+        let (_, epoch) = claim("generation_new", "w", "1 minute").expect("claimable");
+        assert!(epoch >= before, "epoch {epoch} below the floor {before}");
+        let (rows, floor) =
+            Spi::get_two::<i64, i64>("SELECT count(*), max(floor) FROM workfence.generation")
+                .unwrap();
+        assert_eq!(rows, Some(1));
+        assert!(floor.is_some_and(|f| f <= epoch && f >= before));
+    }
+}

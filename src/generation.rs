@@ -1,0 +1,251 @@
+//! Epochs that survive a failover (docs/contract.md, promise 8; the
+//! reasoning is `docs/failover.md`).
+//!
+//! An epoch is drawn from `workfence.epoch_seq`, whose position is only as
+//! new as the WAL the server has. A standby promoted before it replayed the
+//! primary's last claims, a point-in-time recovery to before some claims,
+//! or an older dump restored, continues from an older position and would
+//! hand the same epochs out again: the token of a worker that claimed on
+//! the old history would be honoured on the new one.
+//!
+//! **History.** The row of `workfence.generation` names the history the
+//! database's epochs come from: the cluster's system identifier, the
+//! timeline, and the database's OID. A promotion and a point-in-time
+//! recovery start a new timeline, a restore into another cluster a new
+//! system identifier, a restore or a copy (`CREATE DATABASE ... TEMPLATE`)
+//! into the same cluster a new database OID; a dump restored brings the old
+//! row along with the one `CREATE EXTENSION` wrote, so two rows also mean a
+//! new history. A timeline number alone can repeat (two standbys of one
+//! primary promoted one after the other both start timeline 2), and so can
+//! the row as a whole; what cannot repeat is the moment a history starts.
+//!
+//! **The generation floor.** The first claim on a new history moves the
+//! sequence to at least `now << 10`: the server's clock in milliseconds
+//! since 2000-01-01 times 1024 ([`floor_at`]). Within a history the epoch
+//! grows by one per claim, and no server claims 1,024 items per
+//! millisecond on average (a million per second), so every epoch of a
+//! history started at time `t0` is below `now << 10` for as long as that
+//! history runs: a later history starts above all of it, whichever
+//! timeline, system or database it has, and however many of the old
+//! history's claims it lost. The one assumption is the servers' clocks:
+//! the new history's clock at its first claim must not be behind the old
+//! history's at its last claim (they are seconds apart at a failover and
+//! far more at a restore, and NTP keeps machines within milliseconds). The
+//! floor stays below 2^53 until the year 2278, so JavaScript clients that
+//! read epochs as numbers keep them exact. (Hybrid logical clocks,
+//! Kulkarni et al. 2014, take the same max of a counter and the clock; here
+//! only the start of a history takes it, so a claim's epoch is still one
+//! `nextval`.)
+//!
+//! **Cost.** Each backend checks the row once, then only compares the
+//! server's timeline with the one it checked (one read of shared memory);
+//! a backend connected before a promotion sees the new timeline and checks
+//! again. The bump itself (a `setval`, the row rewritten under a lock)
+//! happens once per history.
+//!
+//! **Hot standby.** A claim on a server in recovery is refused at once
+//! with 25006, not left to fail in its statement or to wait.
+
+use std::cell::Cell;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::error::{Result, WorkfenceError};
+use crate::plans::{self, params, Statement};
+
+/// Epochs a history may hand out per millisecond of its life, on average,
+/// and still stay below the floor of any later one (a power of two: the
+/// floor is a shift).
+pub const EPOCHS_PER_MS: i64 = 1024;
+
+/// The generation floor at server time `now` (microseconds since
+/// 2000-01-01, PostgreSQL's `TimestampTz`): the milliseconds since then
+/// times [`EPOCHS_PER_MS`]. `sql/bootstrap.sql`'s `items_sequence_floor`
+/// computes the same in SQL (the pg test `the_sql_floor_is_the_rust_floor`
+/// compares them).
+pub fn floor_at(now: i64) -> i64 {
+    (now / 1000).max(0) * EPOCHS_PER_MS
+}
+
+/// The history a claim on this server and database continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct History {
+    /// `pg_control_system().system_identifier`.
+    system: i64,
+    /// The timeline WAL is written on.
+    timeline: i32,
+    /// The database's OID.
+    database: pg_sys::Oid,
+}
+
+thread_local! {
+    /// The timeline this backend last found its history on (checked
+    /// against `workfence.generation`); `None`: not checked yet.
+    static CHECKED: Cell<Option<u32>> = const { Cell::new(None) };
+}
+
+/// Refuse a claim on a server in recovery (a hot standby): 25006.
+pub fn refuse_on_standby(function: &'static str) -> Result<()> {
+    // SAFETY: reads a backend flag (shared memory only until recovery ends).
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        return Err(WorkfenceError::HotStandby { function });
+    }
+    Ok(())
+}
+
+/// Before a claim draws an epoch: if this database's history is new (a
+/// promotion, a point-in-time recovery, a restore), move `epoch_seq` above
+/// every epoch the old history could have handed out. Call inside the
+/// claim's transaction, on a primary.
+pub fn ensure() -> Result<()> {
+    // SAFETY: a primary's timeline, read without a lock (it cannot change
+    // while the server is out of recovery).
+    let timeline = unsafe { pg_sys::GetWALInsertionTimeLine() };
+    if CHECKED.get() == Some(timeline) {
+        return Ok(());
+    }
+    let table = plans::workfence_relation(c"generation");
+    if table == pg_sys::InvalidOid {
+        // A schema before 0.8.0 (the update has not run): no check.
+        return Ok(());
+    }
+    // SAFETY: plain reads of backend and shared globals.
+    let history = unsafe {
+        History {
+            system: pg_sys::GetSystemIdentifier() as i64,
+            timeline: timeline as i32,
+            database: pg_sys::MyDatabaseId,
+        }
+    };
+    if recorded(table) != [history] {
+        // A new history: serialise the bumps (the lock is held to the end
+        // of the claim's transaction), and look again, since another
+        // backend may have bumped and committed meanwhile.
+        // SAFETY: a table lock of this transaction, on the extension's table.
+        unsafe {
+            pg_sys::LockRelationOid(table, pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE)
+        };
+        if recorded(table) != [history] {
+            bump(history)?;
+        }
+    }
+    CHECKED.set(Some(timeline));
+    Ok(())
+}
+
+/// The rows of `workfence.generation` as a snapshot taken now sees them.
+fn recorded(table: pg_sys::Oid) -> Vec<History> {
+    let mut rows = Vec::with_capacity(1);
+    // SAFETY: the table of this version's schema: (system_identifier
+    // bigint, timeline integer, database oid, floor bigint, since
+    // timestamptz), all NOT NULL.
+    unsafe {
+        plans::latest_rows(table, 5, |values, nulls| {
+            if nulls[..3].iter().any(|null| *null) {
+                return;
+            }
+            rows.push(History {
+                system: values[0].value() as i64,
+                timeline: values[1].value() as i32,
+                database: pg_sys::Oid::from(values[2].value() as u32),
+            });
+        });
+    }
+    rows
+}
+
+// Move the sequence to `$1` (the generation floor) or past its position,
+// whichever is further, so that the next nextval returns at least `$1` and
+// more than every value handed out before on this history.
+static SEQUENCE_TO_FLOOR: Statement<FloorParams> = Statement::new(
+    r#"
+SELECT pg_catalog.setval('workfence.epoch_seq'::pg_catalog.regclass,
+                         GREATEST($1, CASE WHEN s.is_called THEN s.last_value OPERATOR(pg_catalog.+) 1
+                                           ELSE s.last_value END),
+                         false)
+  FROM workfence.epoch_seq AS s
+"#,
+);
+
+params! {
+    /// `$1` the generation floor.
+    struct FloorParams {
+        floor: i64 = INT8OID,
+    }
+}
+
+// The new history's row, in place of every row before.
+static RECORD: Statement<RecordParams> = Statement::new(
+    r#"
+WITH gone AS (DELETE FROM workfence.generation RETURNING 1)
+INSERT INTO workfence.generation (system_identifier, timeline, database, floor, since)
+SELECT $1, $2, $3, $4, pg_catalog.clock_timestamp()
+  FROM (SELECT pg_catalog.count(*) FROM gone) AS g
+"#,
+);
+
+params! {
+    /// `$1` system identifier, `$2` timeline, `$3` database, `$4` floor.
+    struct RecordParams {
+        system: i64 = INT8OID,
+        timeline: i32 = INT4OID,
+        database: pg_sys::Oid = OIDOID,
+        floor: i64 = INT8OID,
+    }
+}
+
+/// Start the generation of `history`: the sequence to the floor, the row
+/// rewritten, a LOG line for the operator.
+fn bump(history: History) -> Result<()> {
+    // SAFETY: reads the system clock.
+    let floor = floor_at(unsafe { pg_sys::GetCurrentTimestamp() });
+    let next = Spi::connect_mut(|client| {
+        let next = plans::run(client, &SEQUENCE_TO_FLOOR, FloorParams { floor }, |rows| {
+            Ok(rows.first().get_one::<i64>()?.unwrap_or(floor))
+        })?;
+        plans::run(
+            client,
+            &RECORD,
+            RecordParams {
+                system: history.system,
+                timeline: history.timeline,
+                database: history.database,
+                floor: next,
+            },
+            |_| Ok(()),
+        )?;
+        Ok::<_, WorkfenceError>(next)
+    })?;
+    log!(
+        "pg_workfence: claims continue a new history (system {}, timeline {}, database {}): \
+         epochs from {next} on",
+        history.system,
+        history.timeline,
+        history.database.to_u32()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{floor_at, EPOCHS_PER_MS};
+
+    #[test]
+    fn the_floor_is_milliseconds_times_1024() {
+        assert_eq!(EPOCHS_PER_MS, 1024);
+        assert_eq!(floor_at(0), 0);
+        assert_eq!(floor_at(999), 0);
+        assert_eq!(floor_at(1_000), 1024);
+        assert_eq!(floor_at(-5), 0);
+    }
+
+    #[test]
+    fn the_floor_stays_a_safe_javascript_integer_until_2278() {
+        // Microseconds from 2000-01-01 to 2278-01-01 (a 365.2425-day year).
+        let year_2278 = (278.0 * 365.2425 * 86_400.0 * 1e6) as i64;
+        assert!(floor_at(year_2278) < (1_i64 << 53));
+        let year_2280 = (280.0 * 365.2425 * 86_400.0 * 1e6) as i64;
+        assert!(floor_at(year_2280) > (1_i64 << 53));
+    }
+}
