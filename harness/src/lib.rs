@@ -10,6 +10,7 @@
 //!   are two separate client processes, each with its own connection.
 //! - [`protocol`]: the line protocol between [`Worker`] and `workfence-worker`.
 //! - [`pgbouncer`]: a throwaway PgBouncer in front of a [`Cluster`].
+//! - [`router`]: a PL/Proxy router database in front of shard databases.
 //! - [`scenario`]: the pieces of the bug report's scenario shared by the demo
 //!   and the tests (names, enqueue, waiting for a lease to lapse on the server).
 //!
@@ -33,6 +34,7 @@ mod error;
 mod os;
 pub mod pgbouncer;
 pub mod protocol;
+pub mod router;
 pub mod scenario;
 mod worker;
 

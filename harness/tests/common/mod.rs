@@ -338,3 +338,45 @@ pub fn caught_up(primary: &Cluster, standby: &Cluster) {
         "the standby replaying the primary's WAL",
     );
 }
+
+/// The shards of the tests' routers: four, as issue 14 asks.
+pub const ROUTER_SHARDS: usize = 4;
+
+/// A PL/Proxy router `name` in front of [`ROUTER_SHARDS`] shard databases on
+/// `cluster` (`workfence_harness::router`), with the test view
+/// `workfence.items` over every shard in the router database, so that
+/// observations written against one database's table read the same there.
+/// Every router test has "router" in its name: the PostgreSQL 18 tier skips
+/// them (no PL/Proxy for that server; scripts/test.sh).
+pub fn router(cluster: &Cluster, name: &str) -> workfence_harness::router::Router {
+    let router = ok(
+        workfence_harness::router::Router::create(cluster, name, ROUTER_SHARDS),
+        "a router and its shards (PL/Proxy: scripts/setup.sh installs it)",
+    );
+    ok(
+        router.create_items_view(cluster),
+        "the test view of every shard's items",
+    );
+    router
+}
+
+/// A connection to each of `router`'s shard databases, shard 0 first.
+pub fn shard_connections(
+    cluster: &Cluster,
+    router: &workfence_harness::router::Router,
+) -> Vec<Client> {
+    router
+        .shards
+        .iter()
+        .map(|shard| ok(cluster.connect_to(shard), "connecting to a shard"))
+        .collect()
+}
+
+/// [`snapshot`] of every shard of a router, as one string.
+pub fn shards_snapshot(shards: &mut [Client]) -> String {
+    shards
+        .iter_mut()
+        .map(snapshot)
+        .collect::<Vec<_>>()
+        .join(" || ")
+}

@@ -1,0 +1,1121 @@
+//! The PL/Proxy router (`router/install.sql`, docs/scaling.md; docs/contract.md,
+//! promise 9), from real client connections: one router database in front
+//! of four shard databases on a throwaway cluster, set up as the guide says
+//! (`workfence_harness::router`).
+//!
+//! What it proves, beyond the tests that run the seed scenario, the races and
+//! the bad-input table through a router (seed_scenario.rs, races.rs,
+//! bad_input.rs) and the example workers pointed at one (examples.rs):
+//! - calls go where the guide says: a queue's calls to the shard of its hash,
+//!   a token's to the shard its item id names (ids unique across shards),
+//!   `work_finish_many` pair by pair to their shards with the rows in the
+//!   arrays' order, `work_queue_stats` and `work_purge` to every shard;
+//! - a long poll through the router waits on the shard and wakes on an
+//!   enqueue made through the router; notifications are sent on the shard
+//!   and heard there, never on the router;
+//! - `work_assert` through the router checks the token on its shard (55000
+//!   when it is not current) but holds no lock in the caller's transaction;
+//! - the shards judge the calling role: queue grants made through the router
+//!   hold for calls made through it;
+//! - a soak through the router (worker threads under one owner name, stalls
+//!   past the lease, terminated router and shard backends, abandoned
+//!   workers): every item done, no token handed out twice, at most one
+//!   acknowledged finish per item, by the claimer of its final epoch, and
+//!   at most one effect per item.
+//!
+//! Every test here has "router" in its name: PL/Proxy exists for Debian's
+//! PostgreSQL 15 only, and the PostgreSQL 18 tier skips them
+//! (scripts/test.sh). Needs the extension and PL/Proxy installed
+//! (`scripts/setup.sh`, `scripts/test.sh`).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{ok, scalar};
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::Client;
+use workfence_harness::calls::{self, Enqueue, Token};
+use workfence_harness::router::Router;
+use workfence_harness::Cluster;
+
+/// One queue on each of the four shards (`hashtext(queue) & 3` is 2, 1, 0
+/// and 3): checked by [`one_queue_per_shard`].
+const QUEUES: [&str; 4] = ["mail", "email", "sms", "payments"];
+
+/// Channel of the test's own end-of-batch marker (see notify.rs).
+const MARKER: &str = "workfence_test_marker";
+
+/// How long a listener waits for a marker before the test fails.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The roles of the queue-grants test: the guide's.
+const GUIDE: &str = include_str!("../../docs/operations.md");
+
+fn guide(marker: &str) -> &'static str {
+    common::doc_sql_block(GUIDE, "docs/operations.md", marker)
+}
+
+/// One cluster for the tests of this file; the guide's roles (cluster-wide)
+/// are created once.
+fn cluster() -> Arc<Cluster> {
+    common::shared_cluster_with(|cluster| {
+        let mut admin = ok(cluster.connect(), "connecting as the superuser");
+        ok(
+            admin.batch_execute(guide("least-privilege-roles")),
+            "the guide's group roles",
+        );
+        ok(
+            admin.batch_execute(guide("queue-grants-roles")),
+            "the guide's two-team roles",
+        );
+    })
+}
+
+/// Asserts that [`QUEUES`] put one queue on each shard of `router`.
+fn one_queue_per_shard(router: &Router, c: &mut Client) -> Vec<usize> {
+    let shards: Vec<usize> = QUEUES
+        .iter()
+        .map(|q| ok(router.shard_of_queue(c, q), "the shard of a queue"))
+        .collect();
+    let distinct: BTreeSet<usize> = shards.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        QUEUES.len(),
+        "one queue per shard: {shards:?}"
+    );
+    shards
+}
+
+/// The server error of a call that must fail, with its SQLSTATE checked.
+fn server_error<T: std::fmt::Debug>(
+    result: Result<T, postgres::Error>,
+    code: &str,
+    what: &str,
+) -> postgres::error::DbError {
+    let err = match result {
+        Ok(value) => panic!("{what} succeeded ({value:?}); expected SQLSTATE {code}"),
+        Err(err) => err,
+    };
+    let db = err
+        .as_db_error()
+        .unwrap_or_else(|| panic!("{what}: not a server error: {err}"))
+        .clone();
+    assert_eq!(db.code().code(), code, "{what}: {db}");
+    db
+}
+
+#[test]
+fn router_sends_each_call_to_its_shard() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_routing");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+
+    // Each shard numbers its items with its own number (the setup's setval).
+    for part in 0..router.shards.len() {
+        let number: i64 = scalar(
+            &mut r,
+            "SELECT workfence_router.shard_number($1)",
+            &[&(part as i32)],
+        );
+        assert_eq!(number, part as i64, "shard p{part} stamps its own number");
+    }
+
+    // Enqueues go to the queue's shard; ids name it and are unique.
+    let on_shard = one_queue_per_shard(&router, &mut r);
+    let mut ids = BTreeMap::new();
+    for (queue, &shard) in QUEUES.iter().zip(&on_shard) {
+        for key in ["k1", "k2", "k3"] {
+            let e = common::enqueued(&mut r, &Enqueue::new(*queue).key(key));
+            assert!(e.inserted);
+            assert_eq!(
+                Router::shard_of_id(e.id),
+                shard,
+                "{queue}/{key}: id {}",
+                e.id
+            );
+            for (n, s) in shards.iter_mut().enumerate() {
+                let here: i64 = scalar(
+                    s,
+                    "SELECT count(*) FROM workfence.items WHERE id = $1 AND queue = $2 AND key = $3",
+                    &[&e.id, queue, &key],
+                );
+                assert_eq!(here, i64::from(n == shard), "{queue}/{key} on shard {n}");
+            }
+            // The same key again: the shard's dedupe, the same id.
+            let again = common::enqueued(&mut r, &Enqueue::new(*queue).key(key));
+            assert_eq!((again.id, again.inserted), (e.id, false));
+            // Looked up by key (the queue's shard) and by id (the id's).
+            let by_key = ok(calls::item(&mut r, queue, key), "work_item(queue, key)");
+            assert_eq!(by_key.map(|i| i.id), Some(e.id));
+            let by_id = ok(calls::item_by_id(&mut r, e.id), "work_item(id)");
+            assert_eq!(
+                by_id.map(|i| (i.queue, i.key)),
+                Some((queue.to_string(), key.into()))
+            );
+            ids.insert(e.id, *queue);
+        }
+    }
+    assert_eq!(ids.len(), QUEUES.len() * 3, "ids unique across shards");
+
+    // work_queue_stats: every shard's rows.
+    let mut direct = Vec::new();
+    for s in shards.iter_mut() {
+        direct.extend(ok(calls::queue_stats(s), "a shard's stats"));
+    }
+    direct.sort_by(|a, b| a.queue.cmp(&b.queue));
+    let routed = ok(calls::queue_stats(&mut r), "the router's stats");
+    // The ages grow between the two reads: compared as present or not.
+    let aged = |stats: Vec<calls::QueueStats>| -> Vec<calls::QueueStats> {
+        stats
+            .into_iter()
+            .map(|mut s| {
+                s.oldest_due_age = s.oldest_due_age.map(|_| "some".into());
+                s
+            })
+            .collect()
+    };
+    let routed = aged(routed);
+    assert_eq!(
+        routed,
+        aged(direct),
+        "the router's work_queue_stats is the shards'"
+    );
+    assert_eq!(routed.len(), QUEUES.len());
+    assert!(routed.iter().all(|s| s.pending == 3));
+
+    // Pause goes to the queue's shard only.
+    assert!(ok(calls::pause(&mut r, "sms"), "work_pause"));
+    let paused: Vec<String> = ok(calls::queue_stats(&mut r), "stats")
+        .into_iter()
+        .filter(|s| s.paused)
+        .map(|s| s.queue)
+        .collect();
+    assert_eq!(paused, ["sms"]);
+    let sms_shard = on_shard[2];
+    let paused_on: i64 = scalar(
+        &mut shards[sms_shard],
+        "SELECT count(*) FROM workfence.queues WHERE queue = 'sms' AND paused",
+        &[],
+    );
+    assert_eq!(paused_on, 1);
+    assert!(ok(calls::resume(&mut r, "sms"), "work_resume"));
+
+    // Claim everything, then finish it in ONE work_finish_many whose pairs
+    // are on four shards, interleaved, with one stale epoch among them: the
+    // rows come back in the arrays' order, each judged on its own shard.
+    let mut tokens = Vec::new();
+    for queue in QUEUES {
+        tokens.extend(
+            ok(
+                calls::claim(&mut r, queue, "w", "1 minute", Some(10), None),
+                "claim",
+            )
+            .into_iter()
+            .map(|c| (c.id, c.epoch)),
+        );
+    }
+    assert_eq!(tokens.len(), ids.len());
+    // Interleave the shards: sort by (position within its queue, queue).
+    tokens.sort_by_key(|&(id, _)| (id & 0xFFFF, id >> 48));
+    let stale = tokens[5].0;
+    let ids_sent: Vec<i64> = tokens.iter().map(|t| t.0).collect();
+    let epochs_sent: Vec<i64> = tokens
+        .iter()
+        .map(|&(id, epoch)| if id == stale { epoch + 1000 } else { epoch })
+        .collect();
+    let finished = ok(
+        calls::finish_many(&mut r, "w", &ids_sent, &epochs_sent, None),
+        "work_finish_many",
+    );
+    let expected: Vec<(i64, bool)> = ids_sent.iter().map(|&id| (id, id != stale)).collect();
+    assert_eq!(
+        finished, expected,
+        "rows in the arrays' order, the stale one refused"
+    );
+
+    // work_purge without a queue: every shard's finished items.
+    let purged: i64 = scalar(&mut r, "SELECT workfence.work_purge('0')", &[]);
+    assert_eq!(purged, ids.len() as i64 - 1);
+    let left: Vec<i64> = shards
+        .iter_mut()
+        .map(|s| scalar(s, "SELECT count(*) FROM workfence.items", &[]))
+        .collect();
+    assert_eq!(
+        left.iter().sum::<i64>(),
+        1,
+        "only the stale one's item is left: {left:?}"
+    );
+    assert_eq!(left[Router::shard_of_id(stale)], 1);
+}
+
+/// The router offers what the extension offers: every function of schema
+/// `workfence` with the same name, arguments (with their defaults) and
+/// result, and the same views with the same columns, each with a comment.
+/// A function added to the extension and not to `router/install.sql` fails
+/// here.
+#[test]
+fn router_offers_every_function_and_view_of_the_extension() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_signatures");
+    let functions =
+        "SELECT p.proname || '(' || pg_catalog.pg_get_function_arguments(p.oid) || ') -> '
+                            || pg_catalog.pg_get_function_result(p.oid),
+                            pg_catalog.obj_description(p.oid, 'pg_proc') IS NOT NULL
+                       FROM pg_catalog.pg_proc AS p
+                      WHERE p.pronamespace = 'workfence'::regnamespace
+                        AND p.prorettype <> 'trigger'::regtype
+                      ORDER BY 1";
+    // The views' columns; `items` is the harness's test view on the router.
+    let views = "SELECT c.relname || '.' || a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod),
+                        pg_catalog.obj_description(c.oid, 'pg_class') IS NOT NULL
+                   FROM pg_catalog.pg_class AS c
+                   JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0
+                  WHERE c.relnamespace = 'workfence'::regnamespace AND c.relkind = 'v'
+                    AND c.relname <> 'items'
+                  ORDER BY c.relname, a.attnum";
+    let mut shard = ok(cluster.connect_to(&router.shards[0]), "a shard");
+    let mut r = ok(cluster.connect_to(&router.database), "the router");
+    for (what, sql) in [("functions", functions), ("view columns", views)] {
+        let on_shard: Vec<(String, bool)> = common::pairs(&mut shard, sql);
+        let on_router: Vec<(String, bool)> = common::pairs(&mut r, sql);
+        let names = |rows: &[(String, bool)]| rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&on_router), names(&on_shard), "the router's {what}");
+        let undocumented: Vec<&String> = on_router.iter().filter(|r| !r.1).map(|r| &r.0).collect();
+        assert!(
+            undocumented.is_empty(),
+            "router {what} without a comment: {undocumented:?}"
+        );
+        assert!(on_shard.len() > 10, "{what}: {on_shard:?}");
+    }
+}
+
+/// Adding shards, as docs/scaling.md says: from two shards to four, the
+/// queues whose hash has bit 2 set move to a new shard. In-flight tokens
+/// keep working through the router (they route by id); the router sends the
+/// moved queue's new items and claims to its new shard; what it left on the
+/// old one is drained by a worker connected to that shard; a key still
+/// pending there is not deduplicated against the new shard (hence: drain
+/// first, or expect it).
+#[test]
+fn router_doubling_moves_queues_only_by_draining() {
+    let cluster = cluster();
+    let mut router = ok(
+        Router::create(&cluster, "router_doubling", 2),
+        "a router of two shards",
+    );
+    ok(router.create_items_view(&cluster), "the test view");
+    let mut r = ok(cluster.connect_to(&router.database), "the router");
+    // "mail" is on shard 0 of two and moves to shard 2 of four; "sms" stays
+    // on shard 0.
+    let hash = |r: &mut Client, q: &str| -> i32 {
+        scalar(r, "SELECT workfence_router.queue_shard($1)", &[&q])
+    };
+    let (mail, sms) = (hash(&mut r, "mail"), hash(&mut r, "sms"));
+    assert_eq!((mail & 1, mail & 3, sms & 1, sms & 3), (0, 2, 0, 0));
+    for queue in ["mail", "sms"] {
+        for key in ["k1", "k2", "k3"] {
+            common::enqueue_new(&mut r, &Enqueue::new(queue).key(key));
+        }
+    }
+    let held = ok(
+        calls::claim_key(&mut r, "mail", "k1", "w", "1 minute"),
+        "claim",
+    )
+    .expect("the claim")
+    .token("w");
+
+    ok(router.double(&cluster), "doubling the shards");
+    assert_eq!(router.shards.len(), 4);
+    let number: i64 = scalar(&mut r, "SELECT workfence_router.shard_number(3)", &[]);
+    assert_eq!(number, 3, "the router sees the new shards");
+
+    // The token from before routes by its id, to the old shard.
+    assert!(ok(
+        calls::finish(&mut r, &held, None),
+        "the held token's finish"
+    ));
+    // "sms" did not move: claimed through the router as before.
+    let sms_claims = ok(
+        calls::claim(&mut r, "sms", "w", "1 minute", Some(10), None),
+        "sms",
+    );
+    assert_eq!(sms_claims.len(), 3);
+    // "mail" did: the router claims on shard 2, where nothing is yet ...
+    let none = ok(
+        calls::claim(&mut r, "mail", "w", "1 minute", Some(10), None),
+        "mail",
+    );
+    assert!(
+        none.is_empty(),
+        "the router looks on the new shard: {none:?}"
+    );
+    // ... and enqueues there; a key still pending on the old shard is a new
+    // item on the new one.
+    let moved = common::enqueued(&mut r, &Enqueue::new("mail").key("k2"));
+    assert!(moved.inserted, "dedupe is per shard");
+    assert_eq!(Router::shard_of_id(moved.id), 2);
+    // The drain: a worker on the old shard takes what is left there.
+    let mut old = ok(cluster.connect_to(&router.shards[0]), "the old shard");
+    let drained = ok(
+        calls::claim(&mut old, "mail", "w", "1 minute", Some(10), None),
+        "drain",
+    );
+    assert_eq!(
+        drained.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(),
+        ["k2", "k3"]
+    );
+    for c in &drained {
+        assert!(ok(
+            calls::finish(&mut old, &c.token("w"), None),
+            "drain finish"
+        ));
+    }
+    let left: i64 = scalar(
+        &mut old,
+        "SELECT count(*) FROM workfence.items WHERE queue = 'mail' AND state <> 'done'",
+        &[],
+    );
+    assert_eq!(left, 0, "drained");
+    // From now on "mail" lives on shard 2 only.
+    let claims = ok(
+        calls::claim(&mut r, "mail", "w", "1 minute", Some(10), None),
+        "mail",
+    );
+    assert_eq!(claims.iter().map(|c| c.id).collect::<Vec<_>>(), [moved.id]);
+}
+
+#[test]
+fn long_poll_through_the_router_waits_on_the_shard_and_wakes_on_an_enqueue() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_long_poll");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let queue = QUEUES[0];
+    let shard = &router.shards[ok(router.shard_of_queue(&mut r, queue), "shard")];
+    // The shard's sessions (PL/Proxy's) sleep the whole wait: without this
+    // the long poll would return at workfence.long_poll_max (3 s), and a
+    // wake-up could not be told from the cap.
+    let mut admin = ok(cluster.connect(), "connecting as the superuser");
+    ok(
+        admin.batch_execute(&format!(
+            "ALTER DATABASE {shard} SET workfence.long_poll_max = '1h'"
+        )),
+        "raising long_poll_max on the shard",
+    );
+    let mut observer = ok(cluster.connect_to(shard), "connecting to the shard");
+    let mut poller = ok(cluster.connect_to(&router.database), "the poller");
+    let started = Instant::now();
+    let claims = thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            ok(
+                calls::claim(&mut poller, queue, "w", "1 minute", Some(1), Some("60 s")),
+                "the long poll through the router",
+            )
+        });
+        // PL/Proxy's session on the shard sleeps in the extension's wait.
+        common::poll_until(
+            &mut observer,
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+                             WHERE datname = current_database() AND state = 'active'
+                               AND wait_event_type = 'Extension')",
+            &[],
+            "the shard's session waiting in the long poll",
+        );
+        common::enqueued(&mut r, &Enqueue::new(queue).key("wake"));
+        waiting.join().expect("the poller panicked")
+    });
+    let took = started.elapsed();
+    assert_eq!(claims.len(), 1, "the long poll returns the item enqueued");
+    assert_eq!(claims[0].key, "wake");
+    assert!(
+        took < Duration::from_secs(30),
+        "woken by the enqueue, not at the end of its 60 s wait: {took:?}"
+    );
+    println!("router: a long poll through the router woke {took:.1?} after it started");
+}
+
+#[test]
+fn notifications_through_the_router_are_heard_on_the_shard_not_the_router() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_notify");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let queue = QUEUES[1];
+    let shard = &router.shards[ok(router.shard_of_queue(&mut r, queue), "shard")];
+    let listen = |database: &str| {
+        let mut c = ok(cluster.connect_to(database), "a listener");
+        ok(
+            c.batch_execute(&format!(
+                "LISTEN work_enqueued; LISTEN work_lease_lost; LISTEN {MARKER};"
+            )),
+            "LISTEN",
+        );
+        c
+    };
+    let mut on_router = listen(&router.database);
+    let mut on_shard = listen(shard);
+    let mut marker_router = ok(cluster.connect_to(&router.database), "marker");
+    let mut marker_shard = ok(cluster.connect_to(shard), "marker");
+
+    // An enqueue of a due item, and a lapsed lease claimed anew, through the
+    // router.
+    let id = common::enqueue_new(&mut r, &Enqueue::new(queue).key("n1"));
+    let first = ok(
+        calls::claim_key(&mut r, queue, "n1", "w", "200 ms"),
+        "claim",
+    )
+    .expect("the claim");
+    ok(
+        r.execute(
+            "SELECT pg_catalog.pg_sleep_until(i.lease_until + '10 ms') FROM workfence.items AS i
+              WHERE i.id = $1",
+            &[&id],
+        ),
+        "waiting out the lease",
+    );
+    let second = ok(
+        calls::claim_key(&mut r, queue, "n1", "w", "1 minute"),
+        "re-claim",
+    )
+    .expect("the re-claim");
+    assert!(second.epoch > first.epoch);
+
+    let heard = |listener: &mut Client, marker: &mut Client| -> Vec<(String, String)> {
+        ok(
+            marker.execute("SELECT pg_catalog.pg_notify($1, 'end')", &[&MARKER]),
+            "the marker",
+        );
+        let mut heard = Vec::new();
+        let mut notifications = listener.notifications();
+        let mut incoming = notifications.timeout_iter(DEADLINE);
+        loop {
+            match ok(incoming.next(), "receiving") {
+                Some(n) if n.channel() == MARKER => return heard,
+                Some(n) => heard.push((n.channel().to_string(), n.payload().to_string())),
+                None => panic!("the marker did not arrive within {DEADLINE:?}: {heard:?}"),
+            }
+        }
+    };
+    let shard_heard = heard(&mut on_shard, &mut marker_shard);
+    assert_eq!(shard_heard.len(), 2, "{shard_heard:?}");
+    assert_eq!(shard_heard[0], ("work_enqueued".into(), queue.into()));
+    assert_eq!(shard_heard[1].0, "work_lease_lost");
+    assert!(
+        shard_heard[1].1.contains(&first.epoch.to_string()),
+        "the lost token's epoch: {}",
+        shard_heard[1].1
+    );
+    assert_eq!(
+        heard(&mut on_router, &mut marker_router),
+        Vec::<(String, String)>::new(),
+        "a listener on the router hears nothing: the notifications are the shard's"
+    );
+}
+
+#[test]
+fn work_assert_through_the_router_checks_the_token_but_holds_no_lock() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_assert");
+    let mut admin = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    ok(
+        admin.batch_execute("CREATE TABLE public.sent (item_id bigint, epoch bigint)"),
+        "the job's table, in the router database",
+    );
+    let mut job = ok(cluster.connect_to(&router.database), "the job's connection");
+    let mut other = ok(cluster.connect_to(&router.database), "another worker");
+    let queue = QUEUES[2];
+    let id = common::enqueue_new(&mut admin, &Enqueue::new(queue).key("a"));
+
+    // Current: the assert passes and the job's write commits with it.
+    let claim = ok(calls::claim_key(&mut job, queue, "a", "w", "1 s"), "claim").expect("claim");
+    let token = claim.token("w");
+    let mut tx = ok(job.transaction(), "BEGIN");
+    ok(
+        calls::assert(&mut tx, &token),
+        "work_assert of a current token",
+    );
+    ok(
+        tx.execute(
+            "INSERT INTO public.sent VALUES ($1, $2)",
+            &[&token.id, &token.epoch],
+        ),
+        "the job's write",
+    );
+    // The lease lapses while the job's transaction is open. Directly on a
+    // shard, the assert's row lock would hold off the re-claim until this
+    // transaction ends (races.rs); through the router the assert was a
+    // transaction of its own on the shard, and nothing holds the item.
+    ok(
+        admin.execute(
+            "SELECT pg_catalog.pg_sleep_until(i.lease_until + '10 ms') FROM workfence.items AS i
+              WHERE i.id = $1",
+            &[&id],
+        ),
+        "waiting out the lease",
+    );
+    let stolen = ok(
+        calls::claim_key(&mut other, queue, "a", "w", "1 minute"),
+        "re-claim",
+    )
+    .expect("the re-claim is not held off");
+    assert!(stolen.epoch > token.epoch);
+    // A second assert before the commit is what catches it (docs/scaling.md).
+    let db = server_error(calls::assert(&mut tx, &token), "55000", "the second assert");
+    assert!(db.message().starts_with("lease lost"), "{}", db.message());
+    assert!(
+        db.detail().is_some_and(|d| d.contains("superseded")),
+        "{:?}",
+        db.detail()
+    );
+    assert!(db.hint().is_some());
+    ok(tx.rollback(), "ROLLBACK");
+    let rows: i64 = scalar(&mut admin, "SELECT count(*) FROM public.sent", &[]);
+    assert_eq!(rows, 0, "the stale job's write rolled back");
+    // The new holder's assert passes.
+    ok(
+        calls::assert(&mut other, &stolen.token("w")),
+        "the new holder's assert",
+    );
+}
+
+#[test]
+fn queue_grants_through_the_router_judge_the_calling_role() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_grants");
+    // The guide's function grants, the same SQL in the router and in every
+    // shard (the router has the same functions and view).
+    for database in std::iter::once(&router.database).chain(&router.shards) {
+        let mut c = ok(cluster.connect_to(database), "connecting as the superuser");
+        ok(
+            c.batch_execute(guide("least-privilege-grants")),
+            "the guide's function grants",
+        );
+    }
+    // The guide's queue grants, made once, through the router (every shard).
+    let mut admin = ok(
+        cluster.connect_to(&router.database),
+        "the router, as superuser",
+    );
+    ok(
+        admin.batch_execute(guide("queue-grants")),
+        "the guide's queue grants",
+    );
+    for shard in &router.shards {
+        let mut c = ok(cluster.connect_to(shard), "a shard");
+        let n: i64 = scalar(
+            &mut c,
+            "SELECT count(*) FROM workfence.work_queue_grants",
+            &[],
+        );
+        assert_eq!(n, 7, "{shard} has every grant");
+        let on: bool = scalar(
+            &mut c,
+            "SELECT count(*) = 1 FROM workfence.queue_grant_mode",
+            &[],
+        );
+        assert!(on, "{shard} enforces them");
+    }
+    let as_role =
+        |role: &str| common::connect_as(&cluster, &router.database, role, "router grants");
+
+    // billing_app enqueues billing's queues, not search's: the shard judged
+    // billing_app (PL/Proxy connected as the calling role).
+    let mut app = as_role("billing_app");
+    let billing = common::enqueue_new(&mut app, &Enqueue::new("billing.invoices").key("i1"));
+    let db = server_error(
+        calls::enqueue(&mut app, &Enqueue::new("search.reindex").key("r1")),
+        "42501",
+        "billing_app enqueueing into search.reindex",
+    );
+    assert!(db.message().contains("search.reindex"), "{}", db.message());
+    let mut search_app = as_role("search_app");
+    let search = common::enqueue_new(&mut search_app, &Enqueue::new("search.reindex").key("r1"));
+
+    // billing_worker claims billing's item; search's queue is refused, and a
+    // token of search's item is refused like a token of nothing.
+    let mut worker = as_role("billing_worker");
+    let claim = ok(
+        calls::claim(
+            &mut worker,
+            "billing.invoices",
+            "w",
+            "1 minute",
+            Some(1),
+            None,
+        ),
+        "billing_worker's claim",
+    );
+    assert_eq!(claim.iter().map(|c| c.id).collect::<Vec<_>>(), [billing]);
+    server_error(
+        calls::claim(
+            &mut worker,
+            "search.reindex",
+            "w",
+            "1 minute",
+            Some(1),
+            None,
+        ),
+        "42501",
+        "billing_worker claiming search.reindex",
+    );
+    let mut search_worker = as_role("search_worker");
+    let search_claim = ok(
+        calls::claim(
+            &mut search_worker,
+            "search.reindex",
+            "w",
+            "1 minute",
+            Some(1),
+            None,
+        ),
+        "search_worker's claim",
+    );
+    assert_eq!(search_claim.len(), 1);
+    let stolen = Token::new(search, "w", search_claim[0].epoch);
+    assert!(!ok(
+        calls::finish(&mut worker, &stolen, None),
+        "a foreign token's finish"
+    ));
+    assert!(ok(
+        calls::finish(&mut worker, &claim[0].token("w"), None),
+        "its own finish"
+    ));
+
+    // oncall (a monitor) sees both queues in the stats; the stats of a role
+    // without read on search's queue leave it out.
+    let mut oncall = as_role("oncall");
+    let queues: Vec<String> = ok(calls::queue_stats(&mut oncall), "oncall's stats")
+        .into_iter()
+        .map(|s| s.queue)
+        .collect();
+    assert_eq!(queues, ["billing.invoices", "search.reindex"]);
+
+    // A revoke through the router reaches every shard at once.
+    assert!(ok(
+        calls::revoke(&mut admin, "claim", "search.*", "search_worker"),
+        "work_revoke"
+    ));
+    server_error(
+        calls::claim(
+            &mut search_worker,
+            "search.reindex",
+            "w",
+            "1 minute",
+            Some(1),
+            None,
+        ),
+        "42501",
+        "search_worker claiming after the revoke",
+    );
+    assert!(!ok(
+        calls::finish(&mut search_worker, &search_claim[0].token("w"), None),
+        "a revoked role's finish"
+    ));
+}
+
+/// What the soak's workers saw, shared between their threads.
+#[derive(Default)]
+struct Seen {
+    /// (id, epoch, worker) of every claim a worker received.
+    claims: Vec<(i64, i64, usize)>,
+    /// (id, epoch, worker) of every finish that returned true.
+    acked: Vec<(i64, i64, usize)>,
+    /// (id, epoch) of finishes whose outcome the worker could not learn (the
+    /// call or the commit after it failed).
+    unknown: Vec<(i64, i64)>,
+    /// Tokens refused by work_assert (55000) or by work_finish (false).
+    refusals: u64,
+    /// Stalls past the lease.
+    stalls: u64,
+    /// Calls that failed with an error (terminations) and were retried.
+    errors: u64,
+}
+
+/// The soak's chaos, as performed.
+#[derive(Default, Debug)]
+struct Chaos {
+    router_terminations: u64,
+    shard_terminations: u64,
+    abandoned: u64,
+}
+
+/// The soak's settings.
+const SOAK_WORKERS: usize = 6;
+const SOAK_PER_QUEUE: i64 = 50;
+const SOAK_OWNER: &str = "soak/router";
+const SOAK_LEASE: &str = "1 second";
+const SOAK_DEADLINE: Duration = Duration::from_secs(150);
+
+/// One worker thread of the soak: claims batches of three from each queue in
+/// turn; stalls on one item in eight until its lease has lapsed (on the
+/// server's clock); for each item, in ONE router transaction,
+/// `work_assert`, the effect row, `work_finish`, commit. Any error (its
+/// router backend terminated, or PL/Proxy's on a shard) loses what is in
+/// flight: a finish that failed or whose commit failed is recorded as of
+/// unknown outcome. Told to abandon (`abandon` set to its index), it drops
+/// its connection with its claims unsettled, as a killed process would.
+fn soak_worker(
+    cluster: &Cluster,
+    database: &str,
+    me: usize,
+    seed: u64,
+    stop: &AtomicBool,
+    abandon: &AtomicUsize,
+    seen: &Mutex<Seen>,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed ^ ((me as u64) << 32));
+    let connect = || {
+        let mut c = ok(
+            postgres::Config::new()
+                .host(cluster.host())
+                .port(cluster.port())
+                .user("postgres")
+                .dbname(database)
+                .application_name("router soak worker")
+                .connect(postgres::NoTls),
+            "a soak worker's connection",
+        );
+        ok(
+            c.batch_execute("SET statement_timeout = '30s'"),
+            "statement_timeout",
+        );
+        c
+    };
+    let record =
+        |f: &mut dyn FnMut(&mut Seen)| f(&mut seen.lock().unwrap_or_else(PoisonError::into_inner));
+    let mut c = connect();
+    let mut turn = me;
+    while !stop.load(Ordering::Relaxed) {
+        if c.is_closed() {
+            c = connect();
+        }
+        let queue = QUEUES[turn % QUEUES.len()];
+        turn += 1;
+        let claims = match calls::claim(&mut c, queue, SOAK_OWNER, SOAK_LEASE, Some(3), None) {
+            Ok(claims) => claims,
+            Err(_) => {
+                record(&mut |s| s.errors += 1);
+                continue;
+            }
+        };
+        record(&mut |s| {
+            s.claims
+                .extend(claims.iter().map(|cl| (cl.id, cl.epoch, me)))
+        });
+        for claim in claims {
+            if abandon
+                .compare_exchange(me, usize::MAX, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                // Killed: the claims in hand lapse on their own.
+                c = connect();
+                break;
+            }
+            if rng.u32(0..8) == 0 {
+                let stalled = c.execute(
+                    "SELECT pg_catalog.pg_sleep_until($1::text::timestamptz + '300 ms')",
+                    &[&claim.lease_until],
+                );
+                if stalled.is_err() {
+                    record(&mut |s| s.errors += 1);
+                    break;
+                }
+                record(&mut |s| s.stalls += 1);
+            }
+            let token = claim.token(SOAK_OWNER);
+            let mut tx = match c.transaction() {
+                Ok(tx) => tx,
+                Err(_) => {
+                    record(&mut |s| s.errors += 1);
+                    break;
+                }
+            };
+            match calls::assert(&mut tx, &token) {
+                Ok(()) => {}
+                Err(err) if err.code().map(|c| c.code()) == Some("55000") => {
+                    record(&mut |s| s.refusals += 1);
+                    continue;
+                }
+                Err(_) => {
+                    record(&mut |s| s.errors += 1);
+                    break;
+                }
+            }
+            if tx
+                .execute(
+                    "INSERT INTO public.effects (item_id, epoch, worker) VALUES ($1, $2, $3)",
+                    &[&token.id, &token.epoch, &(me as i32)],
+                )
+                .is_err()
+            {
+                record(&mut |s| s.errors += 1);
+                break;
+            }
+            match calls::finish(&mut tx, &token, None) {
+                Ok(true) => {
+                    record(&mut |s| s.acked.push((token.id, token.epoch, me)));
+                    if tx.commit().is_err() {
+                        record(&mut |s| {
+                            s.errors += 1;
+                            s.unknown.push((token.id, token.epoch));
+                        });
+                        break;
+                    }
+                }
+                Ok(false) => record(&mut |s| s.refusals += 1),
+                Err(_) => {
+                    record(&mut |s| {
+                        s.errors += 1;
+                        s.unknown.push((token.id, token.epoch));
+                    });
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn soak_through_the_router() {
+    let seed: u64 = std::env::var("WORKFENCE_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5EED_0009);
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_soak");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    one_queue_per_shard(&router, &mut r);
+    ok(
+        r.batch_execute(
+            "CREATE TABLE public.effects (item_id bigint NOT NULL, epoch bigint NOT NULL,
+                                          worker int NOT NULL)",
+        ),
+        "the effects table (no unique constraint: a duplicate must show)",
+    );
+    for queue in QUEUES {
+        ok(
+            r.execute(
+                "SELECT count(*) FROM pg_catalog.generate_series(1, $2::bigint) AS n,
+                        LATERAL workfence.work_enqueue($1, '{}', 'item-' || n)",
+                &[&queue, &SOAK_PER_QUEUE],
+            ),
+            "enqueueing",
+        );
+    }
+    let total = SOAK_PER_QUEUE * QUEUES.len() as i64;
+    let mut shards = common::shard_connections(&cluster, &router);
+    let stop = AtomicBool::new(false);
+    let abandon = AtomicUsize::new(usize::MAX);
+    let seen = Mutex::new(Seen::default());
+    let chaos = Mutex::new(Chaos::default());
+    let started = Instant::now();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    thread::scope(|s| {
+        let workers: Vec<_> = (0..SOAK_WORKERS)
+            .map(|me| {
+                let (cluster, database) = (&cluster, router.database.as_str());
+                let (stop, abandon, seen) = (&stop, &abandon, &seen);
+                s.spawn(move || soak_worker(cluster, database, me, seed, stop, abandon, seen))
+            })
+            .collect();
+        // Chaos, paced by progress: every 12 more done items, one of a
+        // router backend terminated, a PL/Proxy session on a shard
+        // terminated, a worker abandoning its claims.
+        let mut next_chaos = 12;
+        let mut chaos = chaos.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            // Progress is read on the shards directly: the chaos may
+            // terminate any PL/Proxy session, the test's own included.
+            let done: i64 = shards
+                .iter_mut()
+                .map(|s| {
+                    scalar::<i64>(
+                        s,
+                        "SELECT count(*) FROM workfence.items WHERE state = 'done'",
+                        &[],
+                    )
+                })
+                .sum();
+            if done == total {
+                break;
+            }
+            assert!(
+                started.elapsed() < SOAK_DEADLINE,
+                "{done} of {total} done after {SOAK_DEADLINE:?} (seed {seed})"
+            );
+            if done >= next_chaos {
+                next_chaos += 12;
+                match rng.u32(0..3) {
+                    0 => {
+                        let n: i64 = scalar(
+                            &mut shards[0],
+                            "SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint FROM
+                               (SELECT pid FROM pg_catalog.pg_stat_activity
+                                 WHERE application_name = 'router soak worker'
+                                 ORDER BY pg_catalog.random() LIMIT 1) AS victim",
+                            &[],
+                        );
+                        chaos.router_terminations += n as u64;
+                    }
+                    1 => {
+                        let shard = rng.usize(0..shards.len());
+                        let n: i64 = scalar(
+                            &mut shards[shard],
+                            "SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint FROM
+                               (SELECT pid FROM pg_catalog.pg_stat_activity
+                                 WHERE datname = current_database() AND pid <> pg_catalog.pg_backend_pid()
+                                   AND backend_type = 'client backend'
+                                 ORDER BY pg_catalog.random() LIMIT 1) AS victim",
+                            &[],
+                        );
+                        chaos.shard_terminations += n as u64;
+                    }
+                    _ => {
+                        abandon.store(rng.usize(0..SOAK_WORKERS), Ordering::Relaxed);
+                        chaos.abandoned += 1;
+                    }
+                }
+            }
+            ok(
+                shards[0].execute("SELECT pg_catalog.pg_sleep(0.02)", &[]),
+                "pause between polls",
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            w.join().expect("a soak worker panicked");
+        }
+    });
+    let took = started.elapsed();
+    // A fresh connection: the chaos may have terminated the PL/Proxy
+    // sessions of the one that enqueued.
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let seen = seen.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let chaos = chaos.into_inner().unwrap_or_else(PoisonError::into_inner);
+
+    // Every item done, under its final epoch.
+    let finals: BTreeMap<i64, i64> = common::pairs::<i64, i64>(
+        &mut r,
+        "SELECT id, epoch FROM workfence.items WHERE state = 'done'",
+    )
+    .into_iter()
+    .collect();
+    assert_eq!(finals.len() as i64, total, "every item done (seed {seed})");
+    // No token handed out twice (ids are unique across shards, epochs per
+    // shard: the token is the pair).
+    let tokens: BTreeSet<(i64, i64)> = seen.claims.iter().map(|&(id, e, _)| (id, e)).collect();
+    assert_eq!(
+        tokens.len(),
+        seen.claims.len(),
+        "a token was handed out twice"
+    );
+    let claimer: BTreeMap<(i64, i64), usize> =
+        seen.claims.iter().map(|&(id, e, w)| ((id, e), w)).collect();
+    // At most one acknowledged finish per item, by the claimer of the
+    // item's final epoch.
+    let mut acks: BTreeMap<i64, Vec<(i64, usize)>> = BTreeMap::new();
+    for &(id, epoch, w) in &seen.acked {
+        acks.entry(id).or_default().push((epoch, w));
+    }
+    for (id, list) in &acks {
+        assert_eq!(list.len(), 1, "item {id} finished twice: {list:?}");
+        let (epoch, w) = list[0];
+        assert_eq!(
+            Some(&epoch),
+            finals.get(id),
+            "item {id} acked under a stale epoch"
+        );
+        assert_eq!(
+            claimer.get(&(*id, epoch)),
+            Some(&w),
+            "item {id} acked by a non-claimer"
+        );
+    }
+    // At most one effect per item, under its final epoch, by the worker
+    // whose finish was acknowledged; an item without an effect is one
+    // whose finish's outcome its worker could not learn.
+    let effects: Vec<(i64, i64, i32)> = ok(
+        r.query("SELECT item_id, epoch, worker FROM public.effects", &[]),
+        "effects",
+    )
+    .iter()
+    .map(|row| (row.get(0), row.get(1), row.get(2)))
+    .collect();
+    let mut effect_of: BTreeMap<i64, (i64, i32)> = BTreeMap::new();
+    for &(id, epoch, w) in &effects {
+        assert!(
+            effect_of.insert(id, (epoch, w)).is_none(),
+            "item {id} has two effects (seed {seed})"
+        );
+        assert_eq!(
+            Some(&epoch),
+            finals.get(&id),
+            "item {id}'s effect under a stale epoch"
+        );
+        assert_eq!(
+            acks.get(&id).map(|l| l[0]),
+            Some((epoch, w as usize)),
+            "item {id}'s effect without its acknowledged finish"
+        );
+    }
+    let unknown: BTreeSet<i64> = seen.unknown.iter().map(|&(id, _)| id).collect();
+    let without: Vec<i64> = finals
+        .keys()
+        .filter(|id| !effect_of.contains_key(id))
+        .copied()
+        .collect();
+    for id in &without {
+        assert!(
+            unknown.contains(id),
+            "item {id} is done with no effect, and no worker lost a finish of it (seed {seed})"
+        );
+    }
+    // The chaos happened, and the stalls were fenced.
+    assert!(
+        chaos.router_terminations > 0 && chaos.shard_terminations > 0 && chaos.abandoned > 0,
+        "{chaos:?} (seed {seed})"
+    );
+    assert!(
+        seen.stalls > 0 && seen.refusals > 0,
+        "stalls {} refusals {}",
+        seen.stalls,
+        seen.refusals
+    );
+    println!(
+        "router soak: {total} items over {} shards by {SOAK_WORKERS} workers sharing owner \
+         {SOAK_OWNER:?} in {took:.1?}: claims={} acked={} effects={} refusals={} stalls={} \
+         errors={} finishes of unknown outcome={} (items done without effect: {}); \
+         chaos {chaos:?}; duplicates=0 lost=0 (seed {seed})",
+        router.shards.len(),
+        seen.claims.len(),
+        seen.acked.len(),
+        effects.len(),
+        seen.refusals,
+        seen.stalls,
+        seen.errors,
+        seen.unknown.len(),
+        without.len(),
+    );
+}

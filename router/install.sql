@@ -1,0 +1,447 @@
+-- pg_workfence router (docs/scaling.md; docs/contract.md, promise 9).
+--
+-- Run once, as a superuser, in the router database: a database without the
+-- pg_workfence extension, with PL/Proxy, in front of N shard databases that
+-- each have pg_workfence installed and their shard number set (below).
+-- It creates schema workfence with the functions of the same names,
+-- arguments and results as on the shards, and the view work_queue_stats;
+-- each function is a PL/Proxy function that runs the same call on one shard
+-- (or on all of them), as the calling role (PL/Proxy connects with
+-- user=CURRENT_USER), so the shards' EXECUTE and queue grants judge it:
+--
+--   calls that name a queue          the queue's shard: hashtext(queue) & (N - 1)
+--   calls that name an item by id    the item's shard: id >> 48
+--   work_finish_many                 each (id, epoch) pair to its item's shard,
+--                                    the rows put back in the arrays' order
+--   work_purge without a queue,
+--   work_queue_stats, work_grant,
+--   work_revoke, work_enforce_grants every shard
+--   work_assert                      checks the token on the item's shard, but
+--                                    cannot hold the shard's row lock in the
+--                                    caller's transaction (docs/scaling.md)
+--
+-- Before running it:
+--
+--   CREATE EXTENSION plproxy;
+--   CREATE SERVER workfence_shards FOREIGN DATA WRAPPER plproxy
+--       OPTIONS (p0 'host=... dbname=...', p1 '...', p2 '...', p3 '...');
+--   CREATE USER MAPPING FOR PUBLIC SERVER workfence_shards;
+--
+-- (N, the number of pN options, a power of two), and on shard number S (the
+-- database of option pS), as a superuser, once, before its first enqueue:
+--
+--   SELECT pg_catalog.setval('workfence.items_id_seq',
+--                            GREATEST(1, S::bigint << 48), false);
+--
+-- so that its item ids are S * 2^48 + 1, + 2, ...: unique across shards, and
+-- naming their shard. Roles are the clusters' own: create the roles that use
+-- the queues on the router and on every shard, grant them as
+-- docs/operations.md says on both, and give them USAGE on the foreign server.
+--
+-- Every value a function passes on is a parameter of the remote call, and
+-- every object and operator here is schema-qualified; the functions are
+-- SECURITY INVOKER (they run as the caller, whose role the shards judge).
+
+CREATE SCHEMA workfence_router;
+COMMENT ON SCHEMA workfence_router IS 'Helpers of the pg_workfence router: where a call goes.';
+CREATE SCHEMA workfence;
+COMMENT ON SCHEMA workfence IS
+    'The pg_workfence router: the functions of pg_workfence, each run on the shard of its queue or item.';
+
+-- The number of bits of an item id below its shard number.
+CREATE FUNCTION workfence_router.id_bits() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 48';
+
+-- The partition hash of a queue: PL/Proxy takes it modulo the number of
+-- shards (its low bits). A NULL queue goes to shard 0, whose function
+-- raises 22004 as it would without the router.
+CREATE FUNCTION workfence_router.queue_shard(queue text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
+$$ SELECT COALESCE(pg_catalog.hashtext(queue), 0) $$;
+COMMENT ON FUNCTION workfence_router.queue_shard(text) IS
+    'The partition hash of a queue (hashtext); PL/Proxy picks shard hash & (N - 1).';
+
+-- The shard an item id names (its bits above id_bits()). A NULL id goes to
+-- shard 0, whose function raises 22004.
+CREATE FUNCTION workfence_router.id_shard(id bigint) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
+$$ SELECT COALESCE((id OPERATOR(pg_catalog.>>) workfence_router.id_bits())::integer, 0) $$;
+COMMENT ON FUNCTION workfence_router.id_shard(bigint) IS
+    'The shard number an item id carries: id >> 48.';
+
+-- ---- calls that name a queue ----
+
+CREATE FUNCTION workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key text DEFAULT NULL,
+    run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
+    max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL)
+RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_claim(queue text, owner text, lease interval,
+    max_items integer DEFAULT 1, wait interval DEFAULT '00:00:00')
+RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
+              lease_until timestamp with time zone) LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_claim_key(queue text, key text, owner text, lease interval)
+RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
+              lease_until timestamp with time zone) LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_cancel(queue text, key text) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_retry(queue text, key text, run_at timestamp with time zone DEFAULT NULL)
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_reschedule(queue text, key text, run_at timestamp with time zone)
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_pause(queue text) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_resume(queue text) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_item(queue text, key text)
+RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
+              run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
+              epoch bigint, claimed_at timestamp with time zone, lease_until timestamp with time zone,
+              errors jsonb, result jsonb, created_at timestamp with time zone,
+              finished_at timestamp with time zone, payload jsonb, max_run interval)
+LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.queue_counters(queue text) RETURNS TABLE(refused bigint, lapsed bigint)
+LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_may(capability text, queue text) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+-- ---- calls that name an item by id ----
+
+CREATE FUNCTION workfence.work_renew(id bigint, owner text, epoch bigint, lease interval)
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.id_shard(id);
+$$;
+
+CREATE FUNCTION workfence.work_finish(id bigint, owner text, epoch bigint, result jsonb DEFAULT NULL)
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.id_shard(id);
+$$;
+
+CREATE FUNCTION workfence.work_release(id bigint, owner text, epoch bigint,
+    delay interval DEFAULT '00:00:00')
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.id_shard(id);
+$$;
+
+CREATE FUNCTION workfence.work_fail(id bigint, owner text, epoch bigint, error text,
+    retry_in interval DEFAULT NULL)
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.id_shard(id);
+$$;
+
+CREATE FUNCTION workfence.work_lease_status(id bigint, owner text, epoch bigint)
+RETURNS text LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.id_shard(id);
+$$;
+
+CREATE FUNCTION workfence.work_item(id bigint)
+RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
+              run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
+              epoch bigint, claimed_at timestamp with time zone, lease_until timestamp with time zone,
+              errors jsonb, result jsonb, created_at timestamp with time zone,
+              finished_at timestamp with time zone, payload jsonb, max_run interval)
+LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.id_shard(id);
+$$;
+
+-- work_assert: a call through the router is a transaction of its own on the
+-- shard, so the shard's work_assert would refuse a current token (25P01:
+-- its row lock would end with the call). Through the router the token is
+-- checked instead, on its item's shard, and 55000 raised as the shard
+-- raises it when it is not current; nothing is locked, so writes the
+-- caller makes afterwards are not fenced (docs/scaling.md).
+CREATE FUNCTION workfence.work_assert(id bigint, owner text, epoch bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $assert$
+DECLARE
+    status pg_catalog.text := workfence.work_lease_status(id, owner, epoch);
+BEGIN
+    IF status OPERATOR(pg_catalog.<>) 'current' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55000',
+            MESSAGE = pg_catalog.format(
+                'lease lost: item %s is not claimed under owner %s and epoch %s (%s)',
+                id, pg_catalog.to_json(owner), epoch, status),
+            DETAIL = 'Checked through a pg_workfence router: work_lease_status on the item''s shard says '
+                     OPERATOR(pg_catalog.||) status OPERATOR(pg_catalog.||) '.',
+            HINT = 'Roll back the job''s writes and stop the job under this token.';
+    END IF;
+END
+$assert$;
+
+-- work_finish_many: each pair goes to its item's shard (SPLIT), with its
+-- position in the arrays, and the rows come back in the arrays' order.
+-- Arguments the shard would refuse (a NULL, arrays of unequal length) go
+-- unsplit to shard 0, which raises exactly as without the router.
+CREATE FUNCTION workfence_router.finish_many_split(owner text, ids bigint[], epochs bigint[],
+    results jsonb[], positions bigint[])
+RETURNS TABLE(ord bigint, id bigint, finished boolean) LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    SPLIT ids, epochs, results, positions;
+    RUN ON workfence_router.id_shard(ids);
+    SELECT p.p AS ord, f.id AS id, f.finished AS finished
+      FROM pg_catalog.unnest(positions) WITH ORDINALITY AS p(p, n)
+      JOIN workfence.work_finish_many(owner, ids, epochs, results) WITH ORDINALITY AS f(id, finished, n)
+        ON f.n OPERATOR(pg_catalog.=) p.n;
+$$;
+
+CREATE FUNCTION workfence_router.finish_many_unsplit(owner text, ids bigint[], epochs bigint[],
+    results jsonb[])
+RETURNS TABLE(id bigint, finished boolean) LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON 0;
+    TARGET workfence.work_finish_many;
+$$;
+
+CREATE FUNCTION workfence.work_finish_many(owner text, ids bigint[], epochs bigint[],
+    results jsonb[] DEFAULT NULL)
+RETURNS TABLE(id bigint, finished boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $many$
+BEGIN
+    IF owner IS NULL OR ids IS NULL OR epochs IS NULL
+       OR pg_catalog.cardinality(ids) OPERATOR(pg_catalog.<>) pg_catalog.cardinality(epochs)
+       OR (results IS NOT NULL
+           AND pg_catalog.cardinality(results) OPERATOR(pg_catalog.<>) pg_catalog.cardinality(ids))
+       OR pg_catalog.array_position(ids, NULL) IS NOT NULL
+       OR pg_catalog.array_position(epochs, NULL) IS NOT NULL
+       OR pg_catalog.cardinality(ids) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN QUERY SELECT u.id, u.finished
+                       FROM workfence_router.finish_many_unsplit(owner, ids, epochs, results) AS u;
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT s.id, s.finished
+          FROM workfence_router.finish_many_split(
+                   owner, ids, epochs,
+                   COALESCE(results,
+                            pg_catalog.array_fill(NULL::jsonb,
+                                                  ARRAY[pg_catalog.cardinality(ids)])),
+                   ARRAY(SELECT pg_catalog.generate_series(1, pg_catalog.cardinality(ids))::bigint))
+               AS s
+         ORDER BY s.ord;
+END
+$many$;
+
+-- ---- calls on every shard ----
+
+CREATE FUNCTION workfence_router.purge_all(older_than interval) RETURNS SETOF bigint
+LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON ALL;
+    SELECT workfence.work_purge(older_than, NULL::text);
+$$;
+
+CREATE FUNCTION workfence_router.purge_one(older_than interval, queue text) RETURNS bigint
+LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+    SELECT workfence.work_purge(older_than, queue);
+$$;
+
+CREATE FUNCTION workfence.work_purge(older_than interval DEFAULT '7 days', queue text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $purge$
+BEGIN
+    IF queue IS NULL THEN
+        RETURN (SELECT COALESCE(pg_catalog.sum(n), 0)::bigint
+                  FROM workfence_router.purge_all(older_than) AS n);
+    END IF;
+    RETURN workfence_router.purge_one(older_than, queue);
+END
+$purge$;
+
+CREATE FUNCTION workfence_router.grant_all(capability text, queues text, role text)
+RETURNS SETOF boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON ALL;
+    SELECT workfence.work_grant(capability, queues, role);
+$$;
+
+CREATE FUNCTION workfence_router.revoke_all(capability text, queues text, role text)
+RETURNS SETOF boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON ALL;
+    SELECT workfence.work_revoke(capability, queues, role);
+$$;
+
+CREATE FUNCTION workfence_router.enforce_grants_all(enforced boolean)
+RETURNS SETOF boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON ALL;
+    SELECT workfence.work_enforce_grants(enforced);
+$$;
+
+-- True when any shard changed (a grant is new, existed, or the setting
+-- changed there).
+CREATE FUNCTION workfence.work_grant(capability text, queues text, role text) RETURNS boolean
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS
+$$ SELECT pg_catalog.bool_or(c) FROM workfence_router.grant_all(capability, queues, role) AS c $$;
+
+CREATE FUNCTION workfence.work_revoke(capability text, queues text, role text) RETURNS boolean
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS
+$$ SELECT pg_catalog.bool_or(c) FROM workfence_router.revoke_all(capability, queues, role) AS c $$;
+
+CREATE FUNCTION workfence.work_enforce_grants(enforced boolean) RETURNS boolean
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS
+$$ SELECT pg_catalog.bool_or(c) FROM workfence_router.enforce_grants_all(enforced) AS c $$;
+
+-- Every shard's rows of work_queue_stats (a queue lives on one shard).
+CREATE FUNCTION workfence_router.queue_stats()
+RETURNS TABLE(queue text, pending bigint, scheduled bigint, claimed bigint, expired bigint,
+              done bigint, failed bigint, cancelled bigint, oldest_due_age interval,
+              paused boolean, refused bigint, lapsed bigint)
+LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON ALL;
+    SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
+           s.oldest_due_age, s.paused, s.refused, s.lapsed
+      FROM workfence.work_queue_stats AS s;
+$$;
+
+CREATE VIEW workfence.work_queue_stats AS
+SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
+       s.oldest_due_age, s.paused, s.refused, s.lapsed
+  FROM workfence_router.queue_stats() AS s;
+COMMENT ON VIEW workfence.work_queue_stats IS
+    'Every shard''s work_queue_stats, as the calling role may read them there (one row per queue: '
+    'a queue lives on one shard).';
+
+-- The queue grants of every shard: one row per grant (role, capability,
+-- queues), with the latest time any shard recorded it. Grants made through
+-- the router are on every shard; one made on a shard directly shows too.
+CREATE FUNCTION workfence_router.queue_grants()
+RETURNS TABLE(role name, capability text, queues text, granted_at timestamp with time zone)
+LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON ALL;
+    SELECT g.role, g.capability, g.queues, g.granted_at FROM workfence.work_queue_grants AS g;
+$$;
+
+CREATE VIEW workfence.work_queue_grants AS
+SELECT g.role, g.capability, g.queues, pg_catalog.max(g.granted_at) AS granted_at
+  FROM workfence_router.queue_grants() AS g
+ GROUP BY g.role, g.capability, g.queues;
+COMMENT ON VIEW workfence.work_queue_grants IS
+    'Every shard''s queue grants, one row per grant (the latest granted_at of any shard); '
+    'not readable by PUBLIC, as on the shards.';
+
+-- ---- which shard is which ----
+
+-- The shard number shard `part` (the foreign server's option p<part>)
+-- stamps on its item ids, from its sequence: it must be `part` itself.
+CREATE FUNCTION workfence_router.shard_number(part integer) RETURNS bigint LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON part;
+    SELECT (s.last_value OPERATOR(pg_catalog.>>) 48) FROM workfence.items_id_seq AS s;
+$$;
+COMMENT ON FUNCTION workfence_router.shard_number(integer) IS
+    'The shard number shard p<part> stamps on its item ids (its items_id_seq position >> 48); for a '
+    'superuser''s check that every shard was set up with its own number.';
+
+-- ---- what each function is ----
+
+-- Each has the extension's arguments, defaults, result and errors (SQLSTATE,
+-- message, detail and hint come back from the shard, the message prefixed
+-- by PL/Proxy with the function and shard); docs/contract.md describes them.
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamp with time zone, integer, integer, interval) IS
+    'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it returns carries the shard number (id >> 48).';
+COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
+    'Router: runs work_claim on the queue''s shard; a long poll (wait) waits there.';
+COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
+    'Router: runs work_claim_key on the queue''s shard.';
+COMMENT ON FUNCTION workfence.work_cancel(text, text) IS 'Router: runs work_cancel on the queue''s shard.';
+COMMENT ON FUNCTION workfence.work_retry(text, text, timestamp with time zone) IS
+    'Router: runs work_retry on the queue''s shard.';
+COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamp with time zone) IS
+    'Router: runs work_reschedule on the queue''s shard.';
+COMMENT ON FUNCTION workfence.work_pause(text) IS 'Router: runs work_pause on the queue''s shard.';
+COMMENT ON FUNCTION workfence.work_resume(text) IS 'Router: runs work_resume on the queue''s shard.';
+COMMENT ON FUNCTION workfence.work_item(text, text) IS 'Router: runs work_item(queue, key) on the queue''s shard.';
+COMMENT ON FUNCTION workfence.queue_counters(text) IS 'Router: runs queue_counters on the queue''s shard.';
+COMMENT ON FUNCTION workfence.work_may(text, text) IS
+    'Router: runs work_may on the queue''s shard, where the calling role''s queue grants are.';
+COMMENT ON FUNCTION workfence.work_renew(bigint, text, bigint, interval) IS
+    'Router: runs work_renew on the item''s shard (id >> 48).';
+COMMENT ON FUNCTION workfence.work_finish(bigint, text, bigint, jsonb) IS
+    'Router: runs work_finish on the item''s shard (id >> 48), as a transaction of its own there.';
+COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
+    'Router: runs work_release on the item''s shard (id >> 48).';
+COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
+    'Router: runs work_fail on the item''s shard (id >> 48).';
+COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
+    'Router: runs work_lease_status on the item''s shard (id >> 48).';
+COMMENT ON FUNCTION workfence.work_item(bigint) IS 'Router: runs work_item(id) on the item''s shard (id >> 48).';
+COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
+    'Router: checks the token on the item''s shard (work_lease_status) and raises 55000 (lease lost) unless '
+    'it is current. Unlike the extension''s, it locks nothing in the caller''s transaction: a write made '
+    'after it is not fenced (docs/scaling.md).';
+COMMENT ON FUNCTION workfence.work_finish_many(text, bigint[], bigint[], jsonb[]) IS
+    'Router: sends each (id, epoch, result) to its item''s shard and returns the rows in the arrays'' order; '
+    'arguments the extension refuses go to shard 0, which raises as the extension does.';
+COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
+    'Router: runs work_purge on the queue''s shard, or on every shard (the sum) when queue is NULL.';
+COMMENT ON FUNCTION workfence.work_grant(text, text, text) IS
+    'Router: runs work_grant on every shard; true when any shard changed.';
+COMMENT ON FUNCTION workfence.work_revoke(text, text, text) IS
+    'Router: runs work_revoke on every shard; true when any shard changed.';
+COMMENT ON FUNCTION workfence.work_enforce_grants(boolean) IS
+    'Router: runs work_enforce_grants on every shard; true when any shard changed.';
+
+-- Nothing is callable by PUBLIC but what the helpers need: grant the
+-- functions of schema workfence as docs/operations.md says for the shards.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence_router FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.work_queue_stats, workfence.work_queue_grants FROM PUBLIC;
+REVOKE ALL ON SCHEMA workfence FROM PUBLIC;
+GRANT USAGE ON SCHEMA workfence_router TO PUBLIC;
+GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_shard(text),
+    workfence_router.id_shard(bigint), workfence_router.finish_many_split(text, bigint[], bigint[], jsonb[], bigint[]),
+    workfence_router.finish_many_unsplit(text, bigint[], bigint[], jsonb[]),
+    workfence_router.purge_all(interval), workfence_router.purge_one(interval, text),
+    workfence_router.grant_all(text, text, text), workfence_router.revoke_all(text, text, text),
+    workfence_router.enforce_grants_all(boolean), workfence_router.queue_stats(),
+    workfence_router.queue_grants()
+  TO PUBLIC;
+GRANT EXECUTE ON FUNCTION workfence.work_may(text, text) TO PUBLIC;
