@@ -16,6 +16,11 @@
 //! functions refuse them (false, zero rows), except `work_assert`, which
 //! raises 55000. Those are checked the same way.
 //!
+//! Both tables run twice: on a database with the extension, and through a
+//! PL/Proxy router in front of four shards (`router/install.sql`,
+//! docs/scaling.md), where every error must come back as the shard raised
+//! it and nothing may change on any shard.
+//!
 //! Needs the extension installed (scripts/test.sh does that first).
 
 mod common;
@@ -520,8 +525,54 @@ fn fixture(client: &mut Client) -> Fixture {
 
 #[test]
 fn every_bad_argument_of_every_function_is_rejected_and_changes_nothing() {
-    let (_cluster, mut client) = common::own_cluster_with_database("bad_input");
-    let fixture = fixture(&mut client);
+    let (cluster, mut client) = common::own_cluster_with_database("bad_input");
+    let mut observer = ok(cluster.connect_to("bad_input"), "connecting the observer");
+    let cases = every_bad_argument(&mut client, Target::Direct, &mut || {
+        common::snapshot(&mut observer)
+    });
+    println!("bad_input: {cases}");
+}
+
+/// The same table through a PL/Proxy router in front of four shards
+/// (docs/scaling.md): every bad call fails with the SQLSTATE, the message
+/// naming the argument, the hint and the detail the shard raised (PL/Proxy
+/// passes them on, prefixed), and changes nothing on any shard.
+#[test]
+fn every_bad_argument_is_rejected_the_same_through_the_router() {
+    let cluster = common::own_cluster();
+    let router = common::router(&cluster, "bad_input");
+    let mut client = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+    let cases = every_bad_argument(&mut client, Target::Router, &mut || {
+        common::shards_snapshot(&mut shards)
+    });
+    println!("bad_input through the router: {cases}");
+}
+
+/// Where a test's calls go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// The database with the extension.
+    Direct,
+    /// A router database (PL/Proxy) in front of shards with the extension.
+    Router,
+}
+
+/// Runs every bad call of the table on `client`, checking each error and
+/// that `snapshot` (of everything a call could change) stays the same; a
+/// summary of what ran. Directly, the valid call of each function is run
+/// first in a rolled-back transaction, so every error is known to come from
+/// its one bad value; through a router that cannot be (each shard call
+/// commits on its own), and the direct run has shown it for the same table.
+fn every_bad_argument(
+    client: &mut Client,
+    target: Target,
+    snapshot: &mut dyn FnMut() -> String,
+) -> String {
+    let fixture = fixture(client);
     let functions = functions(&fixture);
 
     let mut cases = 0;
@@ -529,19 +580,21 @@ fn every_bad_argument_of_every_function_is_rejected_and_changes_nothing() {
         let sql = call_sql(function);
         let valid: Vec<Option<String>> = function.args.iter().map(|a| a.valid.clone()).collect();
 
-        // The valid call succeeds (rolled back, so it changes nothing).
-        let mut tx = ok(client.transaction(), "BEGIN");
-        let params: Vec<&(dyn postgres::types::ToSql + Sync)> = valid
-            .iter()
-            .map(|v| v as &(dyn postgres::types::ToSql + Sync))
-            .collect();
-        if let Err(err) = tx.query_one(&sql, &params) {
-            panic!("{}: the valid call failed: {err}", function.name);
+        if target == Target::Direct {
+            // The valid call succeeds (rolled back, so it changes nothing).
+            let mut tx = ok(client.transaction(), "BEGIN");
+            let params: Vec<&(dyn postgres::types::ToSql + Sync)> = valid
+                .iter()
+                .map(|v| v as &(dyn postgres::types::ToSql + Sync))
+                .collect();
+            if let Err(err) = tx.query_one(&sql, &params) {
+                panic!("{}: the valid call failed: {err}", function.name);
+            }
+            ok(tx.rollback(), "ROLLBACK");
         }
-        ok(tx.rollback(), "ROLLBACK");
         // After the valid call: a rolled-back INSERT still draws from
         // items_id_seq (sequences are not transactional).
-        let before = common::snapshot(&mut client);
+        let before = snapshot();
 
         for (position, argument) in function.args.iter().enumerate() {
             for bad in &argument.bad {
@@ -549,7 +602,7 @@ fn every_bad_argument_of_every_function_is_rejected_and_changes_nothing() {
                 let mut values = valid.clone();
                 values[position] = bad.value.clone();
                 let what = format!("{}({} = {:?})", function.name, argument.name, bad.value);
-                let err = match call(&mut client, &sql, &values) {
+                let err = match call(client, &sql, &values) {
                     Ok(rows) => panic!("{what} was accepted ({rows} rows)"),
                     Err(err) => err,
                 };
@@ -565,25 +618,42 @@ fn every_bad_argument_of_every_function_is_rejected_and_changes_nothing() {
                 if bad.sqlstate == "22023" {
                     assert!(db.detail().is_some(), "{what}: no DETAIL");
                 }
-                assert_eq!(
-                    common::snapshot(&mut client),
-                    before,
-                    "{what} changed something"
-                );
+                assert_eq!(snapshot(), before, "{what} changed something");
             }
         }
     }
-    println!(
-        "bad_input: {cases} bad calls over {} functions rejected",
-        functions.len()
-    );
     assert!(cases >= 100, "only {cases} cases: the table lost its rows");
+    format!(
+        "{cases} bad calls over {} functions rejected",
+        functions.len()
+    )
 }
 
 #[test]
 fn tokens_that_are_not_current_are_refused_and_change_nothing() {
-    let (_cluster, mut client) = common::own_cluster_with_database("not_current");
-    let f = fixture(&mut client);
+    let (cluster, mut client) = common::own_cluster_with_database("not_current");
+    let mut observer = ok(cluster.connect_to("not_current"), "connecting the observer");
+    tokens_that_are_not_current(&mut client, &mut || common::snapshot(&mut observer));
+}
+
+/// The same through a PL/Proxy router in front of four shards: the shards
+/// refuse, the router's work_assert raises 55000 as the shard's would.
+#[test]
+fn tokens_that_are_not_current_are_refused_through_the_router() {
+    let cluster = common::own_cluster();
+    let router = common::router(&cluster, "not_current");
+    let mut client = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+    tokens_that_are_not_current(&mut client, &mut || common::shards_snapshot(&mut shards));
+}
+
+/// Every call with a token that is not current, and every claim of what is
+/// not claimable, on `client`: refused, and `snapshot` unchanged.
+fn tokens_that_are_not_current(client: &mut Client, snapshot: &mut dyn FnMut() -> String) {
+    let f = fixture(client);
     let unknown = f.a_id.max(f.b_id).max(f.done_id).max(f.cancelled_id) + 1000;
     // (what, id, owner, epoch): none of them is a current token.
     let tokens: Vec<(&str, i64, &str, i64)> = vec![
@@ -604,7 +674,7 @@ fn tokens_that_are_not_current_are_refused_and_change_nothing() {
         "SELECT workfence.work_finish($1, $2, $3)",
         "SELECT finished FROM workfence.work_finish_many($2, ARRAY[$1::bigint], ARRAY[$3::bigint])",
     ];
-    let before = common::snapshot(&mut client);
+    let before = snapshot();
     for (what, id, owner, epoch) in &tokens {
         for sql in refusals {
             let accepted: bool = ok(client.query_one(sql, &[id, owner, epoch]), sql).get(0);
@@ -633,11 +703,7 @@ fn tokens_that_are_not_current_are_refused_and_change_nothing() {
             db.detail().is_some() && db.hint().is_some(),
             "{what}: {db:?}"
         );
-        assert_eq!(
-            common::snapshot(&mut client),
-            before,
-            "a token with {what} changed something"
-        );
+        assert_eq!(snapshot(), before, "a token with {what} changed something");
     }
     // Claims of what is not claimable return nothing and change nothing.
     for (sql, what) in [
@@ -671,9 +737,5 @@ fn tokens_that_are_not_current_are_refused_and_change_nothing() {
     )
     .get(0);
     assert!(!cancels, "a finished item cannot be cancelled");
-    assert_eq!(
-        common::snapshot(&mut client),
-        before,
-        "refused claims changed something"
-    );
+    assert_eq!(snapshot(), before, "refused claims changed something");
 }

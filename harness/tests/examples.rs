@@ -18,6 +18,11 @@
 //! loss of exactly that (id, epoch) within seconds, settles nothing for it
 //! (the item stays the test's, with no business row), and goes on serving.
 //!
+//! The 200-item run is repeated with the workers pointed at a PL/Proxy router
+//! in front of four shards (docs/scaling.md), the business table in the
+//! router's database; the lease-lost run is not (a LISTEN on the router
+//! hears nothing: notifications are the shards').
+//!
 //! The workers take their settings from the environment (see
 //! `examples/README.md`); their install scripts run from `scripts/setup.sh`.
 //! Needs the extension installed (`scripts/test.sh`).
@@ -291,16 +296,36 @@ fn wait_until(
     }
 }
 
-/// The 200-item run of one language's worker (see the top of this file).
+/// The 200-item run of one language's worker (see the top of this file),
+/// on one database.
 fn run_example(lang: &str, program: &Path, args: &[&str]) {
+    run_example_on(lang, program, args, false);
+}
+
+/// The 200-item run of one language's worker pointed at a PL/Proxy router
+/// in front of four shards (docs/scaling.md): `WORKFENCE_DSN` names the
+/// router database, which also holds the business table; the test reads
+/// the items through the harness's test view of every shard. What the
+/// workers cannot do there is hear `work_lease_lost` (a notification of the
+/// shard), so the lease-lost runs are not repeated through a router.
+fn run_example_through_the_router(lang: &str, program: &Path, args: &[&str]) {
+    run_example_on(lang, program, args, true);
+}
+
+fn run_example_on(lang: &str, program: &Path, args: &[&str], through_a_router: bool) {
     assert!(
         program.exists(),
         "{} is missing: run examples/{lang}/install.sh (scripts/setup.sh does)",
         program.display()
     );
     let cluster = common::shared_cluster();
-    let db = format!("examples_{lang}");
-    ok(cluster.create_database(&db), "creating the database");
+    let db = if through_a_router {
+        common::router(&cluster, &format!("examples_{lang}_router")).database
+    } else {
+        let db = format!("examples_{lang}");
+        ok(cluster.create_database(&db), "creating the database");
+        db
+    };
     let mut c = ok(cluster.connect_to(&db), "connecting");
     ok(
         c.batch_execute(&format!(
@@ -476,8 +501,13 @@ fn run_example(lang: &str, program: &Path, args: &[&str]) {
         .filter(|l| l.contains("refused"))
         .count();
     println!(
-        "examples: {lang}: {ITEMS} items by two copies sharing owner {OWNER:?} in {took:.1?}; \
+        "examples: {lang}{}: {ITEMS} items by two copies sharing owner {OWNER:?} in {took:.1?}; \
          A released {} on SIGTERM (finished by B), {} refusal lines, states {states:?}",
+        if through_a_router {
+            " through the router"
+        } else {
+            ""
+        },
         released.len(),
         refusals
     );
@@ -695,6 +725,39 @@ fn rust_worker() {
 #[test]
 fn bash_worker() {
     run_example("bash", Path::new("/bin/bash"), &["examples/bash/worker.sh"]);
+}
+
+/// The 200-item run of the Python worker, through a router.
+#[test]
+fn python_worker_through_the_router() {
+    let root = repo_root();
+    run_example_through_the_router(
+        "python",
+        &root.join("examples/python/.venv/bin/python"),
+        &["examples/python/worker.py"],
+    );
+}
+
+/// The 200-item run of the Node.js worker, through a router.
+#[test]
+fn node_worker_through_the_router() {
+    run_example_through_the_router(
+        "node",
+        Path::new("/usr/bin/node"),
+        &["examples/node/worker.js"],
+    );
+}
+
+/// The 200-item run of the Rust worker, through a router.
+#[test]
+fn rust_worker_through_the_router() {
+    run_example_through_the_router("rust", &release_dir().join("workfence-example-worker"), &[]);
+}
+
+/// The 200-item run of the bash worker, through a router.
+#[test]
+fn bash_worker_through_the_router() {
+    run_example_through_the_router("bash", Path::new("/bin/bash"), &["examples/bash/worker.sh"]);
 }
 
 /// The Python worker stops a job on `work_lease_lost` naming its token.

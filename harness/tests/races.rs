@@ -26,6 +26,10 @@
 //! 8. `work_assert` in the worker's own transaction: a stale worker's writes
 //!    never commit; a current worker's writes and finish commit together.
 //!
+//! Through a PL/Proxy router in front of four shards (docs/scaling.md):
+//! scenario 1; scenario 4 with both calls held at the shard's table lock
+//! until they race; and batch claims from queues on four shards at once.
+//!
 //! Needs the extension installed into PostgreSQL 15 (`scripts/test.sh`).
 
 mod common;
@@ -39,6 +43,7 @@ use postgres::error::DbError;
 use postgres::{Client, GenericClient};
 use serde_json::{json, Value};
 use workfence_harness::calls::{self, Enqueue, Token};
+use workfence_harness::router::Router;
 use workfence_harness::scenario::wait_for_lease_lapse;
 use workfence_harness::{Claim, Cluster};
 
@@ -61,25 +66,54 @@ fn cluster() -> Arc<Cluster> {
     common::shared_cluster()
 }
 
-/// One test's database on the shared cluster.
+/// One test's database on the shared cluster, or its router.
 struct Db {
     cluster: Arc<Cluster>,
-    name: &'static str,
+    name: String,
+    /// With a router: the router (`name` is its database).
+    router: Option<Router>,
 }
 
 impl Db {
     /// Creates database `name` with the extension.
-    fn new(name: &'static str) -> Db {
+    fn new(name: &str) -> Db {
         let cluster = cluster();
         ok(cluster.create_database(name), "creating the test database");
-        Db { cluster, name }
+        Db {
+            cluster,
+            name: name.to_owned(),
+            router: None,
+        }
+    }
+
+    /// Creates a PL/Proxy router `name` in front of four shards
+    /// (docs/scaling.md); connections go to the router, and its test view
+    /// `workfence.items` shows every shard's items.
+    fn router(name: &str) -> Db {
+        let cluster = cluster();
+        let router = common::router(&cluster, name);
+        Db {
+            cluster,
+            name: router.database.clone(),
+            router: Some(router),
+        }
+    }
+
+    /// The DETAIL of 55000 for a superseded token: the shard's, or through a
+    /// router, the router's work_assert's (a check on the shard).
+    fn superseded_detail(&self) -> &'static str {
+        if self.router.is_some() {
+            "Checked through a pg_workfence router: work_lease_status on the item's shard says superseded."
+        } else {
+            SUPERSEDED
+        }
     }
 
     /// A new connection (a backend of its own). A statement that hangs, say a
     /// claim that waited on a lock instead of skipping it, fails the test
     /// after 30 s instead of hanging it.
     fn connect(&self) -> Client {
-        let mut client = ok(self.cluster.connect_to(self.name), "connecting");
+        let mut client = ok(self.cluster.connect_to(&self.name), "connecting");
         client
             .batch_execute("SET statement_timeout = '30s'")
             .expect("setting statement_timeout");
@@ -242,9 +276,18 @@ fn sole_winner(results: &[Option<Claim>]) -> usize {
 /// Scenario 1. Three schedulers, one owner name, one firing key.
 #[test]
 fn three_schedulers_race_for_one_firing() {
+    three_schedulers(Db::new("race_three_schedulers"));
+}
+
+/// Scenario 1 through a router: the three claims race on the key's shard.
+#[test]
+fn three_schedulers_race_for_one_firing_through_the_router() {
+    three_schedulers(Db::router("race_three_router"));
+}
+
+fn three_schedulers(db: Db) {
     const KEY: &str = "daily-report@09:00";
     const OWNER: &str = "scheduler";
-    let db = Db::new("race_three_schedulers");
     let mut observer = db.connect();
     let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(KEY));
     let mut clients: Vec<Client> = (0..3).map(|_| db.connect()).collect();
@@ -294,7 +337,7 @@ fn three_schedulers_race_for_one_firing() {
         "stale release"
     );
     assert_eq!(item(&mut observer, id), before);
-    assert_lease_lost(&first, &mut first_client, SUPERSEDED);
+    assert_lease_lost(&first, &mut first_client, db.superseded_detail());
 
     // The second winner finishes; the firing was dispatched once, by it.
     assert!(calls::finish(&mut clients[w2], &second, Some(&by("second"))).expect("work_finish"));
@@ -1185,4 +1228,188 @@ fn work_assert_lock_holds_off_a_claim_of_the_lapsed_lease() {
     assert_eq!(done.state, "done");
     assert_eq!((done.epoch, done.attempts), (Some(held.epoch), 1));
     assert_eq!(done.result, Some(json!({"by": "A"})));
+}
+
+/// Scenario 4 through a router, both calls in flight at once: the old
+/// token's finish and a re-claim of its lapsed lease are sent through the
+/// router together while the test holds the item table of their shard
+/// (`LOCK TABLE ... IN EXCLUSIVE MODE`, which lets neither the claim's row
+/// lock nor the finish's update through); once both wait on the test's
+/// lock (`pg_blocking_pids` on the shard), the lock goes and they race for
+/// the row. Whichever gets it, exactly one wins: the finish (the item done
+/// under the old epoch, the claim empty) or the claim (a newer epoch, the
+/// finish refused and the old token dead). A router call is one autocommit
+/// statement on the shard, so this is the race of two direct calls.
+#[test]
+fn finish_and_reclaim_of_a_lapsed_lease_never_both_win_through_the_router() {
+    const OWNER: &str = "billing";
+    const ROUNDS: usize = 6;
+    let db = Db::router("race_finish_router");
+    let router = db.router.as_ref().expect("a router");
+    let mut observer = db.connect();
+    let shard = &router.shards[ok(
+        router.shard_of_queue(&mut observer, QUEUE),
+        "the queue's shard",
+    )];
+    let mut holder = ok(db.cluster.connect_to(shard), "connecting to the shard");
+    let holder_pid = common::backend_pid(&mut holder);
+    let mut shard_observer = ok(db.cluster.connect_to(shard), "connecting to the shard");
+    let (mut a, mut b) = (db.connect(), db.connect());
+    let (mut finish_won, mut claim_won) = (0, 0);
+    for round in 0..ROUNDS {
+        let key = format!("invoice-{round}");
+        let id = enqueue_new(&mut observer, &Enqueue::new(QUEUE).key(&key));
+        let old = calls::claim_key(&mut a, QUEUE, &key, OWNER, SHORT)
+            .expect("work_claim_key")
+            .expect("A's claim returned no row")
+            .token(OWNER);
+        wait_for_lapse(&mut observer, id);
+
+        let mut tx = ok(holder.transaction(), "BEGIN (holder)");
+        ok(
+            tx.batch_execute("LOCK TABLE workfence.items IN EXCLUSIVE MODE"),
+            "locking the shard's items",
+        );
+        let (finished, reclaim) = thread::scope(|s| {
+            let finisher = s.spawn(|| calls::finish(&mut a, &old, Some(&by("A"))));
+            let claimer = s.spawn(|| calls::claim_key(&mut b, QUEUE, &key, OWNER, LONG));
+            common::poll_until(
+                &mut shard_observer,
+                "SELECT count(*) = 2 FROM pg_catalog.pg_stat_activity AS a
+                  WHERE $1 = ANY (pg_catalog.pg_blocking_pids(a.pid))",
+                &[&holder_pid],
+                "the finish and the claim both waiting on the shard",
+            );
+            ok(tx.commit(), "COMMIT (holder)");
+            (
+                finisher
+                    .join()
+                    .expect("A's thread panicked")
+                    .expect("work_finish"),
+                claimer
+                    .join()
+                    .expect("B's thread panicked")
+                    .expect("work_claim_key"),
+            )
+        });
+        let row = item(&mut observer, id);
+        match (finished, reclaim) {
+            (true, None) => {
+                finish_won += 1;
+                assert_eq!(row.state, "done", "round {round}");
+                assert_eq!((row.epoch, row.attempts), (Some(old.epoch), 1));
+            }
+            (false, Some(new)) => {
+                claim_won += 1;
+                assert!(
+                    new.epoch > old.epoch,
+                    "round {round}: {new:?} after {old:?}"
+                );
+                assert_eq!(row.state, "claimed", "round {round}");
+                assert_eq!((row.epoch, row.attempts), (Some(new.epoch), 2));
+                assert_eq!(row.result, None);
+                assert_lease_lost(&old, &mut a, db.superseded_detail());
+                assert!(
+                    calls::finish(&mut b, &new.token(OWNER), Some(&by("B"))).expect("work_finish")
+                );
+            }
+            other => {
+                panic!("round {round}: the finish and the claim both won or both lost: {other:?}")
+            }
+        }
+    }
+    println!(
+        "races through the router: {ROUNDS} rounds of finish against re-claim, \
+         the finish won {finish_won}, the claim won {claim_won}, never both"
+    );
+}
+
+/// Workers claiming in batches through a router, all at once (a barrier),
+/// from queues on different shards: every item is handed to exactly one of
+/// them, and `work_finish_many` through the router (each pair sent to its
+/// item's shard) finishes each once.
+#[test]
+fn batch_claims_through_the_router_hand_each_item_to_one_worker() {
+    const WORKERS: usize = 4;
+    // One queue on each of the four shards (hashtext(queue) & 3: 2, 1, 0, 3).
+    const QUEUES: [&str; 4] = ["mail", "email", "sms", "payments"];
+    const PER_QUEUE: i64 = 40;
+    let db = Db::router("race_batches_router");
+    let router = db.router.as_ref().expect("a router");
+    let mut observer = db.connect();
+    let mut shards_used = std::collections::BTreeSet::new();
+    for queue in QUEUES {
+        shards_used.insert(ok(router.shard_of_queue(&mut observer, queue), "shard"));
+        ok(
+            observer.execute(
+                "SELECT count(*) FROM pg_catalog.generate_series(1, $2::bigint) AS n,
+                        LATERAL workfence.work_enqueue($1, pg_catalog.jsonb_build_object('n', n))",
+                &[&queue, &PER_QUEUE],
+            ),
+            "enqueueing",
+        );
+    }
+    assert!(
+        shards_used.len() > 1,
+        "the queues must live on several shards"
+    );
+    let barrier = Barrier::new(WORKERS);
+    let taken: Vec<Vec<(i64, i64)>> = thread::scope(|s| {
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let (barrier, db) = (&barrier, &db);
+                s.spawn(move || {
+                    let mut c = db.connect();
+                    let mut mine = Vec::new();
+                    barrier.wait();
+                    loop {
+                        let mut round = Vec::new();
+                        // Each worker starts at another queue.
+                        for q in 0..QUEUES.len() {
+                            let queue = QUEUES[(q + w) % QUEUES.len()];
+                            round.extend(
+                                calls::claim(&mut c, queue, "w", LONG, Some(5), None)
+                                    .expect("work_claim"),
+                            );
+                        }
+                        if round.is_empty() {
+                            return mine;
+                        }
+                        let ids: Vec<i64> = round.iter().map(|c| c.id).collect();
+                        let epochs: Vec<i64> = round.iter().map(|c| c.epoch).collect();
+                        let finished = calls::finish_many(&mut c, "w", &ids, &epochs, None)
+                            .expect("finish_many");
+                        let expected: Vec<(i64, bool)> = ids.iter().map(|&id| (id, true)).collect();
+                        assert_eq!(finished, expected, "finish_many through the router");
+                        mine.extend(ids.into_iter().zip(epochs));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a worker panicked"))
+            .collect()
+    });
+    let all: Vec<i64> = taken.iter().flatten().map(|&(id, _)| id).collect();
+    let distinct: std::collections::BTreeSet<i64> = all.iter().copied().collect();
+    let total = PER_QUEUE * QUEUES.len() as i64;
+    assert_eq!(
+        all.len(),
+        distinct.len(),
+        "an item was handed to two workers"
+    );
+    assert_eq!(all.len() as i64, total, "every item claimed once");
+    let done: i64 = common::scalar(
+        &mut observer,
+        "SELECT count(*) FROM workfence.items WHERE state = 'done' AND attempts = 1",
+        &[],
+    );
+    assert_eq!(done, total);
+    println!(
+        "races through the router: {total} items over {} shards claimed by {WORKERS} workers \
+         at once ({:?} each), none twice",
+        shards_used.len(),
+        taken.iter().map(Vec::len).collect::<Vec<_>>()
+    );
 }

@@ -6,6 +6,10 @@
 //! on the server's clock (`pg_sleep_until(lease_until)`), never with a client
 //! sleep.
 //!
+//! Each test runs twice: on one database, and through a PL/Proxy router in
+//! front of four shards (docs/scaling.md), the workers connected to the
+//! router.
+//!
 //! Needs the extension installed into PostgreSQL 15: `scripts/test.sh` does
 //! that and then runs these tests (`cargo test -p workfence_harness`).
 
@@ -33,6 +37,21 @@ fn setup(cluster: &Cluster, database: &str) -> (postgres::Client, Worker, Worker
         cluster.create_database(database),
         "creating the test database",
     );
+    workers(cluster, database)
+}
+
+/// A PL/Proxy router in front of four shards (docs/scaling.md), and workers
+/// A and B (same owner) connected to the router: every call they make is
+/// routed to a shard. The scheduler is connected to the router too; what it
+/// reads of `workfence.items` is every shard's table (the harness's test
+/// view).
+fn setup_router(cluster: &Cluster, database: &str) -> (postgres::Client, Worker, Worker) {
+    let router = common::router(cluster, database);
+    workers(cluster, &router.database)
+}
+
+/// A scheduler connection and workers A and B, all to `database`.
+fn workers(cluster: &Cluster, database: &str) -> (postgres::Client, Worker, Worker) {
     let scheduler = ok(cluster.connect_to(database), "connecting");
     let conninfo = cluster.connection_string(database);
     let a = ok(
@@ -56,7 +75,18 @@ fn claimed(claim: Option<Claim>, who: &str) -> Claim {
 #[test]
 fn stale_worker_is_fenced_after_its_lease_lapses() {
     let cluster = cluster();
-    let (mut scheduler, mut a, mut b) = setup(&cluster, "seed_lapsed_lease");
+    stale_worker_is_fenced(setup(&cluster, "seed_lapsed_lease"));
+}
+
+/// The scenario through a router: A's claim, B's re-claim and A's refused
+/// calls are each routed to the item's shard.
+#[test]
+fn stale_worker_is_fenced_through_the_router() {
+    let cluster = cluster();
+    stale_worker_is_fenced(setup_router(&cluster, "seed_lapsed_router"));
+}
+
+fn stale_worker_is_fenced((mut scheduler, mut a, mut b): (postgres::Client, Worker, Worker)) {
     let payload = json!({"routine": "daily-report", "scheduled_for": "2026-11-30T09:00Z"});
     let item = ok(
         scenario::enqueue(&mut scheduler, QUEUE, KEY, &payload),
@@ -140,7 +170,16 @@ fn stale_worker_is_fenced_after_its_lease_lapses() {
 #[test]
 fn live_lease_blocks_a_second_claim_with_the_same_owner() {
     let cluster = cluster();
-    let (mut scheduler, mut a, mut b) = setup(&cluster, "seed_live_lease");
+    live_lease_blocks(setup(&cluster, "seed_live_lease"));
+}
+
+#[test]
+fn live_lease_blocks_a_second_claim_through_the_router() {
+    let cluster = cluster();
+    live_lease_blocks(setup_router(&cluster, "seed_live_router"));
+}
+
+fn live_lease_blocks((mut scheduler, mut a, mut b): (postgres::Client, Worker, Worker)) {
     let item = ok(
         scenario::enqueue(&mut scheduler, QUEUE, KEY, &json!({})),
         "enqueue",
