@@ -184,6 +184,8 @@ sql app "ALTER EXTENSION pg_workfence UPDATE" >/dev/null
 [ "$(sql app "SELECT extversion FROM pg_extension WHERE extname = 'pg_workfence'")" = "$version" ] \
     || fail "ALTER EXTENSION UPDATE did not reach $version"
 finish_and_check app "$id" "$epoch"
+cmp -s router/install.sql "$("$PG15_CONFIG" --sharedir)/contrib/pg_workfence_router.sql" \
+    || fail "the .deb does not carry router/install.sql as contrib/pg_workfence_router.sql"
 notices=/usr/share/doc/postgresql-15-pg-workfence/THIRD-PARTY-NOTICES.gz
 zgrep -q '^pgrx [0-9.]*: MIT$' "$notices" \
     || fail "$notices does not list pgrx, which the library links"
@@ -211,6 +213,8 @@ unpacked="$work/pg_workfence-$version-pg18-linux-amd64"
 if "$unpacked/install.sh" --pg-config "$PG15_CONFIG" >/dev/null 2>&1; then
     fail "install.sh accepted PostgreSQL 15's pg_config for a PostgreSQL 18 build"
 fi
+cmp -s router/install.sql "$unpacked/router/install.sql" \
+    || fail "the tarball does not carry router/install.sql"
 grep -q '^pgrx [0-9.]*: MIT$' "$unpacked/THIRD-PARTY-NOTICES.txt" \
     || fail "the tarball's THIRD-PARTY-NOTICES.txt does not list pgrx"
 "$unpacked/install.sh" --pg-config "$PG18_CONFIG"

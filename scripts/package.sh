@@ -2,10 +2,12 @@
 # Build the release artefacts of pg_workfence, one per PostgreSQL major:
 #   target/packages/postgresql-15-pg-workfence_<version>_amd64.deb
 #       Debian's layout (/usr/lib/postgresql/15/lib, /usr/share/postgresql/15/
-#       extension), Depends: postgresql-15, a copyright file, md5sums; install
+#       extension; the router's script as contrib/pg_workfence_router.sql),
+#       Depends: postgresql-15, a copyright file, md5sums; install
 #       with dpkg -i, remove with dpkg -r postgresql-15-pg-workfence.
 #   target/packages/pg_workfence-<version>-pg18-linux-amd64.tar.gz
-#       the `cargo pgrx package` files for PostgreSQL 18 (lib/, extension/)
+#       the `cargo pgrx package` files for PostgreSQL 18 (lib/, extension/,
+#       and router/install.sql)
 #       with an install.sh that copies them into any PostgreSQL 18's
 #       pg_config directories (--pg-config PATH; --uninstall removes them).
 #
@@ -87,6 +89,12 @@ build_deb() {
     # The newest glibc symbol version the library needs is its libc6 floor.
     glibc="$(objdump -T "$lib" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)"
     install -D -m 0644 "$ROOT/packaging/copyright" "$pkg/usr/share/doc/$name/copyright"
+    # The PL/Proxy router's install script (docs/scaling.md, from 0.8.0),
+    # where Debian's PostgreSQL keeps SQL scripts that are not extensions.
+    if [ -f "$source_dir/router/install.sql" ]; then
+        install -D -m 0644 "$source_dir/router/install.sql" \
+            "$pkg$("$(pg_config_of "$major")" --sharedir)/contrib/pg_workfence_router.sql"
+    fi
     # The statically linked crates' licences and notices (gzipped, as Debian
     # ships documentation).
     python3 "$ROOT/packaging/third_party.py" "$source_dir" \
@@ -117,6 +125,9 @@ build_tarball() {
     fill "$ROOT/packaging/tarball/install.sh" "$major" > "$dir/install.sh"
     chmod 0755 "$dir/install.sh"
     install -m 0644 "$ROOT/LICENSE" "$ROOT/packaging/copyright" "$dir/"
+    if [ -f "$source_dir/router/install.sql" ]; then
+        install -D -m 0644 "$source_dir/router/install.sql" "$dir/router/install.sql"
+    fi
     python3 "$ROOT/packaging/third_party.py" "$source_dir" "$dir/THIRD-PARTY-NOTICES.txt" >&2
     tar -C "$stage" --owner=0 --group=0 -czf "$out/$name.tar.gz" "$name"
     echo "$out/$name.tar.gz"
