@@ -65,4 +65,9 @@ lp_args=()
 case " $* " in *" --quick "*) lp_args+=(--quick) ;; esac
 stage "long poll: herd and horizon -> $out/long-poll.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-long-poll "${lp_args[@]}" --out "$out/long-poll.md"
-stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md"
+# The PL/Proxy router (router/install.sql): claim -> finish through a router
+# against direct to its shard, and through routers of 1, 2 and 4 shards:
+# docs/router.md, or target/bench-quick/router.md.
+stage "router: overhead and shards -> $out/router.md"
+WORKFENCE_SCRATCH="$scratch" target/release/workfence-router-bench "${lp_args[@]}" --out "$out/router.md"
+stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md"

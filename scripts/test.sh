@@ -22,7 +22,8 @@
 #                   its name: there is no PL/Proxy for the PG 18 wheel)
 #   9. bench smoke  scripts/bench.sh --quick: every contender and workload of the
 #                   benchmark once, tiny sizes, into target/bench-quick (no timing
-#                   is asserted: the run must complete and every finish be current)
+#                   is asserted: the run must complete and every finish be current),
+#                   the long poll's herd and the router's overhead and shards
 #  10. packages     scripts/package-test.sh: the .deb (dpkg -i, upgrade from the
 #                   previous release's .deb, golden files, dpkg -r) and the PG 18
 #                   tarball (install.sh, golden files, update, --uninstall)
@@ -118,6 +119,10 @@ if ! grep -q "| long poll 3 s |" target/bench-quick/long-poll.md; then
     echo "the long-poll smoke run wrote no herd figures" >&2
     exit 1
 fi
+if ! grep -qE '^\| 4 \| [0-9]+ \| [0-9]+\.[0-9]{2} \|' target/bench-quick/router.md; then
+    echo "the router smoke run wrote no figures for 4 shards" >&2
+    exit 1
+fi
 for contender in pg_workfence "baseline SQL" awa graphile-worker pg-boss procrastinate; do
     if ! grep -q ",$contender," target/bench-quick/benchmarks.csv; then
         echo "the benchmark smoke run has no figures for $contender" >&2
@@ -128,7 +133,7 @@ done
 stage "every binary answers --help"
 cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example
 for binary in workfence-worker workfence-soak-worker workfence-demo workfence-bench \
-    workfence-long-poll workfence-example-worker; do
+    workfence-long-poll workfence-router-bench workfence-example-worker; do
     # Read all of the output before matching: `grep -q` closing the pipe at
     # the first match must not turn into the binary's EPIPE.
     usage_text=$("target/release/$binary" --help)
