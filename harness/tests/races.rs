@@ -38,8 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use common::{enqueue_new, ok};
-use postgres::error::DbError;
+use common::{enqueue_new, ok, server_error};
 use postgres::{Client, GenericClient};
 use serde_json::{json, Value};
 use workfence_harness::calls::{self, Enqueue, Token};
@@ -124,24 +123,6 @@ impl Db {
 /// The result `work_finish` stores in these tests: who finished.
 fn by(who: &str) -> Value {
     json!({ "by": who })
-}
-
-/// The error of a call that must fail with SQLSTATE `code`.
-fn server_error<T: std::fmt::Debug>(
-    result: Result<T, postgres::Error>,
-    code: &str,
-    what: &str,
-) -> DbError {
-    let err = match result {
-        Ok(value) => panic!("{what} succeeded ({value:?}); expected SQLSTATE {code}"),
-        Err(err) => err,
-    };
-    let db = err
-        .as_db_error()
-        .unwrap_or_else(|| panic!("{what}: not a server error: {err}"))
-        .clone();
-    assert_eq!(db.code().code(), code, "{what}: {db}");
-    db
 }
 
 /// Asserts that `work_assert` of `token` raises 55000 "lease lost" with `detail`.

@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{ok, scalar};
+use common::{ok, scalar, server_error};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, Token};
@@ -89,24 +89,6 @@ fn one_queue_per_shard(router: &Router, c: &mut Client) -> Vec<usize> {
         "one queue per shard: {shards:?}"
     );
     shards
-}
-
-/// The server error of a call that must fail, with its SQLSTATE checked.
-fn server_error<T: std::fmt::Debug>(
-    result: Result<T, postgres::Error>,
-    code: &str,
-    what: &str,
-) -> postgres::error::DbError {
-    let err = match result {
-        Ok(value) => panic!("{what} succeeded ({value:?}); expected SQLSTATE {code}"),
-        Err(err) => err,
-    };
-    let db = err
-        .as_db_error()
-        .unwrap_or_else(|| panic!("{what}: not a server error: {err}"))
-        .clone();
-    assert_eq!(db.code().code(), code, "{what}: {db}");
-    db
 }
 
 #[test]
@@ -478,14 +460,7 @@ fn notifications_through_the_router_are_heard_on_the_shard_not_the_router() {
         "claim",
     )
     .expect("the claim");
-    ok(
-        r.execute(
-            "SELECT pg_catalog.pg_sleep_until(i.lease_until + '10 ms') FROM workfence.items AS i
-              WHERE i.id = $1",
-            &[&id],
-        ),
-        "waiting out the lease",
-    );
+    common::wait_out_lease(&mut r, id);
     let second = ok(
         calls::claim_key(&mut r, queue, "n1", "w", "1 minute"),
         "re-claim",
@@ -561,14 +536,7 @@ fn work_assert_through_the_router_checks_the_token_but_holds_no_lock() {
     // shard, the assert's row lock would hold off the re-claim until this
     // transaction ends (races.rs); through the router the assert was a
     // transaction of its own on the shard, and nothing holds the item.
-    ok(
-        admin.execute(
-            "SELECT pg_catalog.pg_sleep_until(i.lease_until + '10 ms') FROM workfence.items AS i
-              WHERE i.id = $1",
-            &[&id],
-        ),
-        "waiting out the lease",
-    );
+    common::wait_out_lease(&mut admin, id);
     let stolen = ok(
         calls::claim_key(&mut other, queue, "a", "w", "1 minute"),
         "re-claim",

@@ -380,3 +380,22 @@ pub fn shards_snapshot(shards: &mut [Client]) -> String {
         .collect::<Vec<_>>()
         .join(" || ")
 }
+
+/// The server error of a call that must fail with SQLSTATE `code`; panics
+/// (naming `what`) if it succeeded, failed otherwise or with another code.
+pub fn server_error<T: std::fmt::Debug>(
+    result: Result<T, postgres::Error>,
+    code: &str,
+    what: &str,
+) -> postgres::error::DbError {
+    let err = match result {
+        Ok(value) => panic!("{what} succeeded ({value:?}); expected SQLSTATE {code}"),
+        Err(err) => err,
+    };
+    let db = err
+        .as_db_error()
+        .unwrap_or_else(|| panic!("{what}: not a server error: {err}"))
+        .clone();
+    assert_eq!(db.code().code(), code, "{what}: {db}");
+    db
+}
