@@ -40,8 +40,16 @@
 //! **Cost.** Each backend checks the row once, then only compares the
 //! server's timeline with the one it checked (one read of shared memory);
 //! a backend connected before a promotion sees the new timeline and checks
-//! again. The bump itself (a `setval`, the row rewritten under a lock)
-//! happens once per history.
+//! again. On a new history the first claim moves the sequence (a `setval`)
+//! and rewrites the row in its transaction, under a table lock that keeps
+//! two backends from rewriting it at once. Nothing waits for that lock: a
+//! backend that finds it taken (another claim of the new history, its
+//! transaction still open, perhaps for long) moves the sequence itself and
+//! goes on, and so does every backend's first claim until a claim that
+//! rewrote the row commits (a long poll that claimed nothing, or a claim
+//! rolled back, takes its row back with it). Moving the sequence is safe to
+//! repeat: it only ever moves it forward, to the floor, and leaves it
+//! alone once it is there.
 //!
 //! **Hot standby.** A claim on a server in recovery is refused at once
 //! with 25006, not left to fail in its statement or to wait.
@@ -119,15 +127,21 @@ pub fn ensure() -> Result<()> {
         }
     };
     if recorded(table) != [history] {
-        // A new history: serialise the bumps (the lock is held to the end
-        // of the claim's transaction), and look again, since another
-        // backend may have bumped and committed meanwhile.
-        // SAFETY: a table lock of this transaction, on the extension's table.
-        unsafe {
-            pg_sys::LockRelationOid(table, pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE)
+        // A new history. One backend at a time rewrites the row (the lock
+        // is held to the end of the claim's transaction); the others do not
+        // wait for it: they move the sequence themselves.
+        // SAFETY: a table lock of this transaction, on the extension's
+        // table, taken only if it is free.
+        let rewrite = unsafe {
+            pg_sys::ConditionalLockRelationOid(
+                table,
+                pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE,
+            )
         };
-        if recorded(table) != [history] {
-            bump(history)?;
+        // Under the lock, look again: another backend may have rewritten
+        // the row and committed meanwhile.
+        if !rewrite || recorded(table) != [history] {
+            bump(history, rewrite)?;
         }
     }
     CHECKED.set(Some(timeline));
@@ -155,16 +169,20 @@ fn recorded(table: pg_sys::Oid) -> Vec<History> {
     rows
 }
 
-// Move the sequence to `$1` (the generation floor) or past its position,
-// whichever is further, so that the next nextval returns at least `$1` and
-// more than every value handed out before on this history.
+// Move the sequence forward to `$1` (the generation floor) if its next
+// value is below it, so that the next nextval returns at least `$1`; leave
+// it alone otherwise (another backend of the new history moved it and may
+// be drawing from it: writing back a position read here could move it
+// backwards). The result: the next value, and whether this call moved it.
 static SEQUENCE_TO_FLOOR: Statement<FloorParams> = Statement::new(
     r#"
-SELECT pg_catalog.setval('workfence.epoch_seq'::pg_catalog.regclass,
-                         GREATEST($1, CASE WHEN s.is_called THEN s.last_value OPERATOR(pg_catalog.+) 1
-                                           ELSE s.last_value END),
-                         false)
-  FROM workfence.epoch_seq AS s
+SELECT CASE WHEN n.next OPERATOR(pg_catalog.<) $1
+            THEN pg_catalog.setval('workfence.epoch_seq'::pg_catalog.regclass, $1, false)
+            ELSE n.next END,
+       n.next OPERATOR(pg_catalog.<) $1
+  FROM (SELECT CASE WHEN s.is_called THEN s.last_value OPERATOR(pg_catalog.+) 1
+                    ELSE s.last_value END AS next
+          FROM workfence.epoch_seq AS s) AS n
 "#,
 );
 
@@ -195,35 +213,45 @@ params! {
     }
 }
 
-/// Start the generation of `history`: the sequence to the floor, the row
-/// rewritten, a LOG line for the operator.
-fn bump(history: History) -> Result<()> {
+/// Start the generation of `history`: the sequence forward to the floor,
+/// the row rewritten when `rewrite` (this backend holds the table lock),
+/// and a LOG line for the operator when this call moved the sequence.
+fn bump(history: History, rewrite: bool) -> Result<()> {
     // SAFETY: reads the system clock.
     let floor = floor_at(unsafe { pg_sys::GetCurrentTimestamp() });
-    let next = Spi::connect_mut(|client| {
-        let next = plans::run(client, &SEQUENCE_TO_FLOOR, FloorParams { floor }, |rows| {
-            Ok(rows.first().get_one::<i64>()?.unwrap_or(floor))
-        })?;
-        plans::run(
-            client,
-            &RECORD,
-            RecordParams {
-                system: history.system,
-                timeline: history.timeline,
-                database: history.database,
-                floor: next,
-            },
-            |_| Ok(()),
-        )?;
-        Ok::<_, WorkfenceError>(next)
+    let (next, moved) = Spi::connect_mut(|client| {
+        let (next, moved) =
+            plans::run(client, &SEQUENCE_TO_FLOOR, FloorParams { floor }, |rows| {
+                let row = rows.first();
+                Ok((
+                    row.get::<i64>(1)?.unwrap_or(floor),
+                    row.get::<bool>(2)?.unwrap_or(false),
+                ))
+            })?;
+        if rewrite {
+            plans::run(
+                client,
+                &RECORD,
+                RecordParams {
+                    system: history.system,
+                    timeline: history.timeline,
+                    database: history.database,
+                    floor: next,
+                },
+                |_| Ok(()),
+            )?;
+        }
+        Ok::<_, WorkfenceError>((next, moved))
     })?;
-    log!(
-        "pg_workfence: claims continue a new history (system {}, timeline {}, database {}): \
-         epochs from {next} on",
-        history.system,
-        history.timeline,
-        history.database.to_u32()
-    );
+    if moved {
+        log!(
+            "pg_workfence: claims continue a new history (system {}, timeline {}, database {}): \
+             epochs from {next} on",
+            history.system,
+            history.timeline,
+            history.database.to_u32()
+        );
+    }
     Ok(())
 }
 

@@ -337,3 +337,88 @@ fn a_claim_on_a_hot_standby_is_refused_at_once() {
         );
     }
 }
+
+/// The first claims of a new history never wait for each other and never
+/// go back. `DELETE FROM workfence.generation` starts a new history (the
+/// documented way after a snapshot restored in place). Claim A, in a
+/// transaction kept open, moves the sequence and rewrites the row under the
+/// table lock; claim B, from another connection, returns while A still
+/// holds it (had it waited, this test would hang: B runs on the test's
+/// thread before A's transaction ends); a long poll that found nothing and
+/// another claim come next; A rolls back, taking its row with it, and the
+/// next claim to commit records the history. Every epoch is above every one
+/// before the new history, and each is above the one before it: moving the
+/// sequence again never moves it back.
+#[test]
+fn first_claims_of_a_new_history_neither_wait_nor_go_back() {
+    let cluster = common::own_cluster();
+    let mut admin = database(&cluster, "jobs");
+    for key in ["before", "a", "b", "c", "d"] {
+        common::enqueue_new(&mut admin, &Enqueue::new(QUEUE).key(key));
+    }
+    let connect = || {
+        let mut c = ok(cluster.connect_to("jobs"), "connecting");
+        ok(
+            c.batch_execute("SET statement_timeout = '30s'"),
+            "statement_timeout",
+        );
+        c
+    };
+    fn claim(c: &mut impl postgres::GenericClient, key: &str) -> i64 {
+        ok(calls::claim_key(c, QUEUE, key, OWNER, "10 minutes"), key)
+            .unwrap_or_else(|| panic!("{key} is not claimable"))
+            .epoch
+    }
+    let before = claim(&mut admin, "before");
+    let rows =
+        |c: &mut Client| -> i64 { scalar(c, "SELECT count(*) FROM workfence.generation", &[]) };
+    assert_eq!(rows(&mut admin), 1);
+    ok(
+        admin.batch_execute("DELETE FROM workfence.generation"),
+        "a new history",
+    );
+
+    let mut a = connect();
+    let mut tx = ok(a.transaction(), "BEGIN (A)");
+    let epoch_a = claim(&mut tx, "a");
+    let mut b = connect();
+    let epoch_b = claim(&mut b, "b");
+    let mut c = connect();
+    let none = ok(
+        calls::claim(
+            &mut c,
+            "an empty queue",
+            OWNER,
+            "1 minute",
+            None,
+            Some("10 milliseconds"),
+        ),
+        "a long poll that finds nothing",
+    );
+    assert!(none.is_empty());
+    let epoch_c = claim(&mut c, "c");
+    ok(tx.rollback(), "ROLLBACK (A)");
+    assert_eq!(
+        rows(&mut admin),
+        0,
+        "A's row went with its transaction; B and C wrote none"
+    );
+    let mut d = connect();
+    let epoch_d = claim(&mut d, "d");
+    assert_eq!(
+        rows(&mut admin),
+        1,
+        "D's committed claim recorded the history"
+    );
+
+    let epochs = [before, epoch_a, epoch_b, epoch_c, epoch_d];
+    let floor = before + 1_000_000_000;
+    assert!(
+        epoch_a > floor,
+        "the new history's first epoch {epoch_a} is above the generation floor, far above {before}"
+    );
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "every epoch above the one before: {epochs:?}"
+    );
+}
