@@ -33,7 +33,7 @@
 --   SELECT pg_catalog.setval('workfence.items_id_seq',
 --                            GREATEST(1, S::bigint << 48), false);
 --
--- so that its item ids are S * 2^48 + 1, + 2, ...: unique across shards, and
+-- so that its item ids are S * 2^48, + 1, ... (shard 0's from 1): unique across shards, and
 -- naming their shard. Roles are the clusters' own: create the roles that use
 -- the queues on the router and on every shard, grant them as
 -- docs/operations.md says on both, and give them USAGE on the foreign server.
@@ -241,6 +241,17 @@ CREATE FUNCTION workfence.work_finish_many(owner text, ids bigint[], epochs bigi
 RETURNS TABLE(id bigint, finished boolean)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $many$
 BEGIN
+    -- The extension reads multi-dimensional arrays flat; so does the router
+    -- (array_position below takes only one dimension).
+    IF pg_catalog.array_ndims(ids) OPERATOR(pg_catalog.>) 1 THEN
+        ids := ARRAY(SELECT pg_catalog.unnest(ids));
+    END IF;
+    IF pg_catalog.array_ndims(epochs) OPERATOR(pg_catalog.>) 1 THEN
+        epochs := ARRAY(SELECT pg_catalog.unnest(epochs));
+    END IF;
+    IF pg_catalog.array_ndims(results) OPERATOR(pg_catalog.>) 1 THEN
+        results := ARRAY(SELECT pg_catalog.unnest(results));
+    END IF;
     IF owner IS NULL OR ids IS NULL OR epochs IS NULL
        OR pg_catalog.cardinality(ids) OPERATOR(pg_catalog.<>) pg_catalog.cardinality(epochs)
        OR (results IS NOT NULL
@@ -327,7 +338,8 @@ CREATE FUNCTION workfence.work_enforce_grants(enforced boolean) RETURNS boolean
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS
 $$ SELECT pg_catalog.bool_or(c) FROM workfence_router.enforce_grants_all(enforced) AS c $$;
 
--- Every shard's rows of work_queue_stats (a queue lives on one shard).
+-- Every shard's rows of work_queue_stats: a queue has a row on each shard it has
+-- items or settings on, one but while it is drained after adding shards.
 CREATE FUNCTION workfence_router.queue_stats()
 RETURNS TABLE(queue text, pending bigint, scheduled bigint, claimed bigint, expired bigint,
               done bigint, failed bigint, cancelled bigint, oldest_due_age interval,
@@ -345,8 +357,8 @@ SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, 
        s.oldest_due_age, s.paused, s.refused, s.lapsed
   FROM workfence_router.queue_stats() AS s;
 COMMENT ON VIEW workfence.work_queue_stats IS
-    'Every shard''s work_queue_stats, as the calling role may read them there (one row per queue: '
-    'a queue lives on one shard).';
+    'Every shard''s work_queue_stats, as the calling role may read them there: a row per queue and '
+    'shard it is on (one shard, but while a queue is drained after adding shards).';
 
 -- The queue grants of every shard: one row per grant (role, capability,
 -- queues), with the latest time any shard recorded it. Grants made through

@@ -1,8 +1,11 @@
 //! A PL/Proxy router in front of shard databases (docs/scaling.md), set up
-//! on a throwaway [`Cluster`] exactly as the guide says: each shard a
-//! database with the extension and its shard number in its item ids, the
-//! router a database with PL/Proxy, the foreign server `workfence_shards`
-//! naming the shards, and `router/install.sql` run in it.
+//! on a throwaway [`Cluster`] as the guide says: each shard a database with
+//! the extension and its shard number in its item ids, the router a
+//! database with PL/Proxy, the foreign server `workfence_shards` naming the
+//! shards, and `router/install.sql` run in it. Unlike the guide's setup, the
+//! router and its shards share one cluster, which trusts every local
+//! connection (so no user mapping needs a password), and `USAGE` on the
+//! foreign server goes to PUBLIC.
 
 use crate::{Cluster, Error, Result};
 
@@ -18,7 +21,8 @@ pub struct Router {
     pub shards: Vec<String>,
 }
 
-/// How a shard's item ids are numbered: shard `s`'s are `s * 2^48 + 1`, ...
+/// How a shard's item ids are numbered: shard `s`'s are `s * 2^48`, `+ 1`, ...
+/// (shard 0's from 1)
 /// (`router/install.sql`), so `id >> 48` names the shard.
 pub const ID_BITS: u32 = 48;
 

@@ -9,7 +9,11 @@
 //! - calls go where the guide says: a queue's calls to the shard of its hash,
 //!   a token's to the shard its item id names (ids unique across shards),
 //!   `work_finish_many` pair by pair to their shards with the rows in the
-//!   arrays' order, `work_queue_stats` and `work_purge` to every shard;
+//!   arrays' order (multi-dimensional arrays read flat), `work_queue_stats`
+//!   and `work_purge` to every shard; the router has every function and
+//!   view of the extension, with the same signatures;
+//! - doubling the shards moves queues only by draining;
+//! - `work_finish_many` across shards is atomic per shard, and safe to retry;
 //! - a long poll through the router waits on the shard and wakes on an
 //!   enqueue made through the router; notifications are sent on the shard
 //!   and heard there, never on the router;
@@ -224,9 +228,35 @@ fn router_sends_each_call_to_its_shard() {
         "rows in the arrays' order, the stale one refused"
     );
 
+    // Multi-dimensional arrays are read flat, as the extension reads them.
+    let pair: Vec<i64> = ["mail", "sms"]
+        .iter()
+        .map(|q| common::enqueue_new(&mut r, &Enqueue::new(*q).key("flat")))
+        .collect();
+    let flat: Vec<(i64, i64)> = ["mail", "sms"]
+        .iter()
+        .map(|q| {
+            let c = ok(
+                calls::claim_key(&mut r, q, "flat", "w", "1 minute"),
+                "claim",
+            )
+            .expect("the claim");
+            (c.id, c.epoch)
+        })
+        .collect();
+    assert_ne!(Router::shard_of_id(pair[0]), Router::shard_of_id(pair[1]));
+    let finished: i64 = scalar(
+        &mut r,
+        "SELECT count(*) FILTER (WHERE f.finished)
+           FROM workfence.work_finish_many('w', ARRAY[[$1::bigint, $2::bigint]],
+                                           ARRAY[[$3::bigint, $4::bigint]]) AS f",
+        &[&flat[0].0, &flat[1].0, &flat[0].1, &flat[1].1],
+    );
+    assert_eq!(finished, 2, "a 1x2 array of tokens on two shards");
+
     // work_purge without a queue: every shard's finished items.
     let purged: i64 = scalar(&mut r, "SELECT workfence.work_purge('0')", &[]);
-    assert_eq!(purged, ids.len() as i64 - 1);
+    assert_eq!(purged, ids.len() as i64 - 1 + 2);
     let left: Vec<i64> = shards
         .iter_mut()
         .map(|s| scalar(s, "SELECT count(*) FROM workfence.items", &[]))
@@ -373,6 +403,66 @@ fn router_doubling_moves_queues_only_by_draining() {
         "mail",
     );
     assert_eq!(claims.iter().map(|c| c.id).collect::<Vec<_>>(), [moved.id]);
+}
+
+/// `work_finish_many` with items on two shards is atomic on each shard, not
+/// across them (docs/scaling.md): with one item held up by a row lock on
+/// its shard, the call fails (its `statement_timeout`) after the other
+/// shard's part committed; called again with the same tokens once the lock
+/// is gone, it reports both finished.
+#[test]
+fn work_finish_many_across_shards_is_atomic_per_shard_and_safe_to_retry() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_finish_many");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let tokens: Vec<Token> = ["mail", "sms"]
+        .iter()
+        .map(|q| {
+            common::enqueue_new(&mut r, &Enqueue::new(*q).key("k"));
+            ok(calls::claim_key(&mut r, q, "k", "w", "1 minute"), "claim")
+                .expect("the claim")
+                .token("w")
+        })
+        .collect();
+    let held = &tokens[1];
+    let mut shard = ok(
+        cluster.connect_to(&router.shards[Router::shard_of_id(held.id)]),
+        "the second item's shard",
+    );
+    let mut tx = ok(shard.transaction(), "BEGIN (holder)");
+    ok(
+        tx.execute(
+            "SELECT 1 FROM workfence.items WHERE id = $1 FOR UPDATE",
+            &[&held.id],
+        ),
+        "holding the second item's row",
+    );
+    ok(
+        r.batch_execute("SET statement_timeout = '500ms'"),
+        "statement_timeout",
+    );
+    let ids: Vec<i64> = tokens.iter().map(|t| t.id).collect();
+    let epochs: Vec<i64> = tokens.iter().map(|t| t.epoch).collect();
+    server_error(
+        calls::finish_many(&mut r, "w", &ids, &epochs, None),
+        "57014",
+        "work_finish_many held up on one shard",
+    );
+    let first = ok(calls::item_by_id(&mut r, ids[0]), "the first item").expect("the item");
+    assert_eq!(first.state, "done", "the other shard's part committed");
+    ok(tx.rollback(), "ROLLBACK (holder)");
+    ok(
+        r.batch_execute("RESET statement_timeout"),
+        "statement_timeout",
+    );
+    let again = ok(
+        calls::finish_many(&mut r, "w", &ids, &epochs, None),
+        "work_finish_many again",
+    );
+    assert_eq!(again, vec![(ids[0], true), (ids[1], true)]);
 }
 
 #[test]
