@@ -100,13 +100,15 @@ stage "client tests from real connections on PostgreSQL 15"
 WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
     cargo test -p workfence-harness --release -- --show-output
 
-stage "client tests on PostgreSQL 18 (all but ${CLIENT_ONLY_TESTS[*]} and the router's)"
+stage "client tests on PostgreSQL 18 (all but ${CLIENT_ONLY_TESTS[*]}, router and the router tests of the others)"
 # The files are found as cargo finds them, so a new test file runs on both
-# majors unless it is added to CLIENT_ONLY_TESTS.
+# majors unless it is added to CLIENT_ONLY_TESTS. PL/Proxy has no build for
+# the PG 18 tree: router.rs is left out, and so is every test of the other
+# files with "router" in its name (their runs through a router).
 pg18_tests=()
 for file in harness/tests/*.rs; do
     name="$(basename "$file" .rs)"
-    case " ${CLIENT_ONLY_TESTS[*]} " in *" $name "*) continue ;; esac
+    case " ${CLIENT_ONLY_TESTS[*]} router " in *" $name "*) continue ;; esac
     pg18_tests+=(--test "$name")
 done
 WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \

@@ -411,7 +411,7 @@ fn router_doubling_moves_queues_only_by_draining() {
 /// shard's part committed; called again with the same tokens once the lock
 /// is gone, it reports both finished.
 #[test]
-fn work_finish_many_across_shards_is_atomic_per_shard_and_safe_to_retry() {
+fn work_finish_many_through_the_router_is_atomic_per_shard_and_safe_to_retry() {
     let cluster = cluster();
     let router = common::router(&cluster, "router_finish_many");
     let mut r = ok(
