@@ -171,6 +171,23 @@ RETURNS boolean LANGUAGE plproxy AS $$
     RUN ON workfence_router.id_shard(id);
 $$;
 
+CREATE FUNCTION workfence.work_finish_and_claim(queue text, owner text, lease interval,
+    last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items integer DEFAULT 1)
+RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
+              lease_until timestamp with time zone, settled boolean) LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.id_shard(last_id);
+$$;
+
+CREATE FUNCTION workfence.work_fail_and_claim(queue text, owner text, lease interval,
+    last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT NULL,
+    max_items integer DEFAULT 1)
+RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
+              lease_until timestamp with time zone, settled boolean) LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.id_shard(last_id);
+$$;
+
 CREATE FUNCTION workfence.work_lease_status(id bigint, owner text, epoch bigint)
 RETURNS text LANGUAGE plproxy AS $$
     CLUSTER 'workfence_shards';
@@ -422,6 +439,11 @@ COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
     'Router: runs work_release on the item''s shard (id >> 48).';
 COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
     'Router: runs work_fail on the item''s shard (id >> 48).';
+COMMENT ON FUNCTION workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer) IS
+    'Router: runs work_finish_and_claim on the previous item''s shard (last_id >> 48), which is its queue''s '
+    'shard; a queue being drained off a shard is claimed there until it is empty (docs/scaling.md).';
+COMMENT ON FUNCTION workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer) IS
+    'Router: runs work_fail_and_claim on the previous item''s shard (last_id >> 48), as work_finish_and_claim.';
 COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
     'Router: runs work_lease_status on the item''s shard (id >> 48).';
 COMMENT ON FUNCTION workfence.work_item(bigint) IS 'Router: runs work_item(id) on the item''s shard (id >> 48).';

@@ -21,7 +21,7 @@ use crate::validate;
 use crate::wait;
 
 /// One claimed item: (id, key, payload, epoch, attempt, lease_until).
-type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
+pub(crate) type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
 
 /// Append one entry to an item's `errors` history (`i.errors`, NULL or a
 /// jsonb array), keeping the newest [`validate::ERRORS_KEPT`] (20): when the
@@ -424,7 +424,10 @@ pub fn work_claim(
         .or_report()
 }
 
-fn claim(
+/// The body of `work_claim`, also the second half of the fused calls
+/// ([`crate::cycle`]): validate, check the standby and the grants, then claim
+/// (waiting up to `wait`).
+pub(crate) fn claim(
     queue: Option<String>,
     owner: Option<String>,
     lease: Option<Interval>,

@@ -640,15 +640,24 @@ pub fn work_finish(
     epoch: Option<i64>,
     result: default!(Option<RawJsonb>, "NULL"),
 ) -> bool {
-    (|| {
-        let token = Token::new(id, owner, epoch)?;
-        let scope = grants::scope(Capability::Claim)?;
-        Ok(
-            run_guarded(form(&FINISH, &scope), token.then(result, &scope))?
-                || after_refusal(&token, true, &scope)?,
-        )
-    })()
-    .or_report()
+    finish(id, owner, epoch, result).or_report()
+}
+
+/// `work_finish`'s body, also the first half of
+/// [`crate::cycle::work_finish_and_claim`]: true when the item was finished
+/// under this token now or before (see `work_finish`).
+pub(crate) fn finish(
+    id: Option<i64>,
+    owner: Option<String>,
+    epoch: Option<i64>,
+    result: Option<RawJsonb>,
+) -> Result<bool> {
+    let token = Token::new(id, owner, epoch)?;
+    let scope = grants::scope(Capability::Claim)?;
+    Ok(
+        run_guarded(form(&FINISH, &scope), token.then(result, &scope))?
+            || after_refusal(&token, true, &scope)?,
+    )
 }
 
 /// Finish a claimed batch in one statement.
@@ -850,25 +859,35 @@ pub fn work_fail(
     error: Option<String>,
     retry_in: default!(Option<Interval>, "NULL"),
 ) -> bool {
-    (|| {
-        let token = Token::new(id, owner, epoch)?;
-        let error = validate::required("error", error)?;
-        // 0.6.0 bounds the text; a database not yet updated keeps it whole,
-        // as its release did.
-        let error = match plans::schema() {
-            plans::Schema::Current => validate::error_text(error),
-            plans::Schema::Legacy => error,
-        };
-        if let Some(retry) = retry_in {
-            validate::delay("retry_in", retry.into(), server_now())?;
-        }
-        let scope = grants::scope(Capability::Claim)?;
-        Ok(
-            run_handing_back(form(&FAIL, &scope), token.then((error, retry_in), &scope))?
-                || after_refusal(&token, false, &scope)?,
-        )
-    })()
-    .or_report()
+    fail(id, owner, epoch, error, retry_in).or_report()
+}
+
+/// `work_fail`'s body, also the first half of
+/// [`crate::cycle::work_fail_and_claim`]: true when the failure was recorded
+/// under this token (see `work_fail`).
+pub(crate) fn fail(
+    id: Option<i64>,
+    owner: Option<String>,
+    epoch: Option<i64>,
+    error: Option<String>,
+    retry_in: Option<Interval>,
+) -> Result<bool> {
+    let token = Token::new(id, owner, epoch)?;
+    let error = validate::required("error", error)?;
+    // 0.6.0 bounds the text; a database not yet updated keeps it whole,
+    // as its release did.
+    let error = match plans::schema() {
+        plans::Schema::Current => validate::error_text(error),
+        plans::Schema::Legacy => error,
+    };
+    if let Some(retry) = retry_in {
+        validate::delay("retry_in", retry.into(), server_now())?;
+    }
+    let scope = grants::scope(Capability::Claim)?;
+    Ok(
+        run_handing_back(form(&FAIL, &scope), token.then((error, retry_in), &scope))?
+            || after_refusal(&token, false, &scope)?,
+    )
 }
 
 /// Raise unless the caller holds the item's current lease, and hold the

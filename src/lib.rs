@@ -25,6 +25,8 @@ mod compat;
 pub mod claim;
 // What a superseded lapsed lease leaves: its `errors` entry, `work_lease_lost`, the `lapsed` count.
 pub mod lapse;
+// `work_finish_and_claim`, `work_fail_and_claim`: a worker's cycle in one call.
+pub mod cycle;
 // `work_enqueue`.
 pub mod enqueue;
 // Domain errors and their SQLSTATEs.

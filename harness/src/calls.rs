@@ -367,6 +367,87 @@ pub fn finish_many(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// What a fused call (`work_finish_and_claim`, `work_fail_and_claim`)
+/// returned: whether the previous item was settled under its token, and
+/// the items claimed (none when its one row had NULL item columns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cycle {
+    /// What `work_finish` (`work_fail`) would have returned for the previous token.
+    pub settled: bool,
+    /// The items claimed, in claim order.
+    pub claimed: Vec<Claim>,
+}
+
+/// The rows of a fused call: `settled` from the first (every row carries
+/// the same), claims from the rows whose `id` is not NULL.
+fn to_cycle(rows: &[Row]) -> Cycle {
+    Cycle {
+        settled: rows.first().is_some_and(|r| r.get::<_, bool>(6)),
+        claimed: rows
+            .iter()
+            .filter(|r| r.get::<_, Option<i64>>(0).is_some())
+            .map(to_claim)
+            .collect(),
+    }
+}
+
+/// The columns a fused call is read with: the claim's, then `settled`.
+const CYCLE_COLUMNS: &str =
+    "SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until::text, c.settled";
+
+/// `work_finish_and_claim(queue, owner, lease, last_id, last_epoch, result,
+/// max_items)`: finish `last` (its owner is the claimer's) and claim the
+/// next, in one statement.
+pub fn finish_and_claim(
+    c: &mut impl GenericClient,
+    queue: &str,
+    last: &Token,
+    lease: &str,
+    result: Option<&Value>,
+    max_items: Option<i32>,
+) -> CallResult<Cycle> {
+    let rows = Call::new(&format!(
+        "{CYCLE_COLUMNS} FROM workfence.work_finish_and_claim("
+    ))
+    .arg(&queue, Type::TEXT, "")
+    .arg(&last.owner, Type::TEXT, "")
+    .arg(&lease, Type::TEXT, "::interval")
+    .arg(&last.id, Type::INT8, "")
+    .arg(&last.epoch, Type::INT8, "")
+    .named("result", &result, Type::JSONB, "")
+    .named("max_items", &max_items, Type::INT4, "")
+    .rows_as(c, " AS c")?;
+    Ok(to_cycle(&rows))
+}
+
+/// `work_fail_and_claim(queue, owner, lease, last_id, last_epoch, error,
+/// retry_in, max_items)`: record `last`'s failure and claim the next, in one
+/// statement.
+#[allow(clippy::too_many_arguments)]
+pub fn fail_and_claim(
+    c: &mut impl GenericClient,
+    queue: &str,
+    last: &Token,
+    lease: &str,
+    error: &str,
+    retry_in: Option<&str>,
+    max_items: Option<i32>,
+) -> CallResult<Cycle> {
+    let rows = Call::new(&format!(
+        "{CYCLE_COLUMNS} FROM workfence.work_fail_and_claim("
+    ))
+    .arg(&queue, Type::TEXT, "")
+    .arg(&last.owner, Type::TEXT, "")
+    .arg(&lease, Type::TEXT, "::interval")
+    .arg(&last.id, Type::INT8, "")
+    .arg(&last.epoch, Type::INT8, "")
+    .arg(&error, Type::TEXT, "")
+    .named("retry_in", &retry_in, Type::TEXT, "::interval")
+    .named("max_items", &max_items, Type::INT4, "")
+    .rows_as(c, " AS c")?;
+    Ok(to_cycle(&rows))
+}
+
 /// `work_release(id, owner, epoch, delay)`: true when the token was current.
 pub fn release(c: &mut impl GenericClient, token: &Token, delay: Option<&str>) -> CallResult<bool> {
     Ok(Call::new("SELECT workfence.work_release(")
@@ -736,4 +817,12 @@ pub mod prepared {
 
     /// `work_release(id $1, owner $2, epoch $3)` → bool.
     pub const RELEASE: &str = "SELECT workfence.work_release($1, $2, $3)";
+
+    /// `work_finish_and_claim(queue $1, owner $2, lease $3, last_id $4,
+    /// last_epoch $5, max_items => $6)` → `(id, epoch, settled)` rows: the
+    /// claimed items' tokens (NULL in the one row of a call that claimed
+    /// nothing) and whether the previous item was finished.
+    pub const FINISH_AND_CLAIM_TOKENS: &str = "SELECT c.id, c.epoch, c.settled
+  FROM workfence.work_finish_and_claim($1, $2, ($3::text)::interval, $4, $5,
+                                       max_items => $6) AS c";
 }

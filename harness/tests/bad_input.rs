@@ -348,6 +348,31 @@ fn functions(f: &Fixture) -> Vec<Function> {
             ],
         },
         Function {
+            name: "work_finish_and_claim",
+            args: vec![
+                queue_arg(),
+                owner_arg(),
+                lease_arg(),
+                not_null("last_id", "bigint", &f.a_id.to_string()),
+                not_null("last_epoch", "bigint", &f.a_epoch.to_string()),
+                arg("result", "jsonb", None, vec![]),
+                count_arg("max_items", "1"),
+            ],
+        },
+        Function {
+            name: "work_fail_and_claim",
+            args: vec![
+                queue_arg(),
+                owner_arg(),
+                lease_arg(),
+                not_null("last_id", "bigint", &f.a_id.to_string()),
+                not_null("last_epoch", "bigint", &f.a_epoch.to_string()),
+                not_null("error", "text", "boom"),
+                delay_arg("retry_in", false),
+                count_arg("max_items", "1"),
+            ],
+        },
+        Function {
             name: "work_assert",
             args: vec![id(), owner_arg(), epoch()],
         },

@@ -82,6 +82,8 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "work_renew",
     "work_finish",
     "work_finish_many",
+    "work_finish_and_claim",
+    "work_fail_and_claim",
     "work_release",
     "work_fail",
     "work_assert",

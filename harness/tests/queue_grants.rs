@@ -358,6 +358,42 @@ fn ops() -> Vec<Op> {
             every_queue: false,
         },
         Op {
+            name: "work_finish_and_claim",
+            capability: "claim",
+            fixture: Fixture::Claimed,
+            refusal: Refusal::Raises,
+            call: |c, case| {
+                Outcome::of(
+                    calls::finish_and_claim(c, case.queue, case.token(), "1 minute", None, None)
+                        .map(|cycle| cycle.settled),
+                )
+            },
+            permitted: Some("true"),
+            every_queue: false,
+        },
+        Op {
+            name: "work_fail_and_claim",
+            capability: "claim",
+            fixture: Fixture::Claimed,
+            refusal: Refusal::Raises,
+            call: |c, case| {
+                Outcome::of(
+                    calls::fail_and_claim(
+                        c,
+                        case.queue,
+                        case.token(),
+                        "1 minute",
+                        "boom",
+                        None,
+                        None,
+                    )
+                    .map(|cycle| cycle.settled),
+                )
+            },
+            permitted: Some("true"),
+            every_queue: false,
+        },
+        Op {
             name: "work_assert",
             capability: "claim",
             fixture: Fixture::Claimed,

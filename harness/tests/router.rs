@@ -465,6 +465,55 @@ fn work_finish_many_through_the_router_is_atomic_per_shard_and_safe_to_retry() {
     assert_eq!(again, vec![(ids[0], true), (ids[1], true)]);
 }
 
+/// The fused cycle through the router runs on the previous item's shard,
+/// which is its queue's: the finish and the next claim there, in one
+/// transaction; a stale token is refused there as it is directly.
+#[test]
+fn router_runs_the_fused_cycle_on_the_previous_items_shard() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_cycle");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let on_shard = one_queue_per_shard(&router, &mut r);
+    let (queue, shard) = (QUEUES[1], on_shard[1]);
+    for key in ["a", "b", "c"] {
+        common::enqueue_new(&mut r, &Enqueue::new(queue).key(key));
+    }
+    let a = common::claimed_one(&mut r, queue, "w", "1 minute");
+    let cycle = ok(
+        calls::finish_and_claim(&mut r, queue, &a.token("w"), "1 minute", None, None),
+        "work_finish_and_claim through the router",
+    );
+    assert!(cycle.settled);
+    let b = cycle.claimed.first().expect("b is claimed").clone();
+    assert!(b.epoch > a.epoch);
+    assert_eq!(
+        Router::shard_of_id(b.id),
+        shard,
+        "the next item comes from the queue's shard"
+    );
+    let done = ok(calls::item(&mut r, queue, &a.key), "work_item a").expect("a");
+    assert_eq!(done.state, "done");
+
+    // The stale token: refused, and the claim still runs on the shard.
+    let stale = ok(
+        calls::fail_and_claim(&mut r, queue, &a.token("w"), "1 minute", "late", None, None),
+        "work_fail_and_claim of a finished item's token",
+    );
+    assert!(!stale.settled);
+    assert_eq!(stale.claimed.len(), 1, "c is claimed");
+    let bad = common::server_error(
+        calls::finish_and_claim(&mut r, queue, &b.token("w"), "0", None, None),
+        "22023",
+        "a zero lease through the router",
+    );
+    assert!(bad.message().contains("lease"), "{}", bad.message());
+    let b_now = ok(calls::item(&mut r, queue, &b.key), "work_item b").expect("b");
+    assert_eq!(b_now.state, "claimed", "the shard rolled back both halves");
+}
+
 #[test]
 fn long_poll_through_the_router_waits_on_the_shard_and_wakes_on_an_enqueue() {
     let cluster = cluster();

@@ -24,8 +24,8 @@ use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, Token};
 
 /// The released versions, whose frozen install scripts are in `sql/`.
-const RELEASED: [&str; 7] = [
-    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0",
+const RELEASED: [&str; 8] = [
+    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0",
 ];
 
 /// One line per property of every object that belongs to the extension,
@@ -176,6 +176,11 @@ fn an_update_from_0_6_0_keeps_every_token_and_matches_a_fresh_install() {
 #[test]
 fn an_update_from_0_7_0_keeps_every_token_and_matches_a_fresh_install() {
     upgrade_from(RELEASED[6]);
+}
+
+#[test]
+fn an_update_from_0_8_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[7]);
 }
 
 /// Update `previous` while four connections enqueue, claim and finish as
@@ -434,7 +439,7 @@ fn upgrade_from(previous: &str) {
     for (retired, kept) in [
         (
             "work_enqueue_retired_0_5_0",
-            !matches!(previous, "0.6.0" | "0.7.0"),
+            !matches!(previous, "0.6.0" | "0.7.0" | "0.8.0"),
         ),
         ("work_claim_retired_0_1_0", previous == "0.1.0"),
     ] {
@@ -523,6 +528,13 @@ fn a_retired_signature_is_dropped_by_the_update_after_its_rename() {
             "enqueue_after_0_7_0",
             "0.5.0",
             &["0.7.0", "0.8.0"][..],
+            ENQUEUE,
+            false,
+        ),
+        (
+            "enqueue_after_0_8_0",
+            "0.5.0",
+            &["0.8.0", "0.9.0"][..],
             ENQUEUE,
             false,
         ),

@@ -1,0 +1,191 @@
+//! `work_finish_and_claim` and `work_fail_and_claim`: a worker's cycle in
+//! one call.
+//!
+//! A worker that claims one item at a time sends two statements per item,
+//! the finish of the last one and the claim of the next, each its own
+//! transaction and commit. These functions do both in one statement and one
+//! transaction: the finish (or the failure) of the previous item exactly as
+//! `work_finish` (`work_fail`) judges it, then the claim exactly as
+//! `work_claim` makes it. One round trip, one function call and one commit
+//! (one WAL flush under `synchronous_commit = on`) per item instead of two.
+//! The idea is the one SQS leaves to its clients and Oban and River run
+//! inside their producers (ack and fetch together); here it is one SQL call,
+//! so every language gets it.
+//!
+//! Both halves are one transaction: the finish commits only with the claim,
+//! and an error in either (a bad argument, a revoked grant, a cancelled
+//! statement) rolls back both, so the previous item is still held under its
+//! token and the call can be repeated. A refused token is not an error: the
+//! claim still runs and the result says the previous item was not settled.
+//! No long poll (`wait`): a finish must not sit uncommitted while the call
+//! waits; when the call claims nothing, the worker long-polls with
+//! `work_claim(..., wait)`.
+
+use pgrx::datum::Interval;
+use pgrx::prelude::*;
+
+use crate::claim::{self, ClaimedRow};
+use crate::error::{OrReport, Result};
+use crate::generation;
+use crate::jsonb::RawJsonb;
+use crate::lease;
+use crate::validate;
+
+/// One row of a fused call: the claimed item's columns, as `work_claim`
+/// returns them (all NULL in the one row of a call that claimed nothing),
+/// then `settled`: whether the previous item was finished (failed) under its
+/// token, the value `work_finish` (`work_fail`) would have returned.
+type CycleRow = (
+    Option<i64>,
+    Option<String>,
+    Option<RawJsonb>,
+    Option<i64>,
+    Option<i32>,
+    Option<TimestampWithTimeZone>,
+    bool,
+);
+
+/// The previous item's token as the finish (fail) takes it, checked under
+/// the fused call's own argument names (`last_id`, `last_epoch`: a function
+/// returning `id` and `epoch` columns cannot take arguments of those names).
+fn last_token(last_id: Option<i64>, last_epoch: Option<i64>) -> Result<(Option<i64>, Option<i64>)> {
+    Ok((
+        Some(validate::required("last_id", last_id)?),
+        Some(validate::required("last_epoch", last_epoch)?),
+    ))
+}
+
+/// The rows of a fused call: one per claimed item, each carrying `settled`;
+/// one row of NULLs and `settled` when nothing was claimed, so that the
+/// caller always learns how its previous item stands.
+fn rows(settled: bool, claimed: Vec<ClaimedRow>) -> Vec<CycleRow> {
+    if claimed.is_empty() {
+        return vec![(None, None, None, None, None, None, settled)];
+    }
+    claimed
+        .into_iter()
+        .map(|(id, key, payload, epoch, attempt, lease_until)| {
+            (
+                Some(id),
+                Some(key),
+                Some(payload),
+                Some(epoch),
+                Some(attempt),
+                Some(lease_until),
+                settled,
+            )
+        })
+        .collect()
+}
+
+/// Finish the previous item and claim the next, in one statement and one
+/// transaction.
+///
+/// SQL: `workfence.work_finish_and_claim(queue text, owner text, lease
+/// interval, last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items
+/// int DEFAULT 1) RETURNS TABLE (id bigint, key text, payload jsonb, epoch
+/// bigint, attempt int, lease_until timestamptz, settled boolean)`.
+///
+/// First `work_finish(last_id, owner, last_epoch, result)`, then `work_claim(queue,
+/// owner, lease, max_items)` without a wait, both judged exactly as those
+/// functions judge them (fencing, the dead letter, the pause, queue grants:
+/// the finish under the claim grant of the item's queue, the claim under the
+/// claim grant of `queue`). One row per claimed item, in claim order, each
+/// with `settled` = what `work_finish` would have returned (true: finished
+/// under this token, now or by an earlier call; false: refused, and nothing
+/// changed for that item); when nothing was claimed, exactly one row whose
+/// item columns are NULL. The item finished and the items claimed commit
+/// together: if the call raises, neither happened.
+///
+/// Errors: 22004 for a NULL queue, owner, lease, last_id or last_epoch; 22023 for a
+/// bad queue or owner, a lease not in (0, 7 days], `max_items` outside
+/// 1..1000; 25006 on a hot standby; 42501 when queue grants are enforced and
+/// the session's role has no claim grant covering `queue`.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn work_finish_and_claim(
+    queue: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+    last_id: Option<i64>,
+    last_epoch: Option<i64>,
+    result: default!(Option<RawJsonb>, "NULL"),
+    max_items: default!(Option<i32>, 1),
+) -> TableIterator<
+    'static,
+    (
+        name!(id, Option<i64>),
+        name!(key, Option<String>),
+        name!(payload, Option<RawJsonb>),
+        name!(epoch, Option<i64>),
+        name!(attempt, Option<i32>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(settled, bool),
+    ),
+> {
+    (|| -> Result<Vec<CycleRow>> {
+        generation::refuse_on_standby("work_finish_and_claim")?;
+        let (id, epoch) = last_token(last_id, last_epoch)?;
+        let settled = lease::finish(id, owner.clone(), epoch, result)?;
+        let claimed = claim::claim(queue, owner, lease, max_items, std::time::Duration::ZERO)?;
+        Ok(rows(settled, claimed))
+    })()
+    .map(TableIterator::new)
+    .or_report()
+}
+
+/// Record the previous item's failure and claim the next, in one statement
+/// and one transaction.
+///
+/// SQL: `workfence.work_fail_and_claim(queue text, owner text, lease
+/// interval, last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT
+/// NULL, max_items int DEFAULT 1) RETURNS TABLE (id bigint, key text,
+/// payload jsonb, epoch bigint, attempt int, lease_until timestamptz,
+/// settled boolean)`.
+///
+/// First `work_fail(last_id, owner, last_epoch, error, retry_in)` (the error kept in
+/// `last_error` and `errors`, cut at 2048 bytes; the item pending again
+/// after `retry_in` or the backoff, or `failed` once its attempts are used
+/// up), then `work_claim(queue, owner, lease, max_items)` without a wait,
+/// as [`work_finish_and_claim`] does; `settled` is what `work_fail` would
+/// have returned. The failed item is not claimed again by the same call
+/// unless it is due at once (`retry_in` of 0) and first in claim order.
+///
+/// Errors: 22004 for a NULL queue, owner, lease, last_id, last_epoch or error; 22023
+/// for a bad queue or owner, a lease not in (0, 7 days], a negative
+/// `retry_in` or one over 365 days, `max_items` outside 1..1000; 25006 on a
+/// hot standby; 42501 when queue grants are enforced and the session's role
+/// has no claim grant covering `queue`.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn work_fail_and_claim(
+    queue: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+    last_id: Option<i64>,
+    last_epoch: Option<i64>,
+    error: Option<String>,
+    retry_in: default!(Option<Interval>, "NULL"),
+    max_items: default!(Option<i32>, 1),
+) -> TableIterator<
+    'static,
+    (
+        name!(id, Option<i64>),
+        name!(key, Option<String>),
+        name!(payload, Option<RawJsonb>),
+        name!(epoch, Option<i64>),
+        name!(attempt, Option<i32>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(settled, bool),
+    ),
+> {
+    (|| -> Result<Vec<CycleRow>> {
+        generation::refuse_on_standby("work_fail_and_claim")?;
+        let (id, epoch) = last_token(last_id, last_epoch)?;
+        let settled = lease::fail(id, owner.clone(), epoch, error, retry_in)?;
+        let claimed = claim::claim(queue, owner, lease, max_items, std::time::Duration::ZERO)?;
+        Ok(rows(settled, claimed))
+    })()
+    .map(TableIterator::new)
+    .or_report()
+}
