@@ -196,6 +196,91 @@ params! {
     }
 }
 
+/// The claim statement of the common case, for schema `$mode`; see
+/// [`CLAIM_DUE`].
+macro_rules! claim_due_sql {
+    ($mode:ident) => {
+        concat!(
+            r#"
+UPDATE workfence.items AS i
+   SET state = 'claimed'::workfence.item_state,
+       epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
+       owner = $2,
+       attempts = i.attempts OPERATOR(pg_catalog.+) 1,"#,
+            plans::by_schema!(
+                $mode,
+                concat!(
+                    "\n       claimed_at = $5,",
+                    "\n       lease_until = LEAST($5 OPERATOR(pg_catalog.+) $3, ",
+                    "$5 OPERATOR(pg_catalog.+) i.max_run)"
+                ),
+                "\n       lease_until = $5 OPERATOR(pg_catalog.+) $3"
+            ),
+            r#"
+ WHERE i.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+    SELECT d.id
+      FROM workfence.items AS d
+     WHERE d.queue OPERATOR(pg_catalog.=) $1
+       AND d.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+       AND d.run_at OPERATOR(pg_catalog.<=) $5
+     ORDER BY d.priority, d.run_at, d.id
+     LIMIT $4
+       FOR UPDATE SKIP LOCKED))
+RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
+          NULL::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.timestamptz,
+          false, i.priority, i.run_at
+"#
+        )
+    };
+}
+
+// The claim of a queue in which no lease has lapsed (by the server's clock
+// `$5`; [`LAPSED`] tells): pending and due items only, with CLAIM's
+// parameters and result columns (7-9 NULL, `dead` false). Same claim order
+// and the same `SKIP LOCKED` as CLAIM; the picked ids reach the UPDATE as
+// an array, so that it looks them up by primary key whatever the generic
+// plan estimates for `LIMIT $4` (a join with the picked rows became a hash
+// join over the whole table in a small one); without CLAIM's two other branches
+// (lapsed leases, lapsed final attempts), whose plan nodes every claim
+// would otherwise start and end: their start-up was the largest part of
+// what a claim cost beyond the hand-written statement (callgrind,
+// docs/benchmarks.md, "What was changed").
+static CLAIM_DUE: plans::Versioned<ClaimParams> = plans::Versioned {
+    current: Statement::new(claim_due_sql!(current)),
+    legacy: Statement::new(claim_due_sql!(legacy)),
+};
+
+// Whether queue `$1` has a claimed item whose lease has lapsed by the
+// server's clock `$2`: one probe of `items_lease_idx`. When it has none,
+// a claim runs CLAIM_DUE, which is CLAIM without its branches for lapsed
+// leases. A lease that lapses, or a lapsed item that commits, between the
+// probe and the claim is taken by a later claim, as it would be had it
+// lapsed a moment later: no claim promises to see a lease the instant it
+// lapses (`$2` is the claim's own clock, and a lease is never shorter than
+// the time between two statements of one call, in effect: a lapse is seen
+// by the next claim, and a long poll wakes at `lease_until`).
+static LAPSED: plans::Versioned<LapsedParams> = plans::Versioned {
+    current: Statement::new(LAPSED_SQL),
+    legacy: Statement::new(LAPSED_SQL),
+};
+
+const LAPSED_SQL: &str = r#"
+SELECT 1
+  FROM workfence.items AS i
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+   AND i.lease_until OPERATOR(pg_catalog.<=) $2
+ LIMIT 1
+"#;
+
+params! {
+    /// `$1` queue, `$2` the server's clock.
+    struct LapsedParams<'a> {
+        queue: &'a str = TEXTOID,
+        now: TimestampWithTimeZone = TIMESTAMPTZOID,
+    }
+}
+
 /// The claim statement of one key for schema `$mode`; see [`CLAIM_KEY`].
 macro_rules! claim_key_sql {
     ($mode:ident) => {
@@ -501,9 +586,12 @@ fn claim_once(
     generation::ensure()?;
     let now = server_clock()?;
     let outcome = Spi::connect_mut(|client| {
+        let lapsed = plans::run(client, LAPSED.get(), LapsedParams { queue, now }, |rows| {
+            Ok(!rows.is_empty())
+        })?;
         plans::run(
             client,
-            CLAIM.get(),
+            if lapsed { CLAIM.get() } else { CLAIM_DUE.get() },
             ClaimParams {
                 queue,
                 owner,
