@@ -5,7 +5,9 @@
 #
 #   scripts/bench.sh           default size (about 15 min on 2 cores): writes
 #                              docs/benchmarks.md (between its figures markers),
-#                              docs/benchmarks.csv and docs/benchmarks.png
+#                              docs/benchmarks.csv and docs/benchmarks.png; then
+#                              docs/long-poll.md, docs/router.md and
+#                              docs/sustained.md (.csv, .png: 10 minutes of load)
 #   scripts/bench.sh --quick   a smoke run (under 2 min once built) into
 #                              target/bench-quick/; scripts/test.sh runs it
 #
@@ -70,4 +72,11 @@ WORKFENCE_SCRATCH="$scratch" target/release/workfence-long-poll "${lp_args[@]}" 
 # docs/router.md, or target/bench-quick/router.md.
 stage "router: overhead and shards -> $out/router.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-router-bench "${lp_args[@]}" --out "$out/router.md"
-stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md"
+# Sustained load (issue 15): a steady rate for 10 minutes on a cluster with
+# autovacuum on at its defaults; items/s, claim p50/p99, backlog, table and
+# index sizes, dead tuples and autovacuums per minute: docs/sustained.md
+# (.csv, .png), or target/bench-quick/sustained.md (3 "minutes" of 5 s).
+stage "sustained load -> $out/sustained.md"
+WORKFENCE_SCRATCH="$scratch" target/release/workfence-sustained "${lp_args[@]}" --out "$out/sustained.md"
+bench/peers/python/.venv/bin/python bench/plot_sustained.py "$out/sustained.csv" "$out/sustained.png"
+stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, sustained.md, sustained.csv, sustained.png"

@@ -23,7 +23,8 @@
 #   9. bench smoke  scripts/bench.sh --quick: every contender and workload of the
 #                   benchmark once, tiny sizes, into target/bench-quick (no timing
 #                   is asserted: the run must complete and every finish be current),
-#                   the long poll's herd and the router's overhead and shards
+#                   the long poll's herd, the router's overhead and shards, and
+#                   the sustained load (3 "minutes" of 5 s)
 #  10. packages     scripts/package-test.sh: the .deb (dpkg -i, upgrade from the
 #                   previous release's .deb, golden files, dpkg -r) and the PG 18
 #                   tarball (install.sh, golden files, update, --uninstall)
@@ -125,7 +126,17 @@ if ! grep -qE '^\| 4 \| [0-9]+ \| [0-9]+\.[0-9]{2} \|' target/bench-quick/router
     echo "the router smoke run wrote no figures for 4 shards" >&2
     exit 1
 fi
-for contender in pg_workfence "baseline SQL" awa graphile-worker pg-boss procrastinate; do
+# A row per "minute" (3 in --quick): minute, enqueued/s, finished/s, claim
+# p50 and p99 (µs), empty claims/s, producer lag (ms), backlog.
+for minute in 1 2 3; do
+    if ! grep -qE "^\| $minute \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+\.[0-9] \| [0-9]+ \|" \
+        target/bench-quick/sustained.md; then
+        echo "the sustained-load smoke run wrote no figures for minute $minute" >&2
+        exit 1
+    fi
+done
+for contender in pg_workfence "pg_workfence fused" "baseline SQL" awa graphile-worker \
+    "graphile-worker (batched)" pg-boss "pg-boss (batched)" procrastinate; do
     if ! grep -q ",$contender," target/bench-quick/benchmarks.csv; then
         echo "the benchmark smoke run has no figures for $contender" >&2
         exit 1
@@ -135,7 +146,7 @@ done
 stage "every binary answers --help"
 cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example
 for binary in workfence-worker workfence-soak-worker workfence-demo workfence-bench \
-    workfence-long-poll workfence-router-bench workfence-example-worker; do
+    workfence-long-poll workfence-router-bench workfence-sustained workfence-example-worker; do
     # Read all of the output before matching: `grep -q` closing the pipe at
     # the first match must not turn into the binary's EPIPE.
     usage_text=$("target/release/$binary" --help)

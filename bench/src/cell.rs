@@ -143,6 +143,9 @@ pub fn run(cluster: &Cluster, contender: &'static Contender, plan: Plan) -> Resu
 /// One worker: claim until the cell's items are all claimed or the queue is
 /// empty; finish what it claimed. Returns items finished and claim latencies.
 fn work(mut s: Session, plan: Plan, claimed: &AtomicI64) -> Result<(i64, Histogram<u64>)> {
+    if s.fused() && plan.batch == 1 && plan.work.is_none() {
+        return work_fused(s, plan, claimed);
+    }
     let mut hist = new_histogram();
     let mut finished = 0;
     while claimed.load(Ordering::Relaxed) < plan.items {
@@ -173,4 +176,45 @@ fn settle(s: &mut Session, plan: Plan, tokens: &[Token]) -> Result<i64> {
         return Ok(i64::from(s.finish(*token)?));
     }
     s.finish_many(tokens)
+}
+
+/// One worker of the fused contender: the first item claimed alone, then
+/// each item finished and the next claimed by one fused call (its latency
+/// is what the histogram records), and the last item finished alone.
+fn work_fused(mut s: Session, plan: Plan, claimed: &AtomicI64) -> Result<(i64, Histogram<u64>)> {
+    let mut hist = new_histogram();
+    let mut finished = 0;
+    let mut held: Option<Token> = None;
+    loop {
+        let more = claimed.load(Ordering::Relaxed) < plan.items;
+        let t0 = Instant::now();
+        let tokens = match (held.take(), more) {
+            (Some(last), true) => {
+                let (settled, tokens) = s.cycle(last, LEASE, 1)?;
+                finished += i64::from(settled);
+                tokens
+            }
+            (Some(last), false) => {
+                finished += i64::from(s.finish(last)?);
+                break;
+            }
+            (None, true) => s.claim(LEASE, 1)?,
+            (None, false) => break,
+        };
+        hist.saturating_record(t0.elapsed().as_micros() as u64);
+        match tokens.as_slice() {
+            [] => break,
+            [token] => {
+                claimed.fetch_add(1, Ordering::Relaxed);
+                held = Some(*token);
+            }
+            _ => {
+                return Err(Error::Bench(format!(
+                    "a fused call of max_items 1 claimed {} items",
+                    tokens.len()
+                )))
+            }
+        }
+    }
+    Ok((finished, hist))
 }

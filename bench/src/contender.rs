@@ -34,7 +34,10 @@ pub const RETAINED_PRIORITY: i32 = 2;
 ///   row count of 1) when the token was current;
 /// - `finish_many`: owner, ids bigint[], epochs bigint[] -> one row: how many
 ///   finished;
-/// - `renew`: id, owner, epoch, lease text -> affected rows or a boolean row.
+/// - `renew`: id, owner, epoch, lease text -> affected rows or a boolean row;
+/// - `cycle` (pg_workfence's fused call only): queue, owner, lease text,
+///   last id, last epoch, max_items -> rows (id, epoch, settled), the next
+///   claims (NULL when none) and whether the last item was finished.
 pub struct Contender {
     /// Name in the report.
     pub name: &'static str,
@@ -52,6 +55,9 @@ pub struct Contender {
     finish: &'static str,
     finish_many: &'static str,
     renew: &'static str,
+    /// The fused finish-and-claim, if the contender has one: a cell of this
+    /// contender finishes each item and claims the next in one statement.
+    cycle: Option<&'static str>,
     /// Enqueue `$1` pending items of priority `$2` through the contender's
     /// own enqueue path; returns one row, the count.
     enqueue: &'static str,
@@ -72,11 +78,23 @@ pub static WORKFENCE: Contender = Contender {
     finish: prepared::FINISH,
     finish_many: prepared::FINISH_MANY_COUNT,
     renew: prepared::RENEW,
+    cycle: None,
     enqueue: "SELECT pg_catalog.count(e.id) \
                 FROM pg_catalog.generate_series(1, $1::int) AS g, \
                      LATERAL workfence.work_enqueue('bench', pg_catalog.jsonb_build_object('n', g), \
                                                    priority => $2::int) AS e",
     purge: "SELECT workfence.work_purge('0', 'bench')",
+};
+
+/// pg_workfence's worker cycle through its fused call (from 0.9.0): the
+/// first item claimed with `work_claim`, then each item finished and the
+/// next claimed by one `work_finish_and_claim`, and the last finished with
+/// `work_finish`. Same database and functions as [`WORKFENCE`]; compared
+/// with the baseline's two statements per item.
+pub static WORKFENCE_FUSED: Contender = Contender {
+    name: "pg_workfence fused",
+    cycle: Some(prepared::FINISH_AND_CLAIM_TOKENS),
+    ..WORKFENCE
 };
 
 /// The design's limit: the same claim (pending-and-due or lapsed, in
@@ -129,6 +147,7 @@ pub static BASELINE: Contender = Contender {
                        AND i.state = 'claimed' \
                     RETURNING 1) \
                   SELECT pg_catalog.count(*) FROM f",
+    cycle: None,
     renew: "UPDATE baseline.items SET lease_until = pg_catalog.clock_timestamp() + ($4::text)::interval \
              WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'",
     enqueue: "WITH ins AS ( \
@@ -145,8 +164,13 @@ pub static BASELINE: Contender = Contender {
             SELECT pg_catalog.count(*) FROM gone",
 };
 
-/// Both contenders the driver runs statement by statement.
+/// The contenders with a database of their own, which the driver installs
+/// and loads fixtures into, and runs statement by statement.
 pub static CONTENDERS: [&Contender; 2] = [&WORKFENCE, &BASELINE];
+
+/// Workload 1's contenders: both, and pg_workfence's fused cycle (in
+/// pg_workfence's database).
+pub static CYCLE_CONTENDERS: [&Contender; 3] = [&WORKFENCE, &BASELINE, &WORKFENCE_FUSED];
 
 impl Contender {
     /// Enqueue `n` pending items of `priority` through the contender's own
@@ -215,6 +239,7 @@ impl Contender {
             finish: client.prepare(self.finish)?,
             finish_many: client.prepare(self.finish_many)?,
             renew: client.prepare(self.renew)?,
+            cycle: self.cycle.map(|sql| client.prepare(sql)).transpose()?,
             client,
             owner,
         };
@@ -223,7 +248,11 @@ impl Contender {
             &session.claim,
             &[&WARM_UP_QUEUE, &session.owner, &"1 second", &1i32],
         )?;
-        let cold = session.finish(nobody)? || session.renew(nobody, "1 second")?;
+        let mut cold = session.finish(nobody)? || session.renew(nobody, "1 second")?;
+        if session.cycle.is_some() {
+            let (settled, next) = session.cycle_in(WARM_UP_QUEUE, nobody, "1 second", 1)?;
+            cold |= settled || !next.is_empty();
+        }
         if !warm.is_empty() || cold || session.finish_many(&[nobody])? != 0 {
             return Err(crate::Error::Bench(format!(
                 "{}: the warm-up touched an item",
@@ -242,6 +271,7 @@ pub struct Session {
     finish: Statement,
     finish_many: Statement,
     renew: Statement,
+    cycle: Option<Statement>,
 }
 
 /// A claimed item's fencing token.
@@ -295,6 +325,57 @@ impl Session {
     pub fn renew(&mut self, token: Token, lease: &str) -> Result<bool> {
         let params: [&(dyn ToSql + Sync); 4] = [&token.id, &self.owner, &token.epoch, &lease];
         fenced(&mut self.client, &self.renew, &params)
+    }
+
+    /// Whether this session finishes and claims in one fused call
+    /// ([`Session::cycle`]).
+    pub fn fused(&self) -> bool {
+        self.cycle.is_some()
+    }
+
+    /// Finish `last` and claim up to `max_items` more under `lease`, in one
+    /// fused call: whether `last` was finished, and the new claims.
+    pub fn cycle(
+        &mut self,
+        last: Token,
+        lease: &str,
+        max_items: i32,
+    ) -> Result<(bool, Vec<Token>)> {
+        self.cycle_in(QUEUE, last, lease, max_items)
+    }
+
+    fn cycle_in(
+        &mut self,
+        queue: &str,
+        last: Token,
+        lease: &str,
+        max_items: i32,
+    ) -> Result<(bool, Vec<Token>)> {
+        let stmt = self.cycle.as_ref().ok_or_else(|| {
+            crate::Error::Bench("this contender has no fused finish-and-claim".into())
+        })?;
+        let rows = self.client.query(
+            stmt,
+            &[
+                &queue,
+                &self.owner,
+                &lease,
+                &last.id,
+                &last.epoch,
+                &max_items,
+            ],
+        )?;
+        let settled = rows.first().is_some_and(|r| r.get::<_, bool>(2));
+        let claimed = rows
+            .iter()
+            .filter_map(|r| {
+                Some(Token {
+                    id: r.get::<_, Option<i64>>(0)?,
+                    epoch: r.get::<_, Option<i64>>(1)?,
+                })
+            })
+            .collect();
+        Ok((settled, claimed))
     }
 
     /// Finish a batch in one statement; how many were current.

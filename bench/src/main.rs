@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use workfence_harness::Cluster;
 
-use contender::{Contender, CONTENDERS, DEPTH_PRIORITY};
+use contender::{Contender, CONTENDERS, CYCLE_CONTENDERS, DEPTH_PRIORITY};
 use report::Sample;
 
 /// What can end a run.
@@ -209,10 +209,21 @@ impl Run<'_> {
     /// Run one cell `reps` times per contender, alternating contenders, each
     /// from a reset table with `items` fresh items.
     fn cell(&mut self, workload: u8, variant: &str, plan: cell::Plan) -> Result<()> {
+        self.cell_of(&CONTENDERS, workload, variant, plan)
+    }
+
+    /// [`Run::cell`] over `contenders`, alternating them.
+    fn cell_of<const N: usize>(
+        &mut self,
+        contenders: &[&'static Contender; N],
+        workload: u8,
+        variant: &str,
+        plan: cell::Plan,
+    ) -> Result<()> {
         for rep in 1..=self.size.reps {
             // ABBA: who goes first alternates between repetitions, so
             // neither always runs on a machine the other just warmed.
-            let mut order = CONTENDERS;
+            let mut order = *contenders;
             if rep % 2 == 0 {
                 order.reverse();
             }
@@ -304,7 +315,13 @@ fn measure_ours(run: &mut Run, runs: &dyn Fn(u8) -> bool) -> Result<()> {
     // 1. Claim -> finish, one item per claim.
     for &conns in size.conns.iter().filter(|_| runs(1)) {
         for sync in SYNCS {
-            run.cell(1, "", plan(conns, 1, size.single_items, sync))?;
+            // With pg_workfence's fused cycle beside the two-statement one.
+            run.cell_of(
+                &CYCLE_CONTENDERS,
+                1,
+                "",
+                plan(conns, 1, size.single_items, sync),
+            )?;
         }
     }
     // 2. Batch claims, finished with one finish_many per batch.
@@ -374,18 +391,26 @@ fn measure_depth(run: &mut Run, names: &Names) -> Result<()> {
 }
 
 /// The peers, at `peer_conns`, through their own runners; returns a line
-/// per peer on its version and settings.
+/// per peer on its version and settings. A peer in its batched
+/// configuration is a row of workload 2 and runs as many jobs as
+/// pg_workfence's batch cells; the others are rows of workload 1.
 fn measure_peers(run: &mut Run, admin: &mut postgres::Client, root: &Path) -> Result<Vec<String>> {
     let size = run.size.clone();
     let mut notes = Vec::new();
     for peer in peers::PEERS.iter() {
         admin.batch_execute(&format!("CREATE DATABASE {}", peer.database))?;
+        let workload = peer.workload();
+        let jobs = if workload == 2 {
+            size.batch_items
+        } else {
+            size.peer_jobs
+        };
         let mut note = None;
         for rep in 1..=size.reps {
             for sync in SYNCS {
-                let r = peer.run(run.cluster, root, size.peer_jobs, size.peer_conns, sync)?;
+                let r = peer.run(run.cluster, root, jobs, size.peer_conns, sync)?;
                 let sample = Sample {
-                    workload: 1,
+                    workload,
                     variant: String::new(),
                     contender: peer.name.to_owned(),
                     conns: size.peer_conns,

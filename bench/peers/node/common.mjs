@@ -22,10 +22,14 @@ export function fail(message) {
   process.exit(1);
 }
 
-// --dsn URL --jobs N --concurrency C, each required, nothing else.
+// --dsn URL --jobs N --concurrency C, each required; --batch B, optional: the runner's batched
+// configuration, fetching up to B jobs at a time (each runner's header says what B sets). Nothing
+// else. `batch` is undefined without --batch.
+const USAGE = 'usage: --dsn URL --jobs N --concurrency C [--batch B]';
 export function parseArgs(argv = process.argv.slice(2)) {
   const out = {};
-  const names = { '--dsn': 'dsn', '--jobs': 'jobs', '--concurrency': 'concurrency' };
+  const names = { '--dsn': 'dsn', '--jobs': 'jobs', '--concurrency': 'concurrency', '--batch': 'batch' };
+  const optional = new Set(['--batch']);
   for (let i = 0; i < argv.length; i++) {
     let flag = argv[i];
     let value;
@@ -37,14 +41,15 @@ export function parseArgs(argv = process.argv.slice(2)) {
       value = argv[++i];
     }
     const key = names[flag];
-    if (!key) fail(`unknown argument ${flag}; usage: --dsn URL --jobs N --concurrency C`);
+    if (!key) fail(`unknown argument ${flag}; ${USAGE}`);
     if (value === undefined) fail(`${flag} needs a value`);
     out[key] = value;
   }
   for (const flag of Object.keys(names)) {
-    if (out[names[flag]] === undefined) fail(`missing ${flag}; usage: --dsn URL --jobs N --concurrency C`);
+    if (out[names[flag]] === undefined && !optional.has(flag)) fail(`missing ${flag}; ${USAGE}`);
   }
-  for (const key of ['jobs', 'concurrency']) {
+  for (const key of ['jobs', 'concurrency', 'batch']) {
+    if (out[key] === undefined) continue;
     if (!/^[1-9][0-9]*$/.test(out[key])) fail(`--${key} must be a positive integer, got ${out[key]}`);
     out[key] = Number(out[key]);
   }

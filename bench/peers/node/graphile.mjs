@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// graphile-worker runner for scripts/bench.sh (contender "graphile-worker").
+// graphile-worker runner for scripts/bench.sh (contenders "graphile-worker" and, with --batch B,
+// "graphile-worker (batched)").
 //
-//   node graphile.mjs --dsn postgresql://postgres@127.0.0.1:PORT/DB --jobs N --concurrency C
+//   node graphile.mjs --dsn postgresql://postgres@127.0.0.1:PORT/DB --jobs N --concurrency C [--batch B]
 //
 // Untimed: makeWorkerUtils().migrate() installs or migrates the `graphile_worker` schema; a plain
 // DELETE on graphile_worker._private_jobs removes whatever earlier runs left (a successful job is
@@ -23,6 +24,27 @@
 // crontab), and a logger that prints warnings and errors to stderr only: the default console
 // logger prints a line per completed job to stdout, which the contract keeps for the JSON line.
 //
+// With --batch B, the batched configuration (graphile-worker's own batching, which its docs,
+// worker.graphile.org/docs/performance#batching, recommend for high throughput of fast jobs): the
+// same run() with three more settings, given as preset.worker options (in 0.17.3 they exist only
+// there: run()'s legacy options have no name for them, and legacyOptionsToPreset would ignore
+// them; checked in dist/index.d.ts and dist/lib.js):
+// - localQueue: { size: B } (default -1, off): the pool, not each worker, fetches and locks up to
+//   B jobs with one get_jobs query and serves its C workers from memory, fetching again when the
+//   local queue runs dry. The driver (bench/src/peers.rs) passes B = C x 100 (1,600 at C = 16):
+//   as many jobs held at once as pg_workfence's batch-100 cells hold (C connections claiming up
+//   to 100 each). The option's docs call C + 1 "a good starting point" and add that "if you have
+//   very high throughput and extremely fast tasks then a much higher number may make sense": the
+//   jobs here are no-ops, and a bigger local queue means fewer fetches per job. B must be at
+//   least C, or graphile-worker warns that the workers starve; the runner refuses it.
+// - completeJobBatchDelay: 0 and failJobBatchDelay: 0 (default -1, off): the completions (and
+//   failures, of which there are none) of one timer turn are collected and deleted by one
+//   statement. The docs suggest starting at 250 ms, but 0 already batches everything completed
+//   before the timer fires, and a longer delay only holds each batch back that long before its
+//   delete.
+// Everything else as above; the local queue's refetch delay stays off (it only acts when fetches
+// come back short of B, the queue running dry).
+//
 // graphile-worker deletes a job when it completes, so the check that N jobs completed is: the
 // task ran N times, graphile-worker reported N successes and no error, and its job table is empty
 // (nothing failed, nothing left).
@@ -33,6 +55,8 @@ import {
 } from './common.mjs';
 
 const TASK = 'noop';
+// completeJobBatchDelay and failJobBatchDelay of the batched configuration (see the header).
+const BATCH_DELAY_MS = 0;
 
 const logger = new Logger((scope) => (level, message) => {
   if (level === 'error' || level === 'warning') {
@@ -41,7 +65,10 @@ const logger = new Logger((scope) => (level, message) => {
 });
 
 async function main() {
-  const { dsn, jobs, concurrency } = parseArgs();
+  const { dsn, jobs, concurrency, batch } = parseArgs();
+  if (batch !== undefined && batch < concurrency) {
+    fail(`--batch ${batch} is below --concurrency ${concurrency}: the local queue would starve the workers`);
+  }
   const version = installedVersion('graphile-worker');
   const errors = [];
 
@@ -79,6 +106,11 @@ async function main() {
         events,
         parsedCronItems: [],
         taskList: { [TASK]: async () => { handled++; } },
+        ...(batch === undefined ? {} : {
+          preset: {
+            worker: { localQueue: { size: batch }, completeJobBatchDelay: BATCH_DELAY_MS, failJobBatchDelay: BATCH_DELAY_MS },
+          },
+        }),
       });
       r.promise.catch((e) => errors.push(e));
       return r;
@@ -106,14 +138,16 @@ async function main() {
   }
 
   report({
-    contender: 'graphile-worker',
+    contender: batch === undefined ? 'graphile-worker' : 'graphile-worker (batched)',
     version,
     jobs,
     concurrency,
     seconds,
     wal_bytes,
     completed: jobs,
-    config: `run() concurrency ${concurrency}, maxPoolSize ${concurrency + 1} (C for jobs + the one its LISTEN client keeps), defaults otherwise: no local queue, unbatched completion, pollInterval 2000 ms (idles only when the queue is empty); completion polled every ${POLL_MS} ms`,
+    config: batch === undefined
+      ? `run() concurrency ${concurrency}, maxPoolSize ${concurrency + 1} (C for jobs + the one its LISTEN client keeps), defaults otherwise: no local queue, unbatched completion, pollInterval 2000 ms (idles only when the queue is empty); completion polled every ${POLL_MS} ms`
+      : `batched: run() concurrency ${concurrency}, maxPoolSize ${concurrency + 1} (C for jobs + the one its LISTEN client keeps), preset.worker.localQueue.size ${batch} (the pool fetches and locks up to ${batch} jobs per query${batch % concurrency === 0 ? `, ${batch / concurrency} per worker,` : ''} and serves its workers from memory), completeJobBatchDelay ${BATCH_DELAY_MS} and failJobBatchDelay ${BATCH_DELAY_MS} ms (the completions of one timer turn deleted by one statement); defaults otherwise (pollInterval 2000 ms, no refetch delay); completion polled every ${POLL_MS} ms`,
   });
 }
 

@@ -48,7 +48,10 @@
 //!    of the queue.
 //!  Everything else is default: one claimer, claims of up to 512 jobs per
 //!  round-trip (bounded by free worker slots), completion batcher with
-//!  batches of up to 512 flushed every 1 ms on 1 shard, heartbeat 30 s,
+//!  batches of up to 512 flushed every 1 ms on 1 shard (so awa is batched by
+//!  its defaults, with nothing to turn on: unlike graphile-worker and
+//!  pg-boss it has no separate batched run, and the bench compares this run
+//!  with pg_workfence's batch cells too), heartbeat 30 s,
 //!  deadline 5 min, queue/claim/lease ring rotation every 1 s, no DLQ, no
 //!  lifecycle hooks.
 
@@ -250,8 +253,9 @@ async fn run(args: &Args) -> Result<String, BoxError> {
         "awa::Client, queue-storage engine (defaults: 16 queue/8 lease/8 claim slots, \
          receipt claims, 1 s ring rotation), max_workers={c}, sqlx pool {pool_size} \
          (=max(C,5): awa pins 3 for LISTEN x2 + leader lock and deadlocks below 5), \
+         batched by its defaults, nothing to turn on (so no separate batched run): \
          1 claimer with claims <=512/round-trip, completion batcher <=512 jobs per 1 ms \
-         flush on 1 shard, poll_interval 20 ms (default 200) + LISTEN/NOTIFY; bulk COPY \
+         flush on 1 shard; poll_interval 20 ms (default 200) + LISTEN/NOTIFY; bulk COPY \
          enqueue; completion polled every 20 ms on 1 extra connection"
     );
     let line = serde_json::json!({

@@ -1,0 +1,1465 @@
+//! `workfence-sustained`: pg_workfence under a steady load for minutes, with
+//! autovacuum left as a user has it (issue 15).
+//!
+//! One throwaway PostgreSQL cluster (`shared_buffers` 1 GB as in the main
+//! benchmark, fsync on, and, unlike the main benchmark, autovacuum on with
+//! every autovacuum setting at its default), one database with the
+//! extension, one queue. For `--minutes` minutes of `--minute-seconds`
+//! seconds each:
+//!
+//! - **Producers** (`--producers`, 2) enqueue at a steady total rate
+//!   (`--rate` items/s): one autocommit `work_enqueue(queue, payload)` per
+//!   item, paced to a schedule (item k of a producer is due at a fixed
+//!   offset from the start; a producer sleeps until its next item is due,
+//!   and one that fell behind enqueues at once until it is back on
+//!   schedule). How far behind its schedule a producer got is reported.
+//! - **Workers** (`--workers`, 8), each on a connection of its own, claim one
+//!   item at a time, `work_claim(queue, owner, '5 minutes')`, and finish it
+//!   with `work_finish(id, owner, epoch)`; a claim that finds the queue empty
+//!   is counted and the worker sleeps `--idle-ms` (50) before its next claim,
+//!   as the polling mode of `workfence-long-poll` does (the plain claim, not
+//!   the long poll: what is measured is the claim's own cost, not time spent
+//!   waiting for the next item; `docs/long-poll.md` measures the long poll).
+//!   Empty claims are not free: with 5 ms sleeps, eight idle workers' empty
+//!   claims took enough of the two cores to cut what the run could sustain
+//!   by a third to a half (unpaced: about 1,650 items/s with 50 ms sleeps,
+//!   850 to 1,120 with 5 ms, in one session). A refused finish fails the run (no lease can
+//!   lapse: the lease is 5 minutes).
+//! - **A purger** deletes finished items older than `--retain` seconds with
+//!   `work_purge` every `--purge-every` seconds (both default to one
+//!   "minute"; `--purge-every 0`: never), as an operator's cron job or the
+//!   extension's maintenance worker would, so that the table can reach a
+//!   steady size.
+//!
+//! Reported per minute: items enqueued and finished per second, claim
+//! latency p50 and p99 (HDR histogram of the claims that returned an item,
+//! timed by the client), empty claims per second, the producers' largest
+//! lag behind schedule, items purged; and at each minute's end the backlog
+//! (pending items), `pg_relation_size` of `workfence.items` and of each of
+//! its indexes, `pg_total_relation_size`, `n_live_tup`, `n_dead_tup`,
+//! `autovacuum_count` and `autoanalyze_count` from `pg_stat_user_tables`, and
+//! the checkpoints begun so far. Then each minute's items/s and claim p99 as
+//! a ratio to the first minute's, and whether it is within 10% (printed,
+//! never asserted), and a paragraph generated from the figures.
+//!
+//! Writes the markdown report to `--out FILE.md` and the figures, one row a
+//! minute, to the CSV beside it (`FILE.csv`); `bench/plot_sustained.py`
+//! draws them. Numbers from one run on a shared machine: compare within the
+//! run, not across runs.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use postgres::{Client, Statement};
+use workfence_harness::calls::{self, prepared, Token};
+use workfence_harness::Cluster;
+
+/// Any failure of a run (sendable, as the threads return it).
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// What `workfence-sustained --help` prints.
+const USAGE: &str =
+    "usage: workfence-sustained [--quick] [--minutes N] [--minute-seconds S] [--rate R]
+                           [--workers N] [--producers N] [--purge-every S] [--retain S]
+                           [--idle-ms MS] [--out FILE.md]
+  Runs pg_workfence under a steady load on a throwaway PostgreSQL cluster with autovacuum on
+  (default settings): producers enqueue at a fixed rate, workers claim one item at a time and
+  finish it, a purger deletes old finished items. Prints per-minute figures (items/s, claim
+  p50/p99, backlog, table and index sizes, dead tuples, autovacuums) and each minute's items/s
+  and claim p99 against the first minute's; with --out, a markdown report to FILE.md and the
+  figures to the CSV beside it (FILE.csv).
+  --quick            the smoke run: 3 minutes of 5 s, 200 items/s, 4 workers, 1 producer
+  --minutes N        minutes to run (default 10)
+  --minute-seconds S seconds per reported minute (default 60)
+  --rate R           items enqueued per second, all producers together (default 1000)
+  --workers N        claiming connections (default 8)
+  --producers N      enqueueing connections (default 2)
+  --purge-every S    run work_purge every S seconds (default: one minute; 0: never)
+  --retain S         purge finished items older than S seconds (default: one minute)
+  --idle-ms MS       a worker's sleep after a claim that found nothing (default 50)
+With WORKFENCE_KEEP set (any value) the cluster and its log are kept afterwards.";
+
+/// The default of `--rate`: items per second (see [`RATE_WHY`]).
+const DEFAULT_RATE: f64 = 1000.0;
+
+/// Why the default rate is what it is; the report quotes it when the run
+/// used the default.
+const RATE_WHY: &str = "1,000 items/s, the default, is what this 2-core machine sustains with \
+room to spare. Every item is three transactions committed with fsync on (the enqueue, the claim, \
+the finish), and the enqueues commit one at a time: each sends `NOTIFY work_enqueued` \
+(`workfence.notify_enqueued` is on by default), and PostgreSQL serialises notifying commits with \
+a cluster-wide lock held until the commit's WAL flush, so no two enqueues share a flush, whatever \
+the number of producers. On this machine `work_enqueue` alone (pgbench) reached about 3,000 \
+commits/s from one connection and about the same from four (5,000 from four with the \
+notification off), and this binary unpaced (`--rate 20000`, otherwise the defaults) finished \
+about 1,650 items/s while another job kept one of the two cores busy. 1,000 items/s leaves room \
+for autovacuum, checkpoints and other processes on the same two cores. The ceiling moves with \
+the WAL flush time: while other jobs were writing to the same disk it fell to 300 to 500 \
+items/s, and then the producers fall behind (the enqueued/s and producer lag columns show it). \
+The point is stability over time, not the peak.";
+
+/// The queue every producer and worker uses.
+const QUEUE: &str = "sustained";
+
+/// The lease of every claim: far longer than any claim-to-finish, so no
+/// lease lapses and every finish must be current.
+const LEASE: &str = "5 minutes";
+
+/// The database the run creates (with the extension).
+const DB: &str = "sustained";
+
+/// How long the monitor sleeps at most between looks at the stop flag.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The command line, as given.
+struct Args {
+    /// `--quick`: the smoke run's sizes, where not given explicitly.
+    quick: bool,
+    /// `--out FILE.md`: the markdown report (the CSV goes beside it).
+    out: Option<PathBuf>,
+    /// `--minutes`.
+    minutes: Option<usize>,
+    /// `--minute-seconds`.
+    minute_seconds: Option<u64>,
+    /// `--rate`.
+    rate: Option<f64>,
+    /// `--workers`.
+    workers: Option<usize>,
+    /// `--producers`.
+    producers: Option<usize>,
+    /// `--purge-every`.
+    purge_every: Option<u64>,
+    /// `--retain`.
+    retain: Option<u64>,
+    /// `--idle-ms`.
+    idle_ms: Option<u64>,
+}
+
+/// The run's sizes: the command line with the defaults filled in.
+#[derive(Clone, Debug)]
+struct Plan {
+    /// The smoke run's sizes were the defaults.
+    quick: bool,
+    /// Reported minutes.
+    minutes: usize,
+    /// Length of one reported minute.
+    minute: Duration,
+    /// Target items per second, all producers together.
+    rate: f64,
+    /// The rate was `--rate`'s default.
+    default_rate: bool,
+    /// Claiming connections.
+    workers: usize,
+    /// Enqueueing connections.
+    producers: usize,
+    /// Time between purges; `None`: no purge.
+    purge_every: Option<Duration>,
+    /// Age of the finished items a purge deletes, in seconds.
+    retain: u64,
+    /// A worker's sleep after an empty claim.
+    idle: Duration,
+}
+
+/// Parses the value of `flag`.
+fn value<T: std::str::FromStr>(flag: &str, it: &mut impl Iterator<Item = String>) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let text = it.next().ok_or(format!("{flag} needs a value"))?;
+    text.parse()
+        .map_err(|e| format!("{flag} {text:?}: {e}").into())
+}
+
+/// The command line, or `None` after `--help` printed the usage.
+fn parse_args() -> Result<Option<Args>> {
+    if workfence_harness::cli::help_requested(USAGE) {
+        return Ok(None);
+    }
+    let mut args = Args {
+        quick: false,
+        out: None,
+        minutes: None,
+        minute_seconds: None,
+        rate: None,
+        workers: None,
+        producers: None,
+        purge_every: None,
+        retain: None,
+        idle_ms: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => args.quick = true,
+            "--out" => args.out = Some(it.next().ok_or("--out needs a file")?.into()),
+            "--minutes" => args.minutes = Some(value(&arg, &mut it)?),
+            "--minute-seconds" => args.minute_seconds = Some(value(&arg, &mut it)?),
+            "--rate" => args.rate = Some(value(&arg, &mut it)?),
+            "--workers" => args.workers = Some(value(&arg, &mut it)?),
+            "--producers" => args.producers = Some(value(&arg, &mut it)?),
+            "--purge-every" => args.purge_every = Some(value(&arg, &mut it)?),
+            "--retain" => args.retain = Some(value(&arg, &mut it)?),
+            "--idle-ms" => args.idle_ms = Some(value(&arg, &mut it)?),
+            other => return Err(format!("unknown argument {other}\n{USAGE}").into()),
+        }
+    }
+    Ok(Some(args))
+}
+
+impl Plan {
+    /// The defaults (of a full run, or of `--quick`) under what `args` gave;
+    /// refuses sizes the run cannot use.
+    fn new(args: &Args) -> Result<Plan> {
+        let q = args.quick;
+        let minutes = args.minutes.unwrap_or(if q { 3 } else { 10 });
+        let minute_seconds = args.minute_seconds.unwrap_or(if q { 5 } else { 60 });
+        let rate = args.rate.unwrap_or(if q { 200.0 } else { DEFAULT_RATE });
+        let workers = args.workers.unwrap_or(if q { 4 } else { 8 });
+        let producers = args.producers.unwrap_or(if q { 1 } else { 2 });
+        let purge_every = args.purge_every.unwrap_or(minute_seconds);
+        let retain = args.retain.unwrap_or(minute_seconds);
+        let idle_ms = args.idle_ms.unwrap_or(50);
+        if minutes == 0 || minutes > 10_000 {
+            return Err("--minutes must be 1 to 10000".into());
+        }
+        if minute_seconds == 0 || minute_seconds > 3600 {
+            return Err("--minute-seconds must be 1 to 3600".into());
+        }
+        if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
+            return Err("--rate must be above 0 and at most 1000000".into());
+        }
+        if workers == 0 || producers == 0 || workers + producers > 180 {
+            return Err(
+                "--workers and --producers must be at least 1, at most 180 together".into(),
+            );
+        }
+        if retain > 3650 * 86_400 {
+            return Err("--retain must be at most 3650 days".into());
+        }
+        Ok(Plan {
+            quick: q,
+            minutes,
+            minute: Duration::from_secs(minute_seconds),
+            rate,
+            default_rate: args.rate.is_none() && !q,
+            workers,
+            producers,
+            purge_every: (purge_every > 0).then(|| Duration::from_secs(purge_every)),
+            retain,
+            idle: Duration::from_millis(idle_ms),
+        })
+    }
+}
+
+/// Runs the bench; on failure says why and exits 1.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("workfence-sustained: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The run's clock: when it starts, how long a reported minute is, when it
+/// ends.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    /// The start: every thread begins its work at this instant.
+    t0: Instant,
+    /// One reported minute.
+    minute: Duration,
+    /// How many minutes.
+    minutes: usize,
+}
+
+impl Clock {
+    /// The end of the run.
+    fn end(&self) -> Instant {
+        self.t0 + self.minute * self.minutes as u32
+    }
+
+    /// The end of minute `m` (from 0).
+    fn minute_end(&self, m: usize) -> Instant {
+        self.t0 + self.minute * (m as u32 + 1)
+    }
+
+    /// The minute (from 0) instant `t` falls in; `None` after the end.
+    fn minute_of(&self, t: Instant) -> Option<usize> {
+        let since = t.saturating_duration_since(self.t0).as_nanos();
+        let m = (since / self.minute.as_nanos()) as usize;
+        (m < self.minutes).then_some(m)
+    }
+}
+
+/// Sleeps until `t` (at once if it has passed).
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        thread::sleep(t - now);
+    }
+}
+
+/// A claim latency histogram: 1 µs to 10 minutes, 3 significant digits.
+fn new_histogram() -> Result<Histogram<u64>> {
+    Ok(Histogram::new_with_bounds(1, 600_000_000, 3)?)
+}
+
+/// What one thread counted, per minute of the run (index 0 is the first
+/// minute). Merged over the threads at the end.
+struct Tally {
+    /// Items enqueued.
+    enqueued: Vec<u64>,
+    /// The producers' largest lag behind their schedule, µs (the time from
+    /// an item's due instant to its enqueue's return).
+    lag_max_us: Vec<u64>,
+    /// Items finished (counted when `work_finish` returned).
+    finished: Vec<u64>,
+    /// Claims that returned no item.
+    empty: Vec<u64>,
+    /// Latency of the claims that returned an item, µs.
+    claim_us: Vec<Histogram<u64>>,
+    /// Items deleted by `work_purge`.
+    purged: Vec<i64>,
+}
+
+impl Tally {
+    /// All zero, for `minutes` minutes.
+    fn new(minutes: usize) -> Result<Tally> {
+        Ok(Tally {
+            enqueued: vec![0; minutes],
+            lag_max_us: vec![0; minutes],
+            finished: vec![0; minutes],
+            empty: vec![0; minutes],
+            claim_us: (0..minutes)
+                .map(|_| new_histogram())
+                .collect::<Result<_>>()?,
+            purged: vec![0; minutes],
+        })
+    }
+
+    /// Adds `other`'s counts to these.
+    fn merge(&mut self, other: Tally) -> Result<()> {
+        for m in 0..self.finished.len() {
+            self.enqueued[m] += other.enqueued[m];
+            self.lag_max_us[m] = self.lag_max_us[m].max(other.lag_max_us[m]);
+            self.finished[m] += other.finished[m];
+            self.empty[m] += other.empty[m];
+            self.claim_us[m].add(&other.claim_us[m])?;
+            self.purged[m] += other.purged[m];
+        }
+        Ok(())
+    }
+}
+
+/// Running totals, for the progress line printed at each minute's end.
+#[derive(Default)]
+struct Live {
+    /// Items enqueued so far.
+    enqueued: AtomicU64,
+    /// Items finished so far.
+    finished: AtomicU64,
+}
+
+/// What the threads share: the clock, the stop flag (set at the end, or by
+/// a thread that failed), the running totals.
+struct Shared {
+    /// The run's clock.
+    clock: Clock,
+    /// Set when the run ends or a thread fails: every thread stops.
+    stop: AtomicBool,
+    /// Running totals.
+    live: Live,
+}
+
+impl Shared {
+    /// True once the threads should stop.
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// Runs `body` on a thread of its own; a failure sets the stop flag, so
+/// that the other threads and the monitor stop early.
+fn spawn(
+    shared: &Arc<Shared>,
+    body: impl FnOnce(&Shared) -> Result<Tally> + Send + 'static,
+) -> JoinHandle<Result<Tally>> {
+    let shared = shared.clone();
+    thread::spawn(move || {
+        let result = body(&shared);
+        if result.is_err() {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
+        result
+    })
+}
+
+/// A producer's connection, its statement prepared.
+struct Producer {
+    /// The connection.
+    client: Client,
+    /// `work_enqueue(queue, payload)` → the id.
+    enqueue: Statement,
+}
+
+impl Producer {
+    /// Connects and prepares.
+    fn open(cluster: &Cluster) -> Result<Producer> {
+        let mut client = cluster.connect_to(DB)?;
+        let enqueue = client.prepare(
+            "SELECT e.id FROM workfence.work_enqueue($1::text, \
+             pg_catalog.jsonb_build_object('producer', $2::int4, 'n', $3::int8)) AS e",
+        )?;
+        Ok(Producer { client, enqueue })
+    }
+}
+
+/// A producer: enqueues one item every `producers / rate` seconds, its
+/// schedule offset by `p / rate` from the other producers', from the start
+/// to the end of the run.
+fn produce(mut c: Producer, p: usize, plan: &Plan, shared: &Shared) -> Result<Tally> {
+    let clock = shared.clock;
+    let mut tally = Tally::new(plan.minutes)?;
+    let every = plan.producers as f64 / plan.rate;
+    let offset = p as f64 / plan.rate;
+    let producer = i32::try_from(p)?;
+    let end = clock.end();
+    for n in 0i64.. {
+        let due = clock.t0 + Duration::from_secs_f64(offset + n as f64 * every);
+        if due >= end || shared.stopping() {
+            break;
+        }
+        sleep_until(due);
+        c.client.query_one(&c.enqueue, &[&QUEUE, &producer, &n])?;
+        let now = Instant::now();
+        shared.live.enqueued.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = clock.minute_of(now) {
+            tally.enqueued[m] += 1;
+            let lag = now.saturating_duration_since(due).as_micros() as u64;
+            tally.lag_max_us[m] = tally.lag_max_us[m].max(lag);
+        }
+    }
+    Ok(tally)
+}
+
+/// A worker's connection, its statements prepared.
+struct Worker {
+    /// The connection.
+    client: Client,
+    /// Its owner name.
+    owner: String,
+    /// `work_claim(queue, owner, lease, max_items)` → `(id, epoch)` rows.
+    claim: Statement,
+    /// `work_finish(id, owner, epoch)` → bool.
+    finish: Statement,
+}
+
+impl Worker {
+    /// Connects, prepares, and claims once from the queue, which must be
+    /// empty then (the first call of a connection plans, and is not
+    /// measured).
+    fn open(cluster: &Cluster, w: usize) -> Result<Worker> {
+        let mut client = cluster.connect_to(DB)?;
+        let claim = client.prepare(prepared::CLAIM_TOKENS)?;
+        let finish = client.prepare(prepared::FINISH)?;
+        let owner = format!("worker-{w}");
+        if !client
+            .query(&claim, &[&QUEUE, &owner, &LEASE, &1i32])?
+            .is_empty()
+        {
+            return Err("the queue was not empty before the start".into());
+        }
+        Ok(Worker {
+            client,
+            owner,
+            claim,
+            finish,
+        })
+    }
+}
+
+/// A worker: claims one item at a time and finishes it, until the end.
+fn work(mut wk: Worker, plan: &Plan, shared: &Shared) -> Result<Tally> {
+    let clock = shared.clock;
+    let mut tally = Tally::new(plan.minutes)?;
+    let (c, owner) = (&mut wk.client, wk.owner.as_str());
+    let (claim, finish) = (&wk.claim, &wk.finish);
+    sleep_until(clock.t0);
+    let end = clock.end();
+    while !shared.stopping() && Instant::now() < end {
+        let before = Instant::now();
+        let rows = c.query(claim, &[&QUEUE, &owner, &LEASE, &1i32])?;
+        let after = Instant::now();
+        let minute = clock.minute_of(after);
+        if rows.is_empty() {
+            if let Some(m) = minute {
+                tally.empty[m] += 1;
+            }
+            thread::sleep(plan.idle);
+            continue;
+        }
+        if let Some(m) = minute {
+            let us = after.duration_since(before).as_micros() as u64;
+            tally.claim_us[m].saturating_record(us.max(1));
+        }
+        for row in rows {
+            let (id, epoch): (i64, i64) = (row.get(0), row.get(1));
+            let finished: bool = c.query_one(finish, &[&id, &owner, &epoch])?.get(0);
+            if !finished {
+                let token = Token {
+                    id,
+                    owner: owner.to_string(),
+                    epoch,
+                };
+                let status = calls::lease_status(c, &token)?;
+                return Err(format!(
+                    "work_finish({id}, {owner}, {epoch}) was refused: the token is {status} \
+                     (no lease of {LEASE} should lapse in this run)"
+                )
+                .into());
+            }
+            shared.live.finished.fetch_add(1, Ordering::Relaxed);
+            if let Some(m) = clock.minute_of(Instant::now()) {
+                tally.finished[m] += 1;
+            }
+        }
+    }
+    Ok(tally)
+}
+
+/// The purger: `work_purge(retain)` every `purge_every`, the first half a
+/// period after the start (so that, with the default period of one minute,
+/// each minute has one purge in its middle, none on its edges), until the
+/// end.
+fn purge(mut c: Client, plan: &Plan, every: Duration, shared: &Shared) -> Result<Tally> {
+    let clock = shared.clock;
+    let mut tally = Tally::new(plan.minutes)?;
+    let older_than = format!("{} seconds", plan.retain);
+    let end = clock.end();
+    for k in 1u32.. {
+        let due = clock.t0 + every * k - every / 2;
+        // Wait for the next purge in short sleeps, so that a stop (a failed
+        // thread) is seen at once.
+        while Instant::now() < due.min(end) && !shared.stopping() {
+            thread::sleep(POLL.min(due.saturating_duration_since(Instant::now())));
+        }
+        if due >= end || shared.stopping() {
+            break;
+        }
+        let n = calls::purge(&mut c, Some(&older_than), Some(QUEUE))?;
+        if let Some(m) = clock.minute_of(Instant::now()) {
+            tally.purged[m] += n;
+        }
+    }
+    Ok(tally)
+}
+
+/// The table's state at a minute's end, read by the monitor's connection.
+#[derive(Clone, Debug)]
+struct Snapshot {
+    /// Pending items of the queue.
+    backlog: i64,
+    /// `pg_relation_size('workfence.items')`: the heap alone.
+    table_bytes: i64,
+    /// `pg_relation_size` of each index of `workfence.items`, by name.
+    index_bytes: Vec<(String, i64)>,
+    /// `pg_total_relation_size('workfence.items')`: heap, indexes, TOAST.
+    total_bytes: i64,
+    /// `pg_stat_user_tables.n_live_tup`.
+    n_live_tup: i64,
+    /// `pg_stat_user_tables.n_dead_tup`.
+    n_dead_tup: i64,
+    /// `pg_stat_user_tables.autovacuum_count`: autovacuums of the table
+    /// (in the per-minute snapshots, since the run started).
+    autovacuums: i64,
+    /// `pg_stat_user_tables.autoanalyze_count`.
+    autoanalyzes: i64,
+    /// Checkpoints begun (timed and requested): since the server started,
+    /// or, in the per-minute snapshots, since the run started.
+    checkpoints: i64,
+}
+
+/// The monitor's connection and what it asks the server.
+struct Monitor {
+    /// A connection of its own (autocommit: every statistics read is fresh).
+    client: Client,
+    /// The statement that counts checkpoints, which moved from
+    /// `pg_stat_bgwriter` to `pg_stat_checkpointer` in PostgreSQL 17.
+    checkpoints_sql: &'static str,
+}
+
+impl Monitor {
+    /// Connects to the run's database.
+    fn open(cluster: &Cluster) -> Result<Monitor> {
+        let mut client = cluster.connect_to(DB)?;
+        let version: i32 = client
+            .query_one(
+                "SELECT pg_catalog.current_setting('server_version_num')::int4",
+                &[],
+            )?
+            .get(0);
+        let checkpoints_sql = if version >= 170_000 {
+            "SELECT (num_timed + num_requested)::int8 FROM pg_catalog.pg_stat_checkpointer"
+        } else {
+            "SELECT (checkpoints_timed + checkpoints_req)::int8 FROM pg_catalog.pg_stat_bgwriter"
+        };
+        Ok(Monitor {
+            client,
+            checkpoints_sql,
+        })
+    }
+
+    /// The table's state now.
+    fn snapshot(&mut self) -> Result<Snapshot> {
+        let c = &mut self.client;
+        let backlog: i64 = c
+            .query_one(
+                "SELECT pg_catalog.count(*) FROM workfence.items \
+                  WHERE queue = $1 AND state = 'pending'",
+                &[&QUEUE],
+            )?
+            .get(0);
+        let row = c.query_one(
+            "SELECT pg_catalog.pg_relation_size(s.relid), \
+                    pg_catalog.pg_total_relation_size(s.relid), \
+                    s.n_live_tup, s.n_dead_tup, s.autovacuum_count, s.autoanalyze_count \
+               FROM pg_catalog.pg_stat_user_tables AS s \
+              WHERE s.relid = 'workfence.items'::pg_catalog.regclass",
+            &[],
+        )?;
+        let index_bytes = c
+            .query(
+                "SELECT c.relname::text, pg_catalog.pg_relation_size(c.oid) \
+                   FROM pg_catalog.pg_index AS i \
+                   JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid \
+                  WHERE i.indrelid = 'workfence.items'::pg_catalog.regclass \
+                  ORDER BY 1",
+                &[],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let checkpoints: i64 = c.query_one(self.checkpoints_sql, &[])?.get(0);
+        Ok(Snapshot {
+            backlog,
+            table_bytes: row.get(0),
+            index_bytes,
+            total_bytes: row.get(1),
+            n_live_tup: row.get(2),
+            n_dead_tup: row.get(3),
+            autovacuums: row.get(4),
+            autoanalyzes: row.get(5),
+            checkpoints,
+        })
+    }
+}
+
+/// The server as the run found it, for the report's header.
+struct Server {
+    /// `SELECT version()`, up to the first comma.
+    version: String,
+    /// `SHOW shared_buffers`.
+    shared_buffers: String,
+    /// Every `autovacuum%` setting: (name, value with its unit, at its default).
+    autovacuum: Vec<(String, String, bool)>,
+}
+
+/// Reads what the report says about the server.
+fn server(c: &mut Client) -> Result<Server> {
+    let version: String = c.query_one("SELECT pg_catalog.version()", &[])?.get(0);
+    // "PostgreSQL 15.18 (Debian 15.18-0+deb12u1) on x86_64-pc-linux-gnu, ..."
+    let version = version.split(" on ").next().unwrap_or_default().to_string();
+    let shared_buffers: String = c
+        .query_one("SELECT pg_catalog.current_setting('shared_buffers')", &[])?
+        .get(0);
+    let autovacuum = c
+        .query(
+            "SELECT name, setting || coalesce(' ' || unit, ''), source = 'default' \
+               FROM pg_catalog.pg_settings \
+              WHERE name LIKE 'autovacuum%' ORDER BY name",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    Ok(Server {
+        version,
+        shared_buffers,
+        autovacuum,
+    })
+}
+
+/// One reported minute: what the threads counted and the snapshot at its end.
+struct Minute {
+    /// Items enqueued per second.
+    enqueued_per_s: f64,
+    /// Items finished per second.
+    finished_per_s: f64,
+    /// Claim latency median, µs (`None`: no claim returned an item).
+    p50_us: Option<u64>,
+    /// Claim latency 99th percentile, µs.
+    p99_us: Option<u64>,
+    /// Claims that found nothing, per second.
+    empty_per_s: f64,
+    /// The producers' largest lag behind schedule, ms.
+    lag_max_ms: f64,
+    /// Items purged.
+    purged: i64,
+    /// The table at the minute's end.
+    snap: Snapshot,
+}
+
+/// Runs the bench and writes its report.
+fn run() -> Result<()> {
+    let Some(args) = parse_args()? else {
+        return Ok(());
+    };
+    let plan = Plan::new(&args)?;
+    if let Some(out) = &args.out {
+        if out.extension().is_some_and(|e| e == "csv") {
+            return Err(format!(
+                "--out {}: the report is markdown, and its CSV goes beside it as FILE.csv; \
+                 name the report FILE.md",
+                out.display()
+            )
+            .into());
+        }
+    }
+    let scratch = std::env::var("WORKFENCE_SCRATCH").unwrap_or_else(|_| "target".into());
+    let cluster = Cluster::builder(scratch)
+        .name("sustained-bench")
+        .replace_existing(true)
+        // WORKFENCE_KEEP: leave the cluster (and its log) for a post-mortem.
+        .keep(std::env::var_os("WORKFENCE_KEEP").is_some())
+        .setting("max_connections", "200")
+        .setting("shared_buffers", "1GB")
+        // Nothing else: autovacuum and checkpoints as a user has them.
+        .start()?;
+    cluster.create_database(DB)?;
+    let mut monitor = Monitor::open(&cluster)?;
+    let server = server(&mut monitor.client)?;
+    println!(
+        "sustained: {} minutes of {} s, {} items/s, {}, {}{}",
+        plan.minutes,
+        plan.minute.as_secs(),
+        plan.rate,
+        plural(plan.workers, "worker"),
+        plural(plan.producers, "producer"),
+        if plan.quick { " (--quick)" } else { "" }
+    );
+
+    // Every connection is open, its statements prepared, before the start.
+    let workers = (0..plan.workers)
+        .map(|w| Worker::open(&cluster, w))
+        .collect::<Result<Vec<_>>>()?;
+    let producers = (0..plan.producers)
+        .map(|_| Producer::open(&cluster))
+        .collect::<Result<Vec<_>>>()?;
+    let purger = cluster.connect_to(DB)?;
+    // The counters before the start: the report shows what happened since.
+    let start = monitor.snapshot()?;
+    let clock = Clock {
+        // Time for the threads to start.
+        t0: Instant::now() + Duration::from_millis(200),
+        minute: plan.minute,
+        minutes: plan.minutes,
+    };
+    let shared = Arc::new(Shared {
+        clock,
+        stop: AtomicBool::new(false),
+        live: Live::default(),
+    });
+    let mut threads = Vec::new();
+    for wk in workers {
+        let plan = plan.clone();
+        threads.push(spawn(&shared, move |s| work(wk, &plan, s)));
+    }
+    for (p, c) in producers.into_iter().enumerate() {
+        let plan = plan.clone();
+        threads.push(spawn(&shared, move |s| produce(c, p, &plan, s)));
+    }
+    if let Some(every) = plan.purge_every {
+        let plan = plan.clone();
+        threads.push(spawn(&shared, move |s| purge(purger, &plan, every, s)));
+    } else {
+        drop(purger);
+    }
+
+    let snaps = watch(&mut monitor, &shared, &start);
+    shared.stop.store(true, Ordering::Relaxed);
+    let mut tally = Tally::new(plan.minutes)?;
+    let mut failure = None;
+    for t in threads {
+        match t.join() {
+            Ok(Ok(t)) => tally.merge(t)?,
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(_) => failure = failure.or(Some("a thread panicked".into())),
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let snaps = snaps?;
+
+    let secs = plan.minute.as_secs_f64();
+    let minutes: Vec<Minute> = snaps
+        .into_iter()
+        .enumerate()
+        .map(|(m, snap)| {
+            let h = &tally.claim_us[m];
+            let some = !h.is_empty();
+            Minute {
+                enqueued_per_s: tally.enqueued[m] as f64 / secs,
+                finished_per_s: tally.finished[m] as f64 / secs,
+                p50_us: some.then(|| h.value_at_quantile(0.5)),
+                p99_us: some.then(|| h.value_at_quantile(0.99)),
+                empty_per_s: tally.empty[m] as f64 / secs,
+                lag_max_ms: tally.lag_max_us[m] as f64 / 1000.0,
+                purged: tally.purged[m],
+                snap,
+            }
+        })
+        .collect();
+    let report = report(&plan, &server, &minutes);
+    print!("{report}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, &report).map_err(|e| format!("writing {}: {e}", out.display()))?;
+        let csv_path = out.with_extension("csv");
+        write_csv(&csv_path, &minutes)
+            .map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
+        println!(
+            "sustained: wrote {} and {}",
+            out.display(),
+            csv_path.display()
+        );
+    }
+    Ok(())
+}
+
+/// At each minute's end, a snapshot of the table (its counters counted
+/// from `start`'s) and a progress line; returns the snapshots (fewer than
+/// the minutes if a thread failed, which the caller then reports).
+fn watch(monitor: &mut Monitor, shared: &Shared, start: &Snapshot) -> Result<Vec<Snapshot>> {
+    let clock = shared.clock;
+    let mut snaps = Vec::with_capacity(clock.minutes);
+    let (mut enqueued, mut finished) = (0, 0);
+    for m in 0..clock.minutes {
+        let end = clock.minute_end(m);
+        while Instant::now() < end && !shared.stopping() {
+            thread::sleep(POLL.min(end.saturating_duration_since(Instant::now())));
+        }
+        if shared.stopping() {
+            break;
+        }
+        let mut snap = monitor.snapshot()?;
+        snap.autovacuums -= start.autovacuums;
+        snap.autoanalyzes -= start.autoanalyzes;
+        snap.checkpoints -= start.checkpoints;
+        let (e, f) = (
+            shared.live.enqueued.load(Ordering::Relaxed),
+            shared.live.finished.load(Ordering::Relaxed),
+        );
+        let secs = clock.minute.as_secs_f64();
+        println!(
+            "sustained: minute {}: about {:.0} enqueued/s, {:.0} finished/s, backlog {}, \
+             items {:.1} MB (total {:.1} MB), {} dead tuples, {} autovacuums",
+            m + 1,
+            (e - enqueued) as f64 / secs,
+            (f - finished) as f64 / secs,
+            snap.backlog,
+            mb(snap.table_bytes),
+            mb(snap.total_bytes),
+            snap.n_dead_tup,
+            snap.autovacuums,
+        );
+        (enqueued, finished) = (e, f);
+        snaps.push(snap);
+    }
+    Ok(snaps)
+}
+
+/// `n thing` or `n things`.
+fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// A count from the server (never negative) as a `usize`.
+fn count(n: i64) -> usize {
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// Bytes in MB (2^20).
+fn mb(bytes: i64) -> f64 {
+    bytes as f64 / 1_048_576.0
+}
+
+/// `Some(v)` as an integer, `None` as `-`.
+fn opt(v: Option<u64>) -> String {
+    v.map_or("-".to_string(), |v| v.to_string())
+}
+
+/// `value / first`, when both are known and `first` is not 0.
+fn ratio(value: Option<f64>, first: Option<f64>) -> Option<f64> {
+    match (value, first) {
+        (Some(v), Some(f)) if f > 0.0 => Some(v / f),
+        _ => None,
+    }
+}
+
+/// Whether a ratio is within 10% of 1.
+fn within(r: Option<f64>) -> &'static str {
+    match r {
+        // 1e-9: 110 / 100 is 1.1000000000000001 in floating point.
+        Some(r) if (r - 1.0).abs() <= 0.10 + 1e-9 => "yes",
+        Some(_) => "**no**",
+        None => "-",
+    }
+}
+
+/// The ratio with two decimals, or `-`.
+fn ratio_text(r: Option<f64>) -> String {
+    r.map_or("-".to_string(), |r| format!("{r:.2}"))
+}
+
+/// The markdown report.
+fn report(plan: &Plan, server: &Server, minutes: &[Minute]) -> String {
+    let mut s = String::new();
+    let secs = plan.minute.as_secs();
+    let _ = write!(
+        s,
+        "# Sustained load: {} minutes at {:.0} items/s, autovacuum on\n\n\
+         Written by `workfence-sustained` (`scripts/bench.sh`; see the top of \
+         `bench/src/bin/sustained.rs` for the method). One run on a shared machine: compare rows \
+         within this file, not with other runs.\n\n",
+        plan.minutes, plan.rate
+    );
+    let purge = match plan.purge_every {
+        Some(every) => format!(
+            "every {} s, from {} s after the start, a `work_purge` deleted the finished items \
+             older than {} s",
+            every.as_secs(),
+            every.as_secs_f64() / 2.0,
+            plan.retain
+        ),
+        None => "finished items were never purged (`--purge-every 0`)".to_string(),
+    };
+    let _ = write!(
+        s,
+        "Run: {} \"minutes\" of {secs} s{}; target {:.0} items/s enqueued by {}, one \
+         autocommit `work_enqueue` per item, paced to a schedule; {}, each claiming one item at a time (`work_claim(queue, owner, '{LEASE}')`, \
+         then `work_finish`; a claim that found nothing was followed by a {} ms sleep); {purge}.\n\n",
+        plan.minutes,
+        if plan.quick {
+            " (`--quick`: the smoke run, too short for the figures to mean much)"
+        } else {
+            ""
+        },
+        plan.rate,
+        plural(plan.producers, "producer connection"),
+        plural(plan.workers, "worker connection"),
+        plan.idle.as_millis(),
+    );
+    let non_default: Vec<&str> = server
+        .autovacuum
+        .iter()
+        .filter(|a| !a.2)
+        .map(|a| a.0.as_str())
+        .collect();
+    let settings: Vec<String> = server
+        .autovacuum
+        .iter()
+        .map(|(name, value, _)| format!("`{name}` {value}"))
+        .collect();
+    let _ = write!(
+        s,
+        "Server: {}, `shared_buffers` {}, fsync on, autovacuum on with {} ({}); everything \
+         else default (so checkpoints too: `checkpoint_timeout` 5 min, `max_wal_size` 1 GB). \
+         {} cores, shared by the server, this driver and whatever else ran on the machine.\n\n",
+        server.version,
+        server.shared_buffers,
+        if non_default.is_empty() {
+            "every autovacuum setting at its default".to_string()
+        } else {
+            format!("these settings changed: {}", non_default.join(", "))
+        },
+        settings.join(", "),
+        thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    if plan.default_rate {
+        let _ = write!(s, "Why this rate: {RATE_WHY}\n\n");
+    } else {
+        let _ = write!(
+            s,
+            "The rate was set for this run (`--rate`{}); the full run's default is {DEFAULT_RATE:.0} \
+             items/s.\n\n",
+            if plan.quick { ", or `--quick`'s" } else { "" }
+        );
+    }
+
+    s.push_str(
+        "## Per minute\n\n\
+         Claim latency: the claims that returned an item, timed by the client. Backlog, sizes \
+         and statistics: at the minute's end. Autovacuums, autoanalyzes and checkpoints: counts \
+         since the start.\n\n\
+         | minute | enqueued/s | finished/s | claim p50 µs | claim p99 µs | empty claims/s | \
+         producer lag max ms | backlog | purged | n_live_tup | n_dead_tup | autovacuums | \
+         autoanalyzes | checkpoints |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (m, x) in minutes.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} | {:.0} | {} | {} | {:.0} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            m + 1,
+            x.enqueued_per_s,
+            x.finished_per_s,
+            opt(x.p50_us),
+            opt(x.p99_us),
+            x.empty_per_s,
+            x.lag_max_ms,
+            x.snap.backlog,
+            x.purged,
+            x.snap.n_live_tup,
+            x.snap.n_dead_tup,
+            x.snap.autovacuums,
+            x.snap.autoanalyzes,
+            x.snap.checkpoints,
+        );
+    }
+
+    let index_names: Vec<&str> = minutes.first().map_or(Vec::new(), |x| {
+        x.snap.index_bytes.iter().map(|i| i.0.as_str()).collect()
+    });
+    s.push_str(
+        "\n## Sizes at each minute's end (MB)\n\n\
+         `pg_relation_size` of `workfence.items` (the heap) and of each of its indexes, and \
+         `pg_total_relation_size` (heap, indexes and TOAST).\n\n| minute | heap |",
+    );
+    for name in &index_names {
+        let _ = write!(s, " {name} |");
+    }
+    s.push_str(" total |\n|---:|---:|");
+    s.push_str(&"---:|".repeat(index_names.len() + 1));
+    s.push('\n');
+    for (m, x) in minutes.iter().enumerate() {
+        let _ = write!(s, "| {} | {:.1} |", m + 1, mb(x.snap.table_bytes));
+        for name in &index_names {
+            let bytes = x
+                .snap
+                .index_bytes
+                .iter()
+                .find(|i| i.0 == *name)
+                .map_or(0, |i| i.1);
+            let _ = write!(s, " {:.1} |", mb(bytes));
+        }
+        let _ = writeln!(s, " {:.1} |", mb(x.snap.total_bytes));
+    }
+
+    let first = minutes.first();
+    let first_rate = first.map(|x| x.finished_per_s);
+    let first_p99 = first.and_then(|x| x.p99_us).map(|v| v as f64);
+    s.push_str(
+        "\n## Each minute against the first\n\n\
+         Ratios to minute 1; \"within 10%\" is 0.90 to 1.10. Printed, not asserted.\n\n\
+         | minute | finished/s | ratio | within 10% | claim p99 µs | ratio | within 10% |\n\
+         |---:|---:|---:|---|---:|---:|---|\n",
+    );
+    for (m, x) in minutes.iter().enumerate() {
+        let r = ratio(Some(x.finished_per_s), first_rate);
+        let p = ratio(x.p99_us.map(|v| v as f64), first_p99);
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} | {} | {} | {} | {} | {} |",
+            m + 1,
+            x.finished_per_s,
+            ratio_text(r),
+            within(r),
+            opt(x.p99_us),
+            ratio_text(p),
+            within(p),
+        );
+    }
+
+    if let Some(last) = minutes.last() {
+        s.push_str("\n## At the end\n\n");
+        let _ = writeln!(
+            s,
+            "- `workfence.items`: heap {:.1} MB, with indexes and TOAST {:.1} MB \
+             (after minute 1: {:.1} and {:.1} MB)",
+            mb(last.snap.table_bytes),
+            mb(last.snap.total_bytes),
+            first.map_or(0.0, |x| mb(x.snap.table_bytes)),
+            first.map_or(0.0, |x| mb(x.snap.total_bytes)),
+        );
+        for (name, bytes) in &last.snap.index_bytes {
+            let then = first
+                .and_then(|x| x.snap.index_bytes.iter().find(|i| i.0 == *name))
+                .map_or(0, |i| i.1);
+            let _ = writeln!(
+                s,
+                "- index `{name}`: {:.1} MB (after minute 1: {:.1} MB)",
+                mb(*bytes),
+                mb(then)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "- {} live and {} dead tuples; {} and {} of the table and {} during the run",
+            last.snap.n_live_tup,
+            last.snap.n_dead_tup,
+            plural(count(last.snap.autovacuums), "autovacuum"),
+            plural(count(last.snap.autoanalyzes), "autoanalyze"),
+            plural(count(last.snap.checkpoints), "checkpoint"),
+        );
+    }
+
+    s.push_str("\n## What it means\n\n");
+    s.push_str(&meaning(plan, minutes));
+    s.push('\n');
+    s
+}
+
+/// The paragraph under "What it means", generated from the figures.
+fn meaning(plan: &Plan, minutes: &[Minute]) -> String {
+    let (Some(first), Some(last)) = (minutes.first(), minutes.last()) else {
+        return "No minute completed: there are no figures.\n".to_string();
+    };
+    let n = minutes.len() as f64;
+    let mut s = String::new();
+    let enq = minutes.iter().map(|x| x.enqueued_per_s).sum::<f64>() / n;
+    let fin = minutes.iter().map(|x| x.finished_per_s).sum::<f64>() / n;
+    let max_backlog = minutes.iter().map(|x| x.snap.backlog).max().unwrap_or(0);
+    let max_lag = minutes.iter().map(|x| x.lag_max_ms).fold(0.0, f64::max);
+    if enq >= plan.rate * 0.98 {
+        let _ = write!(
+            s,
+            "The producers held the target: {enq:.0} items/s enqueued on average against \
+             {:.0} asked (largest lag behind their schedule {max_lag:.1} ms). ",
+            plan.rate
+        );
+    } else {
+        let _ = write!(
+            s,
+            "The producers fell short of the target: {enq:.0} items/s enqueued on average \
+             against {:.0} asked (up to {max_lag:.0} ms behind their schedule): this machine did \
+             not sustain the rate, and the figures below are of a saturated queue rather than a \
+             steady one (a lower `--rate` measures stability). ",
+            plan.rate
+        );
+        let empty = minutes.iter().map(|x| x.empty_per_s).sum::<f64>() / n;
+        if empty >= 1.0 {
+            let _ = write!(
+                s,
+                "The workers meanwhile found the queue empty {empty:.0} times a second: the \
+                 enqueues were the bottleneck. They commit one at a time (each one's `NOTIFY \
+                 work_enqueued` holds PostgreSQL's cluster-wide notify lock through its commit's \
+                 WAL flush), so their ceiling is about one WAL flush per item. "
+            );
+        }
+    }
+    // Under a second of load waiting: the workers kept up.
+    if (max_backlog as f64) < plan.rate.max(1.0) {
+        let empty = minutes.iter().map(|x| x.empty_per_s).sum::<f64>() / n;
+        let _ = write!(
+            s,
+            "The workers kept up: {fin:.0} items/s finished on average, the backlog at a \
+             minute's end was at most {} (under a second of load), and claims \
+             found the queue empty {empty:.0} times a second, so there was capacity to spare. ",
+            plural(count(max_backlog), "item")
+        );
+    } else {
+        let _ = write!(
+            s,
+            "The workers did not keep up: {fin:.0} items/s finished on average, and the backlog \
+             reached {max_backlog} items ({last_backlog} at the end). ",
+            last_backlog = last.snap.backlog
+        );
+    }
+
+    let ratios: Vec<Option<f64>> = minutes
+        .iter()
+        .map(|x| ratio(Some(x.finished_per_s), Some(first.finished_per_s)))
+        .collect();
+    let ok = ratios.iter().filter(|r| within(**r) == "yes").count();
+    let (lo, hi) = ratios
+        .iter()
+        .flatten()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+    let _ = write!(
+        s,
+        "Finished items/s stayed within 10% of the first minute's in {ok} of {} minutes \
+         (ratios {lo:.2} to {hi:.2}); with the producers paced, this can only drop if the \
+         workers fall behind. ",
+        minutes.len()
+    );
+
+    let first_p99 = first.p99_us.map(|v| v as f64);
+    let p99s: Vec<(usize, Option<f64>)> = minutes
+        .iter()
+        .enumerate()
+        .map(|(m, x)| (m, ratio(x.p99_us.map(|v| v as f64), first_p99)))
+        .collect();
+    let ok = p99s.iter().filter(|(_, r)| within(*r) == "yes").count();
+    // The other minutes' ratio furthest from 1.
+    let worst = p99s
+        .iter()
+        .skip(1)
+        .filter_map(|(m, r)| r.map(|r| (*m, r)))
+        .max_by(|a, b| (a.1 - 1.0).abs().total_cmp(&(b.1 - 1.0).abs()));
+    let p50s: Vec<u64> = minutes.iter().filter_map(|x| x.p50_us).collect();
+    let _ = write!(
+        s,
+        "Claim p99 stayed within 10% of the first minute's ({} µs) in {ok} of {} minutes",
+        opt(first.p99_us),
+        minutes.len()
+    );
+    if let Some((m, r)) = worst {
+        let _ = write!(
+            s,
+            "; the ratio furthest from 1 was {r:.2} (minute {}, {})",
+            m + 1,
+            if r > 1.0 { "slower" } else { "faster" }
+        );
+        // What else happened in that minute: the counters are counted
+        // from the start, so a rise since the minute before is an event.
+        let rose = |count: fn(&Snapshot) -> i64| {
+            count(&minutes[m].snap) > m.checked_sub(1).map_or(0, |p| count(&minutes[p].snap))
+        };
+        let mut during = Vec::new();
+        if rose(|x| x.autovacuums) {
+            during.push("an autovacuum of the table ended");
+        }
+        if rose(|x| x.checkpoints) {
+            during.push("a checkpoint began");
+        }
+        if r > 1.10 && !during.is_empty() {
+            let _ = write!(s, ", a minute in which {}", during.join(" and "));
+        }
+    }
+    if let (Some(lo), Some(hi)) = (p50s.iter().min(), p50s.iter().max()) {
+        let _ = write!(s, "; p50 was between {lo} and {hi} µs");
+    }
+    s.push_str(". ");
+
+    // Size: the second half of the run against the first half's end, so
+    // that the purge's first round (one retention in) is behind.
+    let mid = &minutes[(minutes.len() - 1) / 2];
+    let growth = |then: i64, now: i64| {
+        if then > 0 {
+            format!("{:+.0}%", (now as f64 / then as f64 - 1.0) * 100.0)
+        } else {
+            "from nothing".to_string()
+        }
+    };
+    let index_total = |x: &Minute| x.snap.index_bytes.iter().map(|i| i.1).sum::<i64>();
+    let _ = write!(
+        s,
+        "The heap of `workfence.items` was {:.1} MB after minute {} and {:.1} MB at the end ({}); \
+         its indexes together {:.1} MB and {:.1} MB ({}). ",
+        mb(mid.snap.table_bytes),
+        (minutes.len() - 1) / 2 + 1,
+        mb(last.snap.table_bytes),
+        growth(mid.snap.table_bytes, last.snap.table_bytes),
+        mb(index_total(mid)),
+        mb(index_total(last)),
+        growth(index_total(mid), index_total(last)),
+    );
+    if plan.purge_every.is_some() {
+        s.push_str(
+            "With finished items purged, a table that autovacuum keeps up with levels off once \
+             the first purges are past (its free space reused); steady growth in the second half \
+             would be bloat. ",
+        );
+    } else {
+        s.push_str(
+            "Nothing was purged, so the table grows with the finished items it keeps; that \
+             growth is retention, not bloat. ",
+        );
+    }
+    let _ = write!(
+        s,
+        "Autovacuum processed the table {} and analyzed it {}; it ended with {} dead tuples \
+         beside {} live ones.",
+        plural(count(last.snap.autovacuums), "time"),
+        plural(count(last.snap.autoanalyzes), "time"),
+        last.snap.n_dead_tup,
+        last.snap.n_live_tup
+    );
+    if plan.quick {
+        s.push_str(
+            " (A `--quick` run: its \"minutes\" are seconds long, too short for autovacuum's \
+             one-minute naptime; the figures only show that the run works.)",
+        );
+    }
+    s.push('\n');
+    s
+}
+
+/// The figures, one row a minute, as CSV (the index columns named after
+/// the indexes, in bytes).
+fn write_csv(path: &Path, minutes: &[Minute]) -> Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    let index_names: Vec<String> = minutes.first().map_or(Vec::new(), |x| {
+        x.snap.index_bytes.iter().map(|i| i.0.clone()).collect()
+    });
+    let mut header: Vec<String> = [
+        "minute",
+        "enqueued_per_s",
+        "finished_per_s",
+        "claim_p50_us",
+        "claim_p99_us",
+        "empty_claims_per_s",
+        "producer_lag_max_ms",
+        "backlog",
+        "purged",
+        "n_live_tup",
+        "n_dead_tup",
+        "autovacuum_count",
+        "autoanalyze_count",
+        "checkpoints",
+        "table_bytes",
+        "total_bytes",
+    ]
+    .iter()
+    .map(|h| h.to_string())
+    .collect();
+    header.extend(index_names.iter().map(|n| format!("index_bytes_{n}")));
+    header.extend(["finished_ratio".to_string(), "claim_p99_ratio".to_string()]);
+    w.write_record(&header)?;
+    let first = minutes.first();
+    for (m, x) in minutes.iter().enumerate() {
+        let r = ratio(Some(x.finished_per_s), first.map(|f| f.finished_per_s));
+        let p = ratio(
+            x.p99_us.map(|v| v as f64),
+            first.and_then(|f| f.p99_us).map(|v| v as f64),
+        );
+        let mut row = vec![
+            (m + 1).to_string(),
+            format!("{:.1}", x.enqueued_per_s),
+            format!("{:.1}", x.finished_per_s),
+            x.p50_us.map_or(String::new(), |v| v.to_string()),
+            x.p99_us.map_or(String::new(), |v| v.to_string()),
+            format!("{:.1}", x.empty_per_s),
+            format!("{:.3}", x.lag_max_ms),
+            x.snap.backlog.to_string(),
+            x.purged.to_string(),
+            x.snap.n_live_tup.to_string(),
+            x.snap.n_dead_tup.to_string(),
+            x.snap.autovacuums.to_string(),
+            x.snap.autoanalyzes.to_string(),
+            x.snap.checkpoints.to_string(),
+            x.snap.table_bytes.to_string(),
+            x.snap.total_bytes.to_string(),
+        ];
+        for name in &index_names {
+            let bytes = x
+                .snap
+                .index_bytes
+                .iter()
+                .find(|i| i.0 == *name)
+                .map_or(0, |i| i.1);
+            row.push(bytes.to_string());
+        }
+        row.push(r.map_or(String::new(), |r| format!("{r:.4}")));
+        row.push(p.map_or(String::new(), |p| format!("{p:.4}")));
+        w.write_record(&row)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Args as given on the command line: nothing but `--quick` or not.
+    fn args(quick: bool) -> Args {
+        Args {
+            quick,
+            out: None,
+            minutes: None,
+            minute_seconds: None,
+            rate: None,
+            workers: None,
+            producers: None,
+            purge_every: None,
+            retain: None,
+            idle_ms: None,
+        }
+    }
+
+    #[test]
+    fn defaults_and_quick_sizes() {
+        let full = Plan::new(&args(false)).unwrap();
+        assert_eq!((full.minutes, full.minute.as_secs()), (10, 60));
+        assert_eq!(
+            (full.rate, full.workers, full.producers),
+            (DEFAULT_RATE, 8, 2)
+        );
+        assert!(full.default_rate);
+        assert_eq!(full.purge_every, Some(Duration::from_secs(60)));
+        let quick = Plan::new(&args(true)).unwrap();
+        assert_eq!((quick.minutes, quick.minute.as_secs()), (3, 5));
+        assert_eq!((quick.rate, quick.workers, quick.producers), (200.0, 4, 1));
+        assert!(!quick.default_rate);
+        assert_eq!(
+            (quick.purge_every, quick.retain),
+            (Some(Duration::from_secs(5)), 5)
+        );
+        let mut given = args(true);
+        given.minutes = Some(2);
+        given.purge_every = Some(0);
+        let plan = Plan::new(&given).unwrap();
+        assert_eq!((plan.minutes, plan.purge_every), (2, None));
+    }
+
+    #[test]
+    fn sizes_the_run_cannot_use_are_refused() {
+        for bad in [
+            |a: &mut Args| a.minutes = Some(0),
+            |a: &mut Args| a.minute_seconds = Some(0),
+            |a: &mut Args| a.rate = Some(0.0),
+            |a: &mut Args| a.rate = Some(f64::NAN),
+            |a: &mut Args| a.workers = Some(0),
+            |a: &mut Args| a.producers = Some(200),
+        ] {
+            let mut a = args(false);
+            bad(&mut a);
+            assert!(Plan::new(&a).is_err());
+        }
+    }
+
+    #[test]
+    fn events_fall_in_their_minute_and_none_after_the_end() {
+        let t0 = Instant::now();
+        let clock = Clock {
+            t0,
+            minute: Duration::from_secs(5),
+            minutes: 3,
+        };
+        assert_eq!(clock.minute_of(t0), Some(0));
+        assert_eq!(clock.minute_of(t0 + Duration::from_millis(4999)), Some(0));
+        assert_eq!(clock.minute_of(t0 + Duration::from_secs(5)), Some(1));
+        assert_eq!(clock.minute_of(t0 + Duration::from_millis(14999)), Some(2));
+        assert_eq!(clock.minute_of(clock.end()), None);
+        assert_eq!(clock.minute_end(0), t0 + Duration::from_secs(5));
+    }
+
+    #[test]
+    fn within_ten_percent_both_ways() {
+        assert_eq!(within(ratio(Some(110.0), Some(100.0))), "yes");
+        assert_eq!(within(ratio(Some(90.0), Some(100.0))), "yes");
+        assert_eq!(within(ratio(Some(111.0), Some(100.0))), "**no**");
+        assert_eq!(within(ratio(Some(89.0), Some(100.0))), "**no**");
+        assert_eq!(within(ratio(None, Some(100.0))), "-");
+        assert_eq!(within(ratio(Some(1.0), Some(0.0))), "-");
+    }
+}
