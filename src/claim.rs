@@ -199,7 +199,7 @@ params! {
 /// The claim statement of the common case, for schema `$mode`; see
 /// [`CLAIM_DUE`].
 macro_rules! claim_due_sql {
-    ($mode:ident) => {
+    ($mode:ident, $pick:literal, $limit:literal, $close:literal) => {
         concat!(
             r#"
 UPDATE workfence.items AS i
@@ -217,15 +217,21 @@ UPDATE workfence.items AS i
                 "\n       lease_until = $5 OPERATOR(pg_catalog.+) $3"
             ),
             r#"
- WHERE i.id OPERATOR(pg_catalog.=) ANY (ARRAY(
-    SELECT d.id
+ WHERE i.ctid OPERATOR(pg_catalog.=) "#,
+            $pick,
+            r#"
+    SELECT d.ctid
       FROM workfence.items AS d
      WHERE d.queue OPERATOR(pg_catalog.=) $1
        AND d.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
        AND d.run_at OPERATOR(pg_catalog.<=) $5
      ORDER BY d.priority, d.run_at, d.id
-     LIMIT $4
-       FOR UPDATE SKIP LOCKED))
+     LIMIT "#,
+            $limit,
+            r#"
+       FOR UPDATE SKIP LOCKED"#,
+            $close,
+            r#"
 RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
           NULL::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.timestamptz,
           false, i.priority, i.run_at
@@ -237,17 +243,34 @@ RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
 // The claim of a queue in which no lease has lapsed (by the server's clock
 // `$5`; [`LAPSED`] tells): pending and due items only, with CLAIM's
 // parameters and result columns (7-9 NULL, `dead` false). Same claim order
-// and the same `SKIP LOCKED` as CLAIM; the picked ids reach the UPDATE as
-// an array, so that it looks them up by primary key whatever the generic
-// plan estimates for `LIMIT $4` (a join with the picked rows became a hash
-// join over the whole table in a small one); without CLAIM's two other branches
+// and the same `SKIP LOCKED` as CLAIM; the picked rows reach the UPDATE as
+// an array of their ctids, which only a TID scan reads, whatever the
+// generic plan estimates on a table with statistics (joined with the
+// picked rows by id, a small table got a hash join over all of it); for
+// one item, see CLAIM_ONE. A ctid is
+// stable here: the subquery holds the row's lock (so no one else updates,
+// deletes or moves it) and follows a concurrent update to the newest
+// version before locking it; without CLAIM's two other branches
 // (lapsed leases, lapsed final attempts), whose plan nodes every claim
 // would otherwise start and end: their start-up was the largest part of
 // what a claim cost beyond the hand-written statement (callgrind,
 // docs/benchmarks.md, "What was changed").
 static CLAIM_DUE: plans::Versioned<ClaimParams> = plans::Versioned {
-    current: Statement::new(claim_due_sql!(current)),
-    legacy: Statement::new(claim_due_sql!(legacy)),
+    current: Statement::new(claim_due_sql!(current, "ANY (ARRAY(", "$4", "))")),
+    legacy: Statement::new(claim_due_sql!(legacy, "ANY (ARRAY(", "$4", "))")),
+};
+
+// CLAIM_DUE for one item (`max_items` 1, `$4` unused): the picked row's
+// ctid as a scalar subquery, which the planner reads with a TID scan even
+// on a table it has no statistics for (a fresh install's first minute):
+// there, `ctid = ANY (...)` of an array it guesses at ten elements costs
+// more than the ten pages it guesses the table has, and a generic plan with
+// a sequential scan would be kept until autovacuum's first ANALYZE. A batch
+// claim takes that risk for its first minute (measured: the one-item claim
+// is what the sustained-load benchmark's workers do).
+static CLAIM_ONE: plans::Versioned<ClaimParams> = plans::Versioned {
+    current: Statement::new(claim_due_sql!(current, "(", "1", ")")),
+    legacy: Statement::new(claim_due_sql!(legacy, "(", "1", ")")),
 };
 
 // Whether queue `$1` has a claimed item whose lease has lapsed by the
@@ -591,7 +614,11 @@ fn claim_once(
         })?;
         plans::run(
             client,
-            if lapsed { CLAIM.get() } else { CLAIM_DUE.get() },
+            match (lapsed, max_items) {
+                (true, _) => CLAIM.get(),
+                (false, 1) => CLAIM_ONE.get(),
+                (false, _) => CLAIM_DUE.get(),
+            },
             ClaimParams {
                 queue,
                 owner,
