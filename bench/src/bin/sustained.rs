@@ -66,7 +66,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>
 const USAGE: &str =
     "usage: workfence-sustained [--quick] [--minutes N] [--minute-seconds S] [--rate R]
                            [--workers N] [--producers N] [--purge-every S] [--retain S]
-                           [--idle-ms MS] [--out FILE.md]
+                           [--idle-ms MS] [--warm-up N] [--out FILE.md]
   Runs pg_workfence under a steady load on a throwaway PostgreSQL cluster with autovacuum on
   (default settings): producers enqueue at a fixed rate, workers claim one item at a time and
   finish it, a purger deletes old finished items. Prints per-minute figures (items/s, claim
@@ -82,6 +82,10 @@ const USAGE: &str =
   --purge-every S    run work_purge every S seconds (default: one minute; 0: never)
   --retain S         purge finished items older than S seconds (default: one minute)
   --idle-ms MS       a worker's sleep after a claim that found nothing (default 50)
+  --warm-up N        minutes of the same load run first and not reported (default 1): the
+                     first minutes after the cluster's start (its first autovacuums, a machine
+                     still busy with what ran before) are not the steady state the minutes
+                     after are compared with
 With WORKFENCE_KEEP set (any value) the cluster and its log are kept afterwards.";
 
 /// The default of `--rate`: items per second (see [`RATE_WHY`]).
@@ -138,6 +142,8 @@ struct Args {
     retain: Option<u64>,
     /// `--idle-ms`.
     idle_ms: Option<u64>,
+    /// `--warm-up`.
+    warm_up: Option<usize>,
 }
 
 /// The run's sizes: the command line with the defaults filled in.
@@ -147,6 +153,8 @@ struct Plan {
     quick: bool,
     /// Reported minutes.
     minutes: usize,
+    /// Minutes of load before the reported ones, not reported.
+    warm_up: usize,
     /// Length of one reported minute.
     minute: Duration,
     /// Target items per second, all producers together.
@@ -191,6 +199,7 @@ fn parse_args() -> Result<Option<Args>> {
         purge_every: None,
         retain: None,
         idle_ms: None,
+        warm_up: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -205,6 +214,7 @@ fn parse_args() -> Result<Option<Args>> {
             "--purge-every" => args.purge_every = Some(value(&arg, &mut it)?),
             "--retain" => args.retain = Some(value(&arg, &mut it)?),
             "--idle-ms" => args.idle_ms = Some(value(&arg, &mut it)?),
+            "--warm-up" => args.warm_up = Some(value(&arg, &mut it)?),
             other => return Err(format!("unknown argument {other}\n{USAGE}").into()),
         }
     }
@@ -212,6 +222,11 @@ fn parse_args() -> Result<Option<Args>> {
 }
 
 impl Plan {
+    /// Minutes of load in all: the warm-up and the reported ones.
+    fn total_minutes(&self) -> usize {
+        self.warm_up + self.minutes
+    }
+
     /// The defaults (of a full run, or of `--quick`) under what `args` gave;
     /// refuses sizes the run cannot use.
     fn new(args: &Args) -> Result<Plan> {
@@ -226,6 +241,10 @@ impl Plan {
         let idle_ms = args.idle_ms.unwrap_or(50);
         if minutes == 0 || minutes > 10_000 {
             return Err("--minutes must be 1 to 10000".into());
+        }
+        let warm_up = args.warm_up.unwrap_or(1);
+        if warm_up > 60 {
+            return Err("--warm-up must be 0 to 60 minutes".into());
         }
         if minute_seconds == 0 || minute_seconds > 3600 {
             return Err("--minute-seconds must be 1 to 3600".into());
@@ -244,6 +263,7 @@ impl Plan {
         Ok(Plan {
             quick: q,
             minutes,
+            warm_up,
             minute: Duration::from_secs(minute_seconds),
             rate,
             default_rate: args.rate.is_none() && !q,
@@ -423,7 +443,7 @@ impl Producer {
 /// to the end of the run.
 fn produce(mut c: Producer, p: usize, plan: &Plan, shared: &Shared) -> Result<Tally> {
     let clock = shared.clock;
-    let mut tally = Tally::new(plan.minutes)?;
+    let mut tally = Tally::new(plan.total_minutes())?;
     let every = plan.producers as f64 / plan.rate;
     let offset = p as f64 / plan.rate;
     let producer = i32::try_from(p)?;
@@ -485,7 +505,7 @@ impl Worker {
 /// A worker: claims one item at a time and finishes it, until the end.
 fn work(mut wk: Worker, plan: &Plan, shared: &Shared) -> Result<Tally> {
     let clock = shared.clock;
-    let mut tally = Tally::new(plan.minutes)?;
+    let mut tally = Tally::new(plan.total_minutes())?;
     let (c, owner) = (&mut wk.client, wk.owner.as_str());
     let (claim, finish) = (&wk.claim, &wk.finish);
     sleep_until(clock.t0);
@@ -537,7 +557,7 @@ fn work(mut wk: Worker, plan: &Plan, shared: &Shared) -> Result<Tally> {
 /// end.
 fn purge(mut c: Client, plan: &Plan, every: Duration, shared: &Shared) -> Result<Tally> {
     let clock = shared.clock;
-    let mut tally = Tally::new(plan.minutes)?;
+    let mut tally = Tally::new(plan.total_minutes())?;
     let older_than = format!("{} seconds", plan.retain);
     let end = clock.end();
     for k in 1u32.. {
@@ -766,7 +786,7 @@ fn run() -> Result<()> {
         // Time for the threads to start.
         t0: Instant::now() + Duration::from_millis(200),
         minute: plan.minute,
-        minutes: plan.minutes,
+        minutes: plan.total_minutes(),
     };
     let shared = Arc::new(Shared {
         clock,
@@ -791,7 +811,7 @@ fn run() -> Result<()> {
 
     let snaps = watch(&mut monitor, &shared, &start);
     shared.stop.store(true, Ordering::Relaxed);
-    let mut tally = Tally::new(plan.minutes)?;
+    let mut tally = Tally::new(plan.total_minutes())?;
     let mut failure = None;
     for t in threads {
         match t.join() {
@@ -806,9 +826,11 @@ fn run() -> Result<()> {
     let snaps = snaps?;
 
     let secs = plan.minute.as_secs_f64();
+    // The warm-up's minutes are run, not reported.
     let minutes: Vec<Minute> = snaps
         .into_iter()
         .enumerate()
+        .skip(plan.warm_up)
         .map(|(m, snap)| {
             let h = &tally.claim_us[m];
             let some = !h.is_empty();
@@ -955,7 +977,7 @@ fn report(plan: &Plan, server: &Server, minutes: &[Minute]) -> String {
         s,
         "Run: {} \"minutes\" of {secs} s{}; target {:.0} items/s enqueued by {}, one \
          autocommit `work_enqueue` per item, paced to a schedule; {}, each claiming one item at a time (`work_claim(queue, owner, '{LEASE}')`, \
-         then `work_finish`; a claim that found nothing was followed by a {} ms sleep); {purge}.\n\n",
+         then `work_finish`; a claim that found nothing was followed by a {} ms sleep); {purge}. {}\n\n",
         plan.minutes,
         if plan.quick {
             " (`--quick`: the smoke run, too short for the figures to mean much)"
@@ -966,6 +988,15 @@ fn report(plan: &Plan, server: &Server, minutes: &[Minute]) -> String {
         plural(plan.producers, "producer connection"),
         plural(plan.workers, "worker connection"),
         plan.idle.as_millis(),
+        match plan.warm_up {
+            0 => "No warm-up: minute 1 starts with the load.".to_string(),
+            n => format!(
+                "The same load ran for {} first, not reported (`--warm-up`): minute 1 is the \
+                 first after it, and the reference the later minutes are compared with; \
+                 counts \"since the start\" include the warm-up.",
+                plural(n, "minute")
+            ),
+        },
     );
     let non_default: Vec<&str> = server
         .autovacuum
@@ -1393,6 +1424,7 @@ mod tests {
             purge_every: None,
             retain: None,
             idle_ms: None,
+            warm_up: None,
         }
     }
 
