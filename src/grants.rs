@@ -69,7 +69,8 @@ pub enum Capability {
     Enqueue,
     /// `work_claim`, `work_claim_key` and the token calls: `work_renew`,
     /// `work_finish`, `work_finish_many`, `work_release`, `work_fail`,
-    /// `work_assert`, `work_lease_status`.
+    /// `work_assert`, `work_lease_status`; and the fused
+    /// `work_finish_and_claim`, `work_fail_and_claim` (both halves).
     Claim,
     /// `work_cancel`, `work_retry`, `work_reschedule`, `work_pause`,
     /// `work_resume`: acting on items and queues without a token.
