@@ -4,7 +4,7 @@
   profile_sql.py DIR           writes the fixture and cycle scripts into DIR
   profile_sql.py --report DIR  prints docs/profile.md from DIR's results
 
-The cycles are the benchmark's (bench/src/contender.rs): the baseline's
+The cycles are the benchmark's (bench/src/contender.rs, bench/sql/baseline_*.sql): the baseline's
 claim and fenced finish, as prepared statements with generic plans, and
 pg_workfence's functions. Item ids and epochs are 1, 2, 3, ... in claim order
 in a fresh fixture, so the single-user scripts can name each token.
@@ -18,28 +18,16 @@ ITEMS = 3000
 WAL_ITEMS = 200
 LEASE = "5 minutes"
 
-BASE_CLAIM = (
-    "WITH due AS ( SELECT i.id, i.priority, i.run_at FROM baseline.items AS i "
-    "WHERE i.queue = $1 AND i.state = 'pending' "
-    "AND i.run_at <= (SELECT pg_catalog.clock_timestamp()) "
-    "ORDER BY i.priority, i.run_at, i.id LIMIT $4::int FOR UPDATE SKIP LOCKED ), "
-    "lapsed AS ( SELECT i.id, i.priority, i.run_at FROM baseline.items AS i "
-    "WHERE i.queue = $1 AND i.state = 'claimed' "
-    "AND i.lease_until <= (SELECT pg_catalog.clock_timestamp()) "
-    "AND i.attempts < i.max_attempts "
-    "ORDER BY i.priority, i.run_at, i.id LIMIT $4::int FOR UPDATE SKIP LOCKED ), "
-    "picked AS ( SELECT c.id FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c "
-    "ORDER BY c.priority, c.run_at, c.id LIMIT $4::int ) "
-    "UPDATE baseline.items AS i SET state = 'claimed', "
-    "epoch = pg_catalog.nextval('baseline.epoch_seq'), owner = $2, "
-    "lease_until = pg_catalog.clock_timestamp() + ($3::text)::interval, "
-    "attempts = i.attempts + 1 FROM picked WHERE i.id = picked.id RETURNING i.id, i.epoch"
-)
-BASE_FINISH = (
-    "UPDATE baseline.items SET state = 'done', result = NULL, lease_until = NULL, "
-    "finished_at = pg_catalog.clock_timestamp() "
-    "WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'"
-)
+def bench_sql(name: str) -> str:
+    """A statement of the benchmark's baseline (bench/sql/NAME.sql), on one
+    line (single-user mode ends a statement at a newline), comments dropped."""
+    path = Path(__file__).resolve().parent.parent / "bench" / "sql" / f"{name}.sql"
+    lines = path.read_text().splitlines()
+    return " ".join(line.strip() for line in lines if line.strip() and not line.startswith("--"))
+
+
+BASE_CLAIM = bench_sql("baseline_claim")
+BASE_FINISH = bench_sql("baseline_finish")
 WF_CLAIM = (
     "SELECT c.id, c.epoch FROM workfence.work_claim($1, $2, ($3::text)::interval, $4) AS c"
 )

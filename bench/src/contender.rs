@@ -112,32 +112,8 @@ pub static BASELINE: Contender = Contender {
     // plan knows LIMIT is 1), about 100 µs of a 200 µs claim here. The
     // baseline is meant as the design's limit, so it gets the same.
     session_setup: "SET plan_cache_mode = force_generic_plan",
-    claim: "WITH due AS ( \
-               SELECT i.id, i.priority, i.run_at FROM baseline.items AS i \
-                WHERE i.queue = $1 AND i.state = 'pending' \
-                  AND i.run_at <= (SELECT pg_catalog.clock_timestamp()) \
-                ORDER BY i.priority, i.run_at, i.id LIMIT $4::int \
-                FOR UPDATE SKIP LOCKED \
-             ), lapsed AS ( \
-               SELECT i.id, i.priority, i.run_at FROM baseline.items AS i \
-                WHERE i.queue = $1 AND i.state = 'claimed' \
-                  AND i.lease_until <= (SELECT pg_catalog.clock_timestamp()) \
-                  AND i.attempts < i.max_attempts \
-                ORDER BY i.priority, i.run_at, i.id LIMIT $4::int \
-                FOR UPDATE SKIP LOCKED \
-             ), picked AS ( \
-               SELECT c.id FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c \
-                ORDER BY c.priority, c.run_at, c.id LIMIT $4::int \
-             ) \
-             UPDATE baseline.items AS i SET state = 'claimed', \
-                    epoch = pg_catalog.nextval('baseline.epoch_seq'), owner = $2, \
-                    lease_until = pg_catalog.clock_timestamp() + ($3::text)::interval, \
-                    attempts = i.attempts + 1 \
-               FROM picked WHERE i.id = picked.id \
-             RETURNING i.id, i.epoch",
-    finish: "UPDATE baseline.items SET state = 'done', result = NULL, lease_until = NULL, \
-                    finished_at = pg_catalog.clock_timestamp() \
-              WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'",
+    claim: include_str!("../sql/baseline_claim.sql"),
+    finish: include_str!("../sql/baseline_finish.sql"),
     finish_many: "WITH f AS ( \
                     UPDATE baseline.items AS i SET state = 'done', result = NULL, \
                            lease_until = NULL, finished_at = pg_catalog.clock_timestamp() \
