@@ -45,14 +45,36 @@ type CycleRow = (
     bool,
 );
 
-/// The previous item's token as the finish (fail) takes it, checked under
-/// the fused call's own argument names (`last_id`, `last_epoch`: a function
-/// returning `id` and `epoch` columns cannot take arguments of those names).
-fn last_token(last_id: Option<i64>, last_epoch: Option<i64>) -> Result<(Option<i64>, Option<i64>)> {
-    Ok((
-        Some(validate::required("last_id", last_id)?),
-        Some(validate::required("last_epoch", last_epoch)?),
-    ))
+/// The claim half's arguments: queue, owner, lease, max_items.
+type ClaimArgs = (
+    Option<String>,
+    Option<String>,
+    Option<Interval>,
+    Option<i32>,
+);
+
+/// A fused call: on a primary only, `settle` the previous item's token
+/// (`last_id`, `last_epoch`, checked under the fused call's own argument
+/// names: a function returning `id` and `epoch` columns cannot take
+/// arguments of those names), then claim without a wait, in the call's one
+/// transaction; the rows of [`rows`]. Errors are reported with their
+/// SQLSTATE (see the two functions).
+fn cycle(
+    function: &'static str,
+    (queue, owner, lease, max_items): ClaimArgs,
+    (last_id, last_epoch): (Option<i64>, Option<i64>),
+    settle: impl FnOnce(Option<i64>, Option<String>, Option<i64>) -> Result<bool>,
+) -> TableIterator<'static, CycleRow> {
+    (|| -> Result<Vec<CycleRow>> {
+        generation::refuse_on_standby(function)?;
+        let id = validate::required("last_id", last_id)?;
+        let epoch = validate::required("last_epoch", last_epoch)?;
+        let settled = settle(Some(id), owner.clone(), Some(epoch))?;
+        let claimed = claim::claim(queue, owner, lease, max_items, std::time::Duration::ZERO)?;
+        Ok(rows(settled, claimed))
+    })()
+    .map(TableIterator::new)
+    .or_report()
 }
 
 /// The rows of a fused call: one per claimed item, each carrying `settled`;
@@ -123,15 +145,12 @@ pub fn work_finish_and_claim(
         name!(settled, bool),
     ),
 > {
-    (|| -> Result<Vec<CycleRow>> {
-        generation::refuse_on_standby("work_finish_and_claim")?;
-        let (id, epoch) = last_token(last_id, last_epoch)?;
-        let settled = lease::finish(id, owner.clone(), epoch, result)?;
-        let claimed = claim::claim(queue, owner, lease, max_items, std::time::Duration::ZERO)?;
-        Ok(rows(settled, claimed))
-    })()
-    .map(TableIterator::new)
-    .or_report()
+    cycle(
+        "work_finish_and_claim",
+        (queue, owner, lease, max_items),
+        (last_id, last_epoch),
+        |id, owner, epoch| lease::finish(id, owner, epoch, result),
+    )
 }
 
 /// Record the previous item's failure and claim the next, in one statement
@@ -179,13 +198,10 @@ pub fn work_fail_and_claim(
         name!(settled, bool),
     ),
 > {
-    (|| -> Result<Vec<CycleRow>> {
-        generation::refuse_on_standby("work_fail_and_claim")?;
-        let (id, epoch) = last_token(last_id, last_epoch)?;
-        let settled = lease::fail(id, owner.clone(), epoch, error, retry_in)?;
-        let claimed = claim::claim(queue, owner, lease, max_items, std::time::Duration::ZERO)?;
-        Ok(rows(settled, claimed))
-    })()
-    .map(TableIterator::new)
-    .or_report()
+    cycle(
+        "work_fail_and_claim",
+        (queue, owner, lease, max_items),
+        (last_id, last_epoch),
+        |id, owner, epoch| lease::fail(id, owner, epoch, error, retry_in),
+    )
 }
