@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Rust example worker of pg_workfence (examples/rust) on Debian 12,
+# Builds the Rust example worker of pg_workfence (examples/rust, on the
+# workfence crate of clients/rust, taken by path) on Debian 12,
 # as root: `cargo build --release --locked -p workfence-example` in the root
 # workspace, so the workspace Cargo.lock pins every crate (tokio-postgres is
 # pure Rust: no libpq, no apt package). Idempotent: a second run finds the

@@ -1,0 +1,338 @@
+//! [`Job`]: what a handler is given; [`FencedTransaction`]: the handler's writes, committed only
+//! under a current lease (docs/writing-workers.md, *The loop*, step 3; docs/contract.md,
+//! promise 1).
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio_postgres::types::{Json, ToSql};
+use tokio_postgres::{Row, ToStatement};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::error::{Error, Result, ServerError};
+use crate::registry::{Fate, Registry};
+
+/// Raises 55000 unless the token is current; holds the item's row lock to the end of the
+/// transaction, so that nobody can claim the item before the commit.
+pub(crate) const ASSERT_SQL: &str = "SELECT workfence.work_assert($1, $2, $3)";
+/// Marks the item done with its result.
+pub(crate) const FINISH_SQL: &str = "SELECT workfence.work_finish($1, $2, $3, $4)";
+
+/// What every job of one worker shares: the held tokens, the pool, the owner name.
+pub(crate) struct Shared {
+    /// The held tokens.
+    pub(crate) registry: Arc<Registry>,
+    /// Connections for the fenced transactions and the settling calls.
+    pub(crate) pool: deadpool_postgres::Pool,
+    /// The owner name of every claim.
+    pub(crate) owner: String,
+}
+
+/// One claimed item, handed to the handler. The public fields are the claim's row of
+/// `work_claim`; the token is (`id`, the worker's owner, `epoch`).
+///
+/// A job is cancelled ([`Job::cancelled`]) when its lease is lost (a renew refused, or `NOTIFY
+/// work_lease_lost` naming exactly this id and epoch) or when the shutdown grace runs out. The
+/// runner then also **drops the handler's future** (it runs as a task of its own, which is
+/// aborted): code after the handler's current `.await` does not run, its `Drop`s do. Use the
+/// token for work the handler hands to tasks of its own, which an abort does not reach.
+pub struct Job {
+    /// The item's id.
+    pub id: i64,
+    /// The item's key, unique within its queue.
+    pub key: String,
+    /// The payload, as enqueued.
+    pub payload: Value,
+    /// Which claim of the item this is (1 for the first).
+    pub attempt: i32,
+    /// The fencing token this claim handed out: pass it with every write to another system,
+    /// and have that system refuse older epochs (docs/writing-workers.md, *Fencing writes to
+    /// other systems with the epoch*).
+    pub epoch: i64,
+    /// Cancelled on lease loss or at the end of the shutdown grace.
+    cancel: CancellationToken,
+    /// The worker's shared state.
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("id", &self.id)
+            .field("key", &self.key)
+            .field("payload", &self.payload)
+            .field("attempt", &self.attempt)
+            .field("epoch", &self.epoch)
+            .field("owner", &self.shared.owner)
+            .finish()
+    }
+}
+
+impl Job {
+    /// Made by the runner for each claimed row.
+    pub(crate) fn new(
+        row: &Row,
+        cancel: CancellationToken,
+        shared: Arc<Shared>,
+    ) -> std::result::Result<Self, tokio_postgres::Error> {
+        let Json(payload) = row.try_get::<_, Json<Value>>("payload")?;
+        Ok(Job {
+            id: row.try_get("id")?,
+            key: row.try_get("key")?,
+            payload,
+            attempt: row.try_get("attempt")?,
+            epoch: row.try_get("epoch")?,
+            cancel,
+            shared,
+        })
+    }
+
+    /// The owner name the item was claimed under (the worker's `owner` setting).
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// Resolves once the job is cancelled: its lease was lost, or the shutdown grace ran out.
+    /// (The runner drops the handler's future at the same time; see [`Job`].)
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.cancel.cancelled()
+    }
+
+    /// Whether the job was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// The job's cancellation token (a clone), for tasks the handler spawns; tokio-util's
+    /// `CancellationToken`.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Stops the heartbeat from renewing this job's lease from now on: the lease then lapses
+    /// `lease` after the last renew while the handler still runs, and another claim may take
+    /// the item (the runner learns it from `NOTIFY work_lease_lost` and cancels the job).
+    /// A hook for tests (a stand-in for a worker that stalls) and for jobs that should run
+    /// into their lease on purpose. Not undone.
+    pub fn stop_renewing(&self) {
+        self.shared.registry.stop_renewing(self.id, self.epoch);
+    }
+
+    /// Begins the job's **fenced transaction**: `BEGIN`, then `work_assert(id, owner, epoch)`,
+    /// which holds the item's row lock until the end, so that the writes made through the
+    /// returned [`FencedTransaction`] commit only while the lease is held
+    /// ([`FencedTransaction::finish`] runs `work_finish` and `COMMIT`). The heartbeat stops
+    /// renewing the item first (a renew would wait on that row lock), and again while the
+    /// transaction is open.
+    ///
+    /// Errors: [`Error::LeaseLost`] (55000: the token is not current, or the job's lease was
+    /// already found lost; the runner then abandons the item), [`Error::Connection`] /
+    /// [`Error::Pool`] (no connection), and any other server error of the statements.
+    pub async fn transaction(&self) -> Result<FencedTransaction> {
+        let registry = &self.shared.registry;
+        registry.quiesce(self.id, self.epoch).await;
+        let tx = FencedTransaction {
+            conn: None,
+            id: self.id,
+            epoch: self.epoch,
+            shared: Arc::clone(&self.shared),
+        };
+        if registry.fate(self.id, self.epoch) != Some(Fate::Held) {
+            return Err(Error::LeaseLost(
+                ServerError::lease_lost(format!(
+                    "the lease of item {} epoch {} was lost before the transaction began",
+                    self.id, self.epoch
+                )),
+                None,
+            ));
+        }
+        let mut tx = tx;
+        let conn = self.shared.pool.get().await?;
+        conn.batch_execute("BEGIN").await?;
+        tx.conn = Some(conn);
+        let assert = tx.conn()?.prepare_cached(ASSERT_SQL).await?;
+        if let Err(e) = tx
+            .conn()?
+            .execute(&assert, &[&self.id, &self.shared.owner, &self.epoch])
+            .await
+        {
+            let e = Error::from(e);
+            if e.is_lease_lost() {
+                registry.lose(self.id, self.epoch, false);
+            }
+            return Err(e); // dropping `tx` rolls back
+        }
+        Ok(tx)
+    }
+}
+
+/// The job's fenced transaction: a transaction on a connection of the runner's pool that began
+/// with `work_assert` and ends with [`finish`](FencedTransaction::finish) (`work_finish`, then
+/// `COMMIT`) or a rollback. Run the job's own writes through its query methods (or
+/// [`client`](FencedTransaction::client)); they commit only while the lease is held.
+///
+/// Dropped without `finish` or `rollback` (an error returned with `?`, the handler cancelled),
+/// it rolls back: a `ROLLBACK` sent from a task of its own, queued behind any statement still in
+/// flight on the connection, which goes back to the pool afterwards.
+///
+/// Do not send `COMMIT`, `ROLLBACK` or `BEGIN` yourself; savepoints do not open the fence (a
+/// rolled-back savepoint releases `work_assert`'s lock, and the commit then checks the token
+/// again: docs/writing-workers.md).
+pub struct FencedTransaction {
+    /// The connection, with the transaction open; `None` once it ended.
+    conn: Option<deadpool_postgres::Object>,
+    /// The item's id.
+    id: i64,
+    /// The token's epoch.
+    epoch: i64,
+    /// The worker's shared state.
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for FencedTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedTransaction")
+            .field("id", &self.id)
+            .field("epoch", &self.epoch)
+            .field("open", &self.conn.is_some())
+            .finish()
+    }
+}
+
+impl FencedTransaction {
+    /// The open connection, or a config error once the transaction ended.
+    fn conn(&self) -> Result<&deadpool_postgres::Object> {
+        self.conn
+            .as_ref()
+            .ok_or_else(|| Error::config("transaction", "the fenced transaction has ended"))
+    }
+
+    /// The connection the transaction runs on (tokio-postgres's `Client`), for calls the
+    /// methods below do not cover. Errors: [`Error::Config`] once the transaction ended.
+    pub fn client(&self) -> Result<&tokio_postgres::Client> {
+        Ok(self.conn()?)
+    }
+
+    /// `Client::execute` in the transaction: the number of rows changed.
+    pub async fn execute<T>(&self, statement: &T, params: &[&(dyn ToSql + Sync)]) -> Result<u64>
+    where
+        T: ?Sized + ToStatement,
+    {
+        Ok(self.conn()?.execute(statement, params).await?)
+    }
+
+    /// `Client::query` in the transaction: every row.
+    pub async fn query<T>(&self, statement: &T, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>>
+    where
+        T: ?Sized + ToStatement,
+    {
+        Ok(self.conn()?.query(statement, params).await?)
+    }
+
+    /// `Client::query_one` in the transaction: exactly one row, else an error.
+    pub async fn query_one<T>(&self, statement: &T, params: &[&(dyn ToSql + Sync)]) -> Result<Row>
+    where
+        T: ?Sized + ToStatement,
+    {
+        Ok(self.conn()?.query_one(statement, params).await?)
+    }
+
+    /// `Client::query_opt` in the transaction: zero or one row.
+    pub async fn query_opt<T>(
+        &self,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>>
+    where
+        T: ?Sized + ToStatement,
+    {
+        Ok(self.conn()?.query_opt(statement, params).await?)
+    }
+
+    /// `Client::batch_execute` in the transaction: statements without parameters.
+    pub async fn batch_execute(&self, sql: &str) -> Result<()> {
+        Ok(self.conn()?.batch_execute(sql).await?)
+    }
+
+    /// Finishes the item with `result` (`work_finish(id, owner, epoch, result)`; `None` stores
+    /// NULL) and commits, together with every write made in the transaction. The runner then
+    /// settles nothing more for the job, whatever the handler returns.
+    ///
+    /// Errors: [`Error::LeaseLost`] (55000) when `work_finish` returns false (only possible
+    /// through a PL/Proxy router, where `work_assert` holds no lock) or the `COMMIT` raises
+    /// 55000 (a savepoint rolled back and the item was claimed anew): nothing was committed, and
+    /// the runner abandons the item. Any other error: the outcome of the `COMMIT` may be
+    /// unknown (a lost connection): ask `work_lease_status` (docs/writing-workers.md).
+    pub async fn finish(mut self, result: Option<Value>) -> Result<()> {
+        let (id, epoch) = (self.id, self.epoch);
+        let registry = Arc::clone(&self.shared.registry);
+        let conn = self.conn()?;
+        let finish = conn.prepare_cached(FINISH_SQL).await?;
+        let result = result.map(Json);
+        let finished: bool = conn
+            .query_one(&finish, &[&id, &self.shared.owner, &epoch, &result])
+            .await?
+            .try_get(0)?;
+        if !finished {
+            self.rollback_now().await?;
+            registry.lose(id, epoch, false);
+            return Err(Error::LeaseLost(
+                ServerError::lease_lost(format!(
+                    "work_finish returned false for item {id} epoch {epoch}: the token is not current"
+                )),
+                None,
+            ));
+        }
+        let conn = self.conn.take().expect("checked open above");
+        if let Err(e) = conn.batch_execute("COMMIT").await {
+            let e = Error::from(e);
+            if e.is_lease_lost() {
+                registry.lose(id, epoch, false);
+            }
+            registry.set_quiet(id, epoch, false);
+            return Err(e);
+        }
+        registry.settle(id, epoch);
+        tracing::info!(target: "workfence", "finish id={id} epoch={epoch} ok");
+        Ok(())
+    }
+
+    /// Rolls the transaction back, keeping nothing of it; the job goes on (its lease is renewed
+    /// again) and may begin another fenced transaction. Errors: the `ROLLBACK`'s.
+    pub async fn rollback(mut self) -> Result<()> {
+        self.rollback_now().await
+    }
+
+    /// Sends `ROLLBACK` and lets the heartbeat renew the item again.
+    async fn rollback_now(&mut self) -> Result<()> {
+        self.shared.registry.set_quiet(self.id, self.epoch, false);
+        if let Some(conn) = self.conn.take() {
+            conn.batch_execute("ROLLBACK").await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FencedTransaction {
+    /// Rolls back an open transaction from a task of its own (see [`FencedTransaction`]). With
+    /// no runtime to spawn on, the connection is closed instead, which rolls back too.
+    fn drop(&mut self) {
+        self.shared.registry.set_quiet(self.id, self.epoch, false);
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(e) = conn.batch_execute("ROLLBACK").await {
+                        tracing::debug!(target: "workfence", "rollback on drop: {e}");
+                        // Not back into the pool: its state is unknown.
+                        drop(deadpool_postgres::Object::take(conn));
+                    }
+                });
+            }
+            Err(_) => drop(deadpool_postgres::Object::take(conn)),
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! # workfence
+//!
+//! The Rust worker library of [pg_workfence](https://github.com/pg-workfence/pg_workfence), the
+//! PostgreSQL extension for lease-fenced claiming of work: every claim hands out a fresh,
+//! strictly increasing `epoch` (a fencing token), and only an item's newest epoch can renew,
+//! finish, release, fail or assert it.
+//!
+//! - [`enqueue`] and the operator's calls ([`retry`], [`reschedule`], [`cancel`], [`pause`],
+//!   [`resume`], [`item`], [`item_by_id`]) on a connection you pass;
+//! - [`Worker`], the runner: long-poll claims, a heartbeat renewing every held item and
+//!   listening on `work_lease_lost`, your [`Handler`] run per [`Job`] and cancelled when its
+//!   lease is lost, the job's [`FencedTransaction`], failures with a retry policy, release on
+//!   SIGTERM/SIGINT;
+//! - [`Error`], one variant per SQLSTATE.
+//!
+//! The behaviour, settings and log lines are those every pg_workfence library shares
+//! (clients/README.md); logging goes through `tracing`, target `workfence`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use workfence::{Job, Worker};
+//!
+//! # async fn demo() -> Result<(), workfence::Error> {
+//! let worker = Worker::builder("host=127.0.0.1 user=app dbname=app", "emails")
+//!     .concurrency(4)
+//!     .lease(Duration::from_secs(30))
+//!     .build()?;
+//! worker
+//!     .run_until_signal(|job: Job| async move {
+//!         let tx = job.transaction().await?;
+//!         tx.execute(
+//!             "INSERT INTO app.sent (item_id, epoch) VALUES ($1, $2)",
+//!             &[&job.id, &job.epoch],
+//!         )
+//!         .await?;
+//!         tx.finish(Some(serde_json::json!({"sent": true}))).await?;
+//!         Ok(None)
+//!     })
+//!     .await
+//! # }
+//! ```
+
+mod error;
+mod job;
+mod ops;
+mod registry;
+mod worker;
+
+pub use error::{Error, Result, ServerError};
+pub use job::{FencedTransaction, Job};
+pub use ops::{
+    cancel, enqueue, item, item_by_id, pause, reschedule, resume, retry, EnqueueOptions, Enqueued,
+    Item,
+};
+pub use worker::{
+    Handle, Handler, HandlerError, HandlerResult, RetryPolicy, Worker, WorkerBuilder,
+};
+
+/// tokio-util's cancellation token, as [`Job::cancellation_token`] returns it.
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,316 @@
+//! Enqueue helpers and the operator's calls: one function per SQL function, on a connection the
+//! caller passes (a `Client` or a `Transaction`, so that an enqueue can be part of the caller's
+//! own transaction). clients/README.md, *Enqueue helpers*; docs/contract.md for each function.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use tokio_postgres::types::Json;
+use tokio_postgres::{GenericClient, Row};
+
+use crate::error::Result;
+
+/// `work_enqueue`; the durations go as seconds through `make_interval` (docs/writing-workers.md,
+/// *Passing intervals*); NULL `max_run` is no limit, NULL `run_at` now, NULL `key` a UUIDv7.
+const ENQUEUE_SQL: &str = r#"
+SELECT id, key, inserted
+  FROM workfence.work_enqueue($1, $2, key => $3, run_at => $4, priority => $5,
+                              max_attempts => $6, max_run => make_interval(secs => $7))
+"#;
+
+/// The columns of `work_item`, `max_run` as seconds (tokio-postgres has no interval type).
+const ITEM_COLUMNS: &str = "id, queue, key, state, priority, run_at, attempts, max_attempts, \
+     owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, \
+     extract(epoch FROM max_run)::float8 AS max_run_seconds";
+
+/// The optional arguments of [`enqueue`]; `EnqueueOptions::default()` gives the server's
+/// defaults (docs/contract.md, `work_enqueue`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    /// The item's key, unique within its queue (at most 512 bytes). `None`: the server generates
+    /// a UUIDv7. An enqueue with a key the queue already has returns that item unchanged
+    /// (`inserted = false`), so a submit can be repeated safely.
+    pub key: Option<String>,
+    /// Not claimable before this time. `None`: now, by the server's clock.
+    pub run_at: Option<SystemTime>,
+    /// Lower is claimed first (default 0).
+    pub priority: i32,
+    /// How many claims the item may have, 1..1000 (default 25, the server's default).
+    pub max_attempts: i32,
+    /// A limit on run time: no claim or renew sets the lease beyond `claimed_at + max_run`
+    /// (from 0.6.0), in (0, 365 days]. `None`: no limit.
+    pub max_run: Option<Duration>,
+}
+
+impl Default for EnqueueOptions {
+    fn default() -> Self {
+        EnqueueOptions {
+            key: None,
+            run_at: None,
+            priority: 0,
+            max_attempts: 25,
+            max_run: None,
+        }
+    }
+}
+
+impl EnqueueOptions {
+    /// The options with `key` set.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// The options with `run_at` set.
+    pub fn run_at(mut self, run_at: SystemTime) -> Self {
+        self.run_at = Some(run_at);
+        self
+    }
+
+    /// The options with `priority` set.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The options with `max_attempts` set.
+    pub fn max_attempts(mut self, max_attempts: i32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// The options with `max_run` set.
+    pub fn max_run(mut self, max_run: Duration) -> Self {
+        self.max_run = Some(max_run);
+        self
+    }
+}
+
+/// What [`enqueue`] returns: the item's id and key, and whether this call inserted it (false:
+/// the queue already had an item with that key, returned unchanged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The item's id (unique across shards).
+    pub id: i64,
+    /// The item's key (the generated one when none was given).
+    pub key: String,
+    /// True if this call added the item.
+    pub inserted: bool,
+}
+
+/// Adds a `pending` item to `queue` with `payload` (`work_enqueue`).
+///
+/// `client` is any tokio-postgres client or transaction: the enqueue commits with the caller's
+/// transaction. Errors: [`crate::Error::NullArgument`] (22004),
+/// [`crate::Error::InvalidArgument`] (22023: bad queue, key or run_at, `max_attempts` out of
+/// 1..1000, `max_run` out of range), [`crate::Error::NotPermitted`] (42501: no `enqueue` grant),
+/// [`crate::Error::SerializationFailure`] (40001: raced a purge three times; retry).
+pub async fn enqueue(
+    client: &impl GenericClient,
+    queue: &str,
+    payload: &Value,
+    options: &EnqueueOptions,
+) -> Result<Enqueued> {
+    let max_run = options.max_run.map(|d| d.as_secs_f64());
+    let row = client
+        .query_one(
+            ENQUEUE_SQL,
+            &[
+                &queue,
+                &Json(payload),
+                &options.key,
+                &options.run_at,
+                &options.priority,
+                &options.max_attempts,
+                &max_run,
+            ],
+        )
+        .await?;
+    Ok(Enqueued {
+        id: row.try_get("id")?,
+        key: row.try_get("key")?,
+        inserted: row.try_get("inserted")?,
+    })
+}
+
+/// Runs `sql`, a call of one boolean SQL function, with `params`.
+async fn call_bool(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<bool> {
+    Ok(client.query_one(sql, params).await?.try_get(0)?)
+}
+
+/// Puts a `failed` or `cancelled` item back to `pending`, due at `run_at` (`None`: now), with at
+/// least one more attempt (`work_retry`, from 0.6.0). True if it changed the item; false in any
+/// other state or for a missing item. Errors: 22004, 22023 (bad queue, key or run_at), 42501
+/// (no `operate` grant).
+pub async fn retry(
+    client: &impl GenericClient,
+    queue: &str,
+    key: &str,
+    run_at: Option<SystemTime>,
+) -> Result<bool> {
+    call_bool(
+        client,
+        "SELECT workfence.work_retry($1, $2, $3)",
+        &[&queue, &key, &run_at],
+    )
+    .await
+}
+
+/// Moves a `pending` item's `run_at` (`work_reschedule`, from 0.6.0). True if it changed the
+/// item. Errors: 22004, 22023, 42501 (no `operate` grant).
+pub async fn reschedule(
+    client: &impl GenericClient,
+    queue: &str,
+    key: &str,
+    run_at: SystemTime,
+) -> Result<bool> {
+    call_bool(
+        client,
+        "SELECT workfence.work_reschedule($1, $2, $3)",
+        &[&queue, &key, &run_at],
+    )
+    .await
+}
+
+/// Cancels a `pending` or `claimed` item (`work_cancel`): its tokens are dead from then on, so a
+/// worker running it has its next renew refused. True if it changed the item. Errors: 22004,
+/// 22023, 42501 (no `operate` grant).
+pub async fn cancel(client: &impl GenericClient, queue: &str, key: &str) -> Result<bool> {
+    call_bool(
+        client,
+        "SELECT workfence.work_cancel($1, $2)",
+        &[&queue, &key],
+    )
+    .await
+}
+
+/// Pauses `queue` (`work_pause`, from 0.6.0): claims hand nothing out until [`resume`]. True if
+/// the queue was not paused. Errors: 22004, 22023, 42501 (no `operate` grant).
+pub async fn pause(client: &impl GenericClient, queue: &str) -> Result<bool> {
+    call_bool(client, "SELECT workfence.work_pause($1)", &[&queue]).await
+}
+
+/// Ends a pause and wakes the queue's long polls (`work_resume`, from 0.6.0). True if the queue
+/// was paused. Errors: 22004, 22023, 42501 (no `operate` grant).
+pub async fn resume(client: &impl GenericClient, queue: &str) -> Result<bool> {
+    call_bool(client, "SELECT workfence.work_resume($1)", &[&queue]).await
+}
+
+/// One item as an operator sees it (`work_item`): the contract's columns, its payload and
+/// `max_run`. Times are the server's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// The item's id.
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its key.
+    pub key: String,
+    /// `pending`, `claimed`, `done`, `failed` or `cancelled`.
+    pub state: String,
+    /// Lower is claimed first.
+    pub priority: i32,
+    /// Not claimable before this time.
+    pub run_at: SystemTime,
+    /// Claims it has had.
+    pub attempts: i32,
+    /// Claims it may have.
+    pub max_attempts: i32,
+    /// The owner of the newest claim, if any.
+    pub owner: Option<String>,
+    /// The newest epoch (fencing token), if ever claimed.
+    pub epoch: Option<i64>,
+    /// When the newest claim was made.
+    pub claimed_at: Option<SystemTime>,
+    /// When the newest lease lapses (or lapsed).
+    pub lease_until: Option<SystemTime>,
+    /// The error history, a JSON array oldest first (`{"attempt", "epoch", "owner", "at",
+    /// "error"}`), the newest 20 kept.
+    pub errors: Option<Value>,
+    /// The result `work_finish` stored.
+    pub result: Option<Value>,
+    /// When it was enqueued.
+    pub created_at: SystemTime,
+    /// When it reached a final state.
+    pub finished_at: Option<SystemTime>,
+    /// The payload, as enqueued.
+    pub payload: Value,
+    /// The run-time limit, if any.
+    pub max_run: Option<Duration>,
+}
+
+impl Item {
+    /// Reads one row of [`ITEM_COLUMNS`].
+    fn from_row(row: &Row) -> Result<Self> {
+        let errors: Option<Json<Value>> = row.try_get("errors")?;
+        let result: Option<Json<Value>> = row.try_get("result")?;
+        let Json(payload): Json<Value> = row.try_get("payload")?;
+        let max_run: Option<f64> = row.try_get("max_run_seconds")?;
+        Ok(Item {
+            id: row.try_get("id")?,
+            queue: row.try_get("queue")?,
+            key: row.try_get("key")?,
+            state: row.try_get("state")?,
+            priority: row.try_get("priority")?,
+            run_at: row.try_get("run_at")?,
+            attempts: row.try_get("attempts")?,
+            max_attempts: row.try_get("max_attempts")?,
+            owner: row.try_get("owner")?,
+            epoch: row.try_get("epoch")?,
+            claimed_at: row.try_get("claimed_at")?,
+            lease_until: row.try_get("lease_until")?,
+            errors: errors.map(|Json(v)| v),
+            result: result.map(|Json(v)| v),
+            created_at: row.try_get("created_at")?,
+            finished_at: row.try_get("finished_at")?,
+            payload,
+            max_run: max_run
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(Duration::from_secs_f64),
+        })
+    }
+}
+
+/// The item of `queue` with `key` (`work_item(queue, key)`), or `None` if there is none. Only
+/// reads. Errors: 22004, 22023 (bad queue or key), 42501 (no `read` grant).
+pub async fn item(client: &impl GenericClient, queue: &str, key: &str) -> Result<Option<Item>> {
+    let sql = format!("SELECT {ITEM_COLUMNS} FROM workfence.work_item($1, $2)");
+    match client.query_opt(&sql, &[&queue, &key]).await? {
+        Some(row) => Ok(Some(Item::from_row(&row)?)),
+        None => Ok(None),
+    }
+}
+
+/// The item with id `id` (`work_item(id)`), or `None` if there is none (or, with queue grants
+/// enforced, if the role may not read its queue). Errors: 22004.
+pub async fn item_by_id(client: &impl GenericClient, id: i64) -> Result<Option<Item>> {
+    let sql = format!("SELECT {ITEM_COLUMNS} FROM workfence.work_item($1::bigint)");
+    match client.query_opt(&sql, &[&id]).await? {
+        Some(row) => Ok(Some(Item::from_row(&row)?)),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_options_are_the_servers_defaults() {
+        let o = EnqueueOptions::default();
+        assert_eq!((o.priority, o.max_attempts), (0, 25));
+        assert!(o.key.is_none() && o.run_at.is_none() && o.max_run.is_none());
+        let o = EnqueueOptions::default()
+            .key("k")
+            .priority(-1)
+            .max_attempts(3)
+            .max_run(Duration::from_secs(60));
+        assert_eq!(o.key.as_deref(), Some("k"));
+        assert_eq!((o.priority, o.max_attempts), (-1, 3));
+        assert_eq!(o.max_run, Some(Duration::from_secs(60)));
+    }
+}

@@ -1,0 +1,242 @@
+//! The enqueue helpers and the operator's calls against a real database, and the mapping of
+//! the server's SQLSTATEs to `workfence::Error`.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use workfence::{EnqueueOptions, Error};
+
+#[tokio::test]
+async fn enqueue_returns_the_item_and_repeating_a_key_changes_nothing() {
+    let c = common::connect().await;
+    let queue = common::unique("ops_enqueue");
+    let first = workfence::enqueue(
+        &c,
+        &queue,
+        &json!({"n": 1}),
+        &EnqueueOptions::default().key("k1"),
+    )
+    .await
+    .expect("enqueue");
+    assert!(first.inserted);
+    assert_eq!(first.key, "k1");
+    let again = workfence::enqueue(
+        &c,
+        &queue,
+        &json!({"n": 2}),
+        &EnqueueOptions::default().key("k1"),
+    )
+    .await
+    .expect("enqueue again");
+    assert_eq!((again.id, again.inserted), (first.id, false));
+    let item = workfence::item(&c, &queue, "k1")
+        .await
+        .expect("item")
+        .expect("exists");
+    assert_eq!(item.payload, json!({"n": 1}), "the first payload is kept");
+    assert_eq!(
+        (item.state.as_str(), item.attempts, item.max_attempts),
+        ("pending", 0, 25)
+    );
+
+    // No key: the server generates one (a UUIDv7), different each time.
+    let a = workfence::enqueue(&c, &queue, &json!({}), &EnqueueOptions::default())
+        .await
+        .expect("a");
+    let b = workfence::enqueue(&c, &queue, &json!({}), &EnqueueOptions::default())
+        .await
+        .expect("b");
+    assert!(a.inserted && b.inserted && a.key != b.key && a.id != b.id);
+    let by_id = workfence::item_by_id(&c, b.id)
+        .await
+        .expect("item_by_id")
+        .expect("exists");
+    assert_eq!(by_id.key, b.key);
+    assert_eq!(workfence::item_by_id(&c, -1).await.expect("missing"), None);
+    assert_eq!(
+        workfence::item(&c, &queue, "nope").await.expect("missing"),
+        None
+    );
+}
+
+#[tokio::test]
+async fn enqueue_options_reach_the_item_and_can_join_the_callers_transaction() {
+    let mut c = common::connect().await;
+    let queue = common::unique("ops_options");
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    let options = EnqueueOptions::default()
+        .key("later")
+        .run_at(later)
+        .priority(-5)
+        .max_attempts(3)
+        .max_run(Duration::from_secs(90));
+    let tx = c.transaction().await.expect("BEGIN");
+    workfence::enqueue(&tx, &queue, &json!({"x": true}), &options)
+        .await
+        .expect("enqueue");
+    tx.rollback().await.expect("ROLLBACK");
+    assert_eq!(
+        workfence::item(&c, &queue, "later").await.expect("item"),
+        None,
+        "rolled back with the caller"
+    );
+
+    workfence::enqueue(&c, &queue, &json!({"x": true}), &options)
+        .await
+        .expect("enqueue");
+    let item = workfence::item(&c, &queue, "later")
+        .await
+        .expect("item")
+        .expect("exists");
+    assert_eq!((item.priority, item.max_attempts), (-5, 3));
+    assert_eq!(item.max_run, Some(Duration::from_secs(90)));
+    let off = item
+        .run_at
+        .duration_since(later)
+        .unwrap_or_else(|e| e.duration());
+    assert!(
+        off < Duration::from_millis(1),
+        "run_at {:?} vs {later:?}",
+        item.run_at
+    );
+    // Not due: a claim takes nothing.
+    let claimed = c
+        .query(
+            "SELECT id FROM workfence.work_claim($1, 'me', interval '30 s')",
+            &[&queue],
+        )
+        .await
+        .expect("claim");
+    assert!(claimed.is_empty());
+}
+
+#[tokio::test]
+async fn the_operators_calls_change_what_they_say() {
+    let c = common::connect().await;
+    let queue = common::unique("ops_operate");
+    workfence::enqueue(&c, &queue, &json!({}), &EnqueueOptions::default().key("k"))
+        .await
+        .expect("enqueue");
+    assert!(workfence::pause(&c, &queue).await.expect("pause"));
+    assert!(
+        !workfence::pause(&c, &queue).await.expect("pause again"),
+        "already paused"
+    );
+    let claimed = c
+        .query(
+            "SELECT id FROM workfence.work_claim($1, 'me', interval '30 s')",
+            &[&queue],
+        )
+        .await
+        .expect("claim");
+    assert!(claimed.is_empty(), "a paused queue hands nothing out");
+    assert!(workfence::resume(&c, &queue).await.expect("resume"));
+    assert!(!workfence::resume(&c, &queue).await.expect("resume again"));
+
+    let soon = SystemTime::now() + Duration::from_secs(600);
+    assert!(workfence::reschedule(&c, &queue, "k", soon)
+        .await
+        .expect("reschedule"));
+    assert!(workfence::cancel(&c, &queue, "k").await.expect("cancel"));
+    assert!(!workfence::cancel(&c, &queue, "k")
+        .await
+        .expect("cancel again"));
+    assert!(!workfence::reschedule(&c, &queue, "k", soon)
+        .await
+        .expect("reschedule cancelled"));
+    assert_eq!(
+        workfence::item(&c, &queue, "k")
+            .await
+            .expect("item")
+            .expect("exists")
+            .state,
+        "cancelled"
+    );
+    assert!(workfence::retry(&c, &queue, "k", None)
+        .await
+        .expect("retry"));
+    assert_eq!(
+        workfence::item(&c, &queue, "k")
+            .await
+            .expect("item")
+            .expect("exists")
+            .state,
+        "pending"
+    );
+    assert!(!workfence::retry(&c, &queue, "missing", None)
+        .await
+        .expect("retry missing"));
+}
+
+#[tokio::test]
+async fn server_errors_become_their_named_variants_with_message_and_detail() {
+    let c = common::connect().await;
+    // 22023: an empty queue name.
+    match workfence::enqueue(&c, "", &json!({}), &EnqueueOptions::default()).await {
+        Err(e @ Error::InvalidArgument(..)) => {
+            let server = e.server().expect("server error");
+            assert_eq!(server.code, "22023");
+            assert!(!server.message.is_empty());
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    // 22023: max_attempts out of 1..1000.
+    let queue = common::unique("ops_errors");
+    let zero = EnqueueOptions::default().max_attempts(0);
+    assert!(matches!(
+        workfence::enqueue(&c, &queue, &json!({}), &zero).await,
+        Err(Error::InvalidArgument(..))
+    ));
+    // 22004: a NULL argument.
+    let null = c
+        .query("SELECT workfence.work_pause(NULL)", &[])
+        .await
+        .expect_err("NULL queue");
+    assert!(matches!(Error::from(null), Error::NullArgument(..)));
+    // 25P01: work_assert of a current token outside a transaction block.
+    let claimed = {
+        workfence::enqueue(&c, &queue, &json!({}), &EnqueueOptions::default())
+            .await
+            .expect("enqueue");
+        c.query_one(
+            "SELECT id, epoch FROM workfence.work_claim($1, 'me', interval '30 s')",
+            &[&queue],
+        )
+        .await
+        .expect("claim")
+    };
+    let (id, epoch): (i64, i64) = (claimed.get(0), claimed.get(1));
+    let outside = c
+        .query("SELECT workfence.work_assert($1, 'me', $2)", &[&id, &epoch])
+        .await
+        .expect_err("assert outside a transaction");
+    assert!(matches!(Error::from(outside), Error::NoTransaction(..)));
+    // 55000: work_assert of a token that is not current, with DETAIL.
+    let stale = epoch - 1;
+    c.batch_execute("BEGIN").await.expect("BEGIN");
+    let e = Error::from(
+        c.query("SELECT workfence.work_assert($1, 'me', $2)", &[&id, &stale])
+            .await
+            .expect_err("stale token"),
+    );
+    c.batch_execute("ROLLBACK").await.expect("ROLLBACK");
+    assert!(e.is_lease_lost(), "{e:?}");
+    assert!(
+        e.server().and_then(|s| s.detail.as_ref()).is_some(),
+        "55000 carries a DETAIL"
+    );
+    // 57014: a cancelled statement.
+    c.batch_execute("SET statement_timeout = '20ms'")
+        .await
+        .expect("SET");
+    let cancelled = c
+        .query("SELECT pg_sleep(5)", &[])
+        .await
+        .expect_err("timed out");
+    c.batch_execute("RESET statement_timeout")
+        .await
+        .expect("RESET");
+    assert!(matches!(Error::from(cancelled), Error::Cancelled(..)));
+}
