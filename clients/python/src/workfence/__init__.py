@@ -1,0 +1,68 @@
+"""workfence: a worker library for pg_workfence, the lease-fenced work queue for PostgreSQL.
+
+The runner (`Worker`) claims with the long poll, renews leases from a heartbeat that also
+listens on `work_lease_lost`, cancels a handler whose lease is lost, runs the handler's writes
+in a fenced transaction (`job.transaction()`), records failures, and releases what it holds on
+shutdown. The enqueue and operator helpers (`enqueue`, `retry`, ...) run on a connection the
+caller passes (asyncio here, synchronous twins in `workfence.sync`); `workfence.errors` maps
+every SQLSTATE the functions raise to a class. Logs go to `logging.getLogger("workfence")`.
+See clients/README.md (the common spec) and clients/python/README.md.
+"""
+
+from . import errors, sync
+from .errors import (
+    Cancelled,
+    InvalidArgument,
+    LeaseLost,
+    NotPermitted,
+    NoTransaction,
+    NullArgument,
+    ReadOnly,
+    SerializationFailure,
+    UndefinedObject,
+    WorkfenceError,
+)
+from .operations import (
+    Enqueued,
+    ItemInfo,
+    cancel,
+    enqueue,
+    item,
+    pause,
+    reschedule,
+    resume,
+    retry,
+)
+from .worker import CancelFlag, Handler, Job, RetryPolicy, Worker, default_owner
+
+__version__ = "0.9.0"
+
+__all__ = [
+    "Worker",
+    "Job",
+    "CancelFlag",
+    "Handler",
+    "RetryPolicy",
+    "default_owner",
+    "Enqueued",
+    "ItemInfo",
+    "enqueue",
+    "retry",
+    "reschedule",
+    "cancel",
+    "pause",
+    "resume",
+    "item",
+    "errors",
+    "sync",
+    "WorkfenceError",
+    "NullArgument",
+    "InvalidArgument",
+    "ReadOnly",
+    "NoTransaction",
+    "SerializationFailure",
+    "NotPermitted",
+    "UndefinedObject",
+    "LeaseLost",
+    "Cancelled",
+]

@@ -1,0 +1,50 @@
+"""The SQL statements of the library, one per call, every value a parameter, every object
+schema-qualified (docs/writing-workers.md: bound parameters; intervals passed as `interval`,
+which psycopg sends for a `datetime.timedelta`). Internal: not part of the public API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from .errors import InvalidArgument
+
+CLAIM = """
+SELECT id, key, payload, epoch, attempt, lease_until
+  FROM workfence.work_claim(%s::text, %s::text, %s::interval, %s::integer, %s::interval)
+"""
+RENEW = "SELECT workfence.work_renew(%s::bigint, %s::text, %s::bigint, %s::interval)"
+ASSERT = "SELECT workfence.work_assert(%s::bigint, %s::text, %s::bigint)"
+FINISH = "SELECT workfence.work_finish(%s::bigint, %s::text, %s::bigint, %s::jsonb)"
+FAIL = """
+SELECT workfence.work_fail(%s::bigint, %s::text, %s::bigint, %s::text, retry_in => %s::interval)
+"""
+RELEASE = "SELECT workfence.work_release(%s::bigint, %s::text, %s::bigint)"
+LISTEN = "LISTEN work_lease_lost"
+
+ENQUEUE = """
+SELECT id, key, inserted
+  FROM workfence.work_enqueue(%s::text, %s::jsonb, %s::text, %s::timestamptz, %s::integer,
+                              %s::integer, %s::interval)
+"""
+RETRY = "SELECT workfence.work_retry(%s::text, %s::text, %s::timestamptz)"
+RESCHEDULE = "SELECT workfence.work_reschedule(%s::text, %s::text, %s::timestamptz)"
+CANCEL = "SELECT workfence.work_cancel(%s::text, %s::text)"
+PAUSE = "SELECT workfence.work_pause(%s::text)"
+RESUME = "SELECT workfence.work_resume(%s::text)"
+ITEM_COLUMNS = """id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch,
+       claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run"""
+ITEM_BY_KEY = f"SELECT {ITEM_COLUMNS} FROM workfence.work_item(%s::text, %s::text)"
+ITEM_BY_ID = f"SELECT {ITEM_COLUMNS} FROM workfence.work_item(%s::bigint)"
+
+
+def interval(value: float | timedelta | None, what: str) -> timedelta | None:
+    """`value` (seconds as a number, or a timedelta) as a timedelta; None stays None.
+
+    Raises `InvalidArgument` (22023) for a bool or another type: a number alone would reach the
+    server as an integer, which no interval argument takes (docs/writing-workers.md).
+    """
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{what} must be seconds or a datetime.timedelta, not {value!r}")
+    return timedelta(seconds=value)

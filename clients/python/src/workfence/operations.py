@@ -1,0 +1,196 @@
+"""Enqueue and operator calls on a connection the caller passes, asyncio flavour.
+
+Each function is one SQL call (`workfence.work_enqueue`, `work_retry`, ...) run on the caller's
+`psycopg.AsyncConnection` in whatever transaction it is in, so that an enqueue can be part of the
+caller's own transaction (the "transactional enqueue" of graphile-worker and procrastinate): it
+becomes visible, and wakes the long polls, only when the caller commits. Nothing is committed
+here. Server errors are raised as `workfence.errors` classes; the synchronous twins taking a
+`psycopg.Connection` are in `workfence.sync`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import _sql
+from .errors import translate
+
+__all__ = [
+    "Enqueued",
+    "ItemInfo",
+    "enqueue",
+    "retry",
+    "reschedule",
+    "cancel",
+    "pause",
+    "resume",
+    "item",
+]
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What an enqueue returns: the item's `id`, its `key` (given or generated, a UUIDv7), and
+    `inserted` (false when the queue already had an item with this key, returned unchanged)."""
+
+    id: int
+    key: str
+    inserted: bool
+
+
+@dataclass(frozen=True)
+class ItemInfo:
+    """One item as `workfence.work_item` shows it to an operator (docs/contract.md): state is
+    one of pending, claimed, done, failed, cancelled; times are aware datetimes (server time);
+    `errors` is the JSON list of failed attempts and lapsed leases, oldest first."""
+
+    id: int
+    queue: str
+    key: str
+    state: str
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    owner: str | None
+    epoch: int | None
+    claimed_at: datetime | None
+    lease_until: datetime | None
+    errors: Any
+    result: Any
+    created_at: datetime
+    finished_at: datetime | None
+    payload: Any
+    max_run: timedelta | None
+
+
+def enqueue_params(
+    queue: str,
+    payload: Any,
+    key: str | None,
+    run_at: datetime | None,
+    priority: int,
+    max_attempts: int,
+    max_run: float | timedelta | None,
+) -> tuple[Any, ...]:
+    """The parameters of `_sql.ENQUEUE` (shared with `workfence.sync`). Internal."""
+    return (
+        queue,
+        Jsonb({} if payload is None else payload),
+        key,
+        run_at,
+        priority,
+        max_attempts,
+        _sql.interval(max_run, "max_run"),
+    )
+
+
+def _raise(error: psycopg.Error) -> None:
+    """Raise `error` translated to a `WorkfenceError` when it has a SQLSTATE."""
+    translated = translate(error)
+    if translated is error:
+        raise error
+    raise translated from error
+
+
+async def _one(conn: psycopg.AsyncConnection[Any], query: str, params: tuple[Any, ...]) -> Any:
+    """The first row of `query` (None when there is none), errors translated."""
+    try:
+        cur = await conn.execute(query, params)
+        return await cur.fetchone()
+    except psycopg.Error as error:
+        _raise(error)
+        raise  # unreachable: _raise always raises
+
+
+async def enqueue(
+    conn: psycopg.AsyncConnection[Any],
+    queue: str,
+    payload: Any = None,
+    *,
+    key: str | None = None,
+    run_at: datetime | None = None,
+    priority: int = 0,
+    max_attempts: int = 25,
+    max_run: float | timedelta | None = None,
+) -> Enqueued:
+    """Add an item to `queue` with `workfence.work_enqueue`, in the caller's transaction.
+
+    Arguments: `payload` any JSON-serialisable value (None: `{}`); `key` unique in the queue
+    (None: a generated UUIDv7; an existing key returns that item unchanged, `inserted` false);
+    `run_at` an aware datetime before which it is not claimed (None: now, server time);
+    `priority` lower first; `max_attempts` 1..1000; `max_run` a run-time limit in seconds or a
+    timedelta (None: none). Result: `Enqueued(id, key, inserted)`. Errors: `NullArgument`
+    (22004), `InvalidArgument` (22023), `NotPermitted` (42501), `SerializationFailure` (40001: a
+    purge raced the enqueue; retry).
+    """
+    params = enqueue_params(queue, payload, key, run_at, priority, max_attempts, max_run)
+    row = await _one(conn, _sql.ENQUEUE, params)
+    return Enqueued(id=row[0], key=row[1], inserted=row[2])
+
+
+async def retry(
+    conn: psycopg.AsyncConnection[Any], queue: str, key: str, run_at: datetime | None = None
+) -> bool:
+    """Put a failed or cancelled item back to pending (`workfence.work_retry`), due at `run_at`
+    (None: now). Result: true if it changed the item. Errors: 22004, 22023, 42501."""
+    row = await _one(conn, _sql.RETRY, (queue, key, run_at))
+    return bool(row[0])
+
+
+async def reschedule(
+    conn: psycopg.AsyncConnection[Any], queue: str, key: str, run_at: datetime
+) -> bool:
+    """Move a pending item's `run_at` (`workfence.work_reschedule`). Result: true if it changed
+    the item. Errors: 22004, 22023, 42501."""
+    row = await _one(conn, _sql.RESCHEDULE, (queue, key, run_at))
+    return bool(row[0])
+
+
+async def cancel(conn: psycopg.AsyncConnection[Any], queue: str, key: str) -> bool:
+    """Cancel a pending or claimed item (`workfence.work_cancel`); its holder's token is refused
+    from then on. Result: true if it changed the item. Errors: 22004, 22023, 42501."""
+    row = await _one(conn, _sql.CANCEL, (queue, key))
+    return bool(row[0])
+
+
+async def pause(conn: psycopg.AsyncConnection[Any], queue: str) -> bool:
+    """Pause `queue` (`workfence.work_pause`): claims hand nothing out until a resume. Result:
+    true if it was not paused. Errors: 22004, 22023, 42501."""
+    row = await _one(conn, _sql.PAUSE, (queue,))
+    return bool(row[0])
+
+
+async def resume(conn: psycopg.AsyncConnection[Any], queue: str) -> bool:
+    """End a pause of `queue` (`workfence.work_resume`). Result: true if it was paused.
+    Errors: 22004, 22023, 42501."""
+    row = await _one(conn, _sql.RESUME, (queue,))
+    return bool(row[0])
+
+
+async def item(
+    conn: psycopg.AsyncConnection[Any], queue_or_id: str | int, key: str | None = None
+) -> ItemInfo | None:
+    """One item as `workfence.work_item` shows it: by `(queue, key)`, or by id when
+    `queue_or_id` is an int (and `key` omitted). Result: an `ItemInfo`, or None when there is no
+    such item (or, with queue grants enforced, none the role may read). Errors: 22004, 22023,
+    42501."""
+    query, params = item_query(queue_or_id, key)
+    row = await _one(conn, query, params)
+    return None if row is None else ItemInfo(*row)
+
+
+def item_query(queue_or_id: str | int, key: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The statement and parameters of `item` (shared with `workfence.sync`). Internal."""
+    if isinstance(queue_or_id, int) and not isinstance(queue_or_id, bool):
+        if key is not None:
+            raise TypeError("item(conn, id) takes no key")
+        return _sql.ITEM_BY_ID, (queue_or_id,)
+    if key is None:
+        raise TypeError("item(conn, queue, key) needs a key")
+    return _sql.ITEM_BY_KEY, (queue_or_id, key)

@@ -1,0 +1,80 @@
+"""Enqueue and operator calls on a synchronous `psycopg.Connection`: the twins of
+`workfence.operations` (same arguments, results and errors), for code that is not asyncio, e.g. a
+web request handler enqueueing in its own transaction. Nothing is committed here."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from . import _sql
+from .errors import translate
+from .operations import Enqueued, ItemInfo, enqueue_params, item_query
+
+__all__ = ["enqueue", "retry", "reschedule", "cancel", "pause", "resume", "item"]
+
+
+def _one(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...]) -> Any:
+    """The first row of `query` (None when there is none), errors translated."""
+    try:
+        return conn.execute(query, params).fetchone()
+    except psycopg.Error as error:
+        translated = translate(error)
+        if translated is error:
+            raise
+        raise translated from error
+
+
+def enqueue(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    payload: Any = None,
+    *,
+    key: str | None = None,
+    run_at: datetime | None = None,
+    priority: int = 0,
+    max_attempts: int = 25,
+    max_run: float | timedelta | None = None,
+) -> Enqueued:
+    """`workfence.operations.enqueue` on a synchronous connection (see there)."""
+    params = enqueue_params(queue, payload, key, run_at, priority, max_attempts, max_run)
+    row = _one(conn, _sql.ENQUEUE, params)
+    return Enqueued(id=row[0], key=row[1], inserted=row[2])
+
+
+def retry(
+    conn: psycopg.Connection[Any], queue: str, key: str, run_at: datetime | None = None
+) -> bool:
+    """`workfence.operations.retry` on a synchronous connection (see there)."""
+    return bool(_one(conn, _sql.RETRY, (queue, key, run_at))[0])
+
+
+def reschedule(conn: psycopg.Connection[Any], queue: str, key: str, run_at: datetime) -> bool:
+    """`workfence.operations.reschedule` on a synchronous connection (see there)."""
+    return bool(_one(conn, _sql.RESCHEDULE, (queue, key, run_at))[0])
+
+
+def cancel(conn: psycopg.Connection[Any], queue: str, key: str) -> bool:
+    """`workfence.operations.cancel` on a synchronous connection (see there)."""
+    return bool(_one(conn, _sql.CANCEL, (queue, key))[0])
+
+
+def pause(conn: psycopg.Connection[Any], queue: str) -> bool:
+    """`workfence.operations.pause` on a synchronous connection (see there)."""
+    return bool(_one(conn, _sql.PAUSE, (queue,))[0])
+
+
+def resume(conn: psycopg.Connection[Any], queue: str) -> bool:
+    """`workfence.operations.resume` on a synchronous connection (see there)."""
+    return bool(_one(conn, _sql.RESUME, (queue,))[0])
+
+
+def item(
+    conn: psycopg.Connection[Any], queue_or_id: str | int, key: str | None = None
+) -> ItemInfo | None:
+    """`workfence.operations.item` on a synchronous connection (see there)."""
+    query, params = item_query(queue_or_id, key)
+    row = _one(conn, query, params)
+    return None if row is None else ItemInfo(*row)

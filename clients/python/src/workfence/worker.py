@@ -1,0 +1,827 @@
+"""The worker runner: claim, heartbeat, run the handler, settle, shut down (clients/README.md).
+
+One `Worker` works one queue on psycopg's `AsyncConnection`, with three kinds of connection:
+the **claim** connection (the long poll `work_claim(..., wait)`, autocommit, and the releases of
+buffered items on shutdown), the **heartbeat** connection (renews every `lease / 3` and
+`LISTEN work_lease_lost` in between), and one connection per running handler (`concurrency` at
+most), on which the item is settled and the job's fenced transaction runs.
+
+The shape (a buffer of claimed items fed to a fixed number of handler slots, a heartbeat for all
+held items, a graceful shutdown with a grace period) is that of graphile-worker's and
+procrastinate's workers; the fencing (abandon on a refused renew or a `work_lease_lost`
+notification naming the token, `work_assert` ... `work_finish` in one transaction) is
+docs/writing-workers.md's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from datetime import datetime, timedelta
+from time import monotonic
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+
+from . import _sql
+from .errors import InvalidArgument, LeaseLost, WorkfenceError, translate
+
+__all__ = ["Worker", "Job", "CancelFlag", "Handler", "RetryPolicy", "default_owner"]
+
+log = logging.getLogger("workfence")
+
+#: A handler: `async def handler(job) -> result` or `def handler(job) -> result`.
+Handler = Callable[["Job"], Any]
+#: A retry policy: (attempt, error) -> the delay before the next attempt, in seconds or as a
+#: timedelta; None means the server's backoff.
+RetryPolicy = Callable[[int, BaseException], "float | timedelta | None"]
+
+# How long the runner waits after a failed claim or heartbeat call before it tries again
+# (doubling up to the maximum), in seconds.
+_BACKOFF_FIRST = 0.5
+_BACKOFF_MAX = 30.0
+# How long a stop waits for a long poll to end after a cancel request, before sending another
+# (a cancel that reached the server before the query did is lost), in seconds.
+_CANCEL_AGAIN_AFTER = 0.5
+
+LEASE_LOST = "lease lost"
+SHUTDOWN = "shutdown"
+
+
+def default_owner() -> str:
+    """The default owner name, `<hostname>:<pid>` (clients/README.md): it names the process for
+    an operator reading `work_item`; it is not an identity (the epoch fences)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class CancelFlag:
+    """A job's cancellation flag, like a `threading.Event`: set when the job must stop, with
+    the `reason` ("lease lost" or "shutdown"). An async handler is also cancelled as an asyncio
+    task; a plain function (run in a thread) can only check `is_set()` or `wait(timeout)`."""
+
+    def __init__(self) -> None:
+        """A flag not yet set."""
+        self._event = threading.Event()
+        self.reason: str | None = None
+
+    def is_set(self) -> bool:
+        """Whether the job must stop."""
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until the flag is set or `timeout` seconds pass (None: no
+        limit). Result: whether it is set. For plain-function handlers: an async handler must
+        not block the event loop with it."""
+        return self._event.wait(timeout)
+
+    def __bool__(self) -> bool:
+        """`is_set()`."""
+        return self._event.is_set()
+
+    def _set(self, reason: str) -> None:
+        """Set the flag (the first reason is kept)."""
+        if self.reason is None:
+            self.reason = reason
+        self._event.set()
+
+
+class Job:
+    """One claimed item, handed to the handler.
+
+    Attributes: `id`, `key`, `payload` (the decoded JSON), `epoch` (the fencing token: pass it
+    to other systems the job writes to, docs/writing-workers.md), `attempt` (1 on the first
+    claim), `lease_until` (server time at the claim), `queue`, `owner`, `cancelled` (a
+    `CancelFlag`), and `result`, the JSON value `job.transaction()` finishes the item with.
+    """
+
+    def __init__(self, worker: Worker, row: tuple[Any, ...]) -> None:
+        """The job for one row of `work_claim` (id, key, payload, epoch, attempt, lease_until)."""
+        self.id: int = row[0]
+        self.key: str = row[1]
+        self.payload: Any = row[2]
+        self.epoch: int = row[3]
+        self.attempt: int = row[4]
+        self.lease_until: datetime = row[5]
+        self.queue = worker.queue
+        self.owner = worker.owner
+        self.cancelled = CancelFlag()
+        self.result: Any = None
+        self._worker = worker
+        self._renewing = True  # the heartbeat renews it (stop_renewing() turns it off)
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._task: asyncio.Future[Any] | None = None  # the handler's task while it runs
+        self._lost = False  # the lease is known lost: abandon, settle nothing
+        self._settling = False  # finish/commit in flight: not cancelled any more
+        self._settled = False  # finished (or failed/released): nothing left to send
+        self._refusal_logged = False
+
+    def __repr__(self) -> str:
+        """`Job(id=.., epoch=.., attempt=..)`."""
+        return f"Job(id={self.id}, epoch={self.epoch}, attempt={self.attempt})"
+
+    def stop_renewing(self) -> None:
+        """Stop renewing this job's lease: the lease then lapses `lease` after the last renew,
+        and another claim may take the item (it is then lost: a `work_lease_lost` notification
+        or the final `work_assert` stops the job). A hook for tests that need a lease to lapse
+        while a job runs (a stand-in for a stalled worker), and for jobs that should run into
+        their lease. Takes effect from the next heartbeat round."""
+        self._renewing = False
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The job's fenced transaction: `async with job.transaction() as conn:` yields the
+        job's connection in a transaction that began with `work_assert(id, owner, epoch)`; on a
+        clean exit the runner calls `work_finish(id, owner, epoch, job.result)` in it and
+        commits, so the block's writes commit only while the lease is held (promise 1,
+        docs/writing-workers.md). The item is then finished (logged `finish id=.. epoch=.. ok`)
+        and the handler's return value is ignored. An exception in the block rolls it back and
+        propagates (the item is failed if the handler lets it through).
+
+        The heartbeat stops renewing the item before `work_assert` (which holds its row lock
+        until the commit). Async handlers only. Errors: `LeaseLost` (55000: `work_assert`
+        refused the token, `COMMIT` found it superseded, or `work_finish` returned false) after
+        a rollback, and the item is abandoned; other server errors of these three statements as
+        `workfence.errors` classes; errors of the block's own statements unchanged.
+        """
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("job.transaction() is only available while the handler runs")
+        if self._settled:
+            raise RuntimeError(f"job {self.id} is already settled")
+        if self._lost:
+            raise LeaseLost("lease lost", sqlstate="55000", detail="the runner lost the lease")
+        worker = self._worker
+        await worker._heartbeat.drop(self)
+        token = (self.id, worker.owner, self.epoch)
+        phase = "assert"
+        try:
+            async with conn.transaction():
+                await conn.execute(_sql.ASSERT, token)
+                phase = "body"
+                yield conn
+                phase = "finish"
+                self._settling = True
+                cur = await conn.execute(_sql.FINISH, (*token, _jsonb(self.result)))
+                row = await cur.fetchone()
+                if row is None or not row[0]:
+                    raise LeaseLost(
+                        "lease lost",
+                        sqlstate="55000",
+                        detail="work_finish refused the token; the transaction was rolled back",
+                    )
+                phase = "commit"
+        except psycopg.Error as error:
+            if phase == "body":
+                self._settling = False
+                if not self._lost:
+                    worker._heartbeat.add(self)
+                raise
+            self._settling = False
+            translated = translate(error)
+            if isinstance(translated, LeaseLost):
+                self._lost = True
+            if translated is error:
+                raise
+            raise translated from error
+        except LeaseLost:
+            self._settling = False
+            self._lost = True
+            raise
+        except BaseException:
+            self._settling = False
+            if phase == "body" and not self._lost:
+                worker._heartbeat.add(self)
+            raise
+        self._settled = True
+        self._settling = False
+        log.info("finish id=%d epoch=%d ok", self.id, self.epoch)
+
+
+def _jsonb(value: Any) -> Jsonb | None:
+    """A result for `work_finish`: None stays SQL NULL, anything else is sent as jsonb."""
+    return None if value is None else Jsonb(value)
+
+
+async def _fetch_bool(
+    conn: psycopg.AsyncConnection[Any], query: str, params: tuple[Any, ...]
+) -> bool:
+    """Run a statement returning one boolean (renew, finish, fail, release); errors translated."""
+    try:
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+    except psycopg.Error as error:
+        translated = translate(error)
+        if translated is error:
+            raise
+        raise translated from error
+    return bool(row is not None and row[0])
+
+
+def _check_name(value: str, what: str, most_bytes: int) -> str:
+    """Validate a queue or owner name as the server will (a string, not empty after trimming,
+    at most `most_bytes` bytes, no control characters), so that a bad one stops the worker at
+    start-up (docs/writing-workers.md). Raises `InvalidArgument` (22023)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{what} must be a non-empty string", sqlstate="22023")
+    if len(value.encode()) > most_bytes:
+        raise InvalidArgument(f"{what} is longer than {most_bytes} bytes", sqlstate="22023")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InvalidArgument(f"{what} {value!r} has a control character", sqlstate="22023")
+    return value
+
+
+def _seconds(value: float | timedelta, what: str) -> float:
+    """`value` in seconds (a number or a timedelta). Raises `InvalidArgument` for other types."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{what} must be seconds or a timedelta, not {value!r}")
+    return float(value)
+
+
+class Worker:
+    """A worker runner for one queue (clients/README.md, "What every library does").
+
+    Arguments (all but `handler`, `dsn` and `queue` keyword-only):
+    - `dsn`: libpq connection string; `queue`: the queue to work;
+    - `handler`: `async def handler(job)` (run as an asyncio task, cancelled on a lost lease or
+      at the end of the shutdown grace) or a plain `def handler(job)` (run in a thread with
+      `asyncio.to_thread`; it cannot be interrupted: it should check `job.cancelled`). Its
+      return value is the item's result (`work_finish`), unless it used `job.transaction()`;
+      an exception fails the item (`work_fail` with the exception's text);
+    - `owner`: the owner name of every claim (default `<hostname>:<pid>`; not an identity);
+    - `concurrency`: handlers running at once (default 1);
+    - `batch_size`: most items one claim takes (default `concurrency`); claimed items wait in a
+      buffer, their leases renewed, and the runner never holds more than
+      `concurrency - 1 + batch_size`;
+    - `lease`: seconds (or a timedelta) each claim and renew asks for (default 30; the heartbeat
+      renews every `lease / 3`);
+    - `poll_wait`: the long poll's wait in seconds (default 5);
+    - `retry`: a `RetryPolicy` (attempt, error) -> delay for `work_fail`'s `retry_in` (default
+      None: the server's exponential backoff with jitter);
+    - `shutdown_grace`: seconds running handlers may still finish after a stop (default 10),
+      before they are cancelled and their items released.
+
+    Run it with `await worker.run()` (returns after `worker.stop()`) or `worker.run_sync()`
+    (SIGTERM and SIGINT stop it). One run per `Worker`. Invalid settings raise
+    `InvalidArgument` (22023) from the constructor.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        queue: str,
+        handler: Handler,
+        *,
+        owner: str | None = None,
+        concurrency: int = 1,
+        batch_size: int | None = None,
+        lease: float | timedelta = 30.0,
+        poll_wait: float | timedelta = 5.0,
+        retry: RetryPolicy | None = None,
+        shutdown_grace: float | timedelta = 10.0,
+    ) -> None:
+        """Check and keep the settings (see the class); connects nothing yet."""
+        if not dsn:
+            raise InvalidArgument("dsn is required", sqlstate="22023")
+        if concurrency < 1:
+            raise InvalidArgument("concurrency must be at least 1", sqlstate="22023")
+        batch = concurrency if batch_size is None else batch_size
+        if not 1 <= batch <= 1000:
+            raise InvalidArgument("batch_size must be in 1..1000", sqlstate="22023")
+        lease_s = _seconds(lease, "lease")
+        if not 0 < lease_s <= 7 * 86400:
+            raise InvalidArgument("lease must be in (0, 7 days]", sqlstate="22023")
+        wait_s = _seconds(poll_wait, "poll_wait")
+        if not 0 <= wait_s <= 3600:
+            raise InvalidArgument("poll_wait must be in 0..1 hour", sqlstate="22023")
+        grace_s = _seconds(shutdown_grace, "shutdown_grace")
+        if grace_s < 0:
+            raise InvalidArgument("shutdown_grace must not be negative", sqlstate="22023")
+        self.dsn = dsn
+        self.queue = _check_name(queue, "queue", 128)
+        self.handler = handler
+        self.owner = _check_name(default_owner() if owner is None else owner, "owner", 256)
+        self.concurrency = concurrency
+        self.batch_size = batch
+        self.lease = lease_s
+        self.poll_wait = wait_s
+        self.retry = retry
+        self.shutdown_grace = grace_s
+        # An `async def` function, or an object whose class has an `async def __call__`.
+        self._is_async = inspect.iscoroutinefunction(handler) or (
+            callable(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+        )
+        self._stopping = asyncio.Event()
+        self._room = asyncio.Event()  # set when the held count drops (or on stop)
+        self._poll_idle = asyncio.Event()  # set while no long poll is in flight
+        self._poll_idle.set()
+        self._held: dict[int, Job] = {}  # buffered and running jobs, by id
+        self._buffer: deque[Job] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle_conns: list[psycopg.AsyncConnection[Any]] = []
+        self._claim_conn: psycopg.AsyncConnection[Any] | None = None
+        self._tasks_aux: set[asyncio.Task[None]] = set()  # stop()'s poll cancellers
+        self._heartbeat = _Heartbeat(self)
+        self._started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ----------------------------------------------------------------- public
+
+    def stop(self) -> None:
+        """Ask the runner to stop: no more claims (a long poll in flight is cancelled), buffered
+        items released, running handlers given `shutdown_grace`. Returns at once; `run()`
+        returns when all is settled. Safe to call more than once, from the loop's thread (a
+        signal handler installed with `loop.add_signal_handler`, a handler, a task); from
+        another thread use `loop.call_soon_threadsafe(worker.stop)`."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._room.set()
+        if self._loop is not None and not self._poll_idle.is_set():
+            task = self._loop.create_task(self._cancel_poll())
+            self._tasks_aux.add(task)
+            task.add_done_callback(self._tasks_aux.discard)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether `stop()` was called."""
+        return self._stopping.is_set()
+
+    async def run(self) -> None:
+        """Work the queue until `stop()`, then shut down (release buffered items, grace for
+        running handlers, cancel and release the rest) and log `exit`. Raises a connection
+        error (psycopg.OperationalError) or `WorkfenceError` if the first connections cannot be
+        made; later errors are logged and retried with backoff."""
+        if self._started:
+            raise RuntimeError("a Worker runs once")
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        try:
+            self._claim_conn = await self._connect()
+            await self._heartbeat.start()
+            try:
+                await self._claim_loop()
+            finally:
+                await self._shutdown()
+        finally:
+            await self._heartbeat.stop()
+            for conn in [self._claim_conn, *self._idle_conns]:
+                if conn is not None:
+                    await conn.close()
+            self._idle_conns.clear()
+        log.info("exit")
+
+    def run_sync(self) -> None:
+        """Run the worker in a new event loop (`asyncio.run`) with SIGTERM and SIGINT calling
+        `stop()`; returns after the shutdown. Waits for plain-function handlers still running
+        in their threads before it returns (asyncio.run's executor shutdown)."""
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.stop)
+            try:
+                await self.run()
+            finally:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
+
+        asyncio.run(main())
+
+    # --------------------------------------------------------------- claiming
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        """A new autocommit connection (claims are committed before the heartbeat sees them)."""
+        return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+
+    async def _claim_loop(self) -> None:
+        """Claim while there is room, dispatch to handlers; back off on errors; until stop."""
+        backoff = _BACKOFF_FIRST
+        while not self._stopping.is_set():
+            while len(self._held) >= self.concurrency and not self._stopping.is_set():
+                self._room.clear()
+                await self._room.wait()
+            if self._stopping.is_set():
+                break
+            try:
+                rows = await self._claim()
+            except (psycopg.Error, WorkfenceError) as error:
+                log.error("claim error=%s", error)
+                await self._pause(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX)
+                await self._reconnect_claim()
+                continue
+            backoff = _BACKOFF_FIRST
+            for row in rows:
+                job = Job(self, row)
+                log.info("claim id=%d epoch=%d attempt=%d", job.id, job.epoch, job.attempt)
+                self._held[job.id] = job
+                self._buffer.append(job)
+                self._heartbeat.add(job)
+            self._dispatch()
+
+    async def _claim(self) -> list[tuple[Any, ...]]:
+        """One long poll for `batch_size` items; none when stopped (the poll is cancelled)."""
+        conn = self._claim_conn
+        assert conn is not None
+        params = (
+            self.queue,
+            self.owner,
+            timedelta(seconds=self.lease),
+            self.batch_size,
+            timedelta(seconds=self.poll_wait),
+        )
+        self._poll_idle.clear()
+        try:
+            if self._stopping.is_set():
+                return []
+            cur = await conn.execute(_sql.CLAIM, params)
+            return await cur.fetchall()
+        except pg_errors.QueryCanceled:
+            if self._stopping.is_set():
+                return []  # cancelled by stop(): the claim took nothing
+            raise
+        except psycopg.Error as error:
+            translated = translate(error)
+            if translated is error:
+                raise
+            raise translated from error
+        finally:
+            self._poll_idle.set()
+
+    async def _cancel_poll(self) -> None:
+        """Cancel the long poll in flight, again every `_CANCEL_AGAIN_AFTER` seconds until it
+        ends (a cancel request that reaches the server before the query is lost)."""
+        conn = self._claim_conn
+        while conn is not None and not self._poll_idle.is_set():
+            try:
+                await conn.cancel_safe(timeout=5)
+            except psycopg.Error as error:
+                log.warning("cancel error=%s", error)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._poll_idle.wait(), _CANCEL_AGAIN_AFTER)
+
+    async def _reconnect_claim(self) -> None:
+        """Replace the claim connection when it is broken or closed."""
+        conn = self._claim_conn
+        if conn is not None and not (conn.closed or conn.broken):
+            return
+        try:
+            self._claim_conn = await self._connect()
+            if conn is not None:
+                await conn.close()
+        except psycopg.Error as error:
+            log.error("connect error=%s", error)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait `seconds`, or less if the worker is stopped meanwhile."""
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    # ---------------------------------------------------------------- running
+
+    def _dispatch(self) -> None:
+        """Start buffered jobs while fewer than `concurrency` handlers run."""
+        while self._buffer and len(self._tasks) < self.concurrency and not self._stopping.is_set():
+            job = self._buffer.popleft()
+            task = asyncio.create_task(self._run_job(job), name=f"workfence-job-{job.id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._job_done)
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        """A job's task ended: make room, start the next buffered job."""
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("runner error=%r", task.exception())
+        self._dispatch()
+
+    def _forget(self, job: Job) -> None:
+        """The job is no longer held: stop watching it and make room for a claim."""
+        self._heartbeat.discard(job)
+        if self._held.get(job.id) is job:
+            del self._held[job.id]
+        self._room.set()
+
+    async def _acquire_conn(self) -> psycopg.AsyncConnection[Any]:
+        """An idle handler connection, or a new one."""
+        while self._idle_conns:
+            conn = self._idle_conns.pop()
+            if not (conn.closed or conn.broken):
+                return conn
+        return await self._connect()
+
+    async def _release_conn(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Give a handler connection back (closed instead when broken or left in a transaction)."""
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if conn.closed or conn.broken or not idle:
+            await conn.close()
+        else:
+            self._idle_conns.append(conn)
+
+    async def _run_job(self, job: Job) -> None:
+        """Run one job's handler and settle its item (clients/README.md, runner step 4)."""
+        try:
+            conn = await self._acquire_conn()
+        except psycopg.Error as error:
+            # The item stays claimed; its lease lapses and another claim takes it.
+            log.error("connect error=%s (abandoning id=%d)", error, job.id)
+            self._forget(job)
+            return
+        job._conn = conn
+        interrupted = False
+        try:
+            if job._lost:
+                self._abandon(job)
+                return
+            if self._is_async:
+                job._task = asyncio.ensure_future(self.handler(job))
+            else:
+                job._task = asyncio.ensure_future(asyncio.to_thread(self.handler, job))
+            try:
+                value = await asyncio.shield(job._task)
+                outcome: BaseException | None = None
+            except asyncio.CancelledError:
+                if not job._task.cancelled():
+                    # This runner task itself was cancelled: cancel the handler and go on.
+                    job.cancelled._set(SHUTDOWN)
+                    job._task.cancel()
+                    with suppress(BaseException):
+                        await job._task
+                value, outcome = None, asyncio.CancelledError()
+                interrupted = True
+            except Exception as error:
+                value, outcome = None, error
+            await self._settle(job, conn, value, outcome)
+        finally:
+            job._task = None
+            job._conn = None
+            self._forget(job)
+            if interrupted:
+                # psycopg cancelled a statement in flight in the server: do not let a late
+                # cancel request reach the next job's statements on this connection.
+                await conn.close()
+            await self._release_conn(conn)
+
+    async def _settle(
+        self,
+        job: Job,
+        conn: psycopg.AsyncConnection[Any],
+        value: Any,
+        outcome: BaseException | None,
+    ) -> None:
+        """Finish, fail, release or abandon the item after its handler ended."""
+        if job._lost or isinstance(outcome, LeaseLost):
+            job._lost = True
+            self._abandon(job)
+            return
+        if job._settled:
+            if outcome is not None and not isinstance(outcome, asyncio.CancelledError):
+                log.warning(
+                    "handler of id=%d raised after its transaction committed: %r", job.id, outcome
+                )
+            return
+        await self._heartbeat.drop(job)
+        token = (job.id, self.owner, job.epoch)
+        try:
+            if isinstance(outcome, asyncio.CancelledError):
+                await self._release(conn, job)
+            elif outcome is not None:
+                await self._fail(conn, job, outcome)
+            else:
+                job._settling = True
+                ok = await _fetch_bool(conn, _sql.FINISH, (*token, _jsonb(value)))
+                job._settled = True
+                if ok:
+                    log.info("finish id=%d epoch=%d ok", job.id, job.epoch)
+                else:
+                    self._abandon(job)
+        except (psycopg.Error, WorkfenceError) as error:
+            # The outcome is unknown (a lost connection) or the call was rejected: the item
+            # stays claimed until its lease lapses, then another claim takes it.
+            log.error("settle id=%d epoch=%d error=%s", job.id, job.epoch, error)
+
+    async def _fail(
+        self, conn: psycopg.AsyncConnection[Any], job: Job, error: BaseException
+    ) -> None:
+        """Record the handler's error with `work_fail` and the retry policy's delay."""
+        text = str(error) or type(error).__name__
+        delay: float | timedelta | None = None
+        if self.retry is not None:
+            try:
+                delay = self.retry(job.attempt, error)
+            except Exception as policy_error:
+                log.error("retry policy error=%r (using the server's backoff)", policy_error)
+        retry_in = _sql.interval(delay, "retry delay")
+        ok = await _fetch_bool(conn, _sql.FAIL, (job.id, self.owner, job.epoch, text, retry_in))
+        job._settled = True
+        if ok:
+            log.info("fail id=%d epoch=%d error=%s", job.id, job.epoch, text)
+        else:
+            self._abandon(job)
+
+    async def _release(self, conn: psycopg.AsyncConnection[Any], job: Job) -> None:
+        """Hand the item back with `work_release` (shutdown); a refusal abandons it."""
+        args = (job.id, self.owner, job.epoch)
+        try:
+            ok = await _fetch_bool(conn, _sql.RELEASE, args)
+        except WorkfenceError as error:
+            if error.sqlstate != "57014":
+                raise
+            # A stop's cancel meant for the long poll landed on this statement: it changed
+            # nothing, so it is repeated.
+            ok = await _fetch_bool(conn, _sql.RELEASE, args)
+        job._settled = True
+        if ok:
+            log.info("release id=%d epoch=%d", job.id, job.epoch)
+        else:
+            self._abandon(job)
+
+    def _abandon(self, job: Job) -> None:
+        """Log the refusal once; nothing is sent for the item (its token is dead)."""
+        if not job._refusal_logged:
+            job._refusal_logged = True
+            log.warning("refused id=%d (lease lost)", job.id)
+
+    def _lose(self, job: Job) -> None:
+        """The lease of `job` is lost (a refused renew, a notification): stop its handler,
+        unless its fenced transaction is committing (the commit decides); a buffered job is
+        dropped at once."""
+        job._lost = True
+        job.cancelled._set(LEASE_LOST)
+        if job in self._buffer:
+            self._buffer.remove(job)
+            self._abandon(job)
+            self._forget(job)
+            return
+        if job._task is not None and not job._settling:
+            job._task.cancel()
+
+    # --------------------------------------------------------------- shutdown
+
+    async def _shutdown(self) -> None:
+        """Release buffered items, give running handlers the grace, then cancel and release."""
+        conn = self._claim_conn
+        while self._buffer:
+            job = self._buffer.popleft()
+            if conn is None:
+                break
+            try:
+                await self._release(conn, job)
+            except (psycopg.Error, WorkfenceError) as error:
+                log.error("release id=%d epoch=%d error=%s", job.id, job.epoch, error)
+            self._forget(job)
+        if self._tasks and self.shutdown_grace > 0:
+            await asyncio.wait(set(self._tasks), timeout=self.shutdown_grace)
+        for job in list(self._held.values()):
+            task = job._task
+            if task is not None and not task.done() and not job._settling:
+                job.cancelled._set(SHUTDOWN)
+                task.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+        for task in list(self._tasks_aux):
+            task.cancel()
+
+
+class _Heartbeat:
+    """Renews every held item every `lease / 3` on a connection of its own, and listens there
+    for `work_lease_lost` in between (docs/writing-workers.md, "Stopping a job whose lease is
+    lost"): a refused renew, or a notification naming a held token by id AND epoch (never by
+    owner, which other processes share), loses the item. Notifications that arrive while a
+    renew runs are kept by psycopg for the next `notifies()`."""
+
+    def __init__(self, worker: Worker) -> None:
+        """A heartbeat for `worker`, not started."""
+        self.worker = worker
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.held: dict[int, Job] = {}
+        self.lock = asyncio.Lock()  # held while renewing one item
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Connect, LISTEN, and start the heartbeat task."""
+        self.conn = await self._connect()
+        self.task = asyncio.create_task(self._run(), name="workfence-heartbeat")
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        """A new autocommit connection listening on `work_lease_lost`."""
+        conn = await psycopg.AsyncConnection.connect(self.worker.dsn, autocommit=True)
+        await conn.execute(_sql.LISTEN)
+        return conn
+
+    async def stop(self) -> None:
+        """Stop the task and close the connection."""
+        if self.task is not None:
+            self.task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self.task
+        if self.conn is not None:
+            await self.conn.close()
+
+    def add(self, job: Job) -> None:
+        """Watch `job` (renew it unless it stopped renewing; match notifications)."""
+        self.held[job.id] = job
+
+    def discard(self, job: Job) -> None:
+        """Stop watching `job` (a renew of it may still be in flight)."""
+        if self.held.get(job.id) is job:
+            del self.held[job.id]
+
+    async def drop(self, job: Job) -> None:
+        """Stop watching `job` and wait for a renew in flight, so that no renew waits on the
+        row lock of its fenced transaction (and then reads as refused)."""
+        self.discard(job)
+        async with self.lock:
+            pass
+
+    async def _run(self) -> None:
+        """Renew every `lease / 3`; listen for notifications in between."""
+        interval = self.worker.lease / 3
+        due = monotonic() + interval
+        while True:
+            try:
+                left = due - monotonic()
+                if left > 0:
+                    await self._listen(left)
+                    continue
+                for job in list(self.held.values()):
+                    async with self.lock:
+                        if self.held.get(job.id) is job and job._renewing:
+                            await self._renew(job)
+                due = monotonic() + interval
+            except Exception as error:  # a bug: keep the heartbeat alive, and say so
+                log.error("heartbeat error=%r", error)
+                await asyncio.sleep(1.0)
+
+    async def _listen(self, timeout: float) -> None:
+        """Handle the notifications that arrive within `timeout` seconds."""
+        conn = self.conn
+        try:
+            if conn is None or conn.closed or conn.broken:
+                raise psycopg.OperationalError("the heartbeat connection is closed")
+            async for notify in conn.notifies(timeout=timeout):
+                self._notified(notify.payload)
+        except psycopg.Error as error:
+            # Only the hint is missing meanwhile: renews still tell a lost lease.
+            log.error("listen error=%s", error)
+            await self._reconnect()
+            await asyncio.sleep(min(timeout, 1.0))
+
+    def _notified(self, payload: str) -> None:
+        """A `work_lease_lost` payload: if it names a held token (id and epoch), lose it."""
+        try:
+            token = json.loads(payload)
+            lost_id, lost_epoch = int(token["id"]), int(token["epoch"])
+        except (ValueError, TypeError, KeyError) as error:
+            log.warning("listen error=unreadable work_lease_lost payload %r: %r", payload, error)
+            return
+        job = self.held.get(lost_id)
+        if job is None or job.epoch != lost_epoch:
+            return  # another worker's token, or one of ours already settled
+        log.warning("lease lost (notified) id=%d epoch=%d", lost_id, lost_epoch)
+        self.discard(job)
+        self.worker._lose(job)
+
+    async def _renew(self, job: Job) -> None:
+        """Renew one item; a refusal loses it, an error is logged (the next round retries)."""
+        conn = self.conn
+        args = (job.id, self.worker.owner, job.epoch, timedelta(seconds=self.worker.lease))
+        try:
+            if conn is None or conn.closed or conn.broken:
+                raise psycopg.OperationalError("the heartbeat connection is closed")
+            ok = await _fetch_bool(conn, _sql.RENEW, args)
+        except (psycopg.Error, WorkfenceError) as error:
+            log.error("renew id=%d error=%s", job.id, error)
+            await self._reconnect()
+            return
+        if ok:
+            log.debug("renew id=%d ok", job.id)
+            return
+        log.warning("renew id=%d refused", job.id)
+        self.discard(job)
+        self.worker._lose(job)
+
+    async def _reconnect(self) -> None:
+        """Replace a broken connection (LISTENing again); keep the old one on failure."""
+        conn = self.conn
+        if conn is not None and not (conn.closed or conn.broken):
+            return
+        try:
+            self.conn = await self._connect()
+        except psycopg.Error as error:
+            log.error("heartbeat connect error=%s", error)
+            return
+        if conn is not None:
+            await conn.close()

@@ -1,0 +1,142 @@
+"""Unit tests: no database. Settings and their defaults, the error classes, the cancel flag."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+import workfence
+from workfence import errors
+from workfence._sql import interval
+
+
+async def handler(job: workfence.Job) -> None:
+    """A handler that does nothing."""
+
+
+def test_defaults_follow_the_common_spec() -> None:
+    worker = workfence.Worker("dbname=x", "q", handler)
+    assert worker.owner == f"{socket.gethostname()}:{os.getpid()}"
+    assert worker.concurrency == 1
+    assert worker.batch_size == 1
+    assert worker.lease == 30.0
+    assert worker.poll_wait == 5.0
+    assert worker.retry is None
+    assert worker.shutdown_grace == 10.0
+
+
+def test_batch_size_defaults_to_concurrency() -> None:
+    worker = workfence.Worker("dbname=x", "q", handler, concurrency=4)
+    assert worker.batch_size == 4
+
+
+def test_durations_take_seconds_or_timedelta() -> None:
+    worker = workfence.Worker(
+        "dbname=x", "q", handler, lease=timedelta(minutes=2), poll_wait=1.5, shutdown_grace=0
+    )
+    assert (worker.lease, worker.poll_wait, worker.shutdown_grace) == (120.0, 1.5, 0.0)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"owner": ""},
+        {"owner": "   "},
+        {"owner": "host\n"},
+        {"owner": "x" * 257},
+        {"concurrency": 0},
+        {"batch_size": 0},
+        {"batch_size": 1001},
+        {"lease": 0},
+        {"lease": 7 * 86400 + 1},
+        {"lease": "30"},
+        {"poll_wait": -1},
+        {"poll_wait": 3601},
+        {"shutdown_grace": -1},
+    ],
+)
+def test_bad_settings_are_refused_at_construction(settings: dict[str, object]) -> None:
+    with pytest.raises(errors.InvalidArgument) as caught:
+        workfence.Worker("dbname=x", "q", handler, **settings)  # type: ignore[arg-type]
+    assert caught.value.sqlstate == "22023"
+
+
+@pytest.mark.parametrize("queue", ["", " ", "q\tx", "q" * 129])
+def test_bad_queue_names_are_refused_at_construction(queue: str) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        workfence.Worker("dbname=x", queue, handler)
+
+
+def test_owner_of_256_bytes_is_accepted() -> None:
+    assert workfence.Worker("dbname=x", "q", handler, owner="é" * 128).owner == "é" * 128
+
+
+def test_every_documented_sqlstate_has_its_class() -> None:
+    expected = {
+        "22004": "NullArgument",
+        "22023": "InvalidArgument",
+        "25006": "ReadOnly",
+        "25P01": "NoTransaction",
+        "40001": "SerializationFailure",
+        "42501": "NotPermitted",
+        "42704": "UndefinedObject",
+        "55000": "LeaseLost",
+        "57014": "Cancelled",
+    }
+    assert {code: cls.__name__ for code, cls in errors.BY_SQLSTATE.items()} == expected
+    for cls in errors.BY_SQLSTATE.values():
+        assert issubclass(cls, errors.WorkfenceError)
+        assert getattr(workfence, cls.__name__) is cls
+
+
+@pytest.mark.parametrize("sqlstate", ["22004", "22023", "40001", "42501", "55000", "57014"])
+def test_translate_picks_the_class_by_sqlstate(sqlstate: str) -> None:
+    original = psycopg.errors.lookup(sqlstate)("boom")
+    translated = errors.translate(original)
+    assert type(translated) is errors.BY_SQLSTATE[sqlstate]
+    assert isinstance(translated, errors.WorkfenceError)
+    assert translated.sqlstate == sqlstate
+    assert translated.message == "boom"
+    assert translated.__cause__ is original
+
+
+def test_translate_keeps_an_unknown_sqlstate_in_the_base_class() -> None:
+    translated = errors.translate(psycopg.errors.lookup("42P01")("no table"))
+    assert type(translated) is errors.WorkfenceError
+    assert translated.sqlstate == "42P01"
+
+
+def test_translate_leaves_an_error_without_sqlstate_alone() -> None:
+    original = psycopg.OperationalError("connection lost")
+    assert errors.translate(original) is original
+
+
+def test_error_text_has_detail_and_hint() -> None:
+    error = errors.LeaseLost("lease lost", detail="claimed again", hint="drop the job")
+    assert (error.sqlstate, error.detail, error.hint) == ("55000", "claimed again", "drop the job")
+    assert str(error) == "lease lost\nDETAIL: claimed again\nHINT: drop the job"
+
+
+def test_cancel_flag_is_an_event_with_a_reason() -> None:
+    flag = workfence.CancelFlag()
+    assert not flag and not flag.is_set() and flag.reason is None
+    assert flag.wait(0) is False
+    setter = threading.Thread(target=flag._set, args=("lease lost",))
+    setter.start()
+    assert flag.wait(10) is True
+    setter.join()
+    flag._set("shutdown")
+    assert flag and flag.reason == "lease lost"
+
+
+def test_intervals_are_sent_as_timedelta_never_as_numbers() -> None:
+    assert interval(0.2, "x") == timedelta(milliseconds=200)
+    assert interval(None, "x") is None
+    assert interval(timedelta(seconds=3), "x") == timedelta(seconds=3)
+    with pytest.raises(errors.InvalidArgument):
+        interval(True, "x")
