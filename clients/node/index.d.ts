@@ -1,0 +1,246 @@
+// Type declarations of the `workfence` package (index.js), kept by hand in step with lib/*.js;
+// test/types/usage.ts is compiled against them by `npm run typecheck` (test/types.test.js).
+//
+// bigint columns (ids, epochs) are decimal strings, as node-postgres returns them: exact at any
+// size. Durations are numbers of seconds.
+
+/** Anything that runs a parameterised statement: a `pg.Client`, `pg.Pool` or pool client. */
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+}
+
+/** The logger the runner writes to: `console` (the default) and pino loggers fit. */
+export interface Logger {
+  debug(message: string): void;
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+/** A JSON value (what a payload or a result may be). */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+// ---------------------------------------------------------------------------------------------
+// Errors (clients/README.md, "Errors")
+
+/**
+ * Base class of every error raised for a pg_workfence SQLSTATE, keeping the server's message,
+ * detail and hint; `cause` is the original node-postgres error when there is one.
+ */
+export class WorkfenceError extends Error {
+  constructor(message: string, fields?: { code?: string; detail?: string; hint?: string; cause?: unknown });
+  /** The SQLSTATE, e.g. '55000'. */
+  readonly code: string;
+  readonly detail: string | undefined;
+  readonly hint: string | undefined;
+  /** The SQLSTATE of the class. */
+  static readonly sqlstate: string | undefined;
+}
+/** 22004: a NULL where a value is required. */
+export class NullArgument extends WorkfenceError {}
+/** 22023: a bad queue, key, owner, lease, interval or `max_items`. */
+export class InvalidArgument extends WorkfenceError {}
+/** 25006: a write on a hot standby. */
+export class ReadOnly extends WorkfenceError {}
+/** 25P01: `work_assert` outside a transaction block. */
+export class NoTransaction extends WorkfenceError {}
+/** 40001: an enqueue that raced a purge three times: retry. */
+export class SerializationFailure extends WorkfenceError {}
+/** 42501: a queue grant is missing. */
+export class NotPermitted extends WorkfenceError {}
+/** 42704: a grant naming an unknown role or capability. */
+export class UndefinedObject extends WorkfenceError {}
+/**
+ * 55000: the token is not current (`work_assert`, also at `COMMIT`); also the `reason` of a job's
+ * signal aborted for a lost lease.
+ */
+export class LeaseLost extends WorkfenceError {}
+/**
+ * 57014: a statement was cancelled; also the `reason` of a job's signal aborted at the end of
+ * the shutdown grace.
+ */
+export class Cancelled extends WorkfenceError {}
+
+/** The error classes by SQLSTATE. */
+export const ERRORS_BY_SQLSTATE: Readonly<Record<string, typeof WorkfenceError>>;
+
+/**
+ * The named error for a node-postgres error (by `err.code`), message, detail and hint kept;
+ * any other error is returned unchanged.
+ */
+export function fromPgError(err: unknown): unknown;
+
+// ---------------------------------------------------------------------------------------------
+// Connection strings and notifications
+
+/**
+ * The `pg.Client` configuration for a libpq connection string (a URI, or keyword/value pairs:
+ * host hostaddr port user password dbname application_name options connect_timeout sslmode).
+ * @throws TypeError on a malformed string or an unsupported keyword
+ */
+export function connectionConfig(dsn: string): Record<string, unknown>;
+
+/** The (id, epoch) of a `work_lease_lost` payload, exactly, as decimal strings; null if unreadable. */
+export function leaseLostToken(payload: string): { id: string; epoch: string } | null;
+
+// ---------------------------------------------------------------------------------------------
+// Enqueue and the operator's calls, on a connection the caller passes
+
+export interface EnqueueOptions {
+  /** Unique within the queue (at most 512 bytes); default a generated UUIDv7. */
+  key?: string;
+  /** Not claimable before this time; default now (server clock). */
+  runAt?: Date | string;
+  /** Lower is claimed first; default 0. */
+  priority?: number;
+  /** 1..1000; default 25. */
+  maxAttempts?: number;
+  /** Seconds: no lease of a claim reaches past claimed_at + maxRun; default no limit. */
+  maxRun?: number;
+}
+
+/**
+ * `workfence.work_enqueue`. A repeated key returns the existing item with `inserted: false`.
+ * @throws NullArgument (22004), InvalidArgument (22023), NotPermitted (42501),
+ *   SerializationFailure (40001: retry)
+ */
+export function enqueue(
+  client: Queryable, queue: string, payload?: unknown, options?: EnqueueOptions,
+): Promise<{ id: string; key: string; inserted: boolean }>;
+
+/** `workfence.work_retry`: a failed or cancelled item pending again; true if it changed. */
+export function retry(client: Queryable, queue: string, key: string, runAt?: Date | string | null): Promise<boolean>;
+/** `workfence.work_reschedule`: a pending item's new `run_at`; true if it changed. */
+export function reschedule(client: Queryable, queue: string, key: string, runAt: Date | string): Promise<boolean>;
+/** `workfence.work_cancel`: true if the item was pending or claimed and is now cancelled. */
+export function cancel(client: Queryable, queue: string, key: string): Promise<boolean>;
+/** `workfence.work_pause`: true if the queue was not paused. */
+export function pause(client: Queryable, queue: string): Promise<boolean>;
+/** `workfence.work_resume`: true if the queue was paused. */
+export function resume(client: Queryable, queue: string): Promise<boolean>;
+
+/** A row of `workfence.work_item`. */
+export interface Item {
+  id: string;
+  queue: string;
+  key: string;
+  state: 'pending' | 'claimed' | 'done' | 'failed' | 'cancelled';
+  priority: number;
+  run_at: Date;
+  attempts: number;
+  max_attempts: number;
+  owner: string | null;
+  epoch: string | null;
+  claimed_at: Date | null;
+  lease_until: Date | null;
+  errors: Json;
+  result: Json;
+  created_at: Date;
+  finished_at: Date | null;
+  payload: Json;
+  /** Seconds, or null for no limit. */
+  max_run: number | null;
+}
+
+/** `workfence.work_item` by queue and key, or by id; null when there is no such item (or no read grant). */
+export function item(client: Queryable, queue: string, key: string): Promise<Item | null>;
+export function item(client: Queryable, id: string | bigint | number): Promise<Item | null>;
+
+// ---------------------------------------------------------------------------------------------
+// The worker runner
+
+/** The default owner name: `<hostname>:<pid>`. */
+export function defaultOwner(): string;
+
+/** What a handler is given for one claimed item. */
+export class Job<P = any> {
+  private constructor();
+  /** The item's id (bigint as a decimal string). */
+  readonly id: string;
+  readonly key: string;
+  readonly payload: P;
+  /** Which claim of the item this is, from 1. */
+  readonly attempt: number;
+  /** The fencing token (bigint as a decimal string). */
+  readonly epoch: string;
+  /** The lease's end as of the claim (server clock). */
+  readonly leaseUntil: Date;
+  readonly queue: string;
+  readonly owner: string;
+  /**
+   * Aborted when the lease is lost (reason: a `LeaseLost`) or when the shutdown grace is over
+   * (reason: a `Cancelled`). Pass it to whatever the job awaits.
+   */
+  readonly signal: AbortSignal;
+  /**
+   * Runs `fn` in the job's fenced transaction: BEGIN, `work_assert`, `fn(client)`,
+   * `work_finish(..., result = fn's value)`, COMMIT. Once per job; return its value from the
+   * handler.
+   * @throws LeaseLost (55000) when the token is not current (nothing committed; the item is
+   *   abandoned); whatever `fn` throws, after a ROLLBACK (the item is then failed)
+   * `client` is the transaction's connection, a `pg.PoolClient` of the runner's pool.
+   */
+  transaction<T>(fn: (client: Queryable) => Promise<T>): Promise<T>;
+  /** Stops renewing this job's lease (a hook for tests and for jobs that should run into their lease). */
+  stopRenewing(): void;
+}
+
+/** The user's work: resolves to the result (JSON) to finish with, or rejects to fail the item. */
+export type Handler<P = any> = (job: Job<P>) => Promise<unknown> | unknown;
+
+export interface WorkerOptions<P = any> {
+  /** A libpq connection string, or a node-postgres client configuration. Required. */
+  dsn: string | Record<string, unknown>;
+  /** The queue to work. Required. */
+  queue: string;
+  /** Called for every claimed item. Required. */
+  handler: Handler<P>;
+  /** The owner of every claim; default `<hostname>:<pid>`. Not an identity: the epoch fences. */
+  owner?: string;
+  /** Handlers running at once; default 1; the size of the settling pool. */
+  concurrency?: number;
+  /** Most items one claim takes; default `concurrency`. At most `concurrency - 1 + batchSize` are held. */
+  batchSize?: number;
+  /** Seconds: the lease of each claim and renew; the heartbeat renews every `lease / 3`. Default 30. */
+  lease?: number;
+  /** Seconds: the long poll's wait. Default 5. */
+  pollWait?: number;
+  /**
+   * Seconds before the next attempt after the handler threw, given the attempt (from 1) and what
+   * was thrown; null/undefined (or no policy) means the server's exponential backoff.
+   */
+  retry?: ((attempt: number, error: unknown) => number | null | undefined) | null;
+  /** Seconds running handlers may still finish after a shutdown begins. Default 10. */
+  shutdownGrace?: number;
+  /** Where the event lines go (debug: renew ok; warn: renew refused, lease lost, refused). Default `console`. */
+  logger?: Logger;
+  /**
+   * Whether `run()` installs SIGTERM and SIGINT handlers that call `stop()` (removed when it
+   * returns). Default true.
+   */
+  handleSignals?: boolean;
+}
+
+/** The worker runner for one queue (clients/README.md). */
+export class Worker<P = any> {
+  /** @throws TypeError / RangeError on a missing or out-of-range option */
+  constructor(options: WorkerOptions<P>);
+  readonly queue: string;
+  readonly owner: string;
+  readonly concurrency: number;
+  readonly batchSize: number;
+  readonly lease: number;
+  readonly pollWait: number;
+  readonly shutdownGrace: number;
+  readonly retry: ((attempt: number, error: unknown) => number | null | undefined) | null;
+  readonly handleSignals: boolean;
+  readonly logger: Logger;
+  /**
+   * Connects, claims and runs jobs until `stop()` (or SIGTERM/SIGINT), then shuts down: buffered
+   * items released, running handlers given `shutdownGrace`, then aborted and released; logs `exit`.
+   * Rejects with the error that stopped it (after the shutdown). Callable once.
+   */
+  run(): Promise<void>;
+  /** Begins the shutdown; resolves when `run()` has finished it. Idempotent. */
+  stop(): Promise<void>;
+}

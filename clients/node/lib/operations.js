@@ -1,0 +1,150 @@
+// The enqueue helper and the operator's calls of clients/README.md, one SQL function each, on a
+// connection the caller passes, so that they can be part of the caller's own transaction.
+
+import { fromPgError } from './errors.js';
+
+/**
+ * Runs one statement on `client`, turning a pg_workfence SQLSTATE into its named error.
+ * @param {{query: Function}} client
+ * @param {string} text
+ * @param {unknown[]} values
+ */
+export async function query(client, text, values) {
+  try {
+    return await client.query(text, values);
+  } catch (err) {
+    throw fromPgError(err);
+  }
+}
+
+/** A JSON value as the text bound to a `jsonb` parameter (`undefined` becomes SQL NULL). */
+export function jsonText(value) {
+  if (value === undefined) return null;
+  return JSON.stringify(value);
+}
+
+/**
+ * Adds an item to `queue` with `workfence.work_enqueue` (docs/contract.md). Repeating an enqueue
+ * with the same key returns the existing item with `inserted: false`.
+ *
+ * @param {{query: Function}} client a `pg.Client`, `pg.Pool` or pool client
+ * @param {string} queue the queue's name (at most 128 bytes)
+ * @param {unknown} [payload] any JSON value (default `{}`)
+ * @param {object} [options]
+ * @param {string} [options.key] unique within the queue (default: a generated UUIDv7)
+ * @param {Date|string} [options.runAt] not claimable before this time (default: now, server clock)
+ * @param {number} [options.priority] lower is claimed first (default 0)
+ * @param {number} [options.maxAttempts] 1..1000 (default 25)
+ * @param {number} [options.maxRun] seconds: a limit on the run time of each claim (default none)
+ * @returns {Promise<{id: string, key: string, inserted: boolean}>} `id` is the bigint as a
+ *   decimal string
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501,
+ *   {@link SerializationFailure} 40001 (raced a purge: retry)
+ */
+export async function enqueue(client, queue, payload = {}, options = {}) {
+  const args = ['queue => $1', 'payload => $2::jsonb'];
+  const values = [queue, jsonText(payload)];
+  const add = (name, value, cast) => {
+    if (value === undefined || value === null) return;
+    values.push(value instanceof Date ? value.toISOString() : value);
+    args.push(`${name} => ${cast.replace('$', `$${values.length}`)}`);
+  };
+  add('key', options.key, '$::text');
+  add('run_at', options.runAt, '$::timestamptz');
+  add('priority', options.priority, '$::integer');
+  add('max_attempts', options.maxAttempts, '$::integer');
+  add('max_run', options.maxRun, 'make_interval(secs => $::double precision)');
+  const { rows: [row] } = await query(client,
+    `SELECT id::text AS id, key, inserted FROM workfence.work_enqueue(${args.join(', ')})`, values);
+  return row;
+}
+
+/**
+ * `workfence.work_retry`: puts a `failed` or `cancelled` item back to `pending`.
+ * @param {{query: Function}} client
+ * @param {string} queue
+ * @param {string} key
+ * @param {Date|string} [runAt] due time (default: now)
+ * @returns {Promise<boolean>} true if the item changed
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
+ */
+export async function retry(client, queue, key, runAt = null) {
+  return bool(client, 'SELECT workfence.work_retry($1, $2, $3::timestamptz) AS ok',
+    [queue, key, runAt instanceof Date ? runAt.toISOString() : runAt]);
+}
+
+/**
+ * `workfence.work_reschedule`: moves a `pending` item's `run_at`.
+ * @param {{query: Function}} client
+ * @param {string} queue
+ * @param {string} key
+ * @param {Date|string} runAt the new due time
+ * @returns {Promise<boolean>} true if the item changed
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
+ */
+export async function reschedule(client, queue, key, runAt) {
+  return bool(client, 'SELECT workfence.work_reschedule($1, $2, $3::timestamptz) AS ok',
+    [queue, key, runAt instanceof Date ? runAt.toISOString() : runAt]);
+}
+
+/**
+ * `workfence.work_cancel`: cancels a `pending` or `claimed` item; its holder's token is refused.
+ * @param {{query: Function}} client
+ * @param {string} queue
+ * @param {string} key
+ * @returns {Promise<boolean>} true if the item changed
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
+ */
+export async function cancel(client, queue, key) {
+  return bool(client, 'SELECT workfence.work_cancel($1, $2) AS ok', [queue, key]);
+}
+
+/**
+ * `workfence.work_pause`: the queue hands nothing out until resumed.
+ * @param {{query: Function}} client
+ * @param {string} queue
+ * @returns {Promise<boolean>} true if it was not paused
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
+ */
+export async function pause(client, queue) {
+  return bool(client, 'SELECT workfence.work_pause($1) AS ok', [queue]);
+}
+
+/**
+ * `workfence.work_resume`: ends a pause and wakes the queue's long polls.
+ * @param {{query: Function}} client
+ * @param {string} queue
+ * @returns {Promise<boolean>} true if it was paused
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
+ */
+export async function resume(client, queue) {
+  return bool(client, 'SELECT workfence.work_resume($1) AS ok', [queue]);
+}
+
+const ITEM_COLUMNS = `id::text AS id, queue, key, state, priority, run_at, attempts, max_attempts,
+  owner, epoch::text AS epoch, claimed_at, lease_until, errors, result, created_at, finished_at,
+  payload, extract(epoch FROM max_run)::double precision AS max_run`;
+
+/**
+ * `workfence.work_item`: the item as an operator sees it, by (queue, key) or by id.
+ * @param {{query: Function}} client
+ * @param {string|bigint|number} queueOrId a queue name, or an item id (bigint, or its decimal
+ *   string when `key` is left out)
+ * @param {string} [key] the item's key (with a queue name)
+ * @returns {Promise<object|null>} the row (ids and epochs as decimal strings, `max_run` in seconds,
+ *   times as `Date`s) or null
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
+ */
+export async function item(client, queueOrId, key) {
+  const { rows } = key === undefined
+    ? await query(client, `SELECT ${ITEM_COLUMNS} FROM workfence.work_item($1::bigint)`,
+      [String(queueOrId)])
+    : await query(client, `SELECT ${ITEM_COLUMNS} FROM workfence.work_item($1::text, $2::text)`,
+      [queueOrId, key]);
+  return rows[0] ?? null;
+}
+
+async function bool(client, text, values) {
+  const { rows: [{ ok }] } = await query(client, text, values);
+  return ok;
+}

@@ -1,0 +1,603 @@
+// The worker runner of clients/README.md ("A worker runner"): long-poll claims into a buffer,
+// handlers with an AbortSignal, a heartbeat that renews and LISTENs on work_lease_lost, fenced
+// transactions, settling, and a graceful shutdown. docs/writing-workers.md explains each choice.
+//
+// Ideas borrowed: graphile-worker's single "listen + fetch" connection apart from the job
+// connections and its `gracefulShutdown` on SIGTERM/SIGINT; River's per-job cancellation of the
+// handler's context when the job's lease is lost; procrastinate's shutdown grace ("shutdown
+// timeout") before running jobs are cancelled.
+
+import os from 'node:os';
+import pg from 'pg';
+
+import { connectionConfig } from './dsn.js';
+import { Cancelled, LeaseLost, fromPgError } from './errors.js';
+import { leaseLostToken } from './notify.js';
+import { jsonText } from './operations.js';
+
+const CLAIM_SQL = `SELECT id::text AS id, key, payload, epoch::text AS epoch, attempt, lease_until
+  FROM workfence.work_claim($1, $2, make_interval(secs => $3), $4, make_interval(secs => $5))`;
+
+const RENEW_SQL = `SELECT t.id::text AS id,
+       workfence.work_renew(t.id, $1, t.epoch, make_interval(secs => $2)) AS renewed
+  FROM unnest($3::bigint[], $4::bigint[]) WITH ORDINALITY AS t(id, epoch, n)
+ ORDER BY t.n`;
+
+/** The default owner name: `<hostname>:<pid>` (clients/README.md, settings). */
+export function defaultOwner() {
+  return `${os.hostname()}:${process.pid}`;
+}
+
+/**
+ * One claimed item as the runner tracks it. `status` moves:
+ * buffered -> running -> settling -> finished | failed | released | abandoned,
+ * and from buffered/running/settling to `lost` (the lease is someone else's) or, on shutdown,
+ * from buffered/running to `releasing`.
+ */
+class Held {
+  constructor(row) {
+    this.id = row.id;
+    this.key = row.key;
+    this.payload = row.payload;
+    this.epoch = row.epoch;
+    this.attempt = row.attempt;
+    this.leaseUntil = row.lease_until;
+    this.status = 'buffered';
+    this.renewing = true;
+    this.inTransaction = false;
+    this.transactionUsed = false;
+    this.controller = new AbortController();
+    this.done = null; // the promise of its run, once started
+  }
+
+  /** Whether the runner still acts for this token (renews it, may settle it). */
+  get live() {
+    return this.status === 'buffered' || this.status === 'running';
+  }
+}
+
+/**
+ * What a handler is given for one claimed item.
+ *
+ * `id` and `epoch` are bigints as decimal strings (exact, as node-postgres returns them);
+ * `attempt` counts claims of the item, from 1; `payload` is the item's JSON payload;
+ * `leaseUntil` the lease's end at claim time (server clock); `signal` aborts when the lease is
+ * lost (reason: a {@link LeaseLost}) or when the shutdown grace is over (reason: a
+ * {@link Cancelled}).
+ */
+export class Job {
+  /** @param {Worker} worker @param {Held} held */
+  constructor(worker, held) {
+    this.id = held.id;
+    this.key = held.key;
+    this.payload = held.payload;
+    this.attempt = held.attempt;
+    this.epoch = held.epoch;
+    this.leaseUntil = held.leaseUntil;
+    this.queue = worker.queue;
+    this.owner = worker.owner;
+    this.signal = held.controller.signal;
+    Object.defineProperty(this, '_worker', { value: worker });
+    Object.defineProperty(this, '_held', { value: held });
+  }
+
+  /**
+   * Runs `fn(client)` inside the job's fenced transaction and finishes the job in it:
+   * `BEGIN; SELECT workfence.work_assert(id, owner, epoch); <fn's statements>;
+   * SELECT workfence.work_finish(id, owner, epoch, result); COMMIT`, where `result` is what `fn`
+   * returns (as JSON). The handler's writes therefore commit only while the lease is held
+   * (docs/contract.md, `work_assert`; docs/writing-workers.md, "The loop" step 3). The lease is
+   * no longer renewed from the moment this is called (a renew would wait on the row lock).
+   * Callable once per job; the handler should return what this returns (the runner sends no
+   * further finish).
+   *
+   * @template T
+   * @param {(client: import('pg').PoolClient) => Promise<T>} fn the handler's writes, on the
+   *   transaction's connection (a client of the runner's pool)
+   * @returns {Promise<T>} what `fn` returned, after the COMMIT
+   * @throws {LeaseLost} 55000: the token is not current (at `work_assert`, a refused finish, or
+   *   at `COMMIT`); nothing was committed, and the runner abandons the item
+   * @throws whatever `fn` throws (after a ROLLBACK): the runner then fails the item as usual
+   */
+  transaction(fn) {
+    return this._worker._transaction(this._held, fn);
+  }
+
+  /**
+   * Stops renewing this job's lease, so that it runs into its lease: a hook for tests that need
+   * a lease to lapse while a job runs (a stand-in for a stalled worker), and for jobs that must
+   * not outlive one lease. A `work_lease_lost` notification or a refused finish still tells the
+   * runner that the lease is lost.
+   */
+  stopRenewing() {
+    this._held.renewing = false;
+  }
+}
+
+/** A promise and its resolve function. */
+function deferred() {
+  let resolve;
+  const promise = new Promise((r) => { resolve = r; });
+  return { promise, resolve };
+}
+
+/** `value` must be a finite number within [min, max] (and an integer when asked). */
+function checkNumber(name, value, { min, max, integer = false, minExclusive = false }) {
+  const ok = typeof value === 'number' && Number.isFinite(value)
+    && (minExclusive ? value > min : value >= min) && value <= max
+    && (!integer || Number.isInteger(value));
+  if (!ok) {
+    throw new RangeError(`${name} must be ${integer ? 'an integer' : 'a number'} in `
+      + `${minExclusive ? '(' : '['}${min}, ${max}], got ${String(value)}`);
+  }
+  return value;
+}
+
+/**
+ * The worker runner for one queue (clients/README.md, "A worker runner").
+ *
+ * Connections: one `pg.Client` for the long-poll claims; one for the heartbeat's renews, which
+ * also `LISTEN`s on `work_lease_lost`, cancels the long poll on shutdown and releases buffered
+ * items; and a `pg.Pool` of `concurrency` connections for settling (finish, fail, release) and
+ * for the jobs' fenced transactions.
+ */
+export class Worker {
+  /**
+   * @param {object} options see index.d.ts `WorkerOptions` for each setting, its unit and default
+   * @throws {TypeError|RangeError} on a missing or out-of-range setting (nothing is connected)
+   */
+  constructor(options) {
+    const o = options ?? {};
+    if (typeof o.dsn === 'string') this._config = connectionConfig(o.dsn);
+    else if (o.dsn && typeof o.dsn === 'object') this._config = { ...o.dsn };
+    else throw new TypeError('dsn is required (a libpq connection string or a pg config object)');
+    if (typeof o.queue !== 'string' || o.queue === '') throw new TypeError('queue is required');
+    if (typeof o.handler !== 'function') throw new TypeError('handler must be a function');
+    if (o.retry !== undefined && o.retry !== null && typeof o.retry !== 'function') {
+      throw new TypeError('retry must be a function (attempt, error) => seconds');
+    }
+    this.queue = o.queue;
+    this.owner = o.owner ?? defaultOwner();
+    if (typeof this.owner !== 'string' || this.owner.trim() === '') {
+      throw new TypeError('owner must be a non-empty string');
+    }
+    this.concurrency = checkNumber('concurrency', o.concurrency ?? 1,
+      { min: 1, max: 1000, integer: true });
+    this.batchSize = checkNumber('batchSize', o.batchSize ?? this.concurrency,
+      { min: 1, max: 1000, integer: true });
+    this.lease = checkNumber('lease', o.lease ?? 30, { min: 0, max: 7 * 86400, minExclusive: true });
+    this.pollWait = checkNumber('pollWait', o.pollWait ?? 5, { min: 0, max: 3600 });
+    this.shutdownGrace = checkNumber('shutdownGrace', o.shutdownGrace ?? 10,
+      { min: 0, max: 2 ** 31 / 1000 });
+    this.retry = o.retry ?? null;
+    this.handleSignals = o.handleSignals ?? true;
+    this.logger = o.logger ?? console;
+    for (const level of ['debug', 'info', 'warn', 'error']) {
+      if (typeof this.logger[level] !== 'function') throw new TypeError(`logger.${level} must be a function`);
+    }
+    this._handler = o.handler;
+
+    this._state = 'new'; // new -> running -> stopping -> stopped
+    this._held = new Map(); // id -> Held, every token the runner acts for
+    this._buffer = []; // Held claimed and waiting for a free handler
+    this._running = new Set(); // Held whose handler has started and not yet returned
+    this._room = null; // deferred resolved when a claim may be made (room, or stopping)
+    this._polling = false; // the claim client is in the long poll
+    this._claimerInUse = false; // a finish or fail is running on the claim client
+    this._cancel = null; // promise of the pg_cancel_backend sent to that poll
+    this._renewing = null; // promise of the renew in flight
+    this._fatal = null; // the first error that stopped the runner
+    this._stopEarly = false; // stop() was called before run()
+    this._closing = false; // run() is closing the connections
+    this._stopped = deferred();
+  }
+
+  /**
+   * Connects, then claims and runs jobs until {@link Worker#stop} (or, with `handleSignals`,
+   * SIGTERM or SIGINT), then shuts down: buffered items released at once, running handlers given
+   * `shutdownGrace` seconds, then their signals aborted and their items released. Logs `exit`
+   * last. Callable once.
+   *
+   * @returns {Promise<void>} resolved after a clean shutdown
+   * @throws the error that stopped the runner (a failed connection, a claim or renew error; a
+   *   pg_workfence SQLSTATE as its named error, e.g. {@link NotPermitted}), after the shutdown
+   */
+  async run() {
+    if (this._state !== 'new') throw new Error('Worker.run() may be called only once');
+    this._state = this._stopEarly ? 'stopping' : 'running';
+    const onSignal = () => this.stop();
+    if (this.handleSignals) {
+      process.on('SIGTERM', onSignal);
+      process.on('SIGINT', onSignal);
+    }
+    try {
+      try {
+        await this._connect();
+        if (this._state === 'running') await this._claimLoop();
+      } catch (err) {
+        this._die(err);
+      }
+      await this._shutdown();
+    } finally {
+      this._closing = true;
+      clearInterval(this._timer);
+      if (this._renewing) await this._renewing;
+      await this._close();
+      if (this.handleSignals) {
+        process.removeListener('SIGTERM', onSignal);
+        process.removeListener('SIGINT', onSignal);
+      }
+      this._state = 'stopped';
+      this._stopped.resolve();
+    }
+    if (this._fatal) throw this._fatal;
+    this.logger.info('exit');
+  }
+
+  /**
+   * Asks the runner to shut down: no more claims (a long poll in flight is cancelled), buffered
+   * items are released, running handlers get `shutdownGrace`. Returns at once; idempotent.
+   * @returns {Promise<void>} resolves when `run()` has finished its shutdown
+   */
+  stop() {
+    if (this._state === 'new') {
+      this._stopEarly = true; // run() will shut down as soon as it has connected
+    } else if (this._state === 'running') {
+      this._state = 'stopping';
+      this._room?.resolve();
+      if (this._polling && !this._cancel && this._beat) {
+        this._cancel = this._beat
+          .query('SELECT pg_catalog.pg_cancel_backend($1)', [this._claimer.processID])
+          .catch((err) => this.logger.error(`error cancelling the long poll: ${err.message}`));
+      }
+    }
+    return this._stopped.promise;
+  }
+
+  /** Records the first fatal error and stops. */
+  _die(err) {
+    if (this._closing) return; // ends of our own connections while closing them
+    if (!this._fatal) {
+      this._fatal = fromPgError(err);
+      this.logger.error(`error ${err.code ? `code=${err.code} ` : ''}${err.message}`);
+    }
+    this.stop();
+  }
+
+  async _connect() {
+    const onError = (err) => this._die(err);
+    this._claimer = new pg.Client(this._config);
+    this._claimer.on('error', onError);
+    this._beat = new pg.Client(this._config);
+    this._beat.on('error', onError);
+    this._beat.on('notification', (msg) => this._notified(msg));
+    this._pool = new pg.Pool({ ...this._config, max: this.concurrency });
+    this._pool.on('error', (err) => this.logger.error(`error on an idle pool connection: ${err.message}`));
+    await Promise.all([
+      this._claimer.connect(),
+      this._beat.connect().then(() => this._beat.query('LISTEN work_lease_lost')),
+    ]);
+    this._timer = setInterval(() => this._heartbeat(), (this.lease * 1000) / 3);
+    this._timer.unref?.();
+  }
+
+  /** Items held and not done with: buffered and running (lost handlers still occupy a slot). */
+  _load() {
+    let buffered = 0;
+    for (const held of this._buffer) if (held.status === 'buffered') buffered += 1;
+    return buffered + this._running.size;
+  }
+
+  async _claimLoop() {
+    while (this._state === 'running') {
+      if (this._load() >= this.concurrency) {
+        this._room = deferred();
+        await this._room.promise;
+        this._room = null;
+        continue;
+      }
+      const rows = await this._claim();
+      for (const row of rows) {
+        const held = new Held(row);
+        this._held.set(held.id, held);
+        this._buffer.push(held);
+        this.logger.info(`claim id=${held.id} epoch=${held.epoch} attempt=${held.attempt}`);
+      }
+      this._dispatch();
+    }
+  }
+
+  /** One long poll for `batchSize` items; none when it waited out or the shutdown cancelled it. */
+  async _claim() {
+    this._polling = true;
+    try {
+      const { rows } = await this._claimer.query(CLAIM_SQL,
+        [this.queue, this.owner, this.lease, this.batchSize, this.pollWait]);
+      return rows;
+    } catch (err) {
+      if (err.code === '57014' && this._state !== 'running') return [];
+      throw fromPgError(err);
+    } finally {
+      this._polling = false;
+      // The cancel must have been delivered before this connection could run anything else;
+      // after a shutdown it runs nothing more, so a cancel that came late hits nothing.
+      if (this._cancel) await this._cancel;
+    }
+  }
+
+  /** Starts handlers for buffered items while there is a free slot. */
+  _dispatch() {
+    while (this._state === 'running' && this._running.size < this.concurrency && this._buffer.length) {
+      const held = this._buffer.shift();
+      if (held.status !== 'buffered') continue; // lost while it waited
+      held.status = 'running';
+      this._running.add(held);
+      held.done = this._execute(held).finally(() => {
+        this._running.delete(held);
+        this._room?.resolve();
+        this._dispatch();
+      });
+    }
+  }
+
+  /** Runs the handler for one item and settles the item by its outcome. */
+  async _execute(held) {
+    let value;
+    let error;
+    let threw = false;
+    try {
+      value = await this._handler(new Job(this, held));
+    } catch (err) {
+      threw = true;
+      error = err;
+    }
+    if (held.status !== 'running') {
+      // Settled by its transaction, lost, or released at shutdown: nothing more to send.
+      if (threw && held.status === 'finished') {
+        this.logger.warn(`handler of id=${held.id} raised after its transaction finished: ${errorText(error)}`);
+      }
+      return;
+    }
+    held.status = 'settling';
+    try {
+      if (!threw) await this._finish(held, value);
+      else if (held.controller.signal.reason instanceof Cancelled) await this._release(held, this._pool);
+      else await this._fail(held, error);
+    } catch (err) {
+      held.status = 'abandoned';
+      this.logger.error(`error settling id=${held.id} epoch=${held.epoch}: ${err.message}`);
+    } finally {
+      this._forget(held);
+    }
+  }
+
+  /**
+   * One settling statement (finish or fail). It runs on the claim connection when that one is
+   * parked (the claim loop waits for room, no long poll in flight, no other settle on it, no
+   * shutdown begun): one connection then carries a concurrency-1 worker's whole loop, as a
+   * hand-written loop would, which saves the wake-up of a second backend per item (about half
+   * the throughput at concurrency 1). Otherwise a pool connection.
+   */
+  async _settleQuery(text, values) {
+    const parked = this._state === 'running' && this._room !== null && !this._polling
+      && !this._claimerInUse;
+    try {
+      if (!parked) return await this._pool.query(text, values);
+      this._claimerInUse = true;
+      try {
+        return await this._claimer.query(text, values);
+      } finally {
+        this._claimerInUse = false;
+      }
+    } catch (err) {
+      throw fromPgError(err);
+    }
+  }
+
+  async _finish(held, value) {
+    const { rows: [{ finished }] } = await this._settleQuery(
+      'SELECT workfence.work_finish($1, $2, $3, $4::jsonb) AS finished',
+      [held.id, this.owner, held.epoch, jsonText(value)],
+    );
+    if (finished) {
+      held.status = 'finished';
+      this.logger.info(`finish id=${held.id} epoch=${held.epoch} ok`);
+    } else {
+      this._lose(held);
+    }
+  }
+
+  async _fail(held, error) {
+    let retryIn = null;
+    if (this.retry) {
+      try {
+        const seconds = this.retry(held.attempt, error);
+        if (seconds !== null && seconds !== undefined) retryIn = checkNumber('retry()', seconds, { min: 0, max: 365 * 86400 });
+      } catch (err) {
+        this.logger.error(`error in the retry policy for id=${held.id}: ${err.message}; using the server's backoff`);
+      }
+    }
+    const text = errorText(error);
+    const { rows: [{ failed }] } = await this._settleQuery(
+      'SELECT workfence.work_fail($1, $2, $3, $4, make_interval(secs => $5::double precision)) AS failed',
+      [held.id, this.owner, held.epoch, text, retryIn],
+    );
+    if (failed) {
+      held.status = 'failed';
+      this.logger.info(`fail id=${held.id} epoch=${held.epoch} error=${text}`);
+    } else {
+      this._lose(held);
+    }
+  }
+
+  async _release(held, client) {
+    const { rows: [{ released }] } = await client.query(
+      'SELECT workfence.work_release($1, $2, $3) AS released', [held.id, this.owner, held.epoch],
+    ).catch((err) => { throw fromPgError(err); });
+    if (released) {
+      held.status = 'released';
+      this.logger.info(`release id=${held.id} epoch=${held.epoch}`);
+    } else {
+      this._lose(held);
+    }
+  }
+
+  /**
+   * The token is not current any more: stop acting for it, log `refused`, abort its handler.
+   * No finish, fail or release is sent for it.
+   */
+  _lose(held, message = 'lease lost') {
+    if (held.status === 'lost') return;
+    held.status = 'lost';
+    this._forget(held);
+    this.logger.warn(`refused id=${held.id} (lease lost)`);
+    held.controller.abort(new LeaseLost(message));
+    this._room?.resolve();
+  }
+
+  /** Drops `held` from the tokens acted for (not a newer claim of the same id that replaced it). */
+  _forget(held) {
+    if (this._held.get(held.id) === held) this._held.delete(held.id);
+  }
+
+  /** Every lease/3: renew every live, renewable item in one statement on the heartbeat client. */
+  _heartbeat() {
+    if (this._renewing || !this._beat || this._state === 'stopped') return;
+    const items = [...this._held.values()].filter((h) => h.live && h.renewing && !h.inTransaction);
+    if (items.length === 0) return;
+    this._renewing = this._beat.query(RENEW_SQL,
+      [this.owner, this.lease, items.map((h) => h.id), items.map((h) => h.epoch)])
+      .then(({ rows }) => {
+        rows.forEach(({ renewed }, i) => {
+          const held = items[i];
+          if (!held.live) return; // settled (or lost) meanwhile: a false here means nothing
+          if (renewed) {
+            this.logger.debug(`renew id=${held.id} ok`);
+          } else {
+            this.logger.warn(`renew id=${held.id} refused`);
+            this._lose(held, 'renew refused');
+          }
+        });
+      }, (err) => this._die(err))
+      .finally(() => { this._renewing = null; });
+  }
+
+  /** A `work_lease_lost` notification naming a held token (id AND epoch, never the owner). */
+  _notified({ channel, payload }) {
+    if (channel !== 'work_lease_lost') return;
+    const token = leaseLostToken(payload);
+    if (!token) {
+      this.logger.error(`error unreadable work_lease_lost payload=${JSON.stringify(payload)}`);
+      return;
+    }
+    const held = this._held.get(token.id);
+    if (!held || held.epoch !== token.epoch || !held.live) return;
+    this.logger.warn(`lease lost (notified) id=${held.id} epoch=${held.epoch}`);
+    this._lose(held, 'lease lost (notified)');
+  }
+
+  /** Job.transaction: see its doc comment. */
+  async _transaction(held, fn) {
+    if (held.transactionUsed) throw new Error('job.transaction() may be called only once per job');
+    held.transactionUsed = true;
+    if (held.status !== 'running') {
+      throw held.controller.signal.reason ?? new LeaseLost('the job is no longer held');
+    }
+    held.inTransaction = true;
+    try {
+      // A renew of this item in flight would wait on work_assert's row lock: let it answer first.
+      if (this._renewing) await this._renewing;
+      const client = await this._pool.connect();
+      let broken;
+      try {
+        await client.query('BEGIN');
+        try {
+          await client.query('SELECT workfence.work_assert($1, $2, $3)', [held.id, this.owner, held.epoch]);
+          const value = await fn(client);
+          if (held.status !== 'running') throw held.controller.signal.reason;
+          held.status = 'settling';
+          const { rows: [{ finished }] } = await client.query(
+            'SELECT workfence.work_finish($1, $2, $3, $4::jsonb) AS finished',
+            [held.id, this.owner, held.epoch, jsonText(value)],
+          );
+          if (!finished) throw new LeaseLost('work_finish refused the token', { code: '55000' });
+          await client.query('COMMIT');
+          held.status = 'finished';
+          this._forget(held);
+          this.logger.info(`finish id=${held.id} epoch=${held.epoch} ok`);
+          return value;
+        } catch (err) {
+          await client.query('ROLLBACK').catch((rollbackErr) => { broken = rollbackErr; });
+          const mapped = fromPgError(err);
+          if (mapped instanceof LeaseLost) {
+            this._lose(held, mapped.message);
+          } else if (held.status === 'settling') {
+            held.status = 'running'; // the finish itself failed: the runner fails the item
+          }
+          throw mapped;
+        }
+      } finally {
+        client.release(broken);
+      }
+    } finally {
+      held.inTransaction = false;
+    }
+  }
+
+  /** Buffered items released; running handlers get the grace, then are cancelled and released. */
+  async _shutdown() {
+    const waiting = this._buffer.filter((h) => h.status === 'buffered');
+    this._buffer = [];
+    for (const held of waiting) held.status = 'releasing';
+    for (const held of waiting) await this._settleAtShutdown(held, this._beat);
+
+    const running = [...this._running];
+    if (running.length > 0) {
+      let timer;
+      await Promise.race([
+        Promise.allSettled(running.map((h) => h.done)),
+        new Promise((resolve) => { timer = setTimeout(resolve, this.shutdownGrace * 1000); }),
+      ]);
+      clearTimeout(timer);
+    }
+    const waits = [];
+    for (const held of this._running) {
+      if (held.status === 'running') {
+        held.controller.abort(new Cancelled('the worker is shutting down'));
+        if (!held.inTransaction) {
+          // The handler may ignore its signal: the item is released now, its outcome ignored.
+          held.status = 'releasing';
+          waits.push(this._settleAtShutdown(held, this._pool));
+          continue;
+        }
+      }
+      waits.push(held.done); // in its transaction, or settling: let that end
+    }
+    await Promise.allSettled(waits);
+  }
+
+  async _settleAtShutdown(held, client) {
+    try {
+      await this._release(held, client ?? this._pool);
+    } catch (err) {
+      held.status = 'abandoned';
+      this.logger.error(`error releasing id=${held.id} epoch=${held.epoch}: ${err.message}`);
+    } finally {
+      this._forget(held);
+    }
+  }
+
+  async _close() {
+    const ends = [this._claimer?.end(), this._beat?.end(), this._pool?.end()].filter(Boolean);
+    const results = await Promise.allSettled(ends);
+    for (const r of results) {
+      if (r.status === 'rejected') this.logger.error(`error closing a connection: ${r.reason.message}`);
+    }
+  }
+}
+
+/** The text recorded by work_fail for what a handler threw. */
+function errorText(error) {
+  if (error instanceof Error) return error.message || error.name;
+  return String(error);
+}

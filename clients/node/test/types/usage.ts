@@ -1,0 +1,57 @@
+// Compiled (never run) by test/types.test.js against index.d.ts: the documented usage must
+// type-check, and the marked misuses must not.
+import {
+  Worker, Job, LeaseLost, WorkfenceError, NotPermitted, enqueue, item, pause, resume, retry,
+  reschedule, cancel, connectionConfig, fromPgError, defaultOwner, type Queryable, type Logger,
+} from 'workfence';
+
+declare const client: Queryable;
+
+interface Payload { n: number; sleep_ms: number }
+
+async function usage(): Promise<void> {
+  const { id, key, inserted }: { id: string; key: string; inserted: boolean } =
+    await enqueue(client, 'q', { n: 1 }, { key: 'k', runAt: new Date(), priority: 1, maxAttempts: 3, maxRun: 60 });
+  const row = await item(client, 'q', key);
+  if (row) { const state: string = row.state; const epoch: string | null = row.epoch; void state; void epoch; }
+  await item(client, id);
+  const flags: boolean[] = [await pause(client, 'q'), await resume(client, 'q'), await retry(client, 'q', 'k'),
+    await reschedule(client, 'q', 'k', new Date()), await cancel(client, 'q', 'k')];
+  void flags; void inserted;
+
+  const logger: Logger = console;
+  const worker = new Worker<Payload>({
+    dsn: 'host=localhost', queue: 'q', owner: defaultOwner(), concurrency: 2, batchSize: 4,
+    lease: 30, pollWait: 5, shutdownGrace: 10, logger, handleSignals: false,
+    retry: (attempt: number, _error: unknown) => Math.min(2 ** attempt, 60),
+    handler: async (job: Job<Payload>) => {
+      const n: number = job.payload.n;
+      const signal: AbortSignal = job.signal;
+      void signal;
+      job.stopRenewing();
+      const e: string = job.epoch;
+      void e;
+      return job.transaction(async (c) => {
+        await c.query('INSERT INTO t VALUES ($1)', [n]);
+        return { output: n * n };
+      });
+    },
+  });
+  const stopped: Promise<void> = worker.stop();
+  await worker.run();
+  await stopped;
+  const config = connectionConfig('host=x');
+  void config;
+  const err = fromPgError(new Error('x'));
+  if (err instanceof LeaseLost) { const code: string = err.code; const d: string | undefined = err.detail; void code; void d; }
+  if (err instanceof NotPermitted && err instanceof WorkfenceError) { void err.hint; }
+
+  // @ts-expect-error queue is required
+  new Worker({ dsn: 'x', handler: async () => null });
+  // @ts-expect-error lease is a number of seconds, not text
+  new Worker({ dsn: 'x', queue: 'q', handler: async () => null, lease: '30 seconds' });
+  // @ts-expect-error ids are strings
+  const wrong: number = (await enqueue(client, 'q')).id;
+  void wrong;
+}
+void usage;

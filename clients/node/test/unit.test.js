@@ -1,0 +1,125 @@
+// Unit tests: no database. The parts of the library that decide something on their own.
+
+import assert from 'node:assert/strict';
+import os from 'node:os';
+import { test } from 'node:test';
+
+import {
+  Cancelled, ERRORS_BY_SQLSTATE, InvalidArgument, LeaseLost, NoTransaction, NotPermitted,
+  NullArgument, ReadOnly, SerializationFailure, UndefinedObject, Worker, WorkfenceError,
+  connectionConfig, defaultOwner, fromPgError, leaseLostToken,
+} from '../index.js';
+
+test('every SQLSTATE of clients/README.md maps to its named error class', () => {
+  const expected = {
+    '22004': NullArgument, '22023': InvalidArgument, '25006': ReadOnly, '25P01': NoTransaction,
+    '40001': SerializationFailure, '42501': NotPermitted, '42704': UndefinedObject,
+    '55000': LeaseLost, '57014': Cancelled,
+  };
+  assert.deepEqual(Object.keys(ERRORS_BY_SQLSTATE).sort(), Object.keys(expected).sort());
+  for (const [code, cls] of Object.entries(expected)) {
+    const pgError = Object.assign(new Error(`message ${code}`), { code, detail: 'why', hint: 'do this' });
+    const err = fromPgError(pgError);
+    assert.ok(err instanceof cls, code);
+    assert.ok(err instanceof WorkfenceError);
+    assert.equal(err.name, cls.name);
+    assert.equal(err.code, code);
+    assert.equal(err.message, `message ${code}`);
+    assert.equal(err.detail, 'why');
+    assert.equal(err.hint, 'do this');
+    assert.equal(err.cause, pgError);
+  }
+});
+
+test('errors of other SQLSTATEs, and errors without one, are returned unchanged', () => {
+  const other = Object.assign(new Error('syntax'), { code: '42601' });
+  assert.equal(fromPgError(other), other);
+  const plain = new Error('socket closed');
+  assert.equal(fromPgError(plain), plain);
+  const already = new LeaseLost('lost');
+  assert.equal(fromPgError(already), already);
+  assert.equal(already.code, '55000');
+});
+
+test('connectionConfig reads libpq keyword/value strings, quoting included', () => {
+  assert.deepEqual(
+    connectionConfig("host=127.0.0.1 port=5433 user=postgres dbname='my db' password='it\\'s' sslmode=disable"),
+    { host: '127.0.0.1', port: 5433, user: 'postgres', database: 'my db', password: "it's", ssl: false },
+  );
+  assert.deepEqual(connectionConfig('postgresql://u@h/db'), { connectionString: 'postgresql://u@h/db' });
+  assert.deepEqual(connectionConfig('connect_timeout=3'), { connectionTimeoutMillis: 3000 });
+});
+
+test('connectionConfig rejects what it cannot honour instead of ignoring it', () => {
+  assert.throws(() => connectionConfig('host=x target_session_attrs=any'), /target_session_attrs/);
+  assert.throws(() => connectionConfig('host'), /missing "="/);
+  assert.throws(() => connectionConfig("dbname='open"), /unterminated/);
+  assert.throws(() => connectionConfig('sslmode=sometimes'), /sslmode/);
+});
+
+test('leaseLostToken reads id and epoch exactly, also above 2^53', () => {
+  assert.deepEqual(
+    leaseLostToken('{"id": 7, "key": "k", "epoch": 42, "owner": "o", "queue": "q"}'),
+    { id: '7', epoch: '42' },
+  );
+  assert.deepEqual(
+    leaseLostToken('{"id": 9007199254740993, "epoch": 123456789012345678901}'),
+    { id: '9007199254740993', epoch: '123456789012345678901' },
+  );
+});
+
+test('leaseLostToken is not fooled by strings or nested members that look like a token', () => {
+  assert.deepEqual(
+    leaseLostToken('{"key": "{\\"id\\": 1, \\"epoch\\": 2}", "nested": {"id": 3, "epoch": 4}, "id": 5, "epoch": 6}'),
+    { id: '5', epoch: '6' },
+  );
+  assert.equal(leaseLostToken('not json'), null);
+  assert.equal(leaseLostToken('[1, 2]'), null);
+  assert.equal(leaseLostToken('{"id": "7", "epoch": 42}'), null);
+  assert.equal(leaseLostToken('{"id": 7.5, "epoch": 42}'), null);
+  assert.equal(leaseLostToken('{"id": 7}'), null);
+});
+
+test('the default owner names the host and the process', () => {
+  assert.equal(defaultOwner(), `${os.hostname()}:${process.pid}`);
+});
+
+const handler = async () => null;
+
+test('Worker applies the defaults of clients/README.md', () => {
+  const w = new Worker({ dsn: 'host=localhost', queue: 'q', handler });
+  assert.equal(w.owner, defaultOwner());
+  assert.equal(w.concurrency, 1);
+  assert.equal(w.batchSize, 1);
+  assert.equal(w.lease, 30);
+  assert.equal(w.pollWait, 5);
+  assert.equal(w.shutdownGrace, 10);
+  assert.equal(w.retry, null);
+  assert.equal(w.handleSignals, true);
+  assert.equal(w.logger, console);
+  assert.equal(new Worker({ dsn: 'host=localhost', queue: 'q', handler, concurrency: 4 }).batchSize, 4);
+});
+
+test('Worker rejects missing or out-of-range settings before connecting anything', () => {
+  const ok = { dsn: 'host=localhost', queue: 'q', handler };
+  assert.throws(() => new Worker({ ...ok, dsn: undefined }), TypeError);
+  assert.throws(() => new Worker({ ...ok, queue: '' }), TypeError);
+  assert.throws(() => new Worker({ ...ok, handler: 'no' }), TypeError);
+  assert.throws(() => new Worker({ ...ok, owner: '  ' }), TypeError);
+  assert.throws(() => new Worker({ ...ok, concurrency: 0 }), RangeError);
+  assert.throws(() => new Worker({ ...ok, concurrency: 1.5 }), RangeError);
+  assert.throws(() => new Worker({ ...ok, batchSize: 1001 }), RangeError);
+  assert.throws(() => new Worker({ ...ok, lease: 0 }), RangeError);
+  assert.throws(() => new Worker({ ...ok, pollWait: -1 }), RangeError);
+  assert.throws(() => new Worker({ ...ok, shutdownGrace: Number.NaN }), RangeError);
+  assert.throws(() => new Worker({ ...ok, retry: 5 }), TypeError);
+  assert.throws(() => new Worker({ ...ok, logger: { info() {} } }), /logger.debug/);
+  assert.throws(() => new Worker({ ...ok, dsn: 'host=x bogus=1' }), /bogus/);
+});
+
+test('run() may be called only once', async () => {
+  const w = new Worker({ dsn: 'host=127.0.0.1 port=1 connect_timeout=1', queue: 'q', handler,
+    handleSignals: false, logger: { debug() {}, info() {}, warn() {}, error() {} } });
+  await assert.rejects(w.run()); // nothing listens on port 1
+  await assert.rejects(w.run(), /only once/);
+});
