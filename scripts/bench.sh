@@ -8,6 +8,7 @@
 #                              docs/benchmarks.csv and docs/benchmarks.png; then
 #                              docs/long-poll.md, docs/router.md and
 #                              docs/sustained.md (.csv, .png: 10 minutes of load)
+#                              and docs/clients-bench.md (the worker libraries)
 #   scripts/bench.sh --quick   a smoke run (under 2 min once built) into
 #                              target/bench-quick/; scripts/test.sh runs it
 #
@@ -79,4 +80,9 @@ WORKFENCE_SCRATCH="$scratch" target/release/workfence-router-bench "${lp_args[@]
 stage "sustained load -> $out/sustained.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-sustained "${lp_args[@]}" --out "$out/sustained.md"
 bench/peers/python/.venv/bin/python bench/plot_sustained.py "$out/sustained.csv" "$out/sustained.png"
-stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, sustained.md, sustained.csv, sustained.png"
+# The worker libraries' overhead (issue 16): items/s through each library's
+# runner against the same loop in raw SQL calls: docs/clients-bench.md, or
+# target/bench-quick/clients-bench.md.
+stage "worker libraries' overhead -> $out/clients-bench.md"
+bash scripts/client-bench.sh "${lp_args[@]}" --out "$out/clients-bench.md"
+stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, sustained.md, sustained.csv, sustained.png, clients-bench.md"

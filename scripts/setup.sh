@@ -21,7 +21,9 @@
 #   - `cargo pgrx init` against both majors' pg_config, only when
 #     ~/.pgrx/config.toml lacks either line (rewriting it makes pgrx-pg-sys
 #     re-run bindgen);
-#   - the example workers' dependencies (examples/<lang>/install.sh).
+#   - the worker libraries' dependencies and test runners (clients/<lang>/
+#     install.sh), and the example workers' (examples/<lang>/install.sh), Go
+#     and pgx v4 from Debian included.
 # Safe to run any number of times; a second run does no work.
 set -euo pipefail
 
@@ -143,11 +145,21 @@ else
     cargo pgrx init --pg15 "${PG15_CONFIG}" --pg18 "${PG18_CONFIG}"
 fi
 
+# --- the worker libraries (clients/<lang>/install.sh) ----------------------
+# Each is idempotent and installs its dependencies at the versions its lock
+# file pins, with its test runner: Python's venv (clients/python/.venv),
+# node-postgres by `npm ci`, the Rust crate built --locked.
+for lang in python node rust; do
+    log "clients/$lang"
+    bash "$ROOT/clients/$lang/install.sh"
+done
+
 # --- the example workers' dependencies (examples/<lang>/install.sh) ---------
-# Each is idempotent: Python's venv with the hash-pinned psycopg, node-postgres
-# by `npm ci` from its lock file, the Rust example built --locked, and a check
-# that psql is there for the bash one.
-for lang in python node rust bash; do
+# Each is idempotent: the Python, Node.js and Rust examples on their library
+# (installed from clients/<lang>), Go's toolchain and pgx v4 from Debian
+# (golang-go, golang-github-jackc-pgx-v4-dev) and the Go worker built, and a
+# check that psql is there for the bash one.
+for lang in python node rust go bash; do
     log "examples/$lang"
     bash "$ROOT/examples/$lang/install.sh"
 done

@@ -20,12 +20,17 @@
 #                   is the client side (soak, examples, model), and but for the
 #                   tests through a PL/Proxy router (every test with "router" in
 #                   its name: there is no PL/Proxy for the PG 18 wheel)
-#   9. bench smoke  scripts/bench.sh --quick: every contender and workload of the
+#   9. libraries    scripts/client-tests.sh: the worker libraries' own suites
+#                   (clients/python: pytest, clients/node: node --test,
+#                   clients/rust: cargo test) and the Go example's (go test),
+#                   unit tests and integration tests on a throwaway cluster
+#  10. bench smoke  scripts/bench.sh --quick: every contender and workload of the
 #                   benchmark once, tiny sizes, into target/bench-quick (no timing
 #                   is asserted: the run must complete and every finish be current),
 #                   the long poll's herd, the router's overhead and shards, and
-#                   the sustained load (3 "minutes" of 5 s)
-#  10. packages     scripts/package-test.sh: the .deb (dpkg -i, upgrade from the
+#                   the sustained load (3 "minutes" of 5 s), and the worker
+#                   libraries' overhead (scripts/client-bench.sh --quick)
+#  11. packages     scripts/package-test.sh: the .deb (dpkg -i, upgrade from the
 #                   previous release's .deb, golden files, dpkg -r) and the PG 18
 #                   tarball (install.sh, golden files, update, --uninstall)
 set -euo pipefail
@@ -115,6 +120,9 @@ done
 WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \
     cargo test -p workfence-harness --release "${pg18_tests[@]}" -- --skip router
 
+stage "worker libraries: scripts/client-tests.sh (pytest, node --test, cargo test, go test)"
+bash scripts/client-tests.sh
+
 stage "benchmark: the driver's unit tests, then a smoke run (scripts/bench.sh --quick)"
 cargo test -p workfence-bench --release
 bash scripts/bench.sh --quick --no-install
@@ -135,6 +143,12 @@ for minute in 1 2 3; do
         exit 1
     fi
 done
+for lang in python node rust; do
+    if ! grep -qE "^\| $lang \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+\.[0-9]{2} \|$" target/bench-quick/clients-bench.md; then
+        echo "the worker libraries' smoke run wrote no overhead figures for $lang" >&2
+        exit 1
+    fi
+done
 for contender in pg_workfence "pg_workfence fused" "baseline SQL" awa graphile-worker \
     "graphile-worker (batched)" pg-boss "pg-boss (batched)" procrastinate; do
     if ! grep -q ",$contender," target/bench-quick/benchmarks.csv; then
@@ -144,9 +158,11 @@ for contender in pg_workfence "pg_workfence fused" "baseline SQL" awa graphile-w
 done
 
 stage "every binary answers --help"
-cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example
+cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example \
+    -p workfence
 for binary in workfence-worker workfence-soak-worker workfence-demo workfence-bench \
-    workfence-long-poll workfence-router-bench workfence-sustained workfence-example-worker; do
+    workfence-long-poll workfence-router-bench workfence-sustained workfence-example-worker \
+    workfence-client-bench; do
     # Read all of the output before matching: `grep -q` closing the pipe at
     # the first match must not turn into the binary's EPIPE.
     usage_text=$("target/release/$binary" --help)
@@ -161,7 +177,7 @@ if ! grep -q 'scripts/bench-ab.sh --base REV' <<<"$usage_text"; then
     echo "scripts/bench-ab.sh --help printed no usage" >&2
     exit 1
 fi
-for script in package.sh package-test.sh install-build.sh pg-config.sh; do
+for script in package.sh package-test.sh install-build.sh pg-config.sh client-tests.sh client-bench.sh; do
     usage_text=$(bash "scripts/$script" --help)
     if ! grep -q "usage: scripts/$script" <<<"$usage_text"; then
         echo "scripts/$script --help printed no usage" >&2

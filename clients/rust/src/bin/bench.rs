@@ -35,8 +35,12 @@ struct Args {
     batch: usize,
 }
 
-/// Reads `--dsn DSN --items N --rounds R --batch B` (items 1000, rounds 3, batch 10 unless given).
-fn args() -> Result<Args, BoxError> {
+/// The usage line `--help` prints.
+const USAGE: &str = "usage: workfence-client-bench --dsn DSN [--items N] [--rounds R] [--batch B]";
+
+/// Reads `--dsn DSN --items N --rounds R --batch B` (items 1000, rounds 3, batch 10 unless given);
+/// `None` for `--help`.
+fn args() -> Result<Option<Args>, BoxError> {
     let mut args = Args {
         dsn: String::new(),
         items: 1000,
@@ -45,6 +49,9 @@ fn args() -> Result<Args, BoxError> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--help" || flag == "-h" {
+            return Ok(None);
+        }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--dsn" => args.dsn = value,
@@ -55,14 +62,12 @@ fn args() -> Result<Args, BoxError> {
         }
     }
     if args.dsn.is_empty() {
-        return Err(
-            "usage: workfence-client-bench --dsn DSN --items N --rounds R --batch B".into(),
-        );
+        return Err(USAGE.into());
     }
     if args.items == 0 || args.batch == 0 {
         return Err("--items and --batch must be at least 1".into());
     }
-    Ok(args)
+    Ok(Some(args))
 }
 
 /// A connection, driven by a task of its own.
@@ -175,7 +180,10 @@ async fn measure(args: &Args, mode: &str, round: usize) -> Result<(), BoxError> 
 #[tokio::main]
 async fn main() -> ExitCode {
     let result = async {
-        let args = args()?;
+        let Some(args) = args()? else {
+            println!("{USAGE}");
+            return Ok(());
+        };
         for round in 1..=args.rounds {
             let order = if round % 2 == 1 {
                 ["raw", "library"]
