@@ -55,19 +55,13 @@ cargo build --release --locked -p workfence --bin workfence-client-bench
 # shellcheck source=cluster.sh
 . scripts/cluster.sh
 dir="$(scratch_base "$ROOT")/client-bench/cluster-$$"
-rm -rf "$dir"
-port="$(free_port)"
 cleanup() {
     cluster_stop "$dir" || true
     rm -rf "$dir"
 }
 trap cleanup EXIT
-cluster_start "$dir" "$port"
-as_postgres "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d postgres \
-    -c 'CREATE DATABASE workfence_bench'
-as_postgres "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres \
-    -d workfence_bench -c 'CREATE EXTENSION pg_workfence'
-dsn="host=127.0.0.1 port=$port user=postgres dbname=workfence_bench"
+cluster_with_extension "$dir" workfence_bench
+dsn="$CLUSTER_DSN"
 
 lines="$(mktemp)"
 trap 'cleanup; rm -f "$lines"' EXIT

@@ -39,20 +39,13 @@ done
 # shellcheck source=cluster.sh
 . scripts/cluster.sh
 dir="$(scratch_base "$ROOT")/client-libs/cluster-$$"
-rm -rf "$dir"
-port="$(free_port)"
 cleanup() {
     cluster_stop "$dir" || true
     rm -rf "$dir"
 }
 trap cleanup EXIT
-cluster_start "$dir" "$port"
-# psql of the same major, over TCP like the suites.
-as_postgres "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d postgres \
-    -c 'CREATE DATABASE workfence_clients'
-as_postgres "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres \
-    -d workfence_clients -c 'CREATE EXTENSION pg_workfence'
-export WORKFENCE_TEST_DSN="host=127.0.0.1 port=$port user=postgres dbname=workfence_clients"
+cluster_with_extension "$dir" workfence_clients
+export WORKFENCE_TEST_DSN="$CLUSTER_DSN"
 
 status=0
 for lang in "${langs[@]}"; do

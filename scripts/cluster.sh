@@ -67,3 +67,19 @@ scratch_base() {
         echo "$d"
     fi
 }
+
+# cluster_with_extension DIR DB: start a new cluster in DIR (removed first)
+# on a free port, create database DB with the extension in it, and set
+# CLUSTER_DSN to its libpq connection string (superuser postgres, TCP). The
+# caller stops it with cluster_stop DIR (and removes DIR).
+cluster_with_extension() {
+    local dir="$1" db="$2" port
+    rm -rf "$dir"
+    port="$(free_port)"
+    cluster_start "$dir" "$port"
+    as_postgres "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres \
+        -d postgres -c "CREATE DATABASE $db"
+    as_postgres "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres \
+        -d "$db" -c 'CREATE EXTENSION pg_workfence'
+    CLUSTER_DSN="host=127.0.0.1 port=$port user=postgres dbname=$db"
+}
