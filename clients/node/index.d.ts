@@ -185,17 +185,23 @@ export class Job<P = any> {
   stopRenewing(): void;
 }
 
-/** The user's work: resolves to the result (JSON) to finish with, or rejects to fail the item. */
+/**
+ * The user's work: resolves to the result (JSON) to finish with, or rejects to fail the item. A
+ * result `JSON.stringify` refuses (a BigInt, a cycle) fails the item with `result is not JSON: ...`.
+ */
 export type Handler<P = any> = (job: Job<P>) => Promise<unknown> | unknown;
 
 export interface WorkerOptions<P = any> {
   /** A libpq connection string, or a node-postgres client configuration. Required. */
   dsn: string | Record<string, unknown>;
-  /** The queue to work. Required. */
+  /** The queue to work. Required: non-empty, at most 128 bytes of UTF-8, no control characters. */
   queue: string;
   /** Called for every claimed item. Required. */
   handler: Handler<P>;
-  /** The owner of every claim; default `<hostname>:<pid>`. Not an identity: the epoch fences. */
+  /**
+   * The owner of every claim; default `<hostname>:<pid>`. Not an identity: the epoch fences. Not
+   * blank, at most 256 bytes of UTF-8, no control characters.
+   */
   owner?: string;
   /** Handlers running at once; default 1; the size of the settling pool. */
   concurrency?: number;
@@ -223,7 +229,11 @@ export interface WorkerOptions<P = any> {
 
 /** The worker runner for one queue (clients/README.md). */
 export class Worker<P = any> {
-  /** @throws TypeError / RangeError on a missing or out-of-range option */
+  /**
+   * @throws InvalidArgument (22023) on a missing or bad option, checked as the server checks it
+   *   (queue, owner, lease in (0, 7 days], pollWait 0..3600, batchSize 1..1000, a malformed dsn
+   *   string, ...); nothing is connected
+   */
   constructor(options: WorkerOptions<P>);
   readonly queue: string;
   readonly owner: string;
@@ -238,7 +248,11 @@ export class Worker<P = any> {
   /**
    * Connects, claims and runs jobs until `stop()` (or SIGTERM/SIGINT), then shuts down: buffered
    * items released, running handlers given `shutdownGrace`, then aborted and released; logs `exit`.
-   * Rejects with the error that stopped it (after the shutdown). Callable once.
+   * Rejects with the error that stopped it (after the shutdown, logging `exit error=<message>`
+   * instead of `exit`): a failed connection, a connection lost (a server restart: 57P01; run the
+   * worker under a supervisor that restarts it), a refused claim. A claim in a database without
+   * the extension (3F000, 42883) rejects with a `hint` naming `CREATE EXTENSION pg_workfence`.
+   * Callable once.
    */
   run(): Promise<void>;
   /** Begins the shutdown; resolves when `run()` has finished it. Idempotent. */

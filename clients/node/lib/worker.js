@@ -11,7 +11,7 @@ import os from 'node:os';
 import pg from 'pg';
 
 import { connectionConfig } from './dsn.js';
-import { Cancelled, LeaseLost, fromPgError } from './errors.js';
+import { Cancelled, InvalidArgument, LeaseLost, fromPgError } from './errors.js';
 import { leaseLostToken } from './notify.js';
 import { jsonText } from './operations.js';
 
@@ -121,16 +121,81 @@ function deferred() {
   return { promise, resolve };
 }
 
-/** `value` must be a finite number within [min, max] (and an integer when asked). */
+/** A bad setting: {@link InvalidArgument} (22023), as the server reports a bad argument. */
+function invalid(message) {
+  return new InvalidArgument(message, { code: '22023' });
+}
+
+/**
+ * `value` must be a finite number within [min, max] (and an integer when asked).
+ * @throws {InvalidArgument} 22023 otherwise
+ */
 function checkNumber(name, value, { min, max, integer = false, minExclusive = false }) {
   const ok = typeof value === 'number' && Number.isFinite(value)
     && (minExclusive ? value > min : value >= min) && value <= max
     && (!integer || Number.isInteger(value));
   if (!ok) {
-    throw new RangeError(`${name} must be ${integer ? 'an integer' : 'a number'} in `
+    throw invalid(`${name} must be ${integer ? 'an integer' : 'a number'} in `
       + `${minExclusive ? '(' : '['}${min}, ${max}], got ${String(value)}`);
   }
   return value;
+}
+
+/** Control characters as the server's check sees them (Rust `char::is_control`: Unicode Cc). */
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/u;
+
+/**
+ * A queue or owner name checked as the server checks it (src/validate.rs): a string, not empty
+ * (an owner: not blank after trimming), at most `mostBytes` bytes of UTF-8, no control
+ * characters. So a bad name stops the worker at construction, not at its first claim.
+ * @param {string} what 'queue' or 'owner'
+ * @param {unknown} value
+ * @param {number} mostBytes 128 for a queue, 256 for an owner (docs/contract.md)
+ * @param {boolean} trim whether a blank value counts as empty (the owner's rule)
+ * @returns {string} the value, unchanged (the server compares it byte for byte)
+ * @throws {InvalidArgument} 22023
+ */
+function checkName(what, value, mostBytes, trim) {
+  if (typeof value !== 'string' || (trim ? value.trim() : value) === '') {
+    throw invalid(`${what} is required (a non-empty${trim ? ', not blank' : ''} string)`);
+  }
+  const bytes = Buffer.byteLength(value, 'utf8');
+  if (bytes > mostBytes) throw invalid(`${what} is longer than ${mostBytes} bytes (${bytes} bytes of UTF-8)`);
+  const control = CONTROL.exec(value);
+  if (control) {
+    const cp = control[0].codePointAt(0).toString(16).toUpperCase().padStart(4, '0');
+    throw invalid(`${what} ${JSON.stringify(value)} has a control character (U+${cp})`);
+  }
+  return value;
+}
+
+/**
+ * The JSON text of a handler's result, for `work_finish`.
+ * @throws {Error} `result is not JSON: <why>` for a value JSON.stringify refuses (a BigInt, a
+ *   cycle, a throwing toJSON); the runner fails the item with this text
+ */
+function resultJson(value) {
+  try {
+    return jsonText(value);
+  } catch (err) {
+    throw new Error(`result is not JSON: ${errorText(err)}`, { cause: err });
+  }
+}
+
+/** SQLSTATEs of a claim in a database without the extension: no schema, no function. */
+const MISSING_EXTENSION = new Set(['3F000', '42883']);
+
+/**
+ * A claim's error, with a hint that the extension may be missing when the schema `workfence` or
+ * the function is (3F000, 42883); the server's own hint, if any, is kept after it.
+ */
+function claimError(err) {
+  if (err && MISSING_EXTENSION.has(err.code)) {
+    const ours = 'The extension pg_workfence may be missing from this database: '
+      + 'run CREATE EXTENSION pg_workfence in it.';
+    if (!String(err.hint ?? '').startsWith(ours)) err.hint = err.hint ? `${ours} ${err.hint}` : ours;
+  }
+  return fromPgError(err);
 }
 
 /**
@@ -144,23 +209,27 @@ function checkNumber(name, value, { min, max, integer = false, minExclusive = fa
 export class Worker {
   /**
    * @param {object} options see index.d.ts `WorkerOptions` for each setting, its unit and default
-   * @throws {TypeError|RangeError} on a missing or out-of-range setting (nothing is connected)
+   * @throws {InvalidArgument} 22023 on a missing or bad setting, checked as the server would
+   *   check it (queue: non-empty, at most 128 bytes, no control characters; owner: not blank, at
+   *   most 256 bytes, no control characters; lease in (0, 7 days]; pollWait 0..3600; batchSize
+   *   1..1000; a malformed dsn string). Nothing is connected.
    */
   constructor(options) {
     const o = options ?? {};
-    if (typeof o.dsn === 'string') this._config = connectionConfig(o.dsn);
-    else if (o.dsn && typeof o.dsn === 'object') this._config = { ...o.dsn };
-    else throw new TypeError('dsn is required (a libpq connection string or a pg config object)');
-    if (typeof o.queue !== 'string' || o.queue === '') throw new TypeError('queue is required');
-    if (typeof o.handler !== 'function') throw new TypeError('handler must be a function');
+    if (typeof o.dsn === 'string') {
+      try {
+        this._config = connectionConfig(o.dsn);
+      } catch (err) {
+        throw invalid(err.message);
+      }
+    } else if (o.dsn && typeof o.dsn === 'object') this._config = { ...o.dsn };
+    else throw invalid('dsn is required (a libpq connection string or a pg config object)');
+    if (typeof o.handler !== 'function') throw invalid('handler must be a function');
     if (o.retry !== undefined && o.retry !== null && typeof o.retry !== 'function') {
-      throw new TypeError('retry must be a function (attempt, error) => seconds');
+      throw invalid('retry must be a function (attempt, error) => seconds');
     }
-    this.queue = o.queue;
-    this.owner = o.owner ?? defaultOwner();
-    if (typeof this.owner !== 'string' || this.owner.trim() === '') {
-      throw new TypeError('owner must be a non-empty string');
-    }
+    this.queue = checkName('queue', o.queue, 128, false);
+    this.owner = checkName('owner', o.owner ?? defaultOwner(), 256, true);
     this.concurrency = checkNumber('concurrency', o.concurrency ?? 1,
       { min: 1, max: 1000, integer: true });
     this.batchSize = checkNumber('batchSize', o.batchSize ?? this.concurrency,
@@ -173,7 +242,7 @@ export class Worker {
     this.handleSignals = o.handleSignals ?? true;
     this.logger = o.logger ?? console;
     for (const level of ['debug', 'info', 'warn', 'error']) {
-      if (typeof this.logger[level] !== 'function') throw new TypeError(`logger.${level} must be a function`);
+      if (typeof this.logger[level] !== 'function') throw invalid(`logger.${level} must be a function`);
     }
     this._handler = o.handler;
 
@@ -196,11 +265,13 @@ export class Worker {
    * Connects, then claims and runs jobs until {@link Worker#stop} (or, with `handleSignals`,
    * SIGTERM or SIGINT), then shuts down: buffered items released at once, running handlers given
    * `shutdownGrace` seconds, then their signals aborted and their items released. Logs `exit`
-   * last. Callable once.
+   * last, or `exit error=<message>` (at error level) when it rejects, as the Rust library does.
+   * Callable once. It does not reconnect: a lost connection (a server restart, 57P01) ends it.
    *
    * @returns {Promise<void>} resolved after a clean shutdown
-   * @throws the error that stopped the runner (a failed connection, a claim or renew error; a
-   *   pg_workfence SQLSTATE as its named error, e.g. {@link NotPermitted}), after the shutdown
+   * @throws the error that stopped the runner (a failed or lost connection, a claim or renew
+   *   error; a pg_workfence SQLSTATE as its named error, e.g. {@link NotPermitted}; 3F000 or
+   *   42883 from a claim with a hint to CREATE EXTENSION pg_workfence), after the shutdown
    */
   async run() {
     if (this._state !== 'new') throw new Error('Worker.run() may be called only once');
@@ -230,7 +301,10 @@ export class Worker {
       this._state = 'stopped';
       this._stopped.resolve();
     }
-    if (this._fatal) throw this._fatal;
+    if (this._fatal) {
+      this.logger.error(`exit error=${errorText(this._fatal)}`);
+      throw this._fatal;
+    }
     this.logger.info('exit');
   }
 
@@ -259,7 +333,8 @@ export class Worker {
     if (this._closing) return; // ends of our own connections while closing them
     if (!this._fatal) {
       this._fatal = fromPgError(err);
-      this.logger.error(`error ${err.code ? `code=${err.code} ` : ''}${err.message}`);
+      const hint = err.hint ? ` (hint: ${err.hint})` : '';
+      this.logger.error(`error ${err.code ? `code=${err.code} ` : ''}${err.message}${hint}`);
     }
     this.stop();
   }
@@ -316,7 +391,7 @@ export class Worker {
       return rows;
     } catch (err) {
       if (err.code === '57014' && this._state !== 'running') return [];
-      throw fromPgError(err);
+      throw claimError(err);
     } finally {
       this._polling = false;
       // The cancel must have been delivered before this connection could run anything else;
@@ -359,8 +434,19 @@ export class Worker {
       return;
     }
     held.status = 'settling';
+    let json;
+    if (!threw) {
+      try {
+        json = resultJson(value);
+      } catch (err) {
+        // A result work_finish cannot take is the handler's failure, recorded like a throw
+        // (else the item would stay claimed, lapse and dead-letter with no error recorded).
+        threw = true;
+        error = err;
+      }
+    }
     try {
-      if (!threw) await this._finish(held, value);
+      if (!threw) await this._finish(held, json);
       else if (held.controller.signal.reason instanceof Cancelled) await this._release(held, this._pool);
       else await this._fail(held, error);
     } catch (err) {
@@ -394,10 +480,11 @@ export class Worker {
     }
   }
 
-  async _finish(held, value) {
+  /** `work_finish` with `json`, the result's JSON text (from {@link resultJson}). */
+  async _finish(held, json) {
     const { rows: [{ finished }] } = await this._settleQuery(
       'SELECT workfence.work_finish($1, $2, $3, $4::jsonb) AS finished',
-      [held.id, this.owner, held.epoch, jsonText(value)],
+      [held.id, this.owner, held.epoch, json],
     );
     if (finished) {
       held.status = 'finished';
@@ -515,10 +602,11 @@ export class Worker {
           await client.query('SELECT workfence.work_assert($1, $2, $3)', [held.id, this.owner, held.epoch]);
           const value = await fn(client);
           if (held.status !== 'running') throw held.controller.signal.reason;
+          const json = resultJson(value); // not JSON: rolled back, the handler gets the error
           held.status = 'settling';
           const { rows: [{ finished }] } = await client.query(
             'SELECT workfence.work_finish($1, $2, $3, $4::jsonb) AS finished',
-            [held.id, this.owner, held.epoch, jsonText(value)],
+            [held.id, this.owner, held.epoch, json],
           );
           if (!finished) throw new LeaseLost('work_finish refused the token', { code: '55000' });
           await client.query('COMMIT');

@@ -100,21 +100,66 @@ test('Worker applies the defaults of clients/README.md', () => {
   assert.equal(new Worker({ dsn: 'host=localhost', queue: 'q', handler, concurrency: 4 }).batchSize, 4);
 });
 
-test('Worker rejects missing or out-of-range settings before connecting anything', () => {
+test('Worker rejects missing or out-of-range settings before connecting anything, as InvalidArgument', () => {
   const ok = { dsn: 'host=localhost', queue: 'q', handler };
-  assert.throws(() => new Worker({ ...ok, dsn: undefined }), TypeError);
-  assert.throws(() => new Worker({ ...ok, queue: '' }), TypeError);
-  assert.throws(() => new Worker({ ...ok, handler: 'no' }), TypeError);
-  assert.throws(() => new Worker({ ...ok, owner: '  ' }), TypeError);
-  assert.throws(() => new Worker({ ...ok, concurrency: 0 }), RangeError);
-  assert.throws(() => new Worker({ ...ok, concurrency: 1.5 }), RangeError);
-  assert.throws(() => new Worker({ ...ok, batchSize: 1001 }), RangeError);
-  assert.throws(() => new Worker({ ...ok, lease: 0 }), RangeError);
-  assert.throws(() => new Worker({ ...ok, pollWait: -1 }), RangeError);
-  assert.throws(() => new Worker({ ...ok, shutdownGrace: Number.NaN }), RangeError);
-  assert.throws(() => new Worker({ ...ok, retry: 5 }), TypeError);
-  assert.throws(() => new Worker({ ...ok, logger: { info() {} } }), /logger.debug/);
-  assert.throws(() => new Worker({ ...ok, dsn: 'host=x bogus=1' }), /bogus/);
+  const bad = (options, re) => assert.throws(() => new Worker({ ...ok, ...options }), (err) => {
+    assert.ok(err instanceof InvalidArgument, `${err.name}: ${err.message}`);
+    assert.equal(err.code, '22023');
+    if (re) assert.match(err.message, re);
+    return true;
+  });
+  bad({ dsn: undefined }, /dsn/);
+  bad({ queue: '' }, /queue/);
+  bad({ queue: undefined }, /queue/);
+  bad({ handler: 'no' }, /handler/);
+  bad({ owner: '  ' }, /owner/);
+  bad({ owner: '' }, /owner/);
+  bad({ concurrency: 0 }, /concurrency/);
+  bad({ concurrency: 1.5 }, /concurrency/);
+  bad({ batchSize: 1001 }, /batchSize/);
+  bad({ lease: 0 }, /lease/);
+  bad({ lease: 7 * 86400 + 1 }, /lease/);
+  bad({ pollWait: -1 }, /pollWait/);
+  bad({ pollWait: 3601 }, /pollWait/);
+  bad({ shutdownGrace: Number.NaN }, /shutdownGrace/);
+  bad({ retry: 5 }, /retry/);
+  bad({ logger: { info() {} } }, /logger.debug/);
+  bad({ dsn: 'host=x bogus=1' }, /bogus/);
+});
+
+test('Worker checks queue and owner names as the server does (bytes, control characters, blank)', () => {
+  const ok = { dsn: 'host=localhost', queue: 'q', handler };
+  const bad = (options, re) => assert.throws(() => new Worker({ ...ok, ...options }), (err) => {
+    assert.ok(err instanceof InvalidArgument, `${err.name}: ${err.message}`);
+    assert.equal(err.code, '22023');
+    assert.match(err.message, re);
+    return true;
+  });
+  bad({ queue: 'jobs\n' }, /queue .*control character/);
+  bad({ queue: 'a\tb' }, /queue .*control character/);
+  bad({ queue: 'a\u0085b' }, /queue .*control character/); // C1, as Rust's char::is_control
+  bad({ queue: 'q'.repeat(129) }, /queue .*128 bytes/);
+  bad({ queue: '\u00e9'.repeat(65) }, /queue .*128 bytes/); // 65 characters, 130 bytes in UTF-8
+  bad({ owner: 'o'.repeat(257) }, /owner .*256 bytes/);
+  bad({ owner: '\u00e9'.repeat(129) }, /owner .*256 bytes/);
+  bad({ owner: 'host:1\n' }, /owner .*control character/);
+  bad({ owner: ' \t ' }, /owner/);
+  // The limits themselves are allowed, and a queue of blanks is a name (the server takes it).
+  assert.equal(new Worker({ ...ok, queue: '\u00e9'.repeat(64) }).queue.length, 64);
+  assert.equal(new Worker({ ...ok, owner: 'o'.repeat(256) }).owner.length, 256);
+  assert.equal(new Worker({ ...ok, queue: ' ' }).queue, ' ');
+  assert.equal(new Worker({ ...ok, lease: 7 * 86400 }).lease, 7 * 86400);
+});
+
+test('run() that ends with an error logs exit error=<text> last', async () => {
+  const logger = { lines: [], debug() {}, info(m) { this.lines.push(['info', m]); },
+    warn(m) { this.lines.push(['warn', m]); }, error(m) { this.lines.push(['error', m]); } };
+  const w = new Worker({ dsn: 'host=127.0.0.1 port=1 connect_timeout=1', queue: 'q', handler,
+    handleSignals: false, logger });
+  const err = await w.run().then(() => null, (e) => e); // nothing listens on port 1
+  assert.ok(err instanceof Error);
+  assert.deepEqual(logger.lines.at(-1), ['error', `exit error=${err.message}`]);
+  assert.ok(!logger.lines.some(([, m]) => m === 'exit'));
 });
 
 test('run() may be called only once', async () => {

@@ -6,7 +6,11 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, test } from 'node:test';
 
-import { Cancelled, InvalidArgument, LeaseLost, Worker, enqueue } from '../index.js';
+import pg from 'pg';
+
+import {
+  Cancelled, LeaseLost, ReadOnly, Worker, connectionConfig, enqueue,
+} from '../index.js';
 import { connect, freshQueue, gate, itemRow, recordingLogger, testDsn, waitFor } from './helpers.js';
 
 let db;
@@ -386,11 +390,115 @@ test('never more than concurrency - 1 + batchSize items are held, and concurrenc
   assert.ok(heldMost <= 4 && heldMost >= 3, `held at most ${heldMost}`);
 });
 
-test('run() rejects with the named error when the claim is refused, after closing', async () => {
-  const { w, logger } = worker('q'.repeat(200), async () => null);
-  await assert.rejects(w.run(), (err) => err instanceof InvalidArgument && err.code === '22023');
-  assert.ok(logger.has(/^error code=22023 /));
+test('run() rejects with the named error when the claim is refused, after closing, and logs exit error=', async () => {
+  // A read-only session: work_claim's update is refused with 25006, as on a hot standby.
+  const dsn = { ...connectionConfig(testDsn()), options: '-c default_transaction_read_only=on' };
+  const { w, logger } = worker(freshQueue(), async () => null, { dsn });
+  const err = await w.run().then(() => null, (e) => e);
+  assert.ok(err instanceof ReadOnly, String(err));
+  assert.equal(err.code, '25006');
+  assert.ok(logger.has(/^error code=25006 /));
+  assert.deepEqual(logger.lines.at(-1), { level: 'error', message: `exit error=${err.message}` });
   assert.ok(!logger.has(/^exit$/));
+});
+
+test('a result that is not JSON (a BigInt, a cycle) fails the item with the serialisation error', async () => {
+  const queue = freshQueue();
+  const circular = { a: 1 };
+  circular.self = circular;
+  const big = await enqueue(db, queue, { kind: 'big' }, { maxAttempts: 1, priority: 1 });
+  const cyc = await enqueue(db, queue, { kind: 'cycle' }, { maxAttempts: 1, priority: 2 });
+  const { w, logger } = worker(queue, async (job) => (job.payload.kind === 'big' ? { n: 10n } : circular));
+  const running = start(w);
+  await waitFor('both items failed', async () => (await states(queue)).failed === 2);
+  await w.stop();
+  await running;
+  for (const { id } of [big, cyc]) {
+    const row = await itemRow(db, id);
+    assert.equal(row.state, 'failed');
+    assert.equal(row.errors.length, 1);
+    assert.match(row.errors[0].error, /^result is not JSON: /);
+    assert.ok(logger.has(new RegExp(`^fail id=${id} epoch=${row.epoch} error=result is not JSON: `)),
+      logger.messages().join('\n'));
+  }
+  assert.match((await itemRow(db, big.id)).errors[0].error, /BigInt/);
+  assert.match((await itemRow(db, cyc.id)).errors[0].error, /circular/i);
+  assert.deepEqual(logger.lines.filter((l) => l.level === 'error'), []);
+});
+
+test('a transaction whose result is not JSON rolls back its writes and fails the item', async () => {
+  const queue = freshQueue();
+  const { id } = await enqueue(db, queue, {}, { maxAttempts: 1 });
+  let thrown;
+  const { w, logger } = worker(queue, async (job) => {
+    try {
+      return await job.transaction(async (client) => {
+        await client.query(`INSERT INTO ${table} VALUES ($1, $2, 5)`, [job.id, job.epoch]);
+        return { n: 10n };
+      });
+    } catch (err) {
+      thrown = err;
+      throw err;
+    }
+  });
+  const running = start(w);
+  await waitFor('the item failed', async () => (await itemRow(db, id)).state === 'failed');
+  await w.stop();
+  await running;
+  assert.match(thrown?.message, /^result is not JSON: .*BigInt/);
+  const row = await itemRow(db, id);
+  assert.match(row.errors[0].error, /^result is not JSON: .*BigInt/);
+  const { rows } = await db.query(`SELECT count(*)::int AS n FROM ${table} WHERE item_id = $1`, [id]);
+  assert.equal(rows[0].n, 0, 'the write was rolled back');
+  assert.ok(!logger.has(/^error /), logger.messages().join('\n'));
+});
+
+test('a database without the extension: the claim\'s error hints at CREATE EXTENSION, and exit error= is logged', async () => {
+  const name = `workfence_node_noext_${randomBytes(4).toString('hex')}`;
+  await db.query(`CREATE DATABASE ${name}`);
+  try {
+    const dsn = { ...connectionConfig(testDsn()), database: name };
+    // No schema workfence: 3F000.
+    const first = worker(freshQueue(), async () => null, { dsn });
+    const err = await first.w.run().then(() => null, (e) => e);
+    assert.equal(err?.code, '3F000', String(err));
+    assert.match(err.hint, /CREATE EXTENSION pg_workfence/);
+    assert.ok(first.logger.has(/^error code=3F000 .*CREATE EXTENSION pg_workfence/), first.logger.messages().join('\n'));
+    assert.deepEqual(first.logger.lines.at(-1), { level: 'error', message: `exit error=${err.message}` });
+    // A schema workfence without the function: 42883.
+    const other = new pg.Client(dsn);
+    await other.connect();
+    await other.query('CREATE SCHEMA workfence');
+    await other.end();
+    const second = worker(freshQueue(), async () => null, { dsn });
+    const err2 = await second.w.run().then(() => null, (e) => e);
+    assert.equal(err2?.code, '42883', String(err2));
+    assert.match(err2.hint, /CREATE EXTENSION pg_workfence/);
+    assert.deepEqual(second.logger.lines.at(-1), { level: 'error', message: `exit error=${err2.message}` });
+  } finally {
+    await db.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  }
+});
+
+test('a lost connection (the backend terminated, 57P01) ends run() with the error and logs exit error=', async () => {
+  const queue = freshQueue();
+  const { w, logger } = worker(queue, async () => null,
+    { pollWait: 600, dsn: `${testDsn()} application_name=${queue}` });
+  const running = start(w);
+  await waitFor('the long poll waiting', async () => {
+    const { rows } = await db.query(
+      `SELECT count(*)::int AS n FROM pg_catalog.pg_stat_activity
+        WHERE application_name = $1 AND state = 'active' AND query LIKE '%work_claim%'`, [queue]);
+    return rows[0].n === 1;
+  });
+  // What a server restart does to every session: terminate them (57P01).
+  await db.query(
+    'SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE application_name = $1',
+    [queue]);
+  const err = await running.then(() => null, (e) => e);
+  assert.ok(err instanceof Error, 'run() rejected');
+  assert.ok(logger.has(/^error (code=57P01 )?/), logger.messages().join('\n'));
+  assert.deepEqual(logger.lines.at(-1), { level: 'error', message: `exit error=${err.message}` });
 });
 
 test('with handleSignals, SIGTERM stops run() and the handlers are removed afterwards', async () => {
