@@ -12,6 +12,7 @@ import pytest
 
 import workfence
 from workfence import errors
+from workfence import worker as worker_module
 from workfence._sql import interval
 
 
@@ -140,3 +141,60 @@ def test_intervals_are_sent_as_timedelta_never_as_numbers() -> None:
     assert interval(timedelta(seconds=3), "x") == timedelta(seconds=3)
     with pytest.raises(errors.InvalidArgument):
         interval(True, "x")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"concurrency": 2.5},
+        {"concurrency": True},
+        {"concurrency": "2"},
+        {"batch_size": 2.5},
+        {"batch_size": True},
+        {"batch_size": "3"},
+    ],
+)
+def test_integer_settings_must_be_ints(settings: dict[str, object]) -> None:
+    with pytest.raises(errors.InvalidArgument) as caught:
+        workfence.Worker("dbname=x", "q", handler, **settings)  # type: ignore[arg-type]
+    assert caught.value.sqlstate == "22023"
+
+
+@pytest.mark.parametrize(
+    "sqlstate", ["08006", "08001", "57P01", "57P02", "57P03", "57014", "40001", "40P01", "25006",
+                 "53300", "53100"],
+)
+def test_claim_errors_that_retrying_can_fix_are_retried(sqlstate: str) -> None:
+    error = errors.translate(psycopg.errors.lookup(sqlstate)("x"))
+    assert isinstance(error, errors.WorkfenceError)
+    assert worker_module._heals(error)
+
+
+@pytest.mark.parametrize(
+    "sqlstate", ["3F000", "42883", "42501", "22023", "22004", "42P01", "XX000", "55000"]
+)
+def test_claim_errors_that_retrying_cannot_fix_end_the_run(sqlstate: str) -> None:
+    error = errors.translate(psycopg.errors.lookup(sqlstate)("x"))
+    assert isinstance(error, errors.WorkfenceError)
+    assert not worker_module._heals(error)
+
+
+def test_a_lost_connection_without_sqlstate_is_retried() -> None:
+    assert worker_module._heals(psycopg.OperationalError("server closed the connection"))
+
+
+async def test_a_failed_first_connection_logs_exit_with_the_error(lines: list[str]) -> None:
+    w = workfence.Worker("host=127.0.0.1 port=1 connect_timeout=5", "q", handler)
+    with pytest.raises(psycopg.OperationalError):
+        await w.run()
+    assert lines[-1].startswith("exit error=")
+    assert "exit" not in lines[:-1]
+
+
+def test_results_are_checked_as_json_postgresql_can_store() -> None:
+    assert worker_module._result_json(None) is None
+    assert worker_module._result_json({"a": [1, "x"]}) == '{"a": [1, "x"]}'
+    assert worker_module._result_json("back\\u0000slash") == '"back\\\\u0000slash"'
+    for bad in ({"x": object()}, {1, 2}, float("inf"), {"s": "a\x00b"}):
+        with pytest.raises(ValueError, match="^result is not JSON: "):
+            worker_module._result_json(bad)

@@ -8,9 +8,12 @@ import asyncio
 import signal
 import sys
 import threading
+import uuid
 from typing import Any
 
 import psycopg
+import pytest
+from psycopg import sql
 
 import workfence
 from workfence import errors
@@ -439,3 +442,234 @@ async def test_run_sync_stops_on_sigterm(dsn: str, queue: str) -> None:
     out, _ = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 0
     assert out.decode().splitlines()[-1] == "exit"
+
+
+# ------------------------------------------------------------ a handler that will not stop
+
+
+async def test_a_handler_swallowing_cancellation_is_abandoned_at_shutdown(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str, table: str, lines: list[str]
+) -> None:
+    made = await workfence.enqueue(db, queue, {"n": 1})
+    started, go = asyncio.Event(), asyncio.Event()
+    cancels: list[str | None] = []
+    after: list[Any] = []
+    me: list[asyncio.Task[Any]] = []
+
+    async def handle(job: workfence.Job) -> Any:
+        me.append(asyncio.current_task())  # type: ignore[arg-type]
+        started.set()
+        while not go.is_set():
+            try:
+                await go.wait()
+            except asyncio.CancelledError:  # the mistake the runner must survive
+                cancels.append(job.cancelled.reason)
+        try:
+            async with job.transaction() as conn:
+                await conn.execute(f"INSERT INTO {table} VALUES (%s, %s, 1)", (job.id, job.epoch))
+        except errors.LeaseLost as error:
+            after.append(error)
+        return {"late": True}
+
+    w = worker(dsn, queue, handle, shutdown_grace=0.2)
+    task = asyncio.create_task(w.run())
+    await wait_event(started, "the handler starting")
+    handler_task = me[0]
+    w.stop()
+    try:
+        # run() returns although the handler is still running.
+        await asyncio.wait_for(asyncio.shield(task), 10)
+        assert not handler_task.done()
+        assert cancels == ["shutdown"]
+        st = await state(db, made.id)
+        assert (st[0], st[3]) == ("pending", 0)  # released now, the attempt given back
+        assert f"release id={made.id} epoch={st[2]}" in lines
+        assert lines[-1] == "exit"
+    finally:
+        go.set()
+        await asyncio.wait_for(handler_task, 10)
+    # Its later fenced transaction is refused, its result ignored.
+    assert len(after) == 1 and after[0].sqlstate == "55000"
+    assert (await state(db, made.id))[0] == "pending"
+    cur = await db.execute(f"SELECT count(*) FROM {table}")
+    assert await cur.fetchone() == (0,)
+    assert not any(line.startswith(f"finish id={made.id} ") for line in lines)
+
+
+async def test_a_handler_swallowing_cancellation_in_its_transaction_is_abandoned(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str, table: str, lines: list[str]
+) -> None:
+    made = await workfence.enqueue(db, queue, {"n": 1})
+    in_block, go = asyncio.Event(), asyncio.Event()
+    ended: list[BaseException] = []
+    me: list[asyncio.Task[Any]] = []
+
+    async def handle(job: workfence.Job) -> Any:
+        me.append(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            async with job.transaction() as conn:  # holds the item's row lock
+                await conn.execute(f"INSERT INTO {table} VALUES (%s, %s, 1)", (job.id, job.epoch))
+                in_block.set()
+                while not go.is_set():
+                    try:
+                        await go.wait()
+                    except asyncio.CancelledError:
+                        pass
+                await conn.execute("SELECT 1")
+        except BaseException as error:  # noqa: BLE001 - recorded for the test
+            ended.append(error)
+            raise
+
+    w = worker(dsn, queue, handle, shutdown_grace=0.2)
+    task = asyncio.create_task(w.run())
+    await wait_event(in_block, "the handler in its fenced transaction")
+    handler_task = me[0]
+    w.stop()
+    try:
+        await asyncio.wait_for(asyncio.shield(task), 10)
+        st = await state(db, made.id)
+        assert (st[0], st[3]) == ("pending", 0)  # released: the block's lock is gone
+        assert f"release id={made.id} epoch={st[2]}" in lines
+        cur = await db.execute(f"SELECT count(*) FROM {table}")
+        assert await cur.fetchone() == (0,)  # the block's write rolled back
+        assert lines[-1] == "exit"
+    finally:
+        go.set()
+        await asyncio.wait_for(asyncio.wait({handler_task}), 10)
+    assert len(ended) == 1  # its connection is closed: the block cannot go on
+
+
+STUBBORN = """
+import asyncio, logging, sys, threading
+import workfence
+logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
+
+async def stubborn_async(job):
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass
+
+def stubborn_thread(job):
+    threading.Event().wait()
+
+handler = stubborn_async if sys.argv[3] == "async" else stubborn_thread
+workfence.Worker(sys.argv[1], sys.argv[2], handler, poll_wait=1, shutdown_grace=0.2).run_sync()
+"""
+
+
+@pytest.mark.parametrize("kind", ["async", "thread"])
+async def test_run_sync_exits_when_a_handler_ignores_the_shutdown(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str, kind: str
+) -> None:
+    made = await workfence.enqueue(db, queue)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", STUBBORN, dsn, queue, kind, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        await eventually(lambda: _state_is(db, made.id, "claimed"), "the item claimed")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 15)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0
+    st = await state(db, made.id)
+    assert (st[0], st[3]) == ("pending", 0)
+    text = out.decode().splitlines()
+    assert f"release id={made.id} epoch={st[2]}" in text
+    assert text[-1] == "exit"
+
+
+# ---------------------------------------------------------------- results that are not JSON
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"x": object()}, {1, 2}, float("nan"), {"s": "a\x00b"}],
+    ids=["object", "set", "nan", "nul"],
+)
+async def test_a_result_that_is_not_json_fails_the_item(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str, lines: list[str], value: Any
+) -> None:
+    made = await workfence.enqueue(db, queue, max_attempts=1)
+
+    async def handle(job: workfence.Job) -> Any:
+        return value
+
+    async with running(worker(dsn, queue, handle)):
+        await eventually(lambda: _state_is(db, made.id, "failed"), "the item failed")
+    info = await workfence.item(db, made.id)
+    assert info is not None and info.errors[-1]["error"].startswith("result is not JSON: ")
+    assert any(line.startswith(f"fail id={made.id} ") for line in lines)
+
+
+async def test_a_fenced_result_that_is_not_json_rolls_back_and_fails(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str, table: str
+) -> None:
+    made = await workfence.enqueue(db, queue, max_attempts=1)
+
+    async def handle(job: workfence.Job) -> Any:
+        async with job.transaction() as conn:
+            await conn.execute(f"INSERT INTO {table} VALUES (%s, %s, 1)", (job.id, job.epoch))
+            job.result = {"when": object()}
+
+    async with running(worker(dsn, queue, handle)):
+        await eventually(lambda: _state_is(db, made.id, "failed"), "the item failed")
+    info = await workfence.item(db, made.id)
+    assert info is not None and info.errors[-1]["error"].startswith("result is not JSON: ")
+    cur = await db.execute(f"SELECT count(*) FROM {table}")
+    assert await cur.fetchone() == (0,)
+
+
+# ------------------------------------------------------------- claim errors that do not heal
+
+
+async def test_a_database_without_the_extension_ends_run_with_the_error(
+    dsn: str, queue: str, lines: list[str]
+) -> None:
+    other = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")  # no extension there
+    w = worker(other, queue, lambda job: None)
+    with pytest.raises(errors.WorkfenceError) as caught:
+        await asyncio.wait_for(w.run(), 15)
+    assert caught.value.sqlstate == "3F000"
+    assert caught.value.hint and "CREATE EXTENSION pg_workfence" in caught.value.hint
+    assert sum(line.startswith("claim error=") for line in lines) == 1  # not retried
+    assert lines[-1].startswith("exit error=") and "workfence" in lines[-1]
+
+
+async def test_a_missing_grant_ends_run_with_the_error(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str, lines: list[str]
+) -> None:
+    role = f"pytest_nobody_{uuid.uuid4().hex[:8]}"
+    await db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        w = worker(psycopg.conninfo.make_conninfo(dsn, user=role), queue, lambda job: None)
+        with pytest.raises(errors.NotPermitted) as caught:
+            await asyncio.wait_for(w.run(), 15)
+    finally:
+        await db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    assert caught.value.sqlstate == "42501"
+    assert lines[-1].startswith("exit error=")
+
+
+async def test_a_terminated_claim_connection_is_reconnected(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str, lines: list[str]
+) -> None:
+    w = worker(f"{dsn} application_name={queue}", queue, lambda job: {"ok": True})
+    async with running(w):
+        await eventually(lambda: _polling(db, queue), "the long poll waiting in the server")
+        await db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = %s AND query LIKE '%%work_claim%%'",
+            (queue,),
+        )
+        await eventually(
+            lambda: _truthy([x for x in lines if x.startswith("claim error=")])(),
+            "the failed claim logged",
+        )
+        made = await workfence.enqueue(db, queue)
+        await eventually(lambda: _state_is(db, made.id, "done"), "the next item finished")
+    assert lines[-1] == "exit"

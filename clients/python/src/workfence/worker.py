@@ -16,10 +16,12 @@ docs/writing-workers.md's.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -32,7 +34,6 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.types.json import Jsonb
 
 from . import _sql
 from .errors import InvalidArgument, LeaseLost, WorkfenceError, translate
@@ -54,6 +55,35 @@ _BACKOFF_MAX = 30.0
 # How long a stop waits for a long poll to end after a cancel request, before sending another
 # (a cancel that reached the server before the query did is lost), in seconds.
 _CANCEL_AGAIN_AFTER = 0.5
+# At the end of the shutdown grace the handlers are cancelled; how long the runner then waits
+# for them to end before it lets go of those still running (a handler that swallows
+# `CancelledError`, a thread that ignores `job.cancelled`): their connections are closed, their
+# items released, and `run()` returns, in seconds.
+_CANCEL_WAIT = 1.0
+# How much longer a job whose `work_finish` or fenced `COMMIT` is in flight at that point may
+# take (it is never cancelled: the commit decides), in seconds. Past it the job is left to its
+# lease and `run()` returns.
+_COMMIT_WAIT = 5.0
+# The bound on each connect and `work_release` made while shutting down, in seconds.
+_EXIT_CALL_WAIT = 5.0
+
+# The SQLSTATEs of claim errors that retrying can fix (the claim is retried with backoff): the
+# connection class 08, admin shutdown / crash / not yet accepting connections (57P0x), a
+# cancelled statement (57014), serialization failure and deadlock (40001, 40P01), a read-only
+# standby not yet promoted (25006) and insufficient resources (class 53). A lost connection
+# without a SQLSTATE heals too. Any other SQLSTATE (no extension 3F000, a missing function
+# 42883, a missing grant 42501, a bad argument 22023/22004, ...) ends `run()` with the error.
+_HEALING_CODES = frozenset({"57014", "40001", "40P01", "25006"})
+_HEALING_CLASSES = ("08", "53", "57P0")
+# The SQLSTATEs that mean the extension may be missing from the database: the error's hint says
+# so.
+_NO_EXTENSION_CODES = frozenset({"3F000", "42883"})
+_NO_EXTENSION_HINT = (
+    "the extension pg_workfence may be missing: CREATE EXTENSION pg_workfence in this database"
+)
+# A JSON text holding the escape \u0000 (an odd number of backslashes before u0000), which
+# PostgreSQL's jsonb cannot store.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 LEASE_LOST = "lease lost"
 SHUTDOWN = "shutdown"
@@ -124,6 +154,7 @@ class Job:
         self._lost = False  # the lease is known lost: abandon, settle nothing
         self._settling = False  # finish/commit in flight: not cancelled any more
         self._settled = False  # finished (or failed/released): nothing left to send
+        self._abandoned = False  # let go at shutdown: its result is ignored, its item released
         self._refusal_logged = False
 
     def __repr__(self) -> str:
@@ -146,21 +177,30 @@ class Job:
         commits, so the block's writes commit only while the lease is held (promise 1,
         docs/writing-workers.md). The item is then finished (logged `finish id=.. epoch=.. ok`)
         and the handler's return value is ignored. An exception in the block rolls it back and
-        propagates (the item is failed if the handler lets it through).
+        propagates (the item is failed if the handler lets it through). A `job.result` that
+        is not JSON raises `ValueError` ("result is not JSON: ...") after a rollback.
 
         The heartbeat stops renewing the item before `work_assert` (which holds its row lock
         until the commit). Async handlers only. Errors: `LeaseLost` (55000: `work_assert`
         refused the token, `COMMIT` found it superseded, or `work_finish` returned false) after
-        a rollback, and the item is abandoned; other server errors of these three statements as
+        a rollback, and the item is abandoned; also `LeaseLost`, before anything is sent, when
+        the runner already lost the lease or let the job go at shutdown (the item released);
+        other server errors of these three statements as
         `workfence.errors` classes; errors of the block's own statements unchanged.
         """
+        if self._abandoned:
+            raise LeaseLost(
+                "lease lost",
+                sqlstate="55000",
+                detail="the runner let the job go at shutdown and released its item",
+            )
+        if self._lost:
+            raise LeaseLost("lease lost", sqlstate="55000", detail="the runner lost the lease")
         conn = self._conn
         if conn is None:
             raise RuntimeError("job.transaction() is only available while the handler runs")
         if self._settled:
             raise RuntimeError(f"job {self.id} is already settled")
-        if self._lost:
-            raise LeaseLost("lease lost", sqlstate="55000", detail="the runner lost the lease")
         worker = self._worker
         await worker._heartbeat.drop(self)
         token = (self.id, worker.owner, self.epoch)
@@ -170,9 +210,10 @@ class Job:
                 await conn.execute(_sql.ASSERT, token)
                 phase = "body"
                 yield conn
+                result = _result_json(self.result)  # ValueError: rolled back, then failed
                 phase = "finish"
                 self._settling = True
-                cur = await conn.execute(_sql.FINISH, (*token, _jsonb(self.result)))
+                cur = await conn.execute(_sql.FINISH, (*token, result))
                 row = await cur.fetchone()
                 if row is None or not row[0]:
                     raise LeaseLost(
@@ -184,7 +225,7 @@ class Job:
         except psycopg.Error as error:
             if phase == "body":
                 self._settling = False
-                if not self._lost:
+                if not (self._lost or self._abandoned):
                     worker._heartbeat.add(self)
                 raise
             self._settling = False
@@ -200,7 +241,7 @@ class Job:
             raise
         except BaseException:
             self._settling = False
-            if phase == "body" and not self._lost:
+            if phase == "body" and not (self._lost or self._abandoned):
                 worker._heartbeat.add(self)
             raise
         self._settled = True
@@ -208,9 +249,43 @@ class Job:
         log.info("finish id=%d epoch=%d ok", self.id, self.epoch)
 
 
-def _jsonb(value: Any) -> Jsonb | None:
-    """A result for `work_finish`: None stays SQL NULL, anything else is sent as jsonb."""
-    return None if value is None else Jsonb(value)
+def _result_json(value: Any) -> str | None:
+    """A handler's result as the JSON text `work_finish` stores (None stays SQL NULL).
+
+    Raises `ValueError` ("result is not JSON: ...") for a value `json.dumps` cannot write (an
+    object, a set, a circular or too deeply nested structure), for NaN and infinities (not
+    JSON), and for a string holding U+0000 (which PostgreSQL's jsonb cannot store); the runner
+    then fails the item with that text, as if the handler had raised it."""
+    if value is None:
+        return None
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise ValueError(f"result is not JSON: {error}") from error
+    if _JSON_NUL.search(text):
+        raise ValueError("result is not JSON: PostgreSQL's jsonb cannot store the character U+0000")
+    return text
+
+
+def _heals(error: BaseException) -> bool:
+    """Whether retrying can fix a failed claim: an error without a SQLSTATE (a lost connection)
+    or one of the SQLSTATEs `_HEALING_CODES` and `_HEALING_CLASSES` list. Any other SQLSTATE
+    ends `run()` with the error."""
+    sqlstate = getattr(error, "sqlstate", None)
+    if not sqlstate:
+        return True
+    return sqlstate in _HEALING_CODES or sqlstate.startswith(_HEALING_CLASSES)
+
+
+def _hint_missing_extension(error: WorkfenceError) -> None:
+    """Add to the hint of a 3F000 or 42883 error that the extension may be missing."""
+    if error.sqlstate in _NO_EXTENSION_CODES:
+        error.hint = f"{error.hint}\n{_NO_EXTENSION_HINT}" if error.hint else _NO_EXTENSION_HINT
+
+
+def _error_text(error: BaseException) -> str:
+    """An error's text for a log line (its class name when the text is empty)."""
+    return str(error) or type(error).__name__
 
 
 async def _fetch_bool(
@@ -241,6 +316,14 @@ def _check_name(value: str, what: str, most_bytes: int) -> str:
     return value
 
 
+def _check_int(value: int, what: str) -> int:
+    """`value` if it is an `int` (not a bool, a float or a string). Raises `InvalidArgument`
+    (22023) otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} must be an integer, not {value!r}", sqlstate="22023")
+    return value
+
+
 def _seconds(value: float | timedelta, what: str) -> float:
     """`value` in seconds (a number or a timedelta). Raises `InvalidArgument` for other types."""
     if isinstance(value, timedelta):
@@ -256,13 +339,15 @@ class Worker:
     Arguments (all but `handler`, `dsn` and `queue` keyword-only):
     - `dsn`: libpq connection string; `queue`: the queue to work;
     - `handler`: `async def handler(job)` (run as an asyncio task, cancelled on a lost lease or
-      at the end of the shutdown grace) or a plain `def handler(job)` (run in a thread with
-      `asyncio.to_thread`; it cannot be interrupted: it should check `job.cancelled`). Its
-      return value is the item's result (`work_finish`), unless it used `job.transaction()`;
-      an exception fails the item (`work_fail` with the exception's text);
+      at the end of the shutdown grace; one still running 1 s later is let go: its connection
+      closed, its item released, its later result ignored) or a plain `def handler(job)` (run
+      in a daemon thread of its own; it cannot be interrupted: it should check
+      `job.cancelled`). Its return value is the item's result (`work_finish`), unless it used
+      `job.transaction()`; an exception, or a result that is not JSON ("result is not JSON:
+      ..."), fails the item (`work_fail` with the error's text);
     - `owner`: the owner name of every claim (default `<hostname>:<pid>`; not an identity);
-    - `concurrency`: handlers running at once (default 1);
-    - `batch_size`: most items one claim takes (default `concurrency`); claimed items wait in a
+    - `concurrency`: handlers running at once (an `int`, default 1);
+    - `batch_size`: an `int`, most items one claim takes (default `concurrency`); claimed items wait in a
       buffer, their leases renewed, and the runner never holds more than
       `concurrency - 1 + batch_size`;
     - `lease`: seconds (or a timedelta) each claim and renew asks for (default 30; the heartbeat
@@ -273,9 +358,10 @@ class Worker:
     - `shutdown_grace`: seconds running handlers may still finish after a stop (default 10),
       before they are cancelled and their items released.
 
-    Run it with `await worker.run()` (returns after `worker.stop()`) or `worker.run_sync()`
-    (SIGTERM and SIGINT stop it). One run per `Worker`. Invalid settings raise
-    `InvalidArgument` (22023) from the constructor.
+    Run it with `await worker.run()` (returns after `worker.stop()`, or raises a claim error
+    retrying cannot fix) or `worker.run_sync()` (SIGTERM and SIGINT stop it). One run per
+    `Worker`. Invalid settings (including a `concurrency` or `batch_size` that is not an `int`)
+    raise `InvalidArgument` (22023) from the constructor.
     """
 
     def __init__(
@@ -295,9 +381,10 @@ class Worker:
         """Check and keep the settings (see the class); connects nothing yet."""
         if not dsn:
             raise InvalidArgument("dsn is required", sqlstate="22023")
+        _check_int(concurrency, "concurrency")
         if concurrency < 1:
             raise InvalidArgument("concurrency must be at least 1", sqlstate="22023")
-        batch = concurrency if batch_size is None else batch_size
+        batch = concurrency if batch_size is None else _check_int(batch_size, "batch_size")
         if not 1 <= batch <= 1000:
             raise InvalidArgument("batch_size must be in 1..1000", sqlstate="22023")
         lease_s = _seconds(lease, "lease")
@@ -329,7 +416,8 @@ class Worker:
         self._poll_idle.set()
         self._held: dict[int, Job] = {}  # buffered and running jobs, by id
         self._buffer: deque[Job] = deque()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], Job] = {}  # the running jobs' runner tasks
+        self._cancelling = False  # the grace is over: no handler starts any more
         self._idle_conns: list[psycopg.AsyncConnection[Any]] = []
         self._claim_conn: psycopg.AsyncConnection[Any] | None = None
         self._tasks_aux: set[asyncio.Task[None]] = set()  # stop()'s poll cancellers
@@ -361,32 +449,47 @@ class Worker:
 
     async def run(self) -> None:
         """Work the queue until `stop()`, then shut down (release buffered items, grace for
-        running handlers, cancel and release the rest) and log `exit`. Raises a connection
-        error (psycopg.OperationalError) or `WorkfenceError` if the first connections cannot be
-        made; later errors are logged and retried with backoff."""
+        running handlers, cancel and release the rest) and log `exit`.
+
+        Raises a connection error (`psycopg.OperationalError`) if the first connections cannot
+        be made, and ends with a `WorkfenceError` when a claim fails with an error retrying
+        cannot fix (any SQLSTATE but the connection class 08, 57P0x, 57014, 40001, 40P01, 25006
+        and class 53: e.g. 3F000 or 42883 when the extension is missing from the database, its
+        hint saying so; 42501 for a missing grant; 22023): the runner then shuts down as on a
+        stop and logs `exit error=<text>`. Claim errors retrying can fix, and lost connections,
+        are logged and retried with backoff (0.5 s doubling to 30 s)."""
         if self._started:
             raise RuntimeError("a Worker runs once")
         self._started = True
         self._loop = asyncio.get_running_loop()
         try:
-            self._claim_conn = await self._connect()
-            await self._heartbeat.start()
             try:
-                await self._claim_loop()
+                self._claim_conn = await self._connect()
+                await self._heartbeat.start()
+                try:
+                    await self._claim_loop()
+                finally:
+                    await self._shutdown()
             finally:
-                await self._shutdown()
-        finally:
-            await self._heartbeat.stop()
-            for conn in [self._claim_conn, *self._idle_conns]:
-                if conn is not None:
-                    await conn.close()
-            self._idle_conns.clear()
+                await self._heartbeat.stop()
+                for conn in [self._claim_conn, *self._idle_conns]:
+                    if conn is not None:
+                        await conn.close()
+                self._idle_conns.clear()
+        except BaseException as error:
+            log.error("exit error=%s", _error_text(error))
+            raise
         log.info("exit")
 
     def run_sync(self) -> None:
-        """Run the worker in a new event loop (`asyncio.run`) with SIGTERM and SIGINT calling
-        `stop()`; returns after the shutdown. Waits for plain-function handlers still running
-        in their threads before it returns (asyncio.run's executor shutdown)."""
+        """Run the worker in a new event loop with SIGTERM and SIGINT calling `stop()`; returns
+        after the shutdown, or raises what `run()` raises.
+
+        Like `asyncio.run`, except that it does not wait for ever for what the runner let go: the
+        tasks still pending when `run()` returns (a handler that swallowed its cancellation)
+        are cancelled once more and given `_CANCEL_WAIT` (1 s) before the loop is closed
+        without them, and plain-function handlers run in daemon threads, which do not keep the
+        process alive."""
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -398,7 +501,25 @@ class Worker:
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(signum)
 
-        asyncio.run(main())
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(main())
+        finally:
+            try:
+                left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+                for task in left:
+                    task.cancel()
+                if left:
+                    loop.run_until_complete(asyncio.wait(left, timeout=_CANCEL_WAIT))
+                for task in left:
+                    if not task.done():
+                        # Let go on purpose (and logged): no "Task was destroyed but it is
+                        # pending!" when it is collected (the flag asyncio.gather clears too).
+                        with suppress(AttributeError):
+                            task._log_destroy_pending = False  # type: ignore[attr-defined]
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
 
     # --------------------------------------------------------------- claiming
 
@@ -419,6 +540,8 @@ class Worker:
                 rows = await self._claim()
             except (psycopg.Error, WorkfenceError) as error:
                 log.error("claim error=%s", error)
+                if not _heals(error):
+                    raise  # run() shuts down and ends with it
                 await self._pause(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX)
                 await self._reconnect_claim()
@@ -457,6 +580,8 @@ class Worker:
             translated = translate(error)
             if translated is error:
                 raise
+            assert isinstance(translated, WorkfenceError)
+            _hint_missing_extension(translated)
             raise translated from error
         finally:
             self._poll_idle.set()
@@ -497,12 +622,12 @@ class Worker:
         while self._buffer and len(self._tasks) < self.concurrency and not self._stopping.is_set():
             job = self._buffer.popleft()
             task = asyncio.create_task(self._run_job(job), name=f"workfence-job-{job.id}")
-            self._tasks.add(task)
+            self._tasks[task] = job
             task.add_done_callback(self._job_done)
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         """A job's task ended: make room, start the next buffered job."""
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("runner error=%r", task.exception())
         self._dispatch()
@@ -545,22 +670,35 @@ class Worker:
             if job._lost:
                 self._abandon(job)
                 return
+            if self._cancelling:
+                # The grace ended before the handler could start: hand the item back.
+                await self._settle(job, conn, None, asyncio.CancelledError())
+                return
             if self._is_async:
                 job._task = asyncio.ensure_future(self.handler(job))
             else:
-                job._task = asyncio.ensure_future(asyncio.to_thread(self.handler, job))
+                job._task = self._in_thread(job)
             try:
                 value = await asyncio.shield(job._task)
                 outcome: BaseException | None = None
             except asyncio.CancelledError:
+                if job._abandoned:
+                    interrupted = True
+                    # The shutdown let the handler go (it ignored its cancellation): it runs
+                    # on unawaited, its result ignored; the shutdown releases the item.
+                    job._task.add_done_callback(_ignore_late(job))
+                    raise
                 if not job._task.cancelled():
-                    # This runner task itself was cancelled: cancel the handler and go on.
+                    # This runner task itself was cancelled: cancel the handler, wait a little.
+                    interrupted = True
                     job.cancelled._set(SHUTDOWN)
                     job._task.cancel()
-                    with suppress(BaseException):
-                        await job._task
+                    await asyncio.wait({job._task}, timeout=_CANCEL_WAIT)
+                    if not job._task.done():
+                        job._abandoned = True
+                        job._task.add_done_callback(_ignore_late(job))
+                        raise
                 value, outcome = None, asyncio.CancelledError()
-                interrupted = True
             except Exception as error:
                 value, outcome = None, error
             await self._settle(job, conn, value, outcome)
@@ -568,11 +706,43 @@ class Worker:
             job._task = None
             job._conn = None
             self._forget(job)
-            if interrupted:
+            if interrupted or job._abandoned:
                 # psycopg cancelled a statement in flight in the server: do not let a late
-                # cancel request reach the next job's statements on this connection.
-                await conn.close()
+                # cancel request reach the next job's statements on this connection. A
+                # connection a let-go handler may still use is cancelled and closed too (which
+                # also rolls back its fenced transaction and frees the item's row lock).
+                await _close_now(conn)
             await self._release_conn(conn)
+
+    def _in_thread(self, job: Job) -> asyncio.Future[Any]:
+        """Run the plain-function handler in a daemon thread of its own (with the caller's
+        context variables, as `asyncio.to_thread`); the future gets its result or exception.
+        Cancelling the future lets the thread go: its later result is dropped, and it does not
+        keep the process alive."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        context = contextvars.copy_context()
+
+        def deliver(value: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
+
+        def target() -> None:
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = context.run(self.handler, job)
+            except BaseException as exc:  # handed to the runner as the handler's error
+                error = exc
+            with suppress(RuntimeError):  # the loop is closed: the runner let the job go
+                loop.call_soon_threadsafe(deliver, value, error)
+
+        threading.Thread(target=target, name=f"workfence-job-{job.id}", daemon=True).start()
+        return future
 
     async def _settle(
         self,
@@ -597,11 +767,17 @@ class Worker:
         try:
             if isinstance(outcome, asyncio.CancelledError):
                 await self._release(conn, job)
-            elif outcome is not None:
+                return
+            if outcome is None:
+                try:
+                    result = _result_json(value)
+                except ValueError as error:
+                    outcome = error  # the handler's failure: failed with the error's text
+            if outcome is not None:
                 await self._fail(conn, job, outcome)
             else:
                 job._settling = True
-                ok = await _fetch_bool(conn, _sql.FINISH, (*token, _jsonb(value)))
+                ok = await _fetch_bool(conn, _sql.FINISH, (*token, result))
                 job._settled = True
                 if ok:
                     log.info("finish id=%d epoch=%d ok", job.id, job.epoch)
@@ -671,28 +847,103 @@ class Worker:
     # --------------------------------------------------------------- shutdown
 
     async def _shutdown(self) -> None:
-        """Release buffered items, give running handlers the grace, then cancel and release."""
-        conn = self._claim_conn
+        """Release buffered items, give running handlers the grace, then cancel them and
+        release their items (clients/README.md, runner step 5). Every wait is bounded: a
+        handler still running `_CANCEL_WAIT` after its cancellation is let go (`_let_go`), a
+        finish or fenced commit in flight gets `_COMMIT_WAIT` more and is never cancelled."""
+        self._stopping.set()  # also after a claim error that ends run(): no job starts
+        self._room.set()
         while self._buffer:
             job = self._buffer.popleft()
-            if conn is None:
-                break
-            try:
-                await self._release(conn, job)
-            except (psycopg.Error, WorkfenceError) as error:
-                log.error("release id=%d epoch=%d error=%s", job.id, job.epoch, error)
+            await self._release_at_exit(job)
             self._forget(job)
         if self._tasks and self.shutdown_grace > 0:
             await asyncio.wait(set(self._tasks), timeout=self.shutdown_grace)
-        for job in list(self._held.values()):
+        self._cancelling = True
+        for job in list(self._tasks.values()):
             task = job._task
             if task is not None and not task.done() and not job._settling:
                 job.cancelled._set(SHUTDOWN)
                 task.cancel()
         if self._tasks:
-            await asyncio.wait(set(self._tasks))
+            await asyncio.wait(set(self._tasks), timeout=_CANCEL_WAIT)
+        committing = {task for task, job in self._tasks.items() if job._settling}
+        if committing:
+            await asyncio.wait(committing, timeout=_COMMIT_WAIT)
+        left = dict(self._tasks)
+        if left:
+            await self._let_go(left)
         for task in list(self._tasks_aux):
             task.cancel()
+
+    async def _let_go(self, left: dict[asyncio.Task[None], Job]) -> None:
+        """The jobs still running after the cancel wait: a finish or commit in flight is left
+        to its lease (never cancelled; the commit decides); the others are let go: their runner
+        task is cancelled (closing the job's connection, which rolls back a fenced transaction
+        the handler still holds open), their items released on the claim connection, and
+        their handlers, still running, get `LeaseLost` from a later `job.transaction()` and
+        have their results ignored."""
+        for task, job in left.items():
+            if job._settling:
+                log.warning(
+                    "settle id=%d epoch=%d still in flight at exit: left to the lease",
+                    job.id,
+                    job.epoch,
+                )
+                continue
+            job._abandoned = True
+            job.cancelled._set(SHUTDOWN)
+            task.cancel()
+            log.warning(
+                "handler of id=%d epoch=%d still running %.0f s after its cancellation: let go",
+                job.id,
+                job.epoch,
+                _CANCEL_WAIT,
+            )
+        let_go = [task for task, job in left.items() if job._abandoned]
+        if let_go:
+            await asyncio.wait(let_go, timeout=_EXIT_CALL_WAIT)
+        for job in left.values():
+            if job._abandoned and not job._settled and not job._lost:
+                await self._release_at_exit(job)
+                job._lost = True  # its token is dead (or lapsing): nothing more for it
+
+    async def _release_at_exit(self, job: Job) -> None:
+        """Release `job`'s item on the claim connection (a new one if it is broken), each call
+        bounded by `_EXIT_CALL_WAIT`; an error is logged and the item left to its lease."""
+        try:
+            conn = self._claim_conn
+            if conn is None or conn.closed or conn.broken:
+                conn = await asyncio.wait_for(self._connect(), _EXIT_CALL_WAIT)
+                if self._claim_conn is not None:
+                    await self._claim_conn.close()
+                self._claim_conn = conn
+            await asyncio.wait_for(self._release(conn, job), _EXIT_CALL_WAIT)
+        except (psycopg.Error, WorkfenceError, TimeoutError) as error:
+            log.error("release id=%d epoch=%d error=%s", job.id, job.epoch, _error_text(error))
+
+
+def _ignore_late(job: Job) -> Callable[[asyncio.Future[Any]], None]:
+    """A done callback for the handler of a job the runner let go: its result is ignored (and
+    its exception retrieved, so that asyncio does not report it)."""
+
+    def done(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled():
+            future.exception()
+        log.warning("handler of id=%d ended after it was let go: its result is ignored", job.id)
+
+    return done
+
+
+async def _close_now(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Close a handler's connection at once: a statement in flight is cancelled first (bounded
+    by `_EXIT_CALL_WAIT`), so that the server ends its transaction and frees its locks."""
+    if conn.closed:
+        return
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
+        with suppress(psycopg.Error):
+            await conn.cancel_safe(timeout=_EXIT_CALL_WAIT)
+    await conn.close()
 
 
 class _Heartbeat:
