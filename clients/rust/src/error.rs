@@ -147,6 +147,40 @@ impl Error {
         }
     }
 
+    /// Whether retrying (after a pause, on a new connection where the old one broke) can fix
+    /// this error: a connection error without a SQLSTATE ([`Error::Connection`], [`Error::Pool`]),
+    /// the connection class `08`, `57P01`/`57P02`/`57P03` (admin shutdown, crash shutdown, not
+    /// yet accepting connections), `57014` (a statement cancelled), `40001` and `40P01`
+    /// (serialization failure, deadlock), `25006` (a read-only standby not yet promoted, during
+    /// a failover) and the resources class `53`. The runner reconnects and goes on after these;
+    /// any other error ends [`crate::Worker::run`]. The same list as the Python library's.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Connection(_) | Error::Pool(_) => true,
+            Error::Config { .. } => false,
+            _ => self.code().is_some_and(|code| {
+                code.starts_with("08")
+                    || code.starts_with("53")
+                    || matches!(
+                        code,
+                        "57P01" | "57P02" | "57P03" | "57014" | "40001" | "40P01" | "25006"
+                    )
+            }),
+        }
+    }
+
+    /// Whether the connection that raised this error is no use any more (closed, the server
+    /// going away, or a standby that a new connection may not reach): no SQLSTATE, class `08`,
+    /// `57P0x`, `25006`.
+    pub(crate) fn needs_new_connection(&self) -> bool {
+        match self {
+            Error::Connection(_) | Error::Pool(_) => true,
+            _ => self.code().is_some_and(|code| {
+                code.starts_with("08") || code.starts_with("57P0") || code == "25006"
+            }),
+        }
+    }
+
     /// Whether this is [`Error::LeaseLost`]: the token is no longer current.
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, Error::LeaseLost(..))
@@ -253,6 +287,32 @@ mod tests {
             e.to_string(),
             "invalid argument: invalid owner (SQLSTATE 22023); detail: owner is empty; hint: pass a name"
         );
+    }
+
+    #[test]
+    fn transient_errors_are_the_ones_retrying_can_fix() {
+        for code in [
+            "08006", "08001", "57P01", "57P02", "57P03", "57014", "40001", "40P01", "25006",
+            "53300", "53100",
+        ] {
+            assert!(
+                Error::from_server(server(code), None).is_transient(),
+                "{code}"
+            );
+        }
+        for code in [
+            "3F000", "42883", "42501", "22023", "22004", "55000", "XX000", "28000",
+        ] {
+            assert!(
+                !Error::from_server(server(code), None).is_transient(),
+                "{code}"
+            );
+        }
+        assert!(Error::Pool("timed out".to_owned()).is_transient());
+        assert!(!Error::config("lease", "zero").is_transient());
+        assert!(Error::from_server(server("57P01"), None).needs_new_connection());
+        assert!(Error::from_server(server("25006"), None).needs_new_connection());
+        assert!(!Error::from_server(server("40P01"), None).needs_new_connection());
     }
 
     #[test]

@@ -48,9 +48,35 @@ const MAX_BATCH: usize = 1000;
 const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The longest long poll the server takes (`wait` 0..1 hour).
 const MAX_POLL_WAIT: Duration = Duration::from_secs(3600);
-/// How long the claim loop waits before it tries again after a claim that was cancelled by
-/// `statement_timeout` or refused on a standby.
-const CLAIM_BACKOFF: Duration = Duration::from_secs(1);
+/// The first pause after a transient error of the claims or the heartbeat before the runner
+/// tries again (reconnecting where the connection broke); it doubles up to [`BACKOFF_MAX`] and
+/// starts over after a success (as the Python library does).
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+/// The longest pause between two tries.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// A capped exponential backoff: [`BACKOFF_FIRST`] doubling to [`BACKOFF_MAX`].
+#[derive(Debug)]
+struct Backoff(Duration);
+
+impl Backoff {
+    /// At the first pause.
+    fn new() -> Self {
+        Backoff(BACKOFF_FIRST)
+    }
+
+    /// The pause to take now; the next one is twice as long, at most [`BACKOFF_MAX`].
+    fn next(&mut self) -> Duration {
+        let now = self.0;
+        self.0 = (now * 2).min(BACKOFF_MAX);
+        now
+    }
+
+    /// After a success: the next pause is [`BACKOFF_FIRST`] again.
+    fn reset(&mut self) {
+        self.0 = BACKOFF_FIRST;
+    }
+}
 
 /// The error a handler returns; its `Display` text is what `work_fail` records.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
@@ -328,10 +354,19 @@ impl Worker {
     /// cancelled), releases the buffered items, lets running handlers finish for
     /// `shutdown_grace`, cancels the rest and releases their items, logs `exit` and returns.
     ///
-    /// Errors (after the same shutdown, with a grace of 0): the connection of the claims or of
-    /// the heartbeat failed ([`Error::Connection`]); a claim was rejected
-    /// ([`Error::InvalidArgument`] 22023, [`Error::NotPermitted`] 42501, ...). Items held then
-    /// are released where the pool still connects; the rest come back when their leases lapse.
+    /// A lost connection or a server restart does not end it: a claim or renew error that
+    /// retrying can fix ([`Error::is_transient`]: no SQLSTATE, class 08, 57P01/57P02/57P03,
+    /// 57014, 40001, 40P01, 25006, class 53) is logged `reconnect claim|heartbeat in <s>s
+    /// error=<text>` (warn), and the runner tries again after 0.5 s doubling to 30 s (reset after
+    /// a success), on a new connection where the old one broke (the heartbeat's `LISTEN`s
+    /// again). While the heartbeat is down no renew is made: leases may lapse, and fencing
+    /// decides. A finish, fail or release that fails is logged and its item left to its lease.
+    ///
+    /// Errors (after the same shutdown, with a grace of 0): the first connections failed
+    /// ([`Error::Connection`], not retried); a claim or renew was rejected with an error retrying
+    /// cannot fix ([`Error::InvalidArgument`] 22023, [`Error::NotPermitted`] 42501,
+    /// [`Error::Database`] 3F000 without the extension, ...). Items held then are released where
+    /// the pool still connects; the rest come back when their leases lapse.
     pub async fn run<H: Handler>(
         &self,
         handler: H,
@@ -391,10 +426,11 @@ async fn connect(
 struct Runner {
     settings: Arc<Settings>,
     shared: Arc<Shared>,
-    /// The claims' connection.
-    claimer: Arc<Client>,
-    /// Cancelled when the claims' connection ends.
-    claimer_closed: CancellationToken,
+    /// How the claims' connection connects (`application_name` `<name> claim`).
+    claim_config: tokio_postgres::Config,
+    /// The claims' connection, and a token cancelled when it ends; `None` after a transient
+    /// error that broke it, until the reconnect.
+    claimer: Option<Claimer>,
     /// The heartbeat task: renews, and ends with an error when its connection fails.
     heartbeat: JoinHandle<Result<()>>,
     /// Stops the heartbeat.
@@ -410,27 +446,23 @@ struct Buffered {
 }
 
 impl Runner {
-    /// Connects: the claims' connection, the heartbeat's (which `LISTEN`s), and the pool.
+    /// Connects: the claims' connection, the heartbeat's (which `LISTEN`s), and the pool. Their
+    /// `application_name`s are `<name> claim`, `<name> heartbeat` and `<name>`, where `<name>`
+    /// is the DSN's `application_name` (default `workfence`), so that an operator reading
+    /// `pg_stat_activity` tells them apart. A failure here ends `run` (not retried).
     async fn start(settings: Arc<Settings>) -> Result<Self> {
         let registry = Arc::new(Registry::default());
+        let name = settings
+            .config
+            .get_application_name()
+            .unwrap_or("workfence")
+            .to_owned();
         let mut claim_config = settings.config.clone();
-        if claim_config.get_application_name() == Some("workfence") {
-            claim_config.application_name("workfence claim");
-        }
-        let claimer_closed = CancellationToken::new();
-        let claimer = Arc::new(connect(&claim_config, None, claimer_closed.clone()).await?);
+        claim_config.application_name(format!("{name} claim"));
+        let claimer = connect_claimer(&claim_config).await?;
         let mut beat_config = settings.config.clone();
-        if beat_config.get_application_name() == Some("workfence") {
-            beat_config.application_name("workfence heartbeat");
-        }
-        let beat_closed = CancellationToken::new();
-        let beat = connect(
-            &beat_config,
-            Some(Arc::clone(&registry)),
-            beat_closed.clone(),
-        )
-        .await?;
-        beat.batch_execute("LISTEN work_lease_lost").await?;
+        beat_config.application_name(format!("{name} heartbeat"));
+        let beat = Beat::connect(&beat_config, &registry).await?;
         let manager = deadpool_postgres::Manager::from_config(
             settings.config.clone(),
             NoTls,
@@ -440,6 +472,8 @@ impl Runner {
         );
         let pool = deadpool_postgres::Pool::builder(manager)
             .max_size(settings.concurrency + 2)
+            // A connection that broke (server restart, network cut) is closed by its task;
+            // `RecyclingMethod::Fast` then drops it instead of handing it out again.
             .build()
             .map_err(|e| Error::Pool(e.to_string()))?;
         let shared = Arc::new(Shared {
@@ -450,7 +484,7 @@ impl Runner {
         let heartbeat_stop = CancellationToken::new();
         let heartbeat = tokio::spawn(heartbeat(
             beat,
-            beat_closed,
+            beat_config,
             Arc::clone(&shared),
             Arc::clone(&settings),
             heartbeat_stop.clone(),
@@ -458,16 +492,19 @@ impl Runner {
         Ok(Runner {
             settings,
             shared,
-            claimer,
-            claimer_closed,
+            claim_config,
+            claimer: Some(claimer),
             heartbeat,
             heartbeat_stop,
         })
     }
 
-    /// Starts one long-poll claim as a task of its own.
-    fn claim(&self, n: i32) -> JoinHandle<std::result::Result<Vec<Row>, tokio_postgres::Error>> {
-        let client = Arc::clone(&self.claimer);
+    /// Starts one long-poll claim on `client` as a task of its own.
+    fn claim(
+        &self,
+        client: Arc<Client>,
+        n: i32,
+    ) -> JoinHandle<std::result::Result<Vec<Row>, tokio_postgres::Error>> {
         let settings = Arc::clone(&self.settings);
         tokio::spawn(async move {
             let lease = settings.lease.as_secs_f64();
@@ -517,6 +554,9 @@ impl Runner {
         let mut buffer: VecDeque<Buffered> = VecDeque::new();
         let mut running: JoinSet<()> = JoinSet::new();
         let mut claiming: Option<JoinHandle<_>> = None;
+        // A reconnect of the claims' connection in flight.
+        let mut connecting: Option<JoinHandle<Result<Claimer>>> = None;
+        let mut backoff = Backoff::new();
         let mut retry_claim_at: Option<Instant> = None;
         let mut failure: Option<Error> = None;
         loop {
@@ -552,14 +592,27 @@ impl Runner {
             if failure.is_some() {
                 break;
             }
-            if claiming.is_none() && retry_claim_at.is_none_or(|at| at <= Instant::now()) {
+            if claiming.is_none()
+                && connecting.is_none()
+                && retry_claim_at.is_none_or(|at| at <= Instant::now())
+            {
                 retry_claim_at = None;
                 if let Some(n) = claim_size(
                     registry.len(),
                     self.settings.concurrency,
                     self.settings.batch_size,
                 ) {
-                    claiming = Some(self.claim(n));
+                    match &self.claimer {
+                        Some((client, closed)) if !closed.is_cancelled() => {
+                            claiming = Some(self.claim(Arc::clone(client), n));
+                        }
+                        _ => {
+                            self.claimer = None;
+                            let config = self.claim_config.clone();
+                            connecting =
+                                Some(tokio::spawn(async move { connect_claimer(&config).await }));
+                        }
+                    }
                 }
             }
             tokio::select! {
@@ -578,6 +631,7 @@ impl Runner {
                     claiming = None;
                     match rows {
                         Ok(Ok(rows)) => {
+                            backoff.reset();
                             if let Err(e) = self.take(rows, &mut buffer) {
                                 failure = Some(e);
                                 break;
@@ -585,16 +639,53 @@ impl Runner {
                         }
                         Ok(Err(e)) => {
                             let e = Error::from(e);
-                            if matches!(e, Error::Cancelled(..) | Error::ReadOnly(..)) {
-                                tracing::warn!(target: "workfence", "claim error={e}");
-                                retry_claim_at = Some(Instant::now() + CLAIM_BACKOFF);
-                            } else {
+                            if !e.is_transient() {
+                                tracing::error!(target: "workfence", "claim error={e}");
                                 failure = Some(e);
                                 break;
                             }
+                            let pause = backoff.next();
+                            let broken = self
+                                .claimer
+                                .as_ref()
+                                .is_none_or(|(_, closed)| closed.is_cancelled());
+                            if broken || e.needs_new_connection() {
+                                self.claimer = None;
+                                tracing::warn!(
+                                    target: "workfence",
+                                    "reconnect claim in {}s error={e}", pause.as_secs_f64()
+                                );
+                            } else {
+                                tracing::warn!(
+                                    target: "workfence",
+                                    "claim error={e} (again in {}s)", pause.as_secs_f64()
+                                );
+                            }
+                            retry_claim_at = Some(Instant::now() + pause);
                         }
                         Err(e) => {
                             failure = Some(Error::Pool(format!("the claim task failed: {e}")));
+                            break;
+                        }
+                    }
+                }
+                connected = async { connecting.as_mut().expect("guarded").await },
+                    if connecting.is_some() => {
+                    connecting = None;
+                    match connected {
+                        Ok(Ok(claimer)) => self.claimer = Some(claimer),
+                        // Any failure to connect is retried (the server may still be starting,
+                        // or refuse connections for a while); a fatal state shows in the claim.
+                        Ok(Err(e)) => {
+                            let pause = backoff.next();
+                            tracing::warn!(
+                                target: "workfence",
+                                "reconnect claim in {}s error={e}", pause.as_secs_f64()
+                            );
+                            retry_claim_at = Some(Instant::now() + pause);
+                        }
+                        Err(e) => {
+                            failure = Some(Error::Pool(format!("the connect task failed: {e}")));
                             break;
                         }
                     }
@@ -604,6 +695,10 @@ impl Runner {
                 () = tokio::time::sleep_until(retry_claim_at.unwrap_or_else(Instant::now)),
                     if retry_claim_at.is_some() => {}
             }
+        }
+        if let Some(connect) = connecting {
+            // A connect claims nothing: stop it at once.
+            connect.abort();
         }
         self.shut_down(buffer, running, claiming, failure.is_some())
             .await;
@@ -624,9 +719,11 @@ impl Runner {
         failed: bool,
     ) {
         if let Some(claim) = claiming {
-            if !self.claimer_closed.is_cancelled() {
-                if let Err(e) = self.claimer.cancel_token().cancel_query(NoTls).await {
-                    tracing::warn!(target: "workfence", "cancelling the claim: {e}");
+            if let Some((client, closed)) = &self.claimer {
+                if !closed.is_cancelled() {
+                    if let Err(e) = client.cancel_token().cancel_query(NoTls).await {
+                        tracing::warn!(target: "workfence", "cancelling the claim: {e}");
+                    }
                 }
             }
             match claim.await {
@@ -676,12 +773,52 @@ impl Runner {
     }
 }
 
+/// The claims' connection and a token cancelled when it ends.
+type Claimer = (Arc<Client>, CancellationToken);
+
+/// Connects the claims' connection.
+async fn connect_claimer(config: &tokio_postgres::Config) -> Result<Claimer> {
+    let closed = CancellationToken::new();
+    let client = connect(config, None, closed.clone()).await?;
+    Ok((Arc::new(client), closed))
+}
+
+/// The heartbeat's connection, `LISTEN`ing on [`LEASE_LOST_CHANNEL`], with the renew prepared.
+struct Beat {
+    client: Client,
+    /// Cancelled when the connection ends.
+    closed: CancellationToken,
+    /// [`RENEW_SQL`], prepared.
+    renew: tokio_postgres::Statement,
+}
+
+impl Beat {
+    /// Connects, prepares the renew and `LISTEN`s (last, so that `pg_stat_activity` shows the
+    /// `LISTEN` until the first renew).
+    async fn connect(config: &tokio_postgres::Config, registry: &Arc<Registry>) -> Result<Beat> {
+        let closed = CancellationToken::new();
+        let client = connect(config, Some(Arc::clone(registry)), closed.clone()).await?;
+        let renew = client.prepare(RENEW_SQL).await?;
+        client
+            .batch_execute(&format!("LISTEN {LEASE_LOST_CHANNEL}"))
+            .await?;
+        Ok(Beat {
+            client,
+            closed,
+            renew,
+        })
+    }
+}
+
 /// The heartbeat: every `lease / 3`, renews every held token it may (one statement on its own
 /// connection, which also carries the `LISTEN`); a refused renew marks the token lost and
-/// cancels its job. Ends with an error when its connection fails.
+/// cancels its job. When its connection breaks (or a renew raises a transient error) it
+/// reconnects with the backoff, `LISTEN`ing again; meanwhile no renew is made (an error is not a
+/// refusal: the jobs go on, and leases may lapse; fencing decides). Ends with an error only for
+/// a renew error that retrying cannot fix ([`Error::is_transient`]).
 async fn heartbeat(
-    client: Client,
-    closed: CancellationToken,
+    first: Beat,
+    config: tokio_postgres::Config,
     shared: Arc<Shared>,
     settings: Arc<Settings>,
     stop: CancellationToken,
@@ -690,23 +827,84 @@ async fn heartbeat(
     let lease = settings.lease.as_secs_f64();
     let mut ticks = interval_at(Instant::now() + period, period);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let renew = client.prepare(RENEW_SQL).await?;
+    let mut beat = Some(first);
+    let mut backoff = Backoff::new();
+    let mut reconnect_at = Instant::now();
     loop {
+        let closed = beat.as_ref().map(|b| b.closed.clone());
+        let down = beat.is_none();
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
-            () = closed.cancelled() => {
-                return Err(Error::Pool("the heartbeat's connection closed".to_owned()));
+            () = async { match &closed {
+                Some(closed) => closed.cancelled().await,
+                None => std::future::pending().await,
+            } } => {
+                beat = None;
+                let pause = backoff.next();
+                tracing::warn!(
+                    target: "workfence",
+                    "reconnect heartbeat in {}s error=the connection closed", pause.as_secs_f64()
+                );
+                reconnect_at = Instant::now() + pause;
+                continue;
+            }
+            () = tokio::time::sleep_until(reconnect_at), if down => {
+                let connected = tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    connected = Beat::connect(&config, &shared.registry) => connected,
+                };
+                match connected {
+                    Ok(connected) => {
+                        beat = Some(connected);
+                        backoff.reset();
+                    }
+                    Err(e) => {
+                        let pause = backoff.next();
+                        tracing::warn!(
+                            target: "workfence",
+                            "reconnect heartbeat in {}s error={e}", pause.as_secs_f64()
+                        );
+                        reconnect_at = Instant::now() + pause;
+                    }
+                }
+                continue;
             }
             _ = ticks.tick() => {}
         }
+        // While the connection is down, no renew is made.
+        let Some(current) = &beat else {
+            continue;
+        };
         let _gate = shared.registry.renew_gate.lock().await;
         let (ids, epochs) = shared.registry.renewable();
         if ids.is_empty() {
             continue;
         }
-        let rows = client
-            .query(&renew, &[&settings.owner, &ids, &epochs, &lease])
-            .await?;
+        let rows = match current
+            .client
+            .query(&current.renew, &[&settings.owner, &ids, &epochs, &lease])
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                let e = Error::from(e);
+                if !e.is_transient() {
+                    return Err(e);
+                }
+                if current.closed.is_cancelled() || e.needs_new_connection() {
+                    beat = None;
+                    let pause = backoff.next();
+                    tracing::warn!(
+                        target: "workfence",
+                        "reconnect heartbeat in {}s error={e}", pause.as_secs_f64()
+                    );
+                    reconnect_at = Instant::now() + pause;
+                } else {
+                    tracing::warn!(target: "workfence", "renew error={e}");
+                }
+                continue;
+            }
+        };
         for row in rows {
             let (id, epoch, renewed): (i64, i64, bool) =
                 (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
@@ -927,6 +1125,16 @@ mod tests {
             Worker::builder(dsn, "q").poll_wait(Duration::from_secs(3601)),
             "poll_wait",
         );
+    }
+
+    #[test]
+    fn the_backoff_doubles_from_half_a_second_to_thirty_and_starts_over() {
+        let mut b = Backoff::new();
+        let secs: Vec<f64> = (0..9).map(|_| b.next().as_secs_f64()).collect();
+        assert_eq!(secs, [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]);
+        b.reset();
+        assert_eq!(b.next(), Duration::from_millis(500));
+        assert_eq!(format!("{}s", Duration::from_secs(1).as_secs_f64()), "1s");
     }
 
     #[test]
