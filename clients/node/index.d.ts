@@ -248,11 +248,15 @@ export class Worker<P = any> {
   /**
    * Connects, claims and runs jobs until `stop()` (or SIGTERM/SIGINT), then shuts down: buffered
    * items released, running handlers given `shutdownGrace`, then aborted and released; logs `exit`.
-   * Rejects with the error that stopped it (after the shutdown, logging `exit error=<message>`
-   * instead of `exit`): a failed connection, a connection lost (a server restart: 57P01; run the
-   * worker under a supervisor that restarts it), a refused claim. A claim in a database without
-   * the extension (3F000, 42883) rejects with a `hint` naming `CREATE EXTENSION pg_workfence`.
-   * Callable once.
+   * A lost connection (a server restart 57P01, a failover, a network cut) does not end it: the
+   * claim and heartbeat connections are replaced after a backoff of 0.5 s doubling to 30 s (reset
+   * by a successful claim), logged `reconnect claim|heartbeat in <s>s error=<text>` at warn, for
+   * errors with no SQLSTATE, class 08, 57P01/57P02/57P03, 57014, 40001, 40P01, 25006 or class 53;
+   * `stop()` cuts the wait short. Rejects with the error that stopped it (after the shutdown,
+   * logging `exit error=<message>` instead of `exit`): a failure of the first connections (not
+   * retried), or an error with any other SQLSTATE, e.g. a refused claim (`NotPermitted`, 42501).
+   * A claim in a database without the extension (3F000, 42883) rejects with a `hint` naming
+   * `CREATE EXTENSION pg_workfence`. Callable once.
    */
   run(): Promise<void>;
   /** Begins the shutdown; resolves when `run()` has finished it. Idempotent. */

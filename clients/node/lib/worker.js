@@ -11,7 +11,9 @@ import os from 'node:os';
 import pg from 'pg';
 
 import { connectionConfig } from './dsn.js';
-import { Cancelled, InvalidArgument, LeaseLost, fromPgError } from './errors.js';
+import {
+  Cancelled, InvalidArgument, LeaseLost, WorkfenceError, fromPgError,
+} from './errors.js';
 import { leaseLostToken } from './notify.js';
 import { jsonText } from './operations.js';
 
@@ -182,6 +184,64 @@ function resultJson(value) {
   }
 }
 
+/** The first delay before a reconnect (seconds); it doubles up to {@link BACKOFF_MAX}. */
+const BACKOFF_FIRST = 0.5;
+/** The longest delay between reconnects (seconds). */
+const BACKOFF_MAX = 30;
+
+/**
+ * The server's SQLSTATE of an error, or null when the error did not come from the server (a
+ * refused or lost connection: node-postgres's own `Error`s, or a Node system error whose `code`
+ * is `ECONNREFUSED`, `EPIPE`, ..., never a SQLSTATE).
+ * @param {unknown} err
+ * @returns {string | null}
+ */
+function sqlstateOf(err) {
+  if (!err || typeof err !== 'object') return null;
+  const code = /** @type {any} */ (err).code;
+  if (typeof code !== 'string' || !/^[0-9A-Z]{5}$/.test(code)) return null;
+  return err instanceof pg.DatabaseError || err instanceof WorkfenceError ? code : null;
+}
+
+/** An error's text for a reconnect or settle line: its message, and its SQLSTATE if any. */
+function describe(err) {
+  const code = sqlstateOf(err);
+  return code ? `${errorText(err)} (${code})` : errorText(err);
+}
+
+/** SQLSTATEs that retrying can fix, besides the classes of {@link HEALING_CLASSES}. */
+const HEALING_CODES = new Set(['57014', '40001', '40P01', '25006']);
+/** SQLSTATE prefixes that retrying can fix: connection exception, 57P0x, insufficient resources. */
+const HEALING_CLASSES = ['08', '57P0', '53'];
+
+/**
+ * Whether an error of the runner's own connections can heal, so that the runner reconnects
+ * after a backoff instead of ending `run()` (clients/README.md, "When the loop itself fails"; the
+ * same list as the Python library's): no SQLSTATE (a refused, cut or lost connection), the
+ * connection class 08, 57P01/57P02/57P03 (admin or crash shutdown, not yet accepting
+ * connections: a server restart), 57014 (a statement cancelled by someone else), 40001 and 40P01
+ * (serialization failure, deadlock), 25006 (a read-only standby during a failover) and class 53
+ * (too many connections, out of memory or disk). Any other SQLSTATE (3F000 no extension, 42883,
+ * 42501 a missing grant, 28P01 a wrong password, ...) cannot heal.
+ * @param {unknown} err
+ * @returns {boolean}
+ */
+export function heals(err) {
+  const code = sqlstateOf(err);
+  if (code === null) return true;
+  return HEALING_CODES.has(code) || HEALING_CLASSES.some((prefix) => code.startsWith(prefix));
+}
+
+/**
+ * Whether, after `err` (one that {@link heals}), the connection is replaced by a new one: yes
+ * unless the session is known to be sound (40001, 40P01, 57014 end a statement, not the session).
+ * A read-only standby (25006) is left for a new connection, which may reach the promoted primary.
+ */
+function replaces(err) {
+  const code = sqlstateOf(err);
+  return !(code === '40001' || code === '40P01' || code === '57014');
+}
+
 /** SQLSTATEs of a claim in a database without the extension: no schema, no function. */
 const MISSING_EXTENSION = new Set(['3F000', '42883']);
 
@@ -204,7 +264,9 @@ function claimError(err) {
  * Connections: one `pg.Client` for the long-poll claims; one for the heartbeat's renews, which
  * also `LISTEN`s on `work_lease_lost`, cancels the long poll on shutdown and releases buffered
  * items; and a `pg.Pool` of `concurrency` connections for settling (finish, fail, release) and
- * for the jobs' fenced transactions.
+ * for the jobs' fenced transactions. A lost claim or heartbeat connection is replaced after a
+ * backoff (0.5 s doubling to 30 s, reset by a success) while the error {@link heals}; the pool
+ * replaces its own broken connections. The idea is the Python library's (clients/python).
  */
 export class Worker {
   /**
@@ -259,6 +321,11 @@ export class Worker {
     this._stopEarly = false; // stop() was called before run()
     this._closing = false; // run() is closing the connections
     this._stopped = deferred();
+    this._stopSignal = deferred(); // resolved by stop(): cuts backoff pauses and reconnects short
+    this._claimerDown = null; // the error that broke the claim connection, until it is replaced
+    this._beatDown = null; // the error that broke the heartbeat connection, until it is replaced
+    this._beatRestoring = null; // promise of the heartbeat's reconnect loop, while it runs
+    this._connected = false; // the first connections are up
   }
 
   /**
@@ -266,16 +333,21 @@ export class Worker {
    * SIGTERM or SIGINT), then shuts down: buffered items released at once, running handlers given
    * `shutdownGrace` seconds, then their signals aborted and their items released. Logs `exit`
    * last, or `exit error=<message>` (at error level) when it rejects, as the Rust library does.
-   * Callable once. It does not reconnect: a lost connection (a server restart, 57P01) ends it.
+   * Callable once. A lost connection (a server restart 57P01, a network cut, a failover) does
+   * not end it: the claim and heartbeat connections are replaced after a backoff of 0.5 s
+   * doubling to 30 s (logged `reconnect claim|heartbeat in <s>s error=<text>` at warn) while the
+   * error {@link heals}; what the runner held meanwhile may lapse and be claimed anew.
    *
    * @returns {Promise<void>} resolved after a clean shutdown
-   * @throws the error that stopped the runner (a failed or lost connection, a claim or renew
-   *   error; a pg_workfence SQLSTATE as its named error, e.g. {@link NotPermitted}; 3F000 or
-   *   42883 from a claim with a hint to CREATE EXTENSION pg_workfence), after the shutdown
+   * @throws the error that stopped the runner, after the shutdown: a failure of the first
+   *   connections (not retried: a wrong DSN shows at once), or a claim, renew or reconnect error
+   *   that cannot heal (a pg_workfence SQLSTATE as its named error, e.g. {@link NotPermitted}
+   *   42501; 3F000 or 42883 from a claim with a hint to CREATE EXTENSION pg_workfence; 28P01)
    */
   async run() {
     if (this._state !== 'new') throw new Error('Worker.run() may be called only once');
     this._state = this._stopEarly ? 'stopping' : 'running';
+    if (this._stopEarly) this._stopSignal.resolve();
     const onSignal = () => this.stop();
     if (this.handleSignals) {
       process.on('SIGTERM', onSignal);
@@ -292,6 +364,7 @@ export class Worker {
     } finally {
       this._closing = true;
       clearInterval(this._timer);
+      if (this._beatRestoring) await this._beatRestoring;
       if (this._renewing) await this._renewing;
       await this._close();
       if (this.handleSignals) {
@@ -318,9 +391,12 @@ export class Worker {
       this._stopEarly = true; // run() will shut down as soon as it has connected
     } else if (this._state === 'running') {
       this._state = 'stopping';
+      this._stopSignal.resolve();
       this._room?.resolve();
       if (this._polling && !this._cancel && this._beat) {
-        this._cancel = this._beat
+        // On the heartbeat's connection; on a pool connection while that one is being replaced.
+        const via = this._beatDown ? this._pool : this._beat;
+        this._cancel = via
           .query('SELECT pg_catalog.pg_cancel_backend($1)', [this._claimer.processID])
           .catch((err) => this.logger.error(`error cancelling the long poll: ${err.message}`));
       }
@@ -339,21 +415,147 @@ export class Worker {
     this.stop();
   }
 
+  /** The first connections: not retried (a wrong DSN or password ends run() at once). */
   async _connect() {
-    const onError = (err) => this._die(err);
-    this._claimer = new pg.Client(this._config);
-    this._claimer.on('error', onError);
-    this._beat = new pg.Client(this._config);
-    this._beat.on('error', onError);
-    this._beat.on('notification', (msg) => this._notified(msg));
     this._pool = new pg.Pool({ ...this._config, max: this.concurrency });
-    this._pool.on('error', (err) => this.logger.error(`error on an idle pool connection: ${err.message}`));
-    await Promise.all([
-      this._claimer.connect(),
-      this._beat.connect().then(() => this._beat.query('LISTEN work_lease_lost')),
-    ]);
+    // The pool drops a broken idle connection by itself and opens a new one when needed.
+    this._pool.on('error', (err) => this.logger.warn(`error on an idle pool connection: ${describe(err)}`));
+    const claimer = this._client('claim');
+    const beat = this._client('heartbeat');
+    this._claimer = claimer.client;
+    this._beat = beat.client;
+    await Promise.all([claimer.ready, beat.ready]);
+    this._connected = true;
     this._timer = setInterval(() => this._heartbeat(), (this.lease * 1000) / 3);
     this._timer.unref?.();
+  }
+
+  /**
+   * A new client for `which` ('claim' or 'heartbeat', which also LISTENs on work_lease_lost),
+   * and the promise of its connection. Its `error` and `end` events mark it broken while it is
+   * the runner's current one (later events of a replaced client are ignored; the listener stays,
+   * so that no `error` event is ever unhandled).
+   */
+  _client(which) {
+    const client = new pg.Client(this._config);
+    const broken = (err) => this._broken(which, client, err);
+    client.on('error', broken);
+    client.on('end', () => broken(new Error('Connection terminated')));
+    if (which === 'heartbeat') client.on('notification', (msg) => this._notified(msg));
+    const ready = client.connect()
+      .then(() => (which === 'heartbeat' ? client.query('LISTEN work_lease_lost') : null))
+      .then(() => client, (err) => {
+        client.end().catch(() => {});
+        throw err;
+      });
+    return { client, ready };
+  }
+
+  /**
+   * A new connected client for `which`, or null when stop() was called before it connected
+   * (the client is then closed): a reconnect never holds up a shutdown.
+   * @throws the connection's error
+   */
+  async _reconnect(which) {
+    const { client, ready } = this._client(which);
+    const stopped = this._stopSignal.promise.then(() => null);
+    const got = await Promise.race([ready, stopped]);
+    if (got === null) {
+      ready.then(() => client.end(), () => {}).catch(() => {});
+    }
+    return got;
+  }
+
+  /** An `error` or `end` event of a runner's client: if it is the current one, mark it broken. */
+  _broken(which, client, err) {
+    // Ends of our own connections while closing them; a failed first connect ends run() anyway.
+    if (this._closing || !this._connected) return;
+    if (which === 'claim') {
+      if (client === this._claimer && !this._claimerDown) this._claimerDown = err;
+    } else if (client === this._beat && !this._beatDown) {
+      this._beatDown = err;
+      this._restoreBeat();
+    }
+  }
+
+  /** Waits `seconds`, or less when stop() is called meanwhile. */
+  async _pause(seconds) {
+    let timer;
+    await Promise.race([
+      this._stopSignal.promise,
+      new Promise((resolve) => { timer = setTimeout(resolve, seconds * 1000); }),
+    ]);
+    clearTimeout(timer);
+  }
+
+  /**
+   * Replaces the claim connection after `err` (one that heals) once `delay` seconds have passed
+   * (cut short by stop()), again with doubled delays while reconnecting fails with errors that
+   * heal. Logs `reconnect claim in <s>s error=<text>` at warn before each wait.
+   * @returns {Promise<number>} the next delay, should the next claim fail again
+   * @throws a reconnect error that cannot heal (e.g. 28P01, 3D000)
+   */
+  async _recoverClaimer(err, delay) {
+    let error = err;
+    let next = delay;
+    for (;;) {
+      this.logger.warn(`reconnect claim in ${next}s error=${describe(error)}`);
+      await this._pause(next);
+      next = Math.min(next * 2, BACKOFF_MAX);
+      if (this._state !== 'running') return next;
+      if (!this._claimerDown && !replaces(error)) return next; // the session is sound: claim again
+      try {
+        const client = await this._reconnect('claim');
+        if (client === null) return next; // stopped meanwhile
+        const old = this._claimer;
+        this._claimer = client;
+        this._claimerDown = null;
+        old.end().catch(() => {});
+        return next;
+      } catch (reconnectErr) {
+        if (!heals(reconnectErr)) throw reconnectErr;
+        error = reconnectErr;
+      }
+    }
+  }
+
+  /**
+   * Replaces the heartbeat's connection (LISTENing again) in the background, with the same
+   * backoff as the claim connection, until it succeeds, the runner stops, or an error cannot
+   * heal (which stops the runner). Renews fail meanwhile (leases may lapse: fencing decides) and
+   * notifications are missed; the first renew after it tells which leases are still held.
+   */
+  _restoreBeat() {
+    if (this._beatRestoring || this._closing || this._state !== 'running') return;
+    this._beatRestoring = (async () => {
+      let error = this._beatDown;
+      let delay = BACKOFF_FIRST;
+      while (this._state === 'running') {
+        this.logger.warn(`reconnect heartbeat in ${delay}s error=${describe(error)}`);
+        await this._pause(delay);
+        delay = Math.min(delay * 2, BACKOFF_MAX);
+        if (this._state !== 'running') return;
+        try {
+          const client = await this._reconnect('heartbeat');
+          if (client === null) return;
+          const old = this._beat;
+          if (this._renewing) await this._renewing;
+          this._beat = client;
+          this._beatDown = null;
+          old.end().catch(() => {});
+          return;
+        } catch (err) {
+          if (!heals(err)) {
+            this._die(err);
+            return;
+          }
+          error = err;
+        }
+      }
+    })().finally(() => {
+      this._beatRestoring = null;
+      if (this._beatDown === null && this._state === 'running') this._heartbeat(); // renew now
+    });
   }
 
   /** Items held and not done with: buffered and running (lost handlers still occupy a slot). */
@@ -364,6 +566,7 @@ export class Worker {
   }
 
   async _claimLoop() {
+    let delay = BACKOFF_FIRST;
     while (this._state === 'running') {
       if (this._load() >= this.concurrency) {
         this._room = deferred();
@@ -371,7 +574,17 @@ export class Worker {
         this._room = null;
         continue;
       }
-      const rows = await this._claim();
+      let rows;
+      try {
+        if (this._claimerDown) throw this._claimerDown;
+        rows = await this._claim();
+      } catch (err) {
+        if (this._state !== 'running') break;
+        if (!heals(err)) throw err;
+        delay = await this._recoverClaimer(err, delay);
+        continue;
+      }
+      delay = BACKOFF_FIRST;
       for (const row of rows) {
         const held = new Held(row);
         this._held.set(held.id, held);
@@ -450,8 +663,10 @@ export class Worker {
       else if (held.controller.signal.reason instanceof Cancelled) await this._release(held, this._pool);
       else await this._fail(held, error);
     } catch (err) {
+      // The outcome is unknown (a lost connection) or the call was refused with an error: the
+      // item stays claimed until its lease lapses, then a claim takes it again (next attempt).
       held.status = 'abandoned';
-      this.logger.error(`error settling id=${held.id} epoch=${held.epoch}: ${err.message}`);
+      this.logger.error(`settle id=${held.id} epoch=${held.epoch} error=${describe(err)}`);
     } finally {
       this._forget(held);
     }
@@ -466,7 +681,7 @@ export class Worker {
    */
   async _settleQuery(text, values) {
     const parked = this._state === 'running' && this._room !== null && !this._polling
-      && !this._claimerInUse;
+      && !this._claimerInUse && !this._claimerDown;
     try {
       if (!parked) return await this._pool.query(text, values);
       this._claimerInUse = true;
@@ -549,10 +764,16 @@ export class Worker {
 
   /** Every lease/3: renew every live, renewable item in one statement on the heartbeat client. */
   _heartbeat() {
-    if (this._renewing || !this._beat || this._state === 'stopped') return;
+    if (this._renewing || !this._beat || this._state === 'stopped' || this._closing) return;
     const items = [...this._held.values()].filter((h) => h.live && h.renewing && !h.inTransaction);
     if (items.length === 0) return;
-    this._renewing = this._beat.query(RENEW_SQL,
+    if (this._beatDown) {
+      // Being replaced: no renew now (not a refusal). The leases may lapse; fencing decides.
+      for (const held of items) this.logger.warn(`renew id=${held.id} error=${describe(this._beatDown)}`);
+      return;
+    }
+    const beat = this._beat;
+    this._renewing = beat.query(RENEW_SQL,
       [this.owner, this.lease, items.map((h) => h.id), items.map((h) => h.epoch)])
       .then(({ rows }) => {
         rows.forEach(({ renewed }, i) => {
@@ -565,7 +786,18 @@ export class Worker {
             this._lose(held, 'renew refused');
           }
         });
-      }, (err) => this._die(err))
+      }, (err) => {
+        if (!heals(err)) {
+          this._die(err);
+          return;
+        }
+        // A renew that errs is not a refusal: the handlers go on; the next round tries again.
+        for (const held of items) this.logger.warn(`renew id=${held.id} error=${describe(err)}`);
+        if (replaces(err) && beat === this._beat && !this._beatDown) {
+          this._beatDown = err;
+          this._restoreBeat();
+        }
+      })
       .finally(() => { this._renewing = null; });
   }
 
@@ -637,7 +869,8 @@ export class Worker {
     const waiting = this._buffer.filter((h) => h.status === 'buffered');
     this._buffer = [];
     for (const held of waiting) held.status = 'releasing';
-    for (const held of waiting) await this._settleAtShutdown(held, this._beat);
+    const via = this._beatDown ? this._pool : this._beat;
+    for (const held of waiting) await this._settleAtShutdown(held, via);
 
     const running = [...this._running];
     if (running.length > 0) {
@@ -669,7 +902,7 @@ export class Worker {
       await this._release(held, client ?? this._pool);
     } catch (err) {
       held.status = 'abandoned';
-      this.logger.error(`error releasing id=${held.id} epoch=${held.epoch}: ${err.message}`);
+      this.logger.error(`release id=${held.id} epoch=${held.epoch} error=${describe(err)}`);
     } finally {
       this._forget(held);
     }

@@ -4,11 +4,14 @@ import assert from 'node:assert/strict';
 import os from 'node:os';
 import { test } from 'node:test';
 
+import pg from 'pg';
+
 import {
   Cancelled, ERRORS_BY_SQLSTATE, InvalidArgument, LeaseLost, NoTransaction, NotPermitted,
   NullArgument, ReadOnly, SerializationFailure, UndefinedObject, Worker, WorkfenceError,
   connectionConfig, defaultOwner, fromPgError, leaseLostToken,
 } from '../index.js';
+import { heals } from '../lib/worker.js';
 
 test('every SQLSTATE of clients/README.md maps to its named error class', () => {
   const expected = {
@@ -167,4 +170,23 @@ test('run() may be called only once', async () => {
     handleSignals: false, logger: { debug() {}, info() {}, warn() {}, error() {} } });
   await assert.rejects(w.run()); // nothing listens on port 1
   await assert.rejects(w.run(), /only once/);
+});
+
+test('heals: connection errors and the retried SQLSTATEs heal, any other SQLSTATE does not', () => {
+  /** A server error as node-postgres makes it (a pg.DatabaseError with the SQLSTATE). */
+  const server = (code) => Object.assign(new pg.DatabaseError(`server ${code}`, 0, 'error'), { code });
+  // No SQLSTATE: a lost or refused connection (node-postgres's own errors, Node system errors).
+  assert.equal(heals(new Error('Connection terminated unexpectedly')), true);
+  assert.equal(heals(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })), true);
+  assert.equal(heals(Object.assign(new Error('write EPIPE'), { code: 'EPIPE' })), true); // 5 letters, not a SQLSTATE
+  for (const code of ['08006', '08003', '08P01', '57P01', '57P02', '57P03', '57014', '40001', '40P01',
+    '25006', '53300', '53100', '53200']) {
+    assert.equal(heals(server(code)), true, code);
+    assert.equal(heals(fromPgError(server(code))), true, `${code} mapped`);
+  }
+  for (const code of ['3F000', '42883', '42501', '22023', '22004', '28P01', '3D000', '55000', '57000', 'XX000']) {
+    assert.equal(heals(server(code)), false, code);
+    assert.equal(heals(fromPgError(server(code))), false, `${code} mapped`);
+  }
+  assert.equal(heals(new InvalidArgument('bad', { code: '22023' })), false);
 });

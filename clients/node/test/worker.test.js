@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 
 import {
-  Cancelled, LeaseLost, ReadOnly, Worker, connectionConfig, enqueue,
+  Cancelled, LeaseLost, NotPermitted, Worker, connectionConfig, enqueue,
 } from '../index.js';
 import { connect, freshQueue, gate, itemRow, recordingLogger, testDsn, waitFor } from './helpers.js';
 
@@ -390,18 +390,6 @@ test('never more than concurrency - 1 + batchSize items are held, and concurrenc
   assert.ok(heldMost <= 4 && heldMost >= 3, `held at most ${heldMost}`);
 });
 
-test('run() rejects with the named error when the claim is refused, after closing, and logs exit error=', async () => {
-  // A read-only session: work_claim's update is refused with 25006, as on a hot standby.
-  const dsn = { ...connectionConfig(testDsn()), options: '-c default_transaction_read_only=on' };
-  const { w, logger } = worker(freshQueue(), async () => null, { dsn });
-  const err = await w.run().then(() => null, (e) => e);
-  assert.ok(err instanceof ReadOnly, String(err));
-  assert.equal(err.code, '25006');
-  assert.ok(logger.has(/^error code=25006 /));
-  assert.deepEqual(logger.lines.at(-1), { level: 'error', message: `exit error=${err.message}` });
-  assert.ok(!logger.has(/^exit$/));
-});
-
 test('a result that is not JSON (a BigInt, a cycle) fails the item with the serialisation error', async () => {
   const queue = freshQueue();
   const circular = { a: 1 };
@@ -480,27 +468,6 @@ test('a database without the extension: the claim\'s error hints at CREATE EXTEN
   }
 });
 
-test('a lost connection (the backend terminated, 57P01) ends run() with the error and logs exit error=', async () => {
-  const queue = freshQueue();
-  const { w, logger } = worker(queue, async () => null,
-    { pollWait: 600, dsn: `${testDsn()} application_name=${queue}` });
-  const running = start(w);
-  await waitFor('the long poll waiting', async () => {
-    const { rows } = await db.query(
-      `SELECT count(*)::int AS n FROM pg_catalog.pg_stat_activity
-        WHERE application_name = $1 AND state = 'active' AND query LIKE '%work_claim%'`, [queue]);
-    return rows[0].n === 1;
-  });
-  // What a server restart does to every session: terminate them (57P01).
-  await db.query(
-    'SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE application_name = $1',
-    [queue]);
-  const err = await running.then(() => null, (e) => e);
-  assert.ok(err instanceof Error, 'run() rejected');
-  assert.ok(logger.has(/^error (code=57P01 )?/), logger.messages().join('\n'));
-  assert.deepEqual(logger.lines.at(-1), { level: 'error', message: `exit error=${err.message}` });
-});
-
 test('with handleSignals, SIGTERM stops run() and the handlers are removed afterwards', async () => {
   const queue = freshQueue();
   const before = process.listenerCount('SIGTERM');
@@ -514,4 +481,131 @@ test('with handleSignals, SIGTERM stops run() and the handlers are removed after
   assert.equal(process.listenerCount('SIGTERM'), before);
   assert.equal(process.listenerCount('SIGINT'), beforeInt);
   assert.equal(logger.messages().at(-1), 'exit');
+});
+
+// ------------------------------------------------------------- when the loop itself fails
+
+/** Backend pids of the worker whose connections carry application_name `name`. */
+async function backends(name) {
+  const { rows } = await db.query(
+    `SELECT pid FROM pg_catalog.pg_stat_activity
+      WHERE application_name = $1 AND pid <> pg_catalog.pg_backend_pid()`, [name]);
+  return rows.map((r) => r.pid);
+}
+
+/** Whether the worker named `name` waits in its long poll. */
+async function polling(name) {
+  const { rows } = await db.query(
+    `SELECT count(*)::int AS n FROM pg_catalog.pg_stat_activity
+      WHERE application_name = $1 AND state = 'active' AND query LIKE '%work_claim%'`, [name]);
+  return rows[0].n === 1;
+}
+
+/** What a server restart does to every session of the worker: terminate them (57P01). */
+async function terminate(name) {
+  const pids = await backends(name);
+  assert.ok(pids.length >= 1, 'the worker has connections to terminate');
+  await db.query('SELECT pg_catalog.pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid', [pids]);
+  return pids;
+}
+
+test('sessions terminated in the long poll (57P01): the runner reconnects and works items enqueued afterwards', async () => {
+  const queue = freshQueue();
+  const done = [];
+  const { w, logger } = worker(queue, async (job) => { done.push(job.payload.n); return { n: job.payload.n }; },
+    { pollWait: 600, dsn: `${testDsn()} application_name=${queue}` });
+  const running = start(w);
+  let settled = false;
+  running.then(() => { settled = true; }, () => { settled = true; });
+  await waitFor('the long poll waiting', () => polling(queue));
+  const killed = await terminate(queue);
+  await waitFor('the claim connection replaced', async () => logger.has(/^reconnect claim in 0\.5s error=/)
+    && (await backends(queue)).some((pid) => !killed.includes(pid)) && await polling(queue));
+  await waitFor('the heartbeat reconnected', () => logger.has(/^reconnect heartbeat in 0\.5s error=/));
+  const id = (await enqueue(db, queue, { n: 3 })).id;
+  await waitFor('the item enqueued afterwards done', async () => (await itemRow(db, id)).state === 'done');
+  assert.deepEqual(done, [3]);
+  assert.equal(settled, false, 'run() is still running');
+  assert.ok(logger.lines.filter((l) => /^reconnect /.test(l.message)).every((l) => l.level === 'warn'));
+  await w.stop();
+  await running; // resolves: no rejection
+  assert.equal(logger.messages().at(-1), 'exit');
+  assert.ok(!logger.has(/^exit error=/), logger.messages().join('\n'));
+});
+
+test('sessions terminated while a job runs: the job\'s item is still done once, later items too, run() does not reject', async () => {
+  const queue = freshQueue();
+  const first = gate();
+  let started = 0;
+  const { w, logger } = worker(queue, async (job) => {
+    started += 1;
+    if (job.payload.n === 1 && job.attempt === 1) await first.promise;
+    return { n: job.payload.n };
+  }, { lease: 2, dsn: `${testDsn()} application_name=${queue}` });
+  const running = start(w);
+  const id1 = (await enqueue(db, queue, { n: 1 })).id;
+  await waitFor('the job running', () => started === 1);
+  await terminate(queue);
+  // The job finishes after every session it had was lost: its finish goes to a new connection,
+  // or (if it was sent on the dead one) the item lapses and is claimed again.
+  await waitFor('the heartbeat reconnecting', () => logger.has(/^reconnect heartbeat in /));
+  first.open();
+  await waitFor('the first item done', async () => (await itemRow(db, id1)).state === 'done', 20);
+  const id2 = (await enqueue(db, queue, { n: 2 })).id;
+  await waitFor('the item enqueued afterwards done', async () => (await itemRow(db, id2)).state === 'done', 20);
+  const row1 = await itemRow(db, id1);
+  assert.deepEqual(row1.result, { n: 1 });
+  await w.stop();
+  await running;
+  assert.equal(logger.messages().at(-1), 'exit');
+});
+
+test('stop() during a reconnect backoff returns at once, not after the backoff', async () => {
+  const queue = freshQueue();
+  const { w, logger } = worker(queue, async () => null,
+    { pollWait: 600, dsn: `${testDsn()} application_name=${queue}` });
+  const running = start(w);
+  // No claim succeeds in between (the long poll never returns), so each loss doubles the delay:
+  // 0.5, 1, 2, 4, then 8 s.
+  for (const delay of ['0\\.5', '1', '2', '4', '8']) {
+    await waitFor('the long poll waiting', () => polling(queue), 20);
+    await terminate(queue);
+    await waitFor(`reconnect claim in ${delay}s`, () => logger.has(new RegExp(`^reconnect claim in ${delay}s error=`)), 20);
+  }
+  const began = Date.now();
+  await w.stop();
+  await running;
+  assert.ok(Date.now() - began < 4000, `stop() took ${Date.now() - began} ms during an 8 s backoff`);
+  assert.equal(logger.messages().at(-1), 'exit');
+});
+
+test('a read-only session (25006, a standby during failover) is retried, not fatal; stop() ends run() cleanly', async () => {
+  // A read-only session: work_claim's update is refused with 25006, as on a hot standby.
+  const dsn = { ...connectionConfig(testDsn()), options: '-c default_transaction_read_only=on' };
+  const { w, logger } = worker(freshQueue(), async () => null, { dsn });
+  const running = start(w);
+  await waitFor('two retries', () => logger.lines.filter(
+    (l) => l.level === 'warn' && /^reconnect claim in (0\.5|1)s error=.*\(25006\)$/.test(l.message)).length === 2);
+  await w.stop();
+  await running;
+  assert.equal(logger.messages().at(-1), 'exit');
+  assert.ok(!logger.has(/^exit error=/));
+});
+
+test('an error retrying cannot fix (42501, no grant) still ends run() with the named error and exit error=', async () => {
+  const role = `workfence_node_nogrant_${randomBytes(4).toString('hex')}`;
+  await db.query(`CREATE ROLE ${role} NOLOGIN`);
+  try {
+    // The session acts as a role without any right on the schema workfence.
+    const dsn = { ...connectionConfig(testDsn()), options: `-c role=${role}` };
+    const { w, logger } = worker(freshQueue(), async () => null, { dsn });
+    const err = await w.run().then(() => null, (e) => e);
+    assert.ok(err instanceof NotPermitted, String(err));
+    assert.equal(err.code, '42501');
+    assert.ok(logger.has(/^error code=42501 /), logger.messages().join('\n'));
+    assert.ok(!logger.has(/^reconnect /), 'not retried');
+    assert.deepEqual(logger.lines.at(-1), { level: 'error', message: `exit error=${err.message}` });
+  } finally {
+    await db.query(`DROP ROLE IF EXISTS ${role}`);
+  }
 });
