@@ -667,7 +667,7 @@ async def test_a_terminated_claim_connection_is_reconnected(
             (queue,),
         )
         await eventually(
-            lambda: _truthy([x for x in lines if x.startswith("claim error=")])(),
+            lambda: _truthy([x for x in lines if x.startswith("reconnect claim in ")])(),
             "the failed claim logged",
         )
         made = await workfence.enqueue(db, queue)

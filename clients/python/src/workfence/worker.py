@@ -539,9 +539,10 @@ class Worker:
             try:
                 rows = await self._claim()
             except (psycopg.Error, WorkfenceError) as error:
-                log.error("claim error=%s", error)
                 if not _heals(error):
+                    log.error("claim error=%s", error)
                     raise  # run() shuts down and ends with it
+                log.warning("reconnect claim in %ss error=%s", backoff, error)
                 await self._pause(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX)
                 await self._reconnect_claim()
