@@ -195,18 +195,7 @@ async fn terminated_connections_are_reconnected_while_idle_and_while_a_job_runs(
         .await
         .expect("the job starts")
         .expect("a job");
-    common::wait_for("the lease to lapse", || async {
-        let lapsed: bool = c
-            .query_one(
-                "SELECT lease_until < clock_timestamp() FROM workfence.items WHERE id = $1",
-                &[&id],
-            )
-            .await
-            .expect("lease")
-            .get(0);
-        lapsed.then_some(())
-    })
-    .await;
+    common::wait_lease_lapsed(&c, id).await;
     let ours = c
         .query_one(
             "SELECT id, epoch FROM workfence.work_claim($1, 'tests/reconnect', interval '1 minute')",

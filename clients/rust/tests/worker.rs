@@ -302,18 +302,7 @@ async fn a_lease_lost_notification_cancels_the_job_and_nothing_is_settled() {
         .expect("the job starts")
         .expect("a job");
     // Its lease lapses (no renews), then another claim under the SAME owner name takes it.
-    common::wait_for("the lease to lapse", || async {
-        let lapsed: bool = c
-            .query_one(
-                "SELECT lease_until < clock_timestamp() FROM workfence.items WHERE id = $1",
-                &[&id],
-            )
-            .await
-            .expect("lease")
-            .get(0);
-        lapsed.then_some(())
-    })
-    .await;
+    common::wait_lease_lapsed(&c, id).await;
     let ours = c
         .query_one(
             "SELECT id, epoch FROM workfence.work_claim($1, 'tests/shared-owner', interval '1 minute')",

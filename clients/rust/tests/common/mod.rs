@@ -133,3 +133,19 @@ impl tracing::Subscriber for Capture {
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
 }
+
+/// Waits until item `id`'s lease has lapsed on the server's clock (`lease_until` passed).
+pub async fn wait_lease_lapsed(c: &Client, id: i64) {
+    wait_for("the lease to lapse", || async {
+        let lapsed: bool = c
+            .query_one(
+                "SELECT lease_until < clock_timestamp() FROM workfence.items WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .expect("lease")
+            .get(0);
+        lapsed.then_some(())
+    })
+    .await;
+}
