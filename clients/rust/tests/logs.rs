@@ -3,34 +3,8 @@
 
 mod common;
 
-use std::time::Duration;
-
 use serde_json::Value;
-use tokio_postgres::Client;
-use workfence::{EnqueueOptions, Job, Worker};
-
-/// Enqueues `n` items `{"n": i}` with keys `k1..kn` and `max_attempts`.
-async fn enqueue_n(c: &Client, queue: &str, n: i64, max_attempts: i32) {
-    for i in 1..=n {
-        workfence::enqueue(
-            c,
-            queue,
-            &serde_json::json!({ "n": i }),
-            &EnqueueOptions::default()
-                .key(format!("k{i}"))
-                .max_attempts(max_attempts),
-        )
-        .await
-        .expect("enqueue");
-    }
-}
-
-/// A worker on `queue` with short timings for tests.
-fn worker(queue: &str) -> workfence::WorkerBuilder {
-    Worker::builder(common::dsn(), queue)
-        .owner("tests/shared-owner")
-        .poll_wait(Duration::from_secs(1))
-}
+use workfence::Job;
 
 #[test]
 fn the_log_lines_are_the_common_specs() {
@@ -45,8 +19,8 @@ fn the_log_lines_are_the_common_specs() {
     runtime.block_on(async {
         let c = common::connect().await;
         let queue = common::unique("w_logs");
-        enqueue_n(&c, &queue, 2, 1).await;
-        let w = worker(&queue).build().expect("build");
+        common::enqueue_n(&c, &queue, 2, 1).await;
+        let w = common::worker(&queue).build().expect("build");
         let handle = w.handle();
         let run = async {
             w.run(

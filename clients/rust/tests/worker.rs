@@ -10,31 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, Barrier};
-use tokio_postgres::Client;
 use workfence::{CancellationToken, EnqueueOptions, Error, Job, Worker};
-
-/// Enqueues `n` items `{"n": i}` with keys `k1..kn` and `max_attempts`.
-async fn enqueue_n(c: &Client, queue: &str, n: i64, max_attempts: i32) {
-    for i in 1..=n {
-        workfence::enqueue(
-            c,
-            queue,
-            &json!({ "n": i }),
-            &EnqueueOptions::default()
-                .key(format!("k{i}"))
-                .max_attempts(max_attempts),
-        )
-        .await
-        .expect("enqueue");
-    }
-}
-
-/// A worker on `queue` with short timings for tests.
-fn worker(queue: &str) -> workfence::WorkerBuilder {
-    Worker::builder(common::dsn(), queue)
-        .owner("tests/shared-owner")
-        .poll_wait(Duration::from_secs(1))
-}
 
 /// Runs `worker` with `handler` in a task; returns the stop handle and the task.
 fn spawn<H: workfence::Handler>(
@@ -63,8 +39,8 @@ async fn stop(handle: workfence::Handle, task: tokio::task::JoinHandle<workfence
 async fn every_job_is_finished_with_the_handlers_value() {
     let c = common::connect().await;
     let queue = common::unique("w_values");
-    enqueue_n(&c, &queue, 12, 25).await;
-    let w = worker(&queue)
+    common::enqueue_n(&c, &queue, 12, 25).await;
+    let w = common::worker(&queue)
         .concurrency(2)
         .batch_size(3)
         .build()
@@ -102,28 +78,31 @@ async fn the_fenced_transaction_commits_the_handlers_writes_with_the_finish() {
     ))
     .await
     .expect("table");
-    enqueue_n(&c, &queue, 5, 25).await;
+    common::enqueue_n(&c, &queue, 5, 25).await;
     let insert = format!("INSERT INTO public.{table} (item_id, epoch, output) VALUES ($1, $2, $3)");
-    let (handle, task) = spawn(worker(&queue).build().expect("build"), move |job: Job| {
-        let insert = insert.clone();
-        async move {
-            let n = job.payload["n"].as_i64().ok_or("no n")?;
-            let tx = job.transaction().await?;
-            tx.execute(insert.as_str(), &[&job.id, &job.epoch, &(n * n)])
-                .await?;
-            if n == 3 {
-                // Rolled back: the write is not kept, and the job goes on.
-                tx.rollback().await?;
+    let (handle, task) = spawn(
+        common::worker(&queue).build().expect("build"),
+        move |job: Job| {
+            let insert = insert.clone();
+            async move {
+                let n = job.payload["n"].as_i64().ok_or("no n")?;
                 let tx = job.transaction().await?;
-                tx.execute(insert.as_str(), &[&job.id, &job.epoch, &-1_i64])
+                tx.execute(insert.as_str(), &[&job.id, &job.epoch, &(n * n)])
                     .await?;
-                tx.finish(Some(json!({ "output": -1 }))).await?;
-            } else {
-                tx.finish(Some(json!({ "output": n * n }))).await?;
+                if n == 3 {
+                    // Rolled back: the write is not kept, and the job goes on.
+                    tx.rollback().await?;
+                    let tx = job.transaction().await?;
+                    tx.execute(insert.as_str(), &[&job.id, &job.epoch, &-1_i64])
+                        .await?;
+                    tx.finish(Some(json!({ "output": -1 }))).await?;
+                } else {
+                    tx.finish(Some(json!({ "output": n * n }))).await?;
+                }
+                Ok(None)
             }
-            Ok(None)
-        }
-    });
+        },
+    );
     common::wait_for_all(&c, &queue, "done", 5).await;
     stop(handle, task).await;
     let rows = c
@@ -164,10 +143,10 @@ async fn the_fenced_transaction_commits_the_handlers_writes_with_the_finish() {
 async fn a_failing_handler_is_failed_with_its_error_and_the_retry_policys_delay() {
     let c = common::connect().await;
     let queue = common::unique("w_fail");
-    enqueue_n(&c, &queue, 2, 2).await;
+    common::enqueue_n(&c, &queue, 2, 2).await;
     let asked = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&asked);
-    let w = worker(&queue)
+    let w = common::worker(&queue)
         .retry(move |attempt, error| {
             seen.lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -220,9 +199,9 @@ async fn a_failing_handler_is_failed_with_its_error_and_the_retry_policys_delay(
 async fn without_a_retry_policy_the_server_backs_off() {
     let c = common::connect().await;
     let queue = common::unique("w_backoff");
-    enqueue_n(&c, &queue, 1, 5).await;
+    common::enqueue_n(&c, &queue, 1, 5).await;
     let (handle, task) = spawn(
-        worker(&queue).build().expect("build"),
+        common::worker(&queue).build().expect("build"),
         |_job: Job| async move { Err::<Option<Value>, _>("no".into()) },
     );
     let item = common::wait_for("the first failure", || async {
@@ -292,7 +271,7 @@ async fn a_lease_lost_notification_cancels_the_job_and_nothing_is_settled() {
     .await
     .expect("enqueue");
     let (mut parked_jobs, handler) = parked(true);
-    let w = worker(&queue)
+    let w = common::worker(&queue)
         .lease(Duration::from_secs(1))
         .build()
         .expect("build");
@@ -367,7 +346,7 @@ async fn a_refused_renew_cancels_the_job() {
     .await
     .expect("enqueue");
     let (mut parked_jobs, handler) = parked(false);
-    let w = worker(&queue)
+    let w = common::worker(&queue)
         .lease(Duration::from_millis(1500))
         .build()
         .expect("build");
@@ -398,21 +377,25 @@ async fn a_refused_renew_cancels_the_job() {
 async fn a_transaction_for_a_dead_token_is_lease_lost_and_nothing_is_written() {
     let c = Arc::new(common::connect().await);
     let queue = common::unique("w_dead");
-    enqueue_n(&c, &queue, 1, 3).await;
+    common::enqueue_n(&c, &queue, 1, 3).await;
     let (sender, mut outcomes) = mpsc::unbounded_channel();
     let (side, q) = (Arc::clone(&c), queue.clone());
-    let (handle, task) = spawn(worker(&queue).build().expect("build"), move |job: Job| {
-        let (side, q, sender) = (Arc::clone(&side), q.clone(), sender.clone());
-        async move {
-            // The operator cancels the item while the job runs (before any renew).
-            workfence::cancel(&*side, &q, &job.key).await?;
-            let outcome = job.transaction().await.map(|_| ());
-            let lost = matches!(&outcome, Err(e) if e.is_lease_lost() && e.code() == Some("55000"));
-            sender.send(lost).map_err(|e| e.to_string())?;
-            outcome?;
-            Ok(Some(json!("unreachable")))
-        }
-    });
+    let (handle, task) = spawn(
+        common::worker(&queue).build().expect("build"),
+        move |job: Job| {
+            let (side, q, sender) = (Arc::clone(&side), q.clone(), sender.clone());
+            async move {
+                // The operator cancels the item while the job runs (before any renew).
+                workfence::cancel(&*side, &q, &job.key).await?;
+                let outcome = job.transaction().await.map(|_| ());
+                let lost =
+                    matches!(&outcome, Err(e) if e.is_lease_lost() && e.code() == Some("55000"));
+                sender.send(lost).map_err(|e| e.to_string())?;
+                outcome?;
+                Ok(Some(json!("unreachable")))
+            }
+        },
+    );
     let lost = tokio::time::timeout(common::DEADLINE, outcomes.recv())
         .await
         .expect("the handler ran")
@@ -438,9 +421,9 @@ async fn a_transaction_for_a_dead_token_is_lease_lost_and_nothing_is_written() {
 async fn handlers_run_at_once_up_to_concurrency() {
     let c = common::connect().await;
     let queue = common::unique("w_concurrency");
-    enqueue_n(&c, &queue, 3, 1).await;
+    common::enqueue_n(&c, &queue, 3, 1).await;
     let barrier = Arc::new(Barrier::new(3));
-    let w = worker(&queue)
+    let w = common::worker(&queue)
         .concurrency(3)
         .batch_size(1)
         .build()
@@ -462,7 +445,7 @@ async fn handlers_run_at_once_up_to_concurrency() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_ends_an_idle_long_poll_at_once() {
     let queue = common::unique("w_idle");
-    let w = worker(&queue)
+    let w = common::worker(&queue)
         .poll_wait(Duration::from_secs(60))
         .build()
         .expect("build");
@@ -505,7 +488,7 @@ async fn shutdown_releases_the_buffer_and_after_the_grace_the_running_job() {
         .expect("enqueue");
     }
     let (mut parked_jobs, handler) = parked(false);
-    let w = worker(&queue)
+    let w = common::worker(&queue)
         .batch_size(3)
         .shutdown_grace(Duration::from_millis(300))
         .build()
@@ -547,11 +530,11 @@ async fn shutdown_releases_the_buffer_and_after_the_grace_the_running_job() {
 async fn a_job_that_ends_within_the_grace_is_finished() {
     let c = common::connect().await;
     let queue = common::unique("w_grace");
-    enqueue_n(&c, &queue, 1, 3).await;
+    common::enqueue_n(&c, &queue, 1, 3).await;
     let (started_tx, started) = oneshot::channel::<()>();
     let (go, go_rx) = oneshot::channel::<()>();
     let slots = Arc::new(Mutex::new((Some(started_tx), Some(go_rx))));
-    let w = worker(&queue)
+    let w = common::worker(&queue)
         .shutdown_grace(Duration::from_secs(20))
         .build()
         .expect("build");

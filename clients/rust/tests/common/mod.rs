@@ -149,3 +149,26 @@ pub async fn wait_lease_lapsed(c: &Client, id: i64) {
     })
     .await;
 }
+
+/// Enqueues `n` items `{"n": i}` with keys `k1..kn` and `max_attempts`.
+pub async fn enqueue_n(c: &Client, queue: &str, n: i64, max_attempts: i32) {
+    for i in 1..=n {
+        workfence::enqueue(
+            c,
+            queue,
+            &serde_json::json!({ "n": i }),
+            &workfence::EnqueueOptions::default()
+                .key(format!("k{i}"))
+                .max_attempts(max_attempts),
+        )
+        .await
+        .expect("enqueue");
+    }
+}
+
+/// A worker on `queue` with short timings for tests (owner `tests/shared-owner`, a 1 s poll).
+pub fn worker(queue: &str) -> workfence::WorkerBuilder {
+    workfence::Worker::builder(dsn(), queue)
+        .owner("tests/shared-owner")
+        .poll_wait(Duration::from_secs(1))
+}
