@@ -8,7 +8,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::generation::floor_at;
+    use crate::generation::{floor_at, EPOCHS_PER_MS};
     use crate::pgrx_tests::helpers::{claim, enqueue};
 
     /// The trigger `items_sequence_floor` computes the floor in SQL from the
@@ -27,10 +27,34 @@ mod tests {
         assert_eq!(sql, floor_at(start));
     }
 
-    /// The install recorded the history it runs on, so claims in this
-    /// database draw plain sequence values, below the floor.
+    /// The tests that move or read `epoch_seq`'s position take this lock
+    /// (held to the end of their transaction, which pgrx rolls back), so a
+    /// new history started by one (its `setval` is not rolled back) cannot
+    /// land inside the other's claim: pg tests run concurrently.
+    fn serialize_generation_tests() {
+        Spi::run("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('workfence tests: generation'))")
+            .unwrap();
+    }
+
+    /// The sequence's next value, as a claim would draw it.
+    fn next_epoch() -> i64 {
+        Spi::get_one::<i64>(
+            "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
+               FROM workfence.epoch_seq",
+        )
+        .unwrap()
+        .expect("a position")
+    }
+
+    /// The install recorded the history it runs on, so a claim in this
+    /// database draws the sequence's next value: it does not move it to
+    /// the floor. (Other tests claiming concurrently draw a few values in
+    /// between; a move to the floor jumps by at least 1,024 per millisecond
+    /// since the last history started, and from a fresh install's
+    /// sequence by about 2^49.)
     #[pg_test]
     fn the_install_recorded_this_history() {
+        serialize_generation_tests();
         let matches = Spi::get_one::<bool>(
             "SELECT g.system_identifier = s.system_identifier
                     AND g.database = d.oid
@@ -40,10 +64,12 @@ mod tests {
         .unwrap();
         assert_eq!(matches, Some(true));
         enqueue("generation_same", "k");
+        let next = next_epoch();
         let (_, epoch) = claim("generation_same", "w", "1 minute").expect("claimable");
-        // SAFETY: reads the clock.
-        let floor = floor_at(unsafe { pgrx::pg_sys::GetCurrentTimestamp() });
-        assert!(epoch < floor, "epoch {epoch} bumped to the floor {floor}");
+        assert!(
+            (next..next + EPOCHS_PER_MS).contains(&epoch),
+            "epoch {epoch} is not the sequence's next value {next}: the claim moved it"
+        );
     }
 
     /// A history the row does not name (here: no row, as after `DELETE FROM
@@ -52,6 +78,7 @@ mod tests {
     /// this history.
     #[pg_test]
     fn the_first_claim_of_a_new_history_starts_at_the_floor() {
+        serialize_generation_tests();
         Spi::run("DELETE FROM workfence.generation").unwrap();
         enqueue("generation_new", "k");
         // SAFETY: reads the clock.
