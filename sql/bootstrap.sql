@@ -67,6 +67,7 @@ CREATE TABLE workfence.items (
     claimed_at    timestamptz,
     max_run       interval,
     errors        jsonb,
+    group_key     text,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -104,6 +105,9 @@ COMMENT ON COLUMN workfence.items.errors IS
     'History of failed attempts, oldest first: one object {attempt, epoch, owner, at, error} per work_fail and per '
     'lapsed lease (claimed anew or dead-lettered); the newest 20 are kept, each error text at most 2048 bytes. '
     'NULL until the first entry.';
+COMMENT ON COLUMN workfence.items.group_key IS
+    'Serial group within the queue (from 0.10.0): at most one item of a (queue, group_key) is claimed at a time, '
+    'and a group''s items are claimed in claim order (priority, run_at, id). NULL: in no group.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).
@@ -113,6 +117,13 @@ COMMENT ON INDEX workfence.items_due_idx IS 'Claim path 1: pending items in clai
 CREATE INDEX items_lease_idx ON workfence.items (queue, lease_until)
     WHERE state = 'claimed';
 COMMENT ON INDEX workfence.items_lease_idx IS 'Claim path 2: claimed items by lease expiry, to find lapsed leases.';
+-- From 0.10.0: a grouped item's claim asks whether its group has an item
+-- claimed, or a pending one before it in claim order (src/flow.rs). Items
+-- in no group are not in it.
+CREATE INDEX items_group_idx ON workfence.items (queue, group_key, state, priority, run_at, id)
+    WHERE group_key IS NOT NULL AND state IN ('pending', 'claimed');
+COMMENT ON INDEX workfence.items_group_idx IS
+    'Serial groups: a group''s claimed item, and its pending items in claim order.';
 
 -- Nobody writes the tables directly: the functions run as the extension's
 -- owner (SECURITY DEFINER, set at the end of finalize.sql), so a role that
@@ -179,15 +190,30 @@ CREATE TRIGGER items_sequence_floor AFTER INSERT ON workfence.items
 CREATE TABLE workfence.queues (
     queue      text NOT NULL PRIMARY KEY,
     paused     boolean NOT NULL DEFAULT false,
-    paused_at  timestamptz
+    paused_at  timestamptz,
+    concurrency integer,
+    rate       integer,
+    per        interval,
+    grouped    boolean NOT NULL DEFAULT false,
+    rate_log   timestamptz[]
 );
 COMMENT ON TABLE workfence.queues IS
-    'Settings of queues, set by an operator through the workfence.work_* functions (work_pause, work_resume), '
+    'Settings of queues, set by an operator through the workfence.work_* functions (work_pause, work_resume, work_limit; '
+    'grouped by the first work_enqueue with a group_key), '
     'which tell every session to read it again; a row written any other way is seen by new sessions only. '
     'A queue without a row has the defaults (not paused). Not writable by PUBLIC.';
 COMMENT ON COLUMN workfence.queues.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.queues.paused IS 'Whether claims of the queue hand out nothing (work_pause; work_resume ends it).';
 COMMENT ON COLUMN workfence.queues.paused_at IS 'Server time of the work_pause that paused it; NULL when not paused.';
+COMMENT ON COLUMN workfence.queues.concurrency IS
+    'From 0.10.0 (work_limit): at most this many items of the queue under unexpired leases at once; NULL: no limit.';
+COMMENT ON COLUMN workfence.queues.rate IS
+    'From 0.10.0 (work_limit): at most this many items handed out by claims in any window of length per; NULL: no limit.';
+COMMENT ON COLUMN workfence.queues.per IS 'From 0.10.0 (work_limit): the window of the rate limit; NULL without one.';
+COMMENT ON COLUMN workfence.queues.grouped IS
+    'From 0.10.0: whether an item with a group_key was ever enqueued in the queue (its claims then keep groups serial).';
+COMMENT ON COLUMN workfence.queues.rate_log IS
+    'From 0.10.0: server times of the claims of the rate limit''s window, one per item handed out, oldest first.';
 COMMENT ON INDEX workfence.queues_pkey IS 'A queue''s settings by name: the claim''s pause check is one probe here.';
 
 -- Queue grants (from 0.7.0): which role may use which capability on which

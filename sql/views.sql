@@ -64,16 +64,19 @@ SELECT n.queue,
        c.oldest_due_age,
        COALESCE(q.paused, false) AS paused,
        f.refused,
-       f.lapsed
+       f.lapsed,
+       q.concurrency,
+       q.rate,
+       q.per
   FROM names AS n
   LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN LATERAL workfence.queue_counters(n.queue) AS f ON true;
 
 COMMENT ON VIEW workfence.work_queue_stats IS
-    'One row per queue that has items or settings (work_pause): how many items are in each state, how '
+    'One row per queue that has items or settings (work_pause, work_limit): how many items are in each state, how '
     'long the oldest due item has waited, by the server''s clock (clock_timestamp(), read once per '
-    'query), whether the queue is paused, and how often fencing refused a stale token. Where queue grants are '
+    'query), whether the queue is paused, its limits, and how often fencing refused a stale token. Where queue grants are '
     'enforced, only the queues the reader may read (work_may). Reads every item (a scan of workfence.items): '
     'for monitoring, not for a hot path. Not readable by PUBLIC; a reader needs EXECUTE on '
     'workfence.queue_counters and workfence.work_may too.';
@@ -96,6 +99,11 @@ COMMENT ON COLUMN workfence.work_queue_stats.refused IS
 COMMENT ON COLUMN workfence.work_queue_stats.lapsed IS
     'Lapsed leases claimed anew (each superseded a token), since the server started. '
     'NULL unless pg_workfence is in shared_preload_libraries.';
+COMMENT ON COLUMN workfence.work_queue_stats.concurrency IS
+    'From 0.10.0: the queue''s concurrency limit (work_limit): at most this many items under unexpired leases; NULL: none.';
+COMMENT ON COLUMN workfence.work_queue_stats.rate IS
+    'From 0.10.0: the queue''s rate limit (work_limit): at most this many items handed out per per; NULL: none.';
+COMMENT ON COLUMN workfence.work_queue_stats.per IS 'From 0.10.0: the window of the rate limit; NULL without one.';
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
 

@@ -63,7 +63,7 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
     let queue = validate::queue(queue)?;
     let key = validate::key(validate::required("key", key)?)?;
     grants::check(Capability::Operate, &queue)?;
-    Spi::connect_mut(|client| {
+    let cancelled = Spi::connect_mut(|client| {
         plans::run(
             client,
             &CANCEL,
@@ -73,5 +73,10 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
             },
             |rows| Ok(!rows.is_empty()),
         )
-    })
+    })?;
+    if cancelled {
+        // A cancelled claimed item frees its group or its slot.
+        crate::flow::freed(&queue)?;
+    }
+    Ok(cancelled)
 }

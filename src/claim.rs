@@ -11,6 +11,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
 
 use crate::error::{OrReport, Result, WorkfenceError};
+use crate::flow;
 use crate::generation;
 use crate::grants::{self, Capability};
 use crate::jsonb::RawJsonb;
@@ -111,6 +112,8 @@ RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
         )
     };
 }
+
+pub(crate) use claim_sets;
 
 /// The claim statement for schema `$mode`; see [`CLAIM`].
 macro_rules! claim_sql {
@@ -355,14 +358,17 @@ params! {
 /// What one claim statement did: the rows it claimed, and the tokens it
 /// superseded (lapsed leases claimed anew, and lapsed final attempts it
 /// dead-lettered).
-struct ClaimOutcome {
-    claimed: Vec<ClaimedRow>,
-    lost: Vec<LostToken>,
+#[derive(Default)]
+pub(crate) struct ClaimOutcome {
+    /// The claimed rows, in claim order.
+    pub(crate) claimed: Vec<ClaimedRow>,
+    /// The superseded tokens.
+    pub(crate) lost: Vec<LostToken>,
 }
 
 /// The result of CLAIM or CLAIM_KEY (see CLAIM for its columns); the
 /// claimed rows in claim order (priority, run_at, id).
-fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<ClaimOutcome> {
+pub(crate) fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<ClaimOutcome> {
     let mut claimed = Vec::with_capacity(rows.len());
     let mut lost = Vec::new();
     // Every column of a claimed row is NOT NULL; a NULL here is a bug.
@@ -429,7 +435,7 @@ fn settle(outcome: &ClaimOutcome) -> Result<bool> {
 }
 
 /// The server's clock (`clock_timestamp()`), for a claim's `$5`.
-fn server_clock() -> Result<TimestampWithTimeZone> {
+pub(crate) fn server_clock() -> Result<TimestampWithTimeZone> {
     // SAFETY: reads the system clock; cannot fail.
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
     TimestampWithTimeZone::try_from(now).map_err(|_| WorkfenceError::UnexpectedNull {
@@ -446,7 +452,9 @@ fn server_clock() -> Result<TimestampWithTimeZone> {
 /// timestamptz)`.
 ///
 /// Claimable: pending with `run_at` reached, or claimed with `lease_until`
-/// reached (server time). Order: priority, run_at, id. Each returned item has
+/// reached (server time); from 0.10.0 also within the item's group and its
+/// queue's limits ([`crate::flow`]: a batch takes at most one item per
+/// group). Order: priority, run_at, id. Each returned item has
 /// a fresh epoch (the fencing token to pass to renew/finish/release/fail/
 /// assert), its `attempt` number (1 on the first claim) and `lease_until`
 /// (`clock_timestamp() + lease`). Concurrent claimers never get the same
@@ -468,7 +476,8 @@ fn server_clock() -> Result<TimestampWithTimeZone> {
 /// Errors: 22004 for a NULL argument; 22023 for a bad queue or owner (see
 /// `work_enqueue`; owner blank, > 256 bytes or with control characters), a
 /// lease not in (0, 7 days], `max_items` outside 1..1000, `wait` not in
-/// [0, 1 hour]; 25000 for `wait` > 0 under REPEATABLE READ or SERIALIZABLE;
+/// [0, 1 hour]; 25000 for `wait` > 0 under REPEATABLE READ or SERIALIZABLE,
+/// or for a queue with groups or limits claimed under them (from 0.10.0);
 /// 25006 on a hot standby (before anything else: claim on the primary);
 /// 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no claim grant covering the queue
@@ -603,10 +612,19 @@ fn claim_once(
         // attempt (the first was checked by `claim`).
         grants::check(Capability::Claim, queue)?;
     }
-    if !lock_items(waiting) || paused::is_paused(queue)? {
+    if !lock_items(waiting) {
+        return Ok((Vec::new(), false));
+    }
+    let settings = paused::settings(queue)?;
+    if settings.paused {
         return Ok((Vec::new(), false));
     }
     generation::ensure()?;
+    if settings.grouped || settings.limited {
+        let outcome = flow::claim(queue, owner, lease, flow::Pick::Queue(max_items), settings)?;
+        let changed = settle(&outcome)?;
+        return Ok((durable(outcome.claimed), changed));
+    }
     let now = server_clock()?;
     let outcome = Spi::connect_mut(|client| {
         let lapsed = plans::run(client, LAPSED.get(), LapsedParams { queue, now }, |rows| {
@@ -641,8 +659,12 @@ fn claim_once(
 /// rules are `work_claim`'s: zero rows when the item is missing, not yet due,
 /// held under a live lease, finished, or locked by a concurrent claim.
 ///
+/// From 0.10.0 the item's group and its queue's limits apply as in
+/// `work_claim` ([`crate::flow`]).
+///
 /// Errors: 22004 for a NULL argument; 22023 for a bad queue, key, owner or
-/// lease; 25006 on a hot standby; 42501 (insufficient_privilege) when queue grants are
+/// lease; 25000 for a queue with groups or limits under REPEATABLE READ or
+/// SERIALIZABLE; 25006 on a hot standby; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no claim grant covering the queue
 /// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
@@ -680,10 +702,16 @@ fn claim_key(
     generation::refuse_on_standby("work_claim_key")?;
     grants::check(Capability::Claim, &queue)?;
     lock_items(false);
-    if paused::is_paused(&queue)? {
+    let settings = paused::settings(&queue)?;
+    if settings.paused {
         return Ok(Vec::new());
     }
     generation::ensure()?;
+    if settings.grouped || settings.limited {
+        let outcome = flow::claim(&queue, &owner, lease, flow::Pick::Key(&key), settings)?;
+        settle(&outcome)?;
+        return Ok(durable(outcome.claimed));
+    }
     let now = server_clock()?;
     let outcome = Spi::connect_mut(|client| {
         plans::run(

@@ -36,9 +36,21 @@ static INSERT: plans::Versioned<InsertParams> = plans::Versioned {
     legacy: Statement::new(insert_sql!(legacy)),
 };
 
+// INSERT with a group_key (`$8`, from 0.10.0: only called once the schema
+// has the column, as only 0.10.0's work_enqueue passes one).
+static INSERT_GROUPED: Statement<InsertParams> = Statement::new(
+    r#"
+INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts, max_run, group_key)
+VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6, $7, $8)
+    ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
+RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+"#,
+);
+
 params! {
     /// `$1` queue, `$2` key, `$3` payload, `$4` priority, `$5` run_at (NULL:
-    /// now), `$6` max_attempts, `$7` max_run (NULL: no limit).
+    /// now), `$6` max_attempts, `$7` max_run (NULL: no limit), `$8`
+    /// group_key (only INSERT_GROUPED reads it).
     struct InsertParams<'a> {
         queue: &'a str = TEXTOID,
         key: &'a str = TEXTOID,
@@ -47,6 +59,7 @@ params! {
         run_at: Option<TimestampWithTimeZone> = TIMESTAMPTZOID,
         max_attempts: i32 = INT4OID,
         max_run: Option<Interval> = INTERVALOID,
+        group_key: Option<&'a str> = TEXTOID,
     }
 }
 
@@ -72,8 +85,8 @@ SELECT i.id
 ///
 /// SQL: `workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key
 /// text DEFAULT NULL, run_at timestamptz DEFAULT NULL, priority int DEFAULT 0,
-/// max_attempts int DEFAULT 25, max_run interval DEFAULT NULL) RETURNS TABLE
-/// (id bigint, key text, inserted bool)`.
+/// max_attempts int DEFAULT 25, max_run interval DEFAULT NULL, group_key
+/// text DEFAULT NULL) RETURNS TABLE (id bigint, key text, inserted bool)`.
 ///
 /// - `key` NULL: a UUIDv7 is generated (time-ordered, so the key index stays
 ///   compact). An existing (queue, key) is left exactly as it is and returned
@@ -86,6 +99,10 @@ SELECT i.id
 ///   keeps renewing loses its lease then (its renew returns false) and the
 ///   item is claimed anew (or dead-lettered on its final attempt). NULL: no
 ///   limit.
+/// - `group_key` (from 0.10.0): the item's serial group in the queue; at
+///   most one item of a (queue, group_key) is claimed at a time, and a
+///   group's items are claimed in claim order (see [`crate::flow`]). NULL:
+///   in no group. An existing (queue, key) keeps its group.
 /// - An inserted item that is due (`run_at` NULL or not after
 ///   `clock_timestamp()`) runs `pg_notify('work_enqueued', queue)`: listeners
 ///   hear of it when the transaction commits (one notification per queue per
@@ -95,7 +112,8 @@ SELECT i.id
 /// Errors: 22004 for a NULL `queue`, `payload`, `priority` or `max_attempts`;
 /// 22023 for an empty, oversized (> 128 bytes) or control-character queue, an
 /// empty or oversized (> 512 bytes) key, `run_at` = 'infinity',
-/// `max_attempts` outside 1..1000, `max_run` not in (0, 365 days]; 42501 (insufficient_privilege) when queue grants are
+/// `max_attempts` outside 1..1000, `max_run` not in (0, 365 days], a
+/// `group_key` empty, over 128 bytes or with control characters; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no enqueue grant covering the queue
 /// (see `crate::grants`); 40001
 /// (serialization_failure) when the existing item of the key was deleted
@@ -107,7 +125,8 @@ SELECT i.id
     parallel_unsafe,
     requires = ["bootstrap"]
 )]
-pub fn work_enqueue_with_max_run(
+#[allow(clippy::too_many_arguments)]
+pub fn work_enqueue_with_group(
     queue: Option<String>,
     payload: default!(Option<RawJsonb>, "'{}'"),
     key: default!(Option<String>, "NULL"),
@@ -115,10 +134,54 @@ pub fn work_enqueue_with_max_run(
     priority: default!(Option<i32>, 0),
     max_attempts: default!(Option<i32>, 25),
     max_run: default!(Option<Interval>, "NULL"),
+    group_key: default!(Option<String>, "NULL"),
 ) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
-    enqueue(queue, payload, key, run_at, priority, max_attempts, max_run)
-        .map(TableIterator::once)
-        .or_report()
+    (|| {
+        let group_key = validate::group_key(group_key)?;
+        enqueue(
+            queue,
+            payload,
+            key,
+            run_at,
+            priority,
+            max_attempts,
+            max_run,
+            group_key,
+        )
+    })()
+    .map(TableIterator::once)
+    .or_report()
+}
+
+/// The 7-argument `work_enqueue` of versions 0.6.0 to 0.9.0 (no
+/// `group_key`), kept as the C symbol `work_enqueue_with_max_run_wrapper`
+/// that their install scripts bind, so that a database not yet updated
+/// keeps working with this library, and a call that resolved the old
+/// function before `ALTER EXTENSION pg_workfence UPDATE` renamed it
+/// (`work_enqueue_retired_0_9_0`) still runs. Not part of this version's
+/// SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
+pub fn work_enqueue_with_max_run(
+    queue: Option<String>,
+    payload: Option<RawJsonb>,
+    key: Option<String>,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: Option<i32>,
+    max_attempts: Option<i32>,
+    max_run: Option<Interval>,
+) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
+    enqueue(
+        queue,
+        payload,
+        key,
+        run_at,
+        priority,
+        max_attempts,
+        max_run,
+        None,
+    )
+    .map(TableIterator::once)
+    .or_report()
 }
 
 /// The 6-argument `work_enqueue` of versions up to 0.5.0 (no `max_run`),
@@ -136,9 +199,18 @@ pub fn work_enqueue(
     priority: Option<i32>,
     max_attempts: Option<i32>,
 ) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
-    enqueue(queue, payload, key, run_at, priority, max_attempts, None)
-        .map(TableIterator::once)
-        .or_report()
+    enqueue(
+        queue,
+        payload,
+        key,
+        run_at,
+        priority,
+        max_attempts,
+        None,
+        None,
+    )
+    .map(TableIterator::once)
+    .or_report()
 }
 
 /// The id in the first row, if the statement returned any.
@@ -149,6 +221,7 @@ fn first_id(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Option<i64>> {
     Ok(rows.first().get_one::<i64>()?)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn enqueue(
     queue: Option<String>,
     payload: Option<RawJsonb>,
@@ -157,6 +230,7 @@ fn enqueue(
     priority: Option<i32>,
     max_attempts: Option<i32>,
     max_run: Option<Interval>,
+    group_key: Option<String>,
 ) -> Result<(i64, String, bool)> {
     let queue = validate::queue(queue)?;
     let payload = validate::required("payload", payload)?;
@@ -169,6 +243,9 @@ fn enqueue(
     let max_attempts = validate::max_attempts(max_attempts)?;
     validate::max_run(max_run.map(Into::into))?;
     grants::check(Capability::Enqueue, &queue)?;
+    if group_key.is_some() {
+        crate::flow::enqueue_grouped(&queue)?;
+    }
 
     Spi::connect_mut(|client| {
         // The existing row can vanish between the two statements (purged in
@@ -176,7 +253,11 @@ fn enqueue(
         for _ in 0..3 {
             let inserted = plans::run(
                 client,
-                INSERT.get(),
+                if group_key.is_some() {
+                    &INSERT_GROUPED
+                } else {
+                    INSERT.get()
+                },
                 InsertParams {
                     queue: &queue,
                     key: &key,
@@ -185,6 +266,7 @@ fn enqueue(
                     run_at,
                     max_attempts,
                     max_run,
+                    group_key: group_key.as_deref(),
                 },
                 |rows| {
                     if rows.is_empty() {

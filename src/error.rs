@@ -268,6 +268,17 @@ pub enum WorkfenceError {
     #[error("work_claim cannot wait (\"wait\" > 0) under REPEATABLE READ or SERIALIZABLE")]
     WaitNeedsFreshSnapshots,
 
+    /// A claim of a queue with serial groups or a limit (from 0.10.0) in a
+    /// transaction whose snapshot is fixed (REPEATABLE READ or
+    /// SERIALIZABLE): it could not see the claims other transactions
+    /// committed since, so it could not keep a group serial or a limit.
+    /// SQLSTATE 25000 (invalid_transaction_state).
+    #[error("queue {queue:?} has serial groups or limits: claim it under READ COMMITTED")]
+    FlowNeedsReadCommitted {
+        /// The queue.
+        queue: String,
+    },
+
     /// A (queue, key) kept conflicting on insert and vanishing before it
     /// could be read (deleted concurrently, three times running). SQLSTATE
     /// 40001 (serialization_failure): retrying the transaction is safe.
@@ -383,7 +394,8 @@ impl WorkfenceError {
             WorkfenceError::LeaseLost { .. } => {
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
-            WorkfenceError::WaitNeedsFreshSnapshots => {
+            WorkfenceError::WaitNeedsFreshSnapshots
+            | WorkfenceError::FlowNeedsReadCommitted { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE
             }
             WorkfenceError::AssertOutsideTransaction => {
@@ -434,6 +446,12 @@ impl WorkfenceError {
                  row lock: writes made afterwards would not be fenced by the lease."
                     .to_string(),
             ),
+            WorkfenceError::FlowNeedsReadCommitted { .. } => Some(
+                "The queue has items with a group_key, or a limit (work_limit); a claim checks them \
+                 against the claims other transactions committed, which a snapshot taken at the \
+                 transaction's first statement does not show."
+                    .to_string(),
+            ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "The transaction's snapshot was taken at its first statement, so a waiting claim \
                  would never see an item enqueued after it."
@@ -481,6 +499,9 @@ impl WorkfenceError {
             WorkfenceError::NotGrantManager { .. } => {
                 Some("Run it as the extension's owner (the superuser who ran CREATE EXTENSION).")
             }
+            WorkfenceError::FlowNeedsReadCommitted { .. } => Some(
+                "Claim in READ COMMITTED (the default isolation level), in a transaction of its own.",
+            ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "Long-poll in READ COMMITTED (the default isolation level), or pass wait => '0'.",
             ),

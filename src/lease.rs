@@ -215,7 +215,7 @@ UPDATE workfence.items AS i
    AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
             scope_filter!($scope, "$5"),
             r#"
-RETURNING i.id
+RETURNING i.queue
 "#
         )
     };
@@ -280,7 +280,7 @@ UPDATE workfence.items AS i
    AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
             scope_filter!($scope, "$5"),
             r#"
-RETURNING i.id, i.epoch
+RETURNING i.id, i.epoch, i.queue
 "#
         )
     };
@@ -538,6 +538,24 @@ fn run_handing_back<P: Params>(stmt: &'static Statement<P::Family>, params: P) -
     Ok(queue.is_some())
 }
 
+/// Run a token-guarded statement that ends the item's claim for good
+/// (`RETURNING i.queue`); when it matched, a group or a limit's slot of the
+/// queue may have freed ([`crate::flow::freed`]).
+fn run_freeing<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<bool> {
+    let queue = Spi::connect_mut(|client| {
+        plans::run(client, stmt, params, |rows| {
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            Ok(rows.first().get_one::<String>()?)
+        })
+    })?;
+    if let Some(queue) = &queue {
+        crate::flow::freed(queue)?;
+    }
+    Ok(queue.is_some())
+}
+
 /// After a token-guarded statement matched nothing: for a finish
 /// (`finishing`), whether the item is done under this very token (a finish
 /// repeated after a lost reply), which makes the call true. Otherwise the
@@ -655,7 +673,7 @@ pub(crate) fn finish(
     let token = Token::new(id, owner, epoch)?;
     let scope = grants::scope(Capability::Claim)?;
     Ok(
-        run_guarded(form(&FINISH, &scope), token.then(result, &scope))?
+        run_freeing(form(&FINISH, &scope), token.then(result, &scope))?
             || after_refusal(&token, true, &scope)?,
     )
 }
@@ -722,11 +740,17 @@ fn finish_many(
         return Ok(Vec::new());
     }
     let scope = grants::scope(Capability::Claim)?;
-    let pairs_done = |rows: pgrx::spi::SpiTupleTable<'_>| -> Result<HashSet<(i64, i64)>> {
+    let mut queues = Vec::new();
+    let mut pairs_done = |rows: pgrx::spi::SpiTupleTable<'_>| -> Result<HashSet<(i64, i64)>> {
         let mut set = HashSet::with_capacity(rows.len());
         for row in rows {
             if let (Some(id), Some(epoch)) = (row.get::<i64>(1)?, row.get::<i64>(2)?) {
                 set.insert((id, epoch));
+            }
+            if let Some(queue) = row.get::<String>(3)? {
+                if !queues.contains(&queue) {
+                    queues.push(queue);
+                }
             }
         }
         Ok(set)
@@ -742,9 +766,12 @@ fn finish_many(
                 results,
                 scope: scope.like(),
             },
-            pairs_done,
+            &mut pairs_done,
         )
     })?;
+    for queue in &queues {
+        crate::flow::freed(queue)?;
+    }
     if finished.len() < ids.len() {
         // Pairs the UPDATE did not take may be finishes repeated with the same token.
         let (rest_ids, rest_epochs): (Vec<i64>, Vec<i64>) = ids

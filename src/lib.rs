@@ -31,6 +31,8 @@ pub mod cycle;
 pub mod enqueue;
 // Domain errors and their SQLSTATEs.
 pub mod error;
+// Flow control: serial groups and queue limits (`work_limit`).
+pub mod flow;
 // Epochs that survive a failover: the generation floor of a new history.
 pub mod generation;
 // Queue-scoped privileges: `work_grant`, `work_revoke`, `work_enforce_grants`, `work_may`.

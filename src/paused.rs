@@ -1,5 +1,10 @@
 //! Which queues are paused (`work_pause`), as each backend knows it: read
 //! once from `workfence.queues` and kept until a pause or resume commits.
+//! From 0.10.0 the same read also says which queues have serial groups or
+//! limits ([`Settings`], [`crate::flow`]): `work_limit` and a queue's first
+//! grouped enqueue change the table as a pause does, under the same lock
+//! and with the same invalidation, so a claim never runs a queue's plain
+//! statements once a grouped item or a limit is visible to it.
 //!
 //! A claim must find a paused queue closed, and must cost a queue that is
 //! not paused nothing measurable. A probe of `workfence.queues` in the
@@ -43,7 +48,7 @@
 //! ... UPDATE` the next claim finds the table).
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -52,9 +57,25 @@ use crate::error::Result;
 use crate::invalidation::{self, Watched};
 use crate::plans::{self, Statement};
 
+/// What a claim needs to know of a queue's settings before it picks items.
+/// A queue without a row in `workfence.queues` has the default: all false.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `work_pause`d: claims hand out nothing.
+    pub paused: bool,
+    /// An item with a `group_key` was enqueued in it (from 0.10.0): claims
+    /// keep its groups serial ([`crate::flow`]).
+    pub grouped: bool,
+    /// It has a concurrency or rate limit (`work_limit`, from 0.10.0);
+    /// the limits themselves are read by the claim, under the queue's
+    /// limit lock ([`crate::flow`]).
+    pub limited: bool,
+}
+
 thread_local! {
-    /// The paused queues, and the invalidation generation they were read in.
-    static PAUSED: RefCell<Option<(u64, HashSet<String>)>> = const { RefCell::new(None) };
+    /// The queues with settings other than the default, and the
+    /// invalidation generation they were read in.
+    static SETTINGS: RefCell<Option<(u64, HashMap<String, Settings>)>> = const { RefCell::new(None) };
 }
 
 /// The first key of the advisory lock a pause or resume of a queue holds to
@@ -88,16 +109,36 @@ pub fn changed() {
     invalidation::invalidate(Watched::Queues);
 }
 
-// The paused queues of this database.
-static PAUSED_QUEUES: Statement<()> = Statement::new(
-    r#"
-SELECT q.queue FROM workfence.queues AS q WHERE q.paused
+// The queues of this database with settings other than the default:
+// name, paused, grouped, limited. (`legacy`: before 0.10.0, which added
+// the last three columns; before 0.6.0 there is no table at all.)
+static QUEUE_SETTINGS: plans::Versioned<()> = plans::Versioned {
+    current: Statement::new(
+        r#"
+SELECT q.queue, q.paused, q.grouped,
+       q.concurrency IS NOT NULL OR q.rate IS NOT NULL
+  FROM workfence.queues AS q
+ WHERE q.paused OR q.grouped OR q.concurrency IS NOT NULL OR q.rate IS NOT NULL
 "#,
-);
+    ),
+    legacy: Statement::new(
+        r#"
+SELECT q.queue, q.paused, false, false FROM workfence.queues AS q WHERE q.paused
+"#,
+    ),
+};
 
 /// Whether claims of `queue` hand out nothing (it is paused). Call inside a
 /// transaction.
 pub fn is_paused(queue: &str) -> Result<bool> {
+    Ok(settings(queue)?.paused)
+}
+
+/// The settings of `queue` a claim needs ([`Settings`]), as this backend
+/// knows them (see the module comment). While a pause, resume or first
+/// grouped enqueue of the queue is under way, it reads as paused. Call
+/// inside a transaction.
+pub fn settings(queue: &str) -> Result<Settings> {
     let tag = pause_lock(queue);
     let share = pg_sys::ShareLock as pg_sys::LOCKMODE;
     // SAFETY: a lock taken without waiting and released at once (this
@@ -107,13 +148,26 @@ pub fn is_paused(queue: &str) -> Result<bool> {
             == pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
         {
             // A pause or resume of this queue is under way.
-            return Ok(true);
+            return Ok(Settings {
+                paused: true,
+                ..Settings::default()
+            });
         }
         pg_sys::LockRelease(&tag, share, false);
     }
+    settings_unlocked(queue)
+}
+
+/// The settings of `queue` as this backend knows them, without looking at
+/// the queue's pause lock: for callers that only tune what they do (wake a
+/// waiter or not, mark a queue grouped or see it marked), never for a
+/// claim's decision. Call inside a transaction.
+pub fn settings_unlocked(queue: &str) -> Result<Settings> {
     let generation = invalidation::generation();
-    let known = PAUSED.with(|paused| match &*paused.borrow() {
-        Some((read_in, set)) if *read_in == generation => Some(set.contains(queue)),
+    let known = SETTINGS.with(|settings| match &*settings.borrow() {
+        Some((read_in, map)) if *read_in == generation => {
+            Some(map.get(queue).copied().unwrap_or_default())
+        }
         _ => None,
     });
     if let Some(answer) = known {
@@ -121,26 +175,36 @@ pub fn is_paused(queue: &str) -> Result<bool> {
     }
     if invalidation::watch(Watched::Queues) == pg_sys::InvalidOid {
         // A schema before 0.6.0: nothing is paused, and nothing is kept.
-        return Ok(false);
+        return Ok(Settings::default());
     }
-    let set = {
-        Spi::connect_mut(|client| {
-            plans::run(client, &PAUSED_QUEUES, (), |rows| {
-                let mut set = HashSet::new();
-                for row in rows {
-                    if let Some(name) = row.get::<String>(1)? {
-                        set.insert(name);
-                    }
-                }
-                Ok(set)
-            })
-        })?
+    let statement = if crate::flow::schema_has_flow() {
+        &QUEUE_SETTINGS.current
+    } else {
+        &QUEUE_SETTINGS.legacy
     };
-    let answer = set.contains(queue);
+    let map = Spi::connect_mut(|client| {
+        plans::run(client, statement, (), |rows| {
+            let mut map = HashMap::new();
+            for row in rows {
+                if let Some(name) = row.get::<String>(1)? {
+                    map.insert(
+                        name,
+                        Settings {
+                            paused: row.get::<bool>(2)?.unwrap_or(false),
+                            grouped: row.get::<bool>(3)?.unwrap_or(false),
+                            limited: row.get::<bool>(4)?.unwrap_or(false),
+                        },
+                    );
+                }
+            }
+            Ok(map)
+        })
+    })?;
+    let answer = map.get(queue).copied().unwrap_or_default();
     if invalidation::read_may_be_kept() {
         // Read in `generation`: if an invalidation came while reading, the
         // next call reads again.
-        PAUSED.with(|paused| *paused.borrow_mut() = Some((generation, set)));
+        SETTINGS.with(|settings| *settings.borrow_mut() = Some((generation, map)));
     }
     Ok(answer)
 }

@@ -35,6 +35,11 @@ pub const WAIT_MAX_USECS: i128 = 3_600 * 1_000_000;
 /// days). The run-time limit of a job that renews its lease from a heartbeat.
 pub const MAX_RUN_MAX_USECS: i128 = 365 * USECS_PER_DAY;
 
+/// The largest `concurrency` and `rate` of `work_limit` (from 0.10.0).
+pub const LIMIT_CAP: i32 = 10_000;
+/// The longest window of a rate limit (`per` of `work_limit`): one day.
+pub const PER_MAX_USECS: i128 = USECS_PER_DAY;
+
 /// Longest error text kept per failure (`last_error` and each `errors`
 /// entry), in bytes: a longer one is cut at a character boundary and
 /// marked, so that a stack trace of megabytes does not bloat the row.
@@ -174,6 +179,56 @@ pub fn queue(value: Option<String>) -> Result<String> {
         ));
     }
     check_name("queue", &value, QUEUE_MAX_BYTES)?;
+    Ok(value)
+}
+
+/// A `group_key` of `work_enqueue` (from 0.10.0): NULL (no group), or
+/// non-empty, at most [`QUEUE_MAX_BYTES`], no control characters, as a
+/// queue name.
+pub fn group_key(value: Option<String>) -> Result<Option<String>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    if value.is_empty() {
+        return Err(WorkfenceError::invalid(
+            "group_key",
+            "must not be empty",
+            "The group key is ''.",
+            "Pass NULL for an item in no group, or name the group, e.g. the customer's id.",
+        ));
+    }
+    check_name("group_key", &value, QUEUE_MAX_BYTES)?;
+    Ok(Some(value))
+}
+
+/// A limit of `work_limit` (`concurrency` or `rate`, from 0.10.0): NULL (no
+/// limit) or 1 to [`LIMIT_CAP`].
+pub fn limit(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
+    match value {
+        Some(v) if !(1..=LIMIT_CAP).contains(&v) => Err(WorkfenceError::invalid(
+            arg,
+            format!("must be between 1 and {LIMIT_CAP}, or NULL"),
+            format!("{arg} is {v}."),
+            "Pass NULL to lift the limit; pause the queue (work_pause) to hand out nothing.",
+        )),
+        other => Ok(other),
+    }
+}
+
+/// `per` of `work_limit` (from 0.10.0): the rate limit's window, more than
+/// zero and at most [`PER_MAX_USECS`] (one day), with no negative field.
+pub fn per(value: Option<IntervalParts>) -> Result<IntervalParts> {
+    let value = required("per", value)?;
+    let total = value.total_micros();
+    if total <= 0 || total > PER_MAX_USECS {
+        return Err(WorkfenceError::invalid(
+            "per",
+            "must be more than 0 and at most 1 day",
+            interval_is("The interval is ", value),
+            "Give the window of the rate limit, e.g. '1 second' or '1 minute'.",
+        ));
+    }
+    no_negative_fields("per", value)?;
     Ok(value)
 }
 

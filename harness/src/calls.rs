@@ -168,6 +168,10 @@ pub struct Enqueue {
     pub max_attempts: Option<i32>,
     /// Run-time limit, interval text (from 0.6.0); `None` for no limit.
     pub max_run: Option<String>,
+    /// Serial group within the queue (from 0.10.0): at most one item of a
+    /// (queue, group_key) is claimed at a time, in claim order; `None` for
+    /// an item in no group.
+    pub group_key: Option<String>,
 }
 
 impl Enqueue {
@@ -214,6 +218,12 @@ impl Enqueue {
         self.max_run = Some(max_run.into());
         self
     }
+
+    /// In the serial group `group_key` of its queue.
+    pub fn group_key(mut self, group_key: impl Into<String>) -> Enqueue {
+        self.group_key = Some(group_key.into());
+        self
+    }
 }
 
 /// What `work_enqueue` returned.
@@ -252,8 +262,8 @@ impl<'a> Call<'a> {
 }
 
 /// `work_enqueue(queue, payload, key, run_at, priority, max_attempts,
-/// max_run)`; `max_run` only when given (so the call works against versions
-/// before 0.6.0 too).
+/// max_run, group_key)`; `max_run` and `group_key` only when given (so the
+/// call works against versions before 0.6.0 and 0.10.0 too).
 pub fn enqueue(c: &mut impl GenericClient, item: &Enqueue) -> CallResult<Enqueued> {
     let run_at = run_at_parts(item.run_at.as_ref());
     let call = Call::new("SELECT e.id, e.key, e.inserted FROM workfence.work_enqueue(")
@@ -263,7 +273,8 @@ pub fn enqueue(c: &mut impl GenericClient, item: &Enqueue) -> CallResult<Enqueue
         .run_at(&run_at)
         .named("priority", &item.priority, Type::INT4, "")
         .named("max_attempts", &item.max_attempts, Type::INT4, "")
-        .named("max_run", &item.max_run, Type::TEXT, "::interval");
+        .named("max_run", &item.max_run, Type::TEXT, "::interval")
+        .named("group_key", &item.group_key, Type::TEXT, "");
     let (mut sql, params) = call.finish();
     sql.push_str(" AS e");
     let row = c.query_typed_one(&sql, &params)?;
@@ -563,6 +574,25 @@ pub fn resume(c: &mut impl GenericClient, queue: &str) -> CallResult<bool> {
         .get(0))
 }
 
+/// `work_limit(queue, concurrency, rate, per)` (from 0.10.0): sets both
+/// limits of `queue` (`None`: no such limit; both `None` lifts them).
+/// `per` is the rate limit's window, interval text (`'1 second'`).
+pub fn work_limit(
+    c: &mut impl GenericClient,
+    queue: &str,
+    concurrency: Option<i32>,
+    rate: Option<i32>,
+    per: &str,
+) -> CallResult<()> {
+    Call::new("SELECT workfence.work_limit(")
+        .arg(&queue, Type::TEXT, "")
+        .arg(&concurrency, Type::INT4, "")
+        .arg(&rate, Type::INT4, "")
+        .arg(&per, Type::TEXT, "::interval")
+        .one(c)
+        .map(drop)
+}
+
 /// One row of `work_item`: an item as an operator sees it. Times and
 /// intervals as the server renders them.
 #[derive(Debug, Clone, PartialEq)]
@@ -715,6 +745,41 @@ pub fn queue_stats(c: &mut impl GenericClient) -> CallResult<Vec<QueueStats>> {
             paused: r.get(9),
             refused: r.get(10),
             lapsed: r.get(11),
+        })
+        .collect())
+}
+
+/// A queue's limits, as the view `work_queue_stats` shows them (from
+/// 0.10.0; [`queue_stats`] leaves them out, so that it reads older
+/// installs and routers too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// Queue name.
+    pub queue: String,
+    /// At most this many items under unexpired leases; `None`: no limit.
+    pub concurrency: Option<i32>,
+    /// At most this many items handed out per `per`; `None`: no limit.
+    pub rate: Option<i32>,
+    /// The rate limit's window, as interval text; `None` without one.
+    pub per: Option<String>,
+}
+
+/// The limits columns of the view `work_queue_stats`, one row per queue,
+/// in queue order.
+pub fn queue_limits(c: &mut impl GenericClient) -> CallResult<Vec<QueueLimits>> {
+    let rows = c.query_typed(
+        "SELECT s.queue, s.concurrency, s.rate, s.per::text
+           FROM workfence.work_queue_stats AS s
+          ORDER BY s.queue",
+        &[],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| QueueLimits {
+            queue: r.get(0),
+            concurrency: r.get(1),
+            rate: r.get(2),
+            per: r.get(3),
         })
         .collect())
 }

@@ -96,7 +96,13 @@ const MONITOR_FUNCTIONS: &[&str] = &["queue_counters", "work_item"];
 /// role with `USAGE` on the schema reaches it.
 const PUBLIC_FUNCTIONS: &[&str] = &["work_may"];
 /// What the guide grants `workfence_operator`.
-const OPERATOR_FUNCTIONS: &[&str] = &["work_retry", "work_reschedule", "work_pause", "work_resume"];
+const OPERATOR_FUNCTIONS: &[&str] = &[
+    "work_retry",
+    "work_reschedule",
+    "work_pause",
+    "work_resume",
+    "work_limit",
+];
 /// Functions the guide grants to no group (the extension's owner runs them;
 /// `items_sequence_floor` is the items table's trigger, called by no one).
 /// The queue grants' management is the owner's: a role that could call
@@ -470,6 +476,11 @@ const SHADOWS: &[Shadow] = &[
         probe: "SELECT unnest(ARRAY[1, 2])",
     },
     Shadow {
+        function: "array_fill",
+        logged: "array_fill(anyelement, integer[])",
+        probe: "SELECT array_fill(1, ARRAY[2])",
+    },
+    Shadow {
         function: "pg_notify",
         logged: "pg_notify(text, text)",
         probe: "SELECT pg_notify('evil_probe', '')",
@@ -540,6 +551,9 @@ SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('setval(regclass, bigint, boolean)'); RETURN pg_catalog.setval(s, v, c); END $$;
 CREATE FUNCTION evil.unnest(a anyarray) RETURNS SETOF anyelement LANGUAGE plpgsql SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('unnest(anyarray)'); RETURN QUERY SELECT pg_catalog.unnest(a); END $$;
+CREATE FUNCTION evil.array_fill(v anyelement, dims int[]) RETURNS anyarray LANGUAGE plpgsql
+SET search_path = pg_catalog
+AS $$ BEGIN PERFORM evil.log('array_fill(anyelement, integer[])'); RETURN pg_catalog.array_fill(v, dims); END $$;
 CREATE FUNCTION evil.pg_notify(channel text, payload text) RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('pg_notify(text, text)'); PERFORM pg_catalog.pg_notify(channel, payload); END $$;
 CREATE FUNCTION evil.pg_try_advisory_xact_lock_shared(a int, b int) RETURNS bool LANGUAGE plpgsql
@@ -925,6 +939,39 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
         .iter()
         .any(|q| q.queue == ops && q.claimed == 3 && !q.paused));
     epochs.extend([h1, h2, j1, j2, i1]);
+
+    // Flow control (from 0.10.0): a limited queue with serial groups, whose
+    // claims run the statements of src/flow.rs.
+    let flow = format!("{queue}_flow");
+    ok(
+        calls::work_limit(hostile, &flow, Some(2), Some(10), "1 minute"),
+        "work_limit",
+    );
+    for (key, group) in [("x1", "gx"), ("x2", "gx"), ("y1", "gy"), ("z1", "gz")] {
+        let item = Enqueue::new(&flow).key(key).group_key(group);
+        assert!(ok(calls::enqueue(hostile, &item), "grouped enqueue").inserted);
+    }
+    let batch = ok(
+        calls::claim(hostile, &flow, OWNER, "1 minute", Some(10), None),
+        "flow claim",
+    );
+    let keys: Vec<&str> = batch.iter().map(|item| item.key.as_str()).collect();
+    assert_eq!(keys, ["x1", "y1"], "one per group, two by the limit");
+    let held_back = ok(
+        calls::claim_key(hostile, &flow, "x2", OWNER, "1 minute"),
+        "claim_key of a busy group",
+    );
+    assert!(held_back.is_none());
+    assert!(ok(
+        calls::finish(hostile, &token(batch[0].id, batch[0].epoch), None),
+        "finish x1"
+    ));
+    let x2 = ok(
+        calls::claim_key(hostile, &flow, "x2", OWNER, "1 minute"),
+        "claim_key of a freed group",
+    )
+    .expect("x2 once x1 is done");
+    epochs.extend(batch.iter().map(|item| item.epoch).chain([x2.epoch]));
 
     // Purge what is finished: a, b, c (done) and g (cancelled).
     let purged = ok(calls::purge(hostile, Some("0"), Some(queue)), "purge");
