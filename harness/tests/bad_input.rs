@@ -167,6 +167,21 @@ fn count_arg(name: &'static str, valid: &str) -> Arg {
     )
 }
 
+/// `concurrency` and `rate` of `work_limit`: 1 to 10000, NULL for no limit.
+fn limit_arg(name: &'static str) -> Arg {
+    arg(
+        name,
+        "integer",
+        Some("5"),
+        vec![
+            invalid("0"),
+            invalid("-1"),
+            invalid("10001"),
+            invalid("-2147483648"),
+        ],
+    )
+}
+
 fn not_null(name: &'static str, sql_type: &'static str, valid: &str) -> Arg {
     arg(name, sql_type, Some(valid), vec![null()])
 }
@@ -262,6 +277,20 @@ fn functions(f: &Fixture) -> Vec<Function> {
                         invalid("365 days 00:00:00.000001"),
                         invalid("1000 years"),
                         invalid("1 day -1 hour"),
+                    ],
+                ),
+                // NULL: an item in no group.
+                arg(
+                    "group_key",
+                    "text",
+                    None,
+                    vec![
+                        invalid(""),
+                        invalid(&long('g', 129)),
+                        invalid(&long('é', 65)),
+                        invalid("g\ng"),
+                        invalid("tab\t"),
+                        invalid("del\u{7f}"),
                     ],
                 ),
             ],
@@ -408,6 +437,27 @@ fn functions(f: &Fixture) -> Vec<Function> {
         Function {
             name: "work_pause",
             args: vec![queue_arg()],
+        },
+        Function {
+            name: "work_limit",
+            args: vec![
+                queue_arg(),
+                limit_arg("concurrency"),
+                limit_arg("rate"),
+                arg(
+                    "per",
+                    "interval",
+                    Some("1 second"),
+                    vec![
+                        null(),
+                        invalid("0"),
+                        invalid("-1 second"),
+                        invalid("1 day 00:00:00.000001"),
+                        invalid("2 days"),
+                        invalid("1 mon -29 days"),
+                    ],
+                ),
+            ],
         },
         Function {
             name: "work_resume",
