@@ -20,6 +20,10 @@
 --                                    cannot hold the shard's row lock in the
 --                                    caller's transaction (docs/scaling.md)
 --
+-- A queue's serial groups (work_enqueue's group_key) and its limits
+-- (work_limit) are kept by the queue's shard, where all its enqueues and
+-- claims run: they hold through the router as on one server.
+--
 -- Before running it:
 --
 --   CREATE EXTENSION plproxy;
@@ -73,7 +77,7 @@ COMMENT ON FUNCTION workfence_router.id_shard(bigint) IS
 
 CREATE FUNCTION workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key text DEFAULT NULL,
     run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
-    max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL)
+    max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL)
 RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
     CLUSTER 'workfence_shards';
     RUN ON workfence_router.queue_shard(queue);
@@ -117,6 +121,13 @@ CREATE FUNCTION workfence.work_pause(queue text) RETURNS boolean LANGUAGE plprox
 $$;
 
 CREATE FUNCTION workfence.work_resume(queue text) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.work_limit(queue text, concurrency integer DEFAULT NULL,
+    rate integer DEFAULT NULL, per interval DEFAULT '1 second')
+RETURNS void LANGUAGE plproxy AS $$
     CLUSTER 'workfence_shards';
     RUN ON workfence_router.queue_shard(queue);
 $$;
@@ -360,22 +371,24 @@ $$ SELECT pg_catalog.bool_or(c) FROM workfence_router.enforce_grants_all(enforce
 CREATE FUNCTION workfence_router.queue_stats()
 RETURNS TABLE(queue text, pending bigint, scheduled bigint, claimed bigint, expired bigint,
               done bigint, failed bigint, cancelled bigint, oldest_due_age interval,
-              paused boolean, refused bigint, lapsed bigint)
+              paused boolean, refused bigint, lapsed bigint, concurrency integer, rate integer,
+              per interval)
 LANGUAGE plproxy AS $$
     CLUSTER 'workfence_shards';
     RUN ON ALL;
     SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
-           s.oldest_due_age, s.paused, s.refused, s.lapsed
+           s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per
       FROM workfence.work_queue_stats AS s;
 $$;
 
 CREATE VIEW workfence.work_queue_stats AS
 SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
-       s.oldest_due_age, s.paused, s.refused, s.lapsed
+       s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per
   FROM workfence_router.queue_stats() AS s;
 COMMENT ON VIEW workfence.work_queue_stats IS
     'Every shard''s work_queue_stats, as the calling role may read them there: a row per queue and '
-    'shard it is on (one shard, but while a queue is drained after adding shards).';
+    'shard it is on (one shard, but while a queue is drained after adding shards). A queue''s limits '
+    '(concurrency, rate, per) are its shard''s.';
 
 -- The queue grants of every shard: one row per grant (role, capability,
 -- queues), with the latest time any shard recorded it. Grants made through
@@ -414,8 +427,9 @@ COMMENT ON FUNCTION workfence_router.shard_number(integer) IS
 -- Each has the extension's arguments, defaults, result and errors (SQLSTATE,
 -- message, detail and hint come back from the shard, the message prefixed
 -- by PL/Proxy with the function and shard); docs/contract.md describes them.
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamp with time zone, integer, integer, interval) IS
-    'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it returns carries the shard number (id >> 48).';
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamp with time zone, integer, integer, interval, text) IS
+    'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it returns carries the shard number (id >> 48). '
+    'A queue''s items, and so each of its groups (group_key), are on its one shard, which keeps the group serial.';
 COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
     'Router: runs work_claim on the queue''s shard; a long poll (wait) waits there.';
 COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
@@ -427,6 +441,9 @@ COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamp with time zo
     'Router: runs work_reschedule on the queue''s shard.';
 COMMENT ON FUNCTION workfence.work_pause(text) IS 'Router: runs work_pause on the queue''s shard.';
 COMMENT ON FUNCTION workfence.work_resume(text) IS 'Router: runs work_resume on the queue''s shard.';
+COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval) IS
+    'Router: runs work_limit on the queue''s shard, where all the queue''s claims run: the limits hold for '
+    'every worker, through any router or on the shard directly.';
 COMMENT ON FUNCTION workfence.work_item(text, text) IS 'Router: runs work_item(queue, key) on the queue''s shard.';
 COMMENT ON FUNCTION workfence.queue_counters(text) IS 'Router: runs queue_counters on the queue''s shard.';
 COMMENT ON FUNCTION workfence.work_may(text, text) IS

@@ -21,6 +21,10 @@
 //!   when it is not current) but holds no lock in the caller's transaction;
 //! - the shards judge the calling role: queue grants made through the router
 //!   hold for calls made through it;
+//! - a queue's serial groups and limits (from 0.10.0) hold through the
+//!   router: a grouped enqueue lands on the queue's shard, where the group
+//!   stays serial for claimers through the router and on the shard, and
+//!   `work_limit` through the router limits the queue on its shard;
 //! - a soak through the router (worker threads under one owner name, stalls
 //!   past the lease, terminated router and shard backends, abandoned
 //!   workers): every item done, no token handed out twice, at most one
@@ -512,6 +516,277 @@ fn router_runs_the_fused_cycle_on_the_previous_items_shard() {
     assert!(bad.message().contains("lease"), "{}", bad.message());
     let b_now = ok(calls::item(&mut r, queue, &b.key), "work_item b").expect("b");
     assert_eq!(b_now.state, "claimed", "the shard rolled back both halves");
+}
+
+/// The keys of `claims`, sorted.
+fn keys(claims: &[calls::Claim]) -> Vec<String> {
+    let mut keys: Vec<String> = claims.iter().map(|c| c.key.clone()).collect();
+    keys.sort();
+    keys
+}
+
+/// Serial groups through the router (from 0.10.0): a grouped enqueue lands
+/// on its queue's shard, with its group, and the group is serial there,
+/// which is where every claim of the queue runs: a batch claim through the
+/// router takes one item per group, and nobody, through the router or
+/// connected to the shard, takes a group's next item while one is claimed;
+/// a released item goes behind the group's items due before it. The router
+/// session's isolation level does not reach the shard (docs/scaling.md): a
+/// claim made through the router inside REPEATABLE READ runs in the shard's
+/// own transaction, where the shard itself refuses one (25000).
+#[test]
+fn router_keeps_a_group_serial_on_its_queues_shard() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_groups");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+    let on_shard = one_queue_per_shard(&router, &mut r);
+    let (queue, shard) = (QUEUES[2], on_shard[2]);
+    for (key, group) in [
+        ("a1", Some("g1")),
+        ("a2", Some("g1")),
+        ("a3", Some("g1")),
+        ("b1", Some("g2")),
+        ("u1", None),
+    ] {
+        let mut item = Enqueue::new(queue).key(key);
+        if let Some(group) = group {
+            item = item.group_key(group);
+        }
+        let id = common::enqueue_new(&mut r, &item);
+        assert_eq!(Router::shard_of_id(id), shard, "{key}: id {id}");
+        for (n, s) in shards.iter_mut().enumerate() {
+            let here: i64 = scalar(
+                s,
+                "SELECT count(*) FROM workfence.items
+                  WHERE id = $1 AND key = $2 AND group_key IS NOT DISTINCT FROM $3",
+                &[&id, &key, &group],
+            );
+            assert_eq!(
+                here,
+                i64::from(n == shard),
+                "{key} in group {group:?} on shard {n}"
+            );
+        }
+    }
+
+    // One item per group, and the item in no group.
+    let first = ok(
+        calls::claim(&mut r, queue, "w1", "1 minute", Some(10), None),
+        "a batch claim through the router",
+    );
+    assert_eq!(keys(&first), ["a1", "b1", "u1"]);
+    // a1 is claimed: g1 waits, for every claimer.
+    let none = ok(
+        calls::claim(&mut r, queue, "w2", "1 minute", Some(10), None),
+        "a second claim through the router",
+    );
+    assert!(none.is_empty(), "a group's second item: {none:?}");
+    let none = ok(
+        calls::claim(&mut shards[shard], queue, "w2", "1 minute", Some(10), None),
+        "a claim on the queue's shard",
+    );
+    assert!(
+        none.is_empty(),
+        "a group's second item on the shard: {none:?}"
+    );
+    let by_key = ok(
+        calls::claim_key(&mut r, queue, "a2", "w2", "1 minute"),
+        "work_claim_key of a2 through the router",
+    );
+    assert!(by_key.is_none(), "a2 claimed by key: {by_key:?}");
+
+    // Finished through the router, a1 frees its group: a2 is next.
+    let a1 = first
+        .iter()
+        .find(|c| c.key == "a1")
+        .expect("a1")
+        .token("w1");
+    assert!(ok(calls::finish(&mut r, &a1, None), "finishing a1"));
+    let next = ok(
+        calls::claim(&mut r, queue, "w2", "1 minute", Some(10), None),
+        "the claim after a1's finish",
+    );
+    assert_eq!(keys(&next), ["a2"]);
+    // Released, a2 is due again from now: behind a3 in claim order
+    // (priority, run_at, id), as on one server.
+    assert!(ok(
+        calls::release(&mut r, &next[0].token("w2"), None),
+        "releasing a2"
+    ));
+
+    // On the shard, REPEATABLE READ is refused for a queue with groups ...
+    let mut direct = ok(
+        shards[shard]
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .start(),
+        "BEGIN REPEATABLE READ on the shard",
+    );
+    server_error(
+        calls::claim(&mut direct, queue, "w3", "1 minute", Some(10), None),
+        "25000",
+        "a grouped queue's claim under REPEATABLE READ on the shard",
+    );
+    ok(direct.rollback(), "ROLLBACK");
+    // ... and through the router the claim runs in the shard's own
+    // READ COMMITTED transaction, whatever the router's.
+    let mut routed = ok(
+        r.build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .start(),
+        "BEGIN REPEATABLE READ on the router",
+    );
+    let again = ok(
+        calls::claim(&mut routed, queue, "w3", "1 minute", Some(10), None),
+        "a claim through the router in a REPEATABLE READ transaction",
+    );
+    ok(routed.commit(), "COMMIT");
+    assert_eq!(keys(&again), ["a3"]);
+    assert!(again[0].epoch > next[0].epoch);
+    let none = ok(
+        calls::claim(&mut r, queue, "w4", "1 minute", Some(10), None),
+        "a claim while a3 is claimed",
+    );
+    assert!(none.is_empty(), "a2 beside a3: {none:?}");
+    assert!(ok(
+        calls::finish(&mut r, &again[0].token("w3"), None),
+        "finishing a3"
+    ));
+    let last = ok(
+        calls::claim(&mut r, queue, "w4", "1 minute", Some(10), None),
+        "the claim after a3's finish",
+    );
+    assert_eq!(keys(&last), ["a2"]);
+}
+
+/// Limits through the router (from 0.10.0): `work_limit` runs on the
+/// queue's shard, where all the queue's claims run, so a limit set through
+/// the router holds for claimers through the router and on the shard alike,
+/// and the router's `work_queue_stats` shows it (docs/scaling.md).
+#[test]
+fn router_work_limit_limits_the_queue_on_its_shard() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_limits");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+    let on_shard = one_queue_per_shard(&router, &mut r);
+
+    // Concurrency: at most two items under lease at once.
+    let (queue, shard) = (QUEUES[0], on_shard[0]);
+    for n in 0..5 {
+        common::enqueue_new(&mut r, &Enqueue::new(queue).key(format!("k{n}")));
+    }
+    ok(
+        calls::work_limit(&mut r, queue, Some(2), None, "1 second"),
+        "work_limit through the router",
+    );
+    for (n, s) in shards.iter_mut().enumerate() {
+        let set: i64 = scalar(
+            s,
+            "SELECT count(*) FROM workfence.queues WHERE queue = $1 AND concurrency = 2",
+            &[&queue],
+        );
+        assert_eq!(set, i64::from(n == shard), "the limit on shard {n}");
+    }
+    let held = ok(
+        calls::claim(&mut r, queue, "w1", "1 minute", Some(10), None),
+        "a batch claim through the router",
+    );
+    assert_eq!(held.len(), 2, "two under lease: {held:?}");
+    let none = ok(
+        calls::claim(&mut r, queue, "w2", "1 minute", Some(10), None),
+        "another claim through the router",
+    );
+    assert!(none.is_empty(), "a third under lease: {none:?}");
+    let none = ok(
+        calls::claim(&mut shards[shard], queue, "w2", "1 minute", Some(10), None),
+        "a claim on the queue's shard",
+    );
+    assert!(
+        none.is_empty(),
+        "a third under lease on the shard: {none:?}"
+    );
+    assert!(ok(
+        calls::finish(&mut r, &held[0].token("w1"), None),
+        "finishing one"
+    ));
+    let one = ok(
+        calls::claim(&mut r, queue, "w2", "1 minute", Some(10), None),
+        "the claim after a finish",
+    );
+    assert_eq!(one.len(), 1, "one lease freed: {one:?}");
+
+    // Rate: two items handed out per hour, finished or not.
+    let (rated, rated_shard) = (QUEUES[3], on_shard[3]);
+    for n in 0..4 {
+        common::enqueue_new(&mut r, &Enqueue::new(rated).key(format!("k{n}")));
+    }
+    ok(
+        calls::work_limit(&mut r, rated, None, Some(2), "1 hour"),
+        "a rate limit through the router",
+    );
+    let two = ok(
+        calls::claim(&mut r, rated, "w1", "1 minute", Some(10), None),
+        "a batch claim of the rated queue",
+    );
+    assert_eq!(two.len(), 2, "the hour's two: {two:?}");
+    for c in &two {
+        assert!(ok(calls::finish(&mut r, &c.token("w1"), None), "finish"));
+    }
+    let none = ok(
+        calls::claim(&mut r, rated, "w2", "1 minute", Some(10), None),
+        "a claim through the router after the hour's two",
+    );
+    assert!(none.is_empty(), "over the rate: {none:?}");
+    let none = ok(
+        calls::claim(
+            &mut shards[rated_shard],
+            rated,
+            "w2",
+            "1 minute",
+            Some(10),
+            None,
+        ),
+        "a claim on the rated queue's shard",
+    );
+    assert!(none.is_empty(), "over the rate on the shard: {none:?}");
+
+    // The router's work_queue_stats shows each queue's limits, its shard's.
+    let limits: Vec<(String, Option<i32>, Option<i32>)> =
+        ok(calls::queue_limits(&mut r), "the router's work_queue_stats")
+            .into_iter()
+            .map(|l| (l.queue, l.concurrency, l.rate))
+            .collect();
+    let mut expected = vec![
+        (queue.to_string(), Some(2), None),
+        (rated.to_string(), None, Some(2)),
+    ];
+    expected.sort();
+    assert_eq!(limits, expected);
+    let per: Vec<Option<String>> = ok(calls::queue_limits(&mut r), "work_queue_stats")
+        .into_iter()
+        .filter(|l| l.queue == rated)
+        .map(|l| l.per)
+        .collect();
+    assert_eq!(per, [Some("01:00:00".to_string())]);
+
+    // Both limits lifted through the router: the rest is claimed.
+    ok(
+        calls::work_limit(&mut r, rated, None, None, "1 second"),
+        "lifting the limits through the router",
+    );
+    let rest = ok(
+        calls::claim(&mut r, rated, "w2", "1 minute", Some(10), None),
+        "the claim after lifting the limits",
+    );
+    assert_eq!(rest.len(), 2, "no limit: {rest:?}");
 }
 
 #[test]
