@@ -389,21 +389,22 @@ pub(crate) fn claim(
     if settings.limited && !try_lock(&limit_lock(queue)) {
         return Ok(ClaimOutcome::default());
     }
-    // Read after the limit lock: the window's times grow with the claims.
-    let now = claim::server_clock()?;
     let max_items = match pick {
         Pick::Queue(n) => n,
         Pick::Key(_) => 1,
     };
     Spi::connect_mut(|client| {
         let (due, items, rate) = if settings.limited {
-            allowance(client, queue, max_items, now)?
+            // Read after the limit lock: the window's times grow with the
+            // claims.
+            allowance(client, queue, max_items, claim::server_clock()?)?
         } else {
             (max_items, max_items, false)
         };
         if items == 0 {
             return Ok(ClaimOutcome::default());
         }
+        let now = claim::server_clock()?;
         let picked: Vec<(i64, Option<String>)> = match pick {
             Pick::Queue(_) => plans::run(
                 client,
@@ -458,6 +459,12 @@ pub(crate) fn claim(
         if ids.is_empty() {
             return Ok(ClaimOutcome::default());
         }
+        // The claim's time (`claimed_at`, the lease's start, the rate
+        // window's entry) is read after the slots were counted and the
+        // groups locked: whatever freed a slot or a group committed
+        // before it. An item picked at the earlier time is claimable at
+        // this one too.
+        let now = claim::server_clock()?;
         let outcome = plans::run(
             client,
             &TAKE,
