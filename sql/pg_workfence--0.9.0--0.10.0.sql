@@ -9,7 +9,8 @@
 -- (work_enqueue's group_key, the items' group_key column and
 -- items_group_idx), queue limits (work_limit, the queues' concurrency,
 -- rate, per, grouped and rate_log columns, work_queue_stats' concurrency,
--- rate and per). src/flow.rs explains how claims keep them.
+-- rate and per). src/flow.rs explains how claims keep them. A release
+-- with no delay keeps the item's run_at (its place in claim order).
 --
 -- Calls keep working while this runs (CONTRIBUTING.md, "An update keeps
 -- every function callable"): the 0.10.0 library claims as 0.9.0 did until
@@ -199,6 +200,9 @@ COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
 
 COMMENT ON FUNCTION workfence.work_grant(text, text, text) IS
 'work_grant(capability, queues, role) -> boolean. Lets role (and its members) use capability on queues: enqueue (work_enqueue), claim (work_claim, work_claim_key and the token calls), operate (work_cancel, work_retry, work_reschedule, work_pause, work_resume, work_limit), read (work_queue_stats, work_item, queue_counters) or purge (work_purge); queues is a queue name or a prefix followed by * (* alone: every queue). Checked only while queue grants are enforced (work_enforce_grants); every session sees it from its next call after the commit. True if the grant is new. For the extension''s owner. Errors: 22004 NULL argument, 22023 unknown capability, empty queues, name or prefix over 128 bytes or with control characters, empty role or one over 63 bytes; 42704 role does not exist; 42501 when the session''s role is neither a superuser nor a member of the extension''s owner.';
+
+COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
+'work_release(id, owner, epoch, delay interval DEFAULT ''0'') -> boolean. Hands a claimed item back unfinished: pending again from clock_timestamp() + delay (with no delay it keeps its run_at, so its place in claim order, from 0.10.0), attempt given back, token dead. False for any token but the current one. Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner, delay negative or over 365 days (its real length from now: months count as the calendar months that follow).';
 
 -- ---- signatures retired by earlier updates ----
 -- Dropped now, unless this very transaction renamed them (an update from

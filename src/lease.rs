@@ -326,8 +326,10 @@ params! {
 }
 
 // Hand the item of the current token back: pending from now + `$4` (the
-// delay). A release hands the attempt back: the job did not fail, it was
-// put down.
+// delay); with no delay it keeps its run_at, so its place in claim order
+// (from 0.10.0: a worker shutting down does not send its items behind the
+// ones queued after them, which matters most in a serial group). A
+// release hands the attempt back: the job did not fail, it was put down.
 macro_rules! release_sql {
     ($mode:ident, $scope:ident) => {
         concat!(
@@ -335,7 +337,9 @@ macro_rules! release_sql {
 UPDATE workfence.items AS i
    SET state = 'pending'::workfence.item_state,
        lease_until = NULL,
-       run_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4,
+       run_at = CASE WHEN $4 OPERATOR(pg_catalog.=) '0'::pg_catalog.interval
+                     THEN LEAST(i.run_at, pg_catalog.clock_timestamp())
+                     ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4 END,
        attempts = GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0)
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
@@ -834,7 +838,8 @@ fn finish_many(
 /// interval DEFAULT '0') RETURNS boolean`. True when the item was claimed
 /// under this token: it is pending again, claimable from
 /// `clock_timestamp() + delay`, and the attempt is given back (a release is
-/// not a failure). The token is dead from then on. False for any other token.
+/// not a failure). From 0.10.0 a release with no delay keeps the item's
+/// `run_at`, so its place in claim order (in its group too). The token is dead from then on. False for any other token.
 ///
 /// Errors: 22004 for a NULL argument; 22023 for a blank, oversized or control-character owner, a
 /// negative delay or one over 365 days (judged by its real length from now:

@@ -412,15 +412,16 @@ fn let_go_frees_the_group_once(database: &str, how: LetGo) {
         }
     }
 
-    // The order the group goes on in. A release or retryable fail puts k1
-    // back due now, behind k2 and k3 (due since they were enqueued); a
-    // lapse gives it back to the next claim first.
+    // The order the group goes on in. A retryable fail puts k1 back due
+    // after its backoff, behind k2 and k3 (due since they were enqueued); a
+    // release without a delay keeps k1's run_at, and a lapse keeps k1
+    // claimed: either way the next claim takes k1 first.
     let order: &[&str] = match how {
         LetGo::Finish | LetGo::FailFinal | LetGo::Cancel | LetGo::LapseOnFinalAttempt => {
             &["k2", "k3"]
         }
-        LetGo::Release | LetGo::FailRetryable => &["k2", "k3", "k1"],
-        LetGo::Lapse => &["k1", "k2", "k3"],
+        LetGo::FailRetryable => &["k2", "k3", "k1"],
+        LetGo::Release | LetGo::Lapse => &["k1", "k2", "k3"],
     };
 
     // Freed once: eight racers and a sweep take exactly the next item.
@@ -969,6 +970,13 @@ fn concurrency_limit_holds(database: &str, limit: i32, items: i32) {
             .zip(&windows)
             .filter(|(_, (s, e))| *s <= at && at < *e)
             .collect::<Vec<_>>()
+    );
+    // The leases as the server recorded them (claimed_at = lease_until -
+    // lease) keep the limit too: a claim reads its clock after counting
+    // the slots, so whatever freed its slot finished before it began.
+    assert!(
+        most_own <= limit as usize,
+        "{most_own} leases recorded at once (from claimed_at) under concurrency {limit}"
     );
     assert_eq!(
         most, limit as usize,
