@@ -97,6 +97,12 @@ export interface EnqueueOptions {
   maxAttempts?: number;
   /** Seconds: no lease of a claim reaches past claimed_at + maxRun; default no limit. */
   maxRun?: number;
+  /**
+   * The item's serial group (from 0.10.0): at most one item of a (queue, groupKey) is claimed at
+   * a time, in claim order. Non-empty, at most 128 bytes, no control characters; default none
+   * (then the enqueue also works against a 0.9.0 database).
+   */
+  groupKey?: string;
 }
 
 /**
@@ -118,6 +124,22 @@ export function cancel(client: Queryable, queue: string, key: string): Promise<b
 export function pause(client: Queryable, queue: string): Promise<boolean>;
 /** `workfence.work_resume`: true if the queue was paused. */
 export function resume(client: Queryable, queue: string): Promise<boolean>;
+
+export interface LimitOptions {
+  /** At most this many items of the queue claimed at once, 1..10000; null/absent: no limit. */
+  concurrency?: number | null;
+  /** At most this many items handed out per `per`, 1..10000; null/absent: no limit. */
+  rate?: number | null;
+  /** Seconds: the rate's sliding window, in (0, 86400]; default 1. */
+  per?: number;
+}
+
+/**
+ * `workfence.work_limit` (from 0.10.0): sets the queue's limits, replacing both; a limit left out
+ * is lifted (`limit(client, queue)` lifts both).
+ * @throws NullArgument (22004), InvalidArgument (22023), NotPermitted (42501: no `operate` grant)
+ */
+export function limit(client: Queryable, queue: string, options?: LimitOptions): Promise<void>;
 
 /** A row of `workfence.work_item`. */
 export interface Item {

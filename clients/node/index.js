@@ -7,5 +7,5 @@ export {
 } from './lib/errors.js';
 export { connectionConfig } from './lib/dsn.js';
 export { leaseLostToken } from './lib/notify.js';
-export { enqueue, retry, reschedule, cancel, pause, resume, item } from './lib/operations.js';
+export { enqueue, retry, reschedule, cancel, pause, resume, limit, item } from './lib/operations.js';
 export { Worker, Job, defaultOwner } from './lib/worker.js';

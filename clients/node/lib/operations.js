@@ -36,6 +36,9 @@ export function jsonText(value) {
  * @param {number} [options.priority] lower is claimed first (default 0)
  * @param {number} [options.maxAttempts] 1..1000 (default 25)
  * @param {number} [options.maxRun] seconds: a limit on the run time of each claim (default none)
+ * @param {string} [options.groupKey] the item's serial group (from 0.10.0): at most one item of a
+ *   (queue, groupKey) is claimed at a time, in claim order (default none). Sent only when set, so
+ *   that an enqueue without it also works against a 0.9.0 database
  * @returns {Promise<{id: string, key: string, inserted: boolean}>} `id` is the bigint as a
  *   decimal string
  * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501,
@@ -54,6 +57,7 @@ export async function enqueue(client, queue, payload = {}, options = {}) {
   add('priority', options.priority, '$::integer');
   add('max_attempts', options.maxAttempts, '$::integer');
   add('max_run', options.maxRun, 'make_interval(secs => $::double precision)');
+  add('group_key', options.groupKey, '$::text');
   const { rows: [row] } = await query(client,
     `SELECT id::text AS id, key, inserted FROM workfence.work_enqueue(${args.join(', ')})`, values);
   return row;
@@ -119,6 +123,32 @@ export async function pause(client, queue) {
  */
 export async function resume(client, queue) {
   return bool(client, 'SELECT workfence.work_resume($1) AS ok', [queue]);
+}
+
+/**
+ * `workfence.work_limit` (from 0.10.0): sets the queue's limits, replacing both: at most
+ * `concurrency` items claimed at once across all workers, at most `rate` items handed out per
+ * `per` seconds (a sliding window). A limit left out (or null) is lifted; `limit(client, queue)`
+ * lifts both. Claims that would exceed a limit hand out fewer items or none; they never block.
+ * @param {{query: Function}} client
+ * @param {string} queue
+ * @param {object} [options]
+ * @param {number|null} [options.concurrency] 1..10000 (default: no limit)
+ * @param {number|null} [options.rate] 1..10000 (default: no limit)
+ * @param {number} [options.per] seconds, more than 0 and at most a day (default 1)
+ * @returns {Promise<void>}
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
+ */
+export async function limit(client, queue, options = {}) {
+  const values = [queue, options.concurrency ?? null, options.rate ?? null];
+  let per = '';
+  if (options.per !== undefined && options.per !== null) {
+    values.push(options.per);
+    per = ', per => make_interval(secs => $4::double precision)';
+  }
+  await query(client,
+    `SELECT workfence.work_limit($1::text, concurrency => $2::integer, rate => $3::integer${per})`,
+    values);
 }
 
 const ITEM_COLUMNS = `id::text AS id, queue, key, state, priority, run_at, attempts, max_attempts,

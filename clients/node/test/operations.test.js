@@ -2,13 +2,16 @@
 // the cluster of WORKFENCE_TEST_DSN (scripts/client-tests.sh).
 
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { after, before, test } from 'node:test';
 
+import pg from 'pg';
+
 import {
-  InvalidArgument, LeaseLost, NoTransaction, NullArgument, WorkfenceError, cancel, enqueue, item,
-  pause, reschedule, resume, retry,
+  InvalidArgument, LeaseLost, NoTransaction, NullArgument, WorkfenceError, cancel,
+  connectionConfig, enqueue, item, limit, pause, reschedule, resume, retry,
 } from '../index.js';
-import { connect, freshQueue } from './helpers.js';
+import { connect, freshQueue, testDsn } from './helpers.js';
 
 let db;
 before(async () => { db = await connect(); });
@@ -102,5 +105,67 @@ test('work_assert refusals map to LeaseLost (with the reason) and NoTransaction'
       });
   } finally {
     await db.query('ROLLBACK');
+  }
+});
+
+test('enqueue with groupKey puts the item in that group; a bad group key is InvalidArgument', async () => {
+  const queue = freshQueue();
+  await enqueue(db, queue, { op: 'debit' }, { key: 'd1', groupKey: 'customer-42' });
+  await enqueue(db, queue, {}, { key: 'd2' });
+  const { rows } = await db.query(
+    'SELECT key, group_key FROM workfence.items WHERE queue = $1 ORDER BY id', [queue]);
+  assert.deepEqual(rows, [{ key: 'd1', group_key: 'customer-42' }, { key: 'd2', group_key: null }]);
+  await assert.rejects(enqueue(db, queue, {}, { groupKey: 'bad\ngroup' }),
+    (err) => err instanceof InvalidArgument && err.code === '22023');
+});
+
+test('limit sets the queue\'s limits, replaces them, and lifts them when left out', async () => {
+  const queue = freshQueue();
+  const limits = async () => (await db.query(
+    `SELECT concurrency, rate, extract(epoch FROM per)::float8 AS per
+       FROM workfence.queues WHERE queue = $1`, [queue])).rows[0];
+  assert.equal(await limit(db, queue, { concurrency: 5, rate: 100, per: 60 }), undefined);
+  assert.deepEqual(await limits(), { concurrency: 5, rate: 100, per: 60 });
+  await limit(db, queue, { rate: 3, per: 0.5 });
+  assert.deepEqual(await limits(), { concurrency: null, rate: 3, per: 0.5 });
+  await limit(db, queue, { rate: 7 }); // per: the server's default, 1 s
+  assert.deepEqual(await limits(), { concurrency: null, rate: 7, per: 1 });
+  await limit(db, queue, { concurrency: 2 });
+  await enqueue(db, queue, {});
+  const { rows: [stats] } = await db.query(
+    'SELECT concurrency, rate FROM workfence.work_queue_stats WHERE queue = $1', [queue]);
+  assert.deepEqual(stats, { concurrency: 2, rate: null });
+  await limit(db, queue);
+  const lifted = await limits();
+  assert.ok(lifted === undefined || (lifted.concurrency === null && lifted.rate === null));
+  await assert.rejects(limit(db, queue, { concurrency: 0 }), (err) => {
+    assert.ok(err instanceof InvalidArgument);
+    assert.match(err.message, /concurrency/);
+    return true;
+  });
+  await assert.rejects(limit(db, queue, { rate: 1, per: 2 * 86400 }), InvalidArgument);
+  await assert.rejects(limit(db, null), NullArgument);
+});
+
+test('without groupKey, enqueue works against a 0.9.0 database (group_key is sent only when set)', async () => {
+  const name = `workfence_node_090_${randomBytes(4).toString('hex')}`;
+  await db.query(`CREATE DATABASE ${name}`);
+  try {
+    const old = new pg.Client({ ...connectionConfig(testDsn()), database: name });
+    await old.connect();
+    try {
+      await old.query("CREATE EXTENSION pg_workfence VERSION '0.9.0'");
+      const queue = freshQueue();
+      const made = await enqueue(old, queue, { n: 1 },
+        { key: 'k', runAt: new Date(), priority: 1, maxAttempts: 3, maxRun: 60 });
+      assert.equal(made.inserted, true);
+      assert.equal((await item(old, queue, 'k')).max_run, 60);
+      // 0.9.0's work_enqueue has no group_key: 42883 (undefined function), an unnamed error.
+      await assert.rejects(enqueue(old, queue, {}, { groupKey: 'g' }), (err) => err.code === '42883');
+    } finally {
+      await old.end();
+    }
+  } finally {
+    await db.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   }
 });

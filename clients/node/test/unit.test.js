@@ -9,7 +9,7 @@ import pg from 'pg';
 import {
   Cancelled, ERRORS_BY_SQLSTATE, InvalidArgument, LeaseLost, NoTransaction, NotPermitted,
   NullArgument, ReadOnly, SerializationFailure, UndefinedObject, Worker, WorkfenceError,
-  connectionConfig, defaultOwner, fromPgError, leaseLostToken,
+  connectionConfig, defaultOwner, enqueue, fromPgError, leaseLostToken, limit,
 } from '../index.js';
 import { heals } from '../lib/worker.js';
 
@@ -189,4 +189,29 @@ test('heals: connection errors and the retried SQLSTATEs heal, any other SQLSTAT
     assert.equal(heals(fromPgError(server(code))), false, `${code} mapped`);
   }
   assert.equal(heals(new InvalidArgument('bad', { code: '22023' })), false);
+});
+
+/** A client that records each statement and answers with `row`. */
+function recordingClient(row) {
+  const calls = [];
+  return { calls, async query(text, values) { calls.push({ text, values }); return { rows: [row] }; } };
+}
+
+test('enqueue sends group_key (by name) only when groupKey is set, so 0.9.0 databases still take it', async () => {
+  const client = recordingClient({ id: '1', key: 'k', inserted: true });
+  await enqueue(client, 'q', {}, { key: 'k', maxRun: 5 });
+  assert.doesNotMatch(client.calls[0].text, /group_key/);
+  await enqueue(client, 'q', {}, { groupKey: 'customer-42' });
+  assert.match(client.calls[1].text, /group_key => \$3::text/);
+  assert.deepEqual(client.calls[1].values, ['q', '{}', 'customer-42']);
+});
+
+test('limit passes both limits (null lifts) and per only when given', async () => {
+  const client = recordingClient({});
+  assert.equal(await limit(client, 'q'), undefined);
+  assert.deepEqual(client.calls[0].values, ['q', null, null]);
+  assert.doesNotMatch(client.calls[0].text, /per =>/);
+  await limit(client, 'q', { concurrency: 5, rate: 100, per: 60 });
+  assert.deepEqual(client.calls[1].values, ['q', 5, 100, 60]);
+  assert.match(client.calls[1].text, /per => make_interval\(secs => \$4::double precision\)/);
 });

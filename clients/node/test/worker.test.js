@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 
 import {
-  Cancelled, LeaseLost, NotPermitted, Worker, connectionConfig, enqueue,
+  Cancelled, LeaseLost, NotPermitted, Worker, connectionConfig, enqueue, item, limit,
 } from '../index.js';
 import { connect, freshQueue, gate, itemRow, recordingLogger, testDsn, waitFor } from './helpers.js';
 
@@ -388,6 +388,83 @@ test('never more than concurrency - 1 + batchSize items are held, and concurrenc
   await running;
   assert.equal(most, 2, 'two handlers ran at once');
   assert.ok(heldMost <= 4 && heldMost >= 3, `held at most ${heldMost}`);
+});
+
+test('two items of one group are handed to the worker one at a time, in order, the second after the first finished', async () => {
+  const queue = freshQueue();
+  const first = await enqueue(db, queue, { n: 1 }, { groupKey: 'customer-42' });
+  const second = await enqueue(db, queue, { n: 2 }, { groupKey: 'customer-42' });
+  const events = [];
+  let inGroup = 0;
+  let mostInGroup = 0;
+  const firstRunning = gate();
+  const letFirstGo = gate();
+  const { w } = worker(queue, async (job) => {
+    if (job.payload.n === undefined) return null; // the ungrouped probe below
+    inGroup += 1;
+    mostInGroup = Math.max(mostInGroup, inGroup);
+    events.push(`start ${job.payload.n}`);
+    if (job.id === first.id) {
+      firstRunning.open();
+      await letFirstGo.promise;
+    }
+    events.push(`end ${job.payload.n}`);
+    inGroup -= 1;
+    return null;
+  }, { concurrency: 4 });
+  const running = start(w);
+  await firstRunning.promise;
+  // An ungrouped item enqueued after the second: the worker (room for three more) claims it, and
+  // a claim handing it out would have handed out the second first (claim order), had its group
+  // not held it back.
+  const probe = await enqueue(db, queue, { probe: true });
+  await waitFor('the ungrouped item done meanwhile', async () => (await itemRow(db, probe.id)).state === 'done');
+  const waiting = await itemRow(db, second.id);
+  assert.deepEqual([waiting.state, waiting.attempts], ['pending', 0], 'the second item waits for the first');
+  letFirstGo.open();
+  await waitFor('the second item done', async () => (await itemRow(db, second.id)).state === 'done');
+  await w.stop();
+  await running;
+  assert.deepEqual(events, ['start 1', 'end 1', 'start 2', 'end 2']);
+  assert.equal(mostInGroup, 1);
+  const [a, b] = [await item(db, first.id), await item(db, second.id)];
+  assert.ok(b.claimed_at >= a.finished_at, 'the server claimed the second after the first finished');
+});
+
+test('a limit set with limit() caps a worker of concurrency 4 at one job at a time; lifted, jobs overlap', async () => {
+  const queue = freshQueue();
+  await limit(db, queue, { concurrency: 1 });
+  for (let i = 0; i < 4; i += 1) await enqueue(db, queue, { i });
+  let active = 0;
+  let most = 0;
+  let pairArrived = 0;
+  const pairTogether = gate();
+  const { w } = worker(queue, async (job) => {
+    active += 1;
+    most = Math.max(most, active);
+    try {
+      if (job.payload.pair) {
+        // After the limit is lifted: each of two items waits for the other to run.
+        pairArrived += 1;
+        if (pairArrived === 2) pairTogether.open();
+        await pairTogether.promise;
+      } else {
+        await sleep(200); // holds the job, so that others would overlap it
+      }
+    } finally {
+      active -= 1;
+    }
+    return null;
+  }, { concurrency: 4 });
+  const running = start(w);
+  await waitFor('4 items done', async () => (await states(queue)).done === 4, 30);
+  assert.equal(most, 1, 'one job at a time under concurrency 1');
+  await limit(db, queue);
+  for (let i = 0; i < 2; i += 1) await enqueue(db, queue, { pair: true });
+  await waitFor('two items running at once', async () => (await states(queue)).done === 6, 30);
+  await w.stop();
+  await running;
+  assert.equal(most, 2);
 });
 
 test('a result that is not JSON (a BigInt, a cycle) fails the item with the serialisation error', async () => {

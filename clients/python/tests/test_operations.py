@@ -3,11 +3,13 @@ mapping against the real server (WORKFENCE_TEST_DSN)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 import workfence
 from workfence import errors
@@ -67,6 +69,77 @@ async def test_operator_calls(db: psycopg.AsyncConnection[Any], queue: str) -> N
     assert not await workfence.resume(db, queue)
 
 
+async def test_enqueue_with_a_group_key(db: psycopg.AsyncConnection[Any], queue: str) -> None:
+    made = await workfence.enqueue(db, queue, {"op": "debit"}, key="d1", group_key="customer-42")
+    assert made.inserted
+    plain = await workfence.enqueue(db, queue, key="d2")
+    cur = await db.execute(
+        "SELECT key, group_key FROM workfence.items WHERE queue = %s ORDER BY id", (queue,)
+    )
+    assert await cur.fetchall() == [("d1", "customer-42"), ("d2", None)]
+    assert plain.inserted
+    with pytest.raises(errors.InvalidArgument) as bad:
+        await workfence.enqueue(db, queue, group_key="")
+    assert bad.value.sqlstate == "22023"
+
+
+async def _limits(db: psycopg.AsyncConnection[Any], queue: str) -> tuple[Any, ...] | None:
+    cur = await db.execute(
+        "SELECT concurrency, rate, per FROM workfence.queues WHERE queue = %s", (queue,)
+    )
+    return await cur.fetchone()
+
+
+async def test_limit_sets_and_lifts_the_queues_limits(
+    db: psycopg.AsyncConnection[Any], queue: str
+) -> None:
+    assert await workfence.limit(db, queue, concurrency=5, rate=100, per=60) is None
+    assert await _limits(db, queue) == (5, 100, timedelta(seconds=60))
+    await workfence.limit(db, queue, rate=3, per=timedelta(milliseconds=500))
+    assert await _limits(db, queue) == (None, 3, timedelta(milliseconds=500))
+    await workfence.limit(db, queue, 2)
+    assert await _limits(db, queue) == (2, None, None)  # no rate: no window kept
+    await workfence.enqueue(db, queue)
+    cur = await db.execute(
+        "SELECT concurrency, rate FROM workfence.work_queue_stats WHERE queue = %s", (queue,)
+    )
+    assert await cur.fetchone() == (2, None)
+    await workfence.limit(db, queue)  # both lifted
+    limits = await _limits(db, queue)
+    assert limits is None or limits[:2] == (None, None)
+    with pytest.raises(errors.InvalidArgument) as bad:
+        await workfence.limit(db, queue, concurrency=0)
+    assert bad.value.sqlstate == "22023" and "concurrency" in bad.value.message
+    with pytest.raises(errors.InvalidArgument):
+        await workfence.limit(db, queue, rate=1, per=timedelta(days=2))
+    with pytest.raises(errors.NullArgument):
+        await workfence.limit(db, queue, concurrency=1, per=None)  # type: ignore[arg-type]
+
+
+async def test_without_a_group_key_enqueue_works_against_a_0_9_0_database(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str
+) -> None:
+    name = f"workfence_py_090_{uuid.uuid4().hex[:8]}"
+    await db.execute(f"CREATE DATABASE {name}")
+    try:
+        old_dsn = make_conninfo(dsn, dbname=name)
+        async with await psycopg.AsyncConnection.connect(old_dsn, autocommit=True) as old:
+            await old.execute("CREATE EXTENSION pg_workfence VERSION '0.9.0'")
+            made = await workfence.enqueue(
+                old, queue, {"n": 1}, key="k", priority=1, max_attempts=3, max_run=60
+            )
+            assert made.inserted
+            info = await workfence.item(old, queue, "k")
+            assert info is not None and info.max_run == timedelta(seconds=60)
+            with pytest.raises(errors.WorkfenceError) as missing:
+                await workfence.enqueue(old, queue, group_key="g")
+            assert missing.value.sqlstate == "42883"  # 0.9.0's work_enqueue has no group_key
+        with psycopg.connect(old_dsn, autocommit=True) as old_sync:
+            assert workfence.sync.enqueue(old_sync, queue, key="s").inserted
+    finally:
+        await db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 def test_sync_twins(dsn: str, queue: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         made = workfence.sync.enqueue(conn, queue, {"n": 5}, key="s")
@@ -80,6 +153,19 @@ def test_sync_twins(dsn: str, queue: str) -> None:
         assert info is not None and (info.id, info.state) == (made.id, "pending")
         with pytest.raises(errors.InvalidArgument):
             workfence.sync.enqueue(conn, queue, max_attempts=0)
+        grouped = workfence.sync.enqueue(conn, queue, key="g", group_key="customer-1")
+        row = conn.execute(
+            "SELECT group_key FROM workfence.items WHERE id = %s", (grouped.id,)
+        ).fetchone()
+        assert row == ("customer-1",)
+        assert workfence.sync.limit(conn, queue, concurrency=1, rate=10, per=60) is None
+        row = conn.execute(
+            "SELECT concurrency, rate, per FROM workfence.queues WHERE queue = %s", (queue,)
+        ).fetchone()
+        assert row == (1, 10, timedelta(seconds=60))
+        workfence.sync.limit(conn, queue)
+        with pytest.raises(errors.InvalidArgument):
+            workfence.sync.limit(conn, queue, rate=0)
 
 
 async def test_server_errors_arrive_as_named_classes(

@@ -198,3 +198,26 @@ def test_results_are_checked_as_json_postgresql_can_store() -> None:
     for bad in ({"x": object()}, {1, 2}, float("inf"), {"s": "a\x00b"}):
         with pytest.raises(ValueError, match="^result is not JSON: "):
             worker_module._result_json(bad)
+
+
+def test_group_key_is_sent_by_name_and_only_when_set() -> None:
+    # Without a group the statement is 0.9.0's seven-argument call, so that a library of 0.10.0
+    # still enqueues into a 0.9.0 database; with one, `group_key => ` is added by name.
+    from workfence.operations import enqueue_call
+
+    plain, params = enqueue_call("q", None, None, None, 0, 25, None, None)
+    assert "group_key" not in plain and len(params) == 7
+    grouped, params = enqueue_call("q", None, None, None, 0, 25, None, "customer-42")
+    assert "group_key => %s::text" in grouped
+    assert len(params) == 8 and params[-1] == "customer-42"
+
+
+@pytest.mark.parametrize("value", [2.5, True, "1"])
+def test_limit_counts_must_be_ints(value: object) -> None:
+    from workfence.operations import limit_params
+
+    with pytest.raises(errors.InvalidArgument, match="concurrency"):
+        limit_params("q", value, None, 1)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument, match="rate"):
+        limit_params("q", None, value, 1)  # type: ignore[arg-type]
+    assert limit_params("q", 5, None, 60) == ("q", 5, None, timedelta(seconds=60))

@@ -1,6 +1,6 @@
 """Integration tests of the worker runner against the real server (WORKFENCE_TEST_DSN): finish,
 fenced transaction, failure and retry, lease loss by notification and by refused renew,
-concurrency and the buffer bound, and shutdown."""
+concurrency and the buffer bound, serial groups and queue limits, and shutdown."""
 
 from __future__ import annotations
 
@@ -315,6 +315,89 @@ async def _all_done(db: psycopg.AsyncConnection[Any], ids: list[int]) -> bool:
     )
     row = await cur.fetchone()
     return row is not None and row[0] == len(ids)
+
+
+async def test_a_groups_items_are_handed_out_one_at_a_time_in_order(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str
+) -> None:
+    first = await workfence.enqueue(db, queue, {"n": 1}, group_key="customer-42")
+    second = await workfence.enqueue(db, queue, {"n": 2}, group_key="customer-42")
+    events: list[str] = []
+    in_group = 0
+    most_in_group = 0
+    first_running, let_first_go = asyncio.Event(), asyncio.Event()
+
+    async def handle(job: workfence.Job) -> Any:
+        nonlocal in_group, most_in_group
+        if "n" not in job.payload:
+            return None  # the ungrouped probe below
+        in_group += 1
+        most_in_group = max(most_in_group, in_group)
+        events.append(f"start {job.payload['n']}")
+        if job.id == first.id:
+            first_running.set()
+            await let_first_go.wait()
+        events.append(f"end {job.payload['n']}")
+        in_group -= 1
+        return None
+
+    async with running(worker(dsn, queue, handle, concurrency=4)):
+        await wait_event(first_running, "the group's first item running")
+        # An ungrouped item enqueued after the second: the worker (room for three more) claims
+        # it, and a claim that hands it out would have handed out the second first (claim
+        # order), had its group not held it back.
+        probe = await workfence.enqueue(db, queue, {"probe": True})
+        await eventually(
+            lambda: _state_is(db, probe.id, "done"), "the ungrouped item done meanwhile"
+        )
+        st = await state(db, second.id)
+        assert (st[0], st[3]) == ("pending", 0), "the second item waits for the first"
+        let_first_go.set()
+        await eventually(lambda: _state_is(db, second.id, "done"), "the second item done")
+    assert events == ["start 1", "end 1", "start 2", "end 2"]
+    assert most_in_group == 1
+    done_first = await workfence.item(db, first.id)
+    done_second = await workfence.item(db, second.id)
+    assert done_first is not None and done_second is not None
+    assert done_first.finished_at is not None and done_second.claimed_at is not None
+    assert done_second.claimed_at >= done_first.finished_at  # the server's clock agrees
+
+
+async def test_a_limit_caps_a_worker_of_concurrency_4_at_one_job_at_a_time(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str
+) -> None:
+    await workfence.limit(db, queue, concurrency=1)
+    ids = [(await workfence.enqueue(db, queue, {"i": i})).id for i in range(4)]
+    running_now = 0
+    most_running = 0
+    pair_arrived = 0
+    pair_together = asyncio.Event()
+
+    async def handle(job: workfence.Job) -> Any:
+        nonlocal running_now, most_running, pair_arrived
+        running_now += 1
+        most_running = max(most_running, running_now)
+        try:
+            if job.payload.get("pair"):
+                # After the limit is lifted: each of two items waits for the other to run.
+                pair_arrived += 1
+                if pair_arrived == 2:
+                    pair_together.set()
+                await pair_together.wait()
+            else:
+                await asyncio.sleep(0.2)  # holds the job, so that others would overlap it
+        finally:
+            running_now -= 1
+        return None
+
+    async with running(worker(dsn, queue, handle, concurrency=4)):
+        await eventually(lambda: _all_done(db, ids), "all four items finished", timeout=30)
+        assert most_running == 1
+        # The same worker runs the queue's items side by side once the limit is lifted.
+        await workfence.limit(db, queue)
+        pair = [(await workfence.enqueue(db, queue, {"pair": True})).id for _ in range(2)]
+        await eventually(lambda: _all_done(db, pair), "two items running at once", timeout=30)
+    assert most_running == 2
 
 
 async def test_stop_releases_buffered_items_and_lets_the_running_one_finish(

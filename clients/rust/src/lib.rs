@@ -5,8 +5,9 @@
 //! strictly increasing `epoch` (a fencing token), and only an item's newest epoch can renew,
 //! finish, release, fail or assert it.
 //!
-//! - [`enqueue`] and the operator's calls ([`retry`], [`reschedule`], [`cancel`], [`pause`],
-//!   [`resume`], [`item`], [`item_by_id`]) on a connection you pass;
+//! - [`enqueue`] (with [`EnqueueOptions::group_key`] for serial groups) and the operator's calls
+//!   ([`retry`], [`reschedule`], [`cancel`], [`pause`], [`resume`], [`limit`], [`item`],
+//!   [`item_by_id`]) on a connection you pass;
 //! - [`Worker`], the runner: long-poll claims, a heartbeat renewing every held item and
 //!   listening on `work_lease_lost`, your [`Handler`] run per [`Job`] and cancelled when its
 //!   lease is lost, the job's [`FencedTransaction`], failures with a retry policy, release on
@@ -49,8 +50,8 @@ mod worker;
 pub use error::{Error, Result, ServerError};
 pub use job::{FencedTransaction, Job};
 pub use ops::{
-    cancel, enqueue, item, item_by_id, pause, reschedule, resume, retry, EnqueueOptions, Enqueued,
-    Item,
+    cancel, enqueue, item, item_by_id, limit, pause, reschedule, resume, retry, EnqueueOptions,
+    Enqueued, Item, Limits,
 };
 pub use worker::{
     Handle, Handler, HandlerError, HandlerResult, RetryPolicy, Worker, WorkerBuilder,

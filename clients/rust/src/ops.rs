@@ -18,6 +18,20 @@ SELECT id, key, inserted
                               max_attempts => $6, max_run => make_interval(secs => $7))
 "#;
 
+/// [`ENQUEUE_SQL`] with `group_key` (from 0.10.0), used only when the options set one, so that
+/// an enqueue without a group also works against a 0.9.0 database (whose `work_enqueue` has no
+/// such argument).
+const ENQUEUE_GROUPED_SQL: &str = r#"
+SELECT id, key, inserted
+  FROM workfence.work_enqueue($1, $2, key => $3, run_at => $4, priority => $5,
+                              max_attempts => $6, max_run => make_interval(secs => $7),
+                              group_key => $8)
+"#;
+
+/// `work_limit` (from 0.10.0); `per` as seconds through `make_interval`.
+const LIMIT_SQL: &str = "SELECT workfence.work_limit($1, concurrency => $2, rate => $3, \
+     per => make_interval(secs => $4))";
+
 /// The columns of `work_item`, `max_run` as seconds (tokio-postgres has no interval type).
 const ITEM_COLUMNS: &str = "id, queue, key, state, priority, run_at, attempts, max_attempts, \
      owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, \
@@ -40,6 +54,11 @@ pub struct EnqueueOptions {
     /// A limit on run time: no claim or renew sets the lease beyond `claimed_at + max_run`
     /// (from 0.6.0), in (0, 365 days]. `None`: no limit.
     pub max_run: Option<Duration>,
+    /// The item's serial group (from 0.10.0): at most one item of a (queue, group_key) is
+    /// claimed at a time, in claim order (priority, run_at, id); other groups run in parallel.
+    /// Non-empty, at most 128 bytes, no control characters. `None`: no group (and then the
+    /// enqueue also works against a 0.9.0 database: the argument is sent only when set).
+    pub group_key: Option<String>,
 }
 
 impl Default for EnqueueOptions {
@@ -50,6 +69,7 @@ impl Default for EnqueueOptions {
             priority: 0,
             max_attempts: 25,
             max_run: None,
+            group_key: None,
         }
     }
 }
@@ -84,6 +104,12 @@ impl EnqueueOptions {
         self.max_run = Some(max_run);
         self
     }
+
+    /// The options with `group_key` set.
+    pub fn group_key(mut self, group_key: impl Into<String>) -> Self {
+        self.group_key = Some(group_key.into());
+        self
+    }
 }
 
 /// What [`enqueue`] returns: the item's id and key, and whether this call inserted it (false:
@@ -103,8 +129,9 @@ pub struct Enqueued {
 /// `client` is any tokio-postgres client or transaction: the enqueue commits with the caller's
 /// transaction. Errors: [`crate::Error::NullArgument`] (22004),
 /// [`crate::Error::InvalidArgument`] (22023: bad queue, key or run_at, `max_attempts` out of
-/// 1..1000, `max_run` out of range), [`crate::Error::NotPermitted`] (42501: no `enqueue` grant),
-/// [`crate::Error::SerializationFailure`] (40001: raced a purge three times; retry).
+/// 1..1000, `max_run` out of range, bad `group_key`), [`crate::Error::NotPermitted`] (42501: no
+/// `enqueue` grant), [`crate::Error::SerializationFailure`] (40001: raced a purge three times;
+/// retry).
 pub async fn enqueue(
     client: &impl GenericClient,
     queue: &str,
@@ -112,20 +139,24 @@ pub async fn enqueue(
     options: &EnqueueOptions,
 ) -> Result<Enqueued> {
     let max_run = options.max_run.map(|d| d.as_secs_f64());
-    let row = client
-        .query_one(
-            ENQUEUE_SQL,
-            &[
-                &queue,
-                &Json(payload),
-                &options.key,
-                &options.run_at,
-                &options.priority,
-                &options.max_attempts,
-                &max_run,
-            ],
-        )
-        .await?;
+    let payload = Json(payload);
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+        &queue,
+        &payload,
+        &options.key,
+        &options.run_at,
+        &options.priority,
+        &options.max_attempts,
+        &max_run,
+    ];
+    let sql = match &options.group_key {
+        Some(group_key) => {
+            params.push(group_key);
+            ENQUEUE_GROUPED_SQL
+        }
+        None => ENQUEUE_SQL,
+    };
+    let row = client.query_one(sql, &params).await?;
     Ok(Enqueued {
         id: row.try_get("id")?,
         key: row.try_get("key")?,
@@ -198,6 +229,63 @@ pub async fn pause(client: &impl GenericClient, queue: &str) -> Result<bool> {
 /// was paused. Errors: 22004, 22023, 42501 (no `operate` grant).
 pub async fn resume(client: &impl GenericClient, queue: &str) -> Result<bool> {
     call_bool(client, "SELECT workfence.work_resume($1)", &[&queue]).await
+}
+
+/// A queue's limits, for [`limit`] (`work_limit`, from 0.10.0). `Limits::default()` (both
+/// `None`) lifts every limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// At most this many items of the queue claimed at once, across all workers (a lapsed lease
+    /// keeps its slot until the item is claimed anew or dead-lettered), 1..10000. `None`: no
+    /// limit.
+    pub concurrency: Option<i32>,
+    /// At most this many items handed out by claims in any window of length [`Limits::per`],
+    /// 1..10000. `None`: no limit.
+    pub rate: Option<i32>,
+    /// The rate's sliding window, in (0, 1 day] (default 1 s, the server's default).
+    pub per: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            concurrency: None,
+            rate: None,
+            per: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Limits {
+    /// The limits with `concurrency` set.
+    pub fn concurrency(mut self, concurrency: i32) -> Self {
+        self.concurrency = Some(concurrency);
+        self
+    }
+
+    /// The limits with `rate` items per `per` set.
+    pub fn rate(mut self, rate: i32, per: Duration) -> Self {
+        self.rate = Some(rate);
+        self.per = per;
+        self
+    }
+}
+
+/// Sets `queue`'s limits (`work_limit`, from 0.10.0), replacing both: a `None` in `limits`
+/// lifts that limit, `Limits::default()` lifts both. Claims that would exceed a limit hand out
+/// fewer items, or none; they never block. Takes effect when the caller's transaction commits.
+/// Errors: [`crate::Error::NullArgument`] (22004), [`crate::Error::InvalidArgument`] (22023: bad
+/// queue, `concurrency` or `rate` out of 1..10000, `per` out of (0, 1 day]),
+/// [`crate::Error::NotPermitted`] (42501: no `operate` grant).
+pub async fn limit(client: &impl GenericClient, queue: &str, limits: &Limits) -> Result<()> {
+    let per = limits.per.as_secs_f64();
+    client
+        .execute(
+            LIMIT_SQL,
+            &[&queue, &limits.concurrency, &limits.rate, &per],
+        )
+        .await?;
+    Ok(())
 }
 
 /// One item as an operator sees it (`work_item`): the contract's columns, its payload and
@@ -312,5 +400,34 @@ mod tests {
         assert_eq!(o.key.as_deref(), Some("k"));
         assert_eq!((o.priority, o.max_attempts), (-1, 3));
         assert_eq!(o.max_run, Some(Duration::from_secs(60)));
+        assert!(o.group_key.is_none());
+        let o = EnqueueOptions::default().group_key("customer-42");
+        assert_eq!(o.group_key.as_deref(), Some("customer-42"));
+    }
+
+    #[test]
+    fn group_key_is_sent_only_with_a_group() {
+        // Without a group the call is the one a 0.9.0 database takes.
+        assert!(!ENQUEUE_SQL.contains("group_key"));
+        assert!(ENQUEUE_GROUPED_SQL.contains("group_key => $8"));
+    }
+
+    #[test]
+    fn default_limits_lift_both_and_per_is_the_servers_default() {
+        assert_eq!(
+            Limits::default(),
+            Limits {
+                concurrency: None,
+                rate: None,
+                per: Duration::from_secs(1)
+            }
+        );
+        let l = Limits::default()
+            .concurrency(5)
+            .rate(100, Duration::from_secs(60));
+        assert_eq!(
+            (l.concurrency, l.rate, l.per),
+            (Some(5), Some(100), Duration::from_secs(60))
+        );
     }
 }

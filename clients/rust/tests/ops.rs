@@ -6,7 +6,8 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
-use workfence::{EnqueueOptions, Error};
+use tokio_postgres::NoTls;
+use workfence::{EnqueueOptions, Error, Limits};
 
 #[tokio::test]
 async fn enqueue_returns_the_item_and_repeating_a_key_changes_nothing() {
@@ -239,4 +240,152 @@ async fn server_errors_become_their_named_variants_with_message_and_detail() {
         .await
         .expect("RESET");
     assert!(matches!(Error::from(cancelled), Error::Cancelled(..)));
+}
+
+#[tokio::test]
+async fn enqueue_with_a_group_key_puts_the_item_in_that_group() {
+    let c = common::connect().await;
+    let queue = common::unique("ops_group");
+    let grouped = EnqueueOptions::default().key("d1").group_key("customer-42");
+    workfence::enqueue(&c, &queue, &json!({"op": "debit"}), &grouped)
+        .await
+        .expect("grouped");
+    workfence::enqueue(&c, &queue, &json!({}), &EnqueueOptions::default().key("d2"))
+        .await
+        .expect("plain");
+    let rows: Vec<(String, Option<String>)> = c
+        .query(
+            "SELECT key, group_key FROM workfence.items WHERE queue = $1 ORDER BY id",
+            &[&queue],
+        )
+        .await
+        .expect("items")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("d1".to_owned(), Some("customer-42".to_owned())),
+            ("d2".to_owned(), None)
+        ]
+    );
+    let empty = EnqueueOptions::default().group_key("");
+    assert!(matches!(
+        workfence::enqueue(&c, &queue, &json!({}), &empty).await,
+        Err(Error::InvalidArgument(..))
+    ));
+}
+
+/// The queue's (concurrency, rate, per in seconds) in `workfence.queues`, if it has a row.
+async fn limits_of(
+    c: &tokio_postgres::Client,
+    queue: &str,
+) -> Option<(Option<i32>, Option<i32>, Option<f64>)> {
+    c.query_opt(
+        "SELECT concurrency, rate, extract(epoch FROM per)::float8 FROM workfence.queues \
+         WHERE queue = $1",
+        &[&queue],
+    )
+    .await
+    .expect("queues")
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+}
+
+#[tokio::test]
+async fn limit_sets_replaces_and_lifts_the_queues_limits() {
+    let c = common::connect().await;
+    let queue = common::unique("ops_limit");
+    let both = Limits::default()
+        .concurrency(5)
+        .rate(100, Duration::from_secs(60));
+    workfence::limit(&c, &queue, &both).await.expect("limit");
+    assert_eq!(
+        limits_of(&c, &queue).await,
+        Some((Some(5), Some(100), Some(60.0)))
+    );
+    let rate = Limits::default().rate(3, Duration::from_millis(500));
+    workfence::limit(&c, &queue, &rate).await.expect("rate");
+    assert_eq!(
+        limits_of(&c, &queue).await,
+        Some((None, Some(3), Some(0.5)))
+    );
+    workfence::limit(&c, &queue, &Limits::default().concurrency(2))
+        .await
+        .expect("concurrency");
+    workfence::enqueue(&c, &queue, &json!({}), &EnqueueOptions::default())
+        .await
+        .expect("enqueue");
+    let stats = c
+        .query_one(
+            "SELECT concurrency, rate FROM workfence.work_queue_stats WHERE queue = $1",
+            &[&queue],
+        )
+        .await
+        .expect("stats");
+    assert_eq!(
+        (
+            stats.get::<_, Option<i32>>(0),
+            stats.get::<_, Option<i32>>(1)
+        ),
+        (Some(2), None)
+    );
+    workfence::limit(&c, &queue, &Limits::default())
+        .await
+        .expect("lift");
+    let lifted = limits_of(&c, &queue).await;
+    assert!(
+        lifted.is_none_or(|(concurrency, rate, _)| concurrency.is_none() && rate.is_none()),
+        "{lifted:?}"
+    );
+    match workfence::limit(&c, &queue, &Limits::default().concurrency(0)).await {
+        Err(e @ Error::InvalidArgument(..)) => {
+            assert!(e.server().expect("server").message.contains("concurrency"));
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    let zero_per = Limits::default().rate(1, Duration::ZERO);
+    assert!(matches!(
+        workfence::limit(&c, &queue, &zero_per).await,
+        Err(Error::InvalidArgument(..))
+    ));
+}
+
+#[tokio::test]
+async fn without_a_group_key_enqueue_works_against_a_0_9_0_database() {
+    let c = common::connect().await;
+    let name = common::unique("workfence_rs_090");
+    c.batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("CREATE DATABASE");
+    let mut config: tokio_postgres::Config = common::dsn().parse().expect("dsn");
+    config.dbname(&name);
+    let (old, connection) = config.connect(NoTls).await.expect("connect");
+    let connection = tokio::spawn(connection);
+    old.batch_execute("CREATE EXTENSION pg_workfence VERSION '0.9.0'")
+        .await
+        .expect("0.9.0");
+    let queue = common::unique("ops_090");
+    let options = EnqueueOptions::default()
+        .key("k")
+        .priority(1)
+        .max_attempts(3)
+        .max_run(Duration::from_secs(60));
+    let made = workfence::enqueue(&old, &queue, &json!({"n": 1}), &options).await;
+    let grouped = workfence::enqueue(
+        &old,
+        &queue,
+        &json!({}),
+        &EnqueueOptions::default().group_key("g"),
+    )
+    .await;
+    drop(old);
+    let _ = connection.await;
+    c.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .await
+        .expect("DROP DATABASE");
+    assert!(made.expect("enqueue into 0.9.0").inserted);
+    // 0.9.0's work_enqueue has no group_key: 42883, undefined function.
+    let e = grouped.expect_err("group_key on 0.9.0");
+    assert_eq!(e.code(), Some("42883"), "{e:?}");
 }

@@ -5,12 +5,13 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, Barrier};
-use workfence::{CancellationToken, EnqueueOptions, Error, Job, Worker};
+use workfence::{CancellationToken, EnqueueOptions, Error, Job, Limits, Worker};
 
 /// Runs `worker` with `handler` in a task; returns the stop handle and the task.
 fn spawn<H: workfence::Handler>(
@@ -440,6 +441,182 @@ async fn handlers_run_at_once_up_to_concurrency() {
     });
     common::wait_for_all(&c, &queue, "done", 3).await;
     stop(handle, task).await;
+}
+
+/// The state and attempts of item `id`.
+async fn state_of(c: &tokio_postgres::Client, id: i64) -> (String, i32) {
+    let item = workfence::item_by_id(c, id)
+        .await
+        .expect("item")
+        .expect("exists");
+    (item.state, item.attempts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_items_are_handed_out_one_at_a_time_in_order() {
+    let c = common::connect().await;
+    let queue = common::unique("w_group");
+    let grouped = EnqueueOptions::default().group_key("customer-42");
+    let first = workfence::enqueue(&c, &queue, &json!({"n": 1}), &grouped)
+        .await
+        .expect("first");
+    let second = workfence::enqueue(&c, &queue, &json!({"n": 2}), &grouped)
+        .await
+        .expect("second");
+    let events = Arc::new(Mutex::new(Vec::<String>::new()));
+    let in_group = Arc::new(AtomicUsize::new(0));
+    let most_in_group = Arc::new(AtomicUsize::new(0));
+    let first_running = CancellationToken::new();
+    let let_first_go = CancellationToken::new();
+    let w = common::worker(&queue)
+        .concurrency(4)
+        .build()
+        .expect("build");
+    let (handle, task) = spawn(w, {
+        let (events, in_group, most_in_group) = (
+            Arc::clone(&events),
+            Arc::clone(&in_group),
+            Arc::clone(&most_in_group),
+        );
+        let (first_running, let_first_go) = (first_running.clone(), let_first_go.clone());
+        move |job: Job| {
+            let (events, in_group, most_in_group) = (
+                Arc::clone(&events),
+                Arc::clone(&in_group),
+                Arc::clone(&most_in_group),
+            );
+            let (first_running, let_first_go) = (first_running.clone(), let_first_go.clone());
+            async move {
+                let Some(n) = job.payload["n"].as_i64() else {
+                    return Ok(None); // the ungrouped probe below
+                };
+                let now = in_group.fetch_add(1, Ordering::SeqCst) + 1;
+                most_in_group.fetch_max(now, Ordering::SeqCst);
+                let log = |line: String| {
+                    events
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(line)
+                };
+                log(format!("start {n}"));
+                if job.id == first.id {
+                    first_running.cancel();
+                    let_first_go.cancelled().await;
+                }
+                log(format!("end {n}"));
+                in_group.fetch_sub(1, Ordering::SeqCst);
+                Ok(None)
+            }
+        }
+    });
+    tokio::time::timeout(common::DEADLINE, first_running.cancelled())
+        .await
+        .expect("the group's first item running");
+    // An ungrouped item enqueued after the second: the worker (room for three more) claims it,
+    // and a claim handing it out would have handed out the second first (claim order), had its
+    // group not held it back.
+    let probe = workfence::enqueue(&c, &queue, &json!({"probe": true}), &Default::default())
+        .await
+        .expect("probe");
+    common::wait_for("the ungrouped item done meanwhile", || async {
+        (state_of(&c, probe.id).await.0 == "done").then_some(())
+    })
+    .await;
+    assert_eq!(
+        state_of(&c, second.id).await,
+        ("pending".to_owned(), 0),
+        "the second item waits for the first"
+    );
+    let_first_go.cancel();
+    common::wait_for("the second item done", || async {
+        (state_of(&c, second.id).await.0 == "done").then_some(())
+    })
+    .await;
+    stop(handle, task).await;
+    assert_eq!(
+        *events.lock().unwrap_or_else(PoisonError::into_inner),
+        ["start 1", "end 1", "start 2", "end 2"]
+    );
+    assert_eq!(most_in_group.load(Ordering::SeqCst), 1);
+    let a = workfence::item_by_id(&c, first.id).await.expect("a");
+    let b = workfence::item_by_id(&c, second.id).await.expect("b");
+    let (finished, claimed) = (
+        a.and_then(|a| a.finished_at).expect("first finished_at"),
+        b.and_then(|b| b.claimed_at).expect("second claimed_at"),
+    );
+    assert!(
+        claimed >= finished,
+        "the server claimed the second after the first finished"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_caps_a_worker_of_concurrency_4_at_one_job_at_a_time() {
+    let c = common::connect().await;
+    let queue = common::unique("w_limit");
+    workfence::limit(&c, &queue, &Limits::default().concurrency(1))
+        .await
+        .expect("limit");
+    common::enqueue_n(&c, &queue, 4, 25).await;
+    let active = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let pair_arrived = Arc::new(AtomicUsize::new(0));
+    let pair_together = CancellationToken::new();
+    let w = common::worker(&queue)
+        .concurrency(4)
+        .build()
+        .expect("build");
+    let (handle, task) = spawn(w, {
+        let (active, most, pair_arrived) = (
+            Arc::clone(&active),
+            Arc::clone(&most),
+            Arc::clone(&pair_arrived),
+        );
+        let pair_together = pair_together.clone();
+        move |job: Job| {
+            let (active, most, pair_arrived) = (
+                Arc::clone(&active),
+                Arc::clone(&most),
+                Arc::clone(&pair_arrived),
+            );
+            let pair_together = pair_together.clone();
+            async move {
+                let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                if job.payload["pair"] == json!(true) {
+                    // After the limit is lifted: each of two items waits for the other to run.
+                    if pair_arrived.fetch_add(1, Ordering::SeqCst) + 1 == 2 {
+                        pair_together.cancel();
+                    }
+                    pair_together.cancelled().await;
+                } else {
+                    // Holds the job, so that the others would overlap it.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                active.fetch_sub(1, Ordering::SeqCst);
+                Ok(None)
+            }
+        }
+    });
+    common::wait_for_all(&c, &queue, "done", 4).await;
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "one job at a time under concurrency 1"
+    );
+    // The same worker runs the queue's items side by side once the limit is lifted.
+    workfence::limit(&c, &queue, &Limits::default())
+        .await
+        .expect("lift");
+    for key in ["p1", "p2"] {
+        let options = EnqueueOptions::default().key(key);
+        workfence::enqueue(&c, &queue, &json!({"pair": true}), &options)
+            .await
+            .expect("pair");
+    }
+    common::wait_for_all(&c, &queue, "done", 6).await;
+    stop(handle, task).await;
+    assert_eq!(most.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 // Compiled (never run) by test/types.test.js against index.d.ts: the documented usage must
 // type-check, and the marked misuses must not.
 import {
-  Worker, Job, LeaseLost, WorkfenceError, NotPermitted, enqueue, item, pause, resume, retry,
+  Worker, Job, LeaseLost, WorkfenceError, NotPermitted, enqueue, item, limit, pause, resume, retry,
   reschedule, cancel, connectionConfig, fromPgError, defaultOwner, type Queryable, type Logger,
 } from 'workfence';
 
@@ -18,6 +18,15 @@ async function usage(): Promise<void> {
   const flags: boolean[] = [await pause(client, 'q'), await resume(client, 'q'), await retry(client, 'q', 'k'),
     await reschedule(client, 'q', 'k', new Date()), await cancel(client, 'q', 'k')];
   void flags; void inserted;
+  await enqueue(client, 'q', { n: 2 }, { groupKey: 'customer-42' });
+  const lifted: void = await limit(client, 'q');
+  void lifted;
+  await limit(client, 'q', { concurrency: 5, rate: 100, per: 60 });
+  await limit(client, 'q', { concurrency: null });
+  // @ts-expect-error per is a number of seconds, not text
+  await limit(client, 'q', { rate: 1, per: '1 minute' });
+  // @ts-expect-error the group key is text
+  await enqueue(client, 'q', {}, { groupKey: 42 });
 
   const logger: Logger = console;
   const worker = new Worker<Payload>({

@@ -26,11 +26,19 @@ SELECT id, key, inserted
   FROM workfence.work_enqueue(%s::text, %s::jsonb, %s::text, %s::timestamptz, %s::integer,
                               %s::integer, %s::interval)
 """
+# With a group (from 0.10.0): `group_key` by name, so that ENQUEUE, without it, still calls a
+# 0.9.0 database's seven-argument work_enqueue.
+ENQUEUE_GROUPED = """
+SELECT id, key, inserted
+  FROM workfence.work_enqueue(%s::text, %s::jsonb, %s::text, %s::timestamptz, %s::integer,
+                              %s::integer, %s::interval, group_key => %s::text)
+"""
 RETRY = "SELECT workfence.work_retry(%s::text, %s::text, %s::timestamptz)"
 RESCHEDULE = "SELECT workfence.work_reschedule(%s::text, %s::text, %s::timestamptz)"
 CANCEL = "SELECT workfence.work_cancel(%s::text, %s::text)"
 PAUSE = "SELECT workfence.work_pause(%s::text)"
 RESUME = "SELECT workfence.work_resume(%s::text)"
+LIMIT = "SELECT workfence.work_limit(%s::text, %s::integer, %s::integer, %s::interval)"
 ITEM_COLUMNS = """id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch,
        claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run"""
 ITEM_BY_KEY = f"SELECT {ITEM_COLUMNS} FROM workfence.work_item(%s::text, %s::text)"
@@ -48,3 +56,13 @@ def interval(value: float | timedelta | None, what: str) -> timedelta | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgument(f"{what} must be seconds or a datetime.timedelta, not {value!r}")
     return timedelta(seconds=value)
+
+
+def whole(value: int | None, what: str) -> int | None:
+    """`value` checked to be an int or None (not a bool, nor a float the server would round).
+
+    Raises `InvalidArgument` (22023) otherwise.
+    """
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise InvalidArgument(f"{what} must be an int or None, not {value!r}")

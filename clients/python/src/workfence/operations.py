@@ -29,6 +29,7 @@ __all__ = [
     "cancel",
     "pause",
     "resume",
+    "limit",
     "item",
 ]
 
@@ -69,7 +70,7 @@ class ItemInfo:
     max_run: timedelta | None
 
 
-def enqueue_params(
+def enqueue_call(
     queue: str,
     payload: Any,
     key: str | None,
@@ -77,9 +78,13 @@ def enqueue_params(
     priority: int,
     max_attempts: int,
     max_run: float | timedelta | None,
-) -> tuple[Any, ...]:
-    """The parameters of `_sql.ENQUEUE` (shared with `workfence.sync`). Internal."""
-    return (
+    group_key: str | None,
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement and parameters of `enqueue` (shared with `workfence.sync`). Internal.
+
+    `group_key` is passed (by name) only when it is set, so that an enqueue without one also
+    works against a 0.9.0 database, whose `work_enqueue` has no such argument."""
+    params = (
         queue,
         Jsonb({} if payload is None else payload),
         key,
@@ -87,6 +92,21 @@ def enqueue_params(
         priority,
         max_attempts,
         _sql.interval(max_run, "max_run"),
+    )
+    if group_key is None:
+        return _sql.ENQUEUE, params
+    return _sql.ENQUEUE_GROUPED, (*params, group_key)
+
+
+def limit_params(
+    queue: str, concurrency: int | None, rate: int | None, per: float | timedelta
+) -> tuple[Any, ...]:
+    """The parameters of `_sql.LIMIT` (shared with `workfence.sync`). Internal."""
+    return (
+        queue,
+        _sql.whole(concurrency, "concurrency"),
+        _sql.whole(rate, "rate"),
+        _sql.interval(per, "per"),
     )
 
 
@@ -118,6 +138,7 @@ async def enqueue(
     priority: int = 0,
     max_attempts: int = 25,
     max_run: float | timedelta | None = None,
+    group_key: str | None = None,
 ) -> Enqueued:
     """Add an item to `queue` with `workfence.work_enqueue`, in the caller's transaction.
 
@@ -125,12 +146,16 @@ async def enqueue(
     (None: a generated UUIDv7; an existing key returns that item unchanged, `inserted` false);
     `run_at` an aware datetime before which it is not claimed (None: now, server time);
     `priority` lower first; `max_attempts` 1..1000; `max_run` a run-time limit in seconds or a
-    timedelta (None: none). Result: `Enqueued(id, key, inserted)`. Errors: `NullArgument`
-    (22004), `InvalidArgument` (22023), `NotPermitted` (42501), `SerializationFailure` (40001: a
-    purge raced the enqueue; retry).
+    timedelta (None: none); `group_key` (from 0.10.0) the item's serial group: at most one item
+    of a (queue, group_key) is claimed at a time, in claim order (None: no group; only then does
+    the call also work against a 0.9.0 database). Result: `Enqueued(id, key, inserted)`.
+    Errors: `NullArgument` (22004), `InvalidArgument` (22023), `NotPermitted` (42501),
+    `SerializationFailure` (40001: a purge raced the enqueue; retry).
     """
-    params = enqueue_params(queue, payload, key, run_at, priority, max_attempts, max_run)
-    row = await _one(conn, _sql.ENQUEUE, params)
+    query, params = enqueue_call(
+        queue, payload, key, run_at, priority, max_attempts, max_run, group_key
+    )
+    row = await _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])
 
 
@@ -171,6 +196,23 @@ async def resume(conn: psycopg.AsyncConnection[Any], queue: str) -> bool:
     Errors: 22004, 22023, 42501."""
     row = await _one(conn, _sql.RESUME, (queue,))
     return bool(row[0])
+
+
+async def limit(
+    conn: psycopg.AsyncConnection[Any],
+    queue: str,
+    concurrency: int | None = None,
+    rate: int | None = None,
+    per: float | timedelta = 1.0,
+) -> None:
+    """Set `queue`'s limits (`workfence.work_limit`, from 0.10.0), replacing both: at most
+    `concurrency` items claimed at once, across all workers, and at most `rate` items handed out
+    per `per` (seconds or a timedelta; a sliding window). None lifts a limit; `limit(conn, queue)`
+    lifts both. Claims that would exceed a limit hand out fewer items (or none); they never
+    block. Takes effect when the caller commits. Errors: `NullArgument` (22004: a None queue or
+    `per`), `InvalidArgument` (22023: `concurrency` or `rate` outside 1..10000 or not an int,
+    `per` outside (0, 1 day]), `NotPermitted` (42501: no `operate` grant)."""
+    await _one(conn, _sql.LIMIT, limit_params(queue, concurrency, rate, per))
 
 
 async def item(

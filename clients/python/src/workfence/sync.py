@@ -11,9 +11,9 @@ import psycopg
 
 from . import _sql
 from .errors import translate
-from .operations import Enqueued, ItemInfo, enqueue_params, item_query
+from .operations import Enqueued, ItemInfo, enqueue_call, item_query, limit_params
 
-__all__ = ["enqueue", "retry", "reschedule", "cancel", "pause", "resume", "item"]
+__all__ = ["enqueue", "retry", "reschedule", "cancel", "pause", "resume", "limit", "item"]
 
 
 def _one(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...]) -> Any:
@@ -37,10 +37,13 @@ def enqueue(
     priority: int = 0,
     max_attempts: int = 25,
     max_run: float | timedelta | None = None,
+    group_key: str | None = None,
 ) -> Enqueued:
     """`workfence.operations.enqueue` on a synchronous connection (see there)."""
-    params = enqueue_params(queue, payload, key, run_at, priority, max_attempts, max_run)
-    row = _one(conn, _sql.ENQUEUE, params)
+    query, params = enqueue_call(
+        queue, payload, key, run_at, priority, max_attempts, max_run, group_key
+    )
+    row = _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])
 
 
@@ -69,6 +72,17 @@ def pause(conn: psycopg.Connection[Any], queue: str) -> bool:
 def resume(conn: psycopg.Connection[Any], queue: str) -> bool:
     """`workfence.operations.resume` on a synchronous connection (see there)."""
     return bool(_one(conn, _sql.RESUME, (queue,))[0])
+
+
+def limit(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    concurrency: int | None = None,
+    rate: int | None = None,
+    per: float | timedelta = 1.0,
+) -> None:
+    """`workfence.operations.limit` on a synchronous connection (see there)."""
+    _one(conn, _sql.LIMIT, limit_params(queue, concurrency, rate, per))
 
 
 def item(
