@@ -38,6 +38,27 @@
 //! (docs/contract.md, promise 8; docs/failover.md). Without the generation
 //! floor (`Sql::NoGeneration`) the checker must find the reissued epoch.
 //!
+//! The flow configurations (`LeaseModel::with_flow`, issue 17) put the
+//! items in groups (`group_key`) and the queue under a concurrency limit
+//! (`work_limit`), with two workers, batch claims and the operator's cancel.
+//! A claim there is not one statement but two steps, as in the extension: a
+//! pick from the claim's snapshot, then (the groups and the queue locked) a
+//! re-check in a fresh snapshot and the write. Between the two, anything
+//! else may happen. The checker proves: at most one item of a group is
+//! claimed, lapsed leases included; a claim never takes a grouped item while
+//! another pending item of its group is ahead of it in the claim order; a
+//! claim never takes more than the limit leaves; and every fencing property
+//! above, through the new claim path. Its `sometimes` properties: a group's
+//! lapsed item claimed anew by another worker while the next waits, a dead
+//! letter freeing its group, a group reordered by a release, a batch of two,
+//! the limit reached, and the re-check dropping or holding back what its
+//! snapshot picked, which is the race it exists for. Without the group's
+//! re-check (`Sql::NoGroupRecheck`) or the limit's (`Sql::NoLimitRecheck`)
+//! the checker must find the broken property. The spec's sentence on the
+//! limit read literally ("never more than N under unexpired leases") does
+//! not hold: a holder's renew of a lapsed lease needs no room, and the
+//! checker finds that too.
+//!
 //! The checker must also catch broken protocols: fencing by owner name only
 //! (as the queues this project answers do), a finish retry that writes the
 //! row again, a retry that undoes a cancel under the old token, a retry that
@@ -56,10 +77,28 @@ use std::time::Instant;
 
 use stateright::{Checker, Expectation, HasDiscoveries, Model, Path, Property};
 
-/// Workers in the model; all claim under [`OWNER`].
+/// Workers in the model; all claim under [`OWNER`]. The flow configurations
+/// have [`FLOW_WORKERS`] of them act.
 const WORKERS: usize = 3;
 /// Items in the one queue.
 const ITEMS: usize = 2;
+/// A group (`group_key`) of a flow configuration.
+type Group = u8;
+/// A flow configuration's items: both in one group (`group_key => 'g'`),
+/// enqueued in id order. The group's order, its hand-over after a lapse and
+/// the race its re-check guards against.
+const ONE_GROUP: [Option<Group>; ITEMS] = [Some(0), Some(0)];
+/// A flow configuration's items: the first in a group, the second in none.
+/// A batch can take both; and since the group lets one item be out at a
+/// time and the other item is free, a limit of 1 can hold a claim back.
+const GROUP_AND_NONE: [Option<Group>; ITEMS] = [Some(0), None];
+/// Workers that act in a flow configuration: two claims in flight at once
+/// are the race the re-check guards against.
+const FLOW_WORKERS: usize = 2;
+/// `max_items` of a flow claim.
+const BATCH: usize = 2;
+/// The `work_limit(concurrency => 1)` of a flow configuration.
+const LIMIT: u8 = 1;
 /// `max_attempts` of every item when it is enqueued: small, so both outcomes
 /// of `work_fail` and the claim's dead letter are reached. Only a retry
 /// raises it, per row.
@@ -106,6 +145,16 @@ enum Sql {
     /// position it had then, so a claim hands out an epoch the lost suffix
     /// had handed out already.
     NoGeneration,
+    /// Broken: a flow claim writes what its snapshot picked without the
+    /// group half of the re-check (no item of the group claimed, the item
+    /// the group's first pending one), keeping only the UPDATE's own guard
+    /// on the row (still pending and due, or still claimed under a lapsed
+    /// lease) and the limit's re-check.
+    NoGroupRecheck,
+    /// Broken: a flow claim takes what its snapshot picked without counting
+    /// the items under unexpired leases again: the limit is judged by the
+    /// snapshot alone. The group's re-check and the row's guard stay.
+    NoLimitRecheck,
 }
 
 /// The statement a token is used with.
@@ -292,6 +341,35 @@ enum Event {
     /// After the server lost a suffix, a finish with a token handed out in
     /// it returned false.
     LostFinishRefused,
+    /// A flow claim's re-check dropped a grouped item that its snapshot had
+    /// picked and that the row's own guard would still have let through:
+    /// the group had moved on between the pick and the write.
+    GroupRecheckDropped,
+    /// A flow claim's re-check held back an item that its snapshot had room
+    /// for and that the row's own guard would still have let through: the
+    /// limit had filled up between the pick and the write.
+    LimitRecheckHeld,
+    /// A flow claim took two items (a batch, one per group).
+    BatchOfTwo,
+}
+
+/// The items a flow claim picked, a bit per item (bit `i` for item `i`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct ItemSet(u8);
+
+impl ItemSet {
+    /// The items of the set, in id order.
+    fn items(self) -> impl Iterator<Item = usize> {
+        (0..ITEMS).filter(move |&item| self.0 & (1 << item) != 0)
+    }
+}
+
+impl std::fmt::Debug for ItemSet {
+    /// `{i0, i1}`: as short as the paths that print it need.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.items().map(|item| format!("i{item}")).collect();
+        write!(f, "{{{}}}", names.join(", "))
+    }
 }
 
 /// The whole system: the rows, what each worker holds, the epoch sequence,
@@ -334,6 +412,22 @@ struct State {
     /// A token handed out in a lost suffix matched an UPDATE, changed a row
     /// or got true from a statement.
     lost_acted: bool,
+    /// Per item: its place in the claim order (priority, run_at, id) among
+    /// the pending items of its group, 0 first. Every item has priority 0 in
+    /// the model, so the place is the order of `run_at` (then id), which is
+    /// all that is kept of `run_at` besides "due or not"
+    /// ([`LeaseModel::place`]). 0 for an item that is not pending or in no
+    /// group (nothing reads it then).
+    run_order: [u8; ITEMS],
+    /// Per worker: the items its flow claim picked from its snapshot, while
+    /// the claim has not yet written ([`Action::Pick`], [`Action::Commit`]).
+    picked: [Option<ItemSet>; WORKERS],
+    /// A claim took a grouped pending item while another pending item of its
+    /// group was ahead of it in the claim order.
+    out_of_order: bool,
+    /// A claim took more items than the limit left it: more than the limit
+    /// minus the items under unexpired leases when it wrote.
+    over_limit: bool,
 }
 
 impl State {
@@ -438,16 +532,33 @@ impl State {
         self
     }
 
-    /// Sorts the workers by the tokens they hold (symmetry reduction).
+    /// Sorts the first `workers` workers by the tokens they hold and the
+    /// claim they have in flight (symmetry reduction); the others never act.
     ///
     /// The workers share one owner name and the model keeps nothing else
-    /// about them, so a state with two workers' tokens swapped behaves
-    /// exactly as the original; one representative of each such class is
-    /// enough. Worker numbers in the actions of a path are then positions in
-    /// this order, not fixed workers.
-    fn workers_sorted(mut self) -> State {
-        self.tokens.sort_unstable();
+    /// about them, so a state with two workers swapped behaves exactly as the
+    /// original; one representative of each such class is enough. Worker
+    /// numbers in the actions of a path are then positions in this order,
+    /// not fixed workers.
+    fn workers_sorted(mut self, workers: usize) -> State {
+        let mut held: Vec<_> = (0..workers)
+            .map(|w| (self.tokens[w], self.picked[w]))
+            .collect();
+        held.sort_unstable();
+        for (w, (tokens, picked)) in held.into_iter().enumerate() {
+            self.tokens[w] = tokens;
+            self.picked[w] = picked;
+        }
         self
+    }
+
+    /// How many items are claimed under an unexpired lease (what the limit
+    /// counts).
+    fn live(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|row| row.status == Status::Claimed(Lease::Live))
+            .count()
     }
 }
 
@@ -458,8 +569,15 @@ enum Retry {
     /// `'0'` (`run_at` NULL or not in the future): due at once.
     Now,
     /// A positive interval (or NULL: backoff; a future `run_at`): due once
-    /// the clock gets there.
+    /// the clock gets there. In a group, behind every other pending item
+    /// (its `run_at` is the latest).
     Later,
+    /// Flow configuration, an item in a group only: as `Later`, but a
+    /// `run_at` before that of another pending, not yet due item of the
+    /// group (a shorter delay than the one that item got), so it goes ahead
+    /// of it. With two items per group these two are every place a future
+    /// `run_at` can take.
+    Sooner,
 }
 
 /// One step: one SQL statement by a worker or an operator, or the server's
@@ -527,6 +645,25 @@ enum Action {
         /// Which item.
         item: usize,
     },
+    /// The first half of a flow claim (`work_claim` of a queue with groups
+    /// or a limit): the candidates read from the claim's snapshot, by the
+    /// rules of the group and the limit as that snapshot shows them. Nothing
+    /// is written or locked yet.
+    Pick {
+        /// Who claims.
+        worker: usize,
+        /// What its snapshot offered it.
+        items: ItemSet,
+    },
+    /// The second half of a flow claim: lock each picked item's group (and
+    /// the limited queue), read again in a fresh snapshot, and write the
+    /// items that still pass, then commit. One step, because the locks keep
+    /// every other claim of those groups (and of the limited queue) out of
+    /// it until the commit.
+    Commit {
+        /// Whose claim.
+        worker: usize,
+    },
     /// A standby replays everything so far (the failover configuration).
     Replicate,
     /// The server loses the suffix of its history after the last
@@ -535,6 +672,12 @@ enum Action {
     /// to what the standby had; workers keep every token they were given.
     /// Once per run.
     LoseSuffix,
+}
+
+/// Whether a claim of `row` dead-letters it: claimed under a lapsed lease on
+/// its last attempt (the claim's `exhausted` CTE).
+fn dead_letter(row: &Row) -> bool {
+    row.status == Status::Claimed(Lease::Lapsed) && row.attempts >= row.max_attempts
 }
 
 /// The protocol, under the SQL of `sql`.
@@ -548,11 +691,26 @@ struct LeaseModel {
     /// How many items the workers and the clock act on (the rest stay
     /// enqueued, untouched).
     items: usize,
-    /// Whether an operator may cancel and retry.
+    /// Whether an operator may cancel (and retry, if `retries`).
     operators: bool,
+    /// Whether an operator may retry.
+    retries: bool,
     /// Whether the server may lose a suffix of its history
     /// ([`Action::Replicate`], [`Action::LoseSuffix`]).
     failover: bool,
+    /// How many workers act (the others hold nothing, ever).
+    workers: usize,
+    /// Each item's group (`group_key`), or none.
+    groups: [Option<Group>; ITEMS],
+    /// The queue's `work_limit` concurrency, if any.
+    limit: Option<u8>,
+    /// Whether claims are flow claims, [`Action::Pick`] then
+    /// [`Action::Commit`], instead of the one statement [`Action::Claim`].
+    flow: bool,
+    /// Whether to check the spec's sentence on the limit literally ("never
+    /// more than `limit` items under unexpired leases"), which a renew of a
+    /// lapsed lease breaks: see [`a_renewed_lapsed_lease_can_exceed_the_limit`].
+    limit_literally: bool,
 }
 
 impl LeaseModel {
@@ -565,7 +723,33 @@ impl LeaseModel {
             symmetry: false,
             items: ITEMS,
             operators: true,
+            retries: true,
             failover: false,
+            workers: WORKERS,
+            groups: [None; ITEMS],
+            limit: None,
+            flow: false,
+            limit_literally: false,
+        }
+    }
+
+    /// A flow configuration (issue 17): items in the groups of `groups`,
+    /// claims in two steps, [`FLOW_WORKERS`] workers, batches of [`BATCH`],
+    /// the operator's cancel (not its retry: see docs/model.md), and the
+    /// queue's concurrency `limit` if given.
+    fn with_flow(self, groups: [Option<Group>; ITEMS], limit: Option<u8>) -> LeaseModel {
+        assert!(
+            limit.is_none_or(|n| n <= 1),
+            "above 1, a commit could have room for some of the items it picked \
+             but not all, and LeaseModel::commit does not choose which"
+        );
+        LeaseModel {
+            retries: false,
+            workers: FLOW_WORKERS,
+            groups,
+            limit,
+            flow: true,
+            ..self
         }
     }
 
@@ -576,6 +760,7 @@ impl LeaseModel {
     /// items at once, and a loss puts every row back the same way. (Two
     /// items did not finish within minutes.)
     fn with_failover(self) -> LeaseModel {
+        assert!(!self.flow, "the failover and flow configurations are apart");
         LeaseModel {
             items: 1,
             failover: true,
@@ -607,7 +792,9 @@ impl LeaseModel {
             | Sql::RetryRestoresClaim
             | Sql::RetryKeepsMaxAttempts
             | Sql::ClaimByExclusion
-            | Sql::NoGeneration => owner_ok && epoch_ok && claimed,
+            | Sql::NoGeneration
+            | Sql::NoGroupRecheck
+            | Sql::NoLimitRecheck => owner_ok && epoch_ok && claimed,
             Sql::OwnerOnly => owner_ok && claimed,
             Sql::FinishRewrites if stmt == Stmt::Finish => {
                 owner_ok && epoch_ok && (claimed || row.status == Status::Done)
@@ -690,6 +877,234 @@ impl LeaseModel {
         Some(next)
     }
 
+    /// Whether two of the items share a group.
+    fn group_of_two(&self) -> bool {
+        (0..self.items).any(|item| self.peers(item).next().is_some())
+    }
+
+    /// The other items of `item`'s group; none when it is in no group.
+    fn peers(&self, item: usize) -> impl Iterator<Item = usize> + '_ {
+        let group = self.groups[item];
+        (0..self.items)
+            .filter(move |&other| other != item && group.is_some() && self.groups[other] == group)
+    }
+
+    /// Whether another pending item of `item`'s group is ahead of it in the
+    /// claim order.
+    fn behind(&self, state: &State, item: usize) -> bool {
+        self.peers(item).any(|other| {
+            matches!(state.rows[other].status, Status::Pending { .. })
+                && state.run_order[other] < state.run_order[item]
+        })
+    }
+
+    /// The claimed item of `item`'s group (`item` included), whether its
+    /// lease lapsed or not: it holds the group until it is claimed anew,
+    /// finished, failed, released or cancelled.
+    fn group_holder(&self, state: &State, item: usize) -> Option<usize> {
+        std::iter::once(item)
+            .chain(self.peers(item))
+            .find(|&i| matches!(state.rows[i].status, Status::Claimed(_)))
+    }
+
+    /// Whether a flow claim may take `item` by what `state` shows (the limit
+    /// apart), the rules of issue 17. An item in no group as the
+    /// one-statement claim: pending and due, or claimed under a lapsed lease.
+    /// An item in a group: when an item of the group is claimed, only that
+    /// one, once its lease has lapsed (claimed anew, or dead-lettered on its
+    /// last attempt); otherwise only the group's first pending item in the
+    /// claim order, and only when it is due (a first item not yet due makes
+    /// the group wait). So at most one item of a group is ever offered,
+    /// which is how a batch takes at most one per group.
+    fn offered(&self, state: &State, item: usize) -> bool {
+        let status = state.rows[item].status;
+        if self.groups[item].is_none() {
+            return matches!(
+                status,
+                Status::Pending { due: true } | Status::Claimed(Lease::Lapsed)
+            );
+        }
+        match self.group_holder(state, item) {
+            Some(holder) => holder == item && status == Status::Claimed(Lease::Lapsed),
+            None => status == Status::Pending { due: true } && !self.behind(state, item),
+        }
+    }
+
+    /// How many items a claim may still take with `live` items under
+    /// unexpired leases: the limit minus those, and at most a batch.
+    fn room(&self, live: usize) -> usize {
+        self.limit
+            .map_or(BATCH, |n| usize::from(n).saturating_sub(live))
+            .min(BATCH)
+    }
+
+    /// The first half of a flow claim, [`Action::Pick`]: `items` must be
+    /// what the snapshot (`state`) offers ([`LeaseModel::offered`]), with no
+    /// more claims (dead letters apart, as in the one-statement claim) than
+    /// the limit leaves by that snapshot. Any such set, not only the first
+    /// ones in the claim order: a claim may find fewer (rows locked by
+    /// others are skipped), and the model does not order the groups among
+    /// themselves. None when the worker has a claim in flight already.
+    fn pick(&self, state: &State, worker: usize, items: ItemSet) -> Option<State> {
+        if state.picked[worker].is_some() || items.0 == 0 {
+            return None;
+        }
+        let mut claims = 0;
+        for item in items.items() {
+            if item >= self.items || !self.offered(state, item) {
+                return None;
+            }
+            if !dead_letter(&state.rows[item]) {
+                claims += 1;
+            }
+        }
+        if claims > self.room(state.live()) {
+            return None;
+        }
+        let mut next = state.clone();
+        next.picked[worker] = Some(items);
+        Some(next)
+    }
+
+    /// The second half of a flow claim, [`Action::Commit`]: with the picked
+    /// items' groups (and the limited queue) locked, a fresh snapshot
+    /// (`state`: every claim that held those locks before has committed)
+    /// re-checks each picked item, in id order: the group's rules
+    /// ([`LeaseModel::offered`]) and the room the limit leaves now. An item
+    /// that passes is written by the claim's UPDATE, whose own guard on the
+    /// row ([`LeaseModel::claim`]: still pending and due, or still claimed
+    /// under a lapsed lease) is the last word; the rest are dropped. The
+    /// claim's slot is free again whatever it took.
+    ///
+    /// With a limit of at most 1 a commit never has room for some of its
+    /// claims but not all (it picked at most one), so "in id order" is no
+    /// choice the model makes for the claim.
+    fn commit(&self, state: &State, worker: usize) -> Option<State> {
+        let items = state.picked[worker]?;
+        let mut next = state.clone();
+        next.picked[worker] = None;
+        let live = state.live();
+        let room = match self.sql {
+            Sql::NoLimitRecheck => BATCH,
+            _ => self.room(live),
+        };
+        let mut claims = 0;
+        for item in items.items() {
+            let row = next.rows[item];
+            let Some(mut written) = self.claim(&next, worker, item) else {
+                continue;
+            };
+            if self.sql != Sql::NoGroupRecheck && !self.offered(&next, item) {
+                next.last = Some(Event::GroupRecheckDropped);
+                continue;
+            }
+            let dead = dead_letter(&row);
+            if !dead && claims >= room {
+                next.last = Some(Event::LimitRecheckHeld);
+                continue;
+            }
+            // The monitor of "first-claimed in claim order": judged by the
+            // model's order, whatever the re-check did.
+            if self.groups[item].is_some()
+                && matches!(row.status, Status::Pending { .. })
+                && self.behind(&next, item)
+            {
+                written.out_of_order = true;
+            }
+            if !dead {
+                claims += 1;
+            }
+            next = written;
+        }
+        // The monitor of the limit, judged by the rows, not by the count
+        // above: how many items this claim put under an unexpired lease,
+        // against the room the limit left when it wrote.
+        let taken = (0..ITEMS)
+            .filter(|&item| {
+                next.rows[item].status == Status::Claimed(Lease::Live)
+                    && state.rows[item].status != Status::Claimed(Lease::Live)
+            })
+            .count();
+        if self
+            .limit
+            .is_some_and(|n| taken > usize::from(n).saturating_sub(live))
+        {
+            next.over_limit = true;
+        }
+        if taken == 2 && next.last.is_none() {
+            next.last = Some(Event::BatchOfTwo);
+        }
+        Some(next)
+    }
+
+    /// Gives `item`, just made pending with `retry` as its new `run_at`, its
+    /// place among the pending items of its group. `run_at` is the clock
+    /// plus a delay, so it is later than every due item's: `Now` (due at
+    /// once) goes right behind those and ahead of every item not yet due;
+    /// `Later` behind all; `Sooner` (not due) where `Now` goes. Nothing for
+    /// an item in no group.
+    fn place(&self, state: &mut State, item: usize, retry: Retry) {
+        if self.groups[item].is_none() {
+            return;
+        }
+        let mut order: Vec<usize> = self
+            .peers(item)
+            .filter(|&other| matches!(state.rows[other].status, Status::Pending { .. }))
+            .collect();
+        order.sort_by_key(|&other| (state.run_order[other], other));
+        let due = order
+            .iter()
+            .filter(|&&other| state.rows[other].status == Status::Pending { due: true })
+            .count();
+        let at = match retry {
+            Retry::Now | Retry::Sooner => due,
+            Retry::Later => order.len(),
+        };
+        order.insert(at, item);
+        for (rank, &member) in order.iter().enumerate() {
+            state.run_order[member] = u8::try_from(rank).expect("few items");
+        }
+    }
+
+    /// Whether [`Retry::Sooner`] for `item` is a place of its own: `item` is
+    /// in a group, and another pending item of it is not yet due.
+    fn sooner_differs(&self, state: &State, item: usize) -> bool {
+        self.peers(item)
+            .any(|other| state.rows[other].status == Status::Pending { due: false })
+    }
+
+    /// The `delay`, `retry_in` or `run_at` choices for `item`: `Sooner`
+    /// only for an item in a group.
+    fn delays(&self, item: usize) -> &'static [Retry] {
+        if self.groups[item].is_some() {
+            &[Retry::Now, Retry::Later, Retry::Sooner]
+        } else {
+            &[Retry::Now, Retry::Later]
+        }
+    }
+
+    /// Numbers each group's pending items 0, 1, ... in their claim order,
+    /// and sets every other item's place to 0: two states that differ only
+    /// in places nothing reads are one.
+    fn order_renumbered(&self, mut state: State) -> State {
+        let mut order: Vec<usize> = (0..ITEMS)
+            .filter(|&item| {
+                self.groups[item].is_some()
+                    && matches!(state.rows[item].status, Status::Pending { .. })
+            })
+            .collect();
+        order.sort_by_key(|&item| (self.groups[item], state.run_order[item], item));
+        state.run_order = [0; ITEMS];
+        for (at, &item) in order.iter().enumerate() {
+            let first = order
+                .iter()
+                .position(|&other| self.groups[other] == self.groups[item])
+                .expect("the item itself");
+            state.run_order[item] = u8::try_from(at - first).expect("few items");
+        }
+        state
+    }
+
     /// `work_cancel`'s `CANCEL` (`src/cancel.rs`) of `item`: a pending or
     /// claimed item becomes `cancelled`, its `owner` and `epoch` stay and its
     /// lease ends. None (no step) for a done, failed or cancelled item.
@@ -744,6 +1159,9 @@ impl LeaseModel {
         };
         if self.sql != Sql::RetryKeepsMaxAttempts {
             row.max_attempts = before.max_attempts.max(before.attempts + 1);
+        }
+        if matches!(row.status, Status::Pending { .. }) {
+            self.place(&mut next, item, run_at);
         }
         let history = &mut next.history[item];
         history.revoked = history.newest;
@@ -817,6 +1235,7 @@ impl LeaseModel {
                         due: retry == Retry::Now,
                     };
                     row.attempts = row.attempts.saturating_sub(1);
+                    self.place(&mut next, item, retry);
                 }
                 matched
             }
@@ -829,6 +1248,9 @@ impl LeaseModel {
                             due: retry == Retry::Now,
                         }
                     };
+                    if matches!(row.status, Status::Pending { .. }) {
+                        self.place(&mut next, item, retry);
+                    }
                 }
                 matched
             }
@@ -883,6 +1305,21 @@ mod always {
     /// matches an UPDATE, never changes a row, and gets false from every
     /// statement (docs/contract.md, promise 8).
     pub const LOST_TOKEN_DEAD: &str = "a token from a lost suffix of history never acts again";
+    /// No two items of a group are claimed at once, lapsed leases included.
+    pub const GROUP_SERIAL: &str = "at most one item per group is claimed";
+    /// A claim takes a grouped pending item only when no other pending item
+    /// of its group is ahead of it in the claim order (priority, run_at,
+    /// id) at the moment it writes.
+    pub const GROUP_IN_ORDER: &str =
+        "a claim never takes a grouped item while another of its group is ahead of it";
+    /// A claim takes at most the limit minus the items under unexpired
+    /// leases when it writes (dead letters apart).
+    pub const CLAIM_WITHIN_LIMIT: &str =
+        "a claim takes at most the limit minus the items under unexpired leases";
+    /// The spec's sentence, literally: never more items under unexpired
+    /// leases than the limit. A renew of a lapsed lease breaks it
+    /// ([`super::a_renewed_lapsed_lease_can_exceed_the_limit`]).
+    pub const LIMIT_HELD: &str = "never more items under unexpired leases than the limit";
 }
 
 /// Names of the `sometimes` properties (reachability: the check is not vacuous).
@@ -903,7 +1340,7 @@ mod sometimes {
     /// Release or a retryable failure.
     pub const BACK_TO_PENDING: &str = "a claimed item goes back to pending";
     /// Everything finished.
-    pub const ALL_DONE: &str = "both items done";
+    pub const ALL_DONE: &str = "every item done";
     /// `work_retry` of a dead letter, then `work_finish` of a new claim.
     pub const DEAD_LETTER_RETRIED_DONE: &str = "a dead letter retried and then done";
     /// `work_cancel` of a claimed item, then its holder's `work_finish`.
@@ -918,6 +1355,28 @@ mod sometimes {
     /// and done.
     pub const LOST_ITEM_DONE: &str =
         "after the server lost a suffix, an item claimed in it is claimed anew and done";
+    /// Issue 17: the group's claimed item lapsed, and the next claim took it
+    /// anew (another worker), not the item behind it.
+    pub const GROUP_HANDED_OVER: &str =
+        "a group's lapsed item claimed anew by another worker while the next one waits";
+    /// Issue 17: a dead letter frees its group.
+    pub const GROUP_FREED_BY_DEAD_LETTER: &str =
+        "a group's item dead-lettered by a claim, then the next one claimed";
+    /// Issue 17: a release or retryable failure sent the group's first item
+    /// behind the second (a new `run_at`), and the second was claimed first.
+    pub const GROUP_REORDERED: &str =
+        "a group's second item claimed while its first waits behind it";
+    /// Issue 17: two items in one claim, one of them grouped.
+    pub const BATCH_OF_TWO: &str = "a batch claim takes two items, one per group";
+    /// Issue 17: the race the group's re-check is there for.
+    pub const GROUP_RECHECK_DROPPED: &str =
+        "a claim's re-check drops a grouped item its snapshot picked and the row would allow";
+    /// Issue 17: the limit reached, an item ready but for it.
+    pub const LIMIT_REACHED: &str =
+        "the limit reached while an item is ready to be claimed but for it";
+    /// Issue 17: the race the limit's re-check is there for.
+    pub const LIMIT_RECHECK_HELD: &str =
+        "a claim's re-check holds back an item its snapshot had room for and the row would allow";
 }
 
 impl Model for LeaseModel {
@@ -925,7 +1384,7 @@ impl Model for LeaseModel {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        vec![State {
+        let enqueued = State {
             rows: [Row::ENQUEUED; ITEMS],
             tokens: [[None; ITEMS]; WORKERS],
             next_epoch: 1,
@@ -941,10 +1400,30 @@ impl Model for LeaseModel {
             reissue_after: [None; ITEMS],
             failed_over: false,
             lost_acted: false,
-        }]
+            // Enqueued in id order: each group's items in that claim order.
+            run_order: [0, 1],
+            picked: [None; WORKERS],
+            out_of_order: false,
+            over_limit: false,
+        };
+        vec![self.order_renumbered(enqueued)]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        if self.flow {
+            for worker in 0..self.workers {
+                if state.picked[worker].is_some() {
+                    actions.push(Action::Commit { worker });
+                } else {
+                    for items in 1..1u8 << self.items {
+                        actions.push(Action::Pick {
+                            worker,
+                            items: ItemSet(items),
+                        });
+                    }
+                }
+            }
+        }
         if self.failover && !state.failed_over {
             actions.push(Action::Replicate);
             if state.replica.is_some() {
@@ -954,7 +1433,9 @@ impl Model for LeaseModel {
         for item in 0..self.items {
             if self.operators {
                 actions.push(Action::Cancel { item });
-                for run_at in [Retry::Now, Retry::Later] {
+            }
+            if self.operators && self.retries {
+                for &run_at in self.delays(item) {
                     actions.push(Action::Retry { item, run_at });
                 }
             }
@@ -963,14 +1444,16 @@ impl Model for LeaseModel {
                 Status::Pending { due: false } => actions.push(Action::ComesDue { item }),
                 _ => {}
             }
-            for worker in 0..WORKERS {
-                actions.push(Action::Claim { worker, item });
+            for worker in 0..self.workers {
+                if !self.flow {
+                    actions.push(Action::Claim { worker, item });
+                }
                 if state.tokens[worker][item].is_none() {
                     continue;
                 }
                 actions.push(Action::Renew { worker, item });
                 actions.push(Action::Finish { worker, item });
-                for retry in [Retry::Now, Retry::Later] {
+                for &retry in self.delays(item) {
                     actions.push(Action::Release {
                         worker,
                         item,
@@ -992,6 +1475,25 @@ impl Model for LeaseModel {
             last: None,
             ..last_state.clone()
         };
+        if let Action::Release {
+            item,
+            retry: Retry::Sooner,
+            ..
+        }
+        | Action::Fail {
+            item,
+            retry: Retry::Sooner,
+            ..
+        }
+        | Action::Retry {
+            item,
+            run_at: Retry::Sooner,
+        } = action
+        {
+            if !self.sooner_differs(state, item) {
+                return None;
+            }
+        }
         let next = match action {
             Action::Claim { worker, item } => self.claim(state, worker, item),
             Action::Renew { worker, item } => {
@@ -1012,10 +1514,22 @@ impl Model for LeaseModel {
             } => self.use_token(state, last_state.last, worker, item, Stmt::Fail(retry)),
             Action::Cancel { item } => self.cancel(state, item),
             Action::Retry { item, run_at } => self.retry(state, item, run_at),
+            Action::Pick { worker, items } => self.pick(state, worker, items),
+            Action::Commit { worker } => self.commit(state, worker),
             Action::LeaseLapses { item } => {
                 let mut next = state.clone();
                 next.rows[item].status = Status::Claimed(Lease::Lapsed);
                 Some(next)
+            }
+            // Within a group, `run_at`s are reached in their order: an item
+            // comes due only once every pending item ahead of it has.
+            Action::ComesDue { item }
+                if self.peers(item).any(|other| {
+                    state.rows[other].status == Status::Pending { due: false }
+                        && state.run_order[other] < state.run_order[item]
+                }) =>
+            {
+                None
             }
             Action::ComesDue { item } => {
                 let mut next = state.clone();
@@ -1051,9 +1565,9 @@ impl Model for LeaseModel {
             }),
         };
         next.map(|next| {
-            let next = next.renumbered();
+            let next = self.order_renumbered(next.renumbered());
             if self.symmetry {
-                next.workers_sorted()
+                next.workers_sorted(self.workers)
             } else {
                 next
             }
@@ -1091,7 +1605,34 @@ impl Model for LeaseModel {
             }),
             Property::always(always::LOST_TOKEN_DEAD, |_, s: &State| !s.lost_acted),
         ];
-        // Reachable in both configurations.
+        if self.flow {
+            properties.extend([
+                Property::always(always::GROUP_SERIAL, |model: &LeaseModel, s: &State| {
+                    (0..model.items).all(|item| {
+                        !matches!(s.rows[item].status, Status::Claimed(_))
+                            || model
+                                .peers(item)
+                                .all(|other| !matches!(s.rows[other].status, Status::Claimed(_)))
+                    })
+                }),
+                Property::always(always::GROUP_IN_ORDER, |_, s: &State| !s.out_of_order),
+            ]);
+        }
+        if self.limit.is_some() {
+            properties.push(Property::always(
+                always::CLAIM_WITHIN_LIMIT,
+                |_, s: &State| !s.over_limit,
+            ));
+        }
+        if self.limit_literally {
+            properties.push(Property::always(
+                always::LIMIT_HELD,
+                |model: &LeaseModel, s: &State| {
+                    model.limit.is_none_or(|n| s.live() <= usize::from(n))
+                },
+            ));
+        }
+        // Reachable in every configuration.
         properties.extend([
             Property::sometimes(sometimes::TAKEN_OVER_STALE_REFUSED_DONE, |_, s: &State| {
                 matches!(s.last, Some(Event::StaleFinishRefused { item })
@@ -1138,19 +1679,26 @@ impl Model for LeaseModel {
                 }),
             ]);
         } else {
-            // Two items, and an operator that cancels and retries.
+            // Two items, and an operator that cancels (and retries, below,
+            // where the configuration has it).
             properties.extend([
-                Property::sometimes(sometimes::ALL_DONE, |_, s: &State| {
-                    s.rows.iter().all(|row| row.status == Status::Done)
+                Property::sometimes(sometimes::ALL_DONE, |model: &LeaseModel, s: &State| {
+                    s.rows[..model.items]
+                        .iter()
+                        .all(|row| row.status == Status::Done)
                 }),
+                Property::sometimes(sometimes::CANCELLED_HOLDER_REFUSED, |_, s: &State| {
+                    s.last == Some(Event::CancelledHolderRefused)
+                }),
+            ]);
+        }
+        if !self.failover && self.retries {
+            properties.extend([
                 Property::sometimes(sometimes::DEAD_LETTER_RETRIED_DONE, |_, s: &State| {
                     s.rows.iter().zip(&s.history).any(|(row, history)| {
                         history.retried == Some(RetriedFrom::DeadLetter)
                             && row.status == Status::Done
                     })
-                }),
-                Property::sometimes(sometimes::CANCELLED_HOLDER_REFUSED, |_, s: &State| {
-                    s.last == Some(Event::CancelledHolderRefused)
                 }),
                 Property::sometimes(sometimes::CANCELLED_RETRIED_CLAIMED, |_, s: &State| {
                     (0..ITEMS).any(|i| {
@@ -1161,6 +1709,74 @@ impl Model for LeaseModel {
                     })
                 }),
             ]);
+        }
+        if self.flow && self.group_of_two() {
+            properties.extend([
+                Property::sometimes(
+                    sometimes::GROUP_HANDED_OVER,
+                    |model: &LeaseModel, s: &State| {
+                        (0..model.items).any(|item| {
+                            model.groups[item].is_some()
+                                && matches!(s.rows[item].status, Status::Claimed(_))
+                                && s.history[item].taken_over
+                                && model.peers(item).any(|other| {
+                                    matches!(s.rows[other].status, Status::Pending { .. })
+                                })
+                        })
+                    },
+                ),
+                Property::sometimes(
+                    sometimes::GROUP_FREED_BY_DEAD_LETTER,
+                    |model: &LeaseModel, s: &State| {
+                        (0..model.items).any(|item| {
+                            model.groups[item].is_some()
+                                && s.rows[item].status
+                                    == Status::Failed(FailedBy::LapsedOnFinalAttempt)
+                                && model
+                                    .peers(item)
+                                    .any(|other| matches!(s.rows[other].status, Status::Claimed(_)))
+                        })
+                    },
+                ),
+                Property::sometimes(
+                    sometimes::GROUP_REORDERED,
+                    |model: &LeaseModel, s: &State| {
+                        (0..model.items).any(|first| {
+                            matches!(s.rows[first].status, Status::Pending { .. })
+                                && model.peers(first).any(|second| {
+                                    second > first
+                                        && matches!(s.rows[second].status, Status::Claimed(_))
+                                })
+                        })
+                    },
+                ),
+                Property::sometimes(sometimes::GROUP_RECHECK_DROPPED, |_, s: &State| {
+                    s.last == Some(Event::GroupRecheckDropped)
+                }),
+            ]);
+        }
+        if self.flow {
+            if self.limit.is_some() {
+                properties.extend([
+                    Property::sometimes(
+                        sometimes::LIMIT_REACHED,
+                        |model: &LeaseModel, s: &State| {
+                            model.room(s.live()) == 0
+                                && (0..model.items).any(|item| {
+                                    model.offered(s, item) && !dead_letter(&s.rows[item])
+                                })
+                        },
+                    ),
+                    Property::sometimes(sometimes::LIMIT_RECHECK_HELD, |_, s: &State| {
+                        s.last == Some(Event::LimitRecheckHeld)
+                    }),
+                ]);
+            } else if !self.group_of_two() {
+                properties.push(Property::sometimes(
+                    sometimes::BATCH_OF_TWO,
+                    |_, s: &State| s.last == Some(Event::BatchOfTwo),
+                ));
+            }
         }
         properties
     }
@@ -1185,6 +1801,48 @@ fn extension_protocol_holds_when_the_server_loses_a_suffix() {
         "extension, with a loss of history",
         LeaseModel::new(Sql::Extension)
             .with_failover()
+            .with_symmetry(),
+    );
+}
+
+/// Issue 17's groups: two items in one group, claims in two steps (pick
+/// from a snapshot, then lock, re-check and write), two workers, the
+/// operator's cancel. Every `always` property holds (the group's: one
+/// claimed item at a time, claims in the group's order; and every fencing
+/// property as before), and every `sometimes` property is reached, among
+/// them a hand-over after a lapse and the re-check dropping an item its
+/// snapshot picked.
+#[test]
+fn flow_control_holds_in_a_group() {
+    check_exhaustively(
+        "flow control, one group of two",
+        LeaseModel::new(Sql::Extension)
+            .with_flow(ONE_GROUP, None)
+            .with_symmetry(),
+    );
+}
+
+/// Issue 17 with an item in a group and one in none, no limit: as
+/// [`flow_control_holds_in_a_group`], with batch claims that take both.
+#[test]
+fn flow_control_holds_with_batches() {
+    check_exhaustively(
+        "flow control, a group and an item in none",
+        LeaseModel::new(Sql::Extension)
+            .with_flow(GROUP_AND_NONE, None)
+            .with_symmetry(),
+    );
+}
+
+/// Issue 17 with `work_limit(concurrency => 1)` over an item in a group and
+/// one in none: no claim takes more than the limit leaves; the limit is
+/// reached and its re-check holds a claim back.
+#[test]
+fn flow_control_holds_under_a_limit() {
+    check_exhaustively(
+        "flow control, a group and an item in none, limit 1",
+        LeaseModel::new(Sql::Extension)
+            .with_flow(GROUP_AND_NONE, Some(LIMIT))
             .with_symmetry(),
     );
 }
@@ -1244,7 +1902,11 @@ struct Replay {
 impl Replay {
     /// A replay from the model's initial state.
     fn new() -> Replay {
-        let model = LeaseModel::new(Sql::Extension);
+        Replay::of(LeaseModel::new(Sql::Extension))
+    }
+
+    /// A replay of `model` from its initial state.
+    fn of(model: LeaseModel) -> Replay {
         let path = vec![model.init_states().remove(0)];
         Replay { model, path }
     }
@@ -1528,8 +2190,9 @@ fn assert_caught(sql: Sql, expected: &[&'static str]) {
     assert_caught_in(LeaseModel::new(sql), expected);
 }
 
-/// [`assert_caught`] in the configuration of `model`.
-fn assert_caught_in(model: LeaseModel, expected: &[&'static str]) {
+/// [`assert_caught`] in the configuration of `model`; returns each
+/// counterexample's actions, in the order of `expected`.
+fn assert_caught_in(model: LeaseModel, expected: &[&'static str]) -> Vec<Vec<Action>> {
     let sql = model.sql;
     let started = Instant::now();
     let wanted: BTreeSet<&'static str> = expected.iter().copied().collect();
@@ -1545,12 +2208,17 @@ fn assert_caught_in(model: LeaseModel, expected: &[&'static str]) {
         checker.unique_state_count(),
         started.elapsed()
     );
-    for &name in expected {
-        let path = checker
-            .discovery(name)
-            .unwrap_or_else(|| panic!("{sql:?}: no counterexample for \"{name}\""));
-        println!("{sql:?} breaks \"{name}\": {:?}", path.into_actions());
-    }
+    expected
+        .iter()
+        .map(|&name| {
+            let actions = checker
+                .discovery(name)
+                .unwrap_or_else(|| panic!("{sql:?}: no counterexample for \"{name}\""))
+                .into_actions();
+            println!("{sql:?} breaks \"{name}\": {actions:?}");
+            actions
+        })
+        .collect()
 }
 
 /// Fencing by owner name only, as the queues this project answers do: with
@@ -1670,4 +2338,249 @@ fn failover_scenario_in_the_model() {
     replay.assert_reached(sometimes::LOST_FINISH_REFUSED, &a_finished);
     replay.assert_reached(sometimes::LOST_ITEM_DONE, &b_finished);
     replay.assert_always();
+}
+
+/// Without the group half of the re-check, a claim writes the item its
+/// snapshot saw first in the group although the group has moved on since:
+/// the item went behind the other one, or the other one is claimed now. The
+/// row's own guard does not see it (the item is still pending and due). The
+/// checker must find both the order and the one-claimed-item rule broken.
+#[test]
+fn claim_without_the_group_recheck_is_caught() {
+    assert_caught_in(
+        LeaseModel::new(Sql::NoGroupRecheck).with_flow(ONE_GROUP, None),
+        &[always::GROUP_IN_ORDER, always::GROUP_SERIAL],
+    );
+}
+
+/// Without the limit's re-check, two claims that each saw room for one item
+/// under `concurrency => 1` both write. The checker must find it.
+#[test]
+fn claim_without_the_limit_recheck_is_caught() {
+    assert_caught_in(
+        LeaseModel::new(Sql::NoLimitRecheck).with_flow(GROUP_AND_NONE, Some(LIMIT)),
+        &[always::CLAIM_WITHIN_LIMIT],
+    );
+}
+
+/// The spec's sentence on the limit, "at most this many items under
+/// unexpired leases at once", read literally, does not hold with the
+/// extension's `work_renew`: a lapsed lease that nobody claimed anew may be
+/// renewed by its holder (docs/contract.md, promise 2), and that needs no
+/// room under the limit. So the count can pass the limit with every claim
+/// keeping to it. The checker finds it, and the step that passes the limit
+/// is that renew, never a claim (which
+/// [`flow_control_holds_under_a_limit`] shows keeps to it).
+#[test]
+fn a_renewed_lapsed_lease_can_exceed_the_limit() {
+    let model = LeaseModel {
+        limit_literally: true,
+        ..LeaseModel::new(Sql::Extension).with_flow(GROUP_AND_NONE, Some(LIMIT))
+    };
+    let paths = assert_caught_in(model, &[always::LIMIT_HELD]);
+    // The first step of the counterexample that passes the limit.
+    let mut replay =
+        Replay::of(LeaseModel::new(Sql::Extension).with_flow(GROUP_AND_NONE, Some(LIMIT)));
+    let passed_by = paths[0]
+        .iter()
+        .find(|&&action| replay.step(action).live() > usize::from(LIMIT))
+        .copied();
+    assert!(
+        matches!(passed_by, Some(Action::Renew { .. })),
+        "the limit was passed by {passed_by:?}, not by a renew"
+    );
+}
+
+/// A group handed over after a lapse, step by step (workers keep their
+/// numbers): A claims the group's first item; nothing else of the group can
+/// be picked while it is claimed. Its lease lapses; the second item still
+/// cannot be picked, and B's claim takes the first item anew with a newer
+/// epoch. A's finish is refused; B finishes, which frees the group, and the
+/// second item is claimed next. Every `always` property holds at every step.
+#[test]
+fn group_handed_over_in_the_model() {
+    const A: usize = 0;
+    const B: usize = 1;
+    const FIRST: usize = 0;
+    const SECOND: usize = 1;
+    let first = ItemSet(1 << FIRST);
+    let second = ItemSet(1 << SECOND);
+    let mut replay = Replay::of(LeaseModel::new(Sql::Extension).with_flow(ONE_GROUP, None));
+
+    replay.no_step(Action::Pick {
+        worker: A,
+        items: second,
+    });
+    replay.step(Action::Pick {
+        worker: A,
+        items: first,
+    });
+    let a_claimed = replay.step(Action::Commit { worker: A });
+    let a_token = a_claimed.tokens[A][FIRST].expect("A was given a token");
+    replay.no_step(Action::Pick {
+        worker: B,
+        items: second,
+    });
+    replay.no_step(Action::Pick {
+        worker: B,
+        items: first,
+    });
+    replay.step(Action::LeaseLapses { item: FIRST });
+    replay.no_step(Action::Pick {
+        worker: B,
+        items: second,
+    });
+    replay.step(Action::Pick {
+        worker: B,
+        items: first,
+    });
+    let b_claimed = replay.step(Action::Commit { worker: B });
+    let b_token = b_claimed.tokens[B][FIRST].expect("B was given a token");
+    assert!(b_token > a_token, "B's epoch is newer than A's");
+    assert_eq!(b_claimed.rows[FIRST].attempts, 2);
+    assert_eq!(b_claimed.rows[SECOND].status, Status::Pending { due: true });
+    replay.assert_reached(sometimes::GROUP_HANDED_OVER, &b_claimed);
+
+    let a_finished = replay.step(Action::Finish {
+        worker: A,
+        item: FIRST,
+    });
+    assert_eq!(
+        a_finished.rows, b_claimed.rows,
+        "A's finish changes nothing"
+    );
+    let b_finished = replay.step(Action::Finish {
+        worker: B,
+        item: FIRST,
+    });
+    assert_eq!(b_finished.rows[FIRST].status, Status::Done);
+    replay.step(Action::Pick {
+        worker: A,
+        items: second,
+    });
+    let next = replay.step(Action::Commit { worker: A });
+    assert_eq!(next.rows[SECOND].status, Status::Claimed(Lease::Live));
+    replay.assert_always();
+}
+
+/// The race the group's re-check is there for, step by step: A's snapshot
+/// picks the group's first item; before A writes, B claims that item and
+/// releases it at once, which sends it behind the second item (a new
+/// `run_at`). The first item is pending and due again, so the row's own
+/// guard would let A write it. If A writes now, it takes the first item
+/// while the second is ahead of it; if B first claims the second item, A
+/// makes it two claimed items in the group. The extension's re-check drops
+/// the item either way; without it each property breaks on its path.
+#[test]
+fn group_recheck_race_in_the_model() {
+    const A: usize = 0;
+    const B: usize = 1;
+    const FIRST: usize = 0;
+    const SECOND: usize = 1;
+    let first = ItemSet(1 << FIRST);
+    let second = ItemSet(1 << SECOND);
+    let race = [
+        Action::Pick {
+            worker: A,
+            items: first,
+        },
+        Action::Pick {
+            worker: B,
+            items: first,
+        },
+        Action::Commit { worker: B },
+        Action::Release {
+            worker: B,
+            item: FIRST,
+            retry: Retry::Now,
+        },
+    ];
+    let b_takes_second = [
+        Action::Pick {
+            worker: B,
+            items: second,
+        },
+        Action::Commit { worker: B },
+    ];
+    let a_writes = [Action::Commit { worker: A }];
+    let out_of_order: Vec<Action> = [&race[..], &a_writes].concat();
+    let two_claimed: Vec<Action> = [&race[..], &b_takes_second, &a_writes].concat();
+
+    for (path, broken) in [
+        (out_of_order, always::GROUP_IN_ORDER),
+        (two_claimed, always::GROUP_SERIAL),
+    ] {
+        let mut replay = Replay::of(LeaseModel::new(Sql::Extension).with_flow(ONE_GROUP, None));
+        for &action in &path {
+            replay.step(action);
+        }
+        let a_wrote = replay.now().clone();
+        assert_eq!(a_wrote.last, Some(Event::GroupRecheckDropped));
+        assert_eq!(a_wrote.rows[FIRST].status, Status::Pending { due: true });
+        replay.assert_reached(sometimes::GROUP_RECHECK_DROPPED, &a_wrote);
+        replay.assert_always();
+
+        let mut without =
+            Replay::of(LeaseModel::new(Sql::NoGroupRecheck).with_flow(ONE_GROUP, None));
+        for &action in &path {
+            without.step(action);
+        }
+        let a_wrote = without.now();
+        assert_eq!(a_wrote.rows[FIRST].status, Status::Claimed(Lease::Live));
+        let property = without
+            .model
+            .properties()
+            .into_iter()
+            .find(|property| property.name == broken)
+            .expect("a flow property");
+        assert!(
+            !(property.condition)(&without.model, a_wrote),
+            "without the re-check, \"{broken}\" must break"
+        );
+    }
+}
+
+/// The race the limit's re-check is there for, step by step, under
+/// `concurrency => 1`: A's snapshot and B's both see no lease live, so A
+/// picks the grouped item and B the other one; A writes first. The
+/// extension's re-check holds B's item back; without it B writes too, and
+/// two items are under unexpired leases.
+#[test]
+fn limit_recheck_race_in_the_model() {
+    const A: usize = 0;
+    const B: usize = 1;
+    let race = [
+        Action::Pick {
+            worker: A,
+            items: ItemSet(1 << 0),
+        },
+        Action::Pick {
+            worker: B,
+            items: ItemSet(1 << 1),
+        },
+        Action::Commit { worker: A },
+        Action::Commit { worker: B },
+    ];
+
+    let mut replay =
+        Replay::of(LeaseModel::new(Sql::Extension).with_flow(GROUP_AND_NONE, Some(LIMIT)));
+    for action in race {
+        replay.step(action);
+    }
+    let b_wrote = replay.now().clone();
+    assert_eq!(b_wrote.last, Some(Event::LimitRecheckHeld));
+    assert_eq!(b_wrote.live(), 1);
+    replay.assert_reached(sometimes::LIMIT_RECHECK_HELD, &b_wrote);
+    replay.assert_always();
+
+    let mut without =
+        Replay::of(LeaseModel::new(Sql::NoLimitRecheck).with_flow(GROUP_AND_NONE, Some(LIMIT)));
+    for action in race {
+        without.step(action);
+    }
+    assert_eq!(without.now().live(), 2);
+    assert!(
+        without.now().over_limit,
+        "without the re-check, B passes the limit"
+    );
 }
