@@ -58,7 +58,8 @@
 //!
 //! Long polls: a claim that got nothing because of a limit or a busy group
 //! still finds due items in the queue, so the waiter re-checks after 5 ms,
-//! doubling up to 500 ms ([`crate::wait`]); and finishing, failing,
+//! doubling up to 500 ms ([`crate::wait`]); one that found the limit lock
+//! held re-checks after 1 ms (the holder is claiming right now); and finishing, failing,
 //! releasing or cancelling an item of a grouped or limited queue wakes one
 //! waiter of the queue at commit ([`freed`]).
 
@@ -84,6 +85,20 @@ pub const LIMIT_LOCK_CLASS: i32 = 0x5746_6c69;
 /// and 2 the SQL advisory lock functions use, so no `pg_advisory_lock`
 /// call can take it.
 pub const GROUP_LOCK_CLASS: u16 = 0x5747;
+
+thread_local! {
+    /// Set when a claim found its queue's limit lock held by another
+    /// transaction (and so claimed nothing); read and cleared by the long
+    /// poll ([`take_contended`]).
+    static CONTENDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether a claim since the last call found its queue's limit lock held by
+/// another transaction: a long poll then tries again within a millisecond
+/// rather than backing off ([`crate::wait`]).
+pub fn take_contended() -> bool {
+    CONTENDED.replace(false)
+}
 
 /// Whether this database's schema has flow control (0.10.0 or later: the
 /// index `workfence.items_group_idx` exists). A library newer than the
@@ -387,6 +402,7 @@ pub(crate) fn claim(
 ) -> Result<ClaimOutcome> {
     needs_read_committed(queue)?;
     if settings.limited && !try_lock(&limit_lock(queue)) {
+        CONTENDED.set(true);
         return Ok(ClaimOutcome::default());
     }
     let max_items = match pick {
