@@ -46,18 +46,23 @@
 //! re-check in a fresh snapshot and the write. Between the two, anything
 //! else may happen. The checker proves: at most one item of a group is
 //! claimed, lapsed leases included; a claim never takes a grouped item while
-//! another pending item of its group is ahead of it in the claim order; a
-//! claim never takes more than the limit leaves; and every fencing property
-//! above, through the new claim path. Its `sometimes` properties: a group's
-//! lapsed item claimed anew by another worker while the next waits, a dead
-//! letter freeing its group, a group reordered by a release, a batch of two,
-//! the limit reached, and the re-check dropping or holding back what its
-//! snapshot picked, which is the race it exists for. Without the group's
-//! re-check (`Sql::NoGroupRecheck`) or the limit's (`Sql::NoLimitRecheck`)
-//! the checker must find the broken property. The spec's sentence on the
-//! limit read literally ("never more than N under unexpired leases") does
-//! not hold: a holder's renew of a lapsed lease needs no room, and the
-//! checker finds that too.
+//! another pending item of its group is ahead of it in the claim order;
+//! never more items claimed than the limit, lapsed leases included (a lapsed
+//! lease keeps its slot until it is claimed anew in that slot, or
+//! dead-lettered, finished, failed, released or cancelled), and so never
+//! more under unexpired leases, a holder's renew of a lapsed lease included;
+//! and every fencing property above, through the new claim path. Its
+//! `sometimes` properties: a group's lapsed item claimed anew by another
+//! worker while the next waits, a dead letter freeing its group, a group
+//! reordered by a release, a batch of two, the limit reached while an item
+//! is ready, a lapsed item claimed anew in its own slot (or renewed by its
+//! holder) while another waits for the limit, and the re-check dropping or
+//! holding back what its snapshot picked, which is the race it exists for.
+//! Without the group's re-check (`Sql::NoGroupRecheck`) or the limit's
+//! (`Sql::NoLimitRecheck`), or with a limit that counts only unexpired
+//! leases (`Sql::LimitCountsLiveLeases`, where a claim fills the slot of a
+//! lapsed lease and the lease's renew then passes the limit), the checker
+//! must find the broken property.
 //!
 //! The checker must also catch broken protocols: fencing by owner name only
 //! (as the queues this project answers do), a finish retry that writes the
@@ -152,9 +157,16 @@ enum Sql {
     /// lease) and the limit's re-check.
     NoGroupRecheck,
     /// Broken: a flow claim takes what its snapshot picked without counting
-    /// the items under unexpired leases again: the limit is judged by the
-    /// snapshot alone. The group's re-check and the row's guard stay.
+    /// the claimed items again: the limit is judged by the snapshot alone.
+    /// The group's re-check and the row's guard stay.
     NoLimitRecheck,
+    /// Broken: the limit counts the items under unexpired leases, not the
+    /// claimed ones (`LIMIT_STATE` with `lease_until > now` added), so a
+    /// lapsed lease gives up its slot, and claiming it anew needs one. Every
+    /// claim keeps to that count, re-check included; the holder of the lapsed
+    /// lease may still renew it (docs/contract.md, promise 2), and that
+    /// takes no slot.
+    LimitCountsLiveLeases,
 }
 
 /// The statement a token is used with.
@@ -349,6 +361,9 @@ enum Event {
     /// for and that the row's own guard would still have let through: the
     /// limit had filled up between the pick and the write.
     LimitRecheckHeld,
+    /// A flow claim took a lapsed item anew while the limit was reached: in
+    /// the item's own slot, which it kept through the lapse.
+    LapsedClaimedInItsSlot,
     /// A flow claim took two items (a batch, one per group).
     BatchOfTwo,
 }
@@ -425,9 +440,6 @@ struct State {
     /// A claim took a grouped pending item while another pending item of its
     /// group was ahead of it in the claim order.
     out_of_order: bool,
-    /// A claim took more items than the limit left it: more than the limit
-    /// minus the items under unexpired leases when it wrote.
-    over_limit: bool,
 }
 
 impl State {
@@ -552,8 +564,16 @@ impl State {
         self
     }
 
-    /// How many items are claimed under an unexpired lease (what the limit
-    /// counts).
+    /// How many items are in state `claimed`, lapsed leases included (what
+    /// the limit counts: `LIMIT_STATE` in `src/flow.rs`).
+    fn claimed(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|row| matches!(row.status, Status::Claimed(_)))
+            .count()
+    }
+
+    /// How many items are claimed under an unexpired lease.
     fn live(&self) -> usize {
         self.rows
             .iter()
@@ -707,10 +727,6 @@ struct LeaseModel {
     /// Whether claims are flow claims, [`Action::Pick`] then
     /// [`Action::Commit`], instead of the one statement [`Action::Claim`].
     flow: bool,
-    /// Whether to check the spec's sentence on the limit literally ("never
-    /// more than `limit` items under unexpired leases"), which a renew of a
-    /// lapsed lease breaks: see [`a_renewed_lapsed_lease_can_exceed_the_limit`].
-    limit_literally: bool,
 }
 
 impl LeaseModel {
@@ -729,7 +745,6 @@ impl LeaseModel {
             groups: [None; ITEMS],
             limit: None,
             flow: false,
-            limit_literally: false,
         }
     }
 
@@ -794,7 +809,8 @@ impl LeaseModel {
             | Sql::ClaimByExclusion
             | Sql::NoGeneration
             | Sql::NoGroupRecheck
-            | Sql::NoLimitRecheck => owner_ok && epoch_ok && claimed,
+            | Sql::NoLimitRecheck
+            | Sql::LimitCountsLiveLeases => owner_ok && epoch_ok && claimed,
             Sql::OwnerOnly => owner_ok && claimed,
             Sql::FinishRewrites if stmt == Stmt::Finish => {
                 owner_ok && epoch_ok && (claimed || row.status == Status::Done)
@@ -930,35 +946,72 @@ impl LeaseModel {
         }
     }
 
-    /// How many items a claim may still take with `live` items under
-    /// unexpired leases: the limit minus those, and at most a batch.
-    fn room(&self, live: usize) -> usize {
+    /// What the limit counts in `state`: the items in state `claimed`,
+    /// lapsed leases included (`LIMIT_STATE` in `src/flow.rs`); under
+    /// [`Sql::LimitCountsLiveLeases`], only those under unexpired leases.
+    fn in_use(&self, state: &State) -> usize {
+        match self.sql {
+            Sql::LimitCountsLiveLeases => state.live(),
+            _ => state.claimed(),
+        }
+    }
+
+    /// Whether a claim of `row` takes a slot under the limit: a pending
+    /// item does (`PICK`'s `due` CTE, at most `$2`, the slots left); a
+    /// lapsed lease claimed anew keeps its own (the `lapsed` CTE is bounded
+    /// by `$3`, the batch, alone), and a dead letter frees one. Under
+    /// [`Sql::LimitCountsLiveLeases`] a lapsed lease has given its slot up,
+    /// so claiming it anew takes one too.
+    fn takes_slot(&self, row: &Row) -> bool {
+        match self.sql {
+            Sql::LimitCountsLiveLeases => !dead_letter(row),
+            _ => matches!(row.status, Status::Pending { .. }),
+        }
+    }
+
+    /// How many slots a claim may still fill with `in_use` of them taken
+    /// ([`LeaseModel::in_use`]): the limit minus those, and at most a batch
+    /// (`allowance` in `src/flow.rs`).
+    fn room(&self, in_use: usize) -> usize {
         self.limit
-            .map_or(BATCH, |n| usize::from(n).saturating_sub(live))
+            .map_or(BATCH, |n| usize::from(n).saturating_sub(in_use))
             .min(BATCH)
+    }
+
+    /// Whether the limit is reached in `state`: no slot left.
+    fn limit_reached(&self, state: &State) -> bool {
+        self.limit.is_some() && self.room(self.in_use(state)) == 0
+    }
+
+    /// Whether an item waits for the limit in `state`: the limit is
+    /// reached, and a claim would take an item that needs a slot but for it.
+    fn waits_for_the_limit(&self, state: &State) -> bool {
+        self.limit_reached(state)
+            && (0..self.items)
+                .any(|item| self.offered(state, item) && self.takes_slot(&state.rows[item]))
     }
 
     /// The first half of a flow claim, [`Action::Pick`]: `items` must be
     /// what the snapshot (`state`) offers ([`LeaseModel::offered`]), with no
-    /// more claims (dead letters apart, as in the one-statement claim) than
-    /// the limit leaves by that snapshot. Any such set, not only the first
-    /// ones in the claim order: a claim may find fewer (rows locked by
-    /// others are skipped), and the model does not order the groups among
-    /// themselves. None when the worker has a claim in flight already.
+    /// more of them taking a slot ([`LeaseModel::takes_slot`]) than the
+    /// limit leaves by that snapshot. Any such set, not only the first ones
+    /// in the claim order: a claim may find fewer (rows locked by others are
+    /// skipped), and the model does not order the groups among themselves.
+    /// None when the worker has a claim in flight already.
     fn pick(&self, state: &State, worker: usize, items: ItemSet) -> Option<State> {
         if state.picked[worker].is_some() || items.0 == 0 {
             return None;
         }
-        let mut claims = 0;
+        let mut slots = 0;
         for item in items.items() {
             if item >= self.items || !self.offered(state, item) {
                 return None;
             }
-            if !dead_letter(&state.rows[item]) {
-                claims += 1;
+            if self.takes_slot(&state.rows[item]) {
+                slots += 1;
             }
         }
-        if claims > self.room(state.live()) {
+        if slots > self.room(self.in_use(state)) {
             return None;
         }
         let mut next = state.clone();
@@ -970,11 +1023,22 @@ impl LeaseModel {
     /// items' groups (and the limited queue) locked, a fresh snapshot
     /// (`state`: every claim that held those locks before has committed)
     /// re-checks each picked item, in id order: the group's rules
-    /// ([`LeaseModel::offered`]) and the room the limit leaves now. An item
-    /// that passes is written by the claim's UPDATE, whose own guard on the
-    /// row ([`LeaseModel::claim`]: still pending and due, or still claimed
-    /// under a lapsed lease) is the last word; the rest are dropped. The
-    /// claim's slot is free again whatever it took.
+    /// ([`LeaseModel::offered`]) and, for an item that takes a slot
+    /// ([`LeaseModel::takes_slot`], judged by the row now: an item picked
+    /// pending may have been claimed and lapsed since, and is then claimed
+    /// anew in its own slot), the slots the limit leaves now. An item that
+    /// passes is written by the claim's UPDATE, whose own guard on the row
+    /// ([`LeaseModel::claim`]: still pending and due, or still claimed under
+    /// a lapsed lease) is the last word; the rest are dropped. The claim's
+    /// slot is free again whatever it took.
+    ///
+    /// The extension counts the slots once, under the limit lock, before
+    /// its pick (`allowance` in `src/flow.rs`); from then to the write no
+    /// claim can fill one (they need the lock), and a lapse or a renew
+    /// changes no count, so only a finish, failure, release or cancel
+    /// changes it, lowering it. Counting at the write, as here, leaves a
+    /// claim at least as many slots as the extension's count: every
+    /// behaviour of the extension is among the model's.
     ///
     /// With a limit of at most 1 a commit never has room for some of its
     /// claims but not all (it picked at most one), so "in id order" is no
@@ -983,12 +1047,12 @@ impl LeaseModel {
         let items = state.picked[worker]?;
         let mut next = state.clone();
         next.picked[worker] = None;
-        let live = state.live();
+        let full = self.limit_reached(state);
         let room = match self.sql {
             Sql::NoLimitRecheck => BATCH,
-            _ => self.room(live),
+            _ => self.room(self.in_use(state)),
         };
-        let mut claims = 0;
+        let mut slots = 0;
         for item in items.items() {
             let row = next.rows[item];
             let Some(mut written) = self.claim(&next, worker, item) else {
@@ -998,8 +1062,8 @@ impl LeaseModel {
                 next.last = Some(Event::GroupRecheckDropped);
                 continue;
             }
-            let dead = dead_letter(&row);
-            if !dead && claims >= room {
+            let slot = self.takes_slot(&row);
+            if slot && slots >= room {
                 next.last = Some(Event::LimitRecheckHeld);
                 continue;
             }
@@ -1011,26 +1075,19 @@ impl LeaseModel {
             {
                 written.out_of_order = true;
             }
-            if !dead {
-                claims += 1;
+            if slot {
+                slots += 1;
+            } else if full && !dead_letter(&row) {
+                written.last = Some(Event::LapsedClaimedInItsSlot);
             }
             next = written;
         }
-        // The monitor of the limit, judged by the rows, not by the count
-        // above: how many items this claim put under an unexpired lease,
-        // against the room the limit left when it wrote.
         let taken = (0..ITEMS)
             .filter(|&item| {
                 next.rows[item].status == Status::Claimed(Lease::Live)
                     && state.rows[item].status != Status::Claimed(Lease::Live)
             })
             .count();
-        if self
-            .limit
-            .is_some_and(|n| taken > usize::from(n).saturating_sub(live))
-        {
-            next.over_limit = true;
-        }
         if taken == 2 && next.last.is_none() {
             next.last = Some(Event::BatchOfTwo);
         }
@@ -1312,14 +1369,16 @@ mod always {
     /// id) at the moment it writes.
     pub const GROUP_IN_ORDER: &str =
         "a claim never takes a grouped item while another of its group is ahead of it";
-    /// A claim takes at most the limit minus the items under unexpired
-    /// leases when it writes (dead letters apart).
-    pub const CLAIM_WITHIN_LIMIT: &str =
-        "a claim takes at most the limit minus the items under unexpired leases";
-    /// The spec's sentence, literally: never more items under unexpired
-    /// leases than the limit. A renew of a lapsed lease breaks it
-    /// ([`super::a_renewed_lapsed_lease_can_exceed_the_limit`]).
-    pub const LIMIT_HELD: &str = "never more items under unexpired leases than the limit";
+    /// The contract's sentence on `concurrency`, literally (docs/contract.md,
+    /// "Flow control (0.10.0)"): at most that many items of the queue in
+    /// state `claimed` at once, lapsed leases included.
+    pub const LIMIT_HELD: &str =
+        "at most `concurrency` items claimed at once, a lapsed lease keeping its slot";
+    /// What that gives a worker: never more items under unexpired leases
+    /// than the limit, whatever claims and renews did (a renew of a lapsed
+    /// lease included: [`super::a_renewed_lapsed_lease_stays_within_the_limit`]).
+    pub const LIVE_WITHIN_LIMIT: &str =
+        "never more items under unexpired leases than the limit, renews included";
 }
 
 /// Names of the `sometimes` properties (reachability: the check is not vacuous).
@@ -1374,6 +1433,15 @@ mod sometimes {
     /// Issue 17: the limit reached, an item ready but for it.
     pub const LIMIT_REACHED: &str =
         "the limit reached while an item is ready to be claimed but for it";
+    /// Issue 17: a lapsed lease kept its slot, and a claim took the item
+    /// anew in it, the limit reached, while another item waits for a slot.
+    pub const LAPSED_CLAIMED_IN_ITS_SLOT: &str =
+        "a lapsed item claimed anew in its own slot while another waits for the limit";
+    /// Issue 17: the holder of a lapsed lease renewed it, in the slot the
+    /// lease kept, while another item waits for the limit (where a limit
+    /// counting only unexpired leases would have let that item out).
+    pub const LAPSED_RENEWED_AT_THE_LIMIT: &str =
+        "a lapsed lease renewed by its holder while another item waits for the limit";
     /// Issue 17: the race the limit's re-check is there for.
     pub const LIMIT_RECHECK_HELD: &str =
         "a claim's re-check holds back an item its snapshot had room for and the row would allow";
@@ -1404,7 +1472,6 @@ impl Model for LeaseModel {
             run_order: [0, 1],
             picked: [None; WORKERS],
             out_of_order: false,
-            over_limit: false,
         };
         vec![self.order_renumbered(enqueued)]
     }
@@ -1619,18 +1686,17 @@ impl Model for LeaseModel {
             ]);
         }
         if self.limit.is_some() {
-            properties.push(Property::always(
-                always::CLAIM_WITHIN_LIMIT,
-                |_, s: &State| !s.over_limit,
-            ));
-        }
-        if self.limit_literally {
-            properties.push(Property::always(
-                always::LIMIT_HELD,
-                |model: &LeaseModel, s: &State| {
-                    model.limit.is_none_or(|n| s.live() <= usize::from(n))
-                },
-            ));
+            properties.extend([
+                Property::always(always::LIMIT_HELD, |model: &LeaseModel, s: &State| {
+                    model.limit.is_none_or(|n| s.claimed() <= usize::from(n))
+                }),
+                Property::always(
+                    always::LIVE_WITHIN_LIMIT,
+                    |model: &LeaseModel, s: &State| {
+                        model.limit.is_none_or(|n| s.live() <= usize::from(n))
+                    },
+                ),
+            ]);
         }
         // Reachable in every configuration.
         properties.extend([
@@ -1758,13 +1824,21 @@ impl Model for LeaseModel {
         if self.flow {
             if self.limit.is_some() {
                 properties.extend([
+                    Property::sometimes(sometimes::LIMIT_REACHED, |model: &LeaseModel, s| {
+                        model.waits_for_the_limit(s)
+                    }),
                     Property::sometimes(
-                        sometimes::LIMIT_REACHED,
+                        sometimes::LAPSED_CLAIMED_IN_ITS_SLOT,
                         |model: &LeaseModel, s: &State| {
-                            model.room(s.live()) == 0
-                                && (0..model.items).any(|item| {
-                                    model.offered(s, item) && !dead_letter(&s.rows[item])
-                                })
+                            s.last == Some(Event::LapsedClaimedInItsSlot)
+                                && model.waits_for_the_limit(s)
+                        },
+                    ),
+                    Property::sometimes(
+                        sometimes::LAPSED_RENEWED_AT_THE_LIMIT,
+                        |model: &LeaseModel, s: &State| {
+                            s.last == Some(Event::LapsedLeaseRenewed)
+                                && model.waits_for_the_limit(s)
                         },
                     ),
                     Property::sometimes(sometimes::LIMIT_RECHECK_HELD, |_, s: &State| {
@@ -1835,8 +1909,11 @@ fn flow_control_holds_with_batches() {
 }
 
 /// Issue 17 with `work_limit(concurrency => 1)` over an item in a group and
-/// one in none: no claim takes more than the limit leaves; the limit is
-/// reached and its re-check holds a claim back.
+/// one in none: never more than one item claimed, lapsed leases included,
+/// so never more than one lease unexpired, renews included; the limit is
+/// reached while an item is ready, and meanwhile a lapsed item is claimed
+/// anew in its own slot or renewed by its holder; the re-check holds a claim
+/// back.
 #[test]
 fn flow_control_holds_under_a_limit() {
     check_exhaustively(
@@ -1948,6 +2025,17 @@ impl Replay {
                 }
             }
         }
+    }
+
+    /// Whether the property `name` holds in `state`.
+    fn holds(&self, name: &str, state: &State) -> bool {
+        let property = self
+            .model
+            .properties()
+            .into_iter()
+            .find(|property| property.name == name)
+            .unwrap_or_else(|| panic!("no property \"{name}\""));
+        (property.condition)(&self.model, state)
     }
 
     /// Demands that the `sometimes` property `name` holds in `state`.
@@ -2353,42 +2441,151 @@ fn claim_without_the_group_recheck_is_caught() {
     );
 }
 
-/// Without the limit's re-check, two claims that each saw room for one item
-/// under `concurrency => 1` both write. The checker must find it.
+/// Without the limit's re-check, two claims that each saw a free slot under
+/// `concurrency => 1` both write. The checker must find it, and the step
+/// that passes the limit is a claim's write.
 #[test]
 fn claim_without_the_limit_recheck_is_caught() {
-    assert_caught_in(
-        LeaseModel::new(Sql::NoLimitRecheck).with_flow(GROUP_AND_NONE, Some(LIMIT)),
-        &[always::CLAIM_WITHIN_LIMIT],
+    let model = || LeaseModel::new(Sql::NoLimitRecheck).with_flow(GROUP_AND_NONE, Some(LIMIT));
+    let paths = assert_caught_in(model(), &[always::LIMIT_HELD, always::LIVE_WITHIN_LIMIT]);
+    for (path, name) in paths
+        .iter()
+        .zip([always::LIMIT_HELD, always::LIVE_WITHIN_LIMIT])
+    {
+        let passed_by = first_breaking(model(), path, name);
+        assert!(
+            matches!(passed_by, Some(Action::Commit { .. })),
+            "\"{name}\" was broken by {passed_by:?}, not by a claim"
+        );
+    }
+}
+
+/// A limit that counts only the items under unexpired leases (a lapsed lease
+/// giving up its slot) breaks the contract, though every claim keeps to its
+/// count: a claim fills the slot a lapsed lease left, so two items are
+/// claimed; and the lapsed lease's holder, whom nobody superseded, may renew
+/// it (docs/contract.md, promise 2), which makes two leases unexpired. The
+/// checker must find both, the second passed by that renew.
+#[test]
+fn a_limit_that_counts_only_live_leases_is_caught() {
+    let model =
+        || LeaseModel::new(Sql::LimitCountsLiveLeases).with_flow(GROUP_AND_NONE, Some(LIMIT));
+    let paths = assert_caught_in(model(), &[always::LIMIT_HELD, always::LIVE_WITHIN_LIMIT]);
+    let claimed_by = first_breaking(model(), &paths[0], always::LIMIT_HELD);
+    assert!(
+        matches!(claimed_by, Some(Action::Commit { .. })),
+        "the claimed items passed the limit by {claimed_by:?}, not by a claim"
+    );
+    let live_by = first_breaking(model(), &paths[1], always::LIVE_WITHIN_LIMIT);
+    assert!(
+        matches!(live_by, Some(Action::Renew { .. })),
+        "the unexpired leases passed the limit by {live_by:?}, not by a renew"
     );
 }
 
-/// The spec's sentence on the limit, "at most this many items under
-/// unexpired leases at once", read literally, does not hold with the
-/// extension's `work_renew`: a lapsed lease that nobody claimed anew may be
-/// renewed by its holder (docs/contract.md, promise 2), and that needs no
-/// room under the limit. So the count can pass the limit with every claim
-/// keeping to it. The checker finds it, and the step that passes the limit
-/// is that renew, never a claim (which
-/// [`flow_control_holds_under_a_limit`] shows keeps to it).
+/// The step of `path`, replayed in `model` (workers keeping their numbers),
+/// after which the `always` property `name` first no longer holds; prints
+/// the path up to it. (The checker's counterexample may go on past it: the
+/// property stays broken, and the checker keeps the last path it met.)
+fn first_breaking(model: LeaseModel, path: &[Action], name: &str) -> Option<Action> {
+    let sql = model.sql;
+    let mut replay = Replay::of(model);
+    let at = path.iter().position(|&action| {
+        let next = replay.step(action);
+        !replay.holds(name, &next)
+    })?;
+    println!("{sql:?} first breaks \"{name}\" by: {:?}", &path[..=at]);
+    Some(path[at])
+}
+
+/// Under `concurrency => 1`, a lapsed lease keeps its slot, so its holder's
+/// renew cannot pass the limit, step by step (workers keep their numbers).
+/// A claims the grouped item and its lease lapses: one item claimed, no
+/// lease unexpired, and yet no snapshot has a slot for the other item (the
+/// limit is reached while it is ready); A renews, one lease unexpired. A
+/// claim whose snapshot predates A's claim does not take the other item
+/// either: its re-check counts the lapsed lease. B then takes the lapsed
+/// item anew, in its own slot, while the other waits; A's renew changes
+/// nothing. Every `always` property holds at every step. The steps by which
+/// a limit counting only unexpired leases passes it, the same ones that
+/// made the earlier model's counterexample, are now impossible: A's claim
+/// of the other item after the lapse is no step.
 #[test]
-fn a_renewed_lapsed_lease_can_exceed_the_limit() {
-    let model = LeaseModel {
-        limit_literally: true,
-        ..LeaseModel::new(Sql::Extension).with_flow(GROUP_AND_NONE, Some(LIMIT))
+fn a_renewed_lapsed_lease_stays_within_the_limit() {
+    const A: usize = 0;
+    const B: usize = 1;
+    const GROUPED: usize = 0;
+    const FREE: usize = 1;
+    let grouped = ItemSet(1 << GROUPED);
+    let free = ItemSet(1 << FREE);
+    let model = || LeaseModel::new(Sql::Extension).with_flow(GROUP_AND_NONE, Some(LIMIT));
+    let pick = |worker, items| Action::Pick { worker, items };
+    let renew_a = Action::Renew {
+        worker: A,
+        item: GROUPED,
     };
-    let paths = assert_caught_in(model, &[always::LIMIT_HELD]);
-    // The first step of the counterexample that passes the limit.
-    let mut replay =
-        Replay::of(LeaseModel::new(Sql::Extension).with_flow(GROUP_AND_NONE, Some(LIMIT)));
-    let passed_by = paths[0]
-        .iter()
-        .find(|&&action| replay.step(action).live() > usize::from(LIMIT))
-        .copied();
-    assert!(
-        matches!(passed_by, Some(Action::Renew { .. })),
-        "the limit was passed by {passed_by:?}, not by a renew"
+
+    // The steps by which the unexpired leases passed the limit when the
+    // model counted only those: A claims, its lease lapses, A claims the
+    // other item, A renews.
+    let mut replay = Replay::of(model());
+    replay.step(pick(A, grouped));
+    replay.step(Action::Commit { worker: A });
+    let lapsed = replay.step(Action::LeaseLapses { item: GROUPED });
+    assert_eq!((lapsed.claimed(), lapsed.live()), (1, 0));
+    for worker in [A, B] {
+        replay.no_step(pick(worker, free));
+        replay.no_step(pick(worker, ItemSet(grouped.0 | free.0)));
+    }
+    replay.assert_reached(sometimes::LIMIT_REACHED, &lapsed);
+    let renewed = replay.step(renew_a);
+    assert_eq!(renewed.last, Some(Event::LapsedLeaseRenewed));
+    assert_eq!((renewed.claimed(), renewed.live()), (1, 1));
+    replay.assert_reached(sometimes::LAPSED_RENEWED_AT_THE_LIMIT, &renewed);
+    replay.assert_always();
+
+    // With a limit that counts only unexpired leases they pass it.
+    let mut without = Replay::of(
+        LeaseModel::new(Sql::LimitCountsLiveLeases).with_flow(GROUP_AND_NONE, Some(LIMIT)),
     );
+    for action in [
+        pick(A, grouped),
+        Action::Commit { worker: A },
+        Action::LeaseLapses { item: GROUPED },
+        pick(A, free),
+        Action::Commit { worker: A },
+        renew_a,
+    ] {
+        without.step(action);
+    }
+    assert_eq!((without.now().claimed(), without.now().live()), (2, 2));
+    assert!(!without.holds(always::LIVE_WITHIN_LIMIT, without.now()));
+
+    // A snapshot from before A's claim: the re-check counts the lapsed lease.
+    let mut replay = Replay::of(model());
+    replay.step(pick(B, free));
+    replay.step(pick(A, grouped));
+    replay.step(Action::Commit { worker: A });
+    replay.step(Action::LeaseLapses { item: GROUPED });
+    let held = replay.step(Action::Commit { worker: B });
+    assert_eq!(held.last, Some(Event::LimitRecheckHeld));
+    assert_eq!(held.rows[FREE].status, Status::Pending { due: true });
+    let renewed = replay.step(renew_a);
+    assert_eq!(renewed.live(), 1);
+
+    // B takes the lapsed item anew, in its slot, while the other waits.
+    replay.step(Action::LeaseLapses { item: GROUPED });
+    replay.step(pick(B, grouped));
+    let b_claimed = replay.step(Action::Commit { worker: B });
+    assert_eq!(b_claimed.last, Some(Event::LapsedClaimedInItsSlot));
+    let a_token = b_claimed.tokens[A][GROUPED].expect("A was given a token");
+    let b_token = b_claimed.tokens[B][GROUPED].expect("B was given a token");
+    assert!(b_token > a_token, "B's epoch is newer than A's");
+    assert_eq!(b_claimed.rows[FREE].status, Status::Pending { due: true });
+    replay.assert_reached(sometimes::LAPSED_CLAIMED_IN_ITS_SLOT, &b_claimed);
+    let a_late = replay.step(renew_a);
+    assert_eq!(a_late.rows, b_claimed.rows, "A's renew changes nothing");
+    replay.assert_always();
 }
 
 /// A group handed over after a lapse, step by step (workers keep their
@@ -2541,10 +2738,10 @@ fn group_recheck_race_in_the_model() {
 }
 
 /// The race the limit's re-check is there for, step by step, under
-/// `concurrency => 1`: A's snapshot and B's both see no lease live, so A
+/// `concurrency => 1`: A's snapshot and B's both see no item claimed, so A
 /// picks the grouped item and B the other one; A writes first. The
 /// extension's re-check holds B's item back; without it B writes too, and
-/// two items are under unexpired leases.
+/// two items are claimed, both under unexpired leases.
 #[test]
 fn limit_recheck_race_in_the_model() {
     const A: usize = 0;
@@ -2569,7 +2766,7 @@ fn limit_recheck_race_in_the_model() {
     }
     let b_wrote = replay.now().clone();
     assert_eq!(b_wrote.last, Some(Event::LimitRecheckHeld));
-    assert_eq!(b_wrote.live(), 1);
+    assert_eq!((b_wrote.claimed(), b_wrote.live()), (1, 1));
     replay.assert_reached(sometimes::LIMIT_RECHECK_HELD, &b_wrote);
     replay.assert_always();
 
@@ -2578,9 +2775,9 @@ fn limit_recheck_race_in_the_model() {
     for action in race {
         without.step(action);
     }
-    assert_eq!(without.now().live(), 2);
+    assert_eq!((without.now().claimed(), without.now().live()), (2, 2));
     assert!(
-        without.now().over_limit,
+        !without.holds(always::LIMIT_HELD, without.now()),
         "without the re-check, B passes the limit"
     );
 }
