@@ -6,9 +6,11 @@
 #   scripts/bench.sh           default size (about 15 min on 2 cores): writes
 #                              docs/benchmarks.md (between its figures markers),
 #                              docs/benchmarks.csv and docs/benchmarks.png; then
-#                              docs/long-poll.md, docs/router.md and
-#                              docs/sustained.md (.csv, .png: 10 minutes of load)
-#                              and docs/clients-bench.md (the worker libraries)
+#                              docs/long-poll.md, docs/router.md,
+#                              docs/flow-control.md (.csv: serial groups and
+#                              concurrency limits), docs/sustained.md (.csv,
+#                              .png: 10 minutes of load) and
+#                              docs/clients-bench.md (the worker libraries)
 #   scripts/bench.sh --quick   a smoke run (under 2 min once built) into
 #                              target/bench-quick/; scripts/test.sh runs it
 #
@@ -73,6 +75,12 @@ WORKFENCE_SCRATCH="$scratch" target/release/workfence-long-poll "${lp_args[@]}" 
 # docs/router.md, or target/bench-quick/router.md.
 stage "router: overhead and shards -> $out/router.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-router-bench "${lp_args[@]}" --out "$out/router.md"
+# Flow control (0.10.0, issue 17): claim -> finish on a queue whose items are
+# spread over 1, 100 and 10,000 serial groups, and on one with a concurrency
+# limit of 1, 10 and 100, each beside the same on a queue with neither:
+# docs/flow-control.md (.csv), or target/bench-quick/flow-control.md.
+stage "flow control: groups and limits -> $out/flow-control.md"
+WORKFENCE_SCRATCH="$scratch" target/release/workfence-flow "${lp_args[@]}" --out "$out/flow-control.md"
 # Sustained load (issue 15): a steady rate for 10 minutes on a cluster with
 # autovacuum on at its defaults; items/s, claim p50/p99, backlog, table and
 # index sizes, dead tuples and autovacuums per minute: docs/sustained.md
@@ -85,4 +93,4 @@ bench/peers/python/.venv/bin/python bench/plot_sustained.py "$out/sustained.csv"
 # target/bench-quick/clients-bench.md.
 stage "worker libraries' overhead -> $out/clients-bench.md"
 bash scripts/client-bench.sh "${lp_args[@]}" --out "$out/clients-bench.md"
-stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, sustained.md, sustained.csv, sustained.png, clients-bench.md"
+stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, flow-control.md, flow-control.csv, sustained.md, sustained.csv, sustained.png, clients-bench.md"
