@@ -338,10 +338,6 @@ const LOCKED_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// The longest re-check interval while due items are locked by others.
 const LOCKED_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
-/// The re-check interval of a waiter whose attempt found its queue's limit
-/// lock held by another claim ([`crate::flow`]).
-const CONTENDED_RETRY: Duration = Duration::from_millis(1);
-
 /// Run `attempt` (a claim) until it returns rows or `wait` has passed,
 /// sleeping in between until the queue may have something claimable.
 /// `wait` zero: one attempt, no sleep.
@@ -413,17 +409,7 @@ fn sleep_and_attempt<T>(
         if let Some(next) = next {
             sleep = sleep.min(next);
         }
-        if crate::flow::take_contended() {
-            // Another transaction held the queue's limit lock: it is
-            // claiming from the queue right now (an autocommit claim holds
-            // it for about a millisecond). Try again as soon, without
-            // doubling: backing off here left a limited queue's waiters
-            // asleep while slots were free (measured: 16 long-polling
-            // workers under a concurrency limit of 100 took 103 items/s,
-            // against 2,243 without the limit, docs/flow-control.md).
-            sleep = sleep.min(CONTENDED_RETRY);
-            backoff = LOCKED_BACKOFF_MIN;
-        } else if locked_by_others {
+        if locked_by_others {
             sleep = sleep.min(backoff);
             backoff = (backoff * 2).min(LOCKED_BACKOFF_MAX);
         } else {
