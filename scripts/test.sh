@@ -134,6 +134,13 @@ if ! grep -qE '^\| 4 \| [0-9]+ \| [0-9]+\.[0-9]{2} \|' target/bench-quick/router
     echo "the router smoke run wrote no figures for 4 shards" >&2
     exit 1
 fi
+# A row per cell: items/s and its ratio to the same cell's baseline.
+for cell in "1 group" "concurrency limit 1"; do
+    if ! grep -qE "^\| $cell \| [0-9]+ \| [0-9]+\.[0-9]{2,3} \|" target/bench-quick/flow-control.md; then
+        echo "the flow-control smoke run wrote no figures for $cell" >&2
+        exit 1
+    fi
+done
 # A row per "minute" (3 in --quick): minute, enqueued/s, finished/s, claim
 # p50 and p99 (µs), empty claims/s, producer lag (ms), backlog.
 for minute in 1 2 3; do
@@ -161,8 +168,8 @@ stage "every binary answers --help"
 cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example \
     -p workfence
 for binary in workfence-worker workfence-soak-worker workfence-demo workfence-bench \
-    workfence-long-poll workfence-router-bench workfence-sustained workfence-example-worker \
-    workfence-client-bench; do
+    workfence-long-poll workfence-router-bench workfence-flow workfence-sustained \
+    workfence-example-worker workfence-client-bench; do
     # Read all of the output before matching: `grep -q` closing the pipe at
     # the first match must not turn into the binary's EPIPE.
     usage_text=$("target/release/$binary" --help)
