@@ -524,18 +524,27 @@ fn run_guarded<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Res
     Spi::connect_mut(|client| plans::run(client, stmt, params, |rows| Ok(!rows.is_empty())))
 }
 
-/// Run a token-guarded statement that hands the item back to its queue
-/// (`RETURNING i.queue`); when it matched, claimers long-polling that queue
-/// are woken once the transaction commits.
-fn run_handing_back<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<bool> {
-    let queue = Spi::connect_mut(|client| {
+/// Run a token-guarded statement that returns the item's queue (`RETURNING
+/// i.queue`): the queue if it matched the row.
+fn run_returning_queue<P: Params>(
+    stmt: &'static Statement<P::Family>,
+    params: P,
+) -> Result<Option<String>> {
+    Spi::connect_mut(|client| {
         plans::run(client, stmt, params, |rows| {
             if rows.is_empty() {
                 return Ok(None);
             }
             Ok(rows.first().get_one::<String>()?)
         })
-    })?;
+    })
+}
+
+/// Run a token-guarded statement that hands the item back to its queue
+/// (`RETURNING i.queue`); when it matched, claimers long-polling that queue
+/// are woken once the transaction commits.
+fn run_handing_back<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<bool> {
+    let queue = run_returning_queue(stmt, params)?;
     if let Some(queue) = &queue {
         wait::wake_after_commit(queue, 1);
     }
@@ -546,14 +555,7 @@ fn run_handing_back<P: Params>(stmt: &'static Statement<P::Family>, params: P) -
 /// (`RETURNING i.queue`); when it matched, a group or a limit's slot of the
 /// queue may have freed ([`crate::flow::freed`]).
 fn run_freeing<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<bool> {
-    let queue = Spi::connect_mut(|client| {
-        plans::run(client, stmt, params, |rows| {
-            if rows.is_empty() {
-                return Ok(None);
-            }
-            Ok(rows.first().get_one::<String>()?)
-        })
-    })?;
+    let queue = run_returning_queue(stmt, params)?;
     if let Some(queue) = &queue {
         crate::flow::freed(queue)?;
     }
