@@ -205,6 +205,18 @@ RETURNS text LANGUAGE plproxy AS $$
     RUN ON workfence_router.id_shard(id);
 $$;
 
+CREATE FUNCTION workfence.work_items(queue text, state text DEFAULT NULL, after bigint DEFAULT NULL,
+                                     max integer DEFAULT 50)
+RETURNS TABLE(id bigint, key text, state text, priority integer, run_at timestamp with time zone,
+              attempts integer, max_attempts integer, owner text, epoch bigint,
+              claimed_at timestamp with time zone, lease_until timestamp with time zone,
+              created_at timestamp with time zone, finished_at timestamp with time zone,
+              group_key text, last_error text)
+LANGUAGE plproxy AS $$
+    CLUSTER 'workfence_shards';
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
 CREATE FUNCTION workfence.work_item(id bigint)
 RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
               run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
@@ -463,6 +475,7 @@ COMMENT ON FUNCTION workfence.work_fail_and_claim(text, text, interval, bigint, 
     'Router: runs work_fail_and_claim on the previous item''s shard (last_id >> 48), as work_finish_and_claim.';
 COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
     'Router: runs work_lease_status on the item''s shard (id >> 48).';
+COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS 'Router: runs work_items(queue, state, after, max) on the queue''s shard (a queue lives on one shard, so its pages are that shard''s).';
 COMMENT ON FUNCTION workfence.work_item(bigint) IS 'Router: runs work_item(id) on the item''s shard (id >> 48).';
 COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
     'Router: checks the token on the item''s shard (work_lease_status) and raises 55000 (lease lost) unless '

@@ -44,6 +44,8 @@ pub mod jsonb;
 // `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`,
 // `work_lease_status`.
 pub mod lease;
+// `work_items`: a queue's items a page at a time (keyset pagination).
+pub mod listing;
 // Optional background worker (shared_preload_libraries): dead letters and purge; its GUCs.
 pub mod maintenance;
 // NOTIFY `work_enqueued` and `work_lease_lost`, and the settings that turn them off.

@@ -680,6 +680,89 @@ pub fn item_by_id(c: &mut impl GenericClient, id: i64) -> CallResult<Option<Item
     Ok(rows.first().map(to_item))
 }
 
+/// One row of `work_items`: an item as a listing shows it (no payload or
+/// result: `work_item` reads those). Times as the server renders them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedItem {
+    /// Item id (the `after` of the next page when it is the last row).
+    pub id: i64,
+    /// Key.
+    pub key: String,
+    /// `pending`, `claimed`, `done`, `failed` or `cancelled`.
+    pub state: String,
+    /// Priority.
+    pub priority: i32,
+    /// When it is (or was) due.
+    pub run_at: String,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// Attempts allowed.
+    pub max_attempts: i32,
+    /// The latest claim's owner.
+    pub owner: Option<String>,
+    /// The latest claim's epoch.
+    pub epoch: Option<i64>,
+    /// When the latest claim was made.
+    pub claimed_at: Option<String>,
+    /// When the lease lapses, while claimed.
+    pub lease_until: Option<String>,
+    /// When it was enqueued.
+    pub created_at: String,
+    /// When it became done, failed or cancelled.
+    pub finished_at: Option<String>,
+    /// Its serial group.
+    pub group_key: Option<String>,
+    /// The newest error of its history.
+    pub last_error: Option<String>,
+}
+
+/// A page request of `work_items`: `None` leaves the server's default
+/// (every state, the first page, 50 rows).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    /// `pending`, `claimed`, `done`, `failed` or `cancelled`.
+    pub state: Option<String>,
+    /// The id of the last row of the previous page.
+    pub after: Option<i64>,
+    /// Rows at most (1 to 1000).
+    pub max: Option<i32>,
+}
+
+/// `work_items(queue, state, after, max)`: a page of the queue's items, in
+/// the order of the state listed (docs/contract.md).
+pub fn items(c: &mut impl GenericClient, queue: &str, page: &Page) -> CallResult<Vec<ListedItem>> {
+    let rows = Call::new(
+        "SELECT w.id, w.key, w.state, w.priority, w.run_at::text, w.attempts, w.max_attempts,
+       w.owner, w.epoch, w.claimed_at::text, w.lease_until::text, w.created_at::text,
+       w.finished_at::text, w.group_key, w.last_error FROM workfence.work_items(",
+    )
+    .arg(&queue, Type::TEXT, "")
+    .named("state", &page.state, Type::TEXT, "")
+    .named("after", &page.after, Type::INT8, "")
+    .named("max", &page.max, Type::INT4, "")
+    .rows_as(c, " AS w")?;
+    Ok(rows
+        .iter()
+        .map(|row| ListedItem {
+            id: row.get(0),
+            key: row.get(1),
+            state: row.get(2),
+            priority: row.get(3),
+            run_at: row.get(4),
+            attempts: row.get(5),
+            max_attempts: row.get(6),
+            owner: row.get(7),
+            epoch: row.get(8),
+            claimed_at: row.get(9),
+            lease_until: row.get(10),
+            created_at: row.get(11),
+            finished_at: row.get(12),
+            group_key: row.get(13),
+            last_error: row.get(14),
+        })
+        .collect())
+}
+
 /// `queue_counters(queue)`: (refused, lapsed) since the server started;
 /// `None` when nothing is counted (the library is not preloaded).
 pub fn queue_counters(c: &mut impl GenericClient, queue: &str) -> CallResult<Option<(i64, i64)>> {

@@ -472,6 +472,25 @@ fn functions(f: &Fixture) -> Vec<Function> {
             args: vec![id()],
         },
         Function {
+            name: "work_items",
+            args: vec![
+                queue_arg(),
+                arg(
+                    "state",
+                    "text",
+                    None,
+                    vec![
+                        invalid(""),
+                        invalid("scheduled"),
+                        invalid("expired"),
+                        invalid("PENDING"),
+                    ],
+                ),
+                arg("after", "bigint", None, vec![]),
+                count_arg("max", "50"),
+            ],
+        },
+        Function {
             name: "queue_counters",
             args: vec![queue_arg()],
         },

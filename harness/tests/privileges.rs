@@ -90,7 +90,7 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "work_lease_status",
 ];
 /// What the guide grants `workfence_monitor` (besides reading the view).
-const MONITOR_FUNCTIONS: &[&str] = &["queue_counters", "work_item"];
+const MONITOR_FUNCTIONS: &[&str] = &["queue_counters", "work_item", "work_items"];
 /// What PUBLIC may execute (the install script's one exception): it tells
 /// the caller what the caller itself may do, and the view calls it. Only a
 /// role with `USAGE` on the schema reaches it.
@@ -583,7 +583,7 @@ CREATE AGGREGATE evil.count(*) (SFUNC = evil.count_step, STYPE = bigint, INITCON
 "#;
 
 /// Shadows every binary `pg_catalog` operator named `=`, `<>`, `<`, `<=`,
-/// `>`, `>=`, `+`, `-`, `*`, `/` or `||` between the types the extension's SQL compares and computes with: an
+/// `>`, `>=`, `+`, `-`, `*`, `/`, `||`, `~~`, `->` or `->>` between the types the extension's SQL compares and computes with: an
 /// `evil` operator of the same name and operand types that records the call
 /// as `op(left, right)` and then calls the original's function.
 const EVIL_OPERATORS: &str = r#"
@@ -601,7 +601,7 @@ BEGIN
           JOIN pg_proc AS fn ON fn.oid = op.oprcode
           JOIN pg_namespace AS fn_ns ON fn_ns.oid = fn.pronamespace
          WHERE op.oprnamespace = 'pg_catalog'::regnamespace
-           AND op.oprname = ANY (ARRAY['=', '<>', '<', '<=', '>', '>=', '+', '-', '*', '/', '||', '~~'])
+           AND op.oprname = ANY (ARRAY['=', '<>', '<', '<=', '>', '>=', '+', '-', '*', '/', '||', '~~', '->', '->>'])
            AND op.oprleft = ANY (ARRAY['int4', 'int8', 'float8', 'numeric', 'text', 'timestamptz',
                                        'interval', 'bool', 'jsonb', 'anyenum']::regtype[])
            AND op.oprright = ANY (ARRAY['int4', 'int8', 'float8', 'numeric', 'text', 'timestamptz',
@@ -934,6 +934,22 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
         ok(calls::item_by_id(hostile, i), "work_item by id").map(|w| w.epoch),
         Some(Some(i1))
     );
+    // Every listing of work_items (0.11.0), first page and the next.
+    for state in [None, Some("pending"), Some("claimed"), Some("failed")] {
+        let page = calls::Page {
+            state: state.map(str::to_owned),
+            max: Some(1),
+            ..calls::Page::default()
+        };
+        let first = ok(calls::items(hostile, &ops, &page), "work_items");
+        if let Some(last) = first.last() {
+            let next = calls::Page {
+                after: Some(last.id),
+                ..page
+            };
+            ok(calls::items(hostile, &ops, &next), "work_items, the next page");
+        }
+    }
     let stats = ok(calls::queue_stats(hostile), "stats");
     assert!(stats
         .iter()

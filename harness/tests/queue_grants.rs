@@ -480,6 +480,20 @@ fn ops() -> Vec<Op> {
             every_queue: false,
         },
         Op {
+            name: "work_items",
+            capability: "read",
+            fixture: Fixture::Pending,
+            refusal: Refusal::Raises,
+            call: |c, case| {
+                Outcome::of(
+                    calls::items(c, case.queue, &calls::Page::default())
+                        .map(|page| page.iter().any(|item| item.key == case.key)),
+                )
+            },
+            permitted: Some("true"),
+            every_queue: false,
+        },
+        Op {
             name: "work_item(id)",
             capability: "read",
             fixture: Fixture::Claimed,

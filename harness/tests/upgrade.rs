@@ -24,8 +24,8 @@ use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, Token};
 
 /// The released versions, whose frozen install scripts are in `sql/`.
-const RELEASED: [&str; 9] = [
-    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0",
+const RELEASED: [&str; 10] = [
+    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0",
 ];
 
 /// One line per property of every object that belongs to the extension,
@@ -186,6 +186,11 @@ fn an_update_from_0_8_0_keeps_every_token_and_matches_a_fresh_install() {
 #[test]
 fn an_update_from_0_9_0_keeps_every_token_and_matches_a_fresh_install() {
     upgrade_from(RELEASED[8]);
+}
+
+#[test]
+fn an_update_from_0_10_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[9]);
 }
 
 /// Update `previous` while four connections enqueue, claim and finish as
@@ -438,16 +443,16 @@ fn upgrade_from(previous: &str) {
     // the old signatures an update keeps under another name until the next
     // version's update, when the update that renamed them ran in the same
     // transaction: 0.9.0's work_enqueue (renamed by
-    // pg_workfence--0.9.0--0.10.0.sql, which every update to this version
-    // runs, so always kept), 0.5.0's (renamed by
+    // pg_workfence--0.9.0--0.10.0.sql, so kept from 0.9.0 and earlier),
+    // 0.5.0's (renamed by
     // pg_workfence--0.5.0--0.6.0.sql, so kept from 0.5.0 and earlier), and,
     // from 0.1.0, its work_claim (pg_workfence--0.1.0--0.4.0.sql).
     let (mut updated, installed) = (fingerprint(&mut old), fingerprint(&mut fresh));
     for (retired, kept) in [
-        ("work_enqueue_retired_0_9_0", true),
+        ("work_enqueue_retired_0_9_0", previous != "0.10.0"),
         (
             "work_enqueue_retired_0_5_0",
-            !matches!(previous, "0.6.0" | "0.7.0" | "0.8.0" | "0.9.0"),
+            !matches!(previous, "0.6.0" | "0.7.0" | "0.8.0" | "0.9.0" | "0.10.0"),
         ),
         ("work_claim_retired_0_1_0", previous == "0.1.0"),
     ] {
@@ -480,6 +485,7 @@ fn a_retired_signature_is_dropped_by_the_update_after_its_rename() {
     const CLAIM: &str = "workfence.work_claim_retired_0_1_0(text, text, interval, integer)";
     const ENQUEUE: &str =
         "workfence.work_enqueue_retired_0_5_0(text, jsonb, text, timestamptz, integer, integer)";
+    const ENQUEUE_0_9_0: &str = "workfence.work_enqueue_retired_0_9_0(text, jsonb, text, timestamptz, integer, integer, interval)";
     let cluster = common::shared_cluster();
     for (db, from, steps, retired, kept) in [
         (
@@ -551,6 +557,20 @@ fn a_retired_signature_is_dropped_by_the_update_after_its_rename() {
             "0.5.0",
             &["0.9.0", "0.10.0"][..],
             ENQUEUE,
+            false,
+        ),
+        (
+            "enqueue_0_9_0_in_one_step",
+            "0.9.0",
+            &["0.11.0"][..],
+            ENQUEUE_0_9_0,
+            true,
+        ),
+        (
+            "enqueue_0_9_0_at_the_next_update",
+            "0.9.0",
+            &["0.10.0", "0.11.0"][..],
+            ENQUEUE_0_9_0,
             false,
         ),
     ] {

@@ -1,0 +1,345 @@
+//! Listing a queue's items a page at a time (from 0.11.0): `work_items`,
+//! what a dashboard or an operator's `psql` pages through.
+//!
+//! Each state is listed in the order of an index the extension already
+//! keeps, so a page reads about as many index entries as it returns,
+//! however many items the queue holds (keyset pagination, as Markus Winand
+//! describes it in *Use The Index, Luke*: "paging through results", rather
+//! than `OFFSET`, which reads and skips every row before the page):
+//!
+//! | state | order | index |
+//! |---|---|---|
+//! | NULL (all) | newest first: `id` descending | the primary key |
+//! | `pending` | claim order: `priority, run_at, id` | `items_due_idx` |
+//! | `claimed` | soonest lease end first: `lease_until, id` (lapsed leases on top) | `items_lease_idx` |
+//! | `done`, `failed`, `cancelled` | newest finish first: `finished_at, id` descending | `items_finished_idx` |
+//!
+//! No index is added for it: every claim and finish would pay for its upkeep
+//! (docs/benchmarks.md counts what one index costs a claim → finish). The
+//! price is in the rare case: listing a state the queue has few items of,
+//! among many finished items of other queues, reads those too.
+//!
+//! The page after one starts after the item `after` at that item's place
+//! in the order as it is now (its row's sort key, read in the same
+//! statement, before the scan: the scan starts there). An item whose sort key is gone (a retried item has no
+//! `finished_at`; a purged one has no row) ends the listing: an empty page,
+//! after which a reader starts again from the first page. Pages of items
+//! that change while they are read may repeat or skip an item, as any
+//! listing of live rows does; each page is one statement's snapshot.
+
+use pgrx::prelude::*;
+
+use crate::error::{OrReport, Result, WorkfenceError};
+use crate::grants::{self, Capability};
+use crate::plans::{self, params, Statement};
+use crate::validate;
+
+/// The columns of a listed item, in `work_items`' result order.
+macro_rules! listed_columns {
+    () => {
+        r#"
+SELECT i.id, i.key, i.state::pg_catalog.text, i.priority, i.run_at, i.attempts, i.max_attempts,
+       i.owner, i.epoch, i.claimed_at, i.lease_until, i.created_at, i.finished_at, i.group_key,
+       (i.errors OPERATOR(pg_catalog.->) -1) OPERATOR(pg_catalog.->>) 'error'
+  FROM workfence.items AS i"#
+    };
+}
+
+/// The column `$col` of the cursor: item `$2`'s, if it is in queue `$1`;
+/// `$first` (the start of the order) when `$2` is NULL; NULL when item `$2`
+/// is not in the queue, which makes the page empty. A scalar subquery is an
+/// init plan, run once before the scan, so the comparison with it is an
+/// index condition: the scan starts at the cursor instead of filtering up
+/// to it.
+macro_rules! cursor {
+    ($col:literal, $first:literal) => {
+        concat!(
+            "COALESCE((SELECT c.",
+            $col,
+            " FROM workfence.items AS c\n",
+            "                    WHERE c.id OPERATOR(pg_catalog.=) $2 AND c.queue OPERATOR(pg_catalog.=) $1),\n",
+            "                  CASE WHEN $2 IS NULL THEN ",
+            $first,
+            " END)"
+        )
+    };
+}
+
+// Every item of queue `$1`, newest first, after item `$2`.
+static LIST_ALL: Statement<ListParams> = Statement::new(concat!(
+    listed_columns!(),
+    r#"
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.id OPERATOR(pg_catalog.<) "#,
+    cursor!("id", "9223372036854775807::pg_catalog.int8"),
+    r#"
+ ORDER BY i.id DESC
+ LIMIT $3
+"#
+));
+
+// Pending items of queue `$1` in claim order, after item `$2`.
+static LIST_PENDING: Statement<ListParams> = Statement::new(concat!(
+    listed_columns!(),
+    r#"
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+   AND (i.priority, i.run_at, i.id) OPERATOR(pg_catalog.>) (
+           "#,
+    cursor!("priority", "(-2147483648)::pg_catalog.int4"),
+    ",\n           ",
+    cursor!("run_at", "'-infinity'::pg_catalog.timestamptz"),
+    ",\n           ",
+    cursor!("id", "(-9223372036854775807)::pg_catalog.int8"),
+    r#")
+ ORDER BY i.priority, i.run_at, i.id
+ LIMIT $3
+"#
+));
+
+// Claimed items of queue `$1`, soonest lease end first (lapsed leases on
+// top), after item `$2`.
+static LIST_CLAIMED: Statement<ListParams> = Statement::new(concat!(
+    listed_columns!(),
+    r#"
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+   AND (i.lease_until, i.id) OPERATOR(pg_catalog.>) (
+           "#,
+    cursor!("lease_until", "'-infinity'::pg_catalog.timestamptz"),
+    ",\n           ",
+    cursor!("id", "(-9223372036854775807)::pg_catalog.int8"),
+    r#")
+ ORDER BY i.lease_until, i.id
+ LIMIT $3
+"#
+));
+
+// Finished items of queue `$1` in state `$4` (done, failed or cancelled),
+// newest finish first, after item `$2`. The IN list repeats the partial
+// index's predicate, so that the planner may use the index for any `$4`.
+static LIST_FINISHED: Statement<ListFinishedParams> = Statement::new(concat!(
+    listed_columns!(),
+    r#"
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.state OPERATOR(pg_catalog.=) ANY ('{done,failed,cancelled}'::workfence.item_state[])
+   AND i.state OPERATOR(pg_catalog.=) $4::workfence.item_state
+   AND (i.finished_at, i.id) OPERATOR(pg_catalog.<) (
+           "#,
+    cursor!("finished_at", "'infinity'::pg_catalog.timestamptz"),
+    ",\n           ",
+    cursor!("id", "9223372036854775807::pg_catalog.int8"),
+    r#")
+ ORDER BY i.finished_at DESC, i.id DESC
+ LIMIT $3
+"#
+));
+
+params! {
+    /// `$1` queue, `$2` the item the page starts after (NULL: first page),
+    /// `$3` rows at most.
+    struct ListParams<'a> {
+        queue: &'a str = TEXTOID,
+        after: Option<i64> = INT8OID,
+        max: i32 = INT4OID,
+    }
+}
+
+params! {
+    /// [`ListParams`]' `$1..$3`, and `$4` the finished state listed.
+    struct ListFinishedParams<'a> {
+        queue: &'a str = TEXTOID,
+        after: Option<i64> = INT8OID,
+        max: i32 = INT4OID,
+        state: &'a str = TEXTOID,
+    }
+}
+
+/// Rows of a page at most, by default ([`MAX_ROWS_CAP`] at most).
+pub const DEFAULT_ROWS: i32 = 50;
+/// The most rows one page may ask for.
+pub const MAX_ROWS_CAP: i32 = 1000;
+
+/// Which listing a `state` argument asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    All,
+    Pending,
+    Claimed,
+    Finished(&'static str),
+}
+
+/// `state` of `work_items`: NULL (every item) or an item state.
+fn listing(value: Option<String>) -> Result<Listing> {
+    Ok(match value.as_deref() {
+        None => Listing::All,
+        Some("pending") => Listing::Pending,
+        Some("claimed") => Listing::Claimed,
+        Some("done") => Listing::Finished("done"),
+        Some("failed") => Listing::Finished("failed"),
+        Some("cancelled") => Listing::Finished("cancelled"),
+        Some(other) => {
+            return Err(WorkfenceError::invalid(
+                "state",
+                "must be NULL or one of pending, claimed, done, failed, cancelled",
+                format!("The state is {other:?}."),
+                "work_queue_stats' scheduled items are pending ones with run_at in the future, \
+                 its expired ones claimed ones with lease_until in the past: list pending or \
+                 claimed and compare run_at or lease_until with now().",
+            ))
+        }
+    })
+}
+
+/// `max` of `work_items`: 1 to [`MAX_ROWS_CAP`].
+fn max_rows(value: Option<i32>) -> Result<i32> {
+    let value = validate::required("max", value)?;
+    if !(1..=MAX_ROWS_CAP).contains(&value) {
+        return Err(WorkfenceError::invalid(
+            "max",
+            format!("must be between 1 and {MAX_ROWS_CAP}"),
+            format!("max is {value}."),
+            "Page with after (the id of the last row of the previous page), at most 1000 rows a page.",
+        ));
+    }
+    Ok(value)
+}
+
+/// One row of `work_items`, in its column order.
+type ListedRow = (
+    i64,
+    String,
+    String,
+    i32,
+    TimestampWithTimeZone,
+    i32,
+    i32,
+    Option<String>,
+    Option<i64>,
+    Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
+    TimestampWithTimeZone,
+    Option<TimestampWithTimeZone>,
+    Option<String>,
+    Option<String>,
+);
+
+fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
+    let missing = |column| WorkfenceError::UnexpectedNull { column };
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push((
+            row.get::<i64>(1)?.ok_or_else(|| missing("id"))?,
+            row.get::<String>(2)?.ok_or_else(|| missing("key"))?,
+            row.get::<String>(3)?.ok_or_else(|| missing("state"))?,
+            row.get::<i32>(4)?.ok_or_else(|| missing("priority"))?,
+            row.get::<TimestampWithTimeZone>(5)?
+                .ok_or_else(|| missing("run_at"))?,
+            row.get::<i32>(6)?.ok_or_else(|| missing("attempts"))?,
+            row.get::<i32>(7)?.ok_or_else(|| missing("max_attempts"))?,
+            row.get::<String>(8)?,
+            row.get::<i64>(9)?,
+            row.get::<TimestampWithTimeZone>(10)?,
+            row.get::<TimestampWithTimeZone>(11)?,
+            row.get::<TimestampWithTimeZone>(12)?
+                .ok_or_else(|| missing("created_at"))?,
+            row.get::<TimestampWithTimeZone>(13)?,
+            row.get::<String>(14)?,
+            row.get::<String>(15)?,
+        ));
+    }
+    Ok(out)
+}
+
+/// A page of a queue's items, for a dashboard or an operator.
+///
+/// SQL: `workfence.work_items(queue text, state text DEFAULT NULL, after
+/// bigint DEFAULT NULL, max integer DEFAULT 50) RETURNS TABLE (id bigint,
+/// key text, state text, priority integer, run_at timestamptz, attempts
+/// integer, max_attempts integer, owner text, epoch bigint, claimed_at
+/// timestamptz, lease_until timestamptz, created_at timestamptz,
+/// finished_at timestamptz, group_key text, last_error text)`: at most
+/// `max` rows (1 to 1000).
+///
+/// `state` NULL lists every item of the queue, newest first (`id`
+/// descending); `pending` in claim order (`priority, run_at, id`: the next
+/// to be claimed first; those with `run_at` in the future are the
+/// scheduled ones); `claimed` soonest lease end first (`lease_until, id`:
+/// lapsed leases on top; a hung job is one whose `claimed_at` is long
+/// ago); `done`,
+/// `failed` (the dead letters) and `cancelled` newest finish first
+/// (`finished_at, id` descending). `after` is the id of the last row of the
+/// previous page (NULL: the first page); the page continues after that
+/// item's place in the order as it is now, and is empty when the item has
+/// left the order meanwhile (purged, finished, or retried out of `failed`): start
+/// from the first page again. `last_error` is the `error` of the newest
+/// entry of the item's history (`errors` of `work_item`), NULL without
+/// one. The payload and result are not listed: `work_item(id)` reads them.
+///
+/// It reads with the statement's snapshot, changes and locks nothing, and
+/// runs on a hot standby. Every page walks an index the claims already
+/// keep (the module's documentation gives which), so its cost follows the
+/// page size, not the queue's; keyset pagination, not `OFFSET`.
+///
+/// Errors: 22004 for a NULL queue or max; 22023 for a bad queue (see
+/// `work_enqueue`), a state that is not one of the five item states, or a
+/// max outside 1 to 1000; 42501 (insufficient_privilege) when queue grants
+/// are enforced and the session's role has no read grant covering the
+/// queue (see `crate::grants`).
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+#[allow(clippy::type_complexity)] // pgrx reads the columns from the signature
+pub fn work_items(
+    queue: Option<String>,
+    state: default!(Option<String>, "NULL"),
+    after: default!(Option<i64>, "NULL"),
+    max: default!(Option<i32>, 50),
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(key, String),
+        name!(state, String),
+        name!(priority, i32),
+        name!(run_at, TimestampWithTimeZone),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(owner, Option<String>),
+        name!(epoch, Option<i64>),
+        name!(claimed_at, Option<TimestampWithTimeZone>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(created_at, TimestampWithTimeZone),
+        name!(finished_at, Option<TimestampWithTimeZone>),
+        name!(group_key, Option<String>),
+        name!(last_error, Option<String>),
+    ),
+> {
+    (|| {
+        let queue = validate::queue(queue)?;
+        let listing = listing(state)?;
+        let max = max_rows(max)?;
+        grants::check(Capability::Read, &queue)?;
+        let params = ListParams {
+            queue: &queue,
+            after,
+            max,
+        };
+        Spi::connect_mut(|client| match listing {
+            Listing::All => plans::run(client, &LIST_ALL, params, read_listed),
+            Listing::Pending => plans::run(client, &LIST_PENDING, params, read_listed),
+            Listing::Claimed => plans::run(client, &LIST_CLAIMED, params, read_listed),
+            Listing::Finished(state) => plans::run(
+                client,
+                &LIST_FINISHED,
+                ListFinishedParams {
+                    queue: &queue,
+                    after,
+                    max,
+                    state,
+                },
+                read_listed,
+            ),
+        })
+    })()
+    .map(TableIterator::new)
+    .or_report()
+}
