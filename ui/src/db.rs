@@ -1,0 +1,563 @@
+//! The database side: a small connection pool and every query the dashboard
+//! runs, each a constant text with its values as parameters (no SQL is ever
+//! built from a request), calling the extension's functions and view only.
+//!
+//! Times are formatted by the server, in UTC, so that `infinity` and
+//! `-infinity` (an item due since forever) show as such.
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use crate::error::AppError;
+
+/// How long one of the dashboard's statements may run (`statement_timeout`).
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many connections the pool keeps at most.
+pub const POOL_SIZE: usize = 4;
+
+/// How long a request waits for a connection, and a new connection for the server.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most rows one items page shows.
+pub const PAGE_SIZE: i32 = 50;
+
+/// The states `work_items` filters by.
+pub const ITEM_STATES: [&str; 5] = ["pending", "claimed", "done", "failed", "cancelled"];
+
+/// A timestamptz column formatted by the server: `YYYY-MM-DD HH:MM:SS.mmm UTC`,
+/// or `infinity` / `-infinity`, NULL as NULL.
+macro_rules! ts {
+    ($col:literal) => {
+        concat!(
+            "CASE WHEN pg_catalog.isfinite(",
+            $col,
+            ") THEN pg_catalog.to_char(pg_catalog.timezone('UTC', ",
+            $col,
+            "), 'YYYY-MM-DD HH24:MI:SS.MS') || ' UTC' ELSE ",
+            $col,
+            "::text END"
+        )
+    };
+}
+
+/// The connection pool of one database.
+#[derive(Clone)]
+pub struct Db {
+    pool: Pool,
+}
+
+impl Db {
+    /// A pool for the connection string `dsn` (key=value or URL); connects
+    /// lazily, so a database that is down now is only a 503 page later. Each
+    /// connection runs with [`STATEMENT_TIMEOUT`] and, unless the DSN names
+    /// one, `application_name` `workfence-ui`.
+    pub fn new(dsn: &str) -> Result<Db, String> {
+        let mut config: tokio_postgres::Config = dsn
+            .parse()
+            .map_err(|e| format!("--dsn is not a valid connection string: {e}"))?;
+        let options = format!(
+            "{} -c statement_timeout={}",
+            config.get_options().unwrap_or(""),
+            STATEMENT_TIMEOUT.as_millis()
+        );
+        config.options(options.trim_start());
+        if config.get_application_name().is_none() {
+            config.application_name("workfence-ui");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| format!("cannot make the connection pool: {e}"))?;
+        Ok(Db { pool })
+    }
+
+    /// A connection from the pool (503 when none can be had).
+    pub async fn conn(&self) -> Result<Conn, AppError> {
+        Ok(Conn(self.pool.get().await?))
+    }
+}
+
+/// One pooled connection; the queries are its methods.
+pub struct Conn(Object);
+
+/// What the connected role may do, and whether the server takes writes.
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    /// The role the dashboard runs as (`current_user`).
+    pub role: String,
+    /// The server is a hot standby (`pg_is_in_recovery()`): nothing can change.
+    pub in_recovery: bool,
+    /// EXECUTE on `work_pause`.
+    pub pause: bool,
+    /// EXECUTE on `work_resume`.
+    pub resume: bool,
+    /// EXECUTE on `work_retry`.
+    pub retry: bool,
+    /// EXECUTE on `work_reschedule`.
+    pub reschedule: bool,
+    /// EXECUTE on `work_cancel`.
+    pub cancel: bool,
+    /// EXECUTE on `work_lease_status`.
+    pub lease_status: bool,
+}
+
+impl Session {
+    /// Whether any action could be offered at all (not a standby, and EXECUTE on
+    /// at least one of the operating functions).
+    pub fn may_act(&self) -> bool {
+        !self.in_recovery
+            && (self.pause || self.resume || self.retry || self.reschedule || self.cancel)
+    }
+}
+
+/// One row of `work_queue_stats`, plus whether the role may operate the queue.
+#[derive(Debug, Clone)]
+pub struct QueueStats {
+    /// The queue's name.
+    pub queue: String,
+    /// Due pending items.
+    pub pending: i64,
+    /// Pending items not yet due.
+    pub scheduled: i64,
+    /// Items under a live lease.
+    pub claimed: i64,
+    /// Claimed items whose lease ran out.
+    pub expired: i64,
+    /// Done items (until purged).
+    pub done: i64,
+    /// Failed items (until purged).
+    pub failed: i64,
+    /// Cancelled items (until purged).
+    pub cancelled: i64,
+    /// Seconds the oldest due item has waited, if any is due.
+    pub oldest_due_age: Option<f64>,
+    /// Whether the queue is paused.
+    pub paused: bool,
+    /// Stale-token calls refused since the server started (preloaded only).
+    pub refused: Option<i64>,
+    /// Lapsed leases claimed anew since the server started (preloaded only).
+    pub lapsed: Option<i64>,
+    /// The queue's concurrency limit, if any.
+    pub concurrency: Option<i64>,
+    /// The queue's rate limit: claims per `per`, if any.
+    pub rate: Option<i64>,
+    /// The rate limit's period, as the server writes an interval.
+    pub per: Option<String>,
+    /// `work_may('operate', queue)`.
+    pub may_operate: bool,
+}
+
+/// One row of `work_items`.
+#[derive(Debug, Clone)]
+pub struct ItemRow {
+    /// The item's id.
+    pub id: i64,
+    /// Its key.
+    pub key: String,
+    /// Its state.
+    pub state: String,
+    /// Its priority.
+    pub priority: i64,
+    /// When it is (was) due.
+    pub run_at: Option<String>,
+    /// Attempts made.
+    pub attempts: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// The last claim's owner.
+    pub owner: Option<String>,
+    /// The last claim's epoch (fencing token).
+    pub epoch: Option<i64>,
+    /// When the lease runs (ran) out.
+    pub lease_until: Option<String>,
+    /// Its serial group, if any.
+    pub group_key: Option<String>,
+    /// The newest error of its history.
+    pub last_error: Option<String>,
+    /// Whether its lease is still running (by the server's clock).
+    pub lease_live: bool,
+}
+
+/// One item as `work_item` shows it.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// The item's id.
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its key.
+    pub key: String,
+    /// Its state.
+    pub state: String,
+    /// Its priority.
+    pub priority: i64,
+    /// When it is (was) due.
+    pub run_at: Option<String>,
+    /// Attempts made.
+    pub attempts: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// The last claim's owner.
+    pub owner: Option<String>,
+    /// The last claim's epoch.
+    pub epoch: Option<i64>,
+    /// When the last claim was made.
+    pub claimed_at: Option<String>,
+    /// When the lease runs (ran) out.
+    pub lease_until: Option<String>,
+    /// Failed attempts and lapsed leases, oldest first.
+    pub errors: Vec<ErrorEntry>,
+    /// The result a finish stored.
+    pub result: Option<Value>,
+    /// When it was enqueued.
+    pub created_at: Option<String>,
+    /// When it finished (done, failed, cancelled).
+    pub finished_at: Option<String>,
+    /// Its payload.
+    pub payload: Option<Value>,
+    /// The longest one claim may run, renewals included.
+    pub max_run: Option<String>,
+    /// Whether its lease is still running (by the server's clock).
+    pub lease_live: bool,
+    /// `work_may('operate', queue)`.
+    pub may_operate: bool,
+}
+
+/// One entry of an item's error history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorEntry {
+    /// The attempt it ended.
+    pub attempt: String,
+    /// The epoch of that claim.
+    pub epoch: String,
+    /// The owner of that claim.
+    pub owner: String,
+    /// When.
+    pub at: String,
+    /// The error text (or why the lease lapsed).
+    pub error: String,
+}
+
+impl ErrorEntry {
+    /// The entries of a `work_item` `errors` array (anything else: none).
+    pub fn from_json(errors: &Value) -> Vec<ErrorEntry> {
+        let field = |entry: &Value, name: &str| match entry.get(name) {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        };
+        errors
+            .as_array()
+            .map(|entries| {
+                entries
+                    .iter()
+                    .map(|e| ErrorEntry {
+                        attempt: field(e, "attempt"),
+                        epoch: field(e, "epoch"),
+                        owner: field(e, "owner"),
+                        at: field(e, "at"),
+                        error: field(e, "error"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// When a reschedule moves an item to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunAt {
+    /// Now (`run now`).
+    Now,
+    /// A time of day in UTC as a `datetime-local` input gives it, parsed by the server.
+    Utc(String),
+    /// This many seconds from now.
+    In(i64),
+}
+
+const SESSION: &str = "SELECT pg_catalog.pg_is_in_recovery(), CURRENT_USER::text, \
+    pg_catalog.has_function_privilege('workfence.work_pause(text)', 'EXECUTE'), \
+    pg_catalog.has_function_privilege('workfence.work_resume(text)', 'EXECUTE'), \
+    pg_catalog.has_function_privilege('workfence.work_retry(text, text, timestamptz)', 'EXECUTE'), \
+    pg_catalog.has_function_privilege('workfence.work_reschedule(text, text, timestamptz)', 'EXECUTE'), \
+    pg_catalog.has_function_privilege('workfence.work_cancel(text, text)', 'EXECUTE'), \
+    pg_catalog.has_function_privilege('workfence.work_lease_status(bigint, text, bigint)', 'EXECUTE')";
+
+const QUEUE_STATS: &str = "SELECT s.queue::text, s.pending::int8, s.scheduled::int8, \
+    s.claimed::int8, s.expired::int8, s.done::int8, s.failed::int8, s.cancelled::int8, \
+    pg_catalog.date_part('epoch', s.oldest_due_age)::float8, s.paused, s.refused::int8, \
+    s.lapsed::int8, s.concurrency::int8, s.rate::int8, s.per::text, \
+    workfence.work_may('operate', s.queue) \
+    FROM workfence.work_queue_stats AS s ORDER BY s.queue";
+
+const ITEMS: &str = concat!(
+    "SELECT w.id::int8, w.key::text, w.state::text, w.priority::int8, ",
+    ts!("w.run_at"),
+    ", w.attempts::int8, w.max_attempts::int8, w.owner::text, w.epoch::int8, ",
+    ts!("w.lease_until"),
+    ", w.group_key::text, w.last_error::text, ",
+    "COALESCE(w.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false) ",
+    "FROM workfence.work_items($1::text, $2::text, $3::int8, $4::int4) AS w"
+);
+
+const QUEUE_KNOWN: &str = "SELECT CASE \
+    WHEN EXISTS (SELECT 1 FROM workfence.work_items($1::text, NULL, NULL, 1)) THEN true \
+    ELSE EXISTS (SELECT 1 FROM workfence.work_queue_stats AS s \
+                  WHERE s.queue OPERATOR(pg_catalog.=) $1::text) END";
+
+const ITEM: &str = concat!(
+    "SELECT i.id::int8, i.queue::text, i.key::text, i.state::text, i.priority::int8, ",
+    ts!("i.run_at"),
+    ", i.attempts::int8, i.max_attempts::int8, i.owner::text, i.epoch::int8, ",
+    ts!("i.claimed_at"),
+    ", ",
+    ts!("i.lease_until"),
+    ", i.errors::jsonb, i.result::jsonb, ",
+    ts!("i.created_at"),
+    ", ",
+    ts!("i.finished_at"),
+    ", i.payload::jsonb, i.max_run::text, ",
+    "COALESCE(i.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false), ",
+    "workfence.work_may('operate', i.queue) ",
+    "FROM workfence.work_item($1::int8) AS i"
+);
+
+const MAY_OPERATE: &str = "SELECT workfence.work_may('operate', $1::text)";
+
+const ITEM_BY_KEY: &str = "SELECT i.id::int8 FROM workfence.work_item($1::text, $2::text) AS i";
+
+const LEASE_STATUS: &str = "SELECT workfence.work_lease_status($1::int8, $2::text, $3::int8)";
+
+const RETRY: &str = "SELECT workfence.work_retry($1::text, $2::text)";
+const RUN_NOW: &str = "SELECT workfence.work_reschedule($1::text, $2::text, pg_catalog.now())";
+const RESCHEDULE_AT: &str = "SELECT workfence.work_reschedule($1::text, $2::text, \
+    pg_catalog.timezone('UTC', ($3::text)::timestamp))";
+const RESCHEDULE_IN: &str = "SELECT workfence.work_reschedule($1::text, $2::text, \
+    pg_catalog.now() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => $3::int8::float8))";
+const CANCEL: &str = "SELECT workfence.work_cancel($1::text, $2::text)";
+const PAUSE: &str = "SELECT workfence.work_pause($1::text)";
+const RESUME: &str = "SELECT workfence.work_resume($1::text)";
+
+impl Conn {
+    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, AppError> {
+        let statement = self.0.prepare_cached(sql).await?;
+        Ok(self.0.query(&statement, params).await?)
+    }
+
+    async fn one(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, AppError> {
+        let statement = self.0.prepare_cached(sql).await?;
+        Ok(self.0.query_one(&statement, params).await?)
+    }
+
+    /// The role, its function privileges and whether the server is a standby.
+    pub async fn session(&self) -> Result<Session, AppError> {
+        let r = self.one(SESSION, &[]).await?;
+        Ok(Session {
+            in_recovery: r.try_get(0)?,
+            role: r.try_get(1)?,
+            pause: r.try_get(2)?,
+            resume: r.try_get(3)?,
+            retry: r.try_get(4)?,
+            reschedule: r.try_get(5)?,
+            cancel: r.try_get(6)?,
+            lease_status: r.try_get(7)?,
+        })
+    }
+
+    /// Every queue the role may read, by name.
+    pub async fn queue_stats(&self) -> Result<Vec<QueueStats>, AppError> {
+        let rows = self.rows(QUEUE_STATS, &[]).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueueStats {
+                    queue: r.try_get(0)?,
+                    pending: r.try_get(1)?,
+                    scheduled: r.try_get(2)?,
+                    claimed: r.try_get(3)?,
+                    expired: r.try_get(4)?,
+                    done: r.try_get(5)?,
+                    failed: r.try_get(6)?,
+                    cancelled: r.try_get(7)?,
+                    oldest_due_age: r.try_get(8)?,
+                    paused: r.try_get(9)?,
+                    refused: r.try_get(10)?,
+                    lapsed: r.try_get(11)?,
+                    concurrency: r.try_get(12)?,
+                    rate: r.try_get(13)?,
+                    per: r.try_get(14)?,
+                    may_operate: r.try_get(15)?,
+                })
+            })
+            .collect()
+    }
+
+    /// A page of `queue`'s items: at most `max` rows after item `after`, in
+    /// the order of `work_items` for `state`.
+    pub async fn items(
+        &self,
+        queue: &str,
+        state: Option<&str>,
+        after: Option<i64>,
+        max: i32,
+    ) -> Result<Vec<ItemRow>, AppError> {
+        let rows = self.rows(ITEMS, &[&queue, &state, &after, &max]).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ItemRow {
+                    id: r.try_get(0)?,
+                    key: r.try_get(1)?,
+                    state: r.try_get(2)?,
+                    priority: r.try_get(3)?,
+                    run_at: r.try_get(4)?,
+                    attempts: r.try_get(5)?,
+                    max_attempts: r.try_get(6)?,
+                    owner: r.try_get(7)?,
+                    epoch: r.try_get(8)?,
+                    lease_until: r.try_get(9)?,
+                    group_key: r.try_get(10)?,
+                    last_error: r.try_get(11)?,
+                    lease_live: r.try_get(12)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether `queue` has items or settings the role may read (called when a
+    /// page of it came back empty: an empty queue or an unknown one).
+    pub async fn queue_known(&self, queue: &str) -> Result<bool, AppError> {
+        Ok(self.one(QUEUE_KNOWN, &[&queue]).await?.try_get(0)?)
+    }
+
+    /// `work_may('operate', queue)`: whether queue grants let the role operate the queue.
+    pub async fn may_operate(&self, queue: &str) -> Result<bool, AppError> {
+        self.flag(MAY_OPERATE, &[&queue]).await
+    }
+
+    /// The item with this id, if the role may read it.
+    pub async fn item(&self, id: i64) -> Result<Option<Item>, AppError> {
+        let rows = self.rows(ITEM, &[&id]).await?;
+        let Some(r) = rows.first() else {
+            return Ok(None);
+        };
+        let errors: Option<Value> = r.try_get(12)?;
+        Ok(Some(Item {
+            id: r.try_get(0)?,
+            queue: r.try_get(1)?,
+            key: r.try_get(2)?,
+            state: r.try_get(3)?,
+            priority: r.try_get(4)?,
+            run_at: r.try_get(5)?,
+            attempts: r.try_get(6)?,
+            max_attempts: r.try_get(7)?,
+            owner: r.try_get(8)?,
+            epoch: r.try_get(9)?,
+            claimed_at: r.try_get(10)?,
+            lease_until: r.try_get(11)?,
+            errors: errors
+                .map(|e| ErrorEntry::from_json(&e))
+                .unwrap_or_default(),
+            result: r.try_get(13)?,
+            created_at: r.try_get(14)?,
+            finished_at: r.try_get(15)?,
+            payload: r.try_get(16)?,
+            max_run: r.try_get(17)?,
+            lease_live: r.try_get(18)?,
+            may_operate: r.try_get(19)?,
+        }))
+    }
+
+    /// The id of the item with `key` in `queue`, if any.
+    pub async fn item_id_by_key(&self, queue: &str, key: &str) -> Result<Option<i64>, AppError> {
+        let rows = self.rows(ITEM_BY_KEY, &[&queue, &key]).await?;
+        Ok(match rows.first() {
+            Some(r) => Some(r.try_get(0)?),
+            None => None,
+        })
+    }
+
+    /// `work_lease_status(id, owner, epoch)`.
+    pub async fn lease_status(&self, id: i64, owner: &str, epoch: i64) -> Result<String, AppError> {
+        Ok(self
+            .one(LEASE_STATUS, &[&id, &owner, &epoch])
+            .await?
+            .try_get(0)?)
+    }
+
+    async fn flag(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<bool, AppError> {
+        Ok(self.one(sql, params).await?.try_get(0)?)
+    }
+
+    /// `work_retry(queue, key)`.
+    pub async fn retry(&self, queue: &str, key: &str) -> Result<bool, AppError> {
+        self.flag(RETRY, &[&queue, &key]).await
+    }
+
+    /// `work_reschedule(queue, key, run_at)`.
+    pub async fn reschedule(&self, queue: &str, key: &str, at: &RunAt) -> Result<bool, AppError> {
+        match at {
+            RunAt::Now => self.flag(RUN_NOW, &[&queue, &key]).await,
+            RunAt::Utc(text) => self.flag(RESCHEDULE_AT, &[&queue, &key, text]).await,
+            RunAt::In(seconds) => self.flag(RESCHEDULE_IN, &[&queue, &key, seconds]).await,
+        }
+    }
+
+    /// `work_cancel(queue, key)`.
+    pub async fn cancel(&self, queue: &str, key: &str) -> Result<bool, AppError> {
+        self.flag(CANCEL, &[&queue, &key]).await
+    }
+
+    /// `work_pause(queue)`.
+    pub async fn pause(&self, queue: &str) -> Result<bool, AppError> {
+        self.flag(PAUSE, &[&queue]).await
+    }
+
+    /// `work_resume(queue)`.
+    pub async fn resume(&self, queue: &str) -> Result<bool, AppError> {
+        self.flag(RESUME, &[&queue]).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_history_entries() {
+        let v: Value = serde_json::json!([
+            {"attempt": 1, "epoch": 7, "owner": "w", "at": "2026-01-01", "error": "<b>boom</b>"},
+            {"attempt": 2},
+            "junk"
+        ]);
+        let e = ErrorEntry::from_json(&v);
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].attempt, "1");
+        assert_eq!(e[0].error, "<b>boom</b>");
+        assert_eq!(e[1].owner, "");
+        assert!(ErrorEntry::from_json(&Value::Null).is_empty());
+    }
+
+    #[test]
+    fn timestamps_are_formatted_by_the_server() {
+        assert!(ITEM.contains("pg_catalog.isfinite(i.lease_until)"));
+        assert!(!ITEMS.contains("{"));
+    }
+}

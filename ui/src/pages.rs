@@ -1,0 +1,599 @@
+//! The HTML pages, server-rendered with maud (which escapes every value it
+//! interpolates: a payload `<script>` shows as text). No page has a script;
+//! the Content Security Policy (security.rs) forbids any.
+
+use maud::{html, Markup, DOCTYPE};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde_json::Value;
+
+use crate::db::{Item, ItemRow, QueueStats, Session, ITEM_STATES};
+use crate::security::TOKEN_FIELD;
+
+/// What a path segment keeps unencoded: letters, digits and `-._~`.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The stylesheet, served at `/style.css`.
+pub const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}\
+a{color:#0645ad}table{border-collapse:collapse;margin:.5em 0}\
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}\
+td.num,th.num{text-align:right}pre{background:#f6f6f6;padding:.5em;overflow:auto;max-height:30em}\
+.badge{background:#b35900;color:#fff;border-radius:.3em;padding:.1em .5em;font-size:.85em}\
+#flash{background:#e6f4e6;padding:.5em}#error{background:#fbe9e9;padding:.5em}\
+form.inline{display:inline}nav a{margin-right:1em}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}\
+dt{font-weight:bold}dd{margin:0}.muted{color:#777}";
+
+/// `/queues/NAME` for a queue name (percent-encoded).
+pub fn queue_href(queue: &str) -> String {
+    format!("/queues/{}", utf8_percent_encode(queue, SEGMENT))
+}
+
+/// `/items/ID`.
+pub fn item_href(id: i64) -> String {
+    format!("/items/{id}")
+}
+
+/// A query string value, form-encoded.
+pub fn query_value(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+/// The frame of every page: title, navigation, the read-only badge and a flash.
+pub struct Frame<'a> {
+    /// The page's title and heading.
+    pub title: String,
+    /// Why nothing can be changed from this page, when nothing can (shown as a badge).
+    pub read_only: Option<&'a str>,
+    /// The role the dashboard runs as, when known.
+    pub role: Option<&'a str>,
+    /// A message about the action just done.
+    pub flash: Option<String>,
+    /// The form token, also put in a `<meta name="csrf-token">` of the page
+    /// (a page without forms still has it: a client may POST what it likes and
+    /// be answered by the database, e.g. with 42501).
+    pub csrf: Option<&'a str>,
+}
+
+/// Wraps `body` in the frame.
+pub fn page(frame: &Frame<'_>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (frame.title) " · workfence" }
+                link rel="stylesheet" href="/style.css";
+                @if let Some(csrf) = frame.csrf {
+                    meta name="csrf-token" content=(csrf);
+                }
+            }
+            body {
+                nav {
+                    a href="/" { "queues" }
+                    a href="/metrics" { "metrics" }
+                    @if let Some(role) = frame.role {
+                        span.muted { "as role " code { (role) } }
+                    }
+                }
+                h1 {
+                    (frame.title)
+                    @if let Some(why) = frame.read_only {
+                        " " span #read-only .badge title=(why) { "read-only" }
+                    }
+                }
+                @if let Some(flash) = &frame.flash {
+                    p #flash { (flash) }
+                }
+                (body)
+            }
+        }
+    }
+}
+
+/// The hidden token field of every POST form.
+fn token(csrf: &str) -> Markup {
+    html! { input type="hidden" name=(TOKEN_FIELD) value=(csrf); }
+}
+
+/// Why nothing can be changed, for the whole session, if nothing can.
+pub fn session_read_only(session: &Session) -> Option<&'static str> {
+    if session.in_recovery {
+        Some("the server is a hot standby (in recovery): nothing can be changed")
+    } else if !session.may_act() {
+        Some("this role may not call the operating functions (work_pause, work_retry, ...)")
+    } else {
+        None
+    }
+}
+
+/// A duration in seconds, in words: `4.2 s`, `3 min 5 s`, `2 h 10 min`, `3 d 4 h`.
+pub fn age(seconds: f64) -> String {
+    if seconds < 60.0 {
+        return format!("{seconds:.1} s");
+    }
+    let s = seconds as u64;
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d} d {h} h")
+    } else if h > 0 {
+        format!("{h} h {m} min")
+    } else {
+        format!("{m} min {sec} s")
+    }
+}
+
+/// A queue's limits in words, or `none`.
+pub fn limits(stats: &QueueStats) -> String {
+    let mut parts = Vec::new();
+    if let Some(c) = stats.concurrency {
+        parts.push(format!("concurrency {c}"));
+    }
+    if let Some(rate) = stats.rate {
+        match &stats.per {
+            Some(per) => parts.push(format!("{rate} per {per}")),
+            None => parts.push(format!("rate {rate}")),
+        }
+    }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// The queues page.
+pub fn queues(
+    session: &Session,
+    stats: &[QueueStats],
+    throughput: &dyn Fn(&str) -> Option<f64>,
+    csrf: &str,
+    flash: Option<String>,
+) -> Markup {
+    let read_only = session_read_only(session);
+    let frame = Frame {
+        title: "Queues".into(),
+        read_only,
+        role: Some(&session.role),
+        flash,
+        csrf: Some(csrf),
+    };
+    let body = html! {
+        @if stats.is_empty() {
+            p #no-queues { "No queue has items or settings that this role may read." }
+        } @else {
+            table #queues {
+                thead { tr {
+                    th { "queue" }
+                    th.num { "pending" } th.num { "scheduled" } th.num { "claimed" }
+                    th.num { "expired" } th.num { "done" } th.num { "failed" }
+                    th.num { "cancelled" } th { "oldest due" } th { "paused" }
+                    th.num { "refused" } th.num { "lapsed" } th { "limits" }
+                    th title="items finished (done + failed) per minute over the last five minutes, since this dashboard started watching" { "throughput" }
+                    th { "actions" }
+                } }
+                tbody {
+                    @for s in stats {
+                        tr data-queue=(s.queue) {
+                            td.queue { a href=(queue_href(&s.queue)) { (s.queue) } }
+                            td.num.pending { (s.pending) }
+                            td.num.scheduled { (s.scheduled) }
+                            td.num.claimed { (s.claimed) }
+                            td.num.expired { (s.expired) }
+                            td.num.done { (s.done) }
+                            td.num.failed { (s.failed) }
+                            td.num.cancelled { (s.cancelled) }
+                            td.oldest-due { @match s.oldest_due_age { Some(a) => (age(a)), None => "—" } }
+                            td.paused { @if s.paused { "paused" } @else { "no" } }
+                            td.num.refused { @match s.refused { Some(n) => (n), None => span.muted title="counted only with pg_workfence preloaded" { "—" } } }
+                            td.num.lapsed { @match s.lapsed { Some(n) => (n), None => span.muted title="counted only with pg_workfence preloaded" { "—" } } }
+                            td.limits { (limits(s)) }
+                            td.throughput title="since this dashboard started watching" {
+                                @match throughput(&s.queue) {
+                                    Some(r) => { (format!("{r:.1}/min")) }
+                                    None => span.muted { "—" }
+                                }
+                            }
+                            td.actions {
+                                @if read_only.is_none() && s.may_operate {
+                                    @if s.paused && session.resume {
+                                        form.inline method="post" action={ (queue_href(&s.queue)) "/resume" } {
+                                            (token(csrf))
+                                            button type="submit" data-action="resume" { "resume" }
+                                        }
+                                    } @else if !s.paused && session.pause {
+                                        form.inline method="post" action={ (queue_href(&s.queue)) "/pause" } {
+                                            (token(csrf))
+                                            button type="submit" data-action="pause" { "pause" }
+                                        }
+                                    }
+                                } @else {
+                                    span.muted { "read-only" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        p.muted {
+            "Throughput is counted since this dashboard started watching: each time this page or "
+            a href="/metrics" { "/metrics" }
+            " is read, the finished counts are kept, and the rate over the last five minutes is shown once two readings exist."
+        }
+    };
+    page(&frame, body)
+}
+
+/// What the items page shows.
+pub struct ItemsView<'a> {
+    /// The queue.
+    pub queue: &'a str,
+    /// The state filter, if any.
+    pub state: Option<&'a str>,
+    /// The page's rows.
+    pub rows: &'a [ItemRow],
+    /// The `after` of the next page, when there is one.
+    pub next_after: Option<i64>,
+    /// Whether this page is not the first.
+    pub paged: bool,
+    /// `work_may('operate', queue)`.
+    pub may_operate: bool,
+}
+
+/// A link to a page of the queue's items.
+fn items_link(queue: &str, state: Option<&str>, after: Option<i64>) -> String {
+    let mut href = queue_href(queue);
+    let mut sep = '?';
+    if let Some(state) = state {
+        href.push_str(&format!("{sep}state={}", query_value(state)));
+        sep = '&';
+    }
+    if let Some(after) = after {
+        href.push_str(&format!("{sep}after={after}"));
+    }
+    href
+}
+
+/// The items page of a queue.
+pub fn items(session: &Session, view: &ItemsView<'_>, csrf: &str) -> Markup {
+    let frame = Frame {
+        title: format!("Queue {}", view.queue),
+        read_only: session_read_only(session).or(if view.may_operate {
+            None
+        } else {
+            Some("this role may not operate this queue (queue grants)")
+        }),
+        role: Some(&session.role),
+        flash: None,
+        csrf: Some(csrf),
+    };
+    let body = html! {
+        p #filters {
+            "State: "
+            @if view.state.is_none() { strong { "all" } } @else { a href=(items_link(view.queue, None, None)) { "all" } }
+            @for s in ITEM_STATES {
+                " · "
+                @if view.state == Some(s) { strong { (s) } } @else { a href=(items_link(view.queue, Some(s), None)) data-state=(s) { (s) } }
+            }
+        }
+        form #key-search method="get" action=(queue_href(view.queue)) {
+            label { "Key: " input type="text" name="key" required; }
+            " "
+            button type="submit" { "find" }
+        }
+        @if view.rows.is_empty() {
+            p #no-items { @if view.paged { "No more items." } @else { "No items." } }
+        } @else {
+            table #items {
+                thead { tr {
+                    th.num { "id" } th { "key" } th { "state" } th.num { "priority" }
+                    th { "run at" } th { "attempts" } th { "owner" } th.num { "epoch" }
+                    th { "lease until" } th { "group" } th { "last error" }
+                } }
+                tbody {
+                    @for r in view.rows {
+                        tr data-id=(r.id) {
+                            td.num { a href=(item_href(r.id)) { (r.id) } }
+                            td.key { (r.key) }
+                            td.state { (r.state) }
+                            td.num { (r.priority) }
+                            td { (r.run_at.as_deref().unwrap_or("")) }
+                            td { (r.attempts) "/" (r.max_attempts) }
+                            td { (r.owner.as_deref().unwrap_or("")) }
+                            td.num { @if let Some(e) = r.epoch { (e) } }
+                            td {
+                                @if r.state == "claimed" {
+                                    (r.lease_until.as_deref().unwrap_or(""))
+                                    @if !r.lease_live { " " span.badge { "lapsed" } }
+                                }
+                            }
+                            td { (r.group_key.as_deref().unwrap_or("")) }
+                            td.last-error { (r.last_error.as_deref().map(|e| shorten(e, 160)).unwrap_or_default()) }
+                        }
+                    }
+                }
+            }
+        }
+        p {
+            @if view.paged { a #first href=(items_link(view.queue, view.state, None)) { "first page" } " " }
+            @if let Some(after) = view.next_after {
+                a #next href=(items_link(view.queue, view.state, Some(after))) { "next page" }
+            }
+        }
+    };
+    page(&frame, body)
+}
+
+/// `text` cut to `max` characters, with an ellipsis when cut.
+pub fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_owned()
+    } else {
+        let mut cut: String = text.chars().take(max).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// What `work_lease_status(id, owner, epoch)` says about an item's last
+/// lease, in words. `status` is the function's answer; `None` when it could
+/// not be asked (the role may not call it), when the sentence is read from
+/// the item alone.
+pub fn lease_words(item: &Item, status: Option<&str>) -> String {
+    let (Some(owner), Some(epoch)) = (item.owner.as_deref(), item.epoch) else {
+        return "no lease: the item has never been claimed.".into();
+    };
+    let until = item.lease_until.as_deref().unwrap_or("?");
+    let finished = item.finished_at.as_deref().unwrap_or("?");
+    let derived = status.is_none();
+    let status = status.unwrap_or(match item.state.as_str() {
+        "claimed" => "current",
+        "done" | "failed" => "finished",
+        "cancelled" => "cancelled",
+        _ => "superseded",
+    });
+    let words = match status {
+        "current" if item.state == "claimed" && item.lease_live => format!(
+            "current: the holder's token (owner {owner}, epoch {epoch}) is the newest; its lease runs until {until}."
+        ),
+        "current" if item.state == "claimed" => format!(
+            "lapsed: the lease of owner {owner}, epoch {epoch} ran out at {until}; the next claim takes the item \
+             over (until then the holder's token still works)."
+        ),
+        "current" => format!("current: the token of owner {owner}, epoch {epoch} is the item's newest."),
+        "uncommitted" => format!(
+            "uncommitted: a transaction still in progress is changing the item (the claim that handed out \
+             epoch {epoch} has not committed); only that transaction can use the token until it commits."
+        ),
+        "superseded" => format!(
+            "superseded: the lease of owner {owner}, epoch {epoch} was handed back or a newer claim took over; \
+             that token is refused."
+        ),
+        "finished" => format!(
+            "finished: the item is {} since {finished}; no token changes it any more.",
+            item.state
+        ),
+        "cancelled" => format!(
+            "cancelled: the item was cancelled at {finished}; the token of owner {owner}, epoch {epoch} is refused."
+        ),
+        "wrong_owner" => format!("wrong owner: the item's newest claim is not owner {owner}'s."),
+        "missing" => "missing: the item is gone, or this role may not claim from its queue.".into(),
+        other => format!("{other}."),
+    };
+    if derived {
+        format!("{words} (Read from the item: this role may not call work_lease_status.)")
+    } else {
+        words
+    }
+}
+
+/// A JSON value, indented, or an empty marker.
+fn json(value: &Option<Value>) -> String {
+    match value {
+        None | Some(Value::Null) => String::new(),
+        Some(v) => serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()),
+    }
+}
+
+/// The item page.
+pub fn item(
+    session: &Session,
+    item: &Item,
+    lease: &str,
+    csrf: &str,
+    flash: Option<String>,
+) -> Markup {
+    let read_only = session_read_only(session).or(if item.may_operate {
+        None
+    } else {
+        Some("this role may not operate this item's queue (queue grants)")
+    });
+    let can = |allowed: bool| read_only.is_none() && allowed;
+    let retry = can(session.retry) && matches!(item.state.as_str(), "failed" | "cancelled");
+    let reschedule = can(session.reschedule) && item.state == "pending";
+    let cancel = can(session.cancel) && matches!(item.state.as_str(), "pending" | "claimed");
+    let frame = Frame {
+        title: format!("Item {}", item.id),
+        read_only,
+        role: Some(&session.role),
+        flash,
+        csrf: Some(csrf),
+    };
+    let action = |name: &str| format!("{}/{name}", item_href(item.id));
+    let body = html! {
+        dl #item {
+            dt { "queue" } dd { a href=(queue_href(&item.queue)) { (item.queue) } }
+            dt { "key" } dd #key { (item.key) }
+            dt { "state" } dd { span #state { (item.state) } }
+            dt { "priority" } dd { (item.priority) }
+            dt { "run at" } dd { (item.run_at.as_deref().unwrap_or("")) }
+            dt { "attempts" } dd { (item.attempts) " of " (item.max_attempts) }
+            dt { "created" } dd { (item.created_at.as_deref().unwrap_or("")) }
+            dt { "finished" } dd { (item.finished_at.as_deref().unwrap_or("—")) }
+            @if let Some(m) = &item.max_run { dt { "max run" } dd { (m) } }
+        }
+        @if retry || reschedule || cancel {
+            h2 { "Actions" }
+            div #actions {
+                @if retry {
+                    form.inline method="post" action=(action("retry")) {
+                        (token(csrf)) button type="submit" data-action="retry" { "retry" }
+                    }
+                }
+                @if reschedule {
+                    form.inline method="post" action=(action("run-now")) {
+                        (token(csrf)) button type="submit" data-action="run-now" { "run now" }
+                    }
+                    form.inline method="post" action=(action("reschedule")) {
+                        (token(csrf))
+                        " at " input type="datetime-local" name="run_at" step="1";
+                        " UTC, or in " input type="number" name="delay" min="0" step="1" size="6";
+                        " s "
+                        button type="submit" data-action="reschedule" { "reschedule" }
+                    }
+                }
+                @if cancel {
+                    form.inline method="post" action=(action("cancel")) {
+                        (token(csrf)) button type="submit" data-action="cancel" { "cancel" }
+                    }
+                }
+            }
+        }
+        h2 { "Lease" }
+        dl #lease {
+            dt { "owner" } dd.owner { (item.owner.as_deref().unwrap_or("—")) }
+            dt { "epoch" } dd.epoch { @match item.epoch { Some(e) => (e), None => "—" } }
+            dt { "claimed at" } dd.claimed-at { (item.claimed_at.as_deref().unwrap_or("—")) }
+            dt { "lease until" } dd.lease-until { (item.lease_until.as_deref().unwrap_or("—")) }
+        }
+        p #lease-status { (lease) }
+        h2 { "Payload" }
+        pre #payload { (json(&item.payload)) }
+        h2 { "Result" }
+        pre #result { (json(&item.result)) }
+        h2 { "Errors" }
+        @if item.errors.is_empty() { p.muted { "No failed attempt or lapsed lease." } }
+        table #errors {
+            thead { tr { th { "attempt" } th { "epoch" } th { "owner" } th { "at" } th { "error" } } }
+            tbody {
+                @for e in &item.errors {
+                    tr { td { (e.attempt) } td { (e.epoch) } td { (e.owner) } td { (e.at) } td.error { (e.error) } }
+                }
+            }
+        }
+    };
+    page(&frame, body)
+}
+
+/// An error page: `<p id="error">` holds the SQLSTATE (when the database
+/// raised it) and the message; `extra` adds DETAIL and HINT lines.
+pub fn error_page(
+    title: &str,
+    code: Option<&str>,
+    message: &str,
+    extra: &[(&str, &str)],
+) -> Markup {
+    let frame = Frame {
+        title: title.to_owned(),
+        read_only: None,
+        role: None,
+        flash: None,
+        csrf: None,
+    };
+    page(
+        &frame,
+        html! {
+            p #error {
+                @if let Some(code) = code { "SQLSTATE " span #sqlstate { (code) } ": " }
+                (message)
+            }
+            @for (label, text) in extra {
+                p.muted { (label) ": " (text) }
+            }
+            p { a href="/" { "back to the queues" } }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(state: &str, live: bool) -> Item {
+        Item {
+            id: 1,
+            queue: "q".into(),
+            key: "k".into(),
+            state: state.into(),
+            priority: 0,
+            run_at: None,
+            attempts: 1,
+            max_attempts: 3,
+            owner: Some("w<1>".into()),
+            epoch: Some(7),
+            claimed_at: Some("2026-01-01 00:00:00.000 UTC".into()),
+            lease_until: Some("2026-01-01 00:00:30.000 UTC".into()),
+            errors: vec![],
+            result: None,
+            created_at: None,
+            finished_at: Some("2026-01-01 00:01:00.000 UTC".into()),
+            payload: Some(serde_json::json!({"x": "<script>alert(1)</script>"})),
+            max_run: None,
+            lease_live: live,
+            may_operate: true,
+        }
+    }
+
+    #[test]
+    fn lease_sentences() {
+        assert!(lease_words(&item("claimed", true), Some("current"))
+            .starts_with("current: the holder's token"));
+        let lapsed = lease_words(&item("claimed", false), Some("current"));
+        assert!(lapsed.starts_with("lapsed: the lease"), "{lapsed}");
+        assert!(lapsed.contains("the next claim takes the item over"));
+        assert!(lease_words(&item("done", false), Some("finished"))
+            .starts_with("finished: the item is done"));
+        assert!(lease_words(&item("pending", false), Some("superseded")).starts_with("superseded"));
+        assert!(
+            lease_words(&item("claimed", true), None).contains("may not call work_lease_status")
+        );
+        let mut fresh = item("pending", false);
+        fresh.owner = None;
+        fresh.epoch = None;
+        assert!(lease_words(&fresh, None).starts_with("no lease"));
+    }
+
+    #[test]
+    fn values_are_escaped() {
+        let session = Session {
+            role: "r".into(),
+            ..Session::default()
+        };
+        let html = super::item(&session, &item("claimed", true), "x", "tok", None).into_string();
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(html.contains("&lt;script&gt;"));
+        assert!(html.contains("w&lt;1&gt;"));
+    }
+
+    #[test]
+    fn links_are_encoded() {
+        assert_eq!(queue_href("a b/c?d"), "/queues/a%20b%2Fc%3Fd");
+        assert_eq!(
+            items_link("q", Some("done"), Some(5)),
+            "/queues/q?state=done&after=5"
+        );
+        assert_eq!(query_value("a&b c"), "a%26b+c");
+    }
+
+    #[test]
+    fn ages() {
+        assert_eq!(age(1.25), "1.2 s");
+        assert_eq!(age(185.0), "3 min 5 s");
+        assert_eq!(age(7800.0), "2 h 10 min");
+        assert_eq!(age(3.0 * 86400.0 + 4.0 * 3600.0), "3 d 4 h");
+    }
+}

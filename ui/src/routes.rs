@@ -1,0 +1,470 @@
+//! The routes and their handlers. Every input is checked here before it
+//! reaches a query: a malformed one is a 400 page, an unknown queue or item
+//! a 404 page; the database's own refusals keep their SQLSTATE (error.rs).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{OriginalUri, Path, RawQuery, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{middleware, Router};
+use maud::Markup;
+
+use crate::db::{Db, RunAt, ITEM_STATES, PAGE_SIZE};
+use crate::error::AppError;
+use crate::throughput::Throughput;
+use crate::{metrics, pages, security};
+
+/// Everything the handlers share.
+pub struct App {
+    /// The database.
+    pub db: Db,
+    /// The form token of this process (security.rs).
+    pub csrf_token: String,
+    /// The `user:password` bytes basic auth asks for, if configured.
+    pub basic_auth: Option<Vec<u8>>,
+    /// The listener is on loopback: only loopback `Host` names are answered.
+    pub loopback_only: bool,
+    /// The throughput samples.
+    pub throughput: Throughput,
+}
+
+/// The longest item key or queue name accepted from a request (the
+/// extension's own limits are lower; longer input is refused before a query).
+const MAX_NAME_BYTES: usize = 1024;
+
+/// The longest `run_at` text a reschedule accepts.
+const MAX_RUN_AT_BYTES: usize = 64;
+
+/// The longest delay a reschedule accepts: ten years, in seconds.
+const MAX_DELAY_SECONDS: i64 = 10 * 366 * 86_400;
+
+/// The router of every page, behind the security middleware.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(queues))
+        .route("/style.css", get(style))
+        .route("/metrics", get(metrics_text))
+        .route("/queues/{queue}", get(items))
+        .route("/queues/{queue}/pause", post(pause))
+        .route("/queues/{queue}/resume", post(resume))
+        .route("/items/{id}", get(item))
+        .route("/items/{id}/{action}", post(item_action))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(app.clone(), security::guard))
+        .with_state(app)
+}
+
+/// The pairs of a query string (lossy: bad UTF-8 is replaced, never an error);
+/// the first of a repeated name wins.
+fn query_pairs(query: Option<&str>) -> HashMap<String, String> {
+    let mut pairs = HashMap::new();
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        pairs
+            .entry(k.into_owned())
+            .or_insert_with(|| v.into_owned());
+    }
+    pairs
+}
+
+/// A path parameter, or the 400 page for one that cannot be decoded.
+fn path_param<T>(path: Result<Path<T>, PathRejection>) -> Result<T, AppError> {
+    path.map(|Path(v)| v).map_err(|e| {
+        AppError::bad_request(format!("The address cannot be read: {}", e.body_text()))
+    })
+}
+
+/// A queue name from the path: not empty, not absurdly long.
+fn queue_name(text: String) -> Result<String, AppError> {
+    if text.is_empty() || text.len() > MAX_NAME_BYTES {
+        return Err(AppError::bad_request(format!(
+            "A queue name is 1 to {MAX_NAME_BYTES} bytes long."
+        )));
+    }
+    Ok(text)
+}
+
+/// An item id from the path: a whole number from 1 to 2^63 - 1.
+pub fn item_id(text: &str) -> Result<i64, AppError> {
+    match text.parse::<i64>() {
+        Ok(id) if id > 0 => Ok(id),
+        _ => Err(AppError::bad_request(format!(
+            "{text:?} is not an item id: ids are whole numbers from 1 to {}.",
+            i64::MAX
+        ))),
+    }
+}
+
+/// The message of a flash code (`?done=...`), for a queue if one is named.
+fn flash(params: &HashMap<String, String>) -> Option<String> {
+    let queue = params.get("queue");
+    let text = match (params.get("done")?.as_str(), queue) {
+        ("paused", Some(q)) => {
+            format!("Paused queue {q}: claims return nothing until it is resumed.")
+        }
+        ("resumed", Some(q)) => format!("Resumed queue {q}."),
+        ("retried", _) => "Retried: the item is pending again.".to_owned(),
+        ("run-now", _) => "Rescheduled: the item is due now.".to_owned(),
+        ("rescheduled", _) => "Rescheduled.".to_owned(),
+        ("cancelled", _) => "Cancelled.".to_owned(),
+        _ => return None,
+    };
+    Some(text)
+}
+
+async fn queues(
+    State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
+) -> Result<Markup, AppError> {
+    let params = query_pairs(query.as_deref());
+    let conn = app.db.conn().await?;
+    let session = conn.session().await?;
+    let stats = conn.queue_stats().await?;
+    app.throughput.record(
+        Instant::now(),
+        stats.iter().map(|s| (s.queue.as_str(), s.done + s.failed)),
+    );
+    let rate = |queue: &str| app.throughput.per_minute(queue);
+    // A pause or resume flash only where the queue is in that state now (a
+    // crafted link cannot claim what did not happen).
+    let flash = flash(&params).filter(|_| {
+        let named = params.get("queue");
+        match params.get("done").map(String::as_str) {
+            Some(done @ ("paused" | "resumed")) => stats
+                .iter()
+                .any(|s| Some(&s.queue) == named && s.paused == (done == "paused")),
+            _ => true,
+        }
+    });
+    Ok(pages::queues(
+        &session,
+        &stats,
+        &rate,
+        &app.csrf_token,
+        flash,
+    ))
+}
+
+async fn style() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        pages::STYLE,
+    )
+        .into_response()
+}
+
+async fn metrics_text(State(app): State<Arc<App>>) -> Result<Response, AppError> {
+    let conn = app.db.conn().await?;
+    let stats = conn.queue_stats().await?;
+    app.throughput.record(
+        Instant::now(),
+        stats.iter().map(|s| (s.queue.as_str(), s.done + s.failed)),
+    );
+    Ok((
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        metrics::render(&stats),
+    )
+        .into_response())
+}
+
+fn unknown_queue(queue: &str) -> AppError {
+    AppError::not_found(format!(
+        "There is no queue named {queue:?}: it has no items and no settings (or this role may not read it)."
+    ))
+}
+
+async fn items(
+    State(app): State<Arc<App>>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, AppError> {
+    let queue = queue_name(path_param(path)?)?;
+    let params = query_pairs(query.as_deref());
+    let state = match params.get("state").map(String::as_str) {
+        None | Some("") => None,
+        Some(s) if ITEM_STATES.contains(&s) => Some(s),
+        Some(s) => {
+            return Err(AppError::bad_request(format!(
+                "{s:?} is not a state to filter by: one of {}, or none for every item.",
+                ITEM_STATES.join(", ")
+            )))
+        }
+    };
+    let after = match params.get("after").map(String::as_str) {
+        None | Some("") => None,
+        Some(text) => Some(item_id(text).map_err(|_| {
+            AppError::bad_request(format!(
+                "after={text:?} is not an item id: the next page link names the last id of the page before, \
+                 a whole number from 1 to {}.",
+                i64::MAX
+            ))
+        })?),
+    };
+    let conn = app.db.conn().await?;
+    if let Some(key) = params.get("key").filter(|k| !k.is_empty()) {
+        if key.len() > MAX_NAME_BYTES {
+            return Err(AppError::bad_request(format!(
+                "A key is at most {MAX_NAME_BYTES} bytes long."
+            )));
+        }
+        return match conn.item_id_by_key(&queue, key).await? {
+            Some(id) => Ok(Redirect::to(&pages::item_href(id)).into_response()),
+            None if !conn.queue_known(&queue).await? => Err(unknown_queue(&queue)),
+            None => Err(AppError::not_found(format!(
+                "There is no item with key {key:?} in queue {queue:?}."
+            ))),
+        };
+    }
+    let mut rows = conn.items(&queue, state, after, PAGE_SIZE + 1).await?;
+    if rows.is_empty() && !conn.queue_known(&queue).await? {
+        return Err(unknown_queue(&queue));
+    }
+    let next_after = if rows.len() > PAGE_SIZE as usize {
+        rows.truncate(PAGE_SIZE as usize);
+        rows.last().map(|r| r.id)
+    } else {
+        None
+    };
+    let session = conn.session().await?;
+    let may_operate = conn.may_operate(&queue).await?;
+    Ok(pages::items(
+        &session,
+        &pages::ItemsView {
+            queue: &queue,
+            state,
+            rows: &rows,
+            next_after,
+            paged: after.is_some(),
+            may_operate,
+        },
+        &app.csrf_token,
+    )
+    .into_response())
+}
+
+async fn item(
+    State(app): State<Arc<App>>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> Result<Markup, AppError> {
+    let id = item_id(&path_param(path)?)?;
+    let params = query_pairs(query.as_deref());
+    let conn = app.db.conn().await?;
+    let Some(item) = conn.item(id).await? else {
+        return Err(AppError::not_found(format!(
+            "There is no item {id} (or this role may not read its queue)."
+        )));
+    };
+    let session = conn.session().await?;
+    let status = match (&item.owner, item.epoch, session.lease_status) {
+        (Some(owner), Some(epoch), true) => conn.lease_status(id, owner, epoch).await.ok(),
+        _ => None,
+    };
+    let words = pages::lease_words(&item, status.as_deref());
+    Ok(pages::item(
+        &session,
+        &item,
+        &words,
+        &app.csrf_token,
+        flash(&params),
+    ))
+}
+
+/// A queue action's redirect back to the queues page, with its flash.
+fn back_to_queues(done: &str, queue: &str) -> Response {
+    Redirect::to(&format!(
+        "/?done={done}&queue={}",
+        pages::query_value(queue)
+    ))
+    .into_response()
+}
+
+async fn pause(
+    State(app): State<Arc<App>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, AppError> {
+    queue_action(app, path, true).await
+}
+
+async fn resume(
+    State(app): State<Arc<App>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, AppError> {
+    queue_action(app, path, false).await
+}
+
+async fn queue_action(
+    app: Arc<App>,
+    path: Result<Path<String>, PathRejection>,
+    pausing: bool,
+) -> Result<Response, AppError> {
+    let queue = queue_name(path_param(path)?)?;
+    let conn = app.db.conn().await?;
+    if !conn.queue_known(&queue).await? {
+        return Err(unknown_queue(&queue));
+    }
+    if pausing {
+        if !conn.pause(&queue).await? {
+            return Err(AppError::conflict(format!(
+                "work_pause changed nothing: queue {queue:?} is paused already."
+            )));
+        }
+        Ok(back_to_queues("paused", &queue))
+    } else {
+        if !conn.resume(&queue).await? {
+            return Err(AppError::conflict(format!(
+                "work_resume changed nothing: queue {queue:?} is not paused."
+            )));
+        }
+        Ok(back_to_queues("resumed", &queue))
+    }
+}
+
+/// When a reschedule form asks the item to run: `run_at` (a UTC time, as a
+/// `datetime-local` input sends it) if given, else `delay` seconds from now.
+pub fn run_at_of_form(body: &[u8]) -> Result<RunAt, AppError> {
+    let run_at = security::form_field(body, "run_at").filter(|v| !v.trim().is_empty());
+    let delay = security::form_field(body, "delay").filter(|v| !v.trim().is_empty());
+    match (run_at, delay) {
+        (Some(text), _) => {
+            if text.len() > MAX_RUN_AT_BYTES {
+                return Err(AppError::bad_request(format!(
+                    "run_at is a time such as 2030-01-31T12:00, at most {MAX_RUN_AT_BYTES} bytes."
+                )));
+            }
+            Ok(RunAt::Utc(text.trim().to_owned()))
+        }
+        (None, Some(text)) => match text.trim().parse::<i64>() {
+            Ok(s) if (0..=MAX_DELAY_SECONDS).contains(&s) => Ok(RunAt::In(s)),
+            _ => Err(AppError::bad_request(format!(
+                "delay={text:?} is not a delay: whole seconds from 0 to {MAX_DELAY_SECONDS}."
+            ))),
+        },
+        (None, None) => Err(AppError::bad_request(
+            "Say when: a time (run_at, UTC) or a delay in seconds (delay).",
+        )),
+    }
+}
+
+async fn item_action(
+    State(app): State<Arc<App>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    let (id, action) = path_param(path)?;
+    if !matches!(
+        action.as_str(),
+        "retry" | "run-now" | "reschedule" | "cancel"
+    ) {
+        return Err(AppError::not_found(format!(
+            "There is no item action {action:?}: retry, run-now, reschedule or cancel."
+        )));
+    }
+    let id = item_id(&id)?;
+    let run_at = if action == "reschedule" {
+        Some(run_at_of_form(&body)?)
+    } else {
+        None
+    };
+    let conn = app.db.conn().await?;
+    let Some(item) = conn.item(id).await? else {
+        return Err(AppError::not_found(format!(
+            "There is no item {id} (or this role may not read its queue)."
+        )));
+    };
+    let (queue, key, state) = (&item.queue, &item.key, &item.state);
+    let (changed, done, nothing) = match action.as_str() {
+        "retry" => (
+            conn.retry(queue, key).await?,
+            "retried",
+            format!("work_retry changed nothing: only a failed or cancelled item goes back to pending, and this one is {state}."),
+        ),
+        "run-now" => (
+            conn.reschedule(queue, key, &RunAt::Now).await?,
+            "run-now",
+            format!("work_reschedule changed nothing: only a pending item can be rescheduled, and this one is {state}."),
+        ),
+        "reschedule" => (
+            conn.reschedule(queue, key, run_at.as_ref().unwrap_or(&RunAt::Now)).await?,
+            "rescheduled",
+            format!("work_reschedule changed nothing: only a pending item can be rescheduled, and this one is {state}."),
+        ),
+        _ => (
+            conn.cancel(queue, key).await?,
+            "cancelled",
+            format!("work_cancel changed nothing: only a pending or claimed item can be cancelled, and this one is {state}."),
+        ),
+    };
+    if !changed {
+        return Err(AppError::conflict(nothing));
+    }
+    Ok(Redirect::to(&format!("{}?done={done}", pages::item_href(id))).into_response())
+}
+
+async fn not_found(OriginalUri(uri): OriginalUri) -> AppError {
+    AppError::not_found(format!("There is no page at {}.", uri.path()))
+}
+
+async fn method_not_allowed() -> AppError {
+    AppError::Status {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        title: "Method not allowed",
+        message: "This address does not take that method (pages are read with GET, actions are forms sent with POST)."
+            .into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids() {
+        assert_eq!(item_id("42").unwrap(), 42);
+        for bad in ["abc", "0", "-1", "9223372036854775808", "", "1.5", " 1"] {
+            assert_eq!(
+                item_id(bad).unwrap_err().status(),
+                StatusCode::BAD_REQUEST,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn reschedule_forms() {
+        assert_eq!(run_at_of_form(b"csrf=x&delay=60").unwrap(), RunAt::In(60));
+        assert_eq!(
+            run_at_of_form(b"run_at=2030-01-31T12%3A00&delay=").unwrap(),
+            RunAt::Utc("2030-01-31T12:00".into())
+        );
+        for bad in [
+            &b"delay=-1"[..],
+            b"delay=abc",
+            b"delay=99999999999999999999",
+            b"",
+            b"run_at=&delay=",
+        ] {
+            assert!(run_at_of_form(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn flashes() {
+        let p = query_pairs(Some("done=paused&queue=a%3Cb"));
+        assert_eq!(
+            flash(&p).unwrap(),
+            "Paused queue a<b: claims return nothing until it is resumed."
+        );
+        assert_eq!(flash(&query_pairs(Some("done=bogus"))), None);
+        assert_eq!(flash(&query_pairs(Some("%ff=%fe"))), None);
+    }
+}

@@ -1,0 +1,1212 @@
+//! The dashboard over HTTP: a real cluster (workfence-harness), the real
+//! `workfence-ui` binary, a real HTTP client (ureq; redirects are not
+//! followed, statuses are not errors).
+//!
+//! Each test makes a database of its own on one shared cluster and starts a
+//! dashboard process on a free loopback port, waiting for the line it prints
+//! once it listens. Clusters live under `$WORKFENCE_SCRATCH` (a directory the
+//! postgres OS user can reach when the tests run as root).
+//!
+//! The items page calls `workfence.work_items` (0.11.0): the tests that read
+//! it need that version installed.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use serde_json::json;
+use workfence_harness::calls::{self, Enqueue, RunAt, Token};
+use workfence_harness::Cluster;
+
+const EXE: &str = env!("CARGO_BIN_EXE_workfence-ui");
+const XSS: &str = "<script>alert(1)</script>";
+const XSS_ESCAPED: &str = "&lt;script&gt;alert(1)&lt;/script&gt;";
+
+/// Unwraps, or fails the test with the error's whole chain of sources.
+fn ok<T, E: std::error::Error>(result: Result<T, E>, what: &str) -> T {
+    result.unwrap_or_else(|e| {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        panic!("{what}: {text}")
+    })
+}
+
+fn scratch() -> String {
+    std::env::var("WORKFENCE_SCRATCH").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").to_string())
+}
+
+/// The SQL block of docs/operations.md between `<!-- marker:begin/end -->`.
+fn operations_sql(marker: &str) -> String {
+    let doc = include_str!("../../docs/operations.md");
+    let begin = format!("<!-- {marker}:begin -->");
+    let end = format!("<!-- {marker}:end -->");
+    let start = doc.find(&begin).expect("begin marker") + begin.len();
+    let length = doc[start..].find(&end).expect("end marker");
+    doc[start..start + length]
+        .trim()
+        .strip_prefix("```sql")
+        .and_then(|b| b.strip_suffix("```"))
+        .expect("one sql block")
+        .to_owned()
+}
+
+/// The cluster the tests of this file share; the least-privilege group roles
+/// (docs/operations.md) and two login roles exist on it.
+fn cluster() -> Arc<Cluster> {
+    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
+    let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(c) = slot.upgrade() {
+        return c;
+    }
+    let c = Arc::new(ok(
+        Cluster::builder(scratch()).start(),
+        "starting a throwaway cluster",
+    ));
+    let mut admin = ok(c.connect(), "connect");
+    ok(
+        admin.batch_execute(&operations_sql("least-privilege-roles")),
+        "the group roles",
+    );
+    ok(
+        admin.batch_execute(
+            "CREATE ROLE ui_watcher LOGIN IN ROLE workfence_monitor;
+             CREATE ROLE ui_operator LOGIN IN ROLE workfence_monitor, workfence_operator;",
+        ),
+        "login roles",
+    );
+    *slot = Arc::downgrade(&c);
+    c
+}
+
+/// A new database with the extension and the least-privilege grants.
+fn database(cluster: &Cluster, name: &str) -> postgres::Client {
+    ok(cluster.create_database(name), "create database");
+    let mut db = ok(cluster.connect_to(name), "connect");
+    ok(
+        db.batch_execute(&operations_sql("least-privilege-grants")),
+        "the grants of docs/operations.md",
+    );
+    db
+}
+
+/// A connection string to `db` of `cluster` as `user`.
+fn dsn_as(cluster: &Cluster, db: &str, user: &str) -> String {
+    format!(
+        "host={} port={} user={user} dbname={db}",
+        cluster.host(),
+        cluster.port()
+    )
+}
+
+/// A running dashboard; killed when dropped.
+struct Ui {
+    child: Child,
+    base: String,
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl Ui {
+    /// Starts `workfence-ui` with `args` and waits for its "listening" line.
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Ui {
+        let mut command = Command::new(EXE);
+        command
+            .args(args)
+            .env_remove("WORKFENCE_UI_BASIC_AUTH")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = ok(command.spawn(), "spawning workfence-ui");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        ok(stdout.read_line(&mut line), "reading the listening line");
+        let prefix = "workfence-ui listening on http://";
+        let Some(address) = line.trim_end().strip_prefix(prefix) else {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("workfence-ui did not print its address: {line:?} ({status:?})");
+        };
+        Ui {
+            base: format!("http://{}", address.trim_end_matches('/')),
+            child,
+            _stdout: stdout,
+        }
+    }
+
+    /// A dashboard on a free loopback port for `dsn`.
+    fn on(dsn: &str) -> Ui {
+        Ui::start(&["--dsn", dsn, "--listen", "127.0.0.1:0"], &[])
+    }
+
+    fn get(&self, path: &str) -> Reply {
+        self.get_with(path, &[])
+    }
+
+    fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
+        get_from(&self.base, path, headers)
+    }
+
+    /// POSTs `form` to `path` with `headers`.
+    fn post(&self, path: &str, form: &[(&str, &str)], headers: &[(&str, &str)]) -> Reply {
+        let mut request = agent().post(format!("{}{path}", self.base));
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        Reply::of(ok(
+            request.send_form(form.iter().copied()),
+            &format!("POST {path}"),
+        ))
+    }
+
+    /// POSTs `form` plus the page's token, from this dashboard's own origin.
+    fn submit(&self, path: &str, form: &[(&str, &str)]) -> Reply {
+        let token = self.token();
+        let mut fields = vec![("csrf", token.as_str())];
+        fields.extend_from_slice(form);
+        let origin = self.base.clone();
+        self.post(path, &fields, &[("Origin", &origin)])
+    }
+
+    /// The form token, read from the queues page.
+    fn token(&self) -> String {
+        let page = self.get("/");
+        assert_eq!(page.status, 200, "{}", page.body);
+        let marker = "name=\"csrf-token\" content=\"";
+        let start = page.body.find(marker).expect("a csrf-token meta") + marker.len();
+        let end = page.body[start..].find('"').expect("end of token");
+        page.body[start..start + end].to_owned()
+    }
+
+    /// The host:port the dashboard listens on.
+    fn authority(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+}
+
+/// The HTTP client: statuses are answers, redirects are not followed.
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_redirects_will_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+/// GET `base` + `path` with `headers`.
+fn get_from(base: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut request = agent().get(format!("{base}{path}"));
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    Reply::of(ok(request.call(), &format!("GET {path}")))
+}
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Form fields or headers: (name, value) pairs.
+type Fields<'a> = Vec<(&'a str, &'a str)>;
+
+/// What the dashboard answered.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    body: String,
+    location: Option<String>,
+    content_type: String,
+    www_authenticate: Option<String>,
+}
+
+impl Reply {
+    fn of(mut response: ureq::http::Response<ureq::Body>) -> Reply {
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let location = header("location");
+        let content_type = header("content-type").unwrap_or_default();
+        let www_authenticate = header("www-authenticate");
+        let status = response.status().as_u16();
+        let body = ok(response.body_mut().read_to_string(), "reading a body");
+        Reply {
+            status,
+            body,
+            location,
+            content_type,
+            www_authenticate,
+        }
+    }
+
+    /// The text of `<p id="error">`, tags removed.
+    fn error(&self) -> String {
+        let start = self
+            .body
+            .find("<p id=\"error\">")
+            .unwrap_or_else(|| panic!("no error paragraph in {}", self.body));
+        let end = self.body[start..].find("</p>").expect("</p>") + start;
+        strip_tags(&self.body[start..end])
+    }
+}
+
+fn strip_tags(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn enqueue(db: &mut postgres::Client, item: Enqueue) -> i64 {
+    ok(calls::enqueue(db, &item), "work_enqueue").id
+}
+
+/// Enqueues `key` with one attempt, claims it and fails it with `error`: a
+/// failed item.
+fn failed_item(db: &mut postgres::Client, queue: &str, key: &str, error: &str) -> i64 {
+    let id = enqueue(db, Enqueue::new(queue).key(key).max_attempts(1));
+    let claim = ok(
+        calls::claim_key(db, queue, key, "worker-1", "1 hour"),
+        "work_claim_key",
+    )
+    .expect("claimable");
+    assert!(ok(
+        calls::fail(db, &claim.token("worker-1"), error, None),
+        "work_fail"
+    ));
+    id
+}
+
+fn state_of(db: &mut postgres::Client, id: i64) -> String {
+    ok(calls::item_by_id(db, id), "work_item")
+        .expect("item")
+        .state
+}
+
+#[test]
+fn help_and_refused_command_lines() {
+    let out = ok(Command::new(EXE).arg("--help").output(), "--help");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: workfence-ui"));
+
+    for (args, needle) in [
+        (&["--listen", "127.0.0.1:0"][..], "--dsn"),
+        (
+            &["--dsn", "host=x", "--listen", "0.0.0.0:0"][..],
+            "--basic-auth",
+        ),
+        (
+            &["--dsn", "host=x", "--listen", "[::]:0"][..],
+            "--basic-auth",
+        ),
+        (&["--dsn", "host=x", "--frobnicate"][..], "unknown argument"),
+        (
+            &["--dsn", "host=x", "--basic-auth", "nocolon"][..],
+            "USER:PASSWORD",
+        ),
+        (&["--dsn", "host=x", "--listen", "nowhere"][..], "--listen"),
+    ] {
+        let out = ok(
+            Command::new(EXE)
+                .args(args)
+                .env_remove("WORKFENCE_UI_BASIC_AUTH")
+                .output(),
+            "a refused command line",
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} must not listen");
+    }
+}
+
+#[test]
+fn basic_auth_is_asked_for_when_configured() {
+    let cluster = cluster();
+    database(&cluster, "ui_auth");
+    let dsn = cluster.connection_string("ui_auth");
+    let basic = |cred: &str| {
+        use base64::Engine;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(cred)
+        )
+    };
+    let ui = Ui::start(
+        &[
+            "--dsn",
+            &dsn,
+            "--listen",
+            "127.0.0.1:0",
+            "--basic-auth",
+            "admin:s3cr:et",
+        ],
+        &[],
+    );
+    for path in ["/", "/metrics", "/items/1", "/nowhere"] {
+        let reply = ui.get(path);
+        assert_eq!(reply.status, 401, "{path}");
+        assert!(
+            reply
+                .www_authenticate
+                .as_deref()
+                .is_some_and(|w| w.starts_with("Basic ")),
+            "{reply:?}"
+        );
+        assert_eq!(
+            ui.get_with(path, &[("Authorization", &basic("admin:wrong"))])
+                .status,
+            401
+        );
+    }
+    assert_eq!(
+        ui.get_with("/", &[("Authorization", &basic("admin:s3cr:et"))])
+            .status,
+        200
+    );
+    // A POST without credentials never reaches the form checks.
+    assert_eq!(ui.post("/queues/q/pause", &[], &[]).status, 401);
+    drop(ui);
+
+    // From the environment, and on a non-loopback address (allowed with auth).
+    let ui = Ui::start(
+        &["--dsn", &dsn, "--listen", "0.0.0.0:0"],
+        &[("WORKFENCE_UI_BASIC_AUTH", "env:pw")],
+    );
+    let port = ui.authority().rsplit_once(':').unwrap().1.to_owned();
+    let local = format!("http://127.0.0.1:{port}");
+    assert_eq!(get_from(&local, "/", &[]).status, 401);
+    let authorized = get_from(&local, "/", &[("Authorization", &basic("env:pw"))]);
+    assert_eq!(authorized.status, 200, "{}", authorized.body);
+    // Not on loopback: any Host name is answered (behind the credentials).
+    let other_host = [
+        ("Authorization", basic("env:pw")),
+        ("Host", "dashboard.example".into()),
+    ];
+    let other_host: Vec<(&str, &str)> = other_host.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(get_from(&local, "/", &other_host).status, 200);
+}
+
+#[test]
+fn a_loopback_dashboard_answers_only_loopback_host_names() {
+    let cluster = cluster();
+    database(&cluster, "ui_host");
+    let ui = Ui::on(&cluster.connection_string("ui_host"));
+    // DNS rebinding: a page of another name that resolves to 127.0.0.1.
+    let mut stream = ok(TcpStream::connect(ui.authority()), "connect");
+    ok(
+        stream.write_all(b"GET / HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"),
+        "write",
+    );
+    let mut answer = String::new();
+    ok(stream.read_to_string(&mut answer), "read");
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    assert_eq!(ui.get_with("/", &[("Host", "localhost")]).status, 200);
+}
+
+#[test]
+fn metrics_agree_with_work_queue_stats() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_metrics");
+    for i in 0..3 {
+        enqueue(&mut db, Enqueue::new("m.alpha").key(format!("p{i}")));
+    }
+    enqueue(
+        &mut db,
+        Enqueue::new("m.alpha")
+            .key("later")
+            .run_at(RunAt::In("1 hour".into())),
+    );
+    for i in 0..2 {
+        enqueue(&mut db, Enqueue::new("m.beta").key(format!("c{i}")));
+    }
+    let claims = ok(
+        calls::claim(&mut db, "m.beta", "w", "1 hour", Some(2), None),
+        "claim",
+    );
+    assert_eq!(claims.len(), 2);
+    assert!(ok(
+        calls::finish(&mut db, &claims[0].token("w"), None),
+        "finish"
+    ));
+    failed_item(&mut db, "m.beta", "f", "boom");
+    ok(calls::pause(&mut db, "m.gamma"), "pause");
+    let weird = "m.\"q\\uote\"";
+    enqueue(&mut db, Enqueue::new(weird).key("x"));
+
+    let ui = Ui::on(&cluster.connection_string("ui_metrics"));
+    let ages_before = due_ages(&mut db);
+    let reply = ui.get("/metrics");
+    let after = ok(calls::queue_stats(&mut db), "stats after");
+    let ages_after = due_ages(&mut db);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        reply.content_type.starts_with("text/plain; version=0.0.4"),
+        "{}",
+        reply.content_type
+    );
+    // The label value with a quote and a backslash, escaped per the format.
+    assert!(
+        reply
+            .body
+            .contains("workfence_items{queue=\"m.\\\"q\\\\uote\\\"\",state=\"pending\"} 1\n"),
+        "{}",
+        reply.body
+    );
+    // prometheus-parse does not unescape label values: parse the other queues.
+    let lines: Vec<std::io::Result<String>> = reply
+        .body
+        .lines()
+        .filter(|l| !l.contains("uote"))
+        .map(|l| Ok(l.to_owned()))
+        .collect();
+    let scrape = ok(
+        prometheus_parse::Scrape::parse(lines.into_iter()),
+        "parsing /metrics",
+    );
+    let value = |name: &str, queue: &str, state: Option<&str>| -> Option<f64> {
+        scrape
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == name
+                    && s.labels.get("queue") == Some(queue)
+                    && s.labels.get("state") == state
+            })
+            .map(|s| match s.value {
+                prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                ref other => panic!("{name}: {other:?}"),
+            })
+    };
+    let kind = |name: &str| scrape.docs.contains_key(name);
+    assert!(kind("workfence_items") && kind("workfence_items_done_total"));
+    let queues: Vec<_> = after.iter().filter(|s| s.queue != weird).collect();
+    assert_eq!(queues.len(), 3, "{after:?}");
+    for s in queues {
+        let q = s.queue.as_str();
+        for (state, n) in [
+            ("pending", s.pending),
+            ("scheduled", s.scheduled),
+            ("claimed", s.claimed),
+            ("expired", s.expired),
+        ] {
+            assert_eq!(
+                value("workfence_items", q, Some(state)),
+                Some(n as f64),
+                "{q} {state}"
+            );
+        }
+        assert_eq!(
+            value("workfence_items_done_total", q, None),
+            Some(s.done as f64),
+            "{q}"
+        );
+        assert_eq!(
+            value("workfence_items_failed_total", q, None),
+            Some(s.failed as f64),
+            "{q}"
+        );
+        assert_eq!(
+            value("workfence_paused", q, None),
+            Some(if s.paused { 1.0 } else { 0.0 }),
+            "{q}"
+        );
+        let age = value("workfence_oldest_due_age_seconds", q, None).expect("age");
+        let (low, high) = (ages_before[q], ages_after[q]);
+        assert!(low <= age && age <= high, "{q}: {low} <= {age} <= {high}");
+        match s.refused {
+            Some(n) => assert_eq!(value("workfence_refused_total", q, None), Some(n as f64)),
+            None => assert_eq!(value("workfence_refused_total", q, None), None),
+        }
+    }
+    assert_eq!(
+        value("workfence_items", "m.alpha", Some("pending")),
+        Some(3.0)
+    );
+    assert_eq!(
+        value("workfence_items", "m.alpha", Some("scheduled")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("workfence_items", "m.beta", Some("claimed")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("workfence_items_done_total", "m.beta", None),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("workfence_items_failed_total", "m.beta", None),
+        Some(1.0)
+    );
+    assert_eq!(value("workfence_paused", "m.gamma", None), Some(1.0));
+}
+
+/// Each queue's `oldest_due_age` in seconds (0 when nothing is due).
+fn due_ages(db: &mut postgres::Client) -> std::collections::HashMap<String, f64> {
+    db.query(
+        "SELECT s.queue, COALESCE(pg_catalog.date_part('epoch', s.oldest_due_age), 0)::float8 \
+           FROM workfence.work_queue_stats AS s",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+#[test]
+fn bad_input_gets_a_4xx_page_and_changes_nothing() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_bad_input");
+    let id = enqueue(
+        &mut db,
+        Enqueue::new("q").key("k1").payload(json!({"n": 1})),
+    );
+    let snapshot = |db: &mut postgres::Client| -> String {
+        db.query_one(
+            "SELECT pg_catalog.string_agg(i::text, ',' ORDER BY i.id) FROM workfence.items AS i",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let before = snapshot(&mut db);
+    let ui = Ui::on(&cluster.connection_string("ui_bad_input"));
+    let long = "x".repeat(2000);
+    let too_long_for_the_server = "x".repeat(300);
+    let pid = format!("/items/{id}");
+    let gets: Vec<(String, u16)> = vec![
+        ("/queues/nope".into(), 404),
+        ("/queues/%FF".into(), 400),
+        (format!("/queues/{long}"), 400),
+        (format!("/queues/{too_long_for_the_server}"), 400),
+        ("/queues/q?state=bogus".into(), 400),
+        ("/queues/q?after=abc".into(), 400),
+        ("/queues/q?after=99999999999999999999".into(), 400),
+        ("/queues/q?after=-5".into(), 400),
+        ("/queues/q?after=0".into(), 400),
+        ("/queues/q?after=%".into(), 400),
+        ("/queues/q?key=nope".into(), 404),
+        ("/queues/nope?key=k1".into(), 404),
+        ("/queues/q?key=%01".into(), 400),
+        (format!("/queues/q?key={long}"), 400),
+        ("/items/abc".into(), 400),
+        ("/items/-1".into(), 400),
+        ("/items/0".into(), 400),
+        ("/items/1.5".into(), 400),
+        ("/items/%FF".into(), 400),
+        ("/items/99999999999999999999".into(), 400),
+        ("/items/9223372036854775807".into(), 404),
+        ("/nowhere".into(), 404),
+        ("/items".into(), 404),
+        ("/queues".into(), 404),
+        (format!("{pid}/retry"), 405),
+        (format!("{pid}/bogus"), 405),
+        ("/?done=%3Cscript%3E".into(), 200),
+    ];
+    for (path, want) in &gets {
+        let reply = ui.get(path);
+        assert_eq!(reply.status, *want, "GET {path}: {}", reply.body);
+        assert!(reply.content_type.starts_with("text/html"), "GET {path}");
+        if *want >= 400 {
+            assert!(!reply.error().is_empty(), "GET {path}");
+        }
+    }
+    let posts: Vec<(String, Fields, u16)> = vec![
+        ("/items/abc/retry".into(), vec![], 400),
+        ("/items/-1/cancel".into(), vec![], 400),
+        ("/items/9223372036854775807/retry".into(), vec![], 404),
+        (format!("{pid}/explode"), vec![], 404),
+        ("/queues/nope/pause".into(), vec![], 404),
+        ("/queues/%FF/pause".into(), vec![], 400),
+        (format!("{pid}/reschedule"), vec![("delay", "abc")], 400),
+        (format!("{pid}/reschedule"), vec![("delay", "-1")], 400),
+        (
+            format!("{pid}/reschedule"),
+            vec![("delay", "99999999999999999999")],
+            400,
+        ),
+        (
+            format!("{pid}/reschedule"),
+            vec![("run_at", "not a time")],
+            400,
+        ),
+        (format!("{pid}/reschedule"), vec![("run_at", &long)], 400),
+        (format!("{pid}/reschedule"), vec![], 400),
+        (format!("{pid}/retry"), vec![], 409),
+        ("/queues/q/resume".into(), vec![], 409),
+        ("/".into(), vec![], 405),
+        (pid.clone(), vec![], 405),
+    ];
+    for (path, form, want) in &posts {
+        let reply = ui.submit(path, form);
+        assert_eq!(reply.status, *want, "POST {path} {form:?}: {}", reply.body);
+        assert!(!reply.error().is_empty(), "POST {path}");
+    }
+    let reply = ui.submit(&format!("{pid}/reschedule"), &[("run_at", "not a time")]);
+    assert!(reply.error().contains("22007"), "{}", reply.error());
+    assert_eq!(snapshot(&mut db), before, "bad input changed nothing");
+}
+
+#[test]
+fn database_values_are_escaped() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_xss");
+    let queue = format!("x{XSS}");
+    let id = enqueue(
+        &mut db,
+        Enqueue::new(&queue)
+            .key(XSS)
+            .payload(json!({ "html": XSS }))
+            .max_attempts(1),
+    );
+    let claim = ok(
+        calls::claim_key(&mut db, &queue, XSS, XSS, "1 hour"),
+        "claim",
+    )
+    .expect("claimable");
+    assert!(ok(
+        calls::fail(&mut db, &claim.token(XSS), XSS, None),
+        "fail"
+    ));
+    // Paused, so that the flash of a pause (which names the queue) shows.
+    assert!(ok(calls::pause(&mut db, &queue), "pause"));
+    let ui = Ui::on(&cluster.connection_string("ui_xss"));
+    let encoded: String = queue
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let item = format!("/items/{id}");
+    let flash = format!("/?done=paused&queue={encoded}");
+    let search = format!("/queues/{encoded}?key=x{encoded}");
+    let mut pages = vec![
+        ("/", 200),
+        (item.as_str(), 200),
+        (flash.as_str(), 200),
+        (search.as_str(), 404),
+        ("/queues/%3Cscript%3Ealert(1)%3C%2Fscript%3E", 404),
+    ];
+    let items = format!("/queues/{encoded}");
+    let failed = format!("/queues/{encoded}?state=failed");
+    if work_items_installed(&mut db) {
+        pages.push((items.as_str(), 200));
+        pages.push((failed.as_str(), 200));
+    }
+    for (path, want) in pages {
+        let reply = ui.get(path);
+        assert_eq!(reply.status, want, "{path}: {}", reply.body);
+        assert!(
+            !reply.body.contains(XSS),
+            "{path} has a raw script: {}",
+            reply.body
+        );
+        assert!(
+            reply.body.contains(XSS_ESCAPED),
+            "{path} shows the value as text: {}",
+            reply.body
+        );
+    }
+    let page = ui.get(&flash).body;
+    assert!(
+        section(&page, "<p id=\"flash\">", "</p>").contains(XSS_ESCAPED),
+        "{page}"
+    );
+    let page = ui.get(&item).body;
+    let payload_start = page.find("<pre id=\"payload\">").expect("payload");
+    assert!(page[payload_start..].contains(XSS_ESCAPED));
+    assert!(page.contains("<table id=\"errors\">"));
+}
+
+/// Whether the installed extension has `work_items` (0.11.0).
+fn work_items_installed(db: &mut postgres::Client) -> bool {
+    db.query_one(
+        "SELECT pg_catalog.to_regprocedure('workfence.work_items(text, text, bigint, integer)') IS NOT NULL",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+#[test]
+fn cross_site_posts_are_refused_and_change_nothing() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_csrf");
+    let id = failed_item(&mut db, "c", "k", "boom");
+    let ui = Ui::on(&cluster.connection_string("ui_csrf"));
+    let token = ui.token();
+    let own = ui.base.clone();
+    let retry = format!("/items/{id}/retry");
+    let refused: Vec<(Fields, Fields)> = vec![
+        // A form of another site, even with the right token.
+        (
+            vec![("csrf", &token)],
+            vec![("Origin", "http://evil.example")],
+        ),
+        (vec![("csrf", &token)], vec![("Origin", "null")]),
+        (
+            vec![("csrf", &token)],
+            vec![("Sec-Fetch-Site", "cross-site")],
+        ),
+        // No token, or a wrong one, from our own origin.
+        (vec![], vec![("Origin", &own)]),
+        (vec![("csrf", "guessed")], vec![("Origin", &own)]),
+        (vec![("csrf", "")], vec![]),
+    ];
+    for (form, headers) in &refused {
+        let reply = ui.post(&retry, form, headers);
+        assert_eq!(reply.status, 403, "{form:?} {headers:?}: {}", reply.body);
+        assert!(reply.error().contains("Refused"), "{}", reply.error());
+        assert_eq!(state_of(&mut db, id), "failed");
+    }
+    for path in ["/queues/c/pause", "/items/1/cancel"] {
+        assert_eq!(
+            ui.post(path, &[], &[("Origin", "http://evil.example")])
+                .status,
+            403
+        );
+    }
+    assert!(!ok(calls::queue_stats(&mut db), "stats")[0].paused);
+
+    // The same form from the dashboard's own page goes through.
+    let reply = ui.post(
+        &retry,
+        &[("csrf", &token)],
+        &[("Origin", &own), ("Sec-Fetch-Site", "same-origin")],
+    );
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert_eq!(
+        reply.location.as_deref(),
+        Some(format!("/items/{id}?done=retried").as_str())
+    );
+    assert_eq!(state_of(&mut db, id), "pending");
+    // Without Origin (an older browser) the token alone is enough.
+    let reply = ui.post("/queues/c/pause", &[("csrf", &token)], &[]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert!(ok(calls::queue_stats(&mut db), "stats")[0].paused);
+    let page = ui.get(reply.location.as_deref().unwrap());
+    assert!(
+        page.body.contains("<p id=\"flash\">Paused queue c"),
+        "{}",
+        page.body
+    );
+}
+
+#[test]
+fn actions_go_through_the_extensions_functions() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_actions");
+    let later = enqueue(
+        &mut db,
+        Enqueue::new("a")
+            .key("later")
+            .run_at(RunAt::In("1 day".into())),
+    );
+    let other = enqueue(
+        &mut db,
+        Enqueue::new("a")
+            .key("other")
+            .run_at(RunAt::In("1 day".into())),
+    );
+    let doomed = enqueue(&mut db, Enqueue::new("a").key("doomed"));
+    let failed = failed_item(&mut db, "a", "failed", "it broke");
+    let ui = Ui::on(&cluster.connection_string("ui_actions"));
+    let due = |db: &mut postgres::Client, id: i64| -> bool {
+        db.query_one(
+            "SELECT i.run_at <= pg_catalog.now() FROM workfence.work_item($1::int8) AS i",
+            &[&id],
+        )
+        .unwrap()
+        .get(0)
+    };
+
+    // The page offers what the item's state allows.
+    let page = ui.get(&format!("/items/{later}")).body;
+    for action in ["run-now", "reschedule", "cancel"] {
+        assert!(
+            page.contains(&format!("data-action=\"{action}\"")),
+            "{action}: {page}"
+        );
+    }
+    assert!(!page.contains("data-action=\"retry\""));
+    assert!(ui
+        .get(&format!("/items/{failed}"))
+        .body
+        .contains("data-action=\"retry\""));
+
+    assert!(!due(&mut db, later));
+    let reply = ui.submit(&format!("/items/{later}/run-now"), &[]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert!(due(&mut db, later));
+
+    let reply = ui.submit(&format!("/items/{later}/reschedule"), &[("delay", "3600")]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert!(!due(&mut db, later));
+    let reply = ui.submit(
+        &format!("/items/{other}/reschedule"),
+        &[("run_at", "2001-02-03T04:05"), ("delay", "")],
+    );
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    let run_at: String = db
+        .query_one(
+            "SELECT pg_catalog.to_char(pg_catalog.timezone('UTC', i.run_at), 'YYYY-MM-DD HH24:MI') \
+             FROM workfence.work_item($1::int8) AS i",
+            &[&other],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(run_at, "2001-02-03 04:05");
+
+    assert_eq!(
+        ui.submit(&format!("/items/{doomed}/cancel"), &[]).status,
+        303
+    );
+    assert_eq!(state_of(&mut db, doomed), "cancelled");
+    let reply = ui.submit(&format!("/items/{doomed}/cancel"), &[]);
+    assert_eq!(reply.status, 409);
+    assert!(reply.error().contains("cancelled"), "{}", reply.error());
+
+    let reply = ui.submit(&format!("/items/{failed}/retry"), &[]);
+    assert_eq!(reply.status, 303);
+    assert_eq!(state_of(&mut db, failed), "pending");
+    let page = ui.get(reply.location.as_deref().unwrap()).body;
+    assert!(page.contains("<p id=\"flash\">Retried"), "{page}");
+    assert!(page.contains("it broke"), "the error history stays: {page}");
+
+    assert_eq!(ui.submit("/queues/a/pause", &[]).status, 303);
+    let page = ui.get("/").body;
+    assert!(page.contains("data-action=\"resume\""), "{page}");
+    assert_eq!(ui.submit("/queues/a/pause", &[]).status, 409);
+    assert_eq!(ui.submit("/queues/a/resume", &[]).status, 303);
+    assert!(!ok(calls::queue_stats(&mut db), "stats")[0].paused);
+}
+
+#[test]
+fn the_item_page_explains_the_lease() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_lease");
+    let id = enqueue(
+        &mut db,
+        Enqueue::new("l").key("held").payload(json!({"a": [1, 2]})),
+    );
+    let claim = ok(
+        calls::claim_key(&mut db, "l", "held", "worker-7", "1 hour"),
+        "claim",
+    )
+    .expect("claimable");
+    let fresh = enqueue(&mut db, Enqueue::new("l").key("fresh"));
+    let ui = Ui::on(&cluster.connection_string("ui_lease"));
+    let page = ui.get(&format!("/items/{id}")).body;
+    assert!(page.contains("<span id=\"state\">claimed</span>"), "{page}");
+    let lease = section(&page, "<p id=\"lease-status\">", "</p>");
+    assert!(lease.starts_with("current: the holder's token"), "{lease}");
+    assert!(lease.contains(&format!("epoch {}", claim.epoch)), "{lease}");
+    assert!(section(&page, "<dl id=\"lease\">", "</dl>").contains("worker-7"));
+    assert!(section(&page, "<pre id=\"payload\">", "</pre>").contains("&quot;a&quot;: ["));
+    let page = ui.get(&format!("/items/{fresh}")).body;
+    assert!(section(&page, "<p id=\"lease-status\">", "</p>").starts_with("no lease"));
+
+    let token = Token::new(id, "worker-7", claim.epoch);
+    assert!(ok(
+        calls::finish(&mut db, &token, Some(&json!({"ok": true}))),
+        "finish"
+    ));
+    let page = ui.get(&format!("/items/{id}")).body;
+    assert!(
+        section(&page, "<p id=\"lease-status\">", "</p>").starts_with("finished: the item is done")
+    );
+    assert!(section(&page, "<pre id=\"result\">", "</pre>").contains("&quot;ok&quot;: true"));
+}
+
+/// The text between `start` and the next `end` after it.
+fn section<'a>(page: &'a str, start: &str, end: &str) -> &'a str {
+    let from = page
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start} in {page}"))
+        + start.len();
+    let to = page[from..].find(end).expect("end") + from;
+    &page[from..to]
+}
+
+#[test]
+fn a_monitoring_role_sees_no_actions_and_is_refused_by_the_server() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_monitor");
+    let id = failed_item(&mut db, "mon", "k", "boom");
+    let ui = Ui::on(&dsn_as(&cluster, "ui_monitor", "ui_watcher"));
+    let page = ui.get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("id=\"read-only\""), "{}", page.body);
+    assert!(page.body.contains("data-queue=\"mon\""));
+    assert!(page.body.contains("as role <code>ui_watcher</code>"));
+    for path in ["/".to_owned(), format!("/items/{id}")] {
+        let page = ui.get(&path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert!(
+            !page.body.contains("method=\"post\""),
+            "{path}: {}",
+            page.body
+        );
+        assert!(!page.body.contains("data-action"), "{path}");
+        assert!(page.body.contains("id=\"read-only\""), "{path}");
+    }
+    // The lease sentence is read from the item: no EXECUTE on work_lease_status.
+    let page = ui.get(&format!("/items/{id}")).body;
+    assert!(section(&page, "<p id=\"lease-status\">", "</p>")
+        .contains("may not call work_lease_status"));
+
+    for path in [format!("/items/{id}/retry"), "/queues/mon/pause".to_owned()] {
+        let reply = ui.submit(&path, &[]);
+        assert_eq!(reply.status, 403, "{path}: {}", reply.body);
+        let error = reply.error();
+        assert!(error.contains("42501"), "{error}");
+        assert!(error.contains("permission denied"), "{error}");
+    }
+    assert_eq!(state_of(&mut db, id), "failed");
+
+    // An operator (monitor + operator groups) may retry, and has no cancel.
+    let ui = Ui::on(&dsn_as(&cluster, "ui_monitor", "ui_operator"));
+    let page = ui.get(&format!("/items/{id}")).body;
+    assert!(page.contains("data-action=\"retry\""), "{page}");
+    assert!(!page.contains("id=\"read-only\""), "{page}");
+    assert_eq!(ui.submit(&format!("/items/{id}/retry"), &[]).status, 303);
+    assert_eq!(state_of(&mut db, id), "pending");
+    let page = ui.get(&format!("/items/{id}")).body;
+    assert!(!page.contains("data-action=\"cancel\""), "{page}");
+    let reply = ui.submit(&format!("/items/{id}/cancel"), &[]);
+    assert_eq!(reply.status, 403);
+    assert!(reply.error().contains("42501"));
+}
+
+#[test]
+fn queue_grants_make_a_queue_read_only() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_queue_grants");
+    failed_item(&mut db, "team.a", "k", "boom");
+    failed_item(&mut db, "team.b", "k", "boom");
+    ok(
+        db.batch_execute(
+            "SELECT workfence.work_grant('read', 'team.*', 'ui_operator');
+             SELECT workfence.work_grant('operate', 'team.a', 'ui_operator');
+             SELECT workfence.work_enforce_grants(true);",
+        ),
+        "queue grants",
+    );
+    let ui = Ui::on(&dsn_as(&cluster, "ui_queue_grants", "ui_operator"));
+    let page = ui.get("/").body;
+    let row = |q: &str| section(&page, &format!("data-queue=\"{q}\""), "</tr>").to_owned();
+    assert!(row("team.a").contains("data-action=\"pause\""), "{page}");
+    assert!(!row("team.b").contains("data-action"), "{page}");
+    let reply = ui.submit("/queues/team.b/pause", &[]);
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    assert!(reply.error().contains("42501"));
+}
+
+#[test]
+fn the_items_page_pages_by_keyset_and_finds_keys() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_items");
+    if !work_items_installed(&mut db) {
+        panic!("workfence.work_items is not installed (pg_workfence 0.11.0 is needed)");
+    }
+    ok(
+        db.batch_execute(
+            "SELECT workfence.work_enqueue('big', key => 'k' || g) FROM pg_catalog.generate_series(1, 120) AS g",
+        ),
+        "120 items",
+    );
+    failed_item(&mut db, "big", "broken", "went wrong");
+    let ui = Ui::on(&cluster.connection_string("ui_items"));
+
+    let mut seen = Vec::new();
+    let mut path = "/queues/big".to_owned();
+    let mut pages = 0;
+    loop {
+        let reply = ui.get(&path);
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        let ids = row_ids(&reply.body);
+        assert!(ids.len() <= 50, "{path}");
+        seen.extend(ids);
+        pages += 1;
+        match next_link(&reply.body) {
+            Some(next) => path = next.replace("&amp;", "&"),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen.len(), 121);
+    let mut sorted = seen.clone();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(seen, sorted, "every item once, newest first");
+
+    let failed = ui.get("/queues/big?state=failed").body;
+    assert_eq!(row_ids(&failed).len(), 1);
+    assert!(failed.contains("went wrong"));
+    assert!(next_link(&failed).is_none());
+    let pending = ui.get("/queues/big?state=pending").body;
+    let first_page = row_ids(&pending);
+    assert_eq!(first_page.len(), 50);
+    let next = next_link(&pending)
+        .expect("a next page")
+        .replace("&amp;", "&");
+    assert!(next.contains("state=pending"), "{next}");
+    assert!(
+        next.ends_with(&format!("after={}", first_page[49])),
+        "{next}"
+    );
+
+    let reply = ui.get("/queues/big?key=k7");
+    assert_eq!(reply.status, 303);
+    let id: i64 = db
+        .query_one(
+            "SELECT i.id FROM workfence.work_item('big', 'k7') AS i",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        reply.location.as_deref(),
+        Some(format!("/items/{id}").as_str())
+    );
+    let reply = ui.get("/queues/big?key=k999");
+    assert_eq!(reply.status, 404);
+    assert!(
+        reply.error().contains("no item with key"),
+        "{}",
+        reply.error()
+    );
+}
+
+/// The ids of the rows of `<table id="items">`.
+fn row_ids(page: &str) -> Vec<i64> {
+    page.match_indices("<tr data-id=\"")
+        .map(|(at, m)| {
+            let rest = &page[at + m.len()..];
+            rest[..rest.find('"').unwrap()].parse().unwrap()
+        })
+        .collect()
+}
+
+fn next_link(page: &str) -> Option<String> {
+    let marker = "<a id=\"next\" href=\"";
+    let start = page.find(marker)? + marker.len();
+    Some(page[start..start + page[start..].find('"')?].to_owned())
+}
+
+#[test]
+fn a_hot_standby_is_shown_read_only() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_standby");
+    let id = failed_item(&mut db, "s", "k", "boom");
+    let standby = ok(cluster.standby(scratch()), "starting a hot standby");
+    let ui = Ui::on(&standby.connection_string("ui_standby"));
+    let page = ui.get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("id=\"read-only\""), "{}", page.body);
+    assert!(page.body.contains("hot standby"), "{}", page.body);
+    assert!(page.body.contains("data-queue=\"s\""));
+    let mut paths = vec![format!("/items/{id}"), "/metrics".to_owned()];
+    if work_items_installed(&mut db) {
+        paths.push("/queues/s".to_owned());
+    }
+    for path in &paths {
+        let page = ui.get(path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert!(!page.body.contains("method=\"post\""), "{path}");
+    }
+    let reply = ui.submit(&format!("/items/{id}/retry"), &[]);
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(reply.error().contains("25006"), "{}", reply.error());
+    assert_eq!(state_of(&mut db, id), "failed");
+}
+
+#[test]
+fn a_database_that_is_down_is_a_503_page() {
+    // A port nobody listens on.
+    let port = {
+        let listener = ok(std::net::TcpListener::bind("127.0.0.1:0"), "a free port");
+        ok(listener.local_addr(), "its address").port()
+    };
+    let ui = Ui::on(&format!(
+        "host=127.0.0.1 port={port} user=postgres dbname=postgres connect_timeout=2"
+    ));
+    for path in ["/", "/metrics", "/items/1", "/queues/q"] {
+        let reply = ui.get(path);
+        assert_eq!(reply.status, 503, "{path}: {}", reply.body);
+        assert!(reply.error().contains("connection"), "{}", reply.error());
+    }
+    // Input is still checked first where it can be.
+    assert_eq!(ui.get("/items/abc").status, 400);
+}
+
+#[test]
+fn throughput_is_counted_since_the_dashboard_started_watching() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_throughput");
+    for i in 0..3 {
+        enqueue(&mut db, Enqueue::new("t").key(format!("k{i}")));
+    }
+    let ui = Ui::on(&cluster.connection_string("ui_throughput"));
+    let cell = |ui: &Ui| {
+        let page = ui.get("/").body;
+        let row = section(&page, "data-queue=\"t\"", "</tr>").to_owned();
+        strip_tags(&format!(
+            "<{}",
+            section(&row, "<td class=\"throughput\"", "</td>")
+        ))
+    };
+    assert_eq!(cell(&ui), "—", "one reading is no rate");
+    for claim in ok(
+        calls::claim(&mut db, "t", "w", "1 hour", Some(3), None),
+        "claim",
+    ) {
+        assert!(ok(
+            calls::finish(&mut db, &claim.token("w"), None),
+            "finish"
+        ));
+    }
+    // Readings closer than a second replace each other: read until two are
+    // a second apart (there is no event to wait for but time).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = cell(&ui);
+        if text.ends_with("/min") {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "no rate: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let rate: f64 = text.trim_end_matches("/min").parse().expect("a number");
+    assert!(rate > 0.0, "{text}");
+}
