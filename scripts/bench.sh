@@ -10,7 +10,9 @@
 #                              docs/flow-control.md (.csv: serial groups and
 #                              concurrency limits), docs/sustained.md (.csv,
 #                              .png: 10 minutes of load) and
-#                              docs/clients-bench.md (the worker libraries)
+#                              docs/clients-bench.md (the worker libraries),
+#                              docs/dashboard-render.md (the dashboard's pages
+#                              on a million items)
 #   scripts/bench.sh --quick   a smoke run (under 2 min once built) into
 #                              target/bench-quick/; scripts/test.sh runs it
 #
@@ -55,7 +57,7 @@ bash bench/peers/node/install.sh
 bash bench/peers/python/install.sh
 bash bench/peers/awa/install.sh
 stage "build the driver"
-cargo build --release --locked -p workfence-bench
+cargo build --release --locked -p workfence-bench -p workfence-ui
 
 # shellcheck source=cluster.sh
 . scripts/cluster.sh
@@ -93,4 +95,9 @@ bench/peers/python/.venv/bin/python bench/plot_sustained.py "$out/sustained.csv"
 # target/bench-quick/clients-bench.md.
 stage "worker libraries' overhead -> $out/clients-bench.md"
 bash scripts/client-bench.sh "${lp_args[@]}" --out "$out/clients-bench.md"
-stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, flow-control.md, flow-control.csv, sustained.md, sustained.csv, sustained.png, clients-bench.md"
+# The dashboard (issue 18): every page of workfence-ui timed on a queue of a
+# million items (20,000 in --quick): docs/dashboard-render.md, or
+# target/bench-quick/dashboard-render.md.
+stage "dashboard render times -> $out/dashboard-render.md"
+WORKFENCE_SCRATCH="$scratch" target/release/workfence-ui-bench "${lp_args[@]}" --out "$out/dashboard-render.md"
+stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, flow-control.md, flow-control.csv, sustained.md, sustained.csv, sustained.png, clients-bench.md, dashboard-render.md"

@@ -20,7 +20,10 @@
 #                   is the client side (soak, examples, model), and but for the
 #                   tests through a PL/Proxy router (every test with "router" in
 #                   its name: there is no PL/Proxy for the PG 18 wheel)
-#   9. libraries    scripts/client-tests.sh: the worker libraries' own suites
+#   9. dashboard    cargo test -p workfence-ui: the dashboard's HTTP tests and its
+#                   real-browser tests (headless Chromium through chromedriver),
+#                   screenshots into target/dashboard-screenshots/
+#   9b. libraries   scripts/client-tests.sh: the worker libraries' own suites
 #                   (clients/python: pytest, clients/node: node --test,
 #                   clients/rust: cargo test) and the Go example's (go test),
 #                   unit tests and integration tests on a throwaway cluster
@@ -120,6 +123,26 @@ done
 WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \
     cargo test -p workfence-harness --release "${pg18_tests[@]}" -- --skip router
 
+stage "dashboard: cargo test -p workfence-ui (HTTP and real-browser tests, PostgreSQL 15)"
+# The real workfence-ui binary against throwaway clusters (a hot standby
+# too): every route over HTTP, /metrics parsed, bad input, cross-site POSTs;
+# then Debian's Chromium through chromedriver (WebDriver) clicks through the
+# pages and saves a screenshot of each into target/dashboard-screenshots/.
+# The UI's SQL is the extension's functions, tested on both majors above.
+WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/dashboard" \
+    cargo test -p workfence-ui --release
+for page in queues items item; do
+    if [ ! -s "target/dashboard-screenshots/$page.png" ]; then
+        echo "the browser tests saved no screenshot of the $page page" >&2
+        exit 1
+    fi
+    if [ ! -s "docs/screenshots/$page.png" ] || ! grep -q "docs/screenshots/$page.png" README.md; then
+        echo "README.md shows no docs/screenshots/$page.png" \
+            "(WORKFENCE_UPDATE_SCREENSHOTS=1 cargo test -p workfence-ui --release --test browser writes it)" >&2
+        exit 1
+    fi
+done
+
 stage "worker libraries: scripts/client-tests.sh (pytest, node --test, cargo test, go test)"
 bash scripts/client-tests.sh
 
@@ -150,6 +173,13 @@ for minute in 1 2 3; do
         exit 1
     fi
 done
+# A row per page: median and slowest ms, bytes.
+for page in "queues" "items, pending, deep" "item (failed, with history)"; do
+    if ! grep -qF "| $page | " target/bench-quick/dashboard-render.md; then
+        echo "the dashboard smoke run wrote no render time for $page" >&2
+        exit 1
+    fi
+done
 for lang in python node rust; do
     if ! grep -qE "^\| $lang \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+\.[0-9]{2} \|$" target/bench-quick/clients-bench.md; then
         echo "the worker libraries' smoke run wrote no overhead figures for $lang" >&2
@@ -166,10 +196,10 @@ done
 
 stage "every binary answers --help"
 cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example \
-    -p workfence
+    -p workfence -p workfence-ui
 for binary in workfence-worker workfence-soak-worker workfence-demo workfence-bench \
     workfence-long-poll workfence-router-bench workfence-flow workfence-sustained \
-    workfence-example-worker workfence-client-bench; do
+    workfence-example-worker workfence-client-bench workfence-ui workfence-ui-bench; do
     # Read all of the output before matching: `grep -q` closing the pipe at
     # the first match must not turn into the binary's EPIPE.
     usage_text=$("target/release/$binary" --help)

@@ -95,12 +95,12 @@ fn mixed_queue(c: &mut Client) {
         common::enqueue_new(
             c,
             &Enqueue::new("mixed")
-                .key(&format!("k{n}"))
+                .key(format!("k{n}"))
                 .priority(n % 3)
                 .run_at(run_at)
                 .max_attempts(1),
         );
-        common::enqueue_new(c, &Enqueue::new("other").key(&format!("k{n}")));
+        common::enqueue_new(c, &Enqueue::new("other").key(format!("k{n}")));
     }
     // Claim 20 (the due ones first), then settle them in four ways.
     let claimed = ok(
@@ -237,7 +237,7 @@ fn a_page_after_an_item_that_left_the_order_is_empty_and_the_first_page_shows_it
 fn a_page_reads_its_own_snapshot_a_claim_between_pages_moves_the_item() {
     let (_cluster, mut c) = database("between_pages");
     for n in 0..6 {
-        common::enqueue_new(&mut c, &Enqueue::new("q").key(&format!("k{n}")));
+        common::enqueue_new(&mut c, &Enqueue::new("q").key(format!("k{n}")));
     }
     let pending = |c: &mut Client, after| {
         ok(

@@ -947,7 +947,10 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
                 after: Some(last.id),
                 ..page
             };
-            ok(calls::items(hostile, &ops, &next), "work_items, the next page");
+            ok(
+                calls::items(hostile, &ops, &next),
+                "work_items, the next page",
+            );
         }
     }
     let stats = ok(calls::queue_stats(hostile), "stats");
