@@ -9,21 +9,29 @@
 //!
 //! | state | order | index |
 //! |---|---|---|
-//! | NULL (all) | newest first: `id` descending | the primary key |
+//! | NULL (all) | by key, descending (generated keys are UUIDv7: newest first) | the unique `(queue, key)` index |
 //! | `pending` | claim order: `priority, run_at, id` | `items_due_idx` |
 //! | `claimed` | soonest lease end first: `lease_until, id` (lapsed leases on top) | `items_lease_idx` |
 //! | `done`, `failed`, `cancelled` | newest finish first: `finished_at, id` descending | `items_finished_idx` |
 //!
 //! No index is added for it: every claim and finish would pay for its upkeep
 //! (docs/benchmarks.md counts what one index costs a claim → finish). The
-//! price is in the rare case: listing a state the queue has few items of,
-//! among many finished items of other queues, reads those too.
+//! price is in one case: `items_finished_idx` holds the finished items of
+//! every queue by `finished_at` alone, so a page of `done`, `failed` or
+//! `cancelled` passes over the finished items, of this queue's other
+//! states and of other queues, that finished after the ones it returns. A
+//! state rare among many finished items reads many index entries and rows
+//! for its page (docs/dashboard-render.md measures it); a queue with none
+//! of that state reads them all.
 //!
 //! The page after one starts after the item `after` at that item's place
 //! in the order as it is now (its row's sort key, read in the same
-//! statement, before the scan: the scan starts there). An item whose sort key is gone (a retried item has no
-//! `finished_at`; a purged one has no row) ends the listing: an empty page,
-//! after which a reader starts again from the first page. Pages of items
+//! statement, before the scan: the scan starts there), also when it has
+//! left the listed state since (a claimed pending item keeps its priority
+//! and run_at). Only a sort key that is gone ends the listing with an empty
+//! page: a purged item (no row), a claimed item finished or handed back
+//! (no `lease_until`), a finished one retried (no `finished_at`), or an id
+//! of another queue; a reader then starts again from the first page. Pages of items
 //! that change while they are read may repeat or skip an item, as any
 //! listing of live rows does; each page is one statement's snapshot.
 
@@ -65,15 +73,30 @@ macro_rules! cursor {
     };
 }
 
-// Every item of queue `$1`, newest first, after item `$2`.
+// Every item of queue `$1` by key, descending, after item `$2`: a range of
+// the unique (queue, key) index, so a queue with few items (or none) is
+// answered from its own part of the index, whatever the other queues hold.
+// Text has no greatest value to stand for "from the start", so the first
+// page is a statement of its own (LIST_ALL_FIRST).
 static LIST_ALL: Statement<ListParams> = Statement::new(concat!(
     listed_columns!(),
     r#"
  WHERE i.queue OPERATOR(pg_catalog.=) $1
-   AND i.id OPERATOR(pg_catalog.<) "#,
-    cursor!("id", "9223372036854775807::pg_catalog.int8"),
+   AND i.key OPERATOR(pg_catalog.<) "#,
+    cursor!("key", "NULL::pg_catalog.text"),
     r#"
- ORDER BY i.id DESC
+ ORDER BY i.key DESC
+ LIMIT $3
+"#
+));
+
+// The first page of LIST_ALL (`$2` is NULL and not read).
+static LIST_ALL_FIRST: Statement<ListParams> = Statement::new(concat!(
+    listed_columns!(),
+    r#"
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND $2::pg_catalog.int8 IS NULL
+ ORDER BY i.key DESC
  LIMIT $3
 "#
 ));
@@ -261,18 +284,19 @@ fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
 /// finished_at timestamptz, group_key text, last_error text)`: at most
 /// `max` rows (1 to 1000).
 ///
-/// `state` NULL lists every item of the queue, newest first (`id`
-/// descending); `pending` in claim order (`priority, run_at, id`: the next
-/// to be claimed first; those with `run_at` in the future are the
-/// scheduled ones); `claimed` soonest lease end first (`lease_until, id`:
-/// lapsed leases on top; a hung job is one whose `claimed_at` is long
-/// ago); `done`,
-/// `failed` (the dead letters) and `cancelled` newest finish first
+/// `state` NULL lists every item of the queue by key, descending (a
+/// generated key is a UUIDv7, so those come newest first); `pending` in
+/// claim order (`priority, run_at, id`; one with `run_at` in the future,
+/// a scheduled one, is passed over by claims until it is due); `claimed`
+/// soonest lease end first (`lease_until, id`: lapsed leases on top; a
+/// hung job is one whose `claimed_at` is long ago); `done`, `failed` (the
+/// dead letters) and `cancelled` newest finish first
 /// (`finished_at, id` descending). `after` is the id of the last row of the
 /// previous page (NULL: the first page); the page continues after that
-/// item's place in the order as it is now, and is empty when the item has
-/// left the order meanwhile (purged, finished, or retried out of `failed`): start
-/// from the first page again. `last_error` is the `error` of the newest
+/// item's place in the order as it is now (its sort key, even after it
+/// left the listed state); the page is empty when that sort key is gone (a
+/// purged item, a claimed one no longer claimed, a finished one retried):
+/// start from the first page again. `last_error` is the `error` of the newest
 /// entry of the item's history (`errors` of `work_item`), NULL without
 /// one. The payload and result are not listed: `work_item(id)` reads them.
 ///
@@ -324,6 +348,9 @@ pub fn work_items(
             max,
         };
         Spi::connect_mut(|client| match listing {
+            Listing::All if after.is_none() => {
+                plans::run(client, &LIST_ALL_FIRST, params, read_listed)
+            }
             Listing::All => plans::run(client, &LIST_ALL, params, read_listed),
             Listing::Pending => plans::run(client, &LIST_PENDING, params, read_listed),
             Listing::Claimed => plans::run(client, &LIST_CLAIMED, params, read_listed),

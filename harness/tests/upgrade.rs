@@ -21,7 +21,7 @@ mod common;
 
 use common::ok;
 use postgres::Client;
-use workfence_harness::calls::{self, Enqueue, Token};
+use workfence_harness::calls::{self, Enqueue, SqlState, Token};
 
 /// The released versions, whose frozen install scripts are in `sql/`.
 const RELEASED: [&str; 10] = [
@@ -772,4 +772,61 @@ fn a_session_from_before_the_update_to_0_6_0_sees_pauses_after_it() {
     );
     assert!(ok(calls::resume(&mut operator, "q"), "resume"));
     assert_eq!(common::claim_count(&mut worker, "q"), 1);
+}
+
+/// A monitoring role set up on 0.10.0 as docs/operations.md says (the view,
+/// `queue_counters`, both `work_item`s) lists items after the update to
+/// 0.11.0: the update grants `work_items` to whoever may execute
+/// `work_item(bigint)`, with the grant option if it had it, and to no one
+/// else.
+#[test]
+fn the_update_to_0_11_0_lets_a_monitor_list_items() {
+    let cluster = common::shared_cluster();
+    ok(cluster.create_database("monitor_lists"), "create database");
+    let mut admin = ok(cluster.connect_to("monitor_lists"), "connect");
+    ok(
+        admin.batch_execute(
+            "DROP EXTENSION pg_workfence;
+             CREATE EXTENSION pg_workfence VERSION '0.10.0';
+             CREATE ROLE upgrade11_monitor LOGIN;
+             CREATE ROLE upgrade11_lead LOGIN;
+             CREATE ROLE upgrade11_stranger LOGIN;
+             GRANT USAGE ON SCHEMA workfence
+                TO upgrade11_monitor, upgrade11_lead, upgrade11_stranger;
+             GRANT SELECT ON workfence.work_queue_stats TO upgrade11_monitor;
+             GRANT EXECUTE ON FUNCTION workfence.queue_counters, workfence.work_item(text, text),
+                   workfence.work_item(bigint) TO upgrade11_monitor;
+             GRANT EXECUTE ON FUNCTION workfence.work_item(bigint)
+                TO upgrade11_lead WITH GRANT OPTION;
+             SELECT workfence.work_enqueue('q', '{}', 'a');
+             ALTER EXTENSION pg_workfence UPDATE TO '0.11.0';",
+        ),
+        "0.10.0 with the guide's monitoring grants, updated",
+    );
+    let granted: Vec<String> = ok(
+        admin.query(
+            "SELECT a.grantee::regrole::text || CASE WHEN a.is_grantable THEN ' grantable' ELSE '' END
+               FROM pg_proc AS p, aclexplode(p.proacl) AS a
+              WHERE p.oid = 'workfence.work_items(text, text, bigint, integer)'::regprocedure
+                AND a.grantee <> p.proowner
+              ORDER BY 1",
+            &[],
+        ),
+        "the grants of work_items",
+    )
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    assert_eq!(granted, ["upgrade11_lead grantable", "upgrade11_monitor"]);
+    let mut monitor = common::connect_as(&cluster, "monitor_lists", "upgrade11_monitor", "upgrade");
+    let page = ok(
+        calls::items(&mut monitor, "q", &calls::Page::default()),
+        "work_items as the monitor",
+    );
+    assert_eq!(page.len(), 1);
+    let mut stranger =
+        common::connect_as(&cluster, "monitor_lists", "upgrade11_stranger", "upgrade");
+    let refused = calls::items(&mut stranger, "q", &calls::Page::default())
+        .expect_err("a role without work_item gets no work_items");
+    assert_eq!(refused.sqlstate(), Some("42501"));
 }
