@@ -49,6 +49,8 @@ macro_rules! ts {
 #[derive(Clone)]
 pub struct Db {
     pool: Pool,
+    /// Who the dashboard connects as, in words (`role "alice" to database "app"`).
+    who: String,
 }
 
 impl Db {
@@ -60,6 +62,7 @@ impl Db {
         let mut config: tokio_postgres::Config = dsn
             .parse()
             .map_err(|e| format!("--dsn is not a valid connection string: {e}"))?;
+        let who = who(config.get_user(), config.get_dbname());
         let options = format!(
             "{} -c statement_timeout={}",
             config.get_options().unwrap_or(""),
@@ -87,13 +90,31 @@ impl Db {
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| format!("cannot make the connection pool: {e}"))?;
-        Ok(Db { pool })
+        Ok(Db { pool, who })
     }
 
-    /// A connection from the pool (503 when none can be had).
+    /// A connection from the pool (503 when none can be had; a refused login
+    /// or a missing database says as whom, error.rs).
     pub async fn conn(&self) -> Result<Conn, AppError> {
-        Ok(Conn(self.pool.get().await?))
+        match self.pool.get().await {
+            Ok(object) => Ok(Conn(object)),
+            Err(e) => Err(AppError::from(e).connecting(&self.who)),
+        }
     }
+}
+
+/// Who a connection string connects as, in words: the role and the database
+/// (the defaults, as tokio-postgres takes them, when the string names none).
+fn who(user: Option<&str>, dbname: Option<&str>) -> String {
+    let role = match user {
+        Some(user) => format!("role {user:?}"),
+        None => "the operating system's user name".to_owned(),
+    };
+    let database = match (dbname, user) {
+        (Some(db), _) | (None, Some(db)) => format!("database {db:?}"),
+        (None, None) => "the database of that name".to_owned(),
+    };
+    format!("{role} to {database}")
 }
 
 /// One pooled connection; the queries are its methods.
@@ -319,10 +340,17 @@ const ITEMS: &str = concat!(
     "FROM workfence.work_items($1::text, $2::text, $3::int8, $4::int4) AS w"
 );
 
-const QUEUE_KNOWN: &str = "SELECT CASE \
-    WHEN EXISTS (SELECT 1 FROM workfence.work_items($1::text, NULL, NULL, 1)) THEN true \
-    ELSE EXISTS (SELECT 1 FROM workfence.work_queue_stats AS s \
-                  WHERE s.queue OPERATOR(pg_catalog.=) $1::text) END";
+// One row of the queue's items by key: a range of the unique (queue, key)
+// index, as cheap for a queue of a million items as for an empty one.
+const QUEUE_HAS_ITEMS: &str =
+    "SELECT EXISTS (SELECT 1 FROM workfence.work_items($1::text, NULL, NULL, 1))";
+
+// The last resort, for a queue with no items: whether it has settings (a
+// pause, limits), which only work_queue_stats shows. The view counts every
+// item of every queue (its cost, README.md), so it is asked only when the
+// queue has no items.
+const QUEUE_HAS_SETTINGS: &str = "SELECT EXISTS (SELECT 1 FROM workfence.work_queue_stats AS s \
+    WHERE s.queue OPERATOR(pg_catalog.=) $1::text)";
 
 const ITEM: &str = concat!(
     "SELECT i.id::int8, i.queue::text, i.key::text, i.state::text, i.priority::int8, ",
@@ -411,7 +439,8 @@ impl Conn {
     }
 
     /// A page of `queue`'s items: at most `max` rows after item `after`, in
-    /// the order of `work_items` for `state`.
+    /// the order of `work_items` for `state` (every state: by key,
+    /// descending; pages::listing_order).
     pub async fn items(
         &self,
         queue: &str,
@@ -442,9 +471,16 @@ impl Conn {
     }
 
     /// Whether `queue` has items or settings the role may read (called when a
-    /// page of it came back empty: an empty queue or an unknown one).
+    /// page of it came back empty: an empty queue or an unknown one, and
+    /// before a pause or resume). Items are looked for first, in the
+    /// queue's own part of the (queue, key) index; only a queue with no
+    /// items is looked for among the settings, through `work_queue_stats`,
+    /// which reads every item: a 404 for a queue with no items costs that.
     pub async fn queue_known(&self, queue: &str) -> Result<bool, AppError> {
-        Ok(self.one(QUEUE_KNOWN, &[&queue]).await?.try_get(0)?)
+        if self.flag(QUEUE_HAS_ITEMS, &[&queue]).await? {
+            return Ok(true);
+        }
+        self.flag(QUEUE_HAS_SETTINGS, &[&queue]).await
     }
 
     /// `work_may('operate', queue)`: whether queue grants let the role operate the queue.
@@ -553,6 +589,19 @@ mod tests {
         assert_eq!(e[0].error, "<b>boom</b>");
         assert_eq!(e[1].owner, "");
         assert!(ErrorEntry::from_json(&Value::Null).is_empty());
+    }
+
+    #[test]
+    fn who_a_connection_string_connects_as() {
+        assert_eq!(
+            who(Some("alice"), Some("app")),
+            "role \"alice\" to database \"app\""
+        );
+        assert_eq!(
+            who(Some("alice"), None),
+            "role \"alice\" to database \"alice\""
+        );
+        assert!(who(None, Some("app")).ends_with("to database \"app\""));
     }
 
     #[test]

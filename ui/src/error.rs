@@ -1,9 +1,11 @@
 //! What can go wrong in a request, and the status and page each answers with.
 //!
 //! Errors a user causes (a bad id, an unknown queue, a refused action) are
-//! 4xx pages with a clear message; a database that cannot be reached is a
-//! 503 page. The server's errors keep their SQLSTATE and message, which the
-//! page shows in `<p id="error">`.
+//! 4xx pages with a clear message; what only the dashboard's operator can
+//! fix (a database that cannot be reached, a refused login, a database that
+//! does not exist, an extension older than 0.11.0) is a 503 page saying
+//! what to do. The server's errors keep their SQLSTATE and message, which
+//! the page shows in `<p id="error">`.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -86,6 +88,36 @@ impl AppError {
         }
     }
 
+    /// The SQLSTATE, when the database server raised this error.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            AppError::Database { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// This error as met while connecting as `who` (a role and database in
+    /// words): a refused login or a missing database says who could not
+    /// connect (503); any other error is returned as it is.
+    pub fn connecting(self, who: &str) -> AppError {
+        match self {
+            AppError::Database {
+                code,
+                message,
+                detail,
+                hint,
+                ..
+            } if is_login_refusal(&code) => AppError::Database {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                message: format!("cannot connect as {who}: {message}"),
+                code,
+                detail,
+                hint,
+            },
+            other => other,
+        }
+    }
+
     /// The HTTP status of this error.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -98,16 +130,22 @@ impl AppError {
 /// The HTTP status for a server error of SQLSTATE `code`: 403 for 42501
 /// (insufficient privilege), 400 for data exceptions (class 22) and other
 /// bad arguments, 409 for states that forbid the action (a read-only
-/// standby, 55000, serialization failures), 503 for connection trouble,
-/// shutdowns, resource exhaustion and the statement timeout, 500 otherwise.
+/// standby, 55000, serialization failures), 503 for what the dashboard's
+/// operator must fix rather than its user (a refused login, class 28; a
+/// database that does not exist, 3D000; an extension older than the
+/// dashboard needs, 42883, or not installed, 3F000), for connection
+/// trouble, shutdowns, resource exhaustion and the statement timeout; 500
+/// otherwise.
 pub fn status_of_sqlstate(code: &str) -> StatusCode {
     match code {
         "42501" => StatusCode::FORBIDDEN,
-        "42704" | "42883" | "42P01" | "3F000" => StatusCode::INTERNAL_SERVER_ERROR,
+        "42883" | "3F000" | "3D000" => StatusCode::SERVICE_UNAVAILABLE,
+        "42704" | "42P01" => StatusCode::INTERNAL_SERVER_ERROR,
         "25006" | "55000" | "55P03" | "40001" | "40P01" => StatusCode::CONFLICT,
         "57014" => StatusCode::SERVICE_UNAVAILABLE,
         _ if code.starts_with("22") => StatusCode::BAD_REQUEST,
         _ if code.starts_with("08")
+            || code.starts_with("28")
             || code.starts_with("53")
             || code.starts_with("57P")
             || code.starts_with("58") =>
@@ -118,20 +156,50 @@ pub fn status_of_sqlstate(code: &str) -> StatusCode {
     }
 }
 
+/// What the dashboard's operator should do about a server error of
+/// SQLSTATE `code`, when the server's own message does not say: an
+/// extension too old (42883: a function the dashboard calls does not exist)
+/// or not installed (3F000: no schema `workfence`), a statement that ran
+/// out of time (57014).
+pub fn advice_of_sqlstate(code: &str) -> Option<&'static str> {
+    match code {
+        "42883" => Some(
+            "this dashboard needs pg_workfence 0.11.0 or later in this database: update the \
+             extension (ALTER EXTENSION pg_workfence UPDATE) and load the page again",
+        ),
+        "3F000" => Some(
+            "pg_workfence is not installed in this database (CREATE EXTENSION pg_workfence), \
+             or the dashboard connects to the wrong database",
+        ),
+        "57014" => Some("the dashboard's statement timeout is 5 s"),
+        _ => None,
+    }
+}
+
+/// Whether SQLSTATE `code` is a connection refused at login: the password
+/// or the authorization (class 28), or a database that does not exist (3D000).
+pub fn is_login_refusal(code: &str) -> bool {
+    code.starts_with("28") || code == "3D000"
+}
+
 impl From<tokio_postgres::Error> for AppError {
     fn from(err: tokio_postgres::Error) -> AppError {
         if let Some(db) = err.as_db_error() {
             let code = db.code().code().to_owned();
             let mut message = db.message().to_owned();
-            if *db.code() == SqlState::QUERY_CANCELED {
-                message.push_str(" (the dashboard's statement timeout is 5 s)");
+            if let Some(advice) = advice_of_sqlstate(&code) {
+                message.push_str(&format!(" ({advice})"));
             }
             return AppError::Database {
                 status: status_of_sqlstate(&code),
                 code,
                 message,
                 detail: db.detail().map(str::to_owned),
-                hint: db.hint().map(str::to_owned),
+                // 42883's hint (explicit casts) misleads here: the advice says what to do.
+                hint: db
+                    .hint()
+                    .filter(|_| *db.code() != SqlState::UNDEFINED_FUNCTION)
+                    .map(str::to_owned),
             };
         }
         // No server error: the connection broke or could not be made.
@@ -192,7 +260,13 @@ impl IntoResponse for AppError {
                 if let Some(h) = hint {
                     extra.push(("HINT", h.as_str()));
                 }
-                pages::error_page("The database refused", Some(code), message, &extra)
+                let title = match code.as_str() {
+                    "42883" => "The extension needs updating",
+                    "3F000" => "The extension is not installed",
+                    _ if status == StatusCode::SERVICE_UNAVAILABLE => "Database unavailable",
+                    _ => "The database refused",
+                };
+                pages::error_page(title, Some(code), message, &extra)
             }
         };
         let mut response = (status, page).into_response();
@@ -223,5 +297,62 @@ mod tests {
             status_of_sqlstate("XX000"),
             StatusCode::INTERNAL_SERVER_ERROR
         );
+    }
+
+    #[test]
+    fn what_the_operator_must_fix_is_a_503_never_a_500() {
+        // A refused login, a missing database, an extension too old or absent.
+        for code in ["28P01", "28000", "3D000", "42883", "3F000"] {
+            assert_eq!(
+                status_of_sqlstate(code),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{code}"
+            );
+        }
+        assert!(is_login_refusal("28P01") && is_login_refusal("28000"));
+        assert!(is_login_refusal("3D000"));
+        assert!(!is_login_refusal("42883") && !is_login_refusal("08006"));
+        let update = advice_of_sqlstate("42883").unwrap();
+        assert!(update.contains("0.11.0"), "{update}");
+        assert!(update.contains("ALTER EXTENSION pg_workfence UPDATE"));
+        assert!(advice_of_sqlstate("3F000")
+            .unwrap()
+            .contains("CREATE EXTENSION"));
+        assert_eq!(advice_of_sqlstate("42501"), None);
+    }
+
+    fn database(code: &str, message: &str) -> AppError {
+        AppError::Database {
+            status: status_of_sqlstate(code),
+            code: code.into(),
+            message: message.into(),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    #[test]
+    fn a_refused_login_says_who_could_not_connect() {
+        let who = "role \"alice\" to database \"app\"";
+        let err =
+            database("28P01", "password authentication failed for user \"alice\"").connecting(who);
+        assert_eq!(err.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(err.sqlstate(), Some("28P01"));
+        let AppError::Database { message, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert!(
+            message.starts_with("cannot connect as role \"alice\" to database \"app\": password"),
+            "{message}"
+        );
+        let err = database("3D000", "database \"app\" does not exist").connecting(who);
+        assert_eq!(err.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // Errors of a statement are left as they are.
+        let err = database("42501", "permission denied").connecting(who);
+        assert_eq!(err.status(), StatusCode::FORBIDDEN);
+        let AppError::Database { message, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(message, "permission denied");
     }
 }

@@ -1,13 +1,19 @@
 //! `/metrics`: the queue statistics in the Prometheus text format (0.0.4).
 //!
-//! Per queue: the gauges `workfence_items{state=pending|scheduled|claimed|expired}`,
-//! `workfence_oldest_due_age_seconds` (0 when nothing is due) and
-//! `workfence_paused`; the counters `workfence_items_done_total` and
-//! `workfence_items_failed_total`, which are the current counts of done and
-//! failed items and so fall when a purge removes finished items (Prometheus'
-//! `rate()` takes a fall for a counter reset); and, when the library is
-//! preloaded, `workfence_refused_total` and `workfence_lapsed_total` (since
+//! Per queue: the gauge `workfence_items{state=...}` for every state
+//! (pending, scheduled, claimed, expired, done, failed, cancelled), the
+//! gauges `workfence_oldest_due_age_seconds` (0 when nothing is due) and
+//! `workfence_paused`; and, when the library is preloaded, the counters
+//! `workfence_refused_total` and `workfence_lapsed_total` (monotonic since
 //! the server started; absent otherwise).
+//!
+//! Done, failed and cancelled are gauges, not counters: the server keeps no
+//! count of items ever finished, only the finished items still in the table,
+//! and that number falls when `work_purge` removes them or `work_retry`
+//! sends one back to pending. Exposed as a counter, each fall would read as
+//! a counter reset and `rate()` would jump; as a gauge, `deriv()` or
+//! `delta()` of `workfence_items{state="done"}` is the net change (finishes
+//! less purges and retries), which is what it is.
 
 use std::fmt::Write;
 
@@ -58,8 +64,10 @@ pub fn render(stats: &[QueueStats]) -> String {
         Family {
             name: "workfence_items",
             kind: "gauge",
-            help: "Live items of the queue by state: pending (due), scheduled (not yet due), \
-                   claimed (lease running), expired (lease ran out, not yet claimed anew).",
+            help: "Items of the queue now, by state: pending (due), scheduled (not yet due), \
+                   claimed (lease running), expired (lease ran out, not yet claimed anew), and \
+                   the finished items still kept: done, failed, cancelled (these fall when \
+                   work_purge removes items or work_retry sends one back to pending).",
         },
         &mut stats.iter().flat_map(|s| {
             [
@@ -67,6 +75,9 @@ pub fn render(stats: &[QueueStats]) -> String {
                 ("scheduled", s.scheduled),
                 ("claimed", s.claimed),
                 ("expired", s.expired),
+                ("done", s.done),
+                ("failed", s.failed),
+                ("cancelled", s.cancelled),
             ]
             .into_iter()
             .map(move |(state, n)| (format!("{},state=\"{state}\"", q(s)), n as f64))
@@ -91,22 +102,6 @@ pub fn render(stats: &[QueueStats]) -> String {
         &mut stats
             .iter()
             .map(|s| (q(s), if s.paused { 1.0 } else { 0.0 })),
-    );
-    family(
-        Family {
-            name: "workfence_items_done_total",
-            kind: "counter",
-            help: "Done items of the queue (the current count: falls when a purge removes them).",
-        },
-        &mut stats.iter().map(|s| (q(s), s.done as f64)),
-    );
-    family(
-        Family {
-            name: "workfence_items_failed_total",
-            kind: "counter",
-            help: "Failed items of the queue (the current count: falls when a purge removes them).",
-        },
-        &mut stats.iter().map(|s| (q(s), s.failed as f64)),
     );
     family(
         Family {
@@ -177,7 +172,22 @@ mod tests {
         assert!(text.contains("workfence_items{queue=\"q\\\"1\",state=\"pending\"} 3\n"));
         assert!(text.contains("workfence_oldest_due_age_seconds{queue=\"q\\\"1\"} 1.5\n"));
         assert!(text.contains("workfence_paused{queue=\"q\\\"1\"} 1\n"));
-        assert!(text.contains("workfence_items_done_total{queue=\"q\\\"1\"} 10\n"));
+        assert!(text.contains("workfence_items{queue=\"q\\\"1\",state=\"done\"} 10\n"));
+        assert!(text.contains("workfence_items{queue=\"q\\\"1\",state=\"failed\"} 1\n"));
+        assert!(text.contains("workfence_items{queue=\"q\\\"1\",state=\"cancelled\"} 0\n"));
+        assert!(!text.contains("_done_total") && !text.contains("_failed_total"));
         assert!(!text.contains("workfence_refused_total{"));
+        // One HELP and one TYPE line per family, however many queues.
+        let text = render(&[stats("a"), stats("b")]);
+        for family in [
+            "workfence_items",
+            "workfence_oldest_due_age_seconds",
+            "workfence_paused",
+        ] {
+            for what in ["HELP", "TYPE"] {
+                let line = format!("# {what} {family} ");
+                assert_eq!(text.matches(&line).count(), 1, "{line}");
+            }
+        }
     }
 }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::db::{Item, ItemRow, QueueStats, Session, ITEM_STATES};
 use crate::security::TOKEN_FIELD;
+use crate::throughput::Rate;
 
 /// What a path segment keeps unencoded: letters, digits and `-._~`.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -149,7 +150,7 @@ pub fn limits(stats: &QueueStats) -> String {
 pub fn queues(
     session: &Session,
     stats: &[QueueStats],
-    throughput: &dyn Fn(&str) -> Option<f64>,
+    throughput: &dyn Fn(&str) -> Option<Rate>,
     csrf: &str,
     flash: Option<String>,
 ) -> Markup {
@@ -172,7 +173,7 @@ pub fn queues(
                     th.num { "expired" } th.num { "done" } th.num { "failed" }
                     th.num { "cancelled" } th { "oldest due" } th { "paused" }
                     th.num { "refused" } th.num { "lapsed" } th { "limits" }
-                    th title="items finished (done + failed) per minute over the last five minutes, since this dashboard started watching" { "throughput" }
+                    th title="net change of done + failed per minute over the last five minutes, since this dashboard started watching (see below)" { "throughput" }
                     th { "actions" }
                 } }
                 tbody {
@@ -191,11 +192,13 @@ pub fn queues(
                             td.num.refused { @match s.refused { Some(n) => (n), None => span.muted title="counted only with pg_workfence preloaded" { "—" } } }
                             td.num.lapsed { @match s.lapsed { Some(n) => (n), None => span.muted title="counted only with pg_workfence preloaded" { "—" } } }
                             td.limits { (limits(s)) }
-                            td.throughput title="since this dashboard started watching" {
-                                @match throughput(&s.queue) {
-                                    Some(r) => { (format!("{r:.1}/min")) }
-                                    None => span.muted { "—" }
-                                }
+                            @match throughput(&s.queue) {
+                                Some(r) => td.throughput title=(format!("over the last {}", age(r.over.as_secs_f64()))) {
+                                    (format!("{:.1}/min", r.per_minute))
+                                },
+                                None => td.throughput title="not yet two readings a second apart since this dashboard started watching (or since the count fell)" {
+                                    span.muted { "—" }
+                                },
                             }
                             td.actions {
                                 @if read_only.is_none() && s.may_operate {
@@ -219,10 +222,12 @@ pub fn queues(
                 }
             }
         }
-        p.muted {
+        p.muted #throughput-note {
             "Throughput is counted since this dashboard started watching: each time this page or "
             a href="/metrics" { "/metrics" }
-            " is read, the finished counts are kept, and the rate over the last five minutes is shown once two readings exist."
+            " is read, each queue's count of done + failed items is kept, and the change per minute over the last five minutes is shown once two readings a second apart exist. "
+            "That count is of the finished items still kept, not of finishes: items purged or retried between two readings are subtracted, so the rate is at most the true rate of finishes (equal when nothing was purged or retried). "
+            "When the count falls, the queue's readings start over (—, then a rate over the time since). Cancelled items are not counted."
         }
     };
     page(&frame, body)
@@ -238,10 +243,26 @@ pub struct ItemsView<'a> {
     pub rows: &'a [ItemRow],
     /// The `after` of the next page, when there is one.
     pub next_after: Option<i64>,
-    /// Whether this page is not the first.
-    pub paged: bool,
+    /// The `after` this page was asked for (`None`: the first page).
+    pub after: Option<i64>,
+    /// For an empty page after `after`, when that item is no longer in this
+    /// listing: why, in words (`purged: no item has that id`, `it is done
+    /// now`, ...).
+    pub after_left: Option<String>,
     /// `work_may('operate', queue)`.
     pub may_operate: bool,
+}
+
+/// The order `work_items` lists a state filter's items in, in words.
+pub fn listing_order(state: Option<&str>) -> &'static str {
+    match state {
+        None => "Every item, by key, descending (generated keys: newest first).",
+        Some("pending") => {
+            "Claim order: priority, then due time, then id (those not yet due included)."
+        }
+        Some("claimed") => "Soonest lease end first (lapsed leases on top).",
+        Some(_) => "Newest finish first.",
+    }
 }
 
 /// A link to a page of the queue's items.
@@ -280,13 +301,27 @@ pub fn items(session: &Session, view: &ItemsView<'_>, csrf: &str) -> Markup {
                 @if view.state == Some(s) { strong { (s) } } @else { a href=(items_link(view.queue, Some(s), None)) data-state=(s) { (s) } }
             }
         }
+        p #order .muted { (listing_order(view.state)) }
         form #key-search method="get" action=(queue_href(view.queue)) {
             label { "Key: " input type="text" name="key" required; }
             " "
             button type="submit" { "find" }
         }
         @if view.rows.is_empty() {
-            p #no-items { @if view.paged { "No more items." } @else { "No items." } }
+            @if let Some(after) = view.after {
+                p #no-items {
+                    @if let Some(why) = &view.after_left {
+                        "The item this page started after (" (after) ") has left this listing "
+                        "(" (why) ") — start again from "
+                    } @else {
+                        "No more items after item " (after) ": those that followed it have left this listing "
+                        "since the page before was read. Start again from "
+                    }
+                    a href=(items_link(view.queue, view.state, None)) { "the first page" } "."
+                }
+            } @else {
+                p #no-items { "No items." }
+            }
         } @else {
             table #items {
                 thead { tr {
@@ -319,7 +354,9 @@ pub fn items(session: &Session, view: &ItemsView<'_>, csrf: &str) -> Markup {
             }
         }
         p {
-            @if view.paged { a #first href=(items_link(view.queue, view.state, None)) { "first page" } " " }
+            @if view.after.is_some() && !view.rows.is_empty() {
+                a #first href=(items_link(view.queue, view.state, None)) { "first page" } " "
+            }
             @if let Some(after) = view.next_after {
                 a #next href=(items_link(view.queue, view.state, Some(after))) { "next page" }
             }
@@ -339,26 +376,61 @@ pub fn shorten(text: &str, max: usize) -> String {
     }
 }
 
+/// What `work_lease_status(id, owner, epoch)` answered about an item's last lease.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseStatus {
+    /// The function's answer (`current`, `superseded`, `missing`, ...).
+    Said(String),
+    /// Not asked: the role has no EXECUTE on the function (or the item no lease).
+    NotCallable,
+    /// The function refused the role: 42501 (insufficient privilege).
+    Refused,
+}
+
 /// What `work_lease_status(id, owner, epoch)` says about an item's last
-/// lease, in words. `status` is the function's answer; `None` when it could
-/// not be asked (the role may not call it), when the sentence is read from
-/// the item alone.
-pub fn lease_words(item: &Item, status: Option<&str>) -> String {
+/// lease, in words. When the function could not be asked
+/// ([`LeaseStatus::NotCallable`], [`LeaseStatus::Refused`]), or answered
+/// `missing` about an item this role was just shown (under queue grants it
+/// may read the queue and not claim from it, and the function answers as
+/// for a claim), the sentence is read from the item, and says so.
+pub fn lease_words(item: &Item, status: &LeaseStatus) -> String {
     let (Some(owner), Some(epoch)) = (item.owner.as_deref(), item.epoch) else {
         return "no lease: the item has never been claimed.".into();
     };
     let until = item.lease_until.as_deref().unwrap_or("?");
     let finished = item.finished_at.as_deref().unwrap_or("?");
-    let derived = status.is_none();
-    let status = status.unwrap_or(match item.state.as_str() {
+    let from_item = match item.state.as_str() {
         "claimed" => "current",
         "done" | "failed" => "finished",
         "cancelled" => "cancelled",
         _ => "superseded",
-    });
+    };
+    let (status, why_from_item) = match status {
+        LeaseStatus::Said(said) if said == "missing" => (
+            from_item,
+            Some(
+                "work_lease_status answered missing: this role may read the item's queue but not \
+                 claim from it (queue grants), or the item was removed since this page read it",
+            ),
+        ),
+        LeaseStatus::Said(said) => (said.as_str(), None),
+        LeaseStatus::NotCallable => (from_item, Some("this role may not call work_lease_status")),
+        LeaseStatus::Refused => (
+            from_item,
+            Some("work_lease_status refused this role (SQLSTATE 42501)"),
+        ),
+    };
+    let last_attempt = item.attempts >= item.max_attempts;
     let words = match status {
         "current" if item.state == "claimed" && item.lease_live => format!(
             "current: the holder's token (owner {owner}, epoch {epoch}) is the newest; its lease runs until {until}."
+        ),
+        "current" if item.state == "claimed" && last_attempt => format!(
+            "lapsed on the last attempt: the lease of owner {owner}, epoch {epoch} ran out at {until}, on attempt \
+             {} of {}; the next claim that finds the item (or, with the library preloaded, the maintenance \
+             worker) dead-letters the item: it becomes failed instead of being handed out again, and the token \
+             is refused from then on (until then the holder's token still works).",
+            item.attempts, item.max_attempts
         ),
         "current" if item.state == "claimed" => format!(
             "lapsed: the lease of owner {owner}, epoch {epoch} ran out at {until}; the next claim takes the item \
@@ -381,22 +453,20 @@ pub fn lease_words(item: &Item, status: Option<&str>) -> String {
             "cancelled: the item was cancelled at {finished}; the token of owner {owner}, epoch {epoch} is refused."
         ),
         "wrong_owner" => format!("wrong owner: the item's newest claim is not owner {owner}'s."),
-        "missing" => "missing: the item is gone, or this role may not claim from its queue.".into(),
         other => format!("{other}."),
     };
-    if derived {
-        format!("{words} (Read from the item: this role may not call work_lease_status.)")
-    } else {
-        words
+    match why_from_item {
+        Some(why) => format!("{words} (Read from the item: {why}.)"),
+        None => words,
     }
 }
 
-/// A JSON value, indented, or an empty marker.
-fn json(value: &Option<Value>) -> String {
-    match value {
-        None | Some(Value::Null) => String::new(),
-        Some(v) => serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()),
-    }
+/// A JSON value, indented; `None` for SQL NULL (none stored). A JSON
+/// `null` that was stored shows as `null`.
+fn json(value: &Option<Value>) -> Option<String> {
+    value
+        .as_ref()
+        .map(|v| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()))
 }
 
 /// The item page.
@@ -472,16 +542,25 @@ pub fn item(
         }
         p #lease-status { (lease) }
         h2 { "Payload" }
-        pre #payload { (json(&item.payload)) }
+        @match json(&item.payload) {
+            Some(text) => pre #payload { (text) },
+            None => p #payload .muted { "— (no payload)" },
+        }
         h2 { "Result" }
-        pre #result { (json(&item.result)) }
+        @match json(&item.result) {
+            Some(text) => pre #result { (text) },
+            None => p #result .muted { "— (no result)" },
+        }
         h2 { "Errors" }
-        @if item.errors.is_empty() { p.muted { "No failed attempt or lapsed lease." } }
-        table #errors {
-            thead { tr { th { "attempt" } th { "epoch" } th { "owner" } th { "at" } th { "error" } } }
-            tbody {
-                @for e in &item.errors {
-                    tr { td { (e.attempt) } td { (e.epoch) } td { (e.owner) } td { (e.at) } td.error { (e.error) } }
+        @if item.errors.is_empty() {
+            p #no-errors .muted { "No failed attempt or lapsed lease." }
+        } @else {
+            table #errors {
+                thead { tr { th { "attempt" } th { "epoch" } th { "owner" } th { "at" } th { "error" } } }
+                tbody {
+                    @for e in &item.errors {
+                        tr { td { (e.attempt) } td { (e.epoch) } td { (e.owner) } td { (e.at) } td.error { (e.error) } }
+                    }
                 }
             }
         }
@@ -548,23 +627,51 @@ mod tests {
         }
     }
 
+    fn said(status: &str) -> LeaseStatus {
+        LeaseStatus::Said(status.into())
+    }
+
     #[test]
     fn lease_sentences() {
-        assert!(lease_words(&item("claimed", true), Some("current"))
+        assert!(lease_words(&item("claimed", true), &said("current"))
             .starts_with("current: the holder's token"));
-        let lapsed = lease_words(&item("claimed", false), Some("current"));
+        let lapsed = lease_words(&item("claimed", false), &said("current"));
         assert!(lapsed.starts_with("lapsed: the lease"), "{lapsed}");
         assert!(lapsed.contains("the next claim takes the item over"));
-        assert!(lease_words(&item("done", false), Some("finished"))
+        assert!(lease_words(&item("done", false), &said("finished"))
             .starts_with("finished: the item is done"));
-        assert!(lease_words(&item("pending", false), Some("superseded")).starts_with("superseded"));
+        assert!(lease_words(&item("pending", false), &said("superseded")).starts_with("superseded"));
         assert!(
-            lease_words(&item("claimed", true), None).contains("may not call work_lease_status")
+            lease_words(&item("claimed", true), &LeaseStatus::NotCallable)
+                .contains("may not call work_lease_status")
         );
         let mut fresh = item("pending", false);
         fresh.owner = None;
         fresh.epoch = None;
-        assert!(lease_words(&fresh, None).starts_with("no lease"));
+        assert!(lease_words(&fresh, &LeaseStatus::NotCallable).starts_with("no lease"));
+    }
+
+    #[test]
+    fn a_lapsed_last_attempt_is_dead_lettered_not_taken_over() {
+        let mut last = item("claimed", false);
+        last.attempts = 3;
+        let words = lease_words(&last, &said("current"));
+        assert!(words.starts_with("lapsed on the last attempt"), "{words}");
+        assert!(words.contains("attempt 3 of 3"), "{words}");
+        assert!(words.contains("dead-letters the item"), "{words}");
+        assert!(!words.contains("takes the item over"), "{words}");
+    }
+
+    #[test]
+    fn missing_or_refused_reads_the_item() {
+        // Shown, yet missing to work_lease_status: queue grants without claim.
+        let words = lease_words(&item("failed", false), &said("missing"));
+        assert!(words.starts_with("finished: the item is failed"), "{words}");
+        assert!(words.contains("(Read from the item: work_lease_status answered missing"));
+        let words = lease_words(&item("claimed", true), &LeaseStatus::Refused);
+        assert!(words.starts_with("current: the holder's token"), "{words}");
+        assert!(words.contains("42501"), "{words}");
+        assert!(!words.contains("may not call"), "{words}");
     }
 
     #[test]
@@ -577,6 +684,68 @@ mod tests {
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;"));
         assert!(html.contains("w&lt;1&gt;"));
+    }
+
+    #[test]
+    fn nothing_stored_is_said_so() {
+        let session = Session {
+            role: "r".into(),
+            ..Session::default()
+        };
+        let mut it = item("pending", false);
+        let html = super::item(&session, &it, "x", "tok", None).into_string();
+        assert!(!html.contains("id=\"errors\""), "{html}");
+        assert!(html.contains("No failed attempt or lapsed lease."));
+        assert!(html.contains("— (no result)"), "{html}");
+        assert!(!html.contains("<pre id=\"result\">"), "{html}");
+        it.errors = vec![crate::db::ErrorEntry {
+            attempt: "1".into(),
+            epoch: "7".into(),
+            owner: "w".into(),
+            at: "2026-01-01".into(),
+            error: "boom".into(),
+        }];
+        it.result = Some(Value::Null);
+        let html = super::item(&session, &it, "x", "tok", None).into_string();
+        assert!(html.contains("<table id=\"errors\">"), "{html}");
+        assert!(!html.contains("No failed attempt"), "{html}");
+        assert!(html.contains("<pre id=\"result\">null</pre>"), "{html}");
+    }
+
+    #[test]
+    fn an_empty_page_after_a_cursor_says_why() {
+        let session = Session {
+            role: "r".into(),
+            ..Session::default()
+        };
+        let view = |after: Option<i64>, after_left: Option<String>| ItemsView {
+            queue: "q",
+            state: Some("pending"),
+            rows: &[],
+            next_after: None,
+            after,
+            after_left,
+            may_operate: true,
+        };
+        let html = items(
+            &session,
+            &view(Some(42), Some("it is done now".into())),
+            "tok",
+        )
+        .into_string();
+        assert!(
+            html.contains(
+                "The item this page started after (42) has left this listing (it is done now) — \
+                 start again from <a href=\"/queues/q?state=pending\">the first page</a>."
+            ),
+            "{html}"
+        );
+        assert!(html.contains("<a href=\"/queues/q?state=pending\">the first page</a>"));
+        let html = items(&session, &view(Some(42), None), "tok").into_string();
+        assert!(html.contains("No more items after item 42"), "{html}");
+        let html = items(&session, &view(None, None), "tok").into_string();
+        assert!(html.contains("<p id=\"no-items\">No items.</p>"), "{html}");
+        assert!(html.contains("Claim order"), "{html}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use maud::Markup;
 
 use crate::db::{Db, RunAt, ITEM_STATES, PAGE_SIZE};
 use crate::error::AppError;
+use crate::pages::LeaseStatus;
 use crate::throughput::Throughput;
 use crate::{metrics, pages, security};
 
@@ -130,7 +131,7 @@ async fn queues(
         Instant::now(),
         stats.iter().map(|s| (s.queue.as_str(), s.done + s.failed)),
     );
-    let rate = |queue: &str| app.throughput.per_minute(queue);
+    let rate = |queue: &str| app.throughput.rate(queue);
     // A pause or resume flash only where the queue is in that state now (a
     // crafted link cannot claim what did not happen).
     let flash = flash(&params).filter(|_| {
@@ -234,6 +235,20 @@ async fn items(
     } else {
         None
     };
+    // An empty page after an item: that item left the listing (the page
+    // starts after its place as it is now, and it has none), or the items
+    // that followed it did.
+    let after_left = match after {
+        Some(after) if rows.is_empty() => match conn.item(after).await? {
+            None => Some("purged: no item has that id".to_owned()),
+            Some(it) if it.queue != queue => Some("it is an item of another queue".to_owned()),
+            Some(it) if state.is_some_and(|s| it.state != s) => {
+                Some(format!("it is {} now", it.state))
+            }
+            Some(_) => None,
+        },
+        _ => None,
+    };
     let session = conn.session().await?;
     let may_operate = conn.may_operate(&queue).await?;
     Ok(pages::items(
@@ -243,7 +258,8 @@ async fn items(
             state,
             rows: &rows,
             next_after,
-            paged: after.is_some(),
+            after,
+            after_left,
             may_operate,
         },
         &app.csrf_token,
@@ -265,11 +281,18 @@ async fn item(
         )));
     };
     let session = conn.session().await?;
+    // Only an insufficient privilege means the role may not ask; any other
+    // error of work_lease_status is the page's error.
     let status = match (&item.owner, item.epoch, session.lease_status) {
-        (Some(owner), Some(epoch), true) => conn.lease_status(id, owner, epoch).await.ok(),
-        _ => None,
+        (Some(owner), Some(epoch), true) => match conn.lease_status(id, owner, epoch).await {
+            Ok(status) => LeaseStatus::Said(status),
+            Err(e) if e.sqlstate() == Some("42501") => LeaseStatus::Refused,
+            Err(e) => return Err(e),
+        },
+        // No EXECUTE on work_lease_status (or no lease to ask about).
+        _ => LeaseStatus::NotCallable,
     };
-    let words = pages::lease_words(&item, status.as_deref());
+    let words = pages::lease_words(&item, &status);
     Ok(pages::item(
         &session,
         &item,

@@ -1,8 +1,11 @@
 //! What every request passes before a handler sees it: basic auth (when
 //! configured), the `Host` of a loopback listener (against DNS rebinding),
-//! and for a POST the cross-site checks (`Sec-Fetch-Site`, `Origin`) and the
-//! form token; and the headers every response carries (a Content Security
-//! Policy that allows no script at all, no framing, no sniffing).
+//! for any other method than POST the cross-site load check (another site's
+//! page may not make the dashboard run its queries by embedding its
+//! addresses: [`cross_site_load_refusal`]), and for a POST the cross-site
+//! checks (`Sec-Fetch-Site`, `Origin`) and the form token; and the headers
+//! every response carries (a Content Security Policy that allows no script
+//! at all, no framing, no sniffing).
 //!
 //! The form token is one random value per process ([`new_token`]), put in
 //! every POST form as the hidden field `csrf`: another site can neither read
@@ -115,6 +118,40 @@ pub fn cross_site_refusal(headers: &HeaderMap) -> Option<String> {
     None
 }
 
+/// Why a request other than a POST is refused before any query runs, if it
+/// is: the browser says it comes from another site (`Sec-Fetch-Site:
+/// cross-site`) and it is not a top-level navigation (`Sec-Fetch-Mode:
+/// navigate` with `Sec-Fetch-Dest` `document` or absent). Another site's
+/// page could otherwise make every visitor's browser load the dashboard's
+/// pages as images, scripts, styles, frames or fetches (each a scan of the
+/// items for the queues page and `/metrics`); a person following a link to
+/// the dashboard from elsewhere is still let in. Same-origin, same-site and
+/// `none` (an address typed or bookmarked) pass, and so does a request
+/// without the header (a client that is not a browser, such as Prometheus).
+pub fn cross_site_load_refusal(headers: &HeaderMap) -> Option<String> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .map(|v: &HeaderValue| v.to_str().unwrap_or("\u{fffd}"))
+    };
+    if !text("sec-fetch-site").is_some_and(|s| s.eq_ignore_ascii_case("cross-site")) {
+        return None;
+    }
+    let mode = text("sec-fetch-mode").unwrap_or("(none)");
+    let dest = text("sec-fetch-dest");
+    let top_level = mode.eq_ignore_ascii_case("navigate")
+        && dest.is_none_or(|d| d.eq_ignore_ascii_case("document"));
+    if top_level {
+        return None;
+    }
+    Some(format!(
+        "another site's page asked the browser to load this address (Sec-Fetch-Site: cross-site, \
+         Sec-Fetch-Mode: {mode}, Sec-Fetch-Dest: {}), and this dashboard answers other sites only \
+         when a person follows a link to it. Open the dashboard's address directly",
+        dest.unwrap_or("(none)")
+    ))
+}
+
 /// The value of field `name` in a urlencoded form body, if present.
 pub fn form_field(body: &[u8], name: &str) -> Option<String> {
     form_urlencoded::parse(body)
@@ -173,6 +210,9 @@ async fn check(app: &App, request: Request) -> Result<Request, AppError> {
         }
     }
     if request.method() != Method::POST {
+        if let Some(why) = cross_site_load_refusal(request.headers()) {
+            return Err(AppError::forbidden(format!("Refused: {why}.")));
+        }
         return Ok(request);
     }
     if let Some(why) = cross_site_refusal(request.headers()) {
@@ -289,6 +329,55 @@ mod tests {
             ])),
             None
         );
+    }
+
+    #[test]
+    fn cross_site_loads() {
+        let refused = |pairs: &[(&'static str, &str)]| cross_site_load_refusal(&headers(pairs));
+        // An <img>, a fetch, a frame of another site's page.
+        for (mode, dest) in [
+            ("no-cors", "image"),
+            ("cors", "empty"),
+            ("no-cors", "script"),
+            ("navigate", "iframe"),
+            ("navigate", "embed"),
+        ] {
+            let why = refused(&[
+                ("sec-fetch-site", "cross-site"),
+                ("sec-fetch-mode", mode),
+                ("sec-fetch-dest", dest),
+            ]);
+            assert!(why.is_some_and(|w| w.contains(mode)), "{mode} {dest}");
+        }
+        assert!(refused(&[("sec-fetch-site", "cross-site")]).is_some());
+        // A person following a link from elsewhere.
+        assert_eq!(
+            refused(&[
+                ("sec-fetch-site", "cross-site"),
+                ("sec-fetch-mode", "navigate"),
+                ("sec-fetch-dest", "document"),
+            ]),
+            None
+        );
+        assert_eq!(
+            refused(&[
+                ("sec-fetch-site", "cross-site"),
+                ("sec-fetch-mode", "navigate")
+            ]),
+            None
+        );
+        for site in ["same-origin", "same-site", "none"] {
+            assert_eq!(
+                refused(&[
+                    ("sec-fetch-site", site),
+                    ("sec-fetch-mode", "no-cors"),
+                    ("sec-fetch-dest", "image"),
+                ]),
+                None,
+                "{site}"
+            );
+        }
+        assert_eq!(refused(&[]), None);
     }
 
     #[test]

@@ -630,9 +630,9 @@ fn is_paused(db: &mut postgres::Client, queue: &str) -> bool {
 /// table itself.
 fn ids_in_order(db: &mut postgres::Client, queue: &str, state: Option<&str>) -> Vec<i64> {
     let order = match state {
-        None => "id DESC",
+        None => "key DESC",
         Some("pending") => "priority, run_at, id",
-        Some("claimed") => "claimed_at, id",
+        Some("claimed") => "lease_until, id",
         Some(_) => "finished_at DESC, id DESC",
     };
     let sql = format!(
@@ -833,7 +833,7 @@ fn every_page_shows_what_the_database_holds() {
         screenshot(c, "queues", true).await;
 
         // The queue's name leads to its items page; following the next link
-        // walks every item, newest first, each exactly once.
+        // walks every item, by key descending, each exactly once.
         ok(
             ok(
                 c.find(Locator::Css(
@@ -884,7 +884,7 @@ fn every_page_shows_what_the_database_holds() {
         );
         assert_eq!(
             seen, all_ids,
-            "the pages list every item once, newest first"
+            "the pages list every item once, by key descending"
         );
 
         // The state filter: only the failed items, newest failure first.

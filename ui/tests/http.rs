@@ -7,14 +7,15 @@
 //! once it listens. Clusters live under `$WORKFENCE_SCRATCH` (a directory the
 //! postgres OS user can reach when the tests run as root).
 //!
-//! The items page calls `workfence.work_items` (0.11.0): the tests that read
-//! it need that version installed.
+//! The items page calls `workfence.work_items` (0.11.0): the tests need that
+//! version installed, and fail (the dashboard's 503 page says to update the
+//! extension) when an older one is.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use workfence_harness::calls::{self, Enqueue, RunAt, Token};
@@ -77,7 +78,8 @@ fn cluster() -> Arc<Cluster> {
     ok(
         admin.batch_execute(
             "CREATE ROLE ui_watcher LOGIN IN ROLE workfence_monitor;
-             CREATE ROLE ui_operator LOGIN IN ROLE workfence_monitor, workfence_operator;",
+             CREATE ROLE ui_operator LOGIN IN ROLE workfence_monitor, workfence_operator;
+             CREATE ROLE ui_worker LOGIN IN ROLE workfence_monitor, workfence_worker;",
         ),
         "login roles",
     );
@@ -440,6 +442,8 @@ fn metrics_agree_with_work_queue_stats() {
             .key("later")
             .run_at(RunAt::In("1 hour".into())),
     );
+    enqueue(&mut db, Enqueue::new("m.alpha").key("gone"));
+    assert!(ok(calls::cancel(&mut db, "m.alpha", "gone"), "work_cancel"));
     for i in 0..2 {
         enqueue(&mut db, Enqueue::new("m.beta").key(format!("c{i}")));
     }
@@ -503,8 +507,49 @@ fn metrics_agree_with_work_queue_stats() {
                 ref other => panic!("{name}: {other:?}"),
             })
     };
-    let kind = |name: &str| scrape.docs.contains_key(name);
-    assert!(kind("workfence_items") && kind("workfence_items_done_total"));
+    // Each family once: one HELP and one TYPE line, whatever the queues.
+    let families = [
+        ("workfence_items", "gauge"),
+        ("workfence_oldest_due_age_seconds", "gauge"),
+        ("workfence_paused", "gauge"),
+    ];
+    for (family, kind) in families {
+        let help = format!("# HELP {family} ");
+        let type_line = format!("# TYPE {family} {kind}");
+        assert_eq!(
+            reply.body.lines().filter(|l| l.starts_with(&help)).count(),
+            1,
+            "{help}: {}",
+            reply.body
+        );
+        assert_eq!(
+            reply.body.lines().filter(|l| *l == type_line).count(),
+            1,
+            "{type_line}: {}",
+            reply.body
+        );
+        assert!(scrape.docs.contains_key(family), "{family}");
+    }
+    // Every HELP and TYPE line is of a family named once (the counters of
+    // the preloaded library included, when they are there).
+    for marker in ["# HELP ", "# TYPE "] {
+        let mut names: Vec<&str> = reply
+            .body
+            .lines()
+            .filter_map(|l| l.strip_prefix(marker))
+            .map(|rest| rest.split(' ').next().unwrap_or(""))
+            .collect();
+        let all = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all, "{marker}: {}", reply.body);
+    }
+    // Done and failed are states of the gauge: no counter that a purge lowers.
+    assert!(
+        !reply.body.contains("_done_total") && !reply.body.contains("_failed_total"),
+        "{}",
+        reply.body
+    );
     let queues: Vec<_> = after.iter().filter(|s| s.queue != weird).collect();
     assert_eq!(queues.len(), 3, "{after:?}");
     for s in queues {
@@ -514,6 +559,9 @@ fn metrics_agree_with_work_queue_stats() {
             ("scheduled", s.scheduled),
             ("claimed", s.claimed),
             ("expired", s.expired),
+            ("done", s.done),
+            ("failed", s.failed),
+            ("cancelled", s.cancelled),
         ] {
             assert_eq!(
                 value("workfence_items", q, Some(state)),
@@ -521,16 +569,6 @@ fn metrics_agree_with_work_queue_stats() {
                 "{q} {state}"
             );
         }
-        assert_eq!(
-            value("workfence_items_done_total", q, None),
-            Some(s.done as f64),
-            "{q}"
-        );
-        assert_eq!(
-            value("workfence_items_failed_total", q, None),
-            Some(s.failed as f64),
-            "{q}"
-        );
         assert_eq!(
             value("workfence_paused", q, None),
             Some(if s.paused { 1.0 } else { 0.0 }),
@@ -553,15 +591,16 @@ fn metrics_agree_with_work_queue_stats() {
         Some(1.0)
     );
     assert_eq!(
+        value("workfence_items", "m.alpha", Some("cancelled")),
+        Some(1.0)
+    );
+    assert_eq!(
         value("workfence_items", "m.beta", Some("claimed")),
         Some(1.0)
     );
+    assert_eq!(value("workfence_items", "m.beta", Some("done")), Some(1.0));
     assert_eq!(
-        value("workfence_items_done_total", "m.beta", None),
-        Some(1.0)
-    );
-    assert_eq!(
-        value("workfence_items_failed_total", "m.beta", None),
+        value("workfence_items", "m.beta", Some("failed")),
         Some(1.0)
     );
     assert_eq!(value("workfence_paused", "m.gamma", None), Some(1.0));
@@ -711,19 +750,17 @@ fn database_values_are_escaped() {
     let item = format!("/items/{id}");
     let flash = format!("/?done=paused&queue={encoded}");
     let search = format!("/queues/{encoded}?key=x{encoded}");
-    let mut pages = vec![
+    let items = format!("/queues/{encoded}");
+    let failed = format!("/queues/{encoded}?state=failed");
+    let pages = [
         ("/", 200),
         (item.as_str(), 200),
         (flash.as_str(), 200),
         (search.as_str(), 404),
         ("/queues/%3Cscript%3Ealert(1)%3C%2Fscript%3E", 404),
+        (items.as_str(), 200),
+        (failed.as_str(), 200),
     ];
-    let items = format!("/queues/{encoded}");
-    let failed = format!("/queues/{encoded}?state=failed");
-    if work_items_installed(&mut db) {
-        pages.push((items.as_str(), 200));
-        pages.push((failed.as_str(), 200));
-    }
     for (path, want) in pages {
         let reply = ui.get(path);
         assert_eq!(reply.status, want, "{path}: {}", reply.body);
@@ -749,14 +786,65 @@ fn database_values_are_escaped() {
     assert!(page.contains("<table id=\"errors\">"));
 }
 
-/// Whether the installed extension has `work_items` (0.11.0).
-fn work_items_installed(db: &mut postgres::Client) -> bool {
-    db.query_one(
-        "SELECT pg_catalog.to_regprocedure('workfence.work_items(text, text, bigint, integer)') IS NOT NULL",
-        &[],
-    )
-    .unwrap()
-    .get(0)
+#[test]
+fn another_sites_page_cannot_make_the_dashboard_load_its_pages() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_cross_get");
+    let id = enqueue(&mut db, Enqueue::new("g").key("k"));
+    let ui = Ui::on(&cluster.connection_string("ui_cross_get"));
+    let item = format!("/items/{id}");
+    let paths = ["/", "/metrics", "/queues/g", item.as_str()];
+    // `<img src>`, `fetch()`, `<iframe src>` of another site's page: refused
+    // before any query runs.
+    for (mode, dest) in [
+        ("no-cors", "image"),
+        ("cors", "empty"),
+        ("navigate", "iframe"),
+    ] {
+        for path in paths {
+            let reply = ui.get_with(
+                path,
+                &[
+                    ("Sec-Fetch-Site", "cross-site"),
+                    ("Sec-Fetch-Mode", mode),
+                    ("Sec-Fetch-Dest", dest),
+                ],
+            );
+            assert_eq!(reply.status, 403, "{mode} {dest} {path}: {}", reply.body);
+            let error = reply.error();
+            assert!(error.starts_with("Refused: another site's page"), "{error}");
+            assert!(
+                error.contains(&format!("Sec-Fetch-Mode: {mode}")),
+                "{error}"
+            );
+        }
+    }
+    for path in paths {
+        // A person following a link from another site.
+        let reply = ui.get_with(
+            path,
+            &[
+                ("Sec-Fetch-Site", "cross-site"),
+                ("Sec-Fetch-Mode", "navigate"),
+                ("Sec-Fetch-Dest", "document"),
+                ("Sec-Fetch-User", "?1"),
+            ],
+        );
+        assert_eq!(reply.status, 200, "navigate {path}: {}", reply.body);
+        // The dashboard's own page loading its stylesheet, or a link on it.
+        let reply = ui.get_with(
+            path,
+            &[
+                ("Sec-Fetch-Site", "same-origin"),
+                ("Sec-Fetch-Mode", "no-cors"),
+                ("Sec-Fetch-Dest", "image"),
+            ],
+        );
+        assert_eq!(reply.status, 200, "same-origin {path}: {}", reply.body);
+        // No Sec-Fetch-* at all: a client that is not a browser (Prometheus).
+        let reply = ui.get(path);
+        assert_eq!(reply.status, 200, "no header {path}: {}", reply.body);
+    }
 }
 
 #[test]
@@ -936,6 +1024,51 @@ fn the_item_page_explains_the_lease() {
     assert!(section(&page, "<pre id=\"payload\">", "</pre>").contains("&quot;a&quot;: ["));
     let page = ui.get(&format!("/items/{fresh}")).body;
     assert!(section(&page, "<p id=\"lease-status\">", "</p>").starts_with("no lease"));
+    // Nothing stored is said so, with no empty box or table.
+    assert!(
+        section(&page, "id=\"result\"", "</p>").contains("no result"),
+        "{page}"
+    );
+    assert!(!page.contains("<table id=\"errors\">"), "{page}");
+    assert!(
+        page.contains("No failed attempt or lapsed lease."),
+        "{page}"
+    );
+
+    // Leases that ran out: one with attempts left is taken over by the next
+    // claim, one on the last attempt is dead-lettered by it.
+    let again = enqueue(&mut db, Enqueue::new("l").key("again").max_attempts(3));
+    let last = enqueue(&mut db, Enqueue::new("l").key("last").max_attempts(1));
+    for key in ["again", "last"] {
+        ok(
+            calls::claim_key(&mut db, "l", key, "worker-8", "1 millisecond"),
+            "a claim with a lease of a millisecond",
+        )
+        .expect("claimable");
+    }
+    // Until the server's clock is past both leases (a few round trips).
+    while !db
+        .query_one(
+            "SELECT pg_catalog.bool_and(lease_until < pg_catalog.clock_timestamp()) \
+               FROM workfence.items WHERE id = ANY($1)",
+            &[&vec![again, last]],
+        )
+        .unwrap()
+        .get::<_, bool>(0)
+    {}
+    let page = ui.get(&format!("/items/{again}")).body;
+    let lease = section(&page, "<p id=\"lease-status\">", "</p>");
+    assert!(lease.starts_with("lapsed: the lease"), "{lease}");
+    assert!(
+        lease.contains("the next claim takes the item over"),
+        "{lease}"
+    );
+    let page = ui.get(&format!("/items/{last}")).body;
+    let lease = section(&page, "<p id=\"lease-status\">", "</p>");
+    assert!(lease.starts_with("lapsed on the last attempt"), "{lease}");
+    assert!(lease.contains("attempt 1 of 1"), "{lease}");
+    assert!(lease.contains("dead-letters the item"), "{lease}");
+    assert!(!lease.contains("takes the item over"), "{lease}");
 
     let token = Token::new(id, "worker-7", claim.epoch);
     assert!(ok(
@@ -1014,11 +1147,12 @@ fn queue_grants_make_a_queue_read_only() {
     let cluster = cluster();
     let mut db = database(&cluster, "ui_queue_grants");
     failed_item(&mut db, "team.a", "k", "boom");
-    failed_item(&mut db, "team.b", "k", "boom");
+    let team_b = failed_item(&mut db, "team.b", "k", "boom");
     ok(
         db.batch_execute(
             "SELECT workfence.work_grant('read', 'team.*', 'ui_operator');
              SELECT workfence.work_grant('operate', 'team.a', 'ui_operator');
+             SELECT workfence.work_grant('read', 'team.*', 'ui_worker');
              SELECT workfence.work_enforce_grants(true);",
         ),
         "queue grants",
@@ -1031,15 +1165,25 @@ fn queue_grants_make_a_queue_read_only() {
     let reply = ui.submit("/queues/team.b/pause", &[]);
     assert_eq!(reply.status, 403, "{}", reply.body);
     assert!(reply.error().contains("42501"));
+
+    // A role that may call work_lease_status, and may read team.b but not
+    // claim from it: the function answers missing about the item shown, and
+    // the page reads the lease from the item instead.
+    let ui = Ui::on(&dsn_as(&cluster, "ui_queue_grants", "ui_worker"));
+    let page = ui.get(&format!("/items/{team_b}"));
+    assert_eq!(page.status, 200, "{}", page.body);
+    let lease = section(&page.body, "<p id=\"lease-status\">", "</p>");
+    assert!(lease.starts_with("finished: the item is failed"), "{lease}");
+    assert!(
+        lease.contains("(Read from the item: work_lease_status answered missing"),
+        "{lease}"
+    );
 }
 
 #[test]
 fn the_items_page_pages_by_keyset_and_finds_keys() {
     let cluster = cluster();
     let mut db = database(&cluster, "ui_items");
-    if !work_items_installed(&mut db) {
-        panic!("workfence.work_items is not installed (pg_workfence 0.11.0 is needed)");
-    }
     ok(
         db.batch_execute(
             "SELECT workfence.work_enqueue('big', key => 'k' || g) FROM pg_catalog.generate_series(1, 120) AS g",
@@ -1047,31 +1191,36 @@ fn the_items_page_pages_by_keyset_and_finds_keys() {
         "120 items",
     );
     failed_item(&mut db, "big", "broken", "went wrong");
+    ok(
+        db.batch_execute(
+            "SELECT workfence.work_enqueue('full', key => 'f' || g) FROM pg_catalog.generate_series(1, 100) AS g",
+        ),
+        "100 items: two full pages",
+    );
     let ui = Ui::on(&cluster.connection_string("ui_items"));
 
-    let mut seen = Vec::new();
-    let mut path = "/queues/big".to_owned();
-    let mut pages = 0;
-    loop {
-        let reply = ui.get(&path);
-        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
-        let ids = row_ids(&reply.body);
-        assert!(ids.len() <= 50, "{path}");
-        seen.extend(ids);
-        pages += 1;
-        match next_link(&reply.body) {
-            Some(next) => path = next.replace("&amp;", "&"),
-            None => break,
-        }
-    }
-    assert_eq!(pages, 3);
-    assert_eq!(seen.len(), 121);
-    let mut sorted = seen.clone();
-    sorted.sort_unstable_by(|a, b| b.cmp(a));
-    assert_eq!(seen, sorted, "every item once, newest first");
+    // Every state: by key, descending (docs/contract.md), read from the table.
+    let pages = walk(&ui, "/queues/big");
+    assert_eq!(pages.len(), 3);
+    let seen: Vec<i64> = pages.concat();
+    assert_eq!(
+        seen,
+        ids_by_key_desc(&mut db, "big"),
+        "every item once, by key descending"
+    );
+    // Exactly full pages: 100 items are two pages of 50, and the second has
+    // no next link (the dashboard reads one row more than it shows).
+    let pages = walk(&ui, "/queues/full");
+    assert_eq!(
+        pages.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![50, 50],
+        "{pages:?}"
+    );
+    assert_eq!(pages.concat(), ids_by_key_desc(&mut db, "full"));
 
     let failed = ui.get("/queues/big?state=failed").body;
-    assert_eq!(row_ids(&failed).len(), 1);
+    let failed_ids = row_ids(&failed);
+    assert_eq!(failed_ids.len(), 1);
     assert!(failed.contains("went wrong"));
     assert!(next_link(&failed).is_none());
     let pending = ui.get("/queues/big?state=pending").body;
@@ -1085,6 +1234,81 @@ fn the_items_page_pages_by_keyset_and_finds_keys() {
         next.ends_with(&format!("after={}", first_page[49])),
         "{next}"
     );
+
+    // An empty page after an item that is still listed: nothing follows it.
+    let page = ui.get(&format!("/queues/big?state=failed&after={}", failed_ids[0]));
+    assert_eq!(page.status, 200, "{}", page.body);
+    let empty = section(&page.body, "<p id=\"no-items\">", "</p>");
+    assert!(empty.starts_with("No more items after item"), "{empty}");
+    assert!(
+        empty.contains("href=\"/queues/big?state=failed\""),
+        "{empty}"
+    );
+    // Retried, it has left the failed listing: the same page says so.
+    assert!(ok(
+        calls::retry(&mut db, "big", "broken", None),
+        "work_retry"
+    ));
+    let page = ui.get(&format!("/queues/big?state=failed&after={}", failed_ids[0]));
+    assert_eq!(page.status, 200, "{}", page.body);
+    let empty = strip_tags(section(&page.body, "<p id=\"no-items\">", "</p>"));
+    assert!(
+        empty.starts_with(&format!(
+            "The item this page started after ({}) has left this listing (it is pending now)",
+            failed_ids[0]
+        )),
+        "{empty}"
+    );
+    // The item a next link starts after leaves the listing (finished and
+    // purged): its next page is empty, though 50 items follow its old place,
+    // and says why, with the way back to the first page.
+    let full = ui.get("/queues/full").body;
+    let last_shown = *row_ids(&full).last().expect("rows");
+    let next = next_link(&full).expect("a next page").replace("&amp;", "&");
+    assert!(next.ends_with(&format!("after={last_shown}")), "{next}");
+    let key: String = db
+        .query_one(
+            "SELECT key FROM workfence.items WHERE id = $1",
+            &[&last_shown],
+        )
+        .unwrap()
+        .get(0);
+    let claim = ok(
+        calls::claim_key(&mut db, "full", &key, "w", "1 hour"),
+        "claiming the last item of the first page",
+    )
+    .expect("claimable");
+    assert!(ok(
+        calls::finish(&mut db, &claim.token("w"), None),
+        "finish"
+    ));
+    assert_eq!(
+        ok(
+            calls::purge(&mut db, Some("0 seconds"), Some("full")),
+            "purge"
+        ),
+        1
+    );
+    let page = ui.get(&next);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(row_ids(&page.body).is_empty(), "{}", page.body);
+    let empty = section(&page.body, "<p id=\"no-items\">", "</p>");
+    assert!(
+        strip_tags(empty).starts_with(&format!(
+            "The item this page started after ({last_shown}) has left this listing \
+             (purged: no item has that id) — start again from the first page."
+        )),
+        "{empty}"
+    );
+    assert!(
+        empty.contains("href=\"/queues/full\">the first page</a>"),
+        "{empty}"
+    );
+    assert!(next_link(&page.body).is_none());
+    // An id no item has: left too (purged, say).
+    let page = ui.get("/queues/big?after=9223372036854775807");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("has left this listing"), "{}", page.body);
 
     let reply = ui.get("/queues/big?key=k7");
     assert_eq!(reply.status, 303);
@@ -1106,6 +1330,40 @@ fn the_items_page_pages_by_keyset_and_finds_keys() {
         "{}",
         reply.error()
     );
+}
+
+/// The ids of every page of the listing from `first` on, following the next
+/// links, page by page.
+fn walk(ui: &Ui, first: &str) -> Vec<Vec<i64>> {
+    let mut pages = Vec::new();
+    let mut path = first.to_owned();
+    loop {
+        let reply = ui.get(&path);
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        let ids = row_ids(&reply.body);
+        assert!(!ids.is_empty() && ids.len() <= 50, "{path}: {ids:?}");
+        pages.push(ids);
+        assert!(pages.len() <= 100, "the next links end");
+        match next_link(&reply.body) {
+            Some(next) => path = next.replace("&amp;", "&"),
+            None => return pages,
+        }
+    }
+}
+
+/// The ids of `queue`'s items by key, descending, read from the table (as
+/// the superuser): the order of the every-state listing.
+fn ids_by_key_desc(db: &mut postgres::Client, queue: &str) -> Vec<i64> {
+    ok(
+        db.query(
+            "SELECT id FROM workfence.items WHERE queue = $1 ORDER BY key DESC",
+            &[&queue],
+        ),
+        "reading workfence.items",
+    )
+    .iter()
+    .map(|row| row.get(0))
+    .collect()
 }
 
 /// The ids of the rows of `<table id="items">`.
@@ -1136,10 +1394,11 @@ fn a_hot_standby_is_shown_read_only() {
     assert!(page.body.contains("id=\"read-only\""), "{}", page.body);
     assert!(page.body.contains("hot standby"), "{}", page.body);
     assert!(page.body.contains("data-queue=\"s\""));
-    let mut paths = vec![format!("/items/{id}"), "/metrics".to_owned()];
-    if work_items_installed(&mut db) {
-        paths.push("/queues/s".to_owned());
-    }
+    let paths = [
+        format!("/items/{id}"),
+        "/metrics".to_owned(),
+        "/queues/s".to_owned(),
+    ];
     for path in &paths {
         let page = ui.get(path);
         assert_eq!(page.status, 200, "{path}: {}", page.body);
@@ -1171,12 +1430,78 @@ fn a_database_that_is_down_is_a_503_page() {
 }
 
 #[test]
+fn a_refused_login_or_a_missing_database_is_a_503_saying_as_whom() {
+    let cluster = cluster();
+    database(&cluster, "ui_login");
+    for (dsn, code, whom) in [
+        (
+            dsn_as(&cluster, "ui_login", "ui_nobody"),
+            "28000",
+            "cannot connect as role \"ui_nobody\" to database \"ui_login\"",
+        ),
+        (
+            dsn_as(&cluster, "ui_no_such_database", "ui_watcher"),
+            "3D000",
+            "cannot connect as role \"ui_watcher\" to database \"ui_no_such_database\"",
+        ),
+    ] {
+        let ui = Ui::on(&dsn);
+        for path in ["/", "/metrics", "/queues/q", "/items/1"] {
+            let reply = ui.get(path);
+            assert_eq!(reply.status, 503, "{dsn} {path}: {}", reply.body);
+            let error = reply.error().replace("&quot;", "\"");
+            assert!(error.starts_with(&format!("SQLSTATE {code}: ")), "{error}");
+            assert!(error.contains(whom), "{error}");
+        }
+    }
+}
+
+#[test]
+fn an_extension_without_work_items_is_a_503_saying_to_update_it() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_stale");
+    enqueue(&mut db, Enqueue::new("q").key("k"));
+    // What a database still on 0.10.0 lacks.
+    ok(
+        db.batch_execute(
+            "ALTER EXTENSION pg_workfence DROP FUNCTION workfence.work_items(text, text, bigint, integer);
+             DROP FUNCTION workfence.work_items(text, text, bigint, integer);",
+        ),
+        "dropping work_items",
+    );
+    let ui = Ui::on(&cluster.connection_string("ui_stale"));
+    let reply = ui.get("/queues/q");
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    let error = reply.error();
+    assert!(error.starts_with("SQLSTATE 42883: "), "{error}");
+    assert!(error.contains("0.11.0"), "{error}");
+    assert!(
+        error.contains("ALTER EXTENSION pg_workfence UPDATE"),
+        "{error}"
+    );
+    assert!(
+        !reply.body.contains("explicit type casts"),
+        "{}",
+        reply.body
+    );
+    // The pages that do not need it still work.
+    assert_eq!(ui.get("/").status, 200);
+}
+
+#[test]
 fn throughput_is_counted_since_the_dashboard_started_watching() {
     let cluster = cluster();
     let mut db = database(&cluster, "ui_throughput");
     for i in 0..3 {
         enqueue(&mut db, Enqueue::new("t").key(format!("k{i}")));
     }
+    // Not due: keeps the queue listed once the finished items are purged.
+    enqueue(
+        &mut db,
+        Enqueue::new("t")
+            .key("later")
+            .run_at(RunAt::In("1 hour".into())),
+    );
     let ui = Ui::on(&cluster.connection_string("ui_throughput"));
     let cell = |ui: &Ui| {
         let page = ui.get("/").body;
@@ -1186,7 +1511,11 @@ fn throughput_is_counted_since_the_dashboard_started_watching() {
             section(&row, "<td class=\"throughput\"", "</td>")
         ))
     };
+    // The dashboard reads the count between a request and its answer: the
+    // first reading (0 finished) at t0 in [before_first, after_first].
+    let before_first = Instant::now();
     assert_eq!(cell(&ui), "—", "one reading is no rate");
+    let after_first = Instant::now();
     for claim in ok(
         calls::claim(&mut db, "t", "w", "1 hour", Some(3), None),
         "claim",
@@ -1196,17 +1525,36 @@ fn throughput_is_counted_since_the_dashboard_started_watching() {
             "finish"
         ));
     }
-    // Readings closer than a second replace each other: read until two are
-    // a second apart (there is no event to wait for but time).
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let text = loop {
-        let text = cell(&ui);
-        if text.ends_with("/min") {
-            break text;
-        }
-        assert!(std::time::Instant::now() < deadline, "no rate: {text}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let rate: f64 = text.trim_end_matches("/min").parse().expect("a number");
-    assert!(rate > 0.0, "{text}");
+    // A rate needs two readings at least a second apart (the dashboard's
+    // rule): wait out that second of the test's own clock. This waits for
+    // time itself to pass, not for another process to be done.
+    let second = Duration::from_secs(1) + Duration::from_millis(20);
+    std::thread::sleep(second.saturating_sub(after_first.elapsed()));
+    // The second reading (3 finished) at t1 in [before_last, after_last].
+    let before_last = Instant::now();
+    let text = cell(&ui);
+    let after_last = Instant::now();
+    let rate: f64 = text
+        .strip_suffix("/min")
+        .unwrap_or_else(|| panic!("a rate: {text:?}"))
+        .parse()
+        .expect("a number");
+    // 3 items over t1 - t0, per minute, shown to one decimal.
+    let per_minute = |span: Duration| 3.0 * 60.0 / span.as_secs_f64();
+    let lowest = per_minute(after_last - before_first);
+    let highest = per_minute(before_last - after_first);
+    assert!(
+        lowest - 0.05 <= rate && rate <= highest + 0.05,
+        "{lowest} <= {rate} <= {highest}"
+    );
+
+    // A purge lowers the count: the readings start over, no rate.
+    assert_eq!(
+        ok(
+            calls::purge(&mut db, Some("0 seconds"), Some("t")),
+            "work_purge"
+        ),
+        3
+    );
+    assert_eq!(cell(&ui), "—", "a fall starts the readings over");
 }

@@ -10,7 +10,11 @@
 //!   queue that has run for a while: 60% done, 20% pending, 10% failed
 //!   (with an error history), 5% cancelled, 5% claimed (leases in the
 //!   future), interleaved by id;
-//! - nine small queues of 100 items each, so that the queues page has rows.
+//! - nine small queues of 100 items each, half of them done two days ago
+//!   (before every finish of the big queue), so that the queues page has
+//!   rows and the one slow listing is measured: a small queue's done or
+//!   failed items, which `items_finished_idx` (all queues' finishes by
+//!   time) reaches only past the big queue's later finishes.
 //!
 //! Then the real `workfence-ui` binary (beside this one in `target/release/`)
 //! serves the database as its superuser, and every page is fetched over
@@ -119,6 +123,13 @@ UPDATE workfence.items
  WHERE queue = 'big';
 SELECT count(*) FROM generate_series(1, 9) AS q, generate_series(1, 100) AS n,
        LATERAL workfence.work_enqueue('small-' || q, '{}', 'k' || n) AS e;
+-- Half of each small queue done two days ago: before every finish of the
+-- big queue, so that a listing of the small queue's done items walks past
+-- all of those (the one case work_items has no index of its own for).
+UPDATE workfence.items
+   SET state = 'done', attempts = 1, owner = 'worker-0', epoch = id,
+       claimed_at = now() - interval '2 days', finished_at = now() - interval '2 days'
+ WHERE queue LIKE 'small-%' AND id % 2 = 0;
 "#,
     )?;
     // VACUUM cannot run in the implicit transaction of a multi-statement query.
@@ -233,40 +244,71 @@ fn run(plan: &Plan) -> Result<String> {
             &[],
         )?
         .get(0);
-    let deep_all = plan.items / 10;
+    let deep_all: i64 = c
+        .query_one(
+            "SELECT id FROM workfence.items WHERE queue = 'big'
+              ORDER BY key DESC OFFSET (SELECT count(*) * 9 / 10 FROM workfence.items
+                                         WHERE queue = 'big') LIMIT 1",
+            &[],
+        )?
+        .get(0);
     let dsn = format!(
         "host={} port={} dbname={DB} user=postgres",
         cluster.host(),
         cluster.port()
     );
     let (mut ui, addr) = start_ui(&dsn)?;
-    let pages: Vec<(&str, String)> = vec![
-        ("queues", "/".into()),
-        ("metrics", "/metrics".into()),
-        ("items, every state", "/queues/big".into()),
+    let pages: Vec<(&str, String, u16)> = vec![
+        ("queues", "/".into(), 200),
+        ("metrics", "/metrics".into(), 200),
+        ("items, every state", "/queues/big".into(), 200),
         (
             "items, every state, deep",
             format!("/queues/big?after={deep_all}"),
+            200,
         ),
-        ("items, pending", "/queues/big?state=pending".into()),
+        ("items, pending", "/queues/big?state=pending".into(), 200),
         (
             "items, pending, deep",
             format!("/queues/big?state=pending&after={deep_pending}"),
+            200,
         ),
-        ("items, claimed", "/queues/big?state=claimed".into()),
-        ("items, done", "/queues/big?state=done".into()),
+        ("items, claimed", "/queues/big?state=claimed".into(), 200),
+        ("items, done", "/queues/big?state=done".into(), 200),
         (
             "items, done, deep",
             format!("/queues/big?state=done&after={deep_done}"),
+            200,
         ),
-        ("items, failed", "/queues/big?state=failed".into()),
-        ("items, cancelled", "/queues/big?state=cancelled".into()),
-        ("items, by key", "/queues/big?key=item-500".into()),
-        ("item (failed, with history)", format!("/items/{failed_id}")),
+        ("items, failed", "/queues/big?state=failed".into(), 200),
+        (
+            "items, cancelled",
+            "/queues/big?state=cancelled".into(),
+            200,
+        ),
+        ("items, by key", "/queues/big?key=item-500".into(), 303),
+        (
+            "item (failed, with history)",
+            format!("/items/{failed_id}"),
+            200,
+        ),
         (
             "item (claimed, lease explained)",
             format!("/items/{claimed_id}"),
+            200,
         ),
+        ("small queue, every state", "/queues/small-1".into(), 200),
+        (
+            "small queue, done (walks the big queue's finishes)",
+            "/queues/small-1?state=done".into(),
+            200,
+        ),
+        (
+            "small queue, failed (none: walks every finish)",
+            "/queues/small-1?state=failed".into(),
+            200,
+        ),
+        ("unknown queue (404)", "/queues/no-such-queue".into(), 404),
     ];
     let mut table = String::new();
     let _ = writeln!(
@@ -274,14 +316,15 @@ fn run(plan: &Plan) -> Result<String> {
         "| page | path | median ms | slowest ms | bytes |\n|---|---|---|---|---|"
     );
     let result = (|| -> Result<()> {
-        for (name, path) in &pages {
+        for (name, path, expected) in &pages {
             let mut times = Vec::with_capacity(plan.requests);
             let mut bytes = 0;
             for n in 0..plan.requests + 2 {
                 let (elapsed, status, body) = get(&addr, path)?;
-                // The key search answers with a redirect to the item.
-                if status != 200 && !(status == 303 && path.contains("key=")) {
-                    return Err(format!("GET {path}: HTTP {status}").into());
+                // The key search answers with a redirect to the item, an
+                // unknown queue with a 404 page.
+                if status != *expected {
+                    return Err(format!("GET {path}: HTTP {status}, not {expected}").into());
                 }
                 if n >= 2 {
                     times.push(elapsed);
