@@ -13,6 +13,8 @@
 //! - [`router`]: a PL/Proxy router database in front of shard databases.
 //! - [`scenario`]: the pieces of the bug report's scenario shared by the demo
 //!   and the tests (names, enqueue, waiting for a lease to lapse on the server).
+//! - [`testing`]: what every test crate shares: [`testing::ok`] and the
+//!   documentation's SQL blocks ([`testing::doc_sql_block`]).
 //!
 //! The binaries `workfence-worker` (the worker process) and
 //! `workfence-soak-worker` (the autonomous worker of `tests/soak.rs`) live in
@@ -36,6 +38,7 @@ pub mod pgbouncer;
 pub mod protocol;
 pub mod router;
 pub mod scenario;
+pub mod testing;
 mod worker;
 
 pub use cluster::{pg_config, Cluster, ClusterBuilder, DEFAULT_PG_CONFIG, PG_CONFIG_ENV};

@@ -26,7 +26,6 @@
 //! installs Debian's `chromium` and `chromium-driver`) and the extension
 //! installed into PostgreSQL 15 (scripts/install-build.sh 15).
 
-use std::error::Error;
 use std::fs::{self, File};
 use std::future::Future;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -42,6 +41,7 @@ use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use workfence_harness::calls::{self, Enqueue, RunAt, Token};
+use workfence_harness::testing::ok;
 use workfence_harness::Cluster;
 
 const UI_EXE: &str = env!("CARGO_BIN_EXE_workfence-ui");
@@ -64,20 +64,6 @@ const POLL: Duration = Duration::from_millis(25);
 
 /// Makes names (databases, profiles) unique within this process.
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
-
-/// Unwraps, or panics with `what`, the error and its chain of sources.
-fn ok<T, E: Error>(result: Result<T, E>, what: &str) -> T {
-    result.unwrap_or_else(|e| {
-        let mut text = e.to_string();
-        let mut source = e.source();
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        panic!("{what}: {text}")
-    })
-}
 
 /// Where throwaway clusters and browser profiles live: `$WORKFENCE_SCRATCH`
 /// (a directory the postgres OS user can reach), else cargo's scratch

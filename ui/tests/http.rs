@@ -19,43 +19,24 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use workfence_harness::calls::{self, Enqueue, RunAt, Token};
+use workfence_harness::testing::{doc_sql_block, ok};
 use workfence_harness::Cluster;
 
 const EXE: &str = env!("CARGO_BIN_EXE_workfence-ui");
 const XSS: &str = "<script>alert(1)</script>";
 const XSS_ESCAPED: &str = "&lt;script&gt;alert(1)&lt;/script&gt;";
 
-/// Unwraps, or fails the test with the error's whole chain of sources.
-fn ok<T, E: std::error::Error>(result: Result<T, E>, what: &str) -> T {
-    result.unwrap_or_else(|e| {
-        let mut text = e.to_string();
-        let mut source = e.source();
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        panic!("{what}: {text}")
-    })
-}
-
 fn scratch() -> String {
     std::env::var("WORKFENCE_SCRATCH").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").to_string())
 }
 
 /// The SQL block of docs/operations.md between `<!-- marker:begin/end -->`.
-fn operations_sql(marker: &str) -> String {
-    let doc = include_str!("../../docs/operations.md");
-    let begin = format!("<!-- {marker}:begin -->");
-    let end = format!("<!-- {marker}:end -->");
-    let start = doc.find(&begin).expect("begin marker") + begin.len();
-    let length = doc[start..].find(&end).expect("end marker");
-    doc[start..start + length]
-        .trim()
-        .strip_prefix("```sql")
-        .and_then(|b| b.strip_suffix("```"))
-        .expect("one sql block")
-        .to_owned()
+fn operations_sql(marker: &str) -> &'static str {
+    doc_sql_block(
+        include_str!("../../docs/operations.md"),
+        "docs/operations.md",
+        marker,
+    )
 }
 
 /// The cluster the tests of this file share; the least-privilege group roles
@@ -72,7 +53,7 @@ fn cluster() -> Arc<Cluster> {
     ));
     let mut admin = ok(c.connect(), "connect");
     ok(
-        admin.batch_execute(&operations_sql("least-privilege-roles")),
+        admin.batch_execute(operations_sql("least-privilege-roles")),
         "the group roles",
     );
     ok(
@@ -92,7 +73,7 @@ fn database(cluster: &Cluster, name: &str) -> postgres::Client {
     ok(cluster.create_database(name), "create database");
     let mut db = ok(cluster.connect_to(name), "connect");
     ok(
-        db.batch_execute(&operations_sql("least-privilege-grants")),
+        db.batch_execute(operations_sql("least-privilege-grants")),
         "the grants of docs/operations.md",
     );
     db

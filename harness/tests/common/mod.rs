@@ -3,7 +3,6 @@
 //! Each test file is its own binary and uses a subset of these.
 #![allow(dead_code)]
 
-use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -12,21 +11,9 @@ use postgres::types::{FromSql, ToSql};
 use postgres::{Client, NoTls};
 use workfence_harness::{Cluster, ClusterBuilder};
 
-/// Unwraps, or panics with the error and its chain of sources (a
-/// `postgres::Error` says only "db error"; its source has the server's
-/// message; a missing extension's error says how to install it).
-pub fn ok<T, E: Error>(result: Result<T, E>, what: &str) -> T {
-    result.unwrap_or_else(|e| {
-        let mut text = e.to_string();
-        let mut source = e.source();
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        panic!("{what}: {text}")
-    })
-}
+// Each test file uses a subset of these (hence the allow).
+#[allow(unused_imports)]
+pub use workfence_harness::testing::{doc_sql_block, ok};
 
 /// Where the tests' throwaway clusters live: `$WORKFENCE_SCRATCH`, which
 /// scripts/test.sh points at a directory the postgres OS user can reach (a
@@ -113,26 +100,6 @@ pub fn wait_until_blocked(observer: &mut Client, waiter: i32, holder: i32) {
         &[&waiter, &holder],
         &format!("backend {waiter} blocked on backend {holder}"),
     );
-}
-
-/// The SQL of the one ```sql block between `<!-- {marker}:begin -->` and
-/// `<!-- {marker}:end -->` in `doc` (the text of `file`): the tests run the
-/// documentation's SQL itself, so the two cannot drift apart.
-pub fn doc_sql_block(doc: &'static str, file: &str, marker: &str) -> &'static str {
-    let begin = format!("<!-- {marker}:begin -->");
-    let end = format!("<!-- {marker}:end -->");
-    let start = doc
-        .find(&begin)
-        .unwrap_or_else(|| panic!("{file} has no {begin}"))
-        + begin.len();
-    let length = doc[start..]
-        .find(&end)
-        .unwrap_or_else(|| panic!("{file} has no {end}"));
-    doc[start..start + length]
-        .trim()
-        .strip_prefix("```sql")
-        .and_then(|block| block.strip_suffix("```"))
-        .unwrap_or_else(|| panic!("{begin} in {file} must enclose exactly one ```sql block"))
 }
 
 /// A connection to `database` logged in as `role` (trust authentication),
