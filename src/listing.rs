@@ -15,7 +15,8 @@
 //! | `done`, `failed`, `cancelled` | newest finish first: `finished_at, id` descending | `items_finished_idx` |
 //!
 //! No index is added for it: every claim and finish would pay for its upkeep
-//! (docs/benchmarks.md counts what one index costs a claim → finish). The
+//! (not measured for this listing; docs/benchmarks.md counts what 0.10.0's
+//! partial `items_group_idx` costs a claim → finish: +2.9% instructions). The
 //! price is in one case: `items_finished_idx` holds the finished items of
 //! every queue by `finished_at` alone, so a page of `done`, `failed` or
 //! `cancelled` passes over the finished items, of this queue's other
