@@ -316,6 +316,9 @@ fn a_page_deep_in_a_large_queue_reads_about_what_the_first_page_reads() {
         "100,000 items",
     );
     ok(c.batch_execute("VACUUM ANALYZE workfence.items"), "VACUUM");
+    // The first reading of pg_stat_database loads its catalog entries into
+    // this backend's caches (about 150 buffers): not a page's cost.
+    buffers(&mut c);
     for state in [
         None,
         Some("pending"),
@@ -357,13 +360,14 @@ fn a_page_deep_in_a_large_queue_reads_about_what_the_first_page_reads() {
             "{state:?}: the deep page"
         );
         println!("work_items {state:?}: first page {first_cost} buffers, deep page {deep_cost}");
-        // A page reads about what the page before it read (keyset: no
-        // rows skipped by reading them), and far from the ~100,000 buffers
-        // a scan of the queue touches. The rarer the state among finished
-        // items, the more index entries its page passes over (cancelled,
-        // 1 in 20 here, reads the most).
+        // A page reads about what the first page reads (keyset: no rows
+        // skipped by reading them): measured 4-22 buffers for a first page
+        // and 13-30 for a deep one, where a walk up to the cursor read
+        // 2,614 and a scan of the table's heap alone is about 1,700 pages.
+        // The rarer the state among finished items, the more index entries
+        // its page passes over (cancelled, 1 in 20 here, reads the most).
         assert!(
-            deep_cost <= 2 * first_cost + 50 && first_cost < 3_000,
+            deep_cost <= 2 * first_cost + 50 && deep_cost < 100 && first_cost < 100,
             "{state:?}: {first_cost} buffers for the first page, {deep_cost} for a deep one"
         );
     }
