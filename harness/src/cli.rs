@@ -16,3 +16,17 @@ pub fn help_requested(usage: &str) -> bool {
     }
     asked
 }
+
+/// `error` and each of its sources, joined by `": "`: what a binary prints
+/// when it fails (a `postgres::Error` says only "db error" and keeps the
+/// server's message as its source).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -9,16 +9,7 @@ use std::error::Error;
 /// `postgres::Error` says only "db error"; its source has the server's
 /// message; a missing extension's error says how to install it).
 pub fn ok<T, E: Error>(result: Result<T, E>, what: &str) -> T {
-    result.unwrap_or_else(|e| {
-        let mut text = e.to_string();
-        let mut source = e.source();
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        panic!("{what}: {text}")
-    })
+    result.unwrap_or_else(|e| panic!("{what}: {}", crate::cli::error_chain(&e)))
 }
 
 /// The SQL of the one ```sql block between `<!-- {marker}:begin -->` and

@@ -304,15 +304,10 @@ fn main() {
         return;
     }
     if let Err(e) = parse_args(std::env::args().skip(1)).and_then(|plan| run(&plan)) {
-        // postgres::Error says "db error" and keeps the server's message as
-        // its source.
-        let mut text = e.to_string();
-        let mut source = e.source();
-        while let Some(s) = source {
-            let _ = write!(text, ": {s}");
-            source = s.source();
-        }
-        eprintln!("workfence-flow: {text}");
+        eprintln!(
+            "workfence-flow: {}",
+            workfence_harness::cli::error_chain(e.as_ref())
+        );
         std::process::exit(1);
     }
 }

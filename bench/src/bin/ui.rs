@@ -369,13 +369,10 @@ fn main() {
         Ok(())
     });
     if let Err(e) = outcome {
-        let mut text = e.to_string();
-        let mut source = e.source();
-        while let Some(s) = source {
-            let _ = write!(text, ": {s}");
-            source = s.source();
-        }
-        eprintln!("workfence-ui-bench: {text}");
+        eprintln!(
+            "workfence-ui-bench: {}",
+            workfence_harness::cli::error_chain(e.as_ref())
+        );
         std::process::exit(1);
     }
 }
