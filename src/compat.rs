@@ -234,9 +234,21 @@ pub unsafe fn set_signal_handler(
     pg_sys::pqsignal_be(signo, Some(handler));
 }
 
-/// The lock tag of the advisory lock `(key1, key2)` in this database, as
-/// `pg_advisory_xact_lock_shared(int4, int4)` makes it (`pg_locks` shows it
-/// as `classid` = key1, `objid` = key2, `objsubid` = 2).
+/// `locktag_field4` of every advisory lock the extension takes (ASCII
+/// "WF"). The SQL advisory lock functions (`pg_advisory_lock` and its
+/// kin) make only 1 (the `bigint` form) and 2 (the `(int4, int4)` form),
+/// so no role can take, hold or wait on one of the extension's locks from
+/// SQL, whatever keys it computes from a queue's name (until 0.11.0 they
+/// were in the `(int4, int4)` space, and any role that could connect could
+/// stall another role's claims and operator calls: issue 30). `pg_locks`
+/// shows them with `locktype = 'advisory'` and `objsubid` = 22342.
+pub const LOCK_SPACE: u16 = 0x5746;
+
+/// The lock tag of the extension's advisory lock `(key1, key2)` in this
+/// database: the tag `pg_advisory_xact_lock_shared(key1, key2)` would make,
+/// but in the extension's own space ([`LOCK_SPACE`]), out of reach of SQL.
+/// `pg_locks` shows it as `classid` = key1, `objid` = key2, `objsubid` =
+/// [`LOCK_SPACE`].
 pub fn advisory_tag(key1: i32, key2: i32) -> pg_sys::LOCKTAG {
     pg_sys::LOCKTAG {
         // SAFETY: a plain global of the backend, set at connection start.
@@ -244,8 +256,7 @@ pub fn advisory_tag(key1: i32, key2: i32) -> pg_sys::LOCKTAG {
         // The lock manager stores the signed keys' bits.
         locktag_field2: key1 as u32,
         locktag_field3: key2 as u32,
-        // 2 = the (int4, int4) form of the advisory lock functions.
-        locktag_field4: 2,
+        locktag_field4: LOCK_SPACE,
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
     }

@@ -73,15 +73,33 @@ RETURNING q.queue
 "#,
 );
 
-// Resume queue `$1`; a row only if it was paused. The row goes (a pause is
-// the only setting a queue has), so a resumed queue without items leaves
-// `work_queue_stats` as it came.
+// Resume queue `$1`; a row only if it was paused. Only the pause is
+// lifted: the queue's other settings (groups, limits, the rate window) are
+// columns of the same row and stay as they were (docs/contract.md, *An
+// operator verb changes only what it names*).
 static RESUME: Statement<QueueParams> = Statement::new(
     r#"
-DELETE FROM workfence.queues AS q
+UPDATE workfence.queues AS q
+   SET paused = false, paused_at = NULL
  WHERE q.queue OPERATOR(pg_catalog.=) $1
    AND q.paused
 RETURNING q.queue
+"#,
+);
+
+// Drop queue `$1`'s row when it holds no setting any more (not paused, no
+// groups, no limits), so that a queue paused and resumed before its first
+// item leaves `work_queue_stats` as it came. A setting added to
+// `workfence.queues` must be named here, or a resume would drop it (the
+// composition test, `harness/tests/composition.rs`, catches that).
+static PRUNE: Statement<QueueParams> = Statement::new(
+    r#"
+DELETE FROM workfence.queues AS q
+ WHERE q.queue OPERATOR(pg_catalog.=) $1
+   AND NOT q.paused
+   AND NOT q.grouped
+   AND q.concurrency IS NULL
+   AND q.rate IS NULL
 "#,
 );
 
@@ -246,8 +264,10 @@ pub fn work_pause(queue: Option<String>) -> bool {
 /// Resume a paused queue.
 ///
 /// SQL: `workfence.work_resume(queue text) RETURNS boolean`. True when the
-/// queue was paused and is not any more (false: it was not paused). Every
-/// claimer long-polling the queue is woken at commit, so waiting workers
+/// queue was paused and is not any more (false: it was not paused). It
+/// lifts the pause and nothing else: the queue's serial groups, limits and
+/// the rate limit's window are as they were before the pause (until 0.11.0
+/// a resume dropped them). Every claimer long-polling the queue is woken at commit, so waiting workers
 /// take its due items at once.
 ///
 /// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`);
@@ -261,9 +281,13 @@ pub fn work_resume(queue: Option<String>) -> bool {
         grants::check(Capability::Operate, &queue)?;
         crate::paused::changing(&queue);
         let resumed = Spi::connect_mut(|client| {
-            plans::run(client, &RESUME, QueueParams { queue: &queue }, |rows| {
+            let resumed = plans::run(client, &RESUME, QueueParams { queue: &queue }, |rows| {
                 Ok(!rows.is_empty())
-            })
+            })?;
+            if resumed {
+                plans::run(client, &PRUNE, QueueParams { queue: &queue }, |_| Ok(()))?;
+            }
+            Ok::<bool, WorkfenceError>(resumed)
         })?;
         if resumed {
             crate::paused::changed();

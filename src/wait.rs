@@ -99,8 +99,9 @@ pub const PREPARED_POLL: Duration = Duration::from_millis(50);
 pub const GIVE_WAY_CHECK: Duration = Duration::from_millis(200);
 
 /// How long a waiter sleeps between claim attempts when it could not take its
-/// advisory lock (an application holds an exclusive lock on the same keys):
-/// it then polls, rather than block on someone else's lock.
+/// advisory lock: it then polls, rather than block. Since 0.12.0 the lock is
+/// in the extension's own space ([`compat::LOCK_SPACE`]), where nothing
+/// takes it exclusively, so this is a guard, not a path any role can force.
 const POLL_WITHOUT_LOCK: Duration = Duration::from_millis(250);
 
 /// `workfence.long_poll_max` (seconds, default 3, superuser-set): the
@@ -143,7 +144,8 @@ pub fn init() {
 ///
 /// An operator finds the claimers long-polling queue `'mail'` in this
 /// database with (1464235892 is [`WAIT_LOCK_CLASS`], 0x57467774, "WFwt";
-/// `objsubid` 2 marks the two-int4 form of advisory locks):
+/// `objsubid` 22342 is the extension's own lock space,
+/// [`compat::LOCK_SPACE`], which no SQL advisory lock function reaches):
 ///
 /// ```sql
 /// SELECT l.pid
@@ -153,7 +155,7 @@ pub fn init() {
 ///                       WHERE d.datname = current_database())
 ///    AND l.classid = 1464235892
 ///    AND l.objid = hashtext('mail')::oid
-///    AND l.objsubid = 2
+///    AND l.objsubid = 22342
 ///    AND l.granted;
 /// ```
 ///
@@ -225,10 +227,9 @@ fn latch_is_set() -> bool {
     unsafe { (*pg_sys::MyLatch).is_set != 0 }
 }
 
-/// Take the wait lock of queue key `key` (shared, transaction-scoped, as
-/// `pg_try_advisory_xact_lock_shared(WAIT_LOCK_CLASS, key)` takes it); false
-/// if it cannot be had at once (someone holds it exclusively: the waiter
-/// then polls every [`POLL_WITHOUT_LOCK`]).
+/// Take the wait lock of queue key `key` (shared, transaction-scoped, in
+/// the extension's lock space); false if it cannot be had at once (the
+/// waiter then polls every [`POLL_WITHOUT_LOCK`]).
 fn register(key: i32) -> bool {
     let tag = compat::advisory_tag(WAIT_LOCK_CLASS, key);
     // SAFETY: a transaction-scoped lock of the current transaction, taken

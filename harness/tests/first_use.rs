@@ -32,7 +32,8 @@ const QUEUE: &str = "mail";
 
 /// The claimers long-polling queue `'mail'` in this database, by backend
 /// pid: exactly the query `src/wait.rs` gives operators (the wait lock is
-/// the advisory lock `(0x57467774, hashtext(queue))`, "WFwt").
+/// the advisory lock `(0x57467774, hashtext(queue))`, "WFwt", in the
+/// extension's own lock space, `objsubid` 22342).
 const WAITERS: &str = "\
 SELECT l.pid
   FROM pg_locks AS l
@@ -41,7 +42,7 @@ SELECT l.pid
                       WHERE d.datname = current_database())
    AND l.classid = 1464235892
    AND l.objid = hashtext('mail')::oid
-   AND l.objsubid = 2
+   AND l.objsubid = 22342
    AND l.granted";
 
 /// One cluster for the tests that run at the same time.
