@@ -1,0 +1,201 @@
+//! Locks no role can take (issue 30; docs/contract.md, *Seams*): every lock
+//! the extension relies on is out of reach of SQL's advisory-lock functions
+//! and of `LOCK TABLE` by a role without privileges on its tables.
+//!
+//! Until 0.11.0 the pause, limit, wait and prepared-wake locks were advisory
+//! locks in the `(int4, int4)` key space of `pg_advisory_lock`, which PUBLIC
+//! may call: a role with no grant at all ran `pg_advisory_lock(x'57467061'::int,
+//! hashtext('billing.invoices'))` and billing's worker claimed 0 of 3 due
+//! items, billing's `work_limit` blocked until `statement_timeout`, and
+//! every long poll of the queue fell back to polling. From 0.12.0 the
+//! extension's advisory locks carry their own `locktag_field4`
+//! (`src/compat.rs`, `LOCK_SPACE`), which no SQL function makes.
+//!
+//! Here an intruder, a role that may only connect, holds every advisory
+//! lock SQL lets it take with keys derived from the queue's name (both
+//! forms, exclusive, for the whole test), and tries `LOCK TABLE` on every
+//! table of schema `workfence`; meanwhile a claim, a long poll's wake-up and
+//! the operator calls of that queue behave exactly as with no intruder.
+//! Each operator call runs under a `statement_timeout` guard, so a call that
+//! waits on the intruder fails the test instead of hanging it.
+
+mod common;
+
+use std::thread;
+
+use common::{backend_pid, ok, scalar, server_error, wait_until_waiting};
+use workfence_harness::calls::{self, Enqueue};
+
+/// The queue the intruder goes after.
+const QUEUE: &str = "billing.invoices";
+
+/// The classes (first keys) of the extension's queue-level locks: pause
+/// ("WFpa"), limit ("WFli"), wait ("WFwt") and prepared wake ("WFpp").
+const CLASSES: [i32; 4] = [0x5746_7061, 0x5746_6c69, 0x5746_7774, 0x5746_7070];
+
+/// The guard on each call of the victim: far longer than any of them takes
+/// alone (milliseconds), far shorter than the test runner's patience.
+const GUARD: &str = "SET statement_timeout = '20s'";
+
+#[test]
+fn no_role_can_stall_a_queue_through_the_extensions_locks() {
+    let cluster = common::shared_cluster();
+    ok(cluster.create_database("locks"), "create database");
+    let mut admin = ok(cluster.connect_to("locks"), "connect");
+    ok(
+        admin.batch_execute("CREATE ROLE intruder LOGIN"),
+        "create the intruder (no grant beyond what PUBLIC has)",
+    );
+
+    // Every advisory lock SQL can take with the queue's keys: each class
+    // with hashtext(queue) in the (int4, int4) form, the same pair packed
+    // into the bigint form, and the group lock's pair (hashtext(queue),
+    // hashtext(group)). Session-level and exclusive, so held across every
+    // transaction below and conflicting with every mode.
+    let mut intruder = common::connect_as(&cluster, "locks", "intruder", "intruder");
+    let key: i32 = scalar(&mut intruder, "SELECT hashtext($1)", &[&QUEUE]);
+    let group_key: i32 = scalar(&mut intruder, "SELECT hashtext('customer-1')", &[]);
+    let mut held = 0;
+    for class in CLASSES.into_iter().chain([key]) {
+        let second = if class == key { group_key } else { key };
+        for sql in [
+            "SELECT pg_advisory_lock($1, $2)",
+            "SELECT pg_advisory_lock(($1::int4::bigint << 32) | ($2::int4::bigint & 4294967295))",
+        ] {
+            ok(
+                intruder.execute(sql, &[&class, &second]),
+                "the intruder takes an advisory lock",
+            );
+            held += 1;
+        }
+    }
+    let granted: i64 = scalar(
+        &mut admin,
+        "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)
+          WHERE a.usename = 'intruder' AND l.locktype = 'advisory' AND l.granted",
+        &[],
+    );
+    assert_eq!(granted, held, "the intruder holds every lock it asked for");
+
+    // LOCK TABLE on every table of the schema: refused (42501) before any
+    // lock is granted, so nothing is held afterwards.
+    let tables: Vec<String> = ok(
+        admin.query(
+            "SELECT c.oid::regclass::text FROM pg_class AS c
+              WHERE c.relnamespace = 'workfence'::regnamespace AND c.relkind IN ('r', 'p')
+              ORDER BY 1",
+            &[],
+        ),
+        "tables of schema workfence",
+    )
+    .iter()
+    .map(|row| row.get(0))
+    .collect();
+    assert!(tables.iter().any(|t| t == "workfence.items"), "{tables:?}");
+    for table in &tables {
+        let mut tx = ok(intruder.transaction(), "BEGIN");
+        server_error(
+            tx.batch_execute(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")),
+            "42501",
+            &format!("the intruder's LOCK TABLE {table}"),
+        );
+        drop(tx);
+    }
+
+    // The victim's queue, with three due items: a claim takes all three.
+    ok(admin.batch_execute(GUARD), "guard");
+    for key in ["a", "b", "c"] {
+        ok(
+            calls::enqueue(&mut admin, &Enqueue::new(QUEUE).key(key)),
+            "enqueue",
+        );
+    }
+    let claimed = ok(
+        calls::claim(
+            &mut admin,
+            QUEUE,
+            "billing-worker",
+            "1 minute",
+            Some(10),
+            None,
+        ),
+        "claim beside the intruder's locks",
+    );
+    assert_eq!(claimed.len(), 3, "the claim took every due item");
+
+    // The operator calls, each of which takes one of the locks the intruder
+    // went after: none waits (the guard would end it with 57014).
+    ok(
+        calls::work_limit(&mut admin, QUEUE, Some(5), Some(100), "1 hour"),
+        "work_limit",
+    );
+    assert!(ok(calls::pause(&mut admin, QUEUE), "work_pause"));
+    assert!(ok(calls::resume(&mut admin, QUEUE), "work_resume"));
+    ok(
+        calls::enqueue(
+            &mut admin,
+            &Enqueue::new(QUEUE).key("grouped").group_key("customer-1"),
+        ),
+        "grouped enqueue (marks the queue grouped under the pause lock)",
+    );
+    let grouped = ok(
+        calls::claim(
+            &mut admin,
+            QUEUE,
+            "billing-worker",
+            "1 minute",
+            Some(10),
+            None,
+        ),
+        "claim of a grouped item in a limited queue (its limit and group locks)",
+    );
+    assert_eq!(grouped.len(), 1, "the grouped item, within the limit of 5");
+
+    // A long poll registers as a waiter (its wait lock granted, in the
+    // extension's own lock space) although the intruder holds the same keys
+    // in SQL's, and an enqueue wakes it with the item.
+    let mut waiter = common::connect_long_poller(&cluster, "locks");
+    ok(waiter.batch_execute(GUARD), "guard");
+    let waiter_pid = backend_pid(&mut waiter);
+    let poll = thread::spawn(move || {
+        let got = calls::claim(
+            &mut waiter,
+            QUEUE,
+            "billing-worker",
+            "1 minute",
+            Some(1),
+            Some("15 seconds"),
+        );
+        (waiter, got)
+    });
+    wait_until_waiting(&mut admin, waiter_pid);
+    let registered: bool = scalar(
+        &mut admin,
+        "SELECT EXISTS (SELECT FROM pg_locks AS l
+                         WHERE l.pid = $1 AND l.locktype = 'advisory' AND l.granted
+                           AND l.classid = 1464235892 AND l.objid = hashtext($2)::oid
+                           AND l.objsubid = 22342)",
+        &[&waiter_pid, &QUEUE],
+    );
+    assert!(
+        registered,
+        "the waiter holds its wait lock beside the intruder"
+    );
+    ok(
+        calls::enqueue(&mut admin, &Enqueue::new(QUEUE).key("late")),
+        "enqueue that wakes the waiter",
+    );
+    let (_waiter, got) = poll.join().expect("the long poll's thread");
+    let got = ok(got, "the long poll");
+    assert_eq!(got.len(), 1, "the long poll was woken with an item");
+
+    // Still held to the end: the intruder's locks were there all along.
+    let still: i64 = scalar(
+        &mut admin,
+        "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)
+          WHERE a.usename = 'intruder' AND l.locktype = 'advisory' AND l.granted",
+        &[],
+    );
+    assert_eq!(still, held);
+    drop(intruder);
+}
