@@ -521,6 +521,67 @@ fn a_lapse_on_the_final_attempt_frees_the_group_once() {
 
 /// A batch claim takes one item per group and leaves items in no group
 /// alone; a group whose first item is not due yet waits for it.
+/// A pause and a resume (the deploy procedure, the dashboard's button)
+/// change the pause and nothing else: the queue's serial groups, its limits
+/// and the rate limit's window are as before (docs/contract.md, *Seams*).
+/// On 0.11.0 the resume deleted the queue's settings row: this test's
+/// second claim took five items, two of one group, and its third the rest.
+#[test]
+fn a_pause_and_resume_keep_groups_limits_and_the_rate_window() {
+    let db = Db::new("resume_keeps_settings");
+    let mut c = db.connect();
+    ok(
+        calls::work_limit(&mut c, QUEUE, Some(2), Some(4), "1 hour"),
+        "work_limit",
+    );
+    for key in ["a1", "a2", "a3"] {
+        enqueue_grouped(&mut c, key, "A", 0);
+    }
+    for key in ["u1", "u2", "u3", "u4"] {
+        enqueue_new(&mut c, &Enqueue::new(QUEUE).key(key));
+    }
+    let settings = |c: &mut Client| -> (Option<i32>, Option<i32>, Option<String>, bool) {
+        let row = ok(
+            c.query_one(
+                "SELECT q.concurrency, q.rate, q.per::text, q.grouped
+                   FROM workfence.queues AS q WHERE q.queue = $1",
+                &[&QUEUE],
+            ),
+            "the queue's settings",
+        );
+        (row.get(0), row.get(1), row.get(2), row.get(3))
+    };
+    let before = settings(&mut c);
+    assert_eq!(before, (Some(2), Some(4), Some("01:00:00".into()), true));
+
+    // Two of the hour's four claims used: concurrency 2, one item of A.
+    let first = claim(&mut c, "w", 10);
+    assert_eq!(keys(&first), ["a1", "u1"]);
+    for item in &first {
+        finish(&mut c, &item.token("w"));
+    }
+
+    assert!(ok(calls::pause(&mut c, QUEUE), "work_pause"));
+    assert!(ok(calls::resume(&mut c, QUEUE), "work_resume"));
+    assert_eq!(
+        settings(&mut c),
+        before,
+        "the resume kept every other setting"
+    );
+
+    // Still at most 2 at once and one item of group A ...
+    let second = claim(&mut c, "w", 10);
+    assert_eq!(keys(&second), ["a2", "u2"]);
+    for item in &second {
+        finish(&mut c, &item.token("w"));
+    }
+    // ... and the window's first two claims still count: 4 in the hour.
+    assert!(
+        claim(&mut c, "w", 10).is_empty(),
+        "the rate window survived the resume"
+    );
+}
+
 #[test]
 fn batch_claims_take_one_item_per_group_and_leave_ungrouped_items_alone() {
     let db = Db::new("flow_batch_per_group");
