@@ -59,7 +59,7 @@ COMMENT ON FUNCTION workfence.work_resume(text) IS
 'work_resume(queue) -> boolean. Ends a pause and wakes every long poll of the queue at commit. True if it was paused. Errors: 22004 NULL queue, 22023 bad queue, 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_item(text, text) IS
-'work_item(queue, key) -> zero or one (id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run). The item as an operator sees it; errors is its history of failed attempts and lapsed leases, oldest first (the newest 20 kept). Reads only: grant it to a role that may only look. Errors: 22004 NULL queue/key, 22023 bad queue/key, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
+'work_item(queue, key) -> zero or one (id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run, group_key). The item as an operator sees it; errors is its history of failed attempts and lapsed leases, oldest first (the newest 20 kept); group_key its serial group (NULL: none; from 0.12.0). Reads only: grant it to a role that may only look. Errors: 22004 NULL queue/key, 22023 bad queue/key, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_item(bigint) IS
 'work_item(id) -> zero or one row, the columns of work_item(queue, key): the item with this id. Reads only. Where queue grants are enforced, an item of a queue the role may not read is answered with zero rows, as if missing. Errors: 22004 NULL id.';

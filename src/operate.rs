@@ -103,34 +103,83 @@ DELETE FROM workfence.queues AS q
 "#,
 );
 
-/// The columns of `work_item`, in its result's order.
+// PRUNE for a schema before 0.10.0 (a library newer than the schema, until
+// `ALTER EXTENSION ... UPDATE`): the pause is the only setting there.
+static PRUNE_BEFORE_FLOW: Statement<QueueParams> = Statement::new(
+    r#"
+DELETE FROM workfence.queues AS q
+ WHERE q.queue OPERATOR(pg_catalog.=) $1
+   AND NOT q.paused
+"#,
+);
+
+/// The columns of `work_item`, in its result's order; `$group` is
+/// `i.group_key`, or `NULL::pg_catalog.text` for a schema before 0.10.0
+/// (a library newer than the schema serves the old `work_item` until the
+/// update, CONTRIBUTING.md, *A new library serves the old schema*).
 macro_rules! item_columns {
-    () => {
-        r#"
+    ($group:literal) => {
+        concat!(
+            r#"
 SELECT i.id, i.queue, i.key, i.state::pg_catalog.text, i.priority, i.run_at, i.attempts,
        i.max_attempts, i.owner, i.epoch, i.claimed_at, i.lease_until,
        COALESCE(i.errors, '[]'::pg_catalog.jsonb), i.result, i.created_at, i.finished_at,
-       i.payload, i.max_run
+       i.payload, i.max_run, "#,
+            $group,
+            r#"
   FROM workfence.items AS i"#
+        )
+    };
+}
+
+/// The two forms of a `work_item` statement: `current` reads `group_key`
+/// (0.10.0 and later), `legacy` a NULL in its place (0.6.0 to 0.9.0).
+struct ItemStatement<P: 'static> {
+    current: Statement<P>,
+    legacy: Statement<P>,
+}
+
+impl<P> ItemStatement<P> {
+    /// The form for this database's schema.
+    fn get(&'static self) -> &'static Statement<P> {
+        if crate::flow::schema_has_flow() {
+            &self.current
+        } else {
+            &self.legacy
+        }
+    }
+}
+
+/// The `WHERE` of the item `$2` of queue `$1`.
+macro_rules! by_key {
+    () => {
+        r#"
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.key OPERATOR(pg_catalog.=) $2
+"#
+    };
+}
+
+/// The `WHERE` of the item with id `$1`.
+macro_rules! by_id {
+    () => {
+        r#"
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+"#
     };
 }
 
 // The item `$2` of queue `$1`.
-static ITEM_BY_KEY: Statement<QueueKey> = Statement::new(concat!(
-    item_columns!(),
-    r#"
- WHERE i.queue OPERATOR(pg_catalog.=) $1
-   AND i.key OPERATOR(pg_catalog.=) $2
-"#
-));
+static ITEM_BY_KEY: ItemStatement<QueueKey> = ItemStatement {
+    current: Statement::new(concat!(item_columns!("i.group_key"), by_key!())),
+    legacy: Statement::new(concat!(item_columns!("NULL::pg_catalog.text"), by_key!())),
+};
 
 // The item with id `$1`.
-static ITEM_BY_ID: Statement<ItemId> = Statement::new(concat!(
-    item_columns!(),
-    r#"
- WHERE i.id OPERATOR(pg_catalog.=) $1
-"#
-));
+static ITEM_BY_ID: ItemStatement<ItemId> = ItemStatement {
+    current: Statement::new(concat!(item_columns!("i.group_key"), by_id!())),
+    legacy: Statement::new(concat!(item_columns!("NULL::pg_catalog.text"), by_id!())),
+};
 
 params! {
     /// `$1` item id.
@@ -285,7 +334,12 @@ pub fn work_resume(queue: Option<String>) -> bool {
                 Ok(!rows.is_empty())
             })?;
             if resumed {
-                plans::run(client, &PRUNE, QueueParams { queue: &queue }, |_| Ok(()))?;
+                let prune = if crate::flow::schema_has_flow() {
+                    &PRUNE
+                } else {
+                    &PRUNE_BEFORE_FLOW
+                };
+                plans::run(client, prune, QueueParams { queue: &queue }, |_| Ok(()))?;
             }
             Ok::<bool, WorkfenceError>(resumed)
         })?;
@@ -318,7 +372,36 @@ type ItemRow = (
     Option<TimestampWithTimeZone>,
     RawJsonb,
     Option<Interval>,
+    Option<String>,
 );
+
+/// A row of 0.11.0's `work_item`: [`ItemRow`] without `group_key`.
+type ItemRowBefore0_12 = (
+    i64,
+    String,
+    String,
+    String,
+    i32,
+    TimestampWithTimeZone,
+    i32,
+    i32,
+    Option<String>,
+    Option<i64>,
+    Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
+    RawJsonb,
+    Option<RawJsonb>,
+    TimestampWithTimeZone,
+    Option<TimestampWithTimeZone>,
+    RawJsonb,
+    Option<Interval>,
+);
+
+/// [`ItemRow`] as 0.11.0's `work_item` returned it (no `group_key`).
+fn before_0_12(row: ItemRow) -> ItemRowBefore0_12 {
+    let (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, _group_key) = row;
+    (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r)
+}
 
 /// The rows of ITEM_BY_KEY or ITEM_BY_ID (zero or one).
 fn read_item(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ItemRow>> {
@@ -346,9 +429,40 @@ fn read_item(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ItemRow>> {
             row.get::<TimestampWithTimeZone>(16)?,
             row.get::<RawJsonb>(17)?.ok_or_else(|| missing("payload"))?,
             row.get::<Interval>(18)?,
+            row.get::<String>(19)?,
         ));
     }
     Ok(out)
+}
+
+/// The item `key` of `queue`, read under the role's read grant.
+fn item_by_key(queue: Option<String>, key: Option<String>) -> Result<Vec<ItemRow>> {
+    let queue = validate::queue(queue)?;
+    let key = validate::key(validate::required("key", key)?)?;
+    grants::check(Capability::Read, &queue)?;
+    Spi::connect_mut(|client| {
+        plans::run(
+            client,
+            ITEM_BY_KEY.get(),
+            QueueKey {
+                queue: &queue,
+                key: &key,
+            },
+            read_item,
+        )
+    })
+}
+
+/// The item with id `id`, none if the role may not read its queue.
+fn item_by_id(id: Option<i64>) -> Result<Vec<ItemRow>> {
+    let id = validate::id(id)?;
+    let mut rows =
+        Spi::connect_mut(|client| plans::run(client, ITEM_BY_ID.get(), ItemId { id }, read_item))?;
+    // An item of a queue the role may not read is not there for it: the
+    // answer does not tell whether such an item exists.
+    let scope = grants::scope(Capability::Read)?;
+    rows.retain(|row| scope.allows(&row.1));
+    Ok(rows)
 }
 
 /// An item as an operator sees it, by queue and key.
@@ -358,16 +472,18 @@ fn read_item(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ItemRow>> {
 /// attempts integer, max_attempts integer, owner text, epoch bigint,
 /// claimed_at timestamptz, lease_until timestamptz, errors jsonb, result
 /// jsonb, created_at timestamptz, finished_at timestamptz, payload jsonb,
-/// max_run interval)`: zero rows when there is no such item, else one.
-/// `state` is `pending`, `claimed`, `done`, `failed` or `cancelled`;
-/// `owner`, `epoch` and `claimed_at` are the latest claim's (kept after it
-/// ended); `lease_until` is set only while claimed (a `lease_until` in the
-/// past is a lapsed lease nobody has claimed anew); `errors` is the history
-/// of failed attempts and lapsed leases, oldest first (`[]` if none; the
-/// newest 20 are kept). It reads, changes nothing and locks nothing: grant
-/// it to a role that may only look (docs/operations.md's monitoring role).
-/// A hung job: `claimed_at` long ago and `lease_until` kept in the future by
-/// renews; `max_run` at enqueue bounds it.
+/// max_run interval, group_key text)`: zero rows when there is no such item,
+/// else one. `state` is `pending`, `claimed`, `done`, `failed` or
+/// `cancelled`; `owner`, `epoch` and `claimed_at` are the latest claim's
+/// (kept after it ended); `lease_until` is set only while claimed (a
+/// `lease_until` in the past is a lapsed lease nobody has claimed anew);
+/// `errors` is the history of failed attempts and lapsed leases, oldest
+/// first (`[]` if none; the newest 20 are kept); `group_key` is the serial
+/// group it was enqueued in (NULL: none; from 0.12.0). It reads, changes
+/// nothing and locks nothing: grant it to a role that may only look
+/// (docs/operations.md's monitoring role). A hung job: `claimed_at` long ago
+/// and `lease_until` kept in the future by renews; `max_run` at enqueue
+/// bounds it.
 ///
 /// Errors: 22004 for a NULL queue or key; 22023 for a bad queue or key (see
 /// `work_enqueue`); 42501 (insufficient_privilege) when queue grants are
@@ -382,6 +498,88 @@ fn read_item(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ItemRow>> {
 // The result type is spelled out in both forms: pgrx reads it from the
 // signature to write the SQL, and cannot see through a type alias.
 #[allow(clippy::type_complexity)]
+pub fn work_item_of_key(
+    queue: Option<String>,
+    key: Option<String>,
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(queue, String),
+        name!(key, String),
+        name!(state, String),
+        name!(priority, i32),
+        name!(run_at, TimestampWithTimeZone),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(owner, Option<String>),
+        name!(epoch, Option<i64>),
+        name!(claimed_at, Option<TimestampWithTimeZone>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(errors, RawJsonb),
+        name!(result, Option<RawJsonb>),
+        name!(created_at, TimestampWithTimeZone),
+        name!(finished_at, Option<TimestampWithTimeZone>),
+        name!(payload, RawJsonb),
+        name!(max_run, Option<Interval>),
+        name!(group_key, Option<String>),
+    ),
+> {
+    item_by_key(queue, key).map(TableIterator::new).or_report()
+}
+
+/// An item as an operator sees it, by id.
+///
+/// SQL: `workfence.work_item(id bigint) RETURNS TABLE (...)`, the columns of
+/// `work_item(queue, key)`: zero rows when no item has this id, else one.
+/// Where queue grants are enforced, an item of a queue the role may not
+/// read is answered with zero rows too, as if it did not exist.
+///
+/// Errors: 22004 for a NULL id.
+#[pg_extern(
+    name = "work_item",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
+#[allow(clippy::type_complexity)] // as work_item_of_key's
+pub fn work_item_of_id(
+    id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(queue, String),
+        name!(key, String),
+        name!(state, String),
+        name!(priority, i32),
+        name!(run_at, TimestampWithTimeZone),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(owner, Option<String>),
+        name!(epoch, Option<i64>),
+        name!(claimed_at, Option<TimestampWithTimeZone>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(errors, RawJsonb),
+        name!(result, Option<RawJsonb>),
+        name!(created_at, TimestampWithTimeZone),
+        name!(finished_at, Option<TimestampWithTimeZone>),
+        name!(payload, RawJsonb),
+        name!(max_run, Option<Interval>),
+        name!(group_key, Option<String>),
+    ),
+> {
+    item_by_id(id).map(TableIterator::new).or_report()
+}
+
+/// 0.11.0's `work_item(queue, key)` (no `group_key`), kept as the C symbol
+/// `work_item_by_key_wrapper` that the install scripts up to 0.11.0 bind,
+/// so that a database not yet updated keeps working with this library, and
+/// a call that resolved the old function before `ALTER EXTENSION
+/// pg_workfence UPDATE` renamed it (`work_item_retired_0_11_0`) still runs.
+/// Not part of this version's SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
+#[allow(clippy::type_complexity)] // as work_item_of_key's
 pub fn work_item_by_key(
     queue: Option<String>,
     key: Option<String>,
@@ -408,41 +606,16 @@ pub fn work_item_by_key(
         name!(max_run, Option<Interval>),
     ),
 > {
-    (|| {
-        let queue = validate::queue(queue)?;
-        let key = validate::key(validate::required("key", key)?)?;
-        grants::check(Capability::Read, &queue)?;
-        Spi::connect_mut(|client| {
-            plans::run(
-                client,
-                &ITEM_BY_KEY,
-                QueueKey {
-                    queue: &queue,
-                    key: &key,
-                },
-                read_item,
-            )
-        })
-    })()
-    .map(TableIterator::new)
-    .or_report()
+    item_by_key(queue, key)
+        .map(|rows| TableIterator::new(rows.into_iter().map(before_0_12)))
+        .or_report()
 }
 
-/// An item as an operator sees it, by id.
-///
-/// SQL: `workfence.work_item(id bigint) RETURNS TABLE (...)`, the columns of
-/// `work_item(queue, key)`: zero rows when no item has this id, else one.
-/// Where queue grants are enforced, an item of a queue the role may not
-/// read is answered with zero rows too, as if it did not exist.
-///
-/// Errors: 22004 for a NULL id.
-#[pg_extern(
-    name = "work_item",
-    volatile,
-    parallel_unsafe,
-    requires = ["bootstrap"]
-)]
-#[allow(clippy::type_complexity)] // as work_item_by_key's
+/// 0.11.0's `work_item(id)` (no `group_key`), kept as the C symbol
+/// `work_item_by_id_wrapper` for the same reason as [`work_item_by_key`].
+/// Not part of this version's SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
+#[allow(clippy::type_complexity)] // as work_item_of_key's
 pub fn work_item_by_id(
     id: Option<i64>,
 ) -> TableIterator<
@@ -468,16 +641,7 @@ pub fn work_item_by_id(
         name!(max_run, Option<Interval>),
     ),
 > {
-    (|| {
-        let id = validate::id(id)?;
-        let mut rows =
-            Spi::connect_mut(|client| plans::run(client, &ITEM_BY_ID, ItemId { id }, read_item))?;
-        // An item of a queue the role may not read is not there for it: the
-        // answer does not tell whether such an item exists.
-        let scope = grants::scope(Capability::Read)?;
-        rows.retain(|row| scope.allows(&row.1));
-        Ok(rows)
-    })()
-    .map(TableIterator::new)
-    .or_report()
+    item_by_id(id)
+        .map(|rows| TableIterator::new(rows.into_iter().map(before_0_12)))
+        .or_report()
 }

@@ -633,12 +633,15 @@ pub struct Item {
     pub payload: Value,
     /// The run-time limit.
     pub max_run: Option<String>,
+    /// The serial group it was enqueued in (from 0.12.0).
+    pub group_key: Option<String>,
 }
 
 /// The columns of a `work_item` row, times and intervals as text.
 const ITEM_COLUMNS: &str = "SELECT w.id, w.queue, w.key, w.state, w.priority, w.run_at::text,
        w.attempts, w.max_attempts, w.owner, w.epoch, w.claimed_at::text, w.lease_until::text,
-       w.errors, w.result, w.created_at::text, w.finished_at::text, w.payload, w.max_run::text";
+       w.errors, w.result, w.created_at::text, w.finished_at::text, w.payload, w.max_run::text,
+       w.group_key";
 
 fn to_item(row: &Row) -> Item {
     Item {
@@ -660,6 +663,7 @@ fn to_item(row: &Row) -> Item {
         finished_at: row.get(15),
         payload: row.get(16),
         max_run: row.get(17),
+        group_key: row.get(18),
     }
 }
 

@@ -162,11 +162,30 @@ fn every_call_round_trips_with_the_servers_defaults() {
     );
     assert_eq!(item.max_run.as_deref(), Some("01:00:00"));
     assert_eq!(item.errors[0]["error"], "boom");
+    assert_eq!(item.group_key, None, "an item enqueued without a group");
     assert_eq!(
         ok(calls::item_by_id(&mut c, ops.id), "item by id"),
         Some(item)
     );
     assert_eq!(ok(calls::item(&mut c, "ops", "none"), "no item"), None);
+    // work_item shows the serial group an item was enqueued in (from
+    // 0.12.0; 0.11.0's had no group_key column).
+    let grouped = ok(
+        calls::enqueue(
+            &mut c,
+            &Enqueue::new("ops").key("g1").group_key("customer-7"),
+        ),
+        "grouped enqueue",
+    );
+    for shown in [
+        ok(calls::item(&mut c, "ops", "g1"), "grouped item"),
+        ok(calls::item_by_id(&mut c, grouped.id), "grouped item by id"),
+    ] {
+        assert_eq!(
+            shown.expect("the grouped item").group_key.as_deref(),
+            Some("customer-7")
+        );
+    }
     assert_eq!(
         ok(calls::queue_counters(&mut c, "ops"), "counters"),
         None,

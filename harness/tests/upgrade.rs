@@ -24,8 +24,9 @@ use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, SqlState, Token};
 
 /// The released versions, whose frozen install scripts are in `sql/`.
-const RELEASED: [&str; 10] = [
+const RELEASED: [&str; 11] = [
     "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0",
+    "0.11.0",
 ];
 
 /// One line per property of every object that belongs to the extension,
@@ -191,6 +192,11 @@ fn an_update_from_0_9_0_keeps_every_token_and_matches_a_fresh_install() {
 #[test]
 fn an_update_from_0_10_0_keeps_every_token_and_matches_a_fresh_install() {
     upgrade_from(RELEASED[9]);
+}
+
+#[test]
+fn an_update_from_0_11_0_keeps_every_token_and_matches_a_fresh_install() {
+    upgrade_from(RELEASED[10]);
 }
 
 /// Update `previous` while four connections enqueue, claim and finish as
@@ -449,12 +455,22 @@ fn upgrade_from(previous: &str) {
     // from 0.1.0, its work_claim (pg_workfence--0.1.0--0.4.0.sql).
     let (mut updated, installed) = (fingerprint(&mut old), fingerprint(&mut fresh));
     for (retired, kept) in [
-        ("work_enqueue_retired_0_9_0", previous != "0.10.0"),
+        (
+            "work_enqueue_retired_0_9_0",
+            !matches!(previous, "0.10.0" | "0.11.0"),
+        ),
         (
             "work_enqueue_retired_0_5_0",
-            !matches!(previous, "0.6.0" | "0.7.0" | "0.8.0" | "0.9.0" | "0.10.0"),
+            !matches!(
+                previous,
+                "0.6.0" | "0.7.0" | "0.8.0" | "0.9.0" | "0.10.0" | "0.11.0"
+            ),
         ),
         ("work_claim_retired_0_1_0", previous == "0.1.0"),
+        // 0.11.0's work_item, renamed by pg_workfence--0.11.0--0.12.0.sql
+        // (every release since 0.6.0 had it, and every older one reaches
+        // 0.6.0 on the way), kept until the next release's update.
+        ("work_item_retired_0_11_0", true),
     ] {
         let before = updated.len();
         updated.retain(|l| !l.contains(retired));

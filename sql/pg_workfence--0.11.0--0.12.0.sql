@@ -1,0 +1,172 @@
+-- pg_workfence 0.11.0 -> 0.12.0 (ALTER EXTENSION pg_workfence UPDATE).
+--
+-- FROZEN once 0.12.0 is released: never edit it, write the next step as
+-- pg_workfence--0.12.0--<next>.sql. harness/tests/upgrade.rs updates every
+-- released version and checks the result is object for object a fresh
+-- 0.12.0 install.
+--
+-- What 0.12.0 changes so far (issue 30, features that compose): work_item
+-- shows the item's group_key. The resume that kept a queue's other
+-- settings and the locks out of SQL's reach are in the library alone. No
+-- table, index or column changes: the update takes no lock on
+-- workfence.items and calls keep working while it runs.
+
+-- ---- work_item gains group_key ----
+-- Renamed, not dropped: a call that resolved the old functions before this
+-- update commits still finds them (their C symbols, work_item_by_key_wrapper
+-- and work_item_by_id_wrapper, stay in the library). The next release's
+-- update drops them.
+ALTER FUNCTION workfence.work_item(text, text) RENAME TO work_item_retired_0_11_0;
+ALTER FUNCTION workfence.work_item(bigint) RENAME TO work_item_retired_0_11_0;
+
+CREATE FUNCTION workfence."work_item"(
+	"queue" TEXT,
+	"key" TEXT
+) RETURNS TABLE (
+	"id" bigint,
+	"queue" TEXT,
+	"key" TEXT,
+	"state" TEXT,
+	"priority" INT,
+	"run_at" timestamp with time zone,
+	"attempts" INT,
+	"max_attempts" INT,
+	"owner" TEXT,
+	"epoch" bigint,
+	"claimed_at" timestamp with time zone,
+	"lease_until" timestamp with time zone,
+	"errors" jsonb,
+	"result" jsonb,
+	"created_at" timestamp with time zone,
+	"finished_at" timestamp with time zone,
+	"payload" jsonb,
+	"max_run" interval,
+	"group_key" TEXT
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_item_of_key_wrapper';
+
+CREATE FUNCTION workfence."work_item"(
+	"id" bigint
+) RETURNS TABLE (
+	"id" bigint,
+	"queue" TEXT,
+	"key" TEXT,
+	"state" TEXT,
+	"priority" INT,
+	"run_at" timestamp with time zone,
+	"attempts" INT,
+	"max_attempts" INT,
+	"owner" TEXT,
+	"epoch" bigint,
+	"claimed_at" timestamp with time zone,
+	"lease_until" timestamp with time zone,
+	"errors" jsonb,
+	"result" jsonb,
+	"created_at" timestamp with time zone,
+	"finished_at" timestamp with time zone,
+	"payload" jsonb,
+	"max_run" interval,
+	"group_key" TEXT
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_item_of_id_wrapper';
+
+-- ---- documentation ----
+COMMENT ON FUNCTION workfence.work_item(text, text) IS
+'work_item(queue, key) -> zero or one (id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run, group_key). The item as an operator sees it; errors is its history of failed attempts and lapsed leases, oldest first (the newest 20 kept); group_key its serial group (NULL: none; from 0.12.0). Reads only: grant it to a role that may only look. Errors: 22004 NULL queue/key, 22023 bad queue/key, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
+
+COMMENT ON FUNCTION workfence.work_item(bigint) IS
+'work_item(id) -> zero or one row, the columns of work_item(queue, key): the item with this id. Reads only. Where queue grants are enforced, an item of a queue the role may not read is answered with zero rows, as if missing. Errors: 22004 NULL id.';
+
+-- ---- signatures retired by earlier updates ----
+-- Dropped now, unless this very transaction renamed them (an update from
+-- 0.9.0 or earlier straight to 0.12.0 keeps 0.9.0's work_enqueue, from
+-- 0.5.0 or earlier 0.5.0's, from 0.1.0 0.1.0's work_claim, until the next
+-- update): calls in flight that resolved them before that update must
+-- still find them.
+DO $retire$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_proc AS p
+                WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+                          'workfence.work_enqueue_retired_0_9_0(text, jsonb, text, timestamptz, integer, integer, interval)')
+                  AND pg_catalog.age(p.xmin) OPERATOR(pg_catalog.<>) 0) THEN
+        DROP FUNCTION workfence.work_enqueue_retired_0_9_0(text, jsonb, text, timestamptz, integer, integer, interval);
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_proc AS p
+                WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+                          'workfence.work_enqueue_retired_0_5_0(text, jsonb, text, timestamptz, integer, integer)')
+                  AND pg_catalog.age(p.xmin) OPERATOR(pg_catalog.<>) 0) THEN
+        DROP FUNCTION workfence.work_enqueue_retired_0_5_0(text, jsonb, text, timestamptz, integer, integer);
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_proc AS p
+                WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+                          'workfence.work_claim_retired_0_1_0(text, text, interval, integer)')
+                  AND pg_catalog.age(p.xmin) OPERATOR(pg_catalog.<>) 0) THEN
+        DROP FUNCTION workfence.work_claim_retired_0_1_0(text, text, interval, integer);
+    END IF;
+END
+$retire$;
+
+-- ---- privileges of the new functions ----
+-- As sql/finalize.sql sets them in a fresh install: SECURITY DEFINER with a
+-- pinned search_path, no EXECUTE for PUBLIC (docs/operations.md, "Least
+-- privilege").
+ALTER ROUTINE workfence.work_item(text, text)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.work_item(text, text) FROM PUBLIC;
+ALTER ROUTINE workfence.work_item(bigint)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.work_item(bigint) FROM PUBLIC;
+
+-- ---- the new work_item keeps the old one's grants ----
+-- A role granted EXECUTE on 0.11.0's work_item (the monitoring and
+-- operator groups of docs/operations.md) may call the new one after the
+-- update, as before it, with the grant option if it had it.
+DO $grants$
+DECLARE
+    grant_to pg_catalog.text;
+BEGIN
+    FOR grant_to IN
+        SELECT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname::pg_catalog.text) END
+               || CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END
+          FROM pg_catalog.pg_proc AS p
+         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
+          LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+                   'workfence.work_item_retired_0_11_0(text, text)')
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+    LOOP
+        -- A role name quoted by quote_ident, not user data.
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION workfence.work_item(text, text) TO %s', grant_to);
+    END LOOP;
+END
+$grants$;
+
+DO $grants$
+DECLARE
+    grant_to pg_catalog.text;
+BEGIN
+    FOR grant_to IN
+        SELECT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname::pg_catalog.text) END
+               || CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END
+          FROM pg_catalog.pg_proc AS p
+         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
+          LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+                   'workfence.work_item_retired_0_11_0(bigint)')
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+    LOOP
+        -- A role name quoted by quote_ident, not user data.
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION workfence.work_item(bigint) TO %s', grant_to);
+    END LOOP;
+END
+$grants$;
