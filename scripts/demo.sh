@@ -4,7 +4,9 @@
 #
 #   scripts/demo.sh          set up the machine, install the extension, build and
 #                            run the demo; the demo cluster stays up afterwards,
-#                            with the dashboard (workfence-ui) watching it
+#                            with the dashboard (workfence-ui) watching it (the
+#                            cluster preloads the library: the dashboard shows
+#                            the refusals and the lapse the scenario caused)
 #   scripts/demo.sh stop     stop the dashboard and the demo cluster
 #   scripts/demo.sh clean    stop them and remove .demo/
 #
@@ -27,7 +29,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 log() { printf '[demo] %s\n' "$*"; }
 
 usage() {
-    sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 UI_LOG="$ROOT/.demo/ui.log"
@@ -138,6 +140,10 @@ else
 fi
 
 log "cargo pgrx install --release --pg-config $PG_CONFIG"
+# The demo cluster of a previous run (and any other cluster) preloads the
+# library: writing into a library a running server has mapped crashes it.
+# Unlinked first, running servers keep the old file (as install-build.sh does).
+rm -f "$("$PG_CONFIG" --pkglibdir)/pg_workfence.so"
 cargo pgrx install --release --pg-config "$PG_CONFIG"
 
 # The demo starts the worker binary that sits next to it: build both, and

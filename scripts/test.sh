@@ -33,6 +33,9 @@
 #                   the long poll's herd, the router's overhead and shards, and
 #                   the sustained load (3 "minutes" of 5 s), and the worker
 #                   libraries' overhead (scripts/client-bench.sh --quick)
+#  10b. binaries    every binary answers --help; the demo as scripts/demo.sh runs
+#                   it, its dashboard showing the refusals and the lapse it counted
+#                   (cargo test -p workfence-demo)
 #  11. packages     scripts/package-test.sh: the .deb (dpkg -i, upgrade from the
 #                   previous release's .deb, golden files, dpkg -r) and the PG 18
 #                   tarball (install.sh, golden files, update, --uninstall)
@@ -208,6 +211,13 @@ for binary in workfence-worker workfence-soak-worker workfence-demo workfence-be
         exit 1
     fi
 done
+
+stage "the demo as scripts/demo.sh runs it: cargo test -p workfence-demo (its counters on the dashboard)"
+# The demo binary on a throwaway cluster, then the dashboard against it: the
+# scenario holds, the preloaded library counted the refusals and the lapse,
+# and the dashboard's queues page shows them. It starts the worker and the
+# dashboard binaries built just above, from beside its own.
+WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/demo" cargo test -p workfence-demo --release
 
 usage_text=$(bash scripts/bench-ab.sh --help)
 if ! grep -q 'scripts/bench-ab.sh --base REV' <<<"$usage_text"; then

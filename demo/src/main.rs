@@ -6,19 +6,28 @@
 //! separate worker processes, A and B, both named `routines/laptop`:
 //! A claims with a 2-second lease, the lease lapses (by the server's clock),
 //! B claims, then A's renew and finish must be refused and B's finish must
-//! take effect: the firing is dispatched exactly once. Prints every step,
-//! a verdict, and how to look around with psql and stop the cluster, which is
-//! left running. Exits 0 when the scenario holds, 1 when it does not, 2 when
-//! the demo could not run.
+//! take effect: the firing is dispatched exactly once. The cluster preloads
+//! the library (`shared_preload_libraries`), so that the queue's refusal and
+//! lapse counters count (`work_queue_stats.refused` and `.lapsed`, which the
+//! dashboard shows): the scenario ends with A's three calls refused and one
+//! lapsed lease claimed anew. Prints every step, a verdict, and how to look
+//! around with psql and stop the cluster, which is left running. Exits 0 when
+//! the scenario holds, 1 when it does not, 2 when the demo could not run.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::json;
+use workfence_harness::calls;
 use workfence_harness::scenario::{self, KEY, LONG_LEASE, OWNER, QUEUE, SHORT_LEASE};
 use workfence_harness::{Claim, Cluster, Error, Worker};
 
 const DATABASE: &str = "workfence_demo";
+
+/// What the scenario leaves in the queue's counters: A's renew, finish and
+/// assert refused; A's lapsed lease claimed anew by B.
+const REFUSED: i64 = 3;
+const LAPSED: i64 = 1;
 
 const USAGE: &str = "usage: workfence-demo [--dir DIR]
   DIR  where the demo cluster lives (default: $WORKFENCE_DEMO_DIR, else <repo>/.demo/cluster);
@@ -154,13 +163,17 @@ fn run(dir: &Path) -> Result<bool, Error> {
     println!("pg_workfence demo: two workers with the same owner name, one lapsed lease");
     println!();
     let replaced = dir.exists();
+    // Preloaded, the library sets its counters aside in shared memory: the
+    // refusals and the lapse below are counted (work_queue_stats, the
+    // dashboard's refused and lapsed columns); without it they read NULL.
     let cluster = Cluster::builder(base)
         .name(name)
         .keep(true)
         .replace_existing(true)
+        .setting("shared_preload_libraries", "pg_workfence")
         .start()?;
     println!(
-        "cluster      PostgreSQL 15 on {}:{}, data dir {}{}",
+        "cluster      PostgreSQL 15 on {}:{}, pg_workfence preloaded, data dir {}{}",
         cluster.host(),
         cluster.port(),
         cluster.data_dir().display(),
@@ -348,6 +361,29 @@ fn run(dir: &Path) -> Result<bool, Error> {
         row.finished_at.as_deref().unwrap_or("NULL"),
     );
 
+    // 8. Fencing at work, as the queue's counters (and the dashboard) show it.
+    let stats = calls::queue_stats(&mut scheduler)?;
+    let counted = stats.iter().find(|s| s.queue == QUEUE);
+    let refused = counted.and_then(|s| s.refused);
+    let lapsed = counted.and_then(|s| s.lapsed);
+    let tag = checks.check(
+        refused == Some(REFUSED) && lapsed == Some(LAPSED),
+        &format!(
+            "refused={REFUSED} (A's renew, finish, assert), lapsed={LAPSED} (A's lease, claimed anew by B)"
+        ),
+    );
+    let show = |n: Option<i64>| {
+        n.map_or(
+            "NULL (not counted: is the library preloaded?)".into(),
+            |n| n.to_string(),
+        )
+    };
+    println!(
+        "counters     work_queue_stats of {QUEUE}: refused={} lapsed={}  {tag}",
+        show(refused),
+        show(lapsed),
+    );
+
     for w in [a, b] {
         let name = w.name().to_owned();
         let status = w.quit()?;
@@ -384,6 +420,7 @@ fn verdict(cluster: &Cluster, checks: &Checks, completed: bool) -> bool {
         cluster.port()
     );
     println!("  e.g. SELECT id, queue, key, state, owner, epoch, result FROM workfence.items;");
+    println!("       SELECT queue, done, refused, lapsed FROM workfence.work_queue_stats;");
     println!("Stop it with:");
     println!("  scripts/demo.sh stop");
     println!("  (or: {})", cluster.stop_command());
