@@ -264,6 +264,22 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_resume_lifts_the_pause_and_keeps_the_limits() {
+        Spi::run("SELECT workfence.work_limit('limited', 3, 7, '1 hour')").unwrap();
+        assert!(queue_call("work_pause", "limited"));
+        assert!(queue_call("work_resume", "limited"));
+        let row = Spi::get_three::<bool, i32, i32>(
+            "SELECT paused, concurrency, rate FROM workfence.work_queue_stats WHERE queue = 'limited'",
+        )
+        .unwrap();
+        assert_eq!(
+            row,
+            (Some(false), Some(3), Some(7)),
+            "0.11.0's resume deleted the settings row, limits and all"
+        );
+    }
+
+    #[pg_test]
     fn max_run_caps_every_lease_and_then_refuses_the_renew() {
         let id = Spi::get_one::<i64>(
             "SELECT id FROM workfence.work_enqueue('hung', key => 'h', max_run => '10 minutes')",
