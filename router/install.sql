@@ -11,6 +11,12 @@
 --
 --   calls that name a queue          the queue's shard: hashtext(queue) & (N - 1)
 --   calls that name an item by id    the item's shard: id >> 48
+--   work_finish_and_claim,           the token's shard (id >> 48), one
+--   work_fail_and_claim              transaction, when it is the queue's
+--                                    shard; otherwise the settle there, then
+--                                    (if that claimed nothing) work_claim on
+--                                    the queue's shard: two commits (below,
+--                                    "the fused calls")
 --   work_finish_many                 each (id, epoch) pair to its item's shard,
 --                                    the rows put back in the arrays' order
 --   work_purge without a queue,
@@ -19,6 +25,15 @@
 --   work_assert                      checks the token on the item's shard, but
 --                                    cannot hold the shard's row lock in the
 --                                    caller's transaction (docs/scaling.md)
+--
+-- Every PL/Proxy function here names its cluster with
+-- workfence_router.cluster(), which refuses (42501) a call whose current
+-- role is not the session's role: the one SET ROLE chose, else the session
+-- user. PL/Proxy connects to the shards as CURRENT_USER, so from inside a
+-- SECURITY DEFINER function the shards would judge the function's owner,
+-- lending the caller its owner's queue grants; on one server the extension
+-- judges the session's role there too (src/grants.rs), so the router
+-- refuses rather than judge another role.
 --
 -- A queue's serial groups (work_enqueue's group_key) and its limits
 -- (work_limit) are kept by the queue's shard, where all its enqueues and
@@ -73,13 +88,76 @@ $$ SELECT COALESCE((id OPERATOR(pg_catalog.>>) workfence_router.id_bits())::inte
 COMMENT ON FUNCTION workfence_router.id_shard(bigint) IS
     'The shard number an item id carries: id >> 48.';
 
+-- N, the number of shards: the partitions of the foreign server
+-- workfence_shards, its options p0, p1, ... (PL/Proxy also reads
+-- partition_0, ...). pg_foreign_server.srvoptions is readable by every
+-- role (the passwords are in the user mappings, which are not).
+CREATE FUNCTION workfence_router.shard_count() RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT pg_catalog.count(*)::pg_catalog.int4
+     FROM pg_catalog.pg_foreign_server AS s, pg_catalog.unnest(s.srvoptions) AS o(opt)
+    WHERE s.srvname OPERATOR(pg_catalog.=) 'workfence_shards'
+      AND o.opt OPERATOR(pg_catalog.~) '^(p|partition_)[0-9]+=' $$;
+COMMENT ON FUNCTION workfence_router.shard_count() IS
+    'N, the number of shards: the partition options (p0, p1, ...) of foreign server workfence_shards.';
+
+-- ---- whose call it is ----
+
+-- The session's role: the one SET ROLE chose, else the session user
+-- (SET SESSION AUTHORIZATION resets the role). It is the role the extension
+-- judges a call's queue grants by on one server (GetOuterUserId), whatever
+-- role the call runs as; SET ROLE cannot run inside a SECURITY DEFINER
+-- function, so such a function cannot change it.
+CREATE FUNCTION workfence_router.session_role() RETURNS name
+LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
+               THEN SESSION_USER
+               ELSE pg_catalog.current_setting('role')::pg_catalog.name END $$;
+COMMENT ON FUNCTION workfence_router.session_role() IS
+    'The session''s role, which the extension judges queue grants by: the role SET ROLE chose, else session_user.';
+
+CREATE FUNCTION workfence_router.refuse_other_role(function_name text) RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $refuse$
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = '42501',
+        MESSAGE = pg_catalog.format(
+            'permission denied for %s through the pg_workfence router: the call runs as role %s, '
+            'not as the session''s role %s',
+            function_name, pg_catalog.to_json(CURRENT_USER::pg_catalog.text),
+            pg_catalog.to_json(workfence_router.session_role()::pg_catalog.text)),
+        DETAIL = 'The call comes from a SECURITY DEFINER function (or another context that runs as '
+                 'a role other than the session''s). PL/Proxy would call the shards as that role, so '
+                 'its EXECUTE and queue grants would decide; on one server the extension judges the '
+                 'session''s role (its login role, or the one SET ROLE chose), so the router refuses.',
+        HINT = 'Call the router as the role whose grants should apply (log in as it, or SET ROLE to '
+               'it), or make the calling function SECURITY INVOKER.';
+END
+$refuse$;
+COMMENT ON FUNCTION workfence_router.refuse_other_role(text) IS
+    'Raises 42501: a call through the router runs as a role other than the session''s (workfence_router.cluster).';
+
+-- The cluster of every PL/Proxy function of the router (its CLUSTER
+-- statement, which PL/Proxy evaluates in the caller's context at every
+-- call, before it connects to a shard): 'workfence_shards' when the call
+-- runs as the session's role, else 42501 (refuse_other_role). A SQL
+-- function, inlined into PL/Proxy's query, so that the check costs a few
+-- microseconds per call (docs/scaling.md).
+CREATE FUNCTION workfence_router.cluster(function_name text) RETURNS text LANGUAGE sql AS
+$$ SELECT CASE WHEN CURRENT_USER OPERATOR(pg_catalog.=) workfence_router.session_role()
+               THEN 'workfence_shards'::pg_catalog.text
+               ELSE workfence_router.refuse_other_role(function_name) END $$;
+COMMENT ON FUNCTION workfence_router.cluster(text) IS
+    'The PL/Proxy cluster of every router function: workfence_shards, or 42501 when the call runs as a role '
+    'other than the session''s (a SECURITY DEFINER function calling the router).';
+
 -- ---- calls that name a queue ----
 
 CREATE FUNCTION workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key text DEFAULT NULL,
     run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
     max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL)
 RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_enqueue');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
@@ -87,48 +165,48 @@ CREATE FUNCTION workfence.work_claim(queue text, owner text, lease interval,
     max_items integer DEFAULT 1, wait interval DEFAULT '00:00:00')
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
               lease_until timestamp with time zone) LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_claim');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.work_claim_key(queue text, key text, owner text, lease interval)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
               lease_until timestamp with time zone) LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_claim_key');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.work_cancel(queue text, key text) RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_cancel');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.work_retry(queue text, key text, run_at timestamp with time zone DEFAULT NULL)
 RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_retry');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.work_reschedule(queue text, key text, run_at timestamp with time zone)
 RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_reschedule');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.work_pause(queue text) RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_pause');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.work_resume(queue text) RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_resume');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.work_limit(queue text, concurrency integer DEFAULT NULL,
     rate integer DEFAULT NULL, per interval DEFAULT '1 second')
 RETURNS void LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_limit');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
@@ -137,20 +215,20 @@ RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
               run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
               epoch bigint, claimed_at timestamp with time zone, lease_until timestamp with time zone,
               errors jsonb, result jsonb, created_at timestamp with time zone,
-              finished_at timestamp with time zone, payload jsonb, max_run interval)
+              finished_at timestamp with time zone, payload jsonb, max_run interval, group_key text)
 LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_item');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.queue_counters(queue text) RETURNS TABLE(refused bigint, lapsed bigint)
 LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.queue_counters');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.work_may(capability text, queue text) RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_may');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
@@ -158,50 +236,187 @@ $$;
 
 CREATE FUNCTION workfence.work_renew(id bigint, owner text, epoch bigint, lease interval)
 RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_renew');
     RUN ON workfence_router.id_shard(id);
 $$;
 
 CREATE FUNCTION workfence.work_finish(id bigint, owner text, epoch bigint, result jsonb DEFAULT NULL)
 RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_finish');
     RUN ON workfence_router.id_shard(id);
 $$;
 
 CREATE FUNCTION workfence.work_release(id bigint, owner text, epoch bigint,
     delay interval DEFAULT '00:00:00')
 RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_release');
     RUN ON workfence_router.id_shard(id);
 $$;
 
 CREATE FUNCTION workfence.work_fail(id bigint, owner text, epoch bigint, error text,
     retry_in interval DEFAULT NULL)
 RETURNS boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_fail');
     RUN ON workfence_router.id_shard(id);
 $$;
+
+-- ---- the fused calls ----
+--
+-- work_finish_and_claim and work_fail_and_claim settle a token, on its
+-- item's shard (id >> 48), and claim from a queue, on the queue's shard.
+-- When the two are one shard (a worker going on with the queue its last
+-- item came from: the usual case) the extension's fused call runs there, in
+-- one transaction, as on one server. When they differ, the extension's
+-- fused call runs on the token's shard first: it checks every argument and
+-- the queue grant before it changes anything, settles the token and claims
+-- what that shard holds of the queue (nothing, but while a queue moved by
+-- doubling drains off it), in one transaction. If it claimed nothing,
+-- work_claim(queue, owner, lease, max_items) runs on the queue's shard, and
+-- its rows come back with the first call's settled (one row of NULL item
+-- columns when it claims nothing, as the extension returns). Two
+-- transactions, two commits: between them the settle is committed and
+-- nothing is claimed. A call that ends there (its router backend killed, a
+-- connection lost, an error or a statement_timeout on the queue's shard)
+-- leaves the previous item settled and the queue's items pending, nothing
+-- lost and nothing held; the same call again settles again (work_finish:
+-- true again; work_fail: false, the failure recorded once) and claims.
+
+CREATE FUNCTION workfence_router.work_finish_and_claim(queue text, owner text, lease interval,
+    last_id bigint, last_epoch bigint, result jsonb, max_items integer)
+RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
+              lease_until timestamp with time zone, settled boolean) LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.work_finish_and_claim');
+    RUN ON workfence_router.id_shard(last_id);
+    TARGET workfence.work_finish_and_claim;
+$$;
+COMMENT ON FUNCTION workfence_router.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer) IS
+    'The extension''s work_finish_and_claim, run on the token''s shard (last_id >> 48).';
+
+CREATE FUNCTION workfence_router.work_fail_and_claim(queue text, owner text, lease interval,
+    last_id bigint, last_epoch bigint, error text, retry_in interval, max_items integer)
+RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
+              lease_until timestamp with time zone, settled boolean) LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.work_fail_and_claim');
+    RUN ON workfence_router.id_shard(last_id);
+    TARGET workfence.work_fail_and_claim;
+$$;
+COMMENT ON FUNCTION workfence_router.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer) IS
+    'The extension''s work_fail_and_claim, run on the token''s shard (last_id >> 48).';
+
+CREATE FUNCTION workfence_router.claim_on_queue_shard(queue text, owner text, lease interval,
+    max_items integer)
+RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
+              lease_until timestamp with time zone) LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.claim_on_queue_shard');
+    RUN ON workfence_router.queue_shard(queue);
+    TARGET workfence.work_claim;
+$$;
+COMMENT ON FUNCTION workfence_router.claim_on_queue_shard(text, text, interval, integer) IS
+    'The second half of a fused call whose token is on another shard: work_claim(queue, owner, lease, '
+    'max_items) on the queue''s shard.';
 
 CREATE FUNCTION workfence.work_finish_and_claim(queue text, owner text, lease interval,
     last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items integer DEFAULT 1)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean) LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
-    RUN ON workfence_router.id_shard(last_id);
-$$;
+              lease_until timestamp with time zone, settled boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fused$
+DECLARE
+    r record;
+    was_settled pg_catalog.bool;
+    claimed pg_catalog.bool := false;
+    mask pg_catalog.int4;
+BEGIN
+    -- The extension's fused call on the token's shard: the finish, and the
+    -- claim of what that shard holds of the queue (all of it when it is the
+    -- queue's shard), in one transaction.
+    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled
+               FROM workfence_router.work_finish_and_claim(queue, owner, lease, last_id, last_epoch,
+                                                           result, max_items) AS f LOOP
+        was_settled := r.settled;
+        IF r.id IS NOT NULL THEN
+            claimed := true;
+            id := r.id; key := r.key; payload := r.payload; epoch := r.epoch;
+            attempt := r.attempt; lease_until := r.lease_until; settled := r.settled;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+    IF claimed THEN
+        RETURN;
+    END IF;
+    -- N - 1: the mask PL/Proxy maps a hash to a shard with.
+    mask := workfence_router.shard_count() OPERATOR(pg_catalog.-) 1;
+    IF (workfence_router.id_shard(last_id) OPERATOR(pg_catalog.&) mask)
+       OPERATOR(pg_catalog.=) (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) mask) THEN
+        -- The token's shard is the queue's: nothing is due in the queue.
+        settled := was_settled;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- The finish is committed on the token's shard; now the claim, a
+    -- second transaction, on the queue's shard.
+    RETURN QUERY
+        SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until, was_settled
+          FROM workfence_router.claim_on_queue_shard(queue, owner, lease, max_items) AS c;
+    IF NOT FOUND THEN
+        settled := was_settled;
+        RETURN NEXT;
+    END IF;
+END
+$fused$;
 
 CREATE FUNCTION workfence.work_fail_and_claim(queue text, owner text, lease interval,
     last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT NULL,
     max_items integer DEFAULT 1)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean) LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
-    RUN ON workfence_router.id_shard(last_id);
-$$;
+              lease_until timestamp with time zone, settled boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fused$
+DECLARE
+    r record;
+    was_settled pg_catalog.bool;
+    claimed pg_catalog.bool := false;
+    mask pg_catalog.int4;
+BEGIN
+    -- The extension's fused call on the token's shard: the failure, and the
+    -- claim of what that shard holds of the queue (all of it when it is the
+    -- queue's shard), in one transaction.
+    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled
+               FROM workfence_router.work_fail_and_claim(queue, owner, lease, last_id, last_epoch,
+                                                         error, retry_in, max_items) AS f LOOP
+        was_settled := r.settled;
+        IF r.id IS NOT NULL THEN
+            claimed := true;
+            id := r.id; key := r.key; payload := r.payload; epoch := r.epoch;
+            attempt := r.attempt; lease_until := r.lease_until; settled := r.settled;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+    IF claimed THEN
+        RETURN;
+    END IF;
+    -- N - 1: the mask PL/Proxy maps a hash to a shard with.
+    mask := workfence_router.shard_count() OPERATOR(pg_catalog.-) 1;
+    IF (workfence_router.id_shard(last_id) OPERATOR(pg_catalog.&) mask)
+       OPERATOR(pg_catalog.=) (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) mask) THEN
+        -- The token's shard is the queue's: nothing is due in the queue.
+        settled := was_settled;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- The failure is committed on the token's shard; now the claim, a
+    -- second transaction, on the queue's shard.
+    RETURN QUERY
+        SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until, was_settled
+          FROM workfence_router.claim_on_queue_shard(queue, owner, lease, max_items) AS c;
+    IF NOT FOUND THEN
+        settled := was_settled;
+        RETURN NEXT;
+    END IF;
+END
+$fused$;
 
 CREATE FUNCTION workfence.work_lease_status(id bigint, owner text, epoch bigint)
 RETURNS text LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_lease_status');
     RUN ON workfence_router.id_shard(id);
 $$;
 
@@ -213,7 +428,7 @@ RETURNS TABLE(id bigint, key text, state text, priority integer, run_at timestam
               created_at timestamp with time zone, finished_at timestamp with time zone,
               group_key text, last_error text)
 LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_items');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
@@ -222,9 +437,9 @@ RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
               run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
               epoch bigint, claimed_at timestamp with time zone, lease_until timestamp with time zone,
               errors jsonb, result jsonb, created_at timestamp with time zone,
-              finished_at timestamp with time zone, payload jsonb, max_run interval)
+              finished_at timestamp with time zone, payload jsonb, max_run interval, group_key text)
 LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence.work_item');
     RUN ON workfence_router.id_shard(id);
 $$;
 
@@ -259,7 +474,7 @@ $assert$;
 CREATE FUNCTION workfence_router.finish_many_split(owner text, ids bigint[], epochs bigint[],
     results jsonb[], positions bigint[])
 RETURNS TABLE(ord bigint, id bigint, finished boolean) LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.finish_many_split');
     SPLIT ids, epochs, results, positions;
     RUN ON workfence_router.id_shard(ids);
     SELECT p.p AS ord, f.id AS id, f.finished AS finished
@@ -271,7 +486,7 @@ $$;
 CREATE FUNCTION workfence_router.finish_many_unsplit(owner text, ids bigint[], epochs bigint[],
     results jsonb[])
 RETURNS TABLE(id bigint, finished boolean) LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.finish_many_unsplit');
     RUN ON 0;
     TARGET workfence.work_finish_many;
 $$;
@@ -320,14 +535,14 @@ $many$;
 
 CREATE FUNCTION workfence_router.purge_all(older_than interval) RETURNS SETOF bigint
 LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.purge_all');
     RUN ON ALL;
     SELECT workfence.work_purge(older_than, NULL::text);
 $$;
 
 CREATE FUNCTION workfence_router.purge_one(older_than interval, queue text) RETURNS bigint
 LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.purge_one');
     RUN ON workfence_router.queue_shard(queue);
     SELECT workfence.work_purge(older_than, queue);
 $$;
@@ -345,21 +560,21 @@ $purge$;
 
 CREATE FUNCTION workfence_router.grant_all(capability text, queues text, role text)
 RETURNS SETOF boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.grant_all');
     RUN ON ALL;
     SELECT workfence.work_grant(capability, queues, role);
 $$;
 
 CREATE FUNCTION workfence_router.revoke_all(capability text, queues text, role text)
 RETURNS SETOF boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.revoke_all');
     RUN ON ALL;
     SELECT workfence.work_revoke(capability, queues, role);
 $$;
 
 CREATE FUNCTION workfence_router.enforce_grants_all(enforced boolean)
 RETURNS SETOF boolean LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.enforce_grants_all');
     RUN ON ALL;
     SELECT workfence.work_enforce_grants(enforced);
 $$;
@@ -386,7 +601,7 @@ RETURNS TABLE(queue text, pending bigint, scheduled bigint, claimed bigint, expi
               paused boolean, refused bigint, lapsed bigint, concurrency integer, rate integer,
               per interval)
 LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.queue_stats');
     RUN ON ALL;
     SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
            s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per
@@ -408,7 +623,7 @@ COMMENT ON VIEW workfence.work_queue_stats IS
 CREATE FUNCTION workfence_router.queue_grants()
 RETURNS TABLE(role name, capability text, queues text, granted_at timestamp with time zone)
 LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.queue_grants');
     RUN ON ALL;
     SELECT g.role, g.capability, g.queues, g.granted_at FROM workfence.work_queue_grants AS g;
 $$;
@@ -426,7 +641,7 @@ COMMENT ON VIEW workfence.work_queue_grants IS
 -- The shard number shard `part` (the foreign server's option p<part>)
 -- stamps on its item ids, from its sequence: it must be `part` itself.
 CREATE FUNCTION workfence_router.shard_number(part integer) RETURNS bigint LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER workfence_router.cluster('workfence_router.shard_number');
     RUN ON part;
     SELECT (s.last_value OPERATOR(pg_catalog.>>) 48) FROM workfence.items_id_seq AS s;
 $$;
@@ -439,6 +654,9 @@ COMMENT ON FUNCTION workfence_router.shard_number(integer) IS
 -- Each has the extension's arguments, defaults, result and errors (SQLSTATE,
 -- message, detail and hint come back from the shard, the message prefixed
 -- by PL/Proxy with the function and shard); docs/contract.md describes them.
+-- Each also refuses, with 42501, a call that runs as a role other than the
+-- session's (workfence_router.cluster): from a SECURITY DEFINER function, the
+-- shards would judge its owner.
 COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamp with time zone, integer, integer, interval, text) IS
     'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it returns carries the shard number (id >> 48). '
     'A queue''s items, and so each of its groups (group_key), are on its one shard, which keeps the group serial.';
@@ -469,10 +687,18 @@ COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
 COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
     'Router: runs work_fail on the item''s shard (id >> 48).';
 COMMENT ON FUNCTION workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer) IS
-    'Router: runs work_finish_and_claim on the previous item''s shard (last_id >> 48), which is its queue''s '
-    'shard; a queue being drained off a shard is claimed there until it is empty (docs/scaling.md).';
+    'Router: runs work_finish_and_claim on the previous item''s shard (last_id >> 48) when that is the queue''s '
+    'shard, in one transaction there. Otherwise runs it there first (every argument checked before anything '
+    'changes; the finish, and a claim of what that shard holds of the queue, committed together), then, if '
+    'that claimed nothing, work_claim(queue, owner, lease, max_items) on the queue''s shard, its rows with the '
+    'first call''s settled: two commits, and a call that fails between them leaves the item finished and '
+    'nothing claimed; repeat it (settled is true again). Never claims nothing while the queue''s shard has '
+    'due items (docs/scaling.md).';
 COMMENT ON FUNCTION workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer) IS
-    'Router: runs work_fail_and_claim on the previous item''s shard (last_id >> 48), as work_finish_and_claim.';
+    'Router: as work_finish_and_claim, with work_fail as the first half: on the previous item''s shard in one '
+    'transaction when it is the queue''s shard, otherwise the failure there, then work_claim on the queue''s '
+    'shard (two commits). Repeated after a failure between them, the failure is not recorded twice and '
+    'settled is false, as for work_fail of a token already failed (docs/scaling.md).';
 COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
     'Router: runs work_lease_status on the item''s shard (id >> 48).';
 COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS 'Router: runs work_items(queue, state, after, max) on the queue''s shard (a queue lives on one shard, so its pages are that shard''s).';
@@ -495,13 +721,21 @@ COMMENT ON FUNCTION workfence.work_enforce_grants(boolean) IS
 
 -- Nothing is callable by PUBLIC but what the helpers need: grant the
 -- functions of schema workfence as docs/operations.md says for the shards.
+-- Every helper PUBLIC may call that reaches a shard is a PL/Proxy function,
+-- and so refuses a call from a role other than the session's.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence_router FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.work_queue_stats, workfence.work_queue_grants FROM PUBLIC;
 REVOKE ALL ON SCHEMA workfence FROM PUBLIC;
 GRANT USAGE ON SCHEMA workfence_router TO PUBLIC;
 GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_shard(text),
-    workfence_router.id_shard(bigint), workfence_router.finish_many_split(text, bigint[], bigint[], jsonb[], bigint[]),
+    workfence_router.id_shard(bigint), workfence_router.shard_count(),
+    workfence_router.session_role(), workfence_router.refuse_other_role(text),
+    workfence_router.cluster(text),
+    workfence_router.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer),
+    workfence_router.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer),
+    workfence_router.claim_on_queue_shard(text, text, interval, integer),
+    workfence_router.finish_many_split(text, bigint[], bigint[], jsonb[], bigint[]),
     workfence_router.finish_many_unsplit(text, bigint[], bigint[], jsonb[]),
     workfence_router.purge_all(interval), workfence_router.purge_one(interval, text),
     workfence_router.grant_all(text, text, text), workfence_router.revoke_all(text, text, text),

@@ -9,8 +9,31 @@
 
 use crate::{Cluster, Error, Result};
 
-/// The router's install script (`router/install.sql`).
+/// The router's install script (`router/install.sql`), as built.
 pub const INSTALL_SQL: &str = include_str!("../../router/install.sql");
+
+/// The environment variable naming another install script for the routers
+/// [`Router::create`] makes, instead of [`INSTALL_SQL`]: to run the router
+/// tests against another version of it without rebuilding, e.g. the last
+/// commit's (`git show HEAD:router/install.sql > /tmp/old.sql`), to see a
+/// new test fail there.
+pub const INSTALL_SQL_ENV: &str = "WORKFENCE_ROUTER_SQL";
+
+/// The install script the routers are made with: the file
+/// [`INSTALL_SQL_ENV`] names, else [`INSTALL_SQL`].
+pub fn install_sql() -> Result<std::borrow::Cow<'static, str>> {
+    match std::env::var_os(INSTALL_SQL_ENV) {
+        None => Ok(std::borrow::Cow::Borrowed(INSTALL_SQL)),
+        Some(path) => std::fs::read_to_string(&path)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| {
+                Error::Setup(format!(
+                    "{INSTALL_SQL_ENV}={}: {e}",
+                    std::path::Path::new(&path).display()
+                ))
+            }),
+    }
+}
 
 /// A router database and its shard databases on one cluster.
 #[derive(Debug, Clone)]
@@ -38,7 +61,8 @@ impl Router {
     /// Creates `shards` shard databases (`<name>_shard<n>`, each with the
     /// extension and its shard number) and the router database `<name>`
     /// (PL/Proxy, the foreign server with one option per shard, a user
-    /// mapping for PUBLIC, `router/install.sql`) on `cluster`. `shards`
+    /// mapping for PUBLIC, `router/install.sql`, or the script
+    /// [`INSTALL_SQL_ENV`] names) on `cluster`. `shards`
     /// must be a power of two (PL/Proxy maps a hash to a shard with its low
     /// bits).
     pub fn create(cluster: &Cluster, name: &str, shards: usize) -> Result<Router> {
@@ -83,7 +107,7 @@ impl Router {
             ))
             .map_err(|e| setup("PL/Proxy and the foreign server of the shards", e))?;
         router
-            .batch_execute(INSTALL_SQL)
+            .batch_execute(&install_sql()?)
             .map_err(|e| setup("router/install.sql", e))?;
         Ok(Router {
             database: name.to_owned(),
@@ -153,15 +177,34 @@ impl Router {
     /// `state` as text), so that a test's observations written against one
     /// database's table read the same through the router. Not part of
     /// `router/install.sql`: any query of it reads every shard's whole table.
+    /// Like every PL/Proxy function of the router, its helper names its
+    /// cluster with `workfence_router.cluster()`, which refuses a call as
+    /// a role other than the session's (a router made from an install
+    /// script without it, see [`INSTALL_SQL_ENV`], names the cluster).
     pub fn create_items_view(&self, cluster: &Cluster) -> Result<()> {
         let mut router = cluster.connect_to(&self.database)?;
+        let setup =
+            |e: postgres::Error| Error::Setup(format!("the test view workfence.items: {e}"));
+        let checked: bool = router
+            .query_one(
+                "SELECT pg_catalog.to_regprocedure('workfence_router.cluster(text)') IS NOT NULL",
+                &[],
+            )
+            .map_err(setup)?
+            .get(0);
+        let cluster_statement = if checked {
+            "CLUSTER workfence_router.cluster('workfence_router.test_items');"
+        } else {
+            "CLUSTER 'workfence_shards';"
+        };
         router
-            .batch_execute(ITEMS_VIEW_SQL)
-            .map_err(|e| Error::Setup(format!("the test view workfence.items: {e}")))
+            .batch_execute(&ITEMS_VIEW_SQL.replace("CLUSTER;", cluster_statement))
+            .map_err(setup)
     }
 }
 
-/// [`Router::create_items_view`]'s SQL.
+/// [`Router::create_items_view`]'s SQL (`CLUSTER;` stands for its cluster
+/// statement).
 const ITEMS_VIEW_SQL: &str = "
 CREATE FUNCTION workfence_router.test_items()
 RETURNS TABLE(id bigint, queue text, key text, payload jsonb, priority integer,
@@ -170,7 +213,7 @@ RETURNS TABLE(id bigint, queue text, key text, payload jsonb, priority integer,
               result jsonb, created_at timestamptz, finished_at timestamptz,
               claimed_at timestamptz, max_run interval, errors jsonb)
 LANGUAGE plproxy AS $$
-    CLUSTER 'workfence_shards';
+    CLUSTER;
     RUN ON ALL;
     SELECT i.id, i.queue, i.key, i.payload, i.priority, i.run_at, i.state::text, i.attempts,
            i.max_attempts, i.owner, i.epoch, i.lease_until, i.last_error, i.result,

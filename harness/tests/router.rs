@@ -19,8 +19,14 @@
 //!   and heard there, never on the router;
 //! - `work_assert` through the router checks the token on its shard (55000
 //!   when it is not current) but holds no lock in the caller's transaction;
+//! - the fused calls (`work_finish_and_claim`, `work_fail_and_claim`) whose
+//!   token and queue are on two shards settle on the token's shard and claim
+//!   on the queue's, two commits; killed between them, such a call loses and
+//!   holds nothing, and the same call again settles again and claims;
 //! - the shards judge the calling role: queue grants made through the router
-//!   hold for calls made through it;
+//!   hold for calls made through it; a call from a `SECURITY DEFINER`
+//!   function of another role is refused (42501) as the session's role
+//!   would be judged on one server, by every PL/Proxy function of the router;
 //! - a queue's serial groups and limits (from 0.10.0) hold through the
 //!   router: a grouped enqueue lands on the queue's shard, where the group
 //!   stays serial for claimers through the router and on the shard, and
@@ -469,9 +475,9 @@ fn work_finish_many_through_the_router_is_atomic_per_shard_and_safe_to_retry() {
     assert_eq!(again, vec![(ids[0], true), (ids[1], true)]);
 }
 
-/// The fused cycle through the router runs on the previous item's shard,
-/// which is its queue's: the finish and the next claim there, in one
-/// transaction; a stale token is refused there as it is directly.
+/// The fused cycle through the router, the previous item on its queue's
+/// shard, runs there: the finish and the next claim in one transaction; a
+/// stale token is refused there as it is directly.
 #[test]
 fn router_runs_the_fused_cycle_on_the_previous_items_shard() {
     let cluster = cluster();
@@ -523,6 +529,553 @@ fn keys(claims: &[calls::Claim]) -> Vec<String> {
     let mut keys: Vec<String> = claims.iter().map(|c| c.key.clone()).collect();
     keys.sort();
     keys
+}
+
+/// The state of item `id`, read on its shard through `shard`.
+fn item_state(shard: &mut Client, id: i64) -> String {
+    scalar(
+        shard,
+        "SELECT state::text FROM workfence.items WHERE id = $1",
+        &[&id],
+    )
+}
+
+/// How many failures item `id` has recorded (its `errors`), read on its
+/// shard through `shard`.
+fn failures(shard: &mut Client, id: i64) -> i32 {
+    scalar(
+        shard,
+        "SELECT pg_catalog.jsonb_array_length(errors) FROM workfence.items WHERE id = $1",
+        &[&id],
+    )
+}
+
+/// The (id, settled) of every row of a fused call through the router, as
+/// SQL: to see the one row of NULL item columns of a call that claimed
+/// nothing.
+fn fused_rows(r: &mut Client, sql: &str, token: &Token, queue: &str) -> Vec<(Option<i64>, bool)> {
+    ok(r.query(sql, &[&queue, &token.id, &token.epoch]), sql)
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
+}
+
+/// The fused calls through the router when the previous item and the queue
+/// are on different shards (issue 30): the settle runs on the item's shard,
+/// then the claim on the queue's (two commits, docs/scaling.md), so the
+/// queue's due items are claimed, up to `max_items`: never nothing while
+/// some are due. The extension's checks come first: a bad argument is
+/// refused and changes nothing on any shard. The same `work_finish_and_claim`
+/// again settles again (true); the same `work_fail_and_claim` again records
+/// the failure once and says false, as `work_fail` does; with nothing due,
+/// one row of NULL item columns carries `settled`, as on one server.
+#[test]
+fn router_fused_calls_settle_on_the_tokens_shard_and_claim_on_the_queues() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_fused_across");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+    let on_shard = one_queue_per_shard(&router, &mut r);
+    let (from, to) = (QUEUES[0], QUEUES[1]);
+    let (from_shard, to_shard) = (on_shard[0], on_shard[1]);
+    for key in ["f1", "f2"] {
+        common::enqueue_new(&mut r, &Enqueue::new(from).key(key));
+    }
+    for key in ["t1", "t2", "t3"] {
+        common::enqueue_new(&mut r, &Enqueue::new(to).key(key));
+    }
+    let f1 = common::claimed_one(&mut r, from, "w", "1 minute").token("w");
+    assert_eq!(Router::shard_of_id(f1.id), from_shard);
+
+    // Checked before anything changes, on either shard.
+    let before = common::shards_snapshot(&mut shards);
+    server_error(
+        calls::finish_and_claim(&mut r, to, &f1, "0", None, Some(2)),
+        "22023",
+        "a zero lease, the token and the queue on two shards",
+    );
+    server_error(
+        calls::fail_and_claim(&mut r, to, &f1, "1 minute", "boom", Some("-1 s"), Some(2)),
+        "22023",
+        "a negative retry_in, the token and the queue on two shards",
+    );
+    assert_eq!(
+        common::shards_snapshot(&mut shards),
+        before,
+        "a refused fused call changed a shard"
+    );
+
+    // work_finish_and_claim: f1 finished on its shard, two of the queue's
+    // three claimed on theirs.
+    let cycle = ok(
+        calls::finish_and_claim(&mut r, to, &f1, "1 minute", None, Some(2)),
+        "work_finish_and_claim, the token and the queue on two shards",
+    );
+    assert!(cycle.settled);
+    assert_eq!(keys(&cycle.claimed), ["t1", "t2"], "{cycle:?}");
+    assert!(cycle
+        .claimed
+        .iter()
+        .all(|c| Router::shard_of_id(c.id) == to_shard));
+    assert_eq!(item_state(&mut shards[from_shard], f1.id), "done");
+    // The same call again: settled again, and the third claimed.
+    let again = ok(
+        calls::finish_and_claim(&mut r, to, &f1, "1 minute", None, Some(2)),
+        "the same work_finish_and_claim again",
+    );
+    assert!(again.settled, "work_finish of a finished token is true");
+    assert_eq!(keys(&again.claimed), ["t3"]);
+
+    // work_fail_and_claim the other way: t1's failure on its shard, f2
+    // claimed on its own.
+    let t1 = cycle
+        .claimed
+        .iter()
+        .find(|c| c.key == "t1")
+        .expect("t1")
+        .token("w");
+    let failed = ok(
+        calls::fail_and_claim(
+            &mut r,
+            from,
+            &t1,
+            "1 minute",
+            "boom",
+            Some("1 hour"),
+            Some(2),
+        ),
+        "work_fail_and_claim, the token and the queue on two shards",
+    );
+    assert!(failed.settled);
+    assert_eq!(keys(&failed.claimed), ["f2"]);
+    assert_eq!(item_state(&mut shards[to_shard], t1.id), "pending");
+    assert_eq!(failures(&mut shards[to_shard], t1.id), 1);
+    // The same call again: nothing recorded twice, settled false (the
+    // token was handed back), and nothing due in `from`: one row.
+    let fail_sql = "SELECT c.id, c.settled
+                      FROM workfence.work_fail_and_claim($1, 'w', '1 minute', $2, $3, 'boom',
+                                                         '1 hour', 2) AS c";
+    assert_eq!(fused_rows(&mut r, fail_sql, &t1, from), [(None, false)]);
+    assert_eq!(failures(&mut shards[to_shard], t1.id), 1);
+    // work_finish_and_claim with nothing due in the queue on the other
+    // shard: one row of NULL item columns, settled.
+    let t2 = cycle
+        .claimed
+        .iter()
+        .find(|c| c.key == "t2")
+        .expect("t2")
+        .token("w");
+    let finish_sql = "SELECT c.id, c.settled
+                        FROM workfence.work_finish_and_claim($1, 'w', '1 minute', $2, $3,
+                                                             max_items => 2) AS c";
+    assert_eq!(fused_rows(&mut r, finish_sql, &t2, from), [(None, true)]);
+    assert_eq!(item_state(&mut shards[to_shard], t2.id), "done");
+}
+
+/// A fused call through the router whose previous item and queue are on
+/// two shards commits twice, the settle first (docs/scaling.md). Killed
+/// between the two commits it loses nothing and holds nothing. Ordered
+/// explicitly: a superuser holds the queue's shard's items table (ACCESS
+/// EXCLUSIVE), so the second half waits there once the first has committed;
+/// the call's router backend is terminated; its session on the queue's
+/// shard, which checks its client (`client_connection_check_interval`, as
+/// docs/scaling.md advises), ends with it, before it has done anything; the
+/// table is let go. The previous item is settled, the queue's item pending
+/// and claimed by nobody, and the same call again settles again
+/// (`work_finish_and_claim`: true; `work_fail_and_claim`: false, the
+/// failure recorded once) and claims it.
+#[test]
+fn router_fused_call_killed_between_its_two_commits_loses_and_holds_nothing() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_fused_kill");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+    let on_shard = one_queue_per_shard(&router, &mut r);
+    let (from, to) = (QUEUES[2], QUEUES[3]);
+    let (from_shard, to_shard) = (on_shard[2], on_shard[3]);
+    let mut admin = ok(cluster.connect(), "connecting as the superuser");
+    ok(
+        admin.batch_execute(&format!(
+            "ALTER DATABASE {} SET client_connection_check_interval = '10ms'",
+            router.shards[to_shard]
+        )),
+        "the queue's shard checks its clients",
+    );
+    for fail in [false, true] {
+        let key = if fail { "failed" } else { "finished" };
+        let last = common::enqueued_and_claimed(&mut r, from, key, "w", "1 minute");
+        let next = common::enqueue_new(&mut r, &Enqueue::new(to).key(key));
+        let fused = |c: &mut Client| {
+            if fail {
+                calls::fail_and_claim(c, to, &last, "1 minute", "boom", Some("1 hour"), Some(2))
+            } else {
+                calls::finish_and_claim(c, to, &last, "1 minute", None, Some(2))
+            }
+        };
+        let mut holder = ok(
+            cluster.connect_to(&router.shards[to_shard]),
+            "the queue's shard, as superuser",
+        );
+        let holder_pid = common::backend_pid(&mut holder);
+        let mut hold = ok(holder.transaction(), "BEGIN (holder)");
+        ok(
+            hold.batch_execute("LOCK TABLE workfence.items IN ACCESS EXCLUSIVE MODE"),
+            "holding the queue's shard's items table",
+        );
+        let mut worker = ok(cluster.connect_to(&router.database), "the worker");
+        let worker_pid = common::backend_pid(&mut worker);
+        let mut observer = ok(
+            cluster.connect_to(&router.shards[to_shard]),
+            "an observer of the queue's shard",
+        );
+        let killed = thread::scope(|s| {
+            let call = s.spawn(|| fused(&mut worker));
+            // The second half waits for the table: the first has committed.
+            let waiting = "SELECT a.pid FROM pg_catalog.pg_stat_activity AS a
+                            WHERE a.datname = pg_catalog.current_database()
+                              AND a.backend_type = 'client backend'
+                              AND $1 = ANY (pg_catalog.pg_blocking_pids(a.pid))";
+            common::poll_until(
+                &mut observer,
+                &format!("SELECT EXISTS ({waiting})"),
+                &[&holder_pid],
+                "the fused call's second half waiting on the queue's shard",
+            );
+            let waiter: i32 = scalar(&mut observer, waiting, &[&holder_pid]);
+            assert_eq!(
+                item_state(&mut shards[from_shard], last.id),
+                if fail { "pending" } else { "done" },
+                "the first commit, on the token's shard"
+            );
+            // Killed between the two commits.
+            let terminated: bool = scalar(
+                &mut admin,
+                "SELECT pg_catalog.pg_terminate_backend($1)",
+                &[&worker_pid],
+            );
+            assert!(terminated, "the router backend {worker_pid}");
+            common::poll_until(
+                &mut observer,
+                "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1)",
+                &[&waiter],
+                "the shard session ending with its router backend",
+            );
+            ok(hold.rollback(), "ROLLBACK (holder)");
+            call.join().expect("the worker panicked")
+        });
+        assert!(killed.is_err(), "the killed call: {killed:?}");
+        // Nothing lost, nothing held.
+        assert_eq!(item_state(&mut shards[to_shard], next), "pending");
+        let claimed: i64 = scalar(
+            &mut shards[to_shard],
+            "SELECT count(*) FROM workfence.items WHERE state = 'claimed'",
+            &[],
+        );
+        assert_eq!(claimed, 0, "an item claimed by the killed call");
+        if fail {
+            assert_eq!(failures(&mut shards[from_shard], last.id), 1);
+        }
+        // The same call again.
+        let mut again = ok(cluster.connect_to(&router.database), "a new connection");
+        let cycle = ok(fused(&mut again), "the same fused call again");
+        assert_eq!(cycle.settled, !fail, "{cycle:?}");
+        assert_eq!(
+            cycle.claimed.iter().map(|c| c.id).collect::<Vec<_>>(),
+            [next]
+        );
+        if fail {
+            assert_eq!(
+                failures(&mut shards[from_shard], last.id),
+                1,
+                "failed twice"
+            );
+        } else {
+            assert_eq!(item_state(&mut shards[from_shard], last.id), "done");
+        }
+        assert!(ok(
+            calls::finish(&mut again, &cycle.claimed[0].token("w"), None),
+            "finishing the claimed item"
+        ));
+    }
+}
+
+/// PL/Proxy calls the shards as the router's current role. Inside a
+/// `SECURITY DEFINER` function that is the function's owner, whose queue
+/// grants the caller would borrow, while on one server the extension judges
+/// the session's role there (src/grants.rs). The router refuses such a call
+/// with 42501 (issue 30), message, detail and hint: a billing role calling
+/// a search role's definer functions (a claim of search's queue, its
+/// listing, the stats, and a helper of schema `workfence_router` called
+/// directly) is refused through the router; the same functions on the
+/// queue's shard are refused (42501) or judged as the billing role (the
+/// stats leave search's queue out). `SET ROLE` stays allowed and is judged
+/// as the role it sets; a definer function of the session's own role runs.
+#[test]
+fn router_refuses_a_call_from_a_security_definer_function_of_another_role() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_definer");
+    let mut admin = ok(cluster.connect(), "connecting as the superuser");
+    ok(
+        admin.batch_execute(
+            "CREATE ROLE router_billing LOGIN IN ROLE workfence_worker, workfence_monitor;
+             CREATE ROLE router_search LOGIN IN ROLE workfence_worker, workfence_monitor;",
+        ),
+        "a billing role and a search role",
+    );
+    for database in std::iter::once(&router.database).chain(&router.shards) {
+        let mut c = ok(cluster.connect_to(database), "connecting as the superuser");
+        ok(
+            c.batch_execute(guide("least-privilege-grants")),
+            "the guide's function grants",
+        );
+    }
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "the router, as superuser",
+    );
+    for (capability, queues, role) in [
+        ("claim", "billing.*", "router_billing"),
+        ("read", "billing.*", "router_billing"),
+        ("claim", "search.*", "router_search"),
+        ("read", "search.*", "router_search"),
+    ] {
+        ok(
+            calls::grant(&mut r, capability, queues, role),
+            "work_grant through the router",
+        );
+    }
+    ok(
+        calls::enforce_grants(&mut r, true),
+        "work_enforce_grants through the router",
+    );
+    let queue = "search.index";
+    let search_item = common::enqueue_new(&mut r, &Enqueue::new(queue).key("s1"));
+    common::enqueue_new(&mut r, &Enqueue::new("billing.invoices").key("b1"));
+    let shard = ok(router.shard_of_queue(&mut r, queue), "the queue's shard");
+
+    // The search team's definer functions, the same on the router and on
+    // the queue's shard; on the router also one calling a helper of schema
+    // workfence_router (EXECUTE-able by PUBLIC) directly.
+    let definer_sql = "
+        CREATE SCHEMA search_api;
+        GRANT USAGE ON SCHEMA search_api TO PUBLIC;
+        CREATE FUNCTION search_api.claim() RETURNS SETOF bigint LANGUAGE sql SECURITY DEFINER
+            SET search_path = pg_catalog, pg_temp
+            AS $$ SELECT c.id FROM workfence.work_claim('search.index', 'w', '1 minute') AS c $$;
+        CREATE FUNCTION search_api.items() RETURNS SETOF bigint LANGUAGE sql SECURITY DEFINER
+            SET search_path = pg_catalog, pg_temp
+            AS $$ SELECT i.id FROM workfence.work_items('search.index') AS i $$;
+        CREATE FUNCTION search_api.stats() RETURNS SETOF text LANGUAGE sql SECURITY DEFINER
+            SET search_path = pg_catalog, pg_temp
+            AS $$ SELECT s.queue FROM workfence.work_queue_stats AS s $$;
+        ALTER FUNCTION search_api.claim() OWNER TO router_search;
+        ALTER FUNCTION search_api.items() OWNER TO router_search;
+        ALTER FUNCTION search_api.stats() OWNER TO router_search;";
+    let helper_sql = "
+        CREATE FUNCTION search_api.claim_by_helper() RETURNS SETOF bigint LANGUAGE plpgsql
+            SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+        BEGIN
+            RETURN QUERY SELECT c.id
+                           FROM workfence_router.claim_on_queue_shard('search.index', 'w',
+                                                                      '1 minute', 1) AS c;
+        END $$;
+        ALTER FUNCTION search_api.claim_by_helper() OWNER TO router_search;";
+    ok(
+        r.batch_execute(&format!("{definer_sql}{helper_sql}")),
+        "the definer functions on the router",
+    );
+    let mut on_shard = ok(
+        cluster.connect_to(&router.shards[shard]),
+        "the queue's shard",
+    );
+    ok(
+        on_shard.batch_execute(definer_sql),
+        "the definer functions on the queue's shard",
+    );
+
+    // Through the router: refused, whatever the function reaches.
+    let mut billing = common::connect_as(&cluster, &router.database, "router_billing", "billing");
+    for function in [
+        "search_api.claim",
+        "search_api.items",
+        "search_api.stats",
+        "search_api.claim_by_helper",
+    ] {
+        let what = format!("router_billing calling {function}() through the router");
+        let db = server_error(
+            billing.query(&format!("SELECT * FROM {function}()"), &[]),
+            "42501",
+            &what,
+        );
+        assert!(
+            db.message().contains("through the pg_workfence router")
+                && db.message().contains("\"router_search\"")
+                && db.message().contains("\"router_billing\""),
+            "{what}: {}",
+            db.message()
+        );
+        assert!(
+            db.detail().is_some_and(|d| d.contains("SECURITY DEFINER"))
+                && db.hint().is_some_and(|h| h.contains("SET ROLE")),
+            "{what}: {db:?}"
+        );
+    }
+    // On the shard: the extension judges the session's role, router_billing.
+    let mut billing_on_shard =
+        common::connect_as(&cluster, &router.shards[shard], "router_billing", "billing");
+    for function in ["search_api.claim", "search_api.items"] {
+        let db = server_error(
+            billing_on_shard.query(&format!("SELECT * FROM {function}()"), &[]),
+            "42501",
+            &format!("router_billing calling {function}() on the shard"),
+        );
+        assert!(db.message().contains(queue), "{}", db.message());
+    }
+    let seen: Vec<String> = ok(
+        billing_on_shard.query("SELECT * FROM search_api.stats()", &[]),
+        "router_billing's stats through search_api.stats() on the shard",
+    )
+    .iter()
+    .map(|row| row.get(0))
+    .collect();
+    assert!(!seen.iter().any(|q| q == queue), "{seen:?}");
+    assert_eq!(
+        item_state(&mut on_shard, search_item),
+        "pending",
+        "nothing claimed"
+    );
+
+    // SET ROLE is allowed, and judged as the role it sets.
+    let mut set_role = ok(cluster.connect_to(&router.database), "the superuser");
+    ok(
+        set_role.batch_execute("SET ROLE router_billing"),
+        "SET ROLE router_billing",
+    );
+    server_error(
+        calls::claim(&mut set_role, queue, "w", "1 minute", None, None),
+        "42501",
+        "router_billing (SET ROLE) claiming search's queue through the router",
+    );
+    let billed = ok(
+        calls::claim(
+            &mut set_role,
+            "billing.invoices",
+            "w",
+            "1 minute",
+            None,
+            None,
+        ),
+        "router_billing (SET ROLE) claiming billing's queue through the router",
+    );
+    assert_eq!(billed.len(), 1);
+    // A definer function of the session's own role runs.
+    let mut search = common::connect_as(&cluster, &router.database, "router_search", "search");
+    let claimed: Vec<i64> = ok(
+        search.query("SELECT * FROM search_api.claim()", &[]),
+        "router_search calling its own definer function through the router",
+    )
+    .iter()
+    .map(|row| row.get(0))
+    .collect();
+    assert_eq!(claimed, [search_item]);
+}
+
+/// Every PL/Proxy function of the router, read from its catalog (so that a
+/// function added later without it fails here), names its cluster with
+/// `workfence_router.cluster('<schema>.<name>')`, the check of issue 30,
+/// and no other: and called from a `SECURITY DEFINER` function of another
+/// role (with NULL arguments), each refuses with 42501 before it reaches a
+/// shard.
+#[test]
+fn router_every_plproxy_function_refuses_a_call_as_another_role() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_every_check");
+    let mut r = ok(cluster.connect_to(&router.database), "the router");
+    let functions: Vec<(String, String, String)> = ok(
+        r.query(
+            "SELECT p.oid::pg_catalog.regprocedure::text, n.nspname || '.' || p.proname, p.prosrc
+               FROM pg_catalog.pg_proc AS p
+               JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+               JOIN pg_catalog.pg_language AS l ON l.oid = p.prolang
+              WHERE l.lanname = 'plproxy'
+              ORDER BY 1",
+            &[],
+        ),
+        "the router's PL/Proxy functions",
+    )
+    .iter()
+    .map(|row| (row.get(0), row.get(1), row.get(2)))
+    .collect();
+    assert!(functions.len() >= 30, "{functions:?}");
+    for (signature, name, source) in &functions {
+        let words = source.split_whitespace().collect::<Vec<_>>().join(" ");
+        // The statements, by their first word: PL/Proxy's keywords are
+        // case-insensitive.
+        let statements: Vec<(String, &str)> = words
+            .split(';')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| (s.split(' ').next().unwrap_or("").to_uppercase(), s))
+            .collect();
+        let clusters: Vec<&str> = statements
+            .iter()
+            .filter(|(first, _)| first == "CLUSTER")
+            .map(|(_, s)| *s)
+            .collect();
+        let expected = format!("CLUSTER workfence_router.cluster('{name}')");
+        assert_eq!(clusters, [expected.as_str()], "{signature}: {words}");
+        assert!(
+            statements.iter().all(|(first, _)| first != "CONNECT"),
+            "{signature}: {words}"
+        );
+    }
+
+    // Each called, with NULL arguments, from a definer function of a role
+    // that may execute every function of the router.
+    ok(
+        r.batch_execute(
+            "CREATE ROLE router_check_owner NOLOGIN;
+             GRANT USAGE ON SCHEMA workfence, workfence_router TO router_check_owner;
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA workfence, workfence_router
+                TO router_check_owner;
+             CREATE FUNCTION public.call_as_owner(f pg_catalog.regprocedure) RETURNS text
+             LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+             DECLARE
+                 call text;
+             BEGIN
+                 SELECT format('SELECT count(*) FROM %I.%I(%s) AS x', n.nspname, p.proname,
+                               coalesce((SELECT string_agg('NULL::' || format_type(a.t, NULL), ', '
+                                                           ORDER BY a.o)
+                                           FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY
+                                                AS a(t, o)), ''))
+                   INTO call
+                   FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+                  WHERE p.oid = f;
+                 EXECUTE call;
+                 RETURN 'no error';
+             EXCEPTION WHEN OTHERS THEN
+                 RETURN SQLSTATE || ' ' || SQLERRM;
+             END $$;
+             ALTER FUNCTION public.call_as_owner(pg_catalog.regprocedure) OWNER TO router_check_owner;",
+        ),
+        "a definer function of another role",
+    );
+    for (signature, name, _) in &functions {
+        let outcome: String = scalar(
+            &mut r,
+            "SELECT public.call_as_owner($1::text::pg_catalog.regprocedure)",
+            &[signature],
+        );
+        let expected =
+            format!("42501 permission denied for {name} through the pg_workfence router");
+        assert!(outcome.starts_with(&expected), "{signature}: {outcome}");
+    }
 }
 
 /// Serial groups through the router (from 0.10.0): a grouped enqueue lands
