@@ -37,6 +37,16 @@ const CLASSES: [i32; 4] = [0x5746_7061, 0x5746_6c69, 0x5746_7774, 0x5746_7070];
 /// alone (milliseconds), far shorter than the test runner's patience.
 const GUARD: &str = "SET statement_timeout = '20s'";
 
+/// How many advisory locks the intruder holds, granted.
+fn intruders_locks(admin: &mut postgres::Client) -> i64 {
+    scalar(
+        admin,
+        "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)
+          WHERE a.usename = 'intruder' AND l.locktype = 'advisory' AND l.granted",
+        &[],
+    )
+}
+
 #[test]
 fn no_role_can_stall_a_queue_through_the_extensions_locks() {
     let cluster = common::shared_cluster();
@@ -69,13 +79,11 @@ fn no_role_can_stall_a_queue_through_the_extensions_locks() {
             held += 1;
         }
     }
-    let granted: i64 = scalar(
-        &mut admin,
-        "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)
-          WHERE a.usename = 'intruder' AND l.locktype = 'advisory' AND l.granted",
-        &[],
+    assert_eq!(
+        intruders_locks(&mut admin),
+        held,
+        "the intruder holds every lock it asked for"
     );
-    assert_eq!(granted, held, "the intruder holds every lock it asked for");
 
     // LOCK TABLE on every table of the schema: refused (42501) before any
     // lock is granted, so nothing is held afterwards.
@@ -190,12 +198,6 @@ fn no_role_can_stall_a_queue_through_the_extensions_locks() {
     assert_eq!(got.len(), 1, "the long poll was woken with an item");
 
     // Still held to the end: the intruder's locks were there all along.
-    let still: i64 = scalar(
-        &mut admin,
-        "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)
-          WHERE a.usename = 'intruder' AND l.locktype = 'advisory' AND l.granted",
-        &[],
-    );
-    assert_eq!(still, held);
+    assert_eq!(intruders_locks(&mut admin), held);
     drop(intruder);
 }
