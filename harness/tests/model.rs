@@ -64,6 +64,22 @@
 //! lapsed lease and the lease's renew then passes the limit), the checker
 //! must find the broken property.
 //!
+//! The flow configurations of a group of two and of the limit also have
+//! an operator who pauses and resumes the queue at any moment (issue 30).
+//! A claim reads the queue's settings (`workfence.queues`: paused, grouped,
+//! the limit) when it starts, as `src/paused.rs` does: through the pause
+//! lock, which a pause holds from before its write until its invalidation
+//! has gone out, so that a claim starting in between reads the queue as
+//! paused too. The checker proves that a claim that starts while the queue
+//! is paused claims nothing (one that began before the pause committed may
+//! still write), that the groups and the limit survive every pause and
+//! resume, and that both hold, with every property above, across any
+//! interleaving of pauses and resumes with claims in flight and settles.
+//! 0.11.0's resume, which deleted the queue's row and with it the groups
+//! and the limit (`Sql::ResumeDeletesRow`), a claim that ignores the pause
+//! (`Sql::ClaimIgnoresPause`) and one that trusts its cache without the
+//! pause lock (`Sql::NoPauseLock`) are caught.
+//!
 //! The checker must also catch broken protocols: fencing by owner name only
 //! (as the queues this project answers do), a finish retry that writes the
 //! row again, a retry that undoes a cancel under the old token, a retry that
@@ -167,6 +183,21 @@ enum Sql {
     /// lease may still renew it (docs/contract.md, promise 2), and that
     /// takes no slot.
     LimitCountsLiveLeases,
+    /// Broken: 0.11.0's `work_resume`, which deleted the queue's row of
+    /// `workfence.queues` (`DELETE ... WHERE q.paused`) instead of setting
+    /// `paused = false`: the row also holds `grouped` and `concurrency`, so
+    /// the resume drops the queue's serial groups and its limit, and the
+    /// claims after it take the plain path, which knows neither.
+    ResumeDeletesRow,
+    /// Broken: a claim that does not look at the pause (neither the
+    /// settings' `paused` nor the pause lock): it claims from a paused
+    /// queue as from an open one.
+    ClaimIgnoresPause,
+    /// Broken: a claim that reads its backend's cached settings without
+    /// first probing the queue's pause lock (`src/paused.rs`). Between the
+    /// pause's commit and its invalidation a backend whose cache predates
+    /// the commit still reads the queue as open.
+    NoPauseLock,
 }
 
 /// The statement a token is used with.
@@ -366,6 +397,10 @@ enum Event {
     LapsedClaimedInItsSlot,
     /// A flow claim took two items (a batch, one per group).
     BatchOfTwo,
+    /// A flow claim that began (picked) before a pause committed took an
+    /// item after it (the README's `work_pause`: such a claim may still
+    /// return items).
+    ClaimedAcrossThePause,
 }
 
 /// The items a flow claim picked, a bit per item (bit `i` for item `i`).
@@ -384,6 +419,46 @@ impl std::fmt::Debug for ItemSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<String> = self.items().map(|item| format!("i{item}")).collect();
         write!(f, "{{{}}}", names.join(", "))
+    }
+}
+
+/// A flow claim between its [`Action::Pick`] and its [`Action::Commit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct InFlight {
+    /// What its snapshot picked.
+    items: ItemSet,
+    /// The queue was paused when the claim began: a pause had committed and
+    /// no resume since (the ground truth, whatever the claim read). Only a
+    /// broken claim ([`Sql::ClaimIgnoresPause`], [`Sql::NoPauseLock`])
+    /// begins then; the monitor of "a claim that starts while its queue is
+    /// paused claims nothing" reads it at the commit.
+    while_paused: bool,
+}
+
+/// The queue's row of `workfence.queues` (from 0.6.0; the flow columns from
+/// 0.10.0): the settings a claim reads before it picks
+/// (`paused::settings`, `src/paused.rs`). No row reads as the default: not
+/// paused, no groups, no limit. (`paused_at`, `rate`, `per` and the rate
+/// window are not modelled; `PRUNE`'s delete of a row that holds no
+/// setting any more is the default again.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct QueueRow {
+    /// `paused`: set by `work_pause`, cleared by `work_resume`.
+    paused: bool,
+    /// `grouped`: set by the queue's first grouped enqueue (before the
+    /// model's run: every item is enqueued at the start).
+    grouped: bool,
+    /// `concurrency`: set by `work_limit` (before the model's run).
+    concurrency: Option<u8>,
+}
+
+impl QueueRow {
+    /// Whether a claim that read these settings takes the flow path
+    /// (`flow::claim`: [`Action::Pick`] then [`Action::Commit`]) rather than
+    /// the plain one-statement claim ([`Action::Claim`]), which knows
+    /// neither groups nor limits.
+    fn flow(self) -> bool {
+        self.grouped || self.concurrency.is_some()
     }
 }
 
@@ -436,10 +511,20 @@ struct State {
     run_order: [u8; ITEMS],
     /// Per worker: the items its flow claim picked from its snapshot, while
     /// the claim has not yet written ([`Action::Pick`], [`Action::Commit`]).
-    picked: [Option<ItemSet>; WORKERS],
+    picked: [Option<InFlight>; WORKERS],
     /// A claim took a grouped pending item while another pending item of its
     /// group was ahead of it in the claim order.
     out_of_order: bool,
+    /// The queue's row of `workfence.queues`, as committed.
+    queue: QueueRow,
+    /// A `work_pause` has committed (its row is visible) and its
+    /// transaction has not yet sent its invalidation and released its pause
+    /// lock ([`Action::PauseReleased`]). A backend whose cached settings
+    /// predate the commit still holds them as valid meanwhile.
+    pausing: bool,
+    /// A claim that began while the queue was paused claimed or
+    /// dead-lettered an item.
+    paused_claimed: bool,
 }
 
 impl State {
@@ -489,7 +574,10 @@ impl State {
         let mut most = 0;
         for item in 0..ITEMS {
             let replica = self.replica.map(|r| (r.rows[item], r.history[item]));
-            let mut in_play: Vec<Epoch> = [
+            // The epochs in play as a set of bits (no allocation: this runs
+            // at every step). Renumbered after every step, they stay small.
+            let mut in_play: u128 = 0;
+            for epoch in [
                 self.rows[item].epoch,
                 self.history[item].newest,
                 self.history[item].acked,
@@ -505,13 +593,16 @@ impl State {
             .into_iter()
             .chain(self.tokens.iter().map(|held| held[item]))
             .flatten()
-            .collect();
-            in_play.sort_unstable();
-            in_play.dedup();
+            {
+                assert!(epoch < 128, "few epochs in play");
+                in_play |= 1 << epoch;
+            }
             let rename = |e: &mut Option<Epoch>| {
                 if let Some(old) = *e {
-                    let rank = in_play.binary_search(&old).expect("epoch is in play");
-                    *e = Some(Epoch::try_from(rank + 1).expect("few epochs in play"));
+                    assert!(in_play & (1 << old) != 0, "epoch is in play");
+                    // Its rank among the epochs in play, from 1.
+                    let below = (in_play & ((1 << old) - 1)).count_ones();
+                    *e = Some(Epoch::try_from(below + 1).expect("few epochs in play"));
                 }
             };
             rename(&mut self.rows[item].epoch);
@@ -538,7 +629,7 @@ impl State {
             if let Some(after) = &mut self.reissue_after[item] {
                 rename(after);
             }
-            most = most.max(in_play.len());
+            most = most.max(in_play.count_ones());
         }
         self.next_epoch = Epoch::try_from(most + 1).expect("few epochs in play");
         self
@@ -553,11 +644,9 @@ impl State {
     /// numbers in the actions of a path are then positions in this order,
     /// not fixed workers.
     fn workers_sorted(mut self, workers: usize) -> State {
-        let mut held: Vec<_> = (0..workers)
-            .map(|w| (self.tokens[w], self.picked[w]))
-            .collect();
-        held.sort_unstable();
-        for (w, (tokens, picked)) in held.into_iter().enumerate() {
+        let mut held: [_; WORKERS] = std::array::from_fn(|w| (self.tokens[w], self.picked[w]));
+        held[..workers].sort_unstable();
+        for (w, (tokens, picked)) in held.into_iter().take(workers).enumerate() {
             self.tokens[w] = tokens;
             self.picked[w] = picked;
         }
@@ -692,6 +781,21 @@ enum Action {
     /// to what the standby had; workers keep every token they were given.
     /// Once per run.
     LoseSuffix,
+    /// `work_pause` of the queue, by an operator, up to its commit becoming
+    /// visible: it took the queue's pause lock, set `paused` (`PAUSE`), and
+    /// committed. Its invalidation has not been sent yet, and it still holds
+    /// the lock ([`Action::PauseReleased`]). No step when the queue is
+    /// paused already.
+    Pause,
+    /// The rest of the pause's commit: PostgreSQL sends its invalidation of
+    /// `workfence.queues` to every backend, then releases its pause lock.
+    PauseReleased,
+    /// `work_resume` of the queue, by an operator, whole: it takes the pause
+    /// lock, clears `paused` (`RESUME`, then `PRUNE`), commits, sends its
+    /// invalidation and releases the lock. One step, taken at the release:
+    /// until then every claim reads the queue as paused (the lock), as it
+    /// did before the resume. No step when the queue is not paused.
+    Resume,
 }
 
 /// Whether a claim of `row` dead-letters it: claimed under a lapsed lease on
@@ -724,9 +828,15 @@ struct LeaseModel {
     groups: [Option<Group>; ITEMS],
     /// The queue's `work_limit` concurrency, if any.
     limit: Option<u8>,
-    /// Whether claims are flow claims, [`Action::Pick`] then
-    /// [`Action::Commit`], instead of the one statement [`Action::Claim`].
+    /// Whether this is a flow configuration: the queue has groups (and
+    /// perhaps a limit), so its claims are flow claims, [`Action::Pick`]
+    /// then [`Action::Commit`], instead of the one statement
+    /// [`Action::Claim`], as long as the queue's settings say so (every
+    /// claim reads them first: [`LeaseModel::settings_seen`]).
     flow: bool,
+    /// Whether an operator may pause and resume the queue
+    /// ([`Action::Pause`], [`Action::PauseReleased`], [`Action::Resume`]).
+    pauses: bool,
 }
 
 impl LeaseModel {
@@ -745,6 +855,7 @@ impl LeaseModel {
             groups: [None; ITEMS],
             limit: None,
             flow: false,
+            pauses: false,
         }
     }
 
@@ -758,12 +869,30 @@ impl LeaseModel {
             "above 1, a commit could have room for some of the items it picked \
              but not all, and LeaseModel::commit does not choose which"
         );
+        assert!(
+            groups.iter().any(Option::is_some) || limit.is_some(),
+            "a queue with neither groups nor a limit claims by the plain statement"
+        );
         LeaseModel {
             retries: false,
             workers: FLOW_WORKERS,
             groups,
             limit,
             flow: true,
+            ..self
+        }
+    }
+
+    /// The flow configuration with an operator who may pause and resume the
+    /// queue at any moment (issue 30), between and across the claims' picks
+    /// and commits and the holders' settles.
+    fn with_pauses(self) -> LeaseModel {
+        assert!(
+            self.flow,
+            "pause and resume are modelled in flow configurations"
+        );
+        LeaseModel {
+            pauses: true,
             ..self
         }
     }
@@ -784,7 +913,9 @@ impl LeaseModel {
     }
 
     /// The same model with the workers' symmetry reduced: about a sixth of
-    /// the states (3! orders of three workers), the same behaviours.
+    /// the states (3! orders of three workers), the same behaviours. A pause
+    /// configuration's window is also folded where no claim can tell it
+    /// apart ([`LeaseModel::window_folded`]).
     fn with_symmetry(self) -> LeaseModel {
         assert!(
             self.owners.iter().all(|&owner| owner == self.owners[0]),
@@ -810,7 +941,10 @@ impl LeaseModel {
             | Sql::NoGeneration
             | Sql::NoGroupRecheck
             | Sql::NoLimitRecheck
-            | Sql::LimitCountsLiveLeases => owner_ok && epoch_ok && claimed,
+            | Sql::LimitCountsLiveLeases
+            | Sql::ResumeDeletesRow
+            | Sql::ClaimIgnoresPause
+            | Sql::NoPauseLock => owner_ok && epoch_ok && claimed,
             Sql::OwnerOnly => owner_ok && claimed,
             Sql::FinishRewrites if stmt == Stmt::Finish => {
                 owner_ok && epoch_ok && (claimed || row.status == Status::Done)
@@ -991,17 +1125,77 @@ impl LeaseModel {
                 .any(|item| self.offered(state, item) && self.takes_slot(&state.rows[item]))
     }
 
-    /// The first half of a flow claim, [`Action::Pick`]: `items` must be
-    /// what the snapshot (`state`) offers ([`LeaseModel::offered`]), with no
-    /// more of them taking a slot ([`LeaseModel::takes_slot`]) than the
-    /// limit leaves by that snapshot. Any such set, not only the first ones
-    /// in the claim order: a claim may find fewer (rows locked by others are
+    /// Whether an item waits for its group in `state`: it is pending and
+    /// due, and another item of its group is claimed. A claim that ignored
+    /// the group would take it.
+    fn waits_for_its_group(&self, state: &State) -> bool {
+        (0..self.items).any(|item| {
+            state.rows[item].status == Status::Pending { due: true }
+                && self.group_holder(state, item).is_some()
+        })
+    }
+
+    /// The queue's row as the run starts: not paused, `grouped` when an
+    /// item has a `group_key`, and the configuration's limit.
+    fn queue_at_start(&self) -> QueueRow {
+        QueueRow {
+            paused: false,
+            grouped: self.groups.iter().any(Option::is_some),
+            concurrency: self.limit,
+        }
+    }
+
+    /// The settings a claim that starts in `state` reads
+    /// (`paused::settings`, `src/paused.rs`), or None when it hands out
+    /// nothing because the queue reads as paused. The claim first probes the
+    /// queue's pause lock without waiting: while a pause holds it (between
+    /// its commit and its invalidation, [`State::pausing`]), the queue reads
+    /// as paused. Otherwise the backend's cache, which the invalidation of
+    /// every committed pause and resume has reached, gives the committed
+    /// row. Under [`Sql::NoPauseLock`] a claim during the pause's window
+    /// reads a cache from before the pause's commit (a backend without one
+    /// would read the row and hand out nothing, a step the model need not
+    /// take); under [`Sql::ClaimIgnoresPause`] it reads the row and does not
+    /// look at `paused`.
+    fn settings_seen(&self, state: &State) -> Option<QueueRow> {
+        let seen = match self.sql {
+            Sql::NoPauseLock if state.pausing => QueueRow {
+                paused: false,
+                ..state.queue
+            },
+            Sql::ClaimIgnoresPause => QueueRow {
+                paused: false,
+                ..state.queue
+            },
+            _ if state.pausing => return None,
+            _ => state.queue,
+        };
+        (!seen.paused).then_some(seen)
+    }
+
+    /// The first half of a flow claim, [`Action::Pick`]: the claim read
+    /// settings that send it down the flow path
+    /// ([`LeaseModel::settings_seen`]), and `items` must be what the
+    /// snapshot (`state`) offers ([`LeaseModel::offered`]), with no more of
+    /// them taking a slot ([`LeaseModel::takes_slot`]) than the limit
+    /// leaves by that snapshot. Any such set, not only the first ones in the
+    /// claim order: a claim may find fewer (rows locked by others are
     /// skipped), and the model does not order the groups among themselves.
     /// None when the worker has a claim in flight already.
+    ///
+    /// The settings that send a claim down the flow path are always those
+    /// the run began with (a resume that deletes the row sends the claims
+    /// after it down the plain path instead), so the group rules and
+    /// [`LeaseModel::room`] judge by the configuration's.
     fn pick(&self, state: &State, worker: usize, items: ItemSet) -> Option<State> {
         if state.picked[worker].is_some() || items.0 == 0 {
             return None;
         }
+        let seen = self.settings_seen(state)?;
+        if !seen.flow() {
+            return None;
+        }
+        debug_assert_eq!(seen, self.queue_at_start());
         let mut slots = 0;
         for item in items.items() {
             if item >= self.items || !self.offered(state, item) {
@@ -1015,7 +1209,66 @@ impl LeaseModel {
             return None;
         }
         let mut next = state.clone();
-        next.picked[worker] = Some(items);
+        next.picked[worker] = Some(InFlight {
+            items,
+            while_paused: state.queue.paused,
+        });
+        Some(next)
+    }
+
+    /// `state`, or, when it is in a pause's window ([`State::pausing`]) and
+    /// a claim that starts in it reads what it would read once the pause
+    /// is released ([`LeaseModel::settings_seen`]), the same state with the
+    /// pause released. The release changes only [`State::pausing`], and
+    /// only a claim's start reads that (the statements, the clock and the
+    /// monitors read the committed row); a resume waits for the release.
+    /// So when the claims read alike, every step from the window leads to
+    /// a state that folds the same way, the release leads to the released
+    /// state, and the released state can do no more than the release and
+    /// then its own steps: both reach the same states, and the search needs
+    /// only one of them. Under the extension's claim, which probes the
+    /// pause lock, they read alike (paused), and the window folds; without
+    /// the probe ([`Sql::NoPauseLock`]) they do not, and it is explored. A
+    /// reduction of the exhaustive runs, as the workers' symmetry is: the
+    /// replays and the broken variants' runs keep the window.
+    fn window_folded(&self, state: State) -> State {
+        if state.pausing
+            && self.settings_seen(&state)
+                == self.settings_seen(&State {
+                    pausing: false,
+                    ..state.clone()
+                })
+        {
+            State {
+                pausing: false,
+                ..state
+            }
+        } else {
+            state
+        }
+    }
+
+    /// The plain claim, [`Action::Claim`], by `worker` of `item`: the claim
+    /// read settings that send it down the plain path (no groups, no limit:
+    /// [`LeaseModel::settings_seen`]), and its one statement
+    /// ([`LeaseModel::claim`]) knows nothing of groups and limits. In a flow
+    /// configuration that happens only after a broken resume deleted the
+    /// queue's settings ([`Sql::ResumeDeletesRow`]).
+    fn plain_claim(&self, state: &State, worker: usize, item: usize) -> Option<State> {
+        if self.settings_seen(state)?.flow() {
+            return None;
+        }
+        let mut next = self.claim(state, worker, item)?;
+        if state.queue.paused {
+            next.paused_claimed = true;
+        }
+        // The monitor of "first-claimed in claim order", as in a commit.
+        if self.groups[item].is_some()
+            && matches!(state.rows[item].status, Status::Pending { .. })
+            && self.behind(state, item)
+        {
+            next.out_of_order = true;
+        }
         Some(next)
     }
 
@@ -1044,7 +1297,8 @@ impl LeaseModel {
     /// claims but not all (it picked at most one), so "in id order" is no
     /// choice the model makes for the claim.
     fn commit(&self, state: &State, worker: usize) -> Option<State> {
-        let items = state.picked[worker]?;
+        let in_flight = state.picked[worker]?;
+        let items = in_flight.items;
         let mut next = state.clone();
         next.picked[worker] = None;
         let full = self.limit_reached(state);
@@ -1090,6 +1344,16 @@ impl LeaseModel {
             .count();
         if taken == 2 && next.last.is_none() {
             next.last = Some(Event::BatchOfTwo);
+        }
+        // The monitor of "a claim that starts while its queue is paused
+        // claims nothing", judged by when the claim began; a claim that
+        // began before the pause committed may still write after it.
+        if next.rows != state.rows {
+            if in_flight.while_paused {
+                next.paused_claimed = true;
+            } else if state.queue.paused && taken > 0 && next.last.is_none() {
+                next.last = Some(Event::ClaimedAcrossThePause);
+            }
         }
         Some(next)
     }
@@ -1379,6 +1643,17 @@ mod always {
     /// lease included: [`super::a_renewed_lapsed_lease_stays_within_the_limit`]).
     pub const LIVE_WITHIN_LIMIT: &str =
         "never more items under unexpired leases than the limit, renews included";
+    /// Issue 30; docs/contract.md and the README, `work_pause`: from the
+    /// pause's commit on, claims return nothing (and dead-letter nothing)
+    /// until a resume; a claim that began before the commit may still
+    /// return items.
+    pub const PAUSED_CLAIMS_NOTHING: &str =
+        "a claim that starts while its queue is paused claims nothing";
+    /// Issue 30: "An operator verb changes only what it names": a pause and
+    /// a resume change `paused`, and the queue's other settings (`grouped`,
+    /// `concurrency`) survive them.
+    pub const SETTINGS_SURVIVE: &str =
+        "the queue's groups and limit survive every pause and resume";
 }
 
 /// Names of the `sometimes` properties (reachability: the check is not vacuous).
@@ -1445,6 +1720,16 @@ mod sometimes {
     /// Issue 17: the race the limit's re-check is there for.
     pub const LIMIT_RECHECK_HELD: &str =
         "a claim's re-check holds back an item its snapshot had room for and the row would allow";
+    /// Issue 30: the claim the README's `work_pause` allows.
+    pub const CLAIMED_ACROSS_THE_PAUSE: &str =
+        "a claim begun before a pause committed takes an item after it";
+    /// Issue 30: a state where a resume that drops the groups goes wrong
+    /// (the resume is a step from every paused state).
+    pub const PAUSED_WHILE_THE_GROUP_WAITS: &str =
+        "the queue paused while an item waits for its group";
+    /// Issue 30: a state where a resume that drops the limit goes wrong.
+    pub const PAUSED_WHILE_THE_LIMIT_WAITS: &str =
+        "the queue paused while an item waits for the limit";
 }
 
 impl Model for LeaseModel {
@@ -1472,22 +1757,28 @@ impl Model for LeaseModel {
             run_order: [0, 1],
             picked: [None; WORKERS],
             out_of_order: false,
+            queue: self.queue_at_start(),
+            pausing: false,
+            paused_claimed: false,
         };
         vec![self.order_renumbered(enqueued)]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-        if self.flow {
-            for worker in 0..self.workers {
-                if state.picked[worker].is_some() {
-                    actions.push(Action::Commit { worker });
-                } else {
-                    for items in 1..1u8 << self.items {
-                        actions.push(Action::Pick {
-                            worker,
-                            items: ItemSet(items),
-                        });
-                    }
+        // What a claim that starts now reads: the flow path, the plain one,
+        // or nothing (paused).
+        let seen = self.settings_seen(state);
+        let flow_path = seen.is_some_and(QueueRow::flow);
+        let plain_path = seen.is_some_and(|seen| !seen.flow());
+        for worker in 0..self.workers {
+            if state.picked[worker].is_some() {
+                actions.push(Action::Commit { worker });
+            } else if flow_path {
+                for items in 1..1u8 << self.items {
+                    actions.push(Action::Pick {
+                        worker,
+                        items: ItemSet(items),
+                    });
                 }
             }
         }
@@ -1496,6 +1787,15 @@ impl Model for LeaseModel {
             if state.replica.is_some() {
                 actions.push(Action::LoseSuffix);
             }
+        }
+        if self.pauses {
+            actions.push(if state.pausing {
+                Action::PauseReleased
+            } else if state.queue.paused {
+                Action::Resume
+            } else {
+                Action::Pause
+            });
         }
         for item in 0..self.items {
             if self.operators {
@@ -1512,7 +1812,7 @@ impl Model for LeaseModel {
                 _ => {}
             }
             for worker in 0..self.workers {
-                if !self.flow {
+                if plain_path {
                     actions.push(Action::Claim { worker, item });
                 }
                 if state.tokens[worker][item].is_none() {
@@ -1562,7 +1862,7 @@ impl Model for LeaseModel {
             }
         }
         let next = match action {
-            Action::Claim { worker, item } => self.claim(state, worker, item),
+            Action::Claim { worker, item } => self.plain_claim(state, worker, item),
             Action::Renew { worker, item } => {
                 self.use_token(state, last_state.last, worker, item, Stmt::Renew)
             }
@@ -1630,10 +1930,40 @@ impl Model for LeaseModel {
                 next.failed_over = true;
                 next
             }),
+            Action::Pause if self.pauses && !state.queue.paused => {
+                let mut next = state.clone();
+                next.queue.paused = true;
+                next.pausing = true;
+                Some(next)
+            }
+            Action::Pause => None,
+            Action::PauseReleased => state.pausing.then(|| State {
+                pausing: false,
+                ..state.clone()
+            }),
+            Action::Resume if self.pauses && state.queue.paused && !state.pausing => {
+                let mut next = state.clone();
+                next.queue = match self.sql {
+                    // 0.11.0: `DELETE FROM workfence.queues ... WHERE
+                    // q.paused`, the whole row.
+                    Sql::ResumeDeletesRow => QueueRow::default(),
+                    // `RESUME` sets `paused = false` and nothing else;
+                    // `PRUNE` deletes the row only when no setting is left,
+                    // which reads as the same settings.
+                    _ => QueueRow {
+                        paused: false,
+                        ..state.queue
+                    },
+                };
+                Some(next)
+            }
+            Action::Resume => None,
         };
         next.map(|next| {
             let next = self.order_renumbered(next.renumbered());
-            if self.symmetry {
+            if self.symmetry && self.pauses {
+                self.window_folded(next).workers_sorted(self.workers)
+            } else if self.symmetry {
                 next.workers_sorted(self.workers)
             } else {
                 next
@@ -1852,6 +2182,38 @@ impl Model for LeaseModel {
                 ));
             }
         }
+        if self.pauses {
+            properties.extend([
+                Property::always(always::PAUSED_CLAIMS_NOTHING, |_, s: &State| {
+                    !s.paused_claimed
+                }),
+                Property::always(always::SETTINGS_SURVIVE, |model: &LeaseModel, s| {
+                    QueueRow {
+                        paused: false,
+                        ..s.queue
+                    } == model.queue_at_start()
+                }),
+                Property::sometimes(sometimes::CLAIMED_ACROSS_THE_PAUSE, |_, s: &State| {
+                    s.last == Some(Event::ClaimedAcrossThePause)
+                }),
+            ]);
+            if self.group_of_two() {
+                properties.push(Property::sometimes(
+                    sometimes::PAUSED_WHILE_THE_GROUP_WAITS,
+                    |model: &LeaseModel, s: &State| {
+                        s.queue.paused && !s.pausing && model.waits_for_its_group(s)
+                    },
+                ));
+            }
+            if self.limit.is_some() {
+                properties.push(Property::sometimes(
+                    sometimes::PAUSED_WHILE_THE_LIMIT_WAITS,
+                    |model: &LeaseModel, s: &State| {
+                        s.queue.paused && !s.pausing && model.waits_for_the_limit(s)
+                    },
+                ));
+            }
+        }
         properties
     }
 }
@@ -1881,17 +2243,22 @@ fn extension_protocol_holds_when_the_server_loses_a_suffix() {
 
 /// Issue 17's groups: two items in one group, claims in two steps (pick
 /// from a snapshot, then lock, re-check and write), two workers, the
-/// operator's cancel. Every `always` property holds (the group's: one
-/// claimed item at a time, claims in the group's order; and every fencing
-/// property as before), and every `sometimes` property is reached, among
-/// them a hand-over after a lapse and the re-check dropping an item its
-/// snapshot picked.
+/// operator's cancel, and (issue 30) the operator's pause and resume at any
+/// moment. Every `always` property holds (the group's: one claimed item at
+/// a time, claims in the group's order; the pause's: a claim that starts
+/// while the queue is paused claims nothing, and the queue stays grouped
+/// through every pause and resume; and every fencing property as before),
+/// and every `sometimes` property is reached, among them a hand-over after
+/// a lapse, the re-check dropping an item its snapshot picked, a claim
+/// begun before a pause writing after it, and the queue paused while an
+/// item waits for its group (a resume is a step from there).
 #[test]
 fn flow_control_holds_in_a_group() {
     check_exhaustively(
-        "flow control, one group of two",
+        "flow control, one group of two, pause and resume",
         LeaseModel::new(Sql::Extension)
             .with_flow(ONE_GROUP, None)
+            .with_pauses()
             .with_symmetry(),
     );
 }
@@ -1909,17 +2276,21 @@ fn flow_control_holds_with_batches() {
 }
 
 /// Issue 17 with `work_limit(concurrency => 1)` over an item in a group and
-/// one in none: never more than one item claimed, lapsed leases included,
-/// so never more than one lease unexpired, renews included; the limit is
+/// one in none, and (issue 30) the operator's pause and resume at any
+/// moment: never more than one item claimed, lapsed leases included, so
+/// never more than one lease unexpired, renews included; the limit is
 /// reached while an item is ready, and meanwhile a lapsed item is claimed
 /// anew in its own slot or renewed by its holder; the re-check holds a claim
-/// back.
+/// back; a claim that starts while the queue is paused claims nothing, the
+/// limit survives every pause and resume, and the queue is paused while an
+/// item waits for the limit (a resume is a step from there).
 #[test]
 fn flow_control_holds_under_a_limit() {
     check_exhaustively(
-        "flow control, a group and an item in none, limit 1",
+        "flow control, a group and an item in none, limit 1, pause and resume",
         LeaseModel::new(Sql::Extension)
             .with_flow(GROUP_AND_NONE, Some(LIMIT))
+            .with_pauses()
             .with_symmetry(),
     );
 }
@@ -2488,6 +2859,12 @@ fn a_limit_that_counts_only_live_leases_is_caught() {
 /// the path up to it. (The checker's counterexample may go on past it: the
 /// property stays broken, and the checker keeps the last path it met.)
 fn first_breaking(model: LeaseModel, path: &[Action], name: &str) -> Option<Action> {
+    breaking_prefix(model, path, name).and_then(|prefix| prefix.last().copied())
+}
+
+/// [`first_breaking`]'s path: `path` up to and with the step after which
+/// `name` first no longer holds.
+fn breaking_prefix(model: LeaseModel, path: &[Action], name: &str) -> Option<Vec<Action>> {
     let sql = model.sql;
     let mut replay = Replay::of(model);
     let at = path.iter().position(|&action| {
@@ -2495,7 +2872,7 @@ fn first_breaking(model: LeaseModel, path: &[Action], name: &str) -> Option<Acti
         !replay.holds(name, &next)
     })?;
     println!("{sql:?} first breaks \"{name}\" by: {:?}", &path[..=at]);
-    Some(path[at])
+    Some(path[..=at].to_vec())
 }
 
 /// Under `concurrency => 1`, a lapsed lease keeps its slot, so its holder's
@@ -2779,5 +3156,241 @@ fn limit_recheck_race_in_the_model() {
     assert!(
         !without.holds(always::LIMIT_HELD, without.now()),
         "without the re-check, B passes the limit"
+    );
+}
+
+/// 0.11.0's resume deleted the queue's row of `workfence.queues`, and with
+/// it `grouped`: after a pause and a resume, claims took the plain path,
+/// which knows no groups, and two items of one group were claimed at once.
+/// The checker must find the settings gone, the group claimed twice by a
+/// claim (a step after the resume), and a claim out of the group's order.
+#[test]
+fn a_resume_that_drops_the_groups_is_caught() {
+    let model = || {
+        LeaseModel::new(Sql::ResumeDeletesRow)
+            .with_flow(ONE_GROUP, None)
+            .with_pauses()
+    };
+    let paths = assert_caught_in(
+        model(),
+        &[
+            always::SETTINGS_SURVIVE,
+            always::GROUP_SERIAL,
+            always::GROUP_IN_ORDER,
+        ],
+    );
+    let gone_by = first_breaking(model(), &paths[0], always::SETTINGS_SURVIVE);
+    assert_eq!(
+        gone_by,
+        Some(Action::Resume),
+        "the settings go with a resume"
+    );
+    for (path, name) in paths[1..]
+        .iter()
+        .zip([always::GROUP_SERIAL, always::GROUP_IN_ORDER])
+    {
+        let broken_by = first_breaking(model(), path, name);
+        assert!(
+            matches!(broken_by, Some(Action::Claim { .. })),
+            "\"{name}\" was broken by {broken_by:?}, not by a plain claim"
+        );
+        assert!(path.contains(&Action::Resume), "a resume came first");
+    }
+}
+
+/// 0.11.0's resume deleted `concurrency` with the row: after a pause and a
+/// resume, the plain claims took more items than the limit. The checker
+/// must find the settings gone and the limit passed by a claim.
+#[test]
+fn a_resume_that_drops_the_limit_is_caught() {
+    let model = || {
+        LeaseModel::new(Sql::ResumeDeletesRow)
+            .with_flow(GROUP_AND_NONE, Some(LIMIT))
+            .with_pauses()
+    };
+    let paths = assert_caught_in(
+        model(),
+        &[
+            always::SETTINGS_SURVIVE,
+            always::LIMIT_HELD,
+            always::LIVE_WITHIN_LIMIT,
+        ],
+    );
+    let gone_by = first_breaking(model(), &paths[0], always::SETTINGS_SURVIVE);
+    assert_eq!(
+        gone_by,
+        Some(Action::Resume),
+        "the settings go with a resume"
+    );
+    for (path, name) in paths[1..]
+        .iter()
+        .zip([always::LIMIT_HELD, always::LIVE_WITHIN_LIMIT])
+    {
+        let broken_by = first_breaking(model(), path, name);
+        assert!(
+            matches!(broken_by, Some(Action::Claim { .. })),
+            "\"{name}\" was broken by {broken_by:?}, not by a plain claim"
+        );
+        assert!(path.contains(&Action::Resume), "a resume came first");
+    }
+}
+
+/// A claim that does not look at the pause claims from a paused queue, in
+/// the pause's window and after it alike. The checker must find it, broken
+/// by a claim's write.
+#[test]
+fn a_claim_that_ignores_the_pause_is_caught() {
+    let model = || {
+        LeaseModel::new(Sql::ClaimIgnoresPause)
+            .with_flow(ONE_GROUP, None)
+            .with_pauses()
+    };
+    let paths = assert_caught_in(model(), &[always::PAUSED_CLAIMS_NOTHING]);
+    let broken_by = first_breaking(model(), &paths[0], always::PAUSED_CLAIMS_NOTHING);
+    assert!(
+        matches!(broken_by, Some(Action::Commit { .. })),
+        "broken by {broken_by:?}, not by a claim's write"
+    );
+    // Once the pause is released too.
+    let mut replay = Replay::of(model());
+    for action in [
+        Action::Pause,
+        Action::PauseReleased,
+        Action::Pick {
+            worker: 0,
+            items: ItemSet(1),
+        },
+        Action::Commit { worker: 0 },
+    ] {
+        replay.step(action);
+    }
+    assert!(!replay.holds(always::PAUSED_CLAIMS_NOTHING, replay.now()));
+}
+
+/// Without the pause lock's probe, a claim that starts after the pause
+/// committed and before its invalidation reached the backend reads the
+/// backend's cached settings, from before the pause, and claims. The
+/// checker must find it, with the claim begun inside that window: after
+/// the pause's commit and before its release. Once the pause is released
+/// (its invalidation sent), no claim starts: the window is the whole hole,
+/// and the lock closes it.
+#[test]
+fn a_claim_without_the_pause_lock_is_caught() {
+    let model = || {
+        LeaseModel::new(Sql::NoPauseLock)
+            .with_flow(ONE_GROUP, None)
+            .with_pauses()
+    };
+    let paths = assert_caught_in(model(), &[always::PAUSED_CLAIMS_NOTHING]);
+    let path = breaking_prefix(model(), &paths[0], always::PAUSED_CLAIMS_NOTHING)
+        .expect("the property breaks on the path");
+    let Some(&Action::Commit { worker }) = path.last() else {
+        panic!("broken by {:?}, not by a claim's write", path.last());
+    };
+    let picked = path
+        .iter()
+        .rposition(|&action| matches!(action, Action::Pick { worker: w, .. } if w == worker))
+        .expect("the claim's pick");
+    let paused = path[..picked]
+        .iter()
+        .rposition(|&action| action == Action::Pause)
+        .expect("a pause before the claim began");
+    assert!(
+        !path[paused..picked].contains(&Action::PauseReleased),
+        "the claim began between the pause's commit and its release: {path:?}"
+    );
+    let mut replay = Replay::of(model());
+    replay.step(Action::Pause);
+    replay.step(Action::PauseReleased);
+    replay.no_step(Action::Pick {
+        worker: 0,
+        items: ItemSet(1),
+    });
+}
+
+/// A pause and a resume under `concurrency => 1`, step by step (workers
+/// keep their numbers). B's claim picks the free item before the pause
+/// commits; while the pause holds its lock, A's claim reads the queue as
+/// paused, and B's claim writes (a claim begun before the pause may still
+/// return items). Once the pause is released, A's claims still hand out
+/// nothing. The resume keeps the limit: the free item is claimed, so the
+/// grouped one waits for the limit, and A's claim takes nothing. B
+/// finishes while the queue is paused again; after the next resume A
+/// claims the grouped item. Every `always` property holds at every step.
+/// Under 0.11.0's resume, which deletes the settings, A's claim after the
+/// first resume takes the grouped item beside the free one: two items
+/// claimed under a limit of 1.
+#[test]
+fn pause_and_resume_in_the_model() {
+    const A: usize = 0;
+    const B: usize = 1;
+    const GROUPED: usize = 0;
+    const FREE: usize = 1;
+    let grouped = ItemSet(1 << GROUPED);
+    let free = ItemSet(1 << FREE);
+    let model = |sql| {
+        LeaseModel::new(sql)
+            .with_flow(GROUP_AND_NONE, Some(LIMIT))
+            .with_pauses()
+    };
+    let pick = |worker, items| Action::Pick { worker, items };
+    let claim_a = Action::Claim {
+        worker: A,
+        item: GROUPED,
+    };
+    let to_first_resume = [
+        pick(B, free),
+        Action::Pause,
+        Action::Commit { worker: B },
+        Action::PauseReleased,
+        Action::Resume,
+    ];
+
+    let mut replay = Replay::of(model(Sql::Extension));
+    replay.step(pick(B, free));
+    let paused = replay.step(Action::Pause);
+    assert!(paused.queue.paused && paused.pausing);
+    replay.no_step(pick(A, grouped));
+    let b_claimed = replay.step(Action::Commit { worker: B });
+    assert_eq!(b_claimed.rows[FREE].status, Status::Claimed(Lease::Live));
+    replay.assert_reached(sometimes::CLAIMED_ACROSS_THE_PAUSE, &b_claimed);
+    let released = replay.step(Action::PauseReleased);
+    replay.assert_reached(sometimes::PAUSED_WHILE_THE_LIMIT_WAITS, &released);
+    replay.no_step(Action::Pause);
+    replay.no_step(pick(A, grouped));
+    replay.no_step(claim_a);
+    let resumed = replay.step(Action::Resume);
+    assert_eq!(resumed.queue, model(Sql::Extension).queue_at_start());
+    replay.no_step(Action::Resume);
+    replay.no_step(pick(A, grouped));
+    replay.no_step(claim_a);
+
+    replay.step(Action::Pause);
+    replay.step(Action::PauseReleased);
+    let b_finished = replay.step(Action::Finish {
+        worker: B,
+        item: FREE,
+    });
+    assert_eq!(b_finished.rows[FREE].status, Status::Done);
+    replay.no_step(pick(A, grouped));
+    replay.step(Action::Resume);
+    replay.step(pick(A, grouped));
+    let a_claimed = replay.step(Action::Commit { worker: A });
+    assert_eq!(a_claimed.rows[GROUPED].status, Status::Claimed(Lease::Live));
+    assert_eq!(a_claimed.claimed(), 1);
+    replay.assert_always();
+
+    let mut wiped = Replay::of(model(Sql::ResumeDeletesRow));
+    for action in to_first_resume {
+        wiped.step(action);
+    }
+    assert_eq!(wiped.now().queue, QueueRow::default(), "the row is gone");
+    assert!(!wiped.holds(always::SETTINGS_SURVIVE, wiped.now()));
+    wiped.no_step(pick(A, grouped));
+    let a_claimed = wiped.step(claim_a);
+    assert_eq!(a_claimed.claimed(), 2);
+    assert!(
+        !wiped.holds(always::LIMIT_HELD, &a_claimed),
+        "after 0.11.0's resume, A passes the limit"
     );
 }
