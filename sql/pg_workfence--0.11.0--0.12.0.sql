@@ -170,3 +170,61 @@ BEGIN
     END LOOP;
 END
 $grants$;
+
+-- ---- the retired functions keep no grants ----
+-- Their grants went to the new work_item above. Left on the retired ones,
+-- pg_dump would write GRANTs for functions a restore's CREATE EXTENSION does
+-- not make, and the restore would fail on them (--exit-on-error). A call
+-- already running passed its privilege check when it started; a cached plan
+-- that named the old function is re-planned after the rename and finds the
+-- new one.
+DO $revoke$
+DECLARE
+    routine pg_catalog.regprocedure;
+    grantee pg_catalog.text;
+BEGIN
+    FOR routine IN
+        SELECT pg_catalog.unnest(ARRAY[
+            'workfence.work_item_retired_0_11_0(text, text)',
+            'workfence.work_item_retired_0_11_0(bigint)'
+        ]::pg_catalog.regprocedure[])
+    LOOP
+        FOR grantee IN
+            SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                 ELSE pg_catalog.quote_ident(r.rolname::pg_catalog.text) END
+              FROM pg_catalog.pg_proc AS p
+             CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
+              LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+             WHERE p.oid OPERATOR(pg_catalog.=) routine
+               AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+        LOOP
+            -- A catalog name rendered by regprocedure and a role name quoted
+            -- by quote_ident, not user data.
+            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s CASCADE', routine, grantee);
+        END LOOP;
+    END LOOP;
+END
+$revoke$;
+
+-- ---- grants an update copied are the database's, not the extension's ----
+-- PostgreSQL records every privilege an extension script sets as the
+-- object's initial privileges (pg_init_privs), which pg_dump leaves out of a
+-- dump, since CREATE EXTENSION makes them. A grant an update copied to a
+-- role (0.10.0's work_enqueue, 0.11.0's work_items, this update's
+-- work_item) is not one a fresh install makes: recorded as initial, it was
+-- missing after a restore. A fresh install's functions have only their
+-- owner's privileges as initial ones; so do an updated database's from now
+-- on, and pg_dump writes the copied grants as it writes the operator's own.
+UPDATE pg_catalog.pg_init_privs AS ip
+   SET initprivs = ARRAY(
+           SELECT a.item
+             FROM pg_catalog.unnest(ip.initprivs) AS a(item)
+            WHERE NOT EXISTS (
+                      SELECT FROM pg_catalog.aclexplode(ARRAY[a.item]) AS x
+                       WHERE x.grantee OPERATOR(pg_catalog.<>) 0
+                         AND x.grantee OPERATOR(pg_catalog.<>) p.proowner))
+  FROM pg_catalog.pg_proc AS p
+ WHERE ip.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+   AND ip.objsubid OPERATOR(pg_catalog.=) 0
+   AND ip.objoid OPERATOR(pg_catalog.=) p.oid
+   AND p.pronamespace OPERATOR(pg_catalog.=) 'workfence'::pg_catalog.regnamespace;

@@ -157,3 +157,52 @@ fn a_restore_of_the_items_table_alone_lifts_both_sequences() {
         "epochs {epochs:?} not above {max_epoch}"
     );
 }
+
+/// A database updated from 0.11.0, whose monitoring role was granted
+/// `work_item`, dumped and restored in one transaction that stops at the
+/// first error (issue 30's adversarial review: the update left the grants
+/// on the renamed `work_item_retired_0_11_0`, which a restore's `CREATE
+/// EXTENSION` does not make, so the restore failed on them). The restored
+/// monitor still reads an item through the new `work_item`.
+#[test]
+fn a_dump_of_a_database_updated_from_0_11_0_restores_with_its_grants() {
+    let (cluster, mut src) = common::own_cluster_with_database("prior");
+    ok(
+        src.batch_execute(
+            "DROP EXTENSION pg_workfence;
+             CREATE EXTENSION pg_workfence VERSION '0.11.0';
+             CREATE ROLE dump_monitor LOGIN;
+             GRANT USAGE ON SCHEMA workfence TO dump_monitor;
+             GRANT EXECUTE ON FUNCTION workfence.work_item(text, text), workfence.work_item(bigint)
+                TO dump_monitor;
+             ALTER EXTENSION pg_workfence UPDATE;",
+        ),
+        "0.11.0 with a monitor's grants, updated",
+    );
+    ok(
+        calls::enqueue(&mut src, &Enqueue::new("q").key("k").group_key("g")),
+        "enqueue",
+    );
+    let dump = cluster.data_dir().with_extension("updated.dump");
+    run_client(&cluster, "pg_dump", "prior", &["-Fc", "-f"], &dump);
+    let mut admin = ok(cluster.connect(), "connecting");
+    ok(
+        admin.batch_execute("CREATE DATABASE after"),
+        "create database",
+    );
+    run_client(
+        &cluster,
+        "pg_restore",
+        "after",
+        &["--single-transaction", "--exit-on-error"],
+        &dump,
+    );
+    std::fs::remove_file(&dump).ok();
+    let mut monitor = common::connect_as(&cluster, "after", "dump_monitor", "monitor");
+    let item = ok(
+        calls::item(&mut monitor, "q", "k"),
+        "work_item as the monitor",
+    )
+    .expect("the restored item");
+    assert_eq!(item.group_key.as_deref(), Some("g"));
+}
