@@ -279,6 +279,19 @@ pub enum WorkfenceError {
         queue: String,
     },
 
+    /// `PREPARE TRANSACTION` of a transaction that enqueued a queue's first
+    /// grouped item (from 0.12.0): the queue is marked grouped at commit,
+    /// under its pause lock, which a prepared transaction would hold until
+    /// `COMMIT PREPARED`, stopping every claim of the queue meanwhile.
+    /// SQLSTATE 0A000 (feature_not_supported).
+    #[error(
+        "queue {queue:?} gets its first grouped item in this transaction, which cannot be prepared"
+    )]
+    FirstGroupedPrepared {
+        /// The queue.
+        queue: String,
+    },
+
     /// A (queue, key) kept conflicting on insert and vanishing before it
     /// could be read (deleted concurrently, three times running). SQLSTATE
     /// 40001 (serialization_failure): retrying the transaction is safe.
@@ -398,6 +411,9 @@ impl WorkfenceError {
             | WorkfenceError::FlowNeedsReadCommitted { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE
             }
+            WorkfenceError::FirstGroupedPrepared { .. } => {
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
+            }
             WorkfenceError::AssertOutsideTransaction => {
                 PgSqlErrorCode::ERRCODE_NO_ACTIVE_SQL_TRANSACTION
             }
@@ -452,6 +468,12 @@ impl WorkfenceError {
                  transaction's first statement does not show."
                     .to_string(),
             ),
+            WorkfenceError::FirstGroupedPrepared { .. } => Some(
+                "A queue is marked as having serial groups when its first grouped item commits, under \
+                 the queue's pause lock; a prepared transaction would hold that lock, and so keep every \
+                 claim of the queue from handing out anything, until COMMIT PREPARED."
+                    .to_string(),
+            ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "The transaction's snapshot was taken at its first statement, so a waiting claim \
                  would never see an item enqueued after it."
@@ -501,6 +523,10 @@ impl WorkfenceError {
             }
             WorkfenceError::FlowNeedsReadCommitted { .. } => Some(
                 "Claim in READ COMMITTED (the default isolation level), in a transaction of its own.",
+            ),
+            WorkfenceError::FirstGroupedPrepared { .. } => Some(
+                "Enqueue one grouped item of the queue in an ordinary transaction first; later grouped \
+                 enqueues of the queue can be prepared.",
             ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "Long-poll in READ COMMITTED (the default isolation level), or pass wait => '0'.",

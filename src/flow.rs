@@ -537,13 +537,28 @@ params! {
 }
 
 /// Before a grouped item is enqueued in `queue`: unless this backend knows
-/// the queue has groups, mark it (under the queue's pause lock, with the
-/// invalidation a pause sends: see [`crate::paused`]), so that from the
-/// enqueue's commit on every claim of the queue keeps its groups serial.
+/// the queue has groups, remember to mark it when the transaction commits
+/// ([`mark_grouped_at_commit`]), so that from the enqueue's commit on every
+/// claim of the queue keeps its groups serial. Until then the item is seen
+/// by this transaction alone, whose own claims read the queue as grouped
+/// ([`crate::xact::grouped_pending`]). Nothing is locked or written before
+/// the commit: until 0.11.0 the mark took the queue's pause lock and its
+/// settings row at once, and a producer that left such a transaction open
+/// (or idle) stopped every claim and operator call of the queue (issue 30).
 pub fn enqueue_grouped(queue: &str) -> Result<()> {
     if paused::settings_unlocked(queue)?.grouped {
         return Ok(());
     }
+    crate::xact::mark_grouped_at_commit(queue);
+    Ok(())
+}
+
+/// At the commit of a transaction that enqueued `queue`'s first grouped
+/// item: mark the queue grouped under its pause lock, with the invalidation
+/// a pause sends (see [`crate::paused`]), both held or sent only for the
+/// moment of the commit. Runs as the extension's owner, with an active
+/// snapshot ([`crate::xact`]).
+pub fn mark_grouped(queue: &str) -> Result<()> {
     paused::changing(queue);
     let marked = Spi::connect_mut(|client| {
         plans::run(client, &MARK_GROUPED, QueueOnly { queue }, |rows| {

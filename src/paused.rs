@@ -4,7 +4,10 @@
 //! limits ([`Settings`], [`crate::flow`]): `work_limit` and a queue's first
 //! grouped enqueue change the table as a pause does, under the same lock
 //! and with the same invalidation, so a claim never runs a queue's plain
-//! statements once a grouped item or a limit is visible to it.
+//! statements once a grouped item or a limit is visible to it. (The first
+//! grouped enqueue marks the queue at its transaction's commit, from
+//! 0.12.0, so that it holds the lock and the row only for the moment of
+//! the commit, never while a producer's transaction stays open.)
 //!
 //! A claim must find a paused queue closed, and must cost a queue that is
 //! not paused nothing measurable. A probe of `workfence.queues` in the
@@ -135,8 +138,9 @@ pub fn is_paused(queue: &str) -> Result<bool> {
 }
 
 /// The settings of `queue` a claim needs ([`Settings`]), as this backend
-/// knows them (see the module comment). While a pause, resume or first
-/// grouped enqueue of the queue is under way, it reads as paused. Call
+/// knows them (see the module comment). While a pause, resume or limit of
+/// the queue, or the commit of its first grouped enqueue, is under way, it
+/// reads as paused. Call
 /// inside a transaction.
 pub fn settings(queue: &str) -> Result<Settings> {
     let tag = pause_lock(queue);
@@ -163,6 +167,15 @@ pub fn settings(queue: &str) -> Result<Settings> {
 /// waiter or not, mark a queue grouped or see it marked), never for a
 /// claim's decision. Call inside a transaction.
 pub fn settings_unlocked(queue: &str) -> Result<Settings> {
+    let mut settings = settings_committed(queue)?;
+    // A first grouped item this transaction enqueued: the queue is marked
+    // at commit, and this transaction's own claims already see the item.
+    settings.grouped |= crate::xact::grouped_pending(queue);
+    Ok(settings)
+}
+
+/// The settings of `queue` as committed, as this backend knows them.
+fn settings_committed(queue: &str) -> Result<Settings> {
     let generation = invalidation::generation();
     let known = SETTINGS.with(|settings| match &*settings.borrow() {
         Some((read_in, map)) if *read_in == generation => {

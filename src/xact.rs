@@ -55,6 +55,9 @@ struct XactState {
     asserted: Vec<Token>,
     /// A subtransaction rolled back after an assert: its row lock may be gone.
     locks_maybe_lost: bool,
+    /// Queues whose first grouped item this transaction enqueued: marked
+    /// grouped at commit ([`crate::flow::mark_grouped`]).
+    mark_grouped: Vec<String>,
 }
 
 thread_local! {
@@ -97,6 +100,24 @@ pub fn wake_at_commit(key: i32, items: u32) {
     });
 }
 
+/// Mark `queue` grouped when this transaction commits (its first grouped
+/// enqueue, [`crate::flow::enqueue_grouped`]).
+pub fn mark_grouped_at_commit(queue: &str) {
+    STATE.with(|state| {
+        let marks = &mut state.borrow_mut().mark_grouped;
+        if !marks.iter().any(|q| q == queue) {
+            marks.push(queue.to_owned());
+        }
+    });
+}
+
+/// Whether this transaction enqueued `queue`'s first grouped item (the
+/// queue is marked at commit). A look at an empty list for almost every
+/// call.
+pub fn grouped_pending(queue: &str) -> bool {
+    STATE.with(|state| state.borrow().mark_grouped.iter().any(|q| q == queue))
+}
+
 /// Remember a token `work_assert` accepted, for the fence at commit.
 pub fn asserted(token: Token) {
     STATE.with(|state| {
@@ -129,6 +150,25 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     use pg_sys::XactEvent::*;
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => {
+            let marks = STATE.with(|s| std::mem::take(&mut s.borrow_mut().mark_grouped));
+            if let Some(queue) = marks.first().filter(|_| event == XACT_EVENT_PRE_PREPARE) {
+                Err::<(), _>(crate::error::WorkfenceError::FirstGroupedPrepared {
+                    queue: queue.clone(),
+                })
+                .or_report();
+            }
+            if !marks.is_empty() {
+                // As for the fence below: SPI needs an active snapshot, and
+                // the table is the extension owner's.
+                pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+                as_extension_owner(|| {
+                    marks
+                        .iter()
+                        .try_for_each(|queue| crate::flow::mark_grouped(queue))
+                })
+                .or_report();
+                pg_sys::PopActiveSnapshot();
+            }
             let tokens = tokens_to_recheck();
             if !tokens.is_empty() {
                 // SPI needs an active snapshot, which a commit no longer has

@@ -37,6 +37,15 @@ const CLASSES: [i32; 4] = [0x5746_7061, 0x5746_6c69, 0x5746_7774, 0x5746_7070];
 /// alone (milliseconds), far shorter than the test runner's patience.
 const GUARD: &str = "SET statement_timeout = '20s'";
 
+/// The cluster of this file's tests: prepared transactions enabled (a
+/// prepared first grouped enqueue is refused, not the prepare itself).
+fn cluster() -> std::sync::Arc<workfence_harness::Cluster> {
+    common::shared_cluster_built(
+        |builder| builder.setting("max_prepared_transactions", "4"),
+        |_| {},
+    )
+}
+
 /// How many advisory locks the intruder holds, granted.
 fn intruders_locks(admin: &mut postgres::Client) -> i64 {
     scalar(
@@ -49,7 +58,7 @@ fn intruders_locks(admin: &mut postgres::Client) -> i64 {
 
 #[test]
 fn no_role_can_stall_a_queue_through_the_extensions_locks() {
-    let cluster = common::shared_cluster();
+    let cluster = cluster();
     ok(cluster.create_database("locks"), "create database");
     let mut admin = ok(cluster.connect_to("locks"), "connect");
     ok(
@@ -200,4 +209,90 @@ fn no_role_can_stall_a_queue_through_the_extensions_locks() {
     // Still held to the end: the intruder's locks were there all along.
     assert_eq!(intruders_locks(&mut admin), held);
     drop(intruder);
+}
+
+/// A producer's transaction that enqueues a queue's first grouped item and
+/// stays open (or idle) holds nothing another role waits on: claims of the
+/// queue hand out its due items, and `work_pause` and `work_limit` return.
+/// Until 0.11.0 that enqueue took the queue's pause lock and its settings
+/// row at once, to the end of the producer's transaction (found by issue
+/// 30's adversarial review): every claim got nothing and the operator calls
+/// hung. The queue is marked grouped at the producer's commit, and from then
+/// on its groups are serial. A first grouped enqueue cannot be prepared
+/// (0A000): the prepared transaction would hold the mark's lock.
+#[test]
+fn an_open_first_grouped_enqueue_stalls_no_one() {
+    let cluster = cluster();
+    ok(cluster.create_database("open_grouped"), "create database");
+    let mut admin = ok(cluster.connect_to("open_grouped"), "connect");
+    ok(admin.batch_execute(GUARD), "guard");
+    for key in ["a", "b"] {
+        ok(
+            calls::enqueue(&mut admin, &Enqueue::new("mail").key(key)),
+            "enqueue",
+        );
+    }
+
+    let mut producer = ok(cluster.connect_to("open_grouped"), "producer");
+    let mut open = ok(producer.transaction(), "BEGIN");
+    for key in ["g1", "g2"] {
+        ok(
+            calls::enqueue(&mut open, &Enqueue::new("mail").key(key).group_key("g")),
+            "the first grouped enqueues, left uncommitted",
+        );
+    }
+    // The producer's own claim already keeps the group serial.
+    let own = ok(
+        calls::claim(&mut open, "mail", "producer", "1 hour", Some(10), None),
+        "a claim inside the producer's transaction",
+    );
+    let own_keys: Vec<&str> = own.iter().map(|c| c.key.as_str()).collect();
+    assert_eq!(own_keys, ["a", "b", "g1"], "one item of the group");
+    open.rollback().expect("ROLLBACK");
+
+    let mut open = ok(producer.transaction(), "BEGIN");
+    ok(
+        calls::enqueue(&mut open, &Enqueue::new("mail").key("g1").group_key("g")),
+        "first grouped enqueue, left open",
+    );
+    ok(
+        calls::enqueue(&mut open, &Enqueue::new("mail").key("g2").group_key("g")),
+        "second grouped enqueue, left open",
+    );
+    let claimed = ok(
+        calls::claim(&mut admin, "mail", "worker", "1 hour", Some(10), None),
+        "claim beside the open enqueue",
+    );
+    assert_eq!(claimed.len(), 2, "the due items were handed out");
+    ok(
+        calls::work_limit(&mut admin, "mail", Some(10), None, "1 second"),
+        "work_limit beside the open enqueue",
+    );
+    assert!(ok(calls::pause(&mut admin, "mail"), "work_pause"));
+    assert!(ok(calls::resume(&mut admin, "mail"), "work_resume"));
+    ok(open.commit(), "COMMIT of the grouped enqueues");
+
+    // From the commit on, the group is serial for everyone.
+    let grouped = ok(
+        calls::claim(&mut admin, "mail", "worker", "1 hour", Some(10), None),
+        "claim after the commit",
+    );
+    let keys: Vec<&str> = grouped.iter().map(|c| c.key.as_str()).collect();
+    assert_eq!(keys, ["g1"], "one item of the group at a time");
+
+    // A prepared first grouped enqueue is refused at PREPARE.
+    ok(
+        admin.batch_execute("SET workfence.notify_enqueued = off"),
+        "no NOTIFY (which PREPARE refuses on its own)",
+    );
+    let mut tx = ok(admin.transaction(), "BEGIN");
+    ok(
+        calls::enqueue(&mut tx, &Enqueue::new("other").key("x").group_key("g")),
+        "first grouped enqueue of another queue",
+    );
+    server_error(
+        tx.batch_execute("PREPARE TRANSACTION 'first_grouped'"),
+        "0A000",
+        "PREPARE of a first grouped enqueue",
+    );
 }
