@@ -279,15 +279,17 @@ pub enum WorkfenceError {
         queue: String,
     },
 
-    /// `PREPARE TRANSACTION` of a transaction that enqueued a queue's first
-    /// grouped item (from 0.12.0): the queue is marked grouped at commit,
-    /// under its pause lock, which a prepared transaction would hold until
-    /// `COMMIT PREPARED`, stopping every claim of the queue meanwhile.
+    /// `PREPARE TRANSACTION` of a transaction that changed a queue's
+    /// settings (from 0.12.0: `work_pause`, `work_resume`, `work_limit`, or
+    /// the queue's first grouped item, which marks it grouped): they commit
+    /// under the queue's pause lock, which a prepared transaction would hold
+    /// until `COMMIT PREPARED`, stopping every claim of the queue meanwhile.
     /// SQLSTATE 0A000 (feature_not_supported).
     #[error(
-        "queue {queue:?} gets its first grouped item in this transaction, which cannot be prepared"
+        "the settings of queue {queue:?} change in this transaction (a pause, resume, limit or its \
+         first grouped item), which cannot be prepared"
     )]
-    FirstGroupedPrepared {
+    SettingsPrepared {
         /// The queue.
         queue: String,
     },
@@ -411,7 +413,7 @@ impl WorkfenceError {
             | WorkfenceError::FlowNeedsReadCommitted { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE
             }
-            WorkfenceError::FirstGroupedPrepared { .. } => {
+            WorkfenceError::SettingsPrepared { .. } => {
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
             }
             WorkfenceError::AssertOutsideTransaction => {
@@ -468,10 +470,10 @@ impl WorkfenceError {
                  transaction's first statement does not show."
                     .to_string(),
             ),
-            WorkfenceError::FirstGroupedPrepared { .. } => Some(
-                "A queue is marked as having serial groups when its first grouped item commits, under \
-                 the queue's pause lock; a prepared transaction would hold that lock, and so keep every \
-                 claim of the queue from handing out anything, until COMMIT PREPARED."
+            WorkfenceError::SettingsPrepared { .. } => Some(
+                "A queue's settings change at commit under the queue's pause lock; a prepared \
+                 transaction would hold that lock, and so keep every claim of the queue from handing \
+                 out anything, until COMMIT PREPARED."
                     .to_string(),
             ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
@@ -524,9 +526,9 @@ impl WorkfenceError {
             WorkfenceError::FlowNeedsReadCommitted { .. } => Some(
                 "Claim in READ COMMITTED (the default isolation level), in a transaction of its own.",
             ),
-            WorkfenceError::FirstGroupedPrepared { .. } => Some(
-                "Enqueue one grouped item of the queue in an ordinary transaction first; later grouped \
-                 enqueues of the queue can be prepared.",
+            WorkfenceError::SettingsPrepared { .. } => Some(
+                "Pause, resume or limit the queue, or enqueue its first grouped item, in an ordinary \
+                 transaction; later grouped enqueues of the queue can be prepared.",
             ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "Long-poll in READ COMMITTED (the default isolation level), or pass wait => '0'.",

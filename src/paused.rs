@@ -90,10 +90,23 @@ fn pause_lock(queue: &str) -> pg_sys::LOCKTAG {
     crate::compat::advisory_tag(PAUSE_LOCK_CLASS, crate::wait::queue_key(queue))
 }
 
-/// Before `work_pause` or `work_resume` changes `queue`'s row: hold its
-/// pause lock (exclusive, to the end of the transaction), waiting for
-/// another pause or resume of the queue to end.
+/// Before `work_pause`, `work_resume`, `work_limit` or a first grouped
+/// enqueue changes `queue`'s row: its pause lock is to be held, exclusively,
+/// by the transaction's commit ([`hold_for_commit`], from the pre-commit
+/// callback of [`crate::xact`]). Only for the commit: the lock covers the
+/// moment between the commit becoming visible and its invalidation being
+/// sent, nothing more. Held from the call on, as until 0.11.0, it let a
+/// role that may pause one queue (or enqueue its first grouped item) hold
+/// an open transaction that stopped the claims of every queue whose name
+/// hashes alike, another team's included (issue 30).
 pub fn changing(queue: &str) {
+    crate::xact::settings_change_at_commit(queue);
+}
+
+/// At the commit of a transaction that changed `queue`'s settings: take its
+/// pause lock exclusively, to the end of the commit, waiting for another
+/// commit that holds it.
+pub fn hold_for_commit(queue: &str) {
     let tag = pause_lock(queue);
     // SAFETY: a transaction-scoped lock of the current transaction.
     unsafe {
@@ -104,6 +117,13 @@ pub fn changing(queue: &str) {
             false,
         );
     }
+}
+
+/// The key a queue's pause lock is ordered by: commits that change several
+/// queues take their locks in this order, so two of them never wait on
+/// each other in a cycle.
+pub fn lock_order(queue: &str) -> i32 {
+    crate::wait::queue_key(queue)
 }
 
 /// After `work_pause` or `work_resume` changed `workfence.queues`: every

@@ -58,6 +58,10 @@ struct XactState {
     /// Queues whose first grouped item this transaction enqueued: marked
     /// grouped at commit ([`crate::flow::mark_grouped`]).
     mark_grouped: Vec<String>,
+    /// Queues whose settings this transaction changed (pause, resume,
+    /// limit, the grouped mark): their pause locks are taken at commit
+    /// ([`crate::paused::hold_for_commit`]).
+    settings_changed: Vec<String>,
 }
 
 thread_local! {
@@ -111,6 +115,17 @@ pub fn mark_grouped_at_commit(queue: &str) {
     });
 }
 
+/// Take `queue`'s pause lock at this transaction's commit (it changed the
+/// queue's settings, [`crate::paused::changing`]).
+pub fn settings_change_at_commit(queue: &str) {
+    STATE.with(|state| {
+        let changed = &mut state.borrow_mut().settings_changed;
+        if !changed.iter().any(|q| q == queue) {
+            changed.push(queue.to_owned());
+        }
+    });
+}
+
 /// Whether this transaction enqueued `queue`'s first grouped item (the
 /// queue is marked at commit). A look at an empty list for almost every
 /// call.
@@ -151,11 +166,15 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => {
             let marks = STATE.with(|s| std::mem::take(&mut s.borrow_mut().mark_grouped));
-            if let Some(queue) = marks.first().filter(|_| event == XACT_EVENT_PRE_PREPARE) {
-                Err::<(), _>(crate::error::WorkfenceError::FirstGroupedPrepared {
-                    queue: queue.clone(),
-                })
-                .or_report();
+            if event == XACT_EVENT_PRE_PREPARE {
+                // A prepared transaction would hold the pause locks until
+                // COMMIT PREPARED, and every claim of those queues would
+                // hand out nothing meanwhile.
+                let changed = STATE.with(|s| s.borrow().settings_changed.first().cloned());
+                if let Some(queue) = marks.first().cloned().or(changed) {
+                    Err::<(), _>(crate::error::WorkfenceError::SettingsPrepared { queue })
+                        .or_report();
+                }
             }
             if !marks.is_empty() {
                 // As for the fence below: SPI needs an active snapshot, and
@@ -168,6 +187,14 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
                 })
                 .or_report();
                 pg_sys::PopActiveSnapshot();
+            }
+            // The pause locks of the queues whose settings this commit
+            // changes, held from now to the end of the commit (see
+            // `crate::paused`), taken in one order.
+            let mut changed = STATE.with(|s| std::mem::take(&mut s.borrow_mut().settings_changed));
+            changed.sort_by_key(|queue| crate::paused::lock_order(queue));
+            for queue in &changed {
+                crate::paused::hold_for_commit(queue);
             }
             let tokens = tokens_to_recheck();
             if !tokens.is_empty() {

@@ -296,3 +296,75 @@ fn an_open_first_grouped_enqueue_stalls_no_one() {
         "PREPARE of a first grouped enqueue",
     );
 }
+
+/// Two queue names whose 32-bit `hashtext` collide (found by brute force in
+/// about a minute on one core by issue 30's adversarial review): a role
+/// that may operate only its own queue, `t/01b8edb6bf`, pauses it and
+/// leaves the transaction open; another team's `billing` goes on: its
+/// claims hand out its items and its own pause and resume return. Until
+/// 0.11.0 a pause held the queue's pause lock, keyed by that hash, from the
+/// call to the end of its transaction (or of a prepared transaction, past
+/// the session's end): billing's claims got nothing and its pause hung.
+/// From 0.12.0 the lock is held for the moment of the commit only, and a
+/// pause cannot be prepared (0A000).
+#[test]
+fn an_open_pause_of_a_queue_whose_name_hashes_alike_stalls_no_other_queue() {
+    let cluster = cluster();
+    ok(cluster.create_database("collide"), "create database");
+    let mut admin = ok(cluster.connect_to("collide"), "connect");
+    ok(admin.batch_execute(GUARD), "guard");
+    let (tenant_queue, victim) = ("t/01b8edb6bf", "billing");
+    let alike: bool = scalar(
+        &mut admin,
+        "SELECT hashtext($1) = hashtext($2)",
+        &[&tenant_queue, &victim],
+    );
+    assert!(
+        alike,
+        "the two names must collide for this test to mean anything"
+    );
+    for (queue, key) in [(victim, "a"), (victim, "b"), (tenant_queue, "t")] {
+        ok(
+            calls::enqueue(&mut admin, &Enqueue::new(queue).key(key)),
+            "enqueue",
+        );
+    }
+
+    let mut tenant = ok(cluster.connect_to("collide"), "the tenant's operator");
+    let mut open = ok(tenant.transaction(), "BEGIN");
+    assert!(ok(
+        calls::pause(&mut open, tenant_queue),
+        "the tenant's pause, left open"
+    ));
+    let claimed = ok(
+        calls::claim(
+            &mut admin,
+            victim,
+            "billing-worker",
+            "1 hour",
+            Some(10),
+            None,
+        ),
+        "billing's claim beside the open pause",
+    );
+    assert_eq!(claimed.len(), 2, "billing's due items were handed out");
+    assert!(ok(calls::pause(&mut admin, victim), "billing's pause"));
+    assert!(ok(calls::resume(&mut admin, victim), "billing's resume"));
+    ok(open.commit(), "COMMIT of the tenant's pause");
+    assert!(
+        ok(
+            calls::claim(&mut admin, tenant_queue, "w", "1 hour", Some(10), None),
+            "a claim of the paused queue"
+        )
+        .is_empty(),
+        "the tenant's queue is paused from the commit on"
+    );
+
+    let mut tx = ok(admin.transaction(), "BEGIN");
+    assert!(ok(calls::resume(&mut tx, tenant_queue), "resume"));
+    server_error(
+        tx.batch_execute("PREPARE TRANSACTION 'resume'"),
+        "0A000",
+        "PREPARE of a resume",
+    );
+}
