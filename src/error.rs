@@ -294,6 +294,19 @@ pub enum WorkfenceError {
         queue: String,
     },
 
+    /// `PREPARE TRANSACTION` of a transaction that claimed from a queue
+    /// with a limit (from 0.12.0): the claim holds the queue's limit lock
+    /// to the end of its transaction, which a prepared transaction would
+    /// keep until `COMMIT PREPARED`, and every other claim of the queue
+    /// would get nothing meanwhile. SQLSTATE 0A000 (feature_not_supported).
+    #[error(
+        "this transaction claimed from queue {queue:?}, which has a limit: it cannot be prepared"
+    )]
+    LimitedClaimPrepared {
+        /// The queue.
+        queue: String,
+    },
+
     /// A (queue, key) kept conflicting on insert and vanishing before it
     /// could be read (deleted concurrently, three times running). SQLSTATE
     /// 40001 (serialization_failure): retrying the transaction is safe.
@@ -413,7 +426,8 @@ impl WorkfenceError {
             | WorkfenceError::FlowNeedsReadCommitted { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE
             }
-            WorkfenceError::SettingsPrepared { .. } => {
+            WorkfenceError::SettingsPrepared { .. }
+            | WorkfenceError::LimitedClaimPrepared { .. } => {
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
             }
             WorkfenceError::AssertOutsideTransaction => {
@@ -468,6 +482,12 @@ impl WorkfenceError {
                 "The queue has items with a group_key, or a limit (work_limit); a claim checks them \
                  against the claims other transactions committed, which a snapshot taken at the \
                  transaction's first statement does not show."
+                    .to_string(),
+            ),
+            WorkfenceError::LimitedClaimPrepared { .. } => Some(
+                "Claims of a queue with a limit (work_limit) take turns on the queue's limit lock, \
+                 held to the end of the claiming transaction; a prepared transaction would hold it \
+                 until COMMIT PREPARED, and every other claim of the queue would get nothing."
                     .to_string(),
             ),
             WorkfenceError::SettingsPrepared { .. } => Some(
@@ -525,6 +545,10 @@ impl WorkfenceError {
             }
             WorkfenceError::FlowNeedsReadCommitted { .. } => Some(
                 "Claim in READ COMMITTED (the default isolation level), in a transaction of its own.",
+            ),
+            WorkfenceError::LimitedClaimPrepared { .. } => Some(
+                "Claim from a limited queue in a transaction of its own, committed at once; prepare \
+                 only the transaction that writes the job's effects.",
             ),
             WorkfenceError::SettingsPrepared { .. } => Some(
                 "Pause, resume or limit the queue, or enqueue its first grouped item, in an ordinary \

@@ -389,8 +389,13 @@ pub(crate) fn claim(
     settings: Settings,
 ) -> Result<ClaimOutcome> {
     needs_read_committed(queue)?;
-    if settings.limited && !try_lock(&limit_lock(queue)) {
-        return Ok(ClaimOutcome::default());
+    if settings.limited {
+        if !try_lock(&limit_lock(queue)) {
+            return Ok(ClaimOutcome::default());
+        }
+        // Held to the end of the transaction: a prepared one would keep it
+        // until COMMIT PREPARED, and the queue's claims would get nothing.
+        crate::xact::limit_lock_held(queue);
     }
     let max_items = match pick {
         Pick::Queue(n) => n,

@@ -62,6 +62,10 @@ struct XactState {
     /// limit, the grouped mark): their pause locks are taken at commit
     /// ([`crate::paused::hold_for_commit`]).
     settings_changed: Vec<String>,
+    /// Limited queues whose limit lock this transaction holds (a claim of
+    /// it, [`crate::flow`]), with the subtransaction that took it (whose
+    /// rollback lets it go): such a transaction cannot be prepared.
+    limit_locks: Vec<(pg_sys::SubTransactionId, String)>,
 }
 
 thread_local! {
@@ -126,6 +130,19 @@ pub fn settings_change_at_commit(queue: &str) {
     });
 }
 
+/// This transaction holds `queue`'s limit lock (it claimed from the
+/// limited queue), to its end.
+pub fn limit_lock_held(queue: &str) {
+    // SAFETY: reads this backend's transaction state.
+    let subid = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    STATE.with(|state| {
+        state
+            .borrow_mut()
+            .limit_locks
+            .push((subid, queue.to_owned()))
+    });
+}
+
 /// Whether this transaction enqueued `queue`'s first grouped item (the
 /// queue is marked at commit). A look at an empty list for almost every
 /// call.
@@ -173,6 +190,11 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
                 let changed = STATE.with(|s| s.borrow().settings_changed.first().cloned());
                 if let Some(queue) = marks.first().cloned().or(changed) {
                     Err::<(), _>(crate::error::WorkfenceError::SettingsPrepared { queue })
+                        .or_report();
+                }
+                let limited = STATE.with(|s| s.borrow().limit_locks.first().map(|l| l.1.clone()));
+                if let Some(queue) = limited {
+                    Err::<(), _>(crate::error::WorkfenceError::LimitedClaimPrepared { queue })
                         .or_report();
                 }
             }
@@ -257,6 +279,8 @@ unsafe extern "C-unwind" fn on_subxact(
             // Lapses claimed in this subtransaction or one inside it (their
             // ids are this one's or larger) were rolled back.
             state.lapsed.retain(|(subid, _)| *subid < my_subid);
+            // So were their claims' limit locks.
+            state.limit_locks.retain(|(subid, _)| *subid < my_subid);
         });
     }
 }

@@ -368,3 +368,65 @@ fn an_open_pause_of_a_queue_whose_name_hashes_alike_stalls_no_other_queue() {
         "PREPARE of a resume",
     );
 }
+
+/// A claim of a limited queue holds the queue's limit lock to the end of
+/// its transaction (claims of such a queue take turns; issue 33 removes
+/// that serial section). A worker that prepared such a transaction held it
+/// until `COMMIT PREPARED`, past its session's end, and every other claim
+/// of the queue got nothing meanwhile (found by issue 30's adversarial
+/// review). The prepare is refused (0A000), so the lock ends with the
+/// transaction; one prepared after a claim of an unlimited queue is not.
+#[test]
+fn a_claim_of_a_limited_queue_cannot_be_prepared() {
+    let cluster = cluster();
+    ok(cluster.create_database("prepared_claim"), "create database");
+    let mut admin = ok(cluster.connect_to("prepared_claim"), "connect");
+    ok(admin.batch_execute(GUARD), "guard");
+    ok(
+        calls::work_limit(&mut admin, "limited", Some(3), None, "1 second"),
+        "work_limit",
+    );
+    for (queue, key) in [("limited", "a"), ("limited", "b"), ("plain", "p")] {
+        ok(
+            calls::enqueue(&mut admin, &Enqueue::new(queue).key(key)),
+            "enqueue",
+        );
+    }
+    let mut worker = ok(cluster.connect_to("prepared_claim"), "worker");
+    let mut tx = ok(worker.transaction(), "BEGIN");
+    let claimed = ok(
+        calls::claim(&mut tx, "limited", "w2", "1 hour", Some(1), None),
+        "claim of the limited queue",
+    );
+    assert_eq!(claimed.len(), 1);
+    server_error(
+        tx.batch_execute("PREPARE TRANSACTION 'limited_claim'"),
+        "0A000",
+        "PREPARE after a claim of a limited queue",
+    );
+    drop(tx);
+    // The refused prepare rolled the claim back: both items are claimable.
+    let both = ok(
+        calls::claim(&mut admin, "limited", "w1", "1 hour", Some(10), None),
+        "claim after the refused prepare",
+    );
+    assert_eq!(both.len(), 2);
+
+    let mut tx = ok(worker.transaction(), "BEGIN");
+    assert_eq!(
+        ok(
+            calls::claim(&mut tx, "plain", "w2", "1 hour", Some(1), None),
+            "claim of an unlimited queue"
+        )
+        .len(),
+        1
+    );
+    ok(
+        tx.batch_execute("PREPARE TRANSACTION 'plain_claim'"),
+        "PREPARE after a claim of an unlimited queue",
+    );
+    ok(
+        admin.batch_execute("ROLLBACK PREPARED 'plain_claim'"),
+        "ROLLBACK PREPARED",
+    );
+}
