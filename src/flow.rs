@@ -96,6 +96,18 @@ pub fn schema_has_flow() -> bool {
     plans::workfence_relation(c"items_group_idx") != pg_sys::InvalidOid
 }
 
+/// The form of a statement that names what 0.10.0 added (`group_key`, the
+/// flow settings of `workfence.queues`) for this database's schema: `current`
+/// from 0.10.0 on, `legacy` before (a library newer than the schema serves
+/// the old one until `ALTER EXTENSION ... UPDATE`).
+pub fn for_schema<P>(pair: &'static plans::Versioned<P>) -> &'static plans::Statement<P> {
+    if schema_has_flow() {
+        &pair.current
+    } else {
+        &pair.legacy
+    }
+}
+
 /// The lock tag of the limit lock of `queue`.
 fn limit_lock(queue: &str) -> pg_sys::LOCKTAG {
     crate::compat::advisory_tag(LIMIT_LOCK_CLASS, wait::queue_key(queue))

@@ -91,9 +91,12 @@ RETURNING q.queue
 // groups, no limits), so that a queue paused and resumed before its first
 // item leaves `work_queue_stats` as it came. A setting added to
 // `workfence.queues` must be named here, or a resume would drop it (the
-// composition test, `harness/tests/composition.rs`, catches that).
-static PRUNE: Statement<QueueParams> = Statement::new(
-    r#"
+// composition test, `harness/tests/composition.rs`, catches that). The
+// `legacy` form is for a schema before 0.10.0, where the pause is the only
+// setting (chosen by [`crate::flow::for_schema`]).
+static PRUNE: plans::Versioned<QueueParams> = plans::Versioned {
+    current: Statement::new(
+        r#"
 DELETE FROM workfence.queues AS q
  WHERE q.queue OPERATOR(pg_catalog.=) $1
    AND NOT q.paused
@@ -101,17 +104,15 @@ DELETE FROM workfence.queues AS q
    AND q.concurrency IS NULL
    AND q.rate IS NULL
 "#,
-);
-
-// PRUNE for a schema before 0.10.0 (a library newer than the schema, until
-// `ALTER EXTENSION ... UPDATE`): the pause is the only setting there.
-static PRUNE_BEFORE_FLOW: Statement<QueueParams> = Statement::new(
-    r#"
+    ),
+    legacy: Statement::new(
+        r#"
 DELETE FROM workfence.queues AS q
  WHERE q.queue OPERATOR(pg_catalog.=) $1
    AND NOT q.paused
 "#,
-);
+    ),
+};
 
 /// The columns of `work_item`, in its result's order; `$group` is
 /// `i.group_key`, or `NULL::pg_catalog.text` for a schema before 0.10.0
@@ -130,24 +131,6 @@ SELECT i.id, i.queue, i.key, i.state::pg_catalog.text, i.priority, i.run_at, i.a
   FROM workfence.items AS i"#
         )
     };
-}
-
-/// The two forms of a `work_item` statement: `current` reads `group_key`
-/// (0.10.0 and later), `legacy` a NULL in its place (0.6.0 to 0.9.0).
-struct ItemStatement<P: 'static> {
-    current: Statement<P>,
-    legacy: Statement<P>,
-}
-
-impl<P> ItemStatement<P> {
-    /// The form for this database's schema.
-    fn get(&'static self) -> &'static Statement<P> {
-        if crate::flow::schema_has_flow() {
-            &self.current
-        } else {
-            &self.legacy
-        }
-    }
 }
 
 /// The `WHERE` of the item `$2` of queue `$1`.
@@ -169,14 +152,16 @@ macro_rules! by_id {
     };
 }
 
-// The item `$2` of queue `$1`.
-static ITEM_BY_KEY: ItemStatement<QueueKey> = ItemStatement {
+// The item `$2` of queue `$1`: `current` reads `group_key` (0.10.0 and
+// later), `legacy` a NULL in its place (0.6.0 to 0.9.0), chosen by
+// [`crate::flow::for_schema`].
+static ITEM_BY_KEY: plans::Versioned<QueueKey> = plans::Versioned {
     current: Statement::new(concat!(item_columns!("i.group_key"), by_key!())),
     legacy: Statement::new(concat!(item_columns!("NULL::pg_catalog.text"), by_key!())),
 };
 
-// The item with id `$1`.
-static ITEM_BY_ID: ItemStatement<ItemId> = ItemStatement {
+// The item with id `$1`, in the same two forms.
+static ITEM_BY_ID: plans::Versioned<ItemId> = plans::Versioned {
     current: Statement::new(concat!(item_columns!("i.group_key"), by_id!())),
     legacy: Statement::new(concat!(item_columns!("NULL::pg_catalog.text"), by_id!())),
 };
@@ -334,11 +319,7 @@ pub fn work_resume(queue: Option<String>) -> bool {
                 Ok(!rows.is_empty())
             })?;
             if resumed {
-                let prune = if crate::flow::schema_has_flow() {
-                    &PRUNE
-                } else {
-                    &PRUNE_BEFORE_FLOW
-                };
+                let prune = crate::flow::for_schema(&PRUNE);
                 plans::run(client, prune, QueueParams { queue: &queue }, |_| Ok(()))?;
             }
             Ok::<bool, WorkfenceError>(resumed)
@@ -443,7 +424,7 @@ fn item_by_key(queue: Option<String>, key: Option<String>) -> Result<Vec<ItemRow
     Spi::connect_mut(|client| {
         plans::run(
             client,
-            ITEM_BY_KEY.get(),
+            crate::flow::for_schema(&ITEM_BY_KEY),
             QueueKey {
                 queue: &queue,
                 key: &key,
@@ -456,8 +437,14 @@ fn item_by_key(queue: Option<String>, key: Option<String>) -> Result<Vec<ItemRow
 /// The item with id `id`, none if the role may not read its queue.
 fn item_by_id(id: Option<i64>) -> Result<Vec<ItemRow>> {
     let id = validate::id(id)?;
-    let mut rows =
-        Spi::connect_mut(|client| plans::run(client, ITEM_BY_ID.get(), ItemId { id }, read_item))?;
+    let mut rows = Spi::connect_mut(|client| {
+        plans::run(
+            client,
+            crate::flow::for_schema(&ITEM_BY_ID),
+            ItemId { id },
+            read_item,
+        )
+    })?;
     // An item of a queue the role may not read is not there for it: the
     // answer does not tell whether such an item exists.
     let scope = grants::scope(Capability::Read)?;

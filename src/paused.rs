@@ -210,11 +210,7 @@ fn settings_committed(queue: &str) -> Result<Settings> {
         // A schema before 0.6.0: nothing is paused, and nothing is kept.
         return Ok(Settings::default());
     }
-    let statement = if crate::flow::schema_has_flow() {
-        &QUEUE_SETTINGS.current
-    } else {
-        &QUEUE_SETTINGS.legacy
-    };
+    let statement = crate::flow::for_schema(&QUEUE_SETTINGS);
     let map = Spi::connect_mut(|client| {
         plans::run(client, statement, (), |rows| {
             let mut map = HashMap::new();
