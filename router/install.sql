@@ -315,6 +315,38 @@ COMMENT ON FUNCTION workfence_router.claim_on_queue_shard(text, text, interval, 
     'The second half of a fused call whose token is on another shard: work_claim(queue, owner, lease, '
     'max_items) on the queue''s shard.';
 
+-- The rest of a fused call whose first half, on the token's shard, claimed
+-- nothing: when the queue's shard is another one, the claim there, a second
+-- transaction (the settle is committed); its rows with the first half's
+-- settled, or one row of NULL item columns and settled when nothing is due.
+CREATE FUNCTION workfence_router.second_half(queue text, owner text, lease interval,
+    last_id bigint, max_items integer, was_settled boolean)
+RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
+              lease_until timestamp with time zone, settled boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $second$
+DECLARE
+    -- N - 1: the mask PL/Proxy maps a hash to a shard with.
+    mask pg_catalog.int4 := workfence_router.shard_count() OPERATOR(pg_catalog.-) 1;
+BEGIN
+    IF (workfence_router.id_shard(last_id) OPERATOR(pg_catalog.&) mask)
+       OPERATOR(pg_catalog.<>) (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) mask) THEN
+        RETURN QUERY
+            SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until, was_settled
+              FROM workfence_router.claim_on_queue_shard(queue, owner, lease, max_items) AS c;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    -- The token's shard is the queue's (nothing is due there), or the
+    -- queue's shard had nothing due.
+    settled := was_settled;
+    RETURN NEXT;
+END
+$second$;
+COMMENT ON FUNCTION workfence_router.second_half(text, text, interval, bigint, integer, boolean) IS
+    'The second half of a fused call through the router: work_claim on the queue''s shard when it is not '
+    'the token''s, with the first half''s settled.';
+
 CREATE FUNCTION workfence.work_finish_and_claim(queue text, owner text, lease interval,
     last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items integer DEFAULT 1)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
@@ -324,7 +356,6 @@ DECLARE
     r record;
     was_settled pg_catalog.bool;
     claimed pg_catalog.bool := false;
-    mask pg_catalog.int4;
 BEGIN
     -- The extension's fused call on the token's shard: the finish, and the
     -- claim of what that shard holds of the queue (all of it when it is the
@@ -340,26 +371,9 @@ BEGIN
             RETURN NEXT;
         END IF;
     END LOOP;
-    IF claimed THEN
-        RETURN;
-    END IF;
-    -- N - 1: the mask PL/Proxy maps a hash to a shard with.
-    mask := workfence_router.shard_count() OPERATOR(pg_catalog.-) 1;
-    IF (workfence_router.id_shard(last_id) OPERATOR(pg_catalog.&) mask)
-       OPERATOR(pg_catalog.=) (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) mask) THEN
-        -- The token's shard is the queue's: nothing is due in the queue.
-        settled := was_settled;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    -- The finish is committed on the token's shard; now the claim, a
-    -- second transaction, on the queue's shard.
-    RETURN QUERY
-        SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until, was_settled
-          FROM workfence_router.claim_on_queue_shard(queue, owner, lease, max_items) AS c;
-    IF NOT FOUND THEN
-        settled := was_settled;
-        RETURN NEXT;
+    IF NOT claimed THEN
+        RETURN QUERY SELECT * FROM workfence_router.second_half(queue, owner, lease, last_id,
+                                                                 max_items, was_settled);
     END IF;
 END
 $fused$;
@@ -374,7 +388,6 @@ DECLARE
     r record;
     was_settled pg_catalog.bool;
     claimed pg_catalog.bool := false;
-    mask pg_catalog.int4;
 BEGIN
     -- The extension's fused call on the token's shard: the failure, and the
     -- claim of what that shard holds of the queue (all of it when it is the
@@ -390,26 +403,9 @@ BEGIN
             RETURN NEXT;
         END IF;
     END LOOP;
-    IF claimed THEN
-        RETURN;
-    END IF;
-    -- N - 1: the mask PL/Proxy maps a hash to a shard with.
-    mask := workfence_router.shard_count() OPERATOR(pg_catalog.-) 1;
-    IF (workfence_router.id_shard(last_id) OPERATOR(pg_catalog.&) mask)
-       OPERATOR(pg_catalog.=) (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) mask) THEN
-        -- The token's shard is the queue's: nothing is due in the queue.
-        settled := was_settled;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    -- The failure is committed on the token's shard; now the claim, a
-    -- second transaction, on the queue's shard.
-    RETURN QUERY
-        SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until, was_settled
-          FROM workfence_router.claim_on_queue_shard(queue, owner, lease, max_items) AS c;
-    IF NOT FOUND THEN
-        settled := was_settled;
-        RETURN NEXT;
+    IF NOT claimed THEN
+        RETURN QUERY SELECT * FROM workfence_router.second_half(queue, owner, lease, last_id,
+                                                                 max_items, was_settled);
     END IF;
 END
 $fused$;
@@ -735,6 +731,7 @@ GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_sha
     workfence_router.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer),
     workfence_router.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer),
     workfence_router.claim_on_queue_shard(text, text, interval, integer),
+    workfence_router.second_half(text, text, interval, bigint, integer, boolean),
     workfence_router.finish_many_split(text, bigint[], bigint[], jsonb[], bigint[]),
     workfence_router.finish_many_unsplit(text, bigint[], bigint[], jsonb[]),
     workfence_router.purge_all(interval), workfence_router.purge_one(interval, text),
