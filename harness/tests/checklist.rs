@@ -457,6 +457,12 @@ fn shipped() -> Shipped {
             }
         }
     }
+    // An empty catalog would let the rules that read it pass on nothing.
+    assert!(
+        found.len() >= 20,
+        "the catalog lists {} functions: not a fresh install",
+        found.len()
+    );
     found
 }
 

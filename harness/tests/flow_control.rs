@@ -519,13 +519,11 @@ fn a_lapse_on_the_final_attempt_frees_the_group_once() {
     let_go_frees_the_group_once("flow_free_lapse_final", LetGo::LapseOnFinalAttempt);
 }
 
-/// A batch claim takes one item per group and leaves items in no group
-/// alone; a group whose first item is not due yet waits for it.
 /// A pause and a resume (the deploy procedure, the dashboard's button)
 /// change the pause and nothing else: the queue's serial groups, its limits
-/// and the rate limit's window are as before (docs/contract.md, *Seams*).
-/// On 0.11.0 the resume deleted the queue's settings row: this test's
-/// second claim took five items, two of one group, and its third the rest.
+/// and the rate limit's window are as before (docs/contract.md, promise 10).
+/// Against 0.11.0's resume, which deleted the queue's settings row, it fails
+/// at the first read after the resume: the row is gone.
 #[test]
 fn a_pause_and_resume_keep_groups_limits_and_the_rate_window() {
     let db = Db::new("resume_keeps_settings");
@@ -582,6 +580,8 @@ fn a_pause_and_resume_keep_groups_limits_and_the_rate_window() {
     );
 }
 
+/// A batch claim takes one item per group and leaves items in no group
+/// alone; a group whose first item is not due yet waits for it.
 #[test]
 fn batch_claims_take_one_item_per_group_and_leave_ungrouped_items_alone() {
     let db = Db::new("flow_batch_per_group");

@@ -46,6 +46,22 @@ fn cluster() -> std::sync::Arc<workfence_harness::Cluster> {
     )
 }
 
+/// Runs `PREPARE TRANSACTION` in `tx` and requires the extension's refusal:
+/// SQLSTATE 0A000 with the extension's message naming `queue` (PostgreSQL
+/// raises 0A000 on its own for a transaction that sent a NOTIFY or used a
+/// temporary object, which must not pass for the extension's check).
+fn prepare_refused(tx: &mut postgres::Transaction<'_>, queue: &str, what: &str) {
+    let db = server_error(
+        tx.batch_execute("PREPARE TRANSACTION 'refused'"),
+        "0A000",
+        what,
+    );
+    assert!(
+        db.message().contains("cannot be prepared") && db.message().contains(queue),
+        "{what}: not the extension's refusal: {db}"
+    );
+}
+
 /// How many advisory locks the intruder holds, granted.
 fn intruders_locks(admin: &mut postgres::Client) -> i64 {
     scalar(
@@ -192,6 +208,8 @@ fn no_role_can_stall_a_queue_through_the_extensions_locks() {
                          WHERE l.pid = $1 AND l.locktype = 'advisory' AND l.granted
                            AND l.classid = 1464235892 AND l.objid = hashtext($2)::oid
                            AND l.objsubid = 22342)",
+        // 1464235892 = 0x57467774 ("WFwt", src/wait.rs WAIT_LOCK_CLASS);
+        // 22342 = 0x5746, the extension's lock space (src/compat.rs LOCK_SPACE).
         &[&waiter_pid, &QUEUE],
     );
     assert!(
@@ -204,7 +222,9 @@ fn no_role_can_stall_a_queue_through_the_extensions_locks() {
     );
     let (_waiter, got) = poll.join().expect("the long poll's thread");
     let got = ok(got, "the long poll");
-    assert_eq!(got.len(), 1, "the long poll was woken with an item");
+    // It got the late item. (A waiter that lost its wait lock would get
+    // it too, by polling: the registration above is what 0.11.0 lacked.)
+    assert_eq!(got.len(), 1, "the long poll got the late item");
 
     // Still held to the end: the intruder's locks were there all along.
     assert_eq!(intruders_locks(&mut admin), held);
@@ -290,11 +310,7 @@ fn an_open_first_grouped_enqueue_stalls_no_one() {
         calls::enqueue(&mut tx, &Enqueue::new("other").key("x").group_key("g")),
         "first grouped enqueue of another queue",
     );
-    server_error(
-        tx.batch_execute("PREPARE TRANSACTION 'first_grouped'"),
-        "0A000",
-        "PREPARE of a first grouped enqueue",
-    );
+    prepare_refused(&mut tx, "other", "PREPARE of a first grouped enqueue");
 }
 
 /// Two queue names whose 32-bit `hashtext` collide (found by brute force in
@@ -360,13 +376,21 @@ fn an_open_pause_of_a_queue_whose_name_hashes_alike_stalls_no_other_queue() {
         "the tenant's queue is paused from the commit on"
     );
 
+    // None of the settings verbs can be prepared.
     let mut tx = ok(admin.transaction(), "BEGIN");
     assert!(ok(calls::resume(&mut tx, tenant_queue), "resume"));
-    server_error(
-        tx.batch_execute("PREPARE TRANSACTION 'resume'"),
-        "0A000",
-        "PREPARE of a resume",
+    prepare_refused(&mut tx, tenant_queue, "PREPARE of a resume");
+    drop(tx);
+    let mut tx = ok(admin.transaction(), "BEGIN");
+    assert!(ok(calls::pause(&mut tx, victim), "pause"));
+    prepare_refused(&mut tx, victim, "PREPARE of a pause");
+    drop(tx);
+    let mut tx = ok(admin.transaction(), "BEGIN");
+    ok(
+        calls::work_limit(&mut tx, victim, Some(2), None, "1 second"),
+        "work_limit",
     );
+    prepare_refused(&mut tx, victim, "PREPARE of a work_limit");
 }
 
 /// A claim of a limited queue holds the queue's limit lock to the end of
@@ -399,9 +423,9 @@ fn a_claim_of_a_limited_queue_cannot_be_prepared() {
         "claim of the limited queue",
     );
     assert_eq!(claimed.len(), 1);
-    server_error(
-        tx.batch_execute("PREPARE TRANSACTION 'limited_claim'"),
-        "0A000",
+    prepare_refused(
+        &mut tx,
+        "limited",
         "PREPARE after a claim of a limited queue",
     );
     drop(tx);
