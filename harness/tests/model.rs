@@ -3166,36 +3166,11 @@ fn limit_recheck_race_in_the_model() {
 /// claim (a step after the resume), and a claim out of the group's order.
 #[test]
 fn a_resume_that_drops_the_groups_is_caught() {
-    let model = || {
-        LeaseModel::new(Sql::ResumeDeletesRow)
-            .with_flow(ONE_GROUP, None)
-            .with_pauses()
-    };
-    let paths = assert_caught_in(
-        model(),
-        &[
-            always::SETTINGS_SURVIVE,
-            always::GROUP_SERIAL,
-            always::GROUP_IN_ORDER,
-        ],
+    assert_resume_drop_caught(
+        ONE_GROUP,
+        None,
+        [always::GROUP_SERIAL, always::GROUP_IN_ORDER],
     );
-    let gone_by = first_breaking(model(), &paths[0], always::SETTINGS_SURVIVE);
-    assert_eq!(
-        gone_by,
-        Some(Action::Resume),
-        "the settings go with a resume"
-    );
-    for (path, name) in paths[1..]
-        .iter()
-        .zip([always::GROUP_SERIAL, always::GROUP_IN_ORDER])
-    {
-        let broken_by = first_breaking(model(), path, name);
-        assert!(
-            matches!(broken_by, Some(Action::Claim { .. })),
-            "\"{name}\" was broken by {broken_by:?}, not by a plain claim"
-        );
-        assert!(path.contains(&Action::Resume), "a resume came first");
-    }
 }
 
 /// 0.11.0's resume deleted `concurrency` with the row: after a pause and a
@@ -3203,29 +3178,34 @@ fn a_resume_that_drops_the_groups_is_caught() {
 /// must find the settings gone and the limit passed by a claim.
 #[test]
 fn a_resume_that_drops_the_limit_is_caught() {
+    assert_resume_drop_caught(
+        GROUP_AND_NONE,
+        Some(LIMIT),
+        [always::LIMIT_HELD, always::LIVE_WITHIN_LIMIT],
+    );
+}
+
+/// 0.11.0's resume (`Sql::ResumeDeletesRow`) on a queue with `groups` and
+/// `limit`, paused and resumed: the checker finds the settings gone, first
+/// at a resume, and each of `broken` broken by a plain claim after one.
+fn assert_resume_drop_caught(
+    groups: [Option<Group>; ITEMS],
+    limit: Option<u8>,
+    broken: [&'static str; 2],
+) {
     let model = || {
         LeaseModel::new(Sql::ResumeDeletesRow)
-            .with_flow(GROUP_AND_NONE, Some(LIMIT))
+            .with_flow(groups, limit)
             .with_pauses()
     };
-    let paths = assert_caught_in(
-        model(),
-        &[
-            always::SETTINGS_SURVIVE,
-            always::LIMIT_HELD,
-            always::LIVE_WITHIN_LIMIT,
-        ],
-    );
+    let paths = assert_caught_in(model(), &[always::SETTINGS_SURVIVE, broken[0], broken[1]]);
     let gone_by = first_breaking(model(), &paths[0], always::SETTINGS_SURVIVE);
     assert_eq!(
         gone_by,
         Some(Action::Resume),
         "the settings go with a resume"
     );
-    for (path, name) in paths[1..]
-        .iter()
-        .zip([always::LIMIT_HELD, always::LIVE_WITHIN_LIMIT])
-    {
+    for (path, name) in paths[1..].iter().zip(broken) {
         let broken_by = first_breaking(model(), path, name);
         assert!(
             matches!(broken_by, Some(Action::Claim { .. })),
