@@ -117,6 +117,15 @@ COMMENT ON INDEX workfence.items_due_idx IS 'Claim path 1: pending items in clai
 CREATE INDEX items_lease_idx ON workfence.items (queue, lease_until)
     WHERE state = 'claimed';
 COMMENT ON INDEX workfence.items_lease_idx IS 'Claim path 2: claimed items by lease expiry, to find lapsed leases.';
+-- From 0.12.0: whether anything is due, and when the next item is. In
+-- claim order (items_due_idx) a queue's future items of one priority sit
+-- between its due items of that priority and the next one's, so without
+-- a skip scan (PostgreSQL 18 has one, 15 not) "anything due?" and "the
+-- earliest run_at" read every future item (issue 33).
+CREATE INDEX items_ready_idx ON workfence.items (queue, run_at)
+    WHERE state = 'pending';
+COMMENT ON INDEX workfence.items_ready_idx IS
+    'Pending items by run_at: whether a queue has a due item, and when its next one is due, in one probe.';
 -- From 0.10.0: a grouped item's claim asks whether its group has an item
 -- claimed, or a pending one before it in claim order (src/flow.rs). Items
 -- in no group are not in it.
@@ -194,8 +203,7 @@ CREATE TABLE workfence.queues (
     concurrency integer,
     rate       integer,
     per        interval,
-    grouped    boolean NOT NULL DEFAULT false,
-    rate_log   timestamptz[]
+    grouped    boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE workfence.queues IS
     'Settings of queues, set by an operator through the workfence.work_* functions (work_pause, work_resume, work_limit; '
@@ -212,9 +220,36 @@ COMMENT ON COLUMN workfence.queues.rate IS
 COMMENT ON COLUMN workfence.queues.per IS 'From 0.10.0 (work_limit): the window of the rate limit; NULL without one.';
 COMMENT ON COLUMN workfence.queues.grouped IS
     'From 0.10.0: whether an item with a group_key was ever enqueued in the queue (its claims then keep groups serial).';
-COMMENT ON COLUMN workfence.queues.rate_log IS
-    'From 0.10.0: server times of the claims of the rate limit''s window, one per item handed out, oldest first.';
 COMMENT ON INDEX workfence.queues_pkey IS 'A queue''s settings by name: the claim''s pause check is one probe here.';
+
+-- The slots of a limited queue (from 0.12.0, src/flow.rs): a claim takes a
+-- free slot FOR UPDATE SKIP LOCKED for each item it hands out, so that
+-- claims of one queue never wait on each other and the limits stay exact.
+-- kind 'c': concurrency slots 1..concurrency, each free unless its item is
+-- claimed (a row above the limit is a slot retired by a lowered limit that
+-- still holds a claimed item). kind 'r': rate slots 1..rate, each free once
+-- its last claim left the window (used_at older than per).
+CREATE TABLE workfence.queue_slots (
+    queue    text NOT NULL,
+    kind     "char" NOT NULL CHECK (kind IN ('c', 'r')),
+    slot     integer NOT NULL CHECK (slot > 0),
+    item     bigint,
+    used_at  timestamptz,
+    CONSTRAINT queue_slots_pkey PRIMARY KEY (queue, kind, slot)
+);
+COMMENT ON TABLE workfence.queue_slots IS
+    'Slots of the limited queues, written by work_limit and by claims (src/flow.rs): a claim takes a free slot per item '
+    'it hands out, FOR UPDATE SKIP LOCKED. Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.queue_slots.queue IS 'Queue name.';
+COMMENT ON COLUMN workfence.queue_slots.kind IS
+    'c: a concurrency slot (free unless its item is claimed); r: a rate slot (free once used_at is older than per).';
+COMMENT ON COLUMN workfence.queue_slots.slot IS
+    'Slot number, from 1; a concurrency slot above the limit was retired by a lowered limit and goes once its item is not claimed.';
+COMMENT ON COLUMN workfence.queue_slots.item IS 'c: the item the slot was last given to; NULL if never.';
+COMMENT ON COLUMN workfence.queue_slots.used_at IS 'r: server time of the claim that last used the slot; NULL if never.';
+COMMENT ON INDEX workfence.queue_slots_pkey IS 'A queue''s slots of one kind in slot order.';
+CREATE INDEX queue_slots_used_idx ON workfence.queue_slots (queue, used_at NULLS FIRST) WHERE kind = 'r';
+COMMENT ON INDEX workfence.queue_slots_used_idx IS 'Rate slots, least recently used first: a claim finds a free one at the front.';
 
 -- Queue grants (from 0.7.0): which role may use which capability on which
 -- queues, and whether they are enforced. Written only by work_grant,
@@ -290,6 +325,7 @@ SELECT s.system_identifier, c.timeline_id, d.oid, 1, pg_catalog.clock_timestamp(
 
 REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queues FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.queue_slots FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grants FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grant_mode FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.generation FROM PUBLIC;
@@ -302,6 +338,7 @@ SELECT pg_catalog.pg_extension_config_dump('workfence.items', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.epoch_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.items_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queues', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.queue_slots', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grant_mode', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.generation', '');

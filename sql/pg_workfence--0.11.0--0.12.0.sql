@@ -5,11 +5,16 @@
 -- released version and checks the result is object for object a fresh
 -- 0.12.0 install.
 --
--- What 0.12.0 changes so far (issue 30, features that compose): work_item
--- shows the item's group_key. The resume that kept a queue's other
--- settings and the locks out of SQL's reach are in the library alone. No
--- table, index or column changes: the update takes no lock on
--- workfence.items and calls keep working while it runs.
+-- What 0.12.0 changes so far. Issue 30 (features that compose): work_item
+-- shows the item's group_key; the resume that kept a queue's other
+-- settings and the locks out of SQL's reach are in the library alone.
+-- Issue 33 (claims that never walk the backlog): the index items_ready_idx
+-- (built here: the update holds a SHARE lock on workfence.items while it
+-- builds, so enqueues and claims wait for it, about a second per million
+-- pending items), and the slot rows of limited queues (workfence.queue_slots,
+-- filled from each limited queue's claimed items and rate window, which
+-- replace queues.rate_log). A claim that runs before the update commits
+-- keeps the limits as 0.11.0 did (src/flow.rs, the schema's form).
 
 -- ---- work_item gains group_key ----
 -- Renamed, not dropped: a call that resolved the old functions before this
@@ -228,3 +233,66 @@ UPDATE pg_catalog.pg_init_privs AS ip
    AND ip.objsubid OPERATOR(pg_catalog.=) 0
    AND ip.objoid OPERATOR(pg_catalog.=) p.oid
    AND p.pronamespace OPERATOR(pg_catalog.=) 'workfence'::pg_catalog.regnamespace;
+
+-- ---- issue 33: anything due, and the next run_at, in one probe ----
+CREATE INDEX items_ready_idx ON workfence.items (queue, run_at)
+    WHERE state = 'pending';
+COMMENT ON INDEX workfence.items_ready_idx IS
+    'Pending items by run_at: whether a queue has a due item, and when its next one is due, in one probe.';
+
+-- ---- issue 33: the slots of limited queues ----
+CREATE TABLE workfence.queue_slots (
+    queue    text NOT NULL,
+    kind     "char" NOT NULL CHECK (kind IN ('c', 'r')),
+    slot     integer NOT NULL CHECK (slot > 0),
+    item     bigint,
+    used_at  timestamptz,
+    CONSTRAINT queue_slots_pkey PRIMARY KEY (queue, kind, slot)
+);
+COMMENT ON TABLE workfence.queue_slots IS
+    'Slots of the limited queues, written by work_limit and by claims (src/flow.rs): a claim takes a free slot per item '
+    'it hands out, FOR UPDATE SKIP LOCKED. Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.queue_slots.queue IS 'Queue name.';
+COMMENT ON COLUMN workfence.queue_slots.kind IS
+    'c: a concurrency slot (free unless its item is claimed); r: a rate slot (free once used_at is older than per).';
+COMMENT ON COLUMN workfence.queue_slots.slot IS
+    'Slot number, from 1; a concurrency slot above the limit was retired by a lowered limit and goes once its item is not claimed.';
+COMMENT ON COLUMN workfence.queue_slots.item IS 'c: the item the slot was last given to; NULL if never.';
+COMMENT ON COLUMN workfence.queue_slots.used_at IS 'r: server time of the claim that last used the slot; NULL if never.';
+COMMENT ON INDEX workfence.queue_slots_pkey IS 'A queue''s slots of one kind in slot order.';
+CREATE INDEX queue_slots_used_idx ON workfence.queue_slots (queue, used_at NULLS FIRST) WHERE kind = 'r';
+COMMENT ON INDEX workfence.queue_slots_used_idx IS 'Rate slots, least recently used first: a claim finds a free one at the front.';
+REVOKE ALL ON TABLE workfence.queue_slots FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('workfence.queue_slots', '');
+
+-- Each limited queue's claimed items hold its concurrency slots (in id
+-- order; those beyond the limit hold slots above it, retired as they
+-- finish), and the most recent claims of its rate window its rate slots,
+-- as work_limit would set them (src/flow.rs). No claim is in flight while
+-- they are read: the CREATE INDEX above holds a SHARE lock on
+-- workfence.items to the end of the update, which every claim's ROW
+-- EXCLUSIVE lock waits for (and it waited for those before it).
+WITH claimed AS (
+    SELECT i.queue, i.id,
+           pg_catalog.row_number() OVER (PARTITION BY i.queue ORDER BY i.id) AS n
+      FROM workfence.items AS i
+      JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) i.queue
+     WHERE q.concurrency IS NOT NULL
+       AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+)
+INSERT INTO workfence.queue_slots (queue, kind, slot, item)
+SELECT q.queue, 'c', g.n, c.id
+  FROM workfence.queues AS q
+ CROSS JOIN LATERAL pg_catalog.generate_series(1, GREATEST(q.concurrency,
+           (SELECT pg_catalog.count(*) FROM claimed AS k
+             WHERE k.queue OPERATOR(pg_catalog.=) q.queue)::pg_catalog.int4)) AS g(n)
+  LEFT JOIN claimed AS c ON c.queue OPERATOR(pg_catalog.=) q.queue AND c.n OPERATOR(pg_catalog.=) g.n
+ WHERE q.concurrency IS NOT NULL;
+INSERT INTO workfence.queue_slots (queue, kind, slot, used_at)
+SELECT q.queue, 'r', g.n,
+       (SELECT t.at FROM pg_catalog.unnest(q.rate_log) AS t(at)
+         ORDER BY t.at DESC OFFSET g.n OPERATOR(pg_catalog.-) 1 LIMIT 1)
+  FROM workfence.queues AS q
+ CROSS JOIN LATERAL pg_catalog.generate_series(1, q.rate) AS g(n)
+ WHERE q.rate IS NOT NULL;
+ALTER TABLE workfence.queues DROP COLUMN rate_log;

@@ -295,10 +295,13 @@ pub enum WorkfenceError {
     },
 
     /// `PREPARE TRANSACTION` of a transaction that claimed from a queue
-    /// with a limit (from 0.12.0): the claim holds the queue's limit lock
-    /// to the end of its transaction, which a prepared transaction would
-    /// keep until `COMMIT PREPARED`, and every other claim of the queue
-    /// would get nothing meanwhile. SQLSTATE 0A000 (feature_not_supported).
+    /// with a limit while the database's schema is older than the library's
+    /// (before `ALTER EXTENSION pg_workfence UPDATE` to 0.12.0): such a
+    /// claim holds the queue's limit lock to the end of its transaction,
+    /// which a prepared transaction would keep until `COMMIT PREPARED`, and
+    /// every other claim of the queue would get nothing meanwhile. From
+    /// 0.12.0's schema a claim holds only its own slot rows and may be
+    /// prepared ([`crate::flow`]). SQLSTATE 0A000 (feature_not_supported).
     #[error(
         "this transaction claimed from queue {queue:?}, which has a limit: it cannot be prepared"
     )]

@@ -71,11 +71,11 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::claim::{self, ClaimOutcome};
+use crate::claim::{self, ready, ClaimOutcome};
 use crate::error::{OrReport, Result, WorkfenceError};
 use crate::grants::{self, Capability};
 use crate::paused::{self, Settings};
-use crate::plans::{self, params, Statement};
+use crate::plans::{self, params, Statement, Versioned};
 use crate::validate;
 use crate::wait;
 
@@ -308,6 +308,370 @@ params! {
     }
 }
 
+/// Whether this database's schema keeps limits in slot rows (0.12.0 or
+/// later: the table `workfence.queue_slots` exists). Before, a limited
+/// queue's claims take turns on its limit lock ([`legacy_allowance`]).
+pub fn schema_has_slots() -> bool {
+    plans::workfence_relation(c"queue_slots") != pg_sys::InvalidOid
+}
+
+// Step 1 of a claim of a limited queue (0.12.0 on): the queue's limits,
+// and up to `$3` of its free slots of each kind, locked `FOR UPDATE SKIP
+// LOCKED` by the server's clock `$2`: concurrency slots at or below the
+// limit whose item is not claimed (as this statement's snapshot sees the
+// items: see VERIFY_SLOTS), rate slots whose last use left the window
+// (least recently used first). Columns: concurrency, rate, the concurrency
+// slots, the rate slots, whether the queue has retired concurrency slots
+// (above the limit). No row when the queue has no limits.
+static LOCK_SLOTS: Statement<SlotParams> = Statement::new(
+    r#"
+WITH q AS (
+    SELECT q.concurrency, q.rate, q.per
+      FROM workfence.queues AS q
+     WHERE q.queue OPERATOR(pg_catalog.=) $1
+), c AS (
+    SELECT s.slot
+      FROM workfence.queue_slots AS s
+     WHERE s.queue OPERATOR(pg_catalog.=) $1
+       AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+       AND s.slot OPERATOR(pg_catalog.<=) (SELECT q.concurrency FROM q)
+       AND (s.item IS NULL
+            OR NOT EXISTS (SELECT FROM workfence.items AS i
+                            WHERE i.id OPERATOR(pg_catalog.=) s.item
+                              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state))
+     ORDER BY s.slot
+     LIMIT $3
+       FOR UPDATE OF s SKIP LOCKED
+), r AS (
+    SELECT s.slot
+      FROM workfence.queue_slots AS s
+     WHERE s.queue OPERATOR(pg_catalog.=) $1
+       AND s.kind OPERATOR(pg_catalog.=) 'r'::"char"
+       AND s.slot OPERATOR(pg_catalog.<=) (SELECT q.rate FROM q)
+       AND (s.used_at IS NULL
+            OR s.used_at OPERATOR(pg_catalog.<=) ($2 OPERATOR(pg_catalog.-) (SELECT q.per FROM q)))
+     ORDER BY s.used_at NULLS FIRST
+     LIMIT $3
+       FOR UPDATE OF s SKIP LOCKED
+)
+SELECT q.concurrency, q.rate,
+       ARRAY(SELECT c.slot FROM c),
+       ARRAY(SELECT r.slot FROM r),
+       EXISTS (SELECT FROM workfence.queue_slots AS s
+                WHERE s.queue OPERATOR(pg_catalog.=) $1
+                  AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+                  AND s.slot OPERATOR(pg_catalog.>) q.concurrency)
+  FROM q
+ WHERE q.concurrency IS NOT NULL OR q.rate IS NOT NULL
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` the server's clock, `$3` slots of each kind at most.
+    struct SlotParams<'a> {
+        queue: &'a str = TEXTOID,
+        now: TimestampWithTimeZone = TIMESTAMPTZOID,
+        most: i32 = INT4OID,
+    }
+}
+
+// Step 1b, when the queue has retired concurrency slots (above limit `$2`,
+// left by a lowered limit): lock them `FOR UPDATE SKIP LOCKED`, and count
+// them all. Columns: the slots locked, how many there are.
+static LOCK_RETIRED: Statement<RetiredParams> = Statement::new(
+    r#"
+WITH l AS (
+    SELECT s.slot
+      FROM workfence.queue_slots AS s
+     WHERE s.queue OPERATOR(pg_catalog.=) $1
+       AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+       AND s.slot OPERATOR(pg_catalog.>) $2
+       FOR UPDATE OF s SKIP LOCKED
+)
+SELECT ARRAY(SELECT l.slot FROM l),
+       (SELECT pg_catalog.count(*)
+          FROM workfence.queue_slots AS s
+         WHERE s.queue OPERATOR(pg_catalog.=) $1
+           AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+           AND s.slot OPERATOR(pg_catalog.>) $2)
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` its concurrency limit.
+    struct RetiredParams<'a> {
+        queue: &'a str = TEXTOID,
+        concurrency: i32 = INT4OID,
+    }
+}
+
+// Step 2: the concurrency slots `$2` of queue `$1`, which this transaction
+// has locked, read in a snapshot taken after the locks were granted (a new
+// statement): each slot with its item if that item is claimed (busy), NULL
+// if the slot is free; and the queue's concurrency limit and whether it
+// has retired slots, in this snapshot (a `work_limit` that committed since
+// step 1 changed them: the claim then takes nothing new this time). LOCK_SLOTS's own look cannot decide: a slot that
+// another claim gave an item and committed after LOCK_SLOTS's snapshot was
+// taken is locked in its newest version, but the item is read in the old
+// snapshot, where it was still pending.
+static VERIFY_SLOTS: Statement<VerifyParams> = Statement::new(
+    r#"
+SELECT s.slot, i.id, q.concurrency,
+       EXISTS (SELECT FROM workfence.queue_slots AS r
+                WHERE r.queue OPERATOR(pg_catalog.=) $1
+                  AND r.kind OPERATOR(pg_catalog.=) 'c'::"char"
+                  AND r.slot OPERATOR(pg_catalog.>) q.concurrency)
+  FROM workfence.queue_slots AS s
+  LEFT JOIN workfence.items AS i
+         ON i.id OPERATOR(pg_catalog.=) s.item
+        AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+  LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) $1
+ WHERE s.queue OPERATOR(pg_catalog.=) $1
+   AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+   AND s.slot OPERATOR(pg_catalog.=) ANY ($2)
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` concurrency slots.
+    struct VerifyParams<'a> {
+        queue: &'a str = TEXTOID,
+        slots: Vec<i32> = INT4ARRAYOID,
+    }
+}
+
+// Step 5, in the claim's transaction, which holds every slot named here:
+// concurrency slots `$2` get the items `$3` (pairwise), retired slots `$4`
+// go, rate slots `$5` are used at `$6`.
+static USE_SLOTS: Statement<UseParams> = Statement::new(
+    r#"
+WITH given AS (
+    UPDATE workfence.queue_slots AS s
+       SET item = v.item
+      FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS v(slot, item)
+     WHERE s.queue OPERATOR(pg_catalog.=) $1
+       AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+       AND s.slot OPERATOR(pg_catalog.=) v.slot
+), gone AS (
+    DELETE FROM workfence.queue_slots AS s
+     WHERE s.queue OPERATOR(pg_catalog.=) $1
+       AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+       AND s.slot OPERATOR(pg_catalog.=) ANY ($4)
+)
+UPDATE workfence.queue_slots AS s
+   SET used_at = $6
+ WHERE s.queue OPERATOR(pg_catalog.=) $1
+   AND s.kind OPERATOR(pg_catalog.=) 'r'::"char"
+   AND s.slot OPERATOR(pg_catalog.=) ANY ($5)
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` concurrency slots and `$3` their items, `$4`
+    /// retired slots to delete, `$5` rate slots, `$6` the claim's time.
+    struct UseParams<'a> {
+        queue: &'a str = TEXTOID,
+        given: Vec<i32> = INT4ARRAYOID,
+        items: Vec<i64> = INT8ARRAYOID,
+        gone: Vec<i32> = INT4ARRAYOID,
+        rate: Vec<i32> = INT4ARRAYOID,
+        now: TimestampWithTimeZone = TIMESTAMPTZOID,
+    }
+}
+
+/// The slots one claim of a limited queue holds (locked to the end of its
+/// transaction) and what it does with them ([`USE_SLOTS`]).
+#[derive(Default)]
+struct Slots {
+    /// Free concurrency slots, for the pending items the claim takes; None
+    /// when the queue has no concurrency limit.
+    free: Option<Vec<i32>>,
+    /// Free rate slots, one per item handed out; None without a rate limit.
+    rate: Option<Vec<i32>>,
+    /// Concurrency slots given an item of a retired slot (slot, item).
+    moved: Vec<(i32, i64)>,
+    /// Retired slots to delete (moved, or their item no longer claimed).
+    gone: Vec<i32>,
+}
+
+impl Slots {
+    /// (due items at most, items at most) this claim may take, each within
+    /// 0..=`max_items`: a pending item needs a concurrency slot and a rate
+    /// slot, a lapsed lease claimed anew a rate slot (it keeps its
+    /// concurrency slot).
+    fn allowance(&self, max_items: i32) -> (i32, i32) {
+        let count = |v: &Option<Vec<i32>>| {
+            v.as_ref()
+                .map_or(max_items, |v| (v.len() as i32).min(max_items))
+        };
+        let items = count(&self.rate);
+        (count(&self.free).min(items), items)
+    }
+}
+
+/// Steps 1 and 2 for a claim of up to `max_items` items of `queue` at
+/// `now`: the free slots this claim holds (see the module comment). None
+/// when the queue has no limits after all (lifted since this backend read
+/// its settings).
+fn take_slots(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    queue: &str,
+    max_items: i32,
+    now: TimestampWithTimeZone,
+) -> Result<Option<Slots>> {
+    let locked = plans::run(
+        client,
+        &LOCK_SLOTS,
+        SlotParams {
+            queue,
+            now,
+            most: max_items,
+        },
+        |rows| {
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let row = rows.first();
+            Ok(Some((
+                row.get::<i32>(1)?,
+                row.get::<i32>(2)?,
+                row.get::<Vec<i32>>(3)?.unwrap_or_default(),
+                row.get::<Vec<i32>>(4)?.unwrap_or_default(),
+                row.get::<bool>(5)?.unwrap_or(false),
+            )))
+        },
+    )?;
+    let Some((concurrency, rate, low, rate_slots, has_retired)) = locked else {
+        return Ok(None);
+    };
+    let mut slots = Slots {
+        rate: rate.map(|_| rate_slots),
+        ..Slots::default()
+    };
+    let Some(concurrency) = concurrency else {
+        return Ok(Some(slots));
+    };
+    let (retired, all_retired) = if has_retired {
+        plans::run(
+            client,
+            &LOCK_RETIRED,
+            RetiredParams { queue, concurrency },
+            |rows| {
+                let row = rows.first();
+                let locked = row.get::<Vec<i32>>(1)?.unwrap_or_default();
+                let all = row.get::<i64>(2)?.unwrap_or(0);
+                let all_locked = locked.len() as i64 >= all;
+                Ok((locked, all_locked))
+            },
+        )?
+    } else {
+        (Vec::new(), true)
+    };
+    if low.is_empty() && retired.is_empty() {
+        slots.free = Some(Vec::new());
+        return Ok(Some(slots));
+    }
+    let mut ask = low.clone();
+    ask.extend_from_slice(&retired);
+    let mut changed = false;
+    let seen: Vec<(i32, Option<i64>)> = plans::run(
+        client,
+        &VERIFY_SLOTS,
+        VerifyParams { queue, slots: ask },
+        |rows| {
+            let mut seen = Vec::with_capacity(rows.len());
+            for row in rows {
+                if let Some(slot) = row.get::<i32>(1)? {
+                    seen.push((slot, row.get::<i64>(2)?));
+                }
+                changed |= row.get::<i32>(3)? != Some(concurrency)
+                    || row.get::<bool>(4)?.unwrap_or(false) != has_retired;
+            }
+            Ok(seen)
+        },
+    )?;
+    let mut free: Vec<i32> = seen
+        .iter()
+        .filter(|(slot, item)| *slot <= concurrency && item.is_none())
+        .map(|(slot, _)| *slot)
+        .collect();
+    free.sort_unstable();
+    // Retired slots: a free one goes; a busy one's item moves into a free
+    // slot at or below the limit (which it then fills), while one is left.
+    let mut busy_left = false;
+    for (slot, item) in seen.iter().filter(|(slot, _)| *slot > concurrency) {
+        match item {
+            None => slots.gone.push(*slot),
+            Some(item) => match free.pop() {
+                Some(into) => {
+                    slots.moved.push((into, *item));
+                    slots.gone.push(*slot);
+                }
+                None => busy_left = true,
+            },
+        }
+    }
+    // New items only when no retired slot holds a claimed item any more
+    // (this claim saw and emptied them all): the queue's claimed items
+    // then all sit in slots at or below the limit, one of them free. And
+    // only if the limit is still the one step 1 read.
+    if busy_left || !all_retired || changed {
+        free.clear();
+    }
+    slots.free = Some(free);
+    Ok(Some(slots))
+}
+
+/// Step 5: record what the claim did with its slots: each concurrency slot
+/// it used gets the pending item it claimed (`claimed`: the ids claimed,
+/// `lapsed`: those that were lapsed leases claimed anew, which keep their
+/// slot), each rate slot it used the claim's time `now`.
+fn use_slots(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    queue: &str,
+    slots: Slots,
+    claimed: &[i64],
+    lapsed: &HashSet<i64>,
+    now: TimestampWithTimeZone,
+) -> Result<()> {
+    let mut given: Vec<i32> = Vec::new();
+    let mut items: Vec<i64> = Vec::new();
+    for (slot, item) in &slots.moved {
+        given.push(*slot);
+        items.push(*item);
+    }
+    if let Some(free) = slots.free {
+        let pending = claimed.iter().filter(|id| !lapsed.contains(id));
+        // The allowance gave this claim no more pending items than slots.
+        for (slot, id) in free.into_iter().zip(pending) {
+            given.push(slot);
+            items.push(*id);
+        }
+    }
+    let rate: Vec<i32> = slots
+        .rate
+        .unwrap_or_default()
+        .into_iter()
+        .take(claimed.len())
+        .collect();
+    if given.is_empty() && slots.gone.is_empty() && rate.is_empty() {
+        return Ok(());
+    }
+    plans::run(
+        client,
+        &USE_SLOTS,
+        UseParams {
+            queue,
+            given,
+            items,
+            gone: slots.gone,
+            rate,
+            now,
+        },
+        |_| Ok(()),
+    )
+}
+
 /// Refuse a claim of a queue with groups or limits under REPEATABLE READ or
 /// SERIALIZABLE: 25000.
 pub fn needs_read_committed(queue: &str) -> Result<()> {
@@ -361,10 +725,10 @@ params! {
     }
 }
 
-/// What the limits allow one claim of `queue` at `now`, reading them under
-/// the limit lock: (due items at most, items at most, whether a rate limit
+/// Before 0.12.0's schema (no slot rows): what the limits allow one claim
+/// of `queue` at `now`, reading them under the limit lock: (due items at most, items at most, whether a rate limit
 /// counts them), each within 0..=`max_items`.
-fn allowance(
+fn legacy_allowance(
     client: &mut pgrx::spi::SpiClient<'_>,
     queue: &str,
     max_items: i32,
@@ -401,7 +765,9 @@ pub(crate) fn claim(
     settings: Settings,
 ) -> Result<ClaimOutcome> {
     needs_read_committed(queue)?;
-    if settings.limited {
+    let slotted = settings.limited && schema_has_slots();
+    let legacy = settings.limited && !slotted;
+    if legacy {
         if !try_lock(&limit_lock(queue)) {
             return Ok(ClaimOutcome::default());
         }
@@ -414,97 +780,51 @@ pub(crate) fn claim(
         Pick::Key(_) => 1,
     };
     Spi::connect_mut(|client| {
-        let (due, items, rate) = if settings.limited {
+        // Nothing to take: no slot is locked for nothing (a long poll
+        // re-checks often, and a locked slot is one the other claims of the
+        // queue skip), and no pick walks the queue's future items.
+        if ready(client, queue, claim::server_clock()?)? == (false, false) {
+            return Ok(ClaimOutcome::default());
+        }
+        let mut slots = None;
+        let (due, items, rate) = if slotted {
+            match take_slots(client, queue, max_items, claim::server_clock()?)? {
+                Some(taken) => {
+                    let (due, items) = taken.allowance(max_items);
+                    slots = Some(taken);
+                    (due, items, false)
+                }
+                // The limits were lifted: claim as a queue without them.
+                None => (max_items, max_items, false),
+            }
+        } else if legacy {
             // Read after the limit lock: the window's times grow with the
             // claims.
-            allowance(client, queue, max_items, claim::server_clock()?)?
+            legacy_allowance(client, queue, max_items, claim::server_clock()?)?
         } else {
             (max_items, max_items, false)
         };
-        if items == 0 {
-            return Ok(ClaimOutcome::default());
-        }
-        let now = claim::server_clock()?;
-        let picked: Vec<(i64, Option<String>)> = match pick {
-            Pick::Queue(_) => plans::run(
-                client,
-                &PICK,
-                PickParams {
-                    queue,
-                    due,
-                    items,
-                    now,
-                },
-                |rows| {
-                    let mut picked = Vec::with_capacity(rows.len());
-                    for row in rows {
-                        if let Some(id) = row.get::<i64>(1)? {
-                            picked.push((id, row.get::<String>(2)?));
-                        }
-                    }
-                    Ok(picked)
-                },
-            )?,
-            Pick::Key(key) => plans::run(
-                client,
-                &PICK_KEY,
-                PickKeyParams { queue, key, now },
-                |rows| {
-                    let mut picked = Vec::with_capacity(1);
-                    for row in rows {
-                        let pending = row.get::<bool>(3)?.unwrap_or(false);
-                        if let Some(id) = row.get::<i64>(1)? {
-                            // A pending item needs a free slot; a lapsed
-                            // lease claimed anew keeps its own.
-                            if !pending || due > 0 {
-                                picked.push((id, row.get::<String>(2)?));
-                            }
-                        }
-                    }
-                    Ok(picked)
-                },
-            )?,
+        let (outcome, now) = if items == 0 {
+            (ClaimOutcome::default(), claim::server_clock()?)
+        } else {
+            pick_and_take(client, queue, owner, lease, pick, due, items)?
         };
-        let mut groups = HashSet::new();
-        let ids: Vec<i64> = picked
-            .into_iter()
-            .filter(|(_, group)| match group {
-                None => true,
-                // One item per group in a batch, and only a group whose
-                // lock is free.
-                Some(group) => groups.insert(group.clone()) && try_lock(&group_lock(queue, group)),
-            })
-            .map(|(id, _)| id)
-            .collect();
-        if ids.is_empty() {
-            return Ok(ClaimOutcome::default());
+        if let Some(slots) = slots {
+            let claimed: Vec<i64> = outcome.claimed.iter().map(|row| row.0).collect();
+            let lapsed: HashSet<i64> = outcome
+                .lost
+                .iter()
+                .filter(|lost| !lost.dead_lettered)
+                .map(|lost| lost.id)
+                .collect();
+            use_slots(client, queue, slots, &claimed, &lapsed, now)?;
         }
-        // The claim's time (`claimed_at`, the lease's start, the rate
-        // window's entry) is read after the slots were counted and the
-        // groups locked: whatever freed a slot or a group committed
-        // before it. An item picked at the earlier time is claimable at
-        // this one too.
-        let now = claim::server_clock()?;
-        let outcome = plans::run(
-            client,
-            &TAKE,
-            TakeParams {
-                queue,
-                owner,
-                lease,
-                ids,
-                now,
-            },
-            |rows| claim::read_claim_result(queue, rows),
-        )?;
-        if settings.limited && !outcome.claimed.is_empty() {
+        if legacy && !outcome.claimed.is_empty() {
             // Claims of a limited queue take turns on its limit lock, which
             // this claim holds to its commit; a claim that found it held
             // went back to waiting. Pass the turn on: one long poll of the
             // queue is woken at this commit and claims next, if the limits
-            // still allow (a relay, instead of every waiter polling: 16
-            // long-polling workers under a concurrency limit of 100 took
-            // 103 items/s polling, docs/flow-control.md).
+            // still allow.
             wait::wake_after_commit(queue, 1);
         }
         if rate && !outcome.claimed.is_empty() {
@@ -522,6 +842,95 @@ pub(crate) fn claim(
         }
         Ok(outcome)
     })
+}
+
+/// Steps 3 and 4 of a claim of `queue` for `owner` under `lease`: what
+/// `pick` names, at most `due` pending items and `items` items in all; the
+/// result as [`crate::claim`]'s statements give it, and the claim's time
+/// (each item's `claimed_at`, which the rate window counts from).
+fn pick_and_take(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    queue: &str,
+    owner: &str,
+    lease: Option<Interval>,
+    pick: Pick<'_>,
+    due: i32,
+    items: i32,
+) -> Result<(ClaimOutcome, TimestampWithTimeZone)> {
+    let now = claim::server_clock()?;
+    let picked: Vec<(i64, Option<String>)> = match pick {
+        Pick::Queue(_) => plans::run(
+            client,
+            &PICK,
+            PickParams {
+                queue,
+                due,
+                items,
+                now,
+            },
+            |rows| {
+                let mut picked = Vec::with_capacity(rows.len());
+                for row in rows {
+                    if let Some(id) = row.get::<i64>(1)? {
+                        picked.push((id, row.get::<String>(2)?));
+                    }
+                }
+                Ok(picked)
+            },
+        )?,
+        Pick::Key(key) => plans::run(
+            client,
+            &PICK_KEY,
+            PickKeyParams { queue, key, now },
+            |rows| {
+                let mut picked = Vec::with_capacity(1);
+                for row in rows {
+                    let pending = row.get::<bool>(3)?.unwrap_or(false);
+                    if let Some(id) = row.get::<i64>(1)? {
+                        // A pending item needs a free slot; a lapsed
+                        // lease claimed anew keeps its own.
+                        if !pending || due > 0 {
+                            picked.push((id, row.get::<String>(2)?));
+                        }
+                    }
+                }
+                Ok(picked)
+            },
+        )?,
+    };
+    let mut groups = HashSet::new();
+    let ids: Vec<i64> = picked
+        .into_iter()
+        .filter(|(_, group)| match group {
+            None => true,
+            // One item per group in a batch, and only a group whose
+            // lock is free.
+            Some(group) => groups.insert(group.clone()) && try_lock(&group_lock(queue, group)),
+        })
+        .map(|(id, _)| id)
+        .collect();
+    if ids.is_empty() {
+        return Ok((ClaimOutcome::default(), now));
+    }
+    // The claim's time (`claimed_at`, the lease's start, the rate
+    // window's entry) is read after the slots were counted and the
+    // groups locked: whatever freed a slot or a group committed
+    // before it. An item picked at the earlier time is claimable at
+    // this one too.
+    let now = claim::server_clock()?;
+    let outcome = plans::run(
+        client,
+        &TAKE,
+        TakeParams {
+            queue,
+            owner,
+            lease,
+            ids,
+            now,
+        },
+        |rows| claim::read_claim_result(queue, rows),
+    )?;
+    Ok((outcome, now))
 }
 
 /// After an item of `queue` left state claimed for good or for now
@@ -589,15 +998,148 @@ pub fn mark_grouped(queue: &str) -> Result<()> {
 }
 
 // Set queue `$1`'s limits: `$2` concurrency, `$3` rate, `$4` per (NULL
-// without a rate). The window's claims are kept (a new rate counts them).
-static LIMIT: Statement<LimitParams> = Statement::new(
-    r#"
+// without a rate). `current`: from 0.12.0, whose rate window is in the
+// rate slots (SYNC_RATE); `legacy`: before, where the window's claims are
+// kept in the row (a new rate counts them).
+static LIMIT: Versioned<LimitParams> = Versioned {
+    current: Statement::new(
+        r#"
+INSERT INTO workfence.queues AS q (queue, concurrency, rate, per) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (queue) DO UPDATE
+   SET concurrency = EXCLUDED.concurrency, rate = EXCLUDED.rate, per = EXCLUDED.per
+"#,
+    ),
+    legacy: Statement::new(
+        r#"
 INSERT INTO workfence.queues AS q (queue, concurrency, rate, per) VALUES ($1, $2, $3, $4)
     ON CONFLICT (queue) DO UPDATE
    SET concurrency = EXCLUDED.concurrency, rate = EXCLUDED.rate, per = EXCLUDED.per,
        rate_log = CASE WHEN EXCLUDED.rate IS NULL THEN NULL ELSE q.rate_log END
 "#,
+    ),
+};
+
+// The slots of queue `$1`, all locked by `work_limit` before it rewrites
+// them: it waits for the claims that hold some, and the claims that come
+// after skip them until it commits.
+static SYNC_LOCK: Statement<QueueOnly> = Statement::new(
+    r#"
+SELECT FROM workfence.queue_slots AS s
+ WHERE s.queue OPERATOR(pg_catalog.=) $1
+   FOR UPDATE
+"#,
 );
+
+// Queue `$1`'s concurrency slots for limit `$2` (NULL: none), part 1: the
+// slots above the limit go (their items come back in part 2), the slots
+// 1..`$2` that are missing come.
+static SYNC_CONCURRENCY: Statement<SyncParams> = Statement::new(
+    r#"
+WITH gone AS (
+    DELETE FROM workfence.queue_slots AS s
+     WHERE s.queue OPERATOR(pg_catalog.=) $1
+       AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+       AND ($2 IS NULL OR s.slot OPERATOR(pg_catalog.>) $2)
+)
+INSERT INTO workfence.queue_slots (queue, kind, slot)
+SELECT $1, 'c', g.n FROM pg_catalog.generate_series(1, $2) AS g(n)
+    ON CONFLICT (queue, kind, slot) DO NOTHING
+"#,
+);
+
+// Part 2: every claimed item of queue `$1` that holds no concurrency slot
+// (it held one above the new limit `$2`, or was claimed while the queue
+// had no limit) is given a free slot, in slot order, or when none is left a
+// new retired slot above the limit.
+static SYNC_CLAIMED: Statement<SyncParams> = Statement::new(
+    r#"
+WITH orphan AS (
+    SELECT o.id, o.n
+      FROM pg_catalog.unnest(ARRAY(
+               SELECT i.id
+                 FROM workfence.items AS i
+                WHERE i.queue OPERATOR(pg_catalog.=) $1
+                  AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                  AND NOT EXISTS (SELECT FROM workfence.queue_slots AS s
+                                   WHERE s.queue OPERATOR(pg_catalog.=) $1
+                                     AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+                                     AND s.item OPERATOR(pg_catalog.=) i.id)
+                ORDER BY i.id)) WITH ORDINALITY AS o(id, n)
+), free AS (
+    SELECT f.slot, f.n
+      FROM pg_catalog.unnest(ARRAY(
+               SELECT s.slot
+                 FROM workfence.queue_slots AS s
+                WHERE s.queue OPERATOR(pg_catalog.=) $1
+                  AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
+                  AND (s.item IS NULL
+                       OR NOT EXISTS (SELECT FROM workfence.items AS i
+                                       WHERE i.id OPERATOR(pg_catalog.=) s.item
+                                         AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state))
+                ORDER BY s.slot)) WITH ORDINALITY AS f(slot, n)
+), spare AS (
+    SELECT pg_catalog.count(*) AS n FROM free
+)
+INSERT INTO workfence.queue_slots AS s (queue, kind, slot, item)
+SELECT $1, 'c',
+       COALESCE(f.slot, ($2 OPERATOR(pg_catalog.+) (o.n OPERATOR(pg_catalog.-) spare.n))::pg_catalog.int4),
+       o.id
+  FROM orphan AS o
+ CROSS JOIN spare
+  LEFT JOIN free AS f ON f.n OPERATOR(pg_catalog.=) o.n
+    ON CONFLICT (queue, kind, slot) DO UPDATE SET item = EXCLUDED.item
+"#,
+);
+
+// Queue `$1`'s rate slots for rate `$2` (NULL: none): slots 1..`$2`, the
+// window's most recent claims kept (a rate lowered below the claims in the
+// window holds new claims until enough have left it, as a sliding window
+// does).
+static SYNC_RATE: Statement<SyncParams> = Statement::new(
+    r#"
+WITH old AS (
+    DELETE FROM workfence.queue_slots AS s
+     WHERE s.queue OPERATOR(pg_catalog.=) $1
+       AND s.kind OPERATOR(pg_catalog.=) 'r'::"char"
+    RETURNING s.used_at
+), kept AS (
+    SELECT k.used_at, k.n
+      FROM pg_catalog.unnest(ARRAY(SELECT o.used_at FROM old AS o
+                                    ORDER BY o.used_at DESC NULLS LAST)) WITH ORDINALITY AS k(used_at, n)
+)
+INSERT INTO workfence.queue_slots (queue, kind, slot, used_at)
+SELECT $1, 'r', g.n, k.used_at
+  FROM pg_catalog.generate_series(1, $2) AS g(n)
+  LEFT JOIN kept AS k ON k.n OPERATOR(pg_catalog.=) g.n
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` the limit (NULL: none).
+    struct SyncParams<'a> {
+        queue: &'a str = TEXTOID,
+        limit: Option<i32> = INT4OID,
+    }
+}
+
+/// After `work_limit` set `concurrency` and `rate` on `queue`: its slots as
+/// the new limits want them (see the module comment).
+fn sync_slots(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    queue: &str,
+    concurrency: Option<i32>,
+    rate: Option<i32>,
+) -> Result<()> {
+    plans::run(client, &SYNC_LOCK, QueueOnly { queue }, |_| Ok(()))?;
+    let sync = |client: &mut pgrx::spi::SpiClient<'_>, statement, limit| {
+        plans::run(client, statement, SyncParams { queue, limit }, |_| Ok(()))
+    };
+    sync(client, &SYNC_CONCURRENCY, concurrency)?;
+    if concurrency.is_some() {
+        sync(client, &SYNC_CLAIMED, concurrency)?;
+    }
+    sync(client, &SYNC_RATE, rate)
+}
 
 params! {
     /// `$1` queue, `$2` concurrency, `$3` rate, `$4` per.
@@ -653,10 +1195,15 @@ pub fn work_limit(
         validate::per(per.map(Into::into))?;
         grants::check(Capability::Operate, &queue)?;
         paused::changing(&queue);
+        let slotted = schema_has_slots();
         Spi::connect_mut(|client| {
             plans::run(
                 client,
-                &LIMIT,
+                if slotted {
+                    &LIMIT.current
+                } else {
+                    &LIMIT.legacy
+                },
                 LimitParams {
                     queue: &queue,
                     concurrency,
@@ -664,7 +1211,11 @@ pub fn work_limit(
                     per: rate.and(per),
                 },
                 |_| Ok(()),
-            )
+            )?;
+            if slotted {
+                sync_slots(client, &queue, concurrency, rate)?;
+            }
+            Ok::<(), WorkfenceError>(())
         })?;
         paused::changed();
         wait::wake_after_commit(&queue, u32::MAX);

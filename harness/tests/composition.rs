@@ -730,7 +730,8 @@ struct Settings {
     rate: Option<i32>,
     /// The rate window, as the server renders it.
     per: Option<String>,
-    /// Claims in the rate window (`rate_log`'s entries).
+    /// Claims in the rate window (rate slots used; every window of a case
+    /// is hours long, longer than the case).
     used: i64,
 }
 
@@ -1373,7 +1374,9 @@ impl Ctx {
             .admin
             .query_opt(
                 "SELECT q.paused, q.paused_at IS NOT NULL, q.grouped, q.concurrency, q.rate,
-                        q.per::text, coalesce(pg_catalog.cardinality(q.rate_log), 0)::int8
+                        q.per::text,
+                        (SELECT pg_catalog.count(*) FROM workfence.queue_slots AS s
+                          WHERE s.queue = q.queue AND s.kind = 'r' AND s.used_at IS NOT NULL)
                    FROM workfence.queues AS q
                   WHERE q.queue = $1",
                 &[&m.queue],
@@ -2020,9 +2023,9 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
             m.settings.concurrency = *concurrency;
             m.settings.rate = *rate;
             m.settings.per = rate.map(|_| per.rendered().to_owned());
-            if rate.is_none() {
-                m.settings.used = 0;
-            }
+            // A new rate keeps the window's most recent claims, as many as
+            // it allows (src/flow.rs, SYNC_RATE); no rate, none.
+            m.settings.used = rate.map_or(0, |r| m.settings.used.min(i64::from(r)));
         }
         (Verb::Purge { every_queue }, Outcome::Count(purged)) => {
             let finished = m.items.iter().filter(|i| i.state.finished()).count() as i64;

@@ -894,6 +894,10 @@ fn load(
             })
             .collect();
         barrier.wait();
+        // Set on the way out, a monitor's failed assertion included: the
+        // claimers stop, and the scope's join reports the panic instead of
+        // waiting for them forever.
+        let _stop = StopOnDrop(&stop);
         let started = Instant::now();
         while started.elapsed() < run {
             monitor();
@@ -904,6 +908,15 @@ fn load(
             .flat_map(|c| c.join().expect("a claimer panicked"))
             .collect()
     })
+}
+
+/// Sets its flag when dropped (see [`load`]).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Enqueues `n` items in no group into `queue`.

@@ -393,15 +393,16 @@ fn an_open_pause_of_a_queue_whose_name_hashes_alike_stalls_no_other_queue() {
     prepare_refused(&mut tx, victim, "PREPARE of a work_limit");
 }
 
-/// A claim of a limited queue holds the queue's limit lock to the end of
-/// its transaction (claims of such a queue take turns; issue 33 removes
-/// that serial section). A worker that prepared such a transaction held it
-/// until `COMMIT PREPARED`, past its session's end, and every other claim
-/// of the queue got nothing meanwhile (found by issue 30's adversarial
-/// review). The prepare is refused (0A000), so the lock ends with the
-/// transaction; one prepared after a claim of an unlimited queue is not.
+/// Until 0.11.0 a claim of a limited queue held the queue's limit lock to
+/// the end of its transaction, and a worker that prepared such a
+/// transaction stopped every other claim of the queue until `COMMIT
+/// PREPARED`, past its session's end (found by issue 30's adversarial
+/// review; 0.12.0's first fix refused the prepare). From issue 33 a claim
+/// holds only the slot it took (src/flow.rs): the prepare goes through,
+/// the other claims of the queue take the other slots meanwhile, and the
+/// limit still counts the prepared claim once it commits.
 #[test]
-fn a_claim_of_a_limited_queue_cannot_be_prepared() {
+fn a_prepared_claim_of_a_limited_queue_holds_only_its_own_slot() {
     let cluster = cluster();
     ok(cluster.create_database("prepared_claim"), "create database");
     let mut admin = ok(cluster.connect_to("prepared_claim"), "connect");
@@ -410,9 +411,9 @@ fn a_claim_of_a_limited_queue_cannot_be_prepared() {
         calls::work_limit(&mut admin, "limited", Some(3), None, "1 second"),
         "work_limit",
     );
-    for (queue, key) in [("limited", "a"), ("limited", "b"), ("plain", "p")] {
+    for key in ["a", "b", "c", "d"] {
         ok(
-            calls::enqueue(&mut admin, &Enqueue::new(queue).key(key)),
+            calls::enqueue(&mut admin, &Enqueue::new("limited").key(key)),
             "enqueue",
         );
     }
@@ -423,34 +424,42 @@ fn a_claim_of_a_limited_queue_cannot_be_prepared() {
         "claim of the limited queue",
     );
     assert_eq!(claimed.len(), 1);
-    prepare_refused(
-        &mut tx,
-        "limited",
+    ok(
+        tx.batch_execute("PREPARE TRANSACTION 'limited_claim'"),
         "PREPARE after a claim of a limited queue",
     );
     drop(tx);
-    // The refused prepare rolled the claim back: both items are claimable.
-    let both = ok(
+    // The prepared claim holds one slot: two are left, and under GUARD's
+    // statement timeout the claim takes them at once.
+    let others = ok(
         calls::claim(&mut admin, "limited", "w1", "1 hour", Some(10), None),
-        "claim after the refused prepare",
+        "claim beside the prepared one",
     );
-    assert_eq!(both.len(), 2);
-
-    let mut tx = ok(worker.transaction(), "BEGIN");
+    assert_eq!(
+        others.len(),
+        2,
+        "the claims beside a prepared one: {others:?}"
+    );
+    ok(
+        admin.batch_execute("COMMIT PREPARED 'limited_claim'"),
+        "COMMIT PREPARED",
+    );
+    // Three claimed, the limit: the fourth item waits.
     assert_eq!(
         ok(
-            calls::claim(&mut tx, "plain", "w2", "1 hour", Some(1), None),
-            "claim of an unlimited queue"
+            calls::claim(&mut admin, "limited", "w1", "1 hour", Some(10), None),
+            "claim at the limit"
         )
         .len(),
-        1
+        0
     );
-    ok(
-        tx.batch_execute("PREPARE TRANSACTION 'plain_claim'"),
-        "PREPARE after a claim of an unlimited queue",
-    );
-    ok(
-        admin.batch_execute("ROLLBACK PREPARED 'plain_claim'"),
-        "ROLLBACK PREPARED",
-    );
+    let claimed_now: i64 = ok(
+        admin.query_one(
+            "SELECT count(*) FROM workfence.items WHERE queue = 'limited' AND state = 'claimed'",
+            &[],
+        ),
+        "count",
+    )
+    .get(0);
+    assert_eq!(claimed_now, 3);
 }

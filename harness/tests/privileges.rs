@@ -511,6 +511,11 @@ const SHADOWS: &[Shadow] = &[
         probe: "SELECT min('2000-01-01'::timestamptz)",
     },
     Shadow {
+        function: "generate_series",
+        logged: "generate_series(integer, integer)",
+        probe: "SELECT generate_series(1, 2)",
+    },
+    Shadow {
         function: "count",
         logged: "count(*)",
         probe: "SELECT count(*) FROM (VALUES (1)) AS v(x)",
@@ -551,6 +556,8 @@ SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('setval(regclass, bigint, boolean)'); RETURN pg_catalog.setval(s, v, c); END $$;
 CREATE FUNCTION evil.unnest(a anyarray) RETURNS SETOF anyelement LANGUAGE plpgsql SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('unnest(anyarray)'); RETURN QUERY SELECT pg_catalog.unnest(a); END $$;
+CREATE FUNCTION evil.generate_series(a int, b int) RETURNS SETOF int LANGUAGE plpgsql SET search_path = pg_catalog
+AS $$ BEGIN PERFORM evil.log('generate_series(integer, integer)'); RETURN QUERY SELECT pg_catalog.generate_series(a, b); END $$;
 CREATE FUNCTION evil.array_fill(v anyelement, dims int[]) RETURNS anyarray LANGUAGE plpgsql
 SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('array_fill(anyelement, integer[])'); RETURN pg_catalog.array_fill(v, dims); END $$;
