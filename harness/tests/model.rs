@@ -41,28 +41,89 @@
 //! The flow configurations (`LeaseModel::with_flow`, issue 17) put the
 //! items in groups (`group_key`) and the queue under a concurrency limit
 //! (`work_limit`), with two workers, batch claims and the operator's cancel.
-//! A claim there is not one statement but two steps, as in the extension: a
-//! pick from the claim's snapshot, then (the groups and the queue locked) a
-//! re-check in a fresh snapshot and the write. Between the two, anything
-//! else may happen. The checker proves: at most one item of a group is
-//! claimed, lapsed leases included; a claim never takes a grouped item while
-//! another pending item of its group is ahead of it in the claim order;
-//! never more items claimed than the limit, lapsed leases included (a lapsed
-//! lease keeps its slot until it is claimed anew in that slot, or
-//! dead-lettered, finished, failed, released or cancelled), and so never
-//! more under unexpired leases, a holder's renew of a lapsed lease included;
-//! and every fencing property above, through the new claim path. Its
-//! `sometimes` properties: a group's lapsed item claimed anew by another
-//! worker while the next waits, a dead letter freeing its group, a group
-//! reordered by a release, a batch of two, the limit reached while an item
-//! is ready, a lapsed item claimed anew in its own slot (or renewed by its
-//! holder) while another waits for the limit, and the re-check dropping or
-//! holding back what its snapshot picked, which is the race it exists for.
-//! Without the group's re-check (`Sql::NoGroupRecheck`) or the limit's
-//! (`Sql::NoLimitRecheck`), or with a limit that counts only unexpired
-//! leases (`Sql::LimitCountsLiveLeases`, where a claim fills the slot of a
-//! lapsed lease and the lease's renew then passes the limit), the checker
-//! must find the broken property.
+//! A claim there is not one statement but several steps, as in the
+//! extension, and between any two of them anything else may happen. A claim
+//! of a queue with groups and no limit picks from its snapshot, then (the
+//! groups locked) re-checks in a fresh snapshot and writes.
+//!
+//! A claim of the limited queue takes *slot rows* (issue 33, 0.12.0):
+//! `work_limit(queue, concurrency => c)` makes the rows 1..c of
+//! `workfence.queue_slots`, each with an `item`, NULL at first, and a slot
+//! is free when its item is not in state `claimed`. A lapsed lease is still
+//! claimed, so it keeps its slot, and claiming it anew takes no other;
+//! finishing, failing, releasing, cancelling or dead-lettering the item
+//! frees the slot without a write to it. The claim, in its own READ
+//! COMMITTED transaction (`src/flow.rs`):
+//! 1. `LOCK_SLOTS` ([`Action::Begin`] takes its snapshot S1, the rest is in
+//!    [`Action::Pick`]): the slots that S1 shows free, in slot order, up to
+//!    the items wanted, `FOR UPDATE SKIP LOCKED`. A row another transaction
+//!    holds is skipped, so claims of the queue never wait on each other. A
+//!    row another claim wrote and committed after S1 is re-checked by
+//!    PostgreSQL's EvalPlanQual on its newest version, but the `items`
+//!    sub-query of that re-check still reads S1: a slot just given to an
+//!    item that S1 saw pending looks free, and is locked.
+//! 2. `VERIFY_SLOTS` (in [`Action::Pick`]): a new statement, whose snapshot
+//!    is taken after the row locks were granted, so every transaction that
+//!    held one of those rows before has committed or aborted; it keeps the
+//!    locked slots whose item is not claimed in that snapshot.
+//! 3. `PICK` (in [`Action::Pick`]) and `TAKE` ([`Action::Commit`]), with
+//!    the groups' rules as above: at most one pending item per kept slot,
+//!    and any lapsed leases, which need none.
+//! 4. `USE_SLOTS` ([`Action::Commit`]): each pending item claimed is
+//!    written into a kept slot (`item = id`); the commit releases the locks.
+//!
+//! Why that holds the limit whatever the skips and re-checks interleave
+//! with: a claim fills only a slot it holds locked and that a snapshot
+//! taken after the lock was granted shows free. Every claim that filled the
+//! slot before has committed by then, so an item it put there that is still
+//! claimed is seen; and from `VERIFY_SLOTS` to the commit nobody else can
+//! fill the slot (the lock), nor can its old item become claimed again (a
+//! pending item is claimed only into a slot its claim holds; a lapsed lease
+//! is claimed anew only while it is still claimed). So every claimed item
+//! is the item of a slot of its own, and there are c slots. `LOCK_SLOTS`
+//! alone cannot decide, because of step 1's EvalPlanQual: without step 2
+//! (`Sql::NoSlotRecheck`) the checker finds claim B's S1 taken, claim A
+//! locking the slot, claiming an item into it and committing, and B's scan
+//! then reaching the unlocked slot, finding A's item pending in S1 and
+//! filling the slot again. With a slot that a lapsed lease frees
+//! (`Sql::SlotFreedByLease`: free if the item is not claimed *or* its lease
+//! has expired) it finds a claim filling the slot of a lapsed lease, and
+//! that lease going live again beside it, renewed by its holder or claimed
+//! anew.
+//!
+//! The checker proves: at most one item of a group is claimed, lapsed
+//! leases included; a claim never takes a grouped item while another
+//! pending item of its group is ahead of it in the claim order; every
+//! claimed item holds a slot of its own, lapsed leases included, and so
+//! never more items claimed than the limit, nor more under unexpired
+//! leases, a holder's renew of a lapsed lease included; and every fencing
+//! property above, through the new claim path. Its `sometimes` properties:
+//! a group's lapsed item claimed anew by another worker while the next
+//! waits, a dead letter freeing its group, a group reordered by a release,
+//! a batch of two, the limit reached while an item is ready, a lapsed item
+//! claimed anew in its own slot (or renewed by its holder) while another
+//! waits for the limit, the group's re-check dropping what its snapshot
+//! picked, a claim's scan skipping the slot another claim holds, its
+//! `VERIFY_SLOTS` giving up a slot filled since its S1 (the race it is
+//! there for), and a claim taking an item while another claim of the
+//! limited queue is in flight (under the limit lock they took turns).
+//! Without the group's re-check (`Sql::NoGroupRecheck`), without
+//! `VERIFY_SLOTS` (`Sql::NoSlotRecheck`) or with slots freed by a lapse
+//! (`Sql::SlotFreedByLease`) the checker must find the broken property.
+//!
+//! What the limit's model leaves out: the limit is 1 (one slot), since two
+//! items can never pass a limit of 2; lowering a limit (the slots above it
+//! that still hold a claimed item stay as retired rows, which a claim
+//! absorbs before it claims new items) is not modelled, nor raising it;
+//! nor is a rate limit (its slots are free by `used_at <= now - per`, and
+//! the model's clock has no times, only leases lapsing and items coming
+//! due). The model's claim does `LOCK_SLOTS`'s scan, `VERIFY_SLOTS` and the
+//! pick in one step, and holds only the slots it fills; it lets other
+//! statements write an item between its pick and its commit, as if `PICK`
+//! locked no row. Each of these gives the model's claims at least every
+//! behaviour the extension's have ([`LeaseModel::pick`],
+//! [`LeaseModel::commit`]). A slot's `item` is forgotten once that item
+//! leaves `claimed` ([`State::slots_forgotten`]).
 //!
 //! The flow configurations of a group of two and of the limit also have
 //! an operator who pauses and resumes the queue at any moment (issue 30).
@@ -120,6 +181,10 @@ const FLOW_WORKERS: usize = 2;
 const BATCH: usize = 2;
 /// The `work_limit(concurrency => 1)` of a flow configuration.
 const LIMIT: u8 = 1;
+/// The concurrency slots of `workfence.queue_slots` the model keeps: those
+/// `work_limit` makes for [`LIMIT`] (a lowered limit's retired slots are
+/// not modelled).
+const SLOTS: usize = LIMIT as usize;
 /// `max_attempts` of every item when it is enqueued: small, so both outcomes
 /// of `work_fail` and the claim's dead letter are reached. Only a retry
 /// raises it, per row.
@@ -170,19 +235,23 @@ enum Sql {
     /// group half of the re-check (no item of the group claimed, the item
     /// the group's first pending one), keeping only the UPDATE's own guard
     /// on the row (still pending and due, or still claimed under a lapsed
-    /// lease) and the limit's re-check.
+    /// lease) and the limit's slots.
     NoGroupRecheck,
-    /// Broken: a flow claim takes what its snapshot picked without counting
-    /// the claimed items again: the limit is judged by the snapshot alone.
-    /// The group's re-check and the row's guard stay.
-    NoLimitRecheck,
-    /// Broken: the limit counts the items under unexpired leases, not the
-    /// claimed ones (`LIMIT_STATE` with `lease_until > now` added), so a
-    /// lapsed lease gives up its slot, and claiming it anew needs one. Every
-    /// claim keeps to that count, re-check included; the holder of the lapsed
-    /// lease may still renew it (docs/contract.md, promise 2), and that
-    /// takes no slot.
-    LimitCountsLiveLeases,
+    /// Broken: a claim of a limited queue skips `VERIFY_SLOTS` (the slot
+    /// half of the re-check): it fills every slot its `LOCK_SLOTS` locked,
+    /// as that statement judged them. A slot that another claim gave an
+    /// item and committed after `LOCK_SLOTS`'s snapshot was taken is
+    /// locked in its newest version (PostgreSQL's EvalPlanQual re-check),
+    /// but the item is read in the old snapshot, where it was not yet
+    /// claimed: the slot looks free and is filled a second time. The
+    /// group's re-check and the row's guard stay.
+    NoSlotRecheck,
+    /// Broken: a concurrency slot counts as free when its item's lease has
+    /// lapsed (free iff the item is not claimed *or* its `lease_until` has
+    /// passed), in `LOCK_SLOTS` and `VERIFY_SLOTS` alike, so a lapsed lease
+    /// gives up its slot. A lapsed lease claimed anew still takes no slot,
+    /// and its holder may still renew it (docs/contract.md, promise 2).
+    SlotFreedByLease,
     /// Broken: 0.11.0's `work_resume`, which deleted the queue's row of
     /// `workfence.queues` (`DELETE ... WHERE q.paused`) instead of setting
     /// `paused = false`: the row also holds `grouped` and `concurrency`, so
@@ -388,10 +457,17 @@ enum Event {
     /// picked and that the row's own guard would still have let through:
     /// the group had moved on between the pick and the write.
     GroupRecheckDropped,
-    /// A flow claim's re-check held back an item that its snapshot had room
-    /// for and that the row's own guard would still have let through: the
-    /// limit had filled up between the pick and the write.
-    LimitRecheckHeld,
+    /// `LOCK_SLOTS` of a limited queue's claim passed over a slot that its
+    /// snapshot showed free, because another claim in flight holds it
+    /// locked (`SKIP LOCKED`).
+    SlotSkipped,
+    /// `VERIFY_SLOTS` of a limited queue's claim gave up a slot that its
+    /// `LOCK_SLOTS` had locked: the slot's item is claimed in the newer
+    /// snapshot. A claim gave the slot that item and committed after
+    /// `LOCK_SLOTS`'s snapshot was taken, whose EvalPlanQual re-check read
+    /// the item in the old snapshot, still pending: the race the re-check
+    /// is there for.
+    SlotRecheckDropped,
     /// A flow claim took a lapsed item anew while the limit was reached: in
     /// the item's own slot, which it kept through the lapse.
     LapsedClaimedInItsSlot,
@@ -401,6 +477,11 @@ enum Event {
     /// item after it (the README's `work_pause`: such a claim may still
     /// return items).
     ClaimedAcrossThePause,
+    /// A limited queue's claim took an item while another claim of the
+    /// queue was in flight: the claims of a limited queue do not take turns
+    /// (issue 33), as they did on the queue's limit lock, which a claim
+    /// held from before its count to its commit.
+    ClaimedBesideAnother,
 }
 
 /// The items a flow claim picked, a bit per item (bit `i` for item `i`).
@@ -422,17 +503,85 @@ impl std::fmt::Debug for ItemSet {
     }
 }
 
-/// A flow claim between its [`Action::Pick`] and its [`Action::Commit`].
+/// A set of a limited queue's concurrency slots, a bit per slot (bit `s`
+/// for the slot numbered `s + 1` in `workfence.queue_slots`).
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct SlotSet(u8);
+
+impl SlotSet {
+    /// The slots of the set, in slot order.
+    fn slots(self) -> impl Iterator<Item = usize> {
+        (0..SLOTS).filter(move |&slot| self.0 & (1 << slot) != 0)
+    }
+
+    /// The set with `slot` added.
+    fn with(self, slot: usize) -> SlotSet {
+        SlotSet(self.0 | 1 << slot)
+    }
+
+    /// How many slots the set has.
+    fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+}
+
+impl std::fmt::Debug for SlotSet {
+    /// `{s1}`: slots as `workfence.queue_slots` numbers them, from 1.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.slots().map(|slot| format!("s{}", slot + 1)).collect();
+        write!(f, "{{{}}}", names.join(", "))
+    }
+}
+
+/// How far a flow claim in flight has come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Phase {
+    /// A limited queue's claim whose `LOCK_SLOTS` has taken its snapshot
+    /// (S1) and not yet reached the slot rows ([`Action::Begin`]): what it
+    /// read in S1, which is all its scan and its EvalPlanQual re-check
+    /// read of the items.
+    Begun {
+        /// The slots at or below the limit that S1 shows free (its scan
+        /// looks at no other row).
+        free: SlotSet,
+        /// The items S1 shows busy ([`LeaseModel::busy`]); none when no
+        /// slot is free in S1 (nothing reads them then).
+        busy: ItemSet,
+    },
+    /// The claim has picked ([`Action::Pick`]); its write and commit are
+    /// next ([`Action::Commit`]).
+    Picked {
+        /// What its snapshot picked.
+        items: ItemSet,
+        /// The slots it holds locked to its commit, which `VERIFY_SLOTS`
+        /// kept, one for each pending item picked (see
+        /// [`LeaseModel::pick`]); none for a queue without a limit.
+        kept: SlotSet,
+    },
+}
+
+/// A flow claim between its first step ([`Action::Begin`] for a limited
+/// queue, [`Action::Pick`] otherwise) and its [`Action::Commit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct InFlight {
-    /// What its snapshot picked.
-    items: ItemSet,
+    /// How far it has come.
+    phase: Phase,
     /// The queue was paused when the claim began: a pause had committed and
     /// no resume since (the ground truth, whatever the claim read). Only a
     /// broken claim ([`Sql::ClaimIgnoresPause`], [`Sql::NoPauseLock`])
     /// begins then; the monitor of "a claim that starts while its queue is
     /// paused claims nothing" reads it at the commit.
     while_paused: bool,
+}
+
+impl InFlight {
+    /// The slot rows the claim holds locked.
+    fn locked(self) -> SlotSet {
+        match self.phase {
+            Phase::Picked { kept, .. } => kept,
+            Phase::Begun { .. } => SlotSet::default(),
+        }
+    }
 }
 
 /// The queue's row of `workfence.queues` (from 0.6.0; the flow columns from
@@ -509,9 +658,14 @@ struct State {
     /// ([`LeaseModel::place`]). 0 for an item that is not pending or in no
     /// group (nothing reads it then).
     run_order: [u8; ITEMS],
-    /// Per worker: the items its flow claim picked from its snapshot, while
-    /// the claim has not yet written ([`Action::Pick`], [`Action::Commit`]).
+    /// Per worker: its flow claim in flight, from its first step to its
+    /// commit ([`InFlight`]).
     picked: [Option<InFlight>; WORKERS],
+    /// `workfence.queue_slots`: the `item` column of the limited queue's
+    /// concurrency slots, in slot order (NULL until a claim gives the slot
+    /// an item). Written only by a claim's `USE_SLOTS`; nothing empties
+    /// it: a slot is free once its item leaves `claimed`.
+    slots: [Option<usize>; SLOTS],
     /// A claim took a grouped pending item while another pending item of its
     /// group was ahead of it in the claim order.
     out_of_order: bool,
@@ -653,8 +807,35 @@ impl State {
         self
     }
 
+    /// Forgets the item of each slot whose item is not in state `claimed`
+    /// (the slot's `item` reads as NULL).
+    ///
+    /// Every statement that reads a slot's item reads whether it is
+    /// claimed (busy, under [`Sql::SlotFreedByLease`] whether its lease is
+    /// live): a slot whose item is not claimed is free, as an empty one is,
+    /// in every snapshot from now on, save one that is older than the
+    /// item's leaving `claimed`, which only `LOCK_SLOTS`'s EvalPlanQual
+    /// re-check reads ([`Phase::Begun`]). That re-check reads a slot's
+    /// item in a snapshot (S1) that showed the slot free; an item claimed in
+    /// S1 held a slot of its own in S1 ([`always::SLOT_OF_ITS_OWN`], checked
+    /// in every state), which under a limit of 1 is that very slot, which
+    /// S1 then would not have shown free. So as long as that property holds
+    /// the re-check never finds an item that S1 has claimed, and forgetting
+    /// the item changes no step; the first step that breaks it is taken
+    /// alike. Without it a slot would remember items long done: the limit's
+    /// configuration has about two fifths more states (and holds in them
+    /// all, as it was checked to).
+    fn slots_forgotten(mut self) -> State {
+        for slot in &mut self.slots {
+            if slot.is_some_and(|item| !matches!(self.rows[item].status, Status::Claimed(_))) {
+                *slot = None;
+            }
+        }
+        self
+    }
+
     /// How many items are in state `claimed`, lapsed leases included (what
-    /// the limit counts: `LIMIT_STATE` in `src/flow.rs`).
+    /// the contract's limit counts).
     fn claimed(&self) -> usize {
         self.rows
             .iter()
@@ -754,21 +935,39 @@ enum Action {
         /// Which item.
         item: usize,
     },
-    /// The first half of a flow claim (`work_claim` of a queue with groups
-    /// or a limit): the candidates read from the claim's snapshot, by the
-    /// rules of the group and the limit as that snapshot shows them. Nothing
-    /// is written or locked yet.
+    /// The start of a claim of a limited queue (`work_claim` of a queue
+    /// with a `work_limit`, issue 33): it reads the queue's settings, and
+    /// its `LOCK_SLOTS` statement takes its snapshot (S1), in which it
+    /// sees which concurrency slots are free. It has locked nothing yet:
+    /// its scan reaches the slot rows later, at the claim's
+    /// [`Action::Pick`], and anything may happen in between.
+    Begin {
+        /// Who claims.
+        worker: usize,
+    },
+    /// The pick of a flow claim. For a queue with groups and no limit,
+    /// the claim's first step: the candidates read from the claim's
+    /// snapshot, by the rules of the group as that snapshot shows them.
+    /// For a limited queue, after [`Action::Begin`]: `LOCK_SLOTS`'s scan
+    /// locks the slot rows S1 showed free, skipping those other claims
+    /// hold and re-checking the others by their newest version (read with
+    /// S1's items: EvalPlanQual), `VERIFY_SLOTS` keeps the locked slots
+    /// whose item is not claimed in a new snapshot, and the pick takes no
+    /// more pending items than that, any number of lapsed leases (none at
+    /// all is a pick too: the claim then ends with nothing). Nothing is
+    /// written yet.
     Pick {
         /// Who claims.
         worker: usize,
         /// What its snapshot offered it.
         items: ItemSet,
     },
-    /// The second half of a flow claim: lock each picked item's group (and
-    /// the limited queue), read again in a fresh snapshot, and write the
-    /// items that still pass, then commit. One step, because the locks keep
-    /// every other claim of those groups (and of the limited queue) out of
-    /// it until the commit.
+    /// The second half of a flow claim: lock each picked item's group, read
+    /// again in a fresh snapshot, write the items that still pass (`TAKE`),
+    /// give each pending item claimed a kept slot (`USE_SLOTS`), then
+    /// commit, which releases every lock. One step, because the locks keep
+    /// every other claim of those groups, and of those slots, out of it
+    /// until the commit.
     Commit {
         /// Whose claim.
         worker: usize,
@@ -865,9 +1064,10 @@ impl LeaseModel {
     /// queue's concurrency `limit` if given.
     fn with_flow(self, groups: [Option<Group>; ITEMS], limit: Option<u8>) -> LeaseModel {
         assert!(
-            limit.is_none_or(|n| n <= 1),
-            "above 1, a commit could have room for some of the items it picked \
-             but not all, and LeaseModel::commit does not choose which"
+            limit.is_none_or(|n| usize::from(n) <= SLOTS),
+            "the model keeps SLOTS slot rows; and above 1, a commit could have slots \
+             for some of the items it picked but not all, and LeaseModel::commit does \
+             not choose which"
         );
         assert!(
             groups.iter().any(Option::is_some) || limit.is_some(),
@@ -940,8 +1140,8 @@ impl LeaseModel {
             | Sql::ClaimByExclusion
             | Sql::NoGeneration
             | Sql::NoGroupRecheck
-            | Sql::NoLimitRecheck
-            | Sql::LimitCountsLiveLeases
+            | Sql::NoSlotRecheck
+            | Sql::SlotFreedByLease
             | Sql::ResumeDeletesRow
             | Sql::ClaimIgnoresPause
             | Sql::NoPauseLock => owner_ok && epoch_ok && claimed,
@@ -1080,41 +1280,50 @@ impl LeaseModel {
         }
     }
 
-    /// What the limit counts in `state`: the items in state `claimed`,
-    /// lapsed leases included (`LIMIT_STATE` in `src/flow.rs`); under
-    /// [`Sql::LimitCountsLiveLeases`], only those under unexpired leases.
-    fn in_use(&self, state: &State) -> usize {
+    /// Whether `row` keeps the slot that names it busy, as the slot
+    /// statements (`LOCK_SLOTS`, `VERIFY_SLOTS`) judge it: the item is in
+    /// state `claimed`, lapsed leases included; under
+    /// [`Sql::SlotFreedByLease`], only under an unexpired lease.
+    fn busy(&self, row: &Row) -> bool {
         match self.sql {
-            Sql::LimitCountsLiveLeases => state.live(),
-            _ => state.claimed(),
+            Sql::SlotFreedByLease => row.status == Status::Claimed(Lease::Live),
+            _ => matches!(row.status, Status::Claimed(_)),
         }
     }
 
-    /// Whether a claim of `row` takes a slot under the limit: a pending
-    /// item does (`PICK`'s `due` CTE, at most `$2`, the slots left); a
-    /// lapsed lease claimed anew keeps its own (the `lapsed` CTE is bounded
-    /// by `$3`, the batch, alone), and a dead letter frees one. Under
-    /// [`Sql::LimitCountsLiveLeases`] a lapsed lease has given its slot up,
-    /// so claiming it anew takes one too.
-    fn takes_slot(&self, row: &Row) -> bool {
-        match self.sql {
-            Sql::LimitCountsLiveLeases => !dead_letter(row),
-            _ => matches!(row.status, Status::Pending { .. }),
-        }
+    /// Whether a slot whose `item` column is `item` is free when the items
+    /// are judged by `busy` (a snapshot's view of them).
+    fn slot_free(item: Option<usize>, busy: ItemSet) -> bool {
+        item.is_none_or(|item| busy.0 & (1 << item) == 0)
     }
 
-    /// How many slots a claim may still fill with `in_use` of them taken
-    /// ([`LeaseModel::in_use`]): the limit minus those, and at most a batch
-    /// (`allowance` in `src/flow.rs`).
-    fn room(&self, in_use: usize) -> usize {
-        self.limit
-            .map_or(BATCH, |n| usize::from(n).saturating_sub(in_use))
-            .min(BATCH)
+    /// The items `state` shows busy ([`LeaseModel::busy`]).
+    fn busy_items(&self, state: &State) -> ItemSet {
+        ItemSet(
+            (0..ITEMS)
+                .filter(|&item| self.busy(&state.rows[item]))
+                .fold(0, |set, item| set | 1 << item),
+        )
     }
 
-    /// Whether the limit is reached in `state`: no slot left.
+    /// The concurrency slots at or below the limit (all the model has).
+    fn limit_slots(&self) -> impl Iterator<Item = usize> {
+        0..self.limit.map_or(0, usize::from)
+    }
+
+    /// Whether a claim of `row` needs a concurrency slot: a pending item
+    /// does (`PICK`'s `due` CTE, at most the slots kept); a lapsed lease
+    /// claimed anew keeps its own (the slot still names it: `USE_SLOTS`
+    /// gives slots to the other items only), and a dead letter frees one.
+    fn takes_slot(row: &Row) -> bool {
+        matches!(row.status, Status::Pending { .. })
+    }
+
+    /// Whether the limit is reached in `state`: as many items claimed as
+    /// the limit (what the contract counts, lapsed leases included).
     fn limit_reached(&self, state: &State) -> bool {
-        self.limit.is_some() && self.room(self.in_use(state)) == 0
+        self.limit
+            .is_some_and(|n| state.claimed() >= usize::from(n))
     }
 
     /// Whether an item waits for the limit in `state`: the limit is
@@ -1122,7 +1331,7 @@ impl LeaseModel {
     fn waits_for_the_limit(&self, state: &State) -> bool {
         self.limit_reached(state)
             && (0..self.items)
-                .any(|item| self.offered(state, item) && self.takes_slot(&state.rows[item]))
+                .any(|item| self.offered(state, item) && Self::takes_slot(&state.rows[item]))
     }
 
     /// Whether an item waits for its group in `state`: it is pending and
@@ -1173,22 +1382,17 @@ impl LeaseModel {
         (!seen.paused).then_some(seen)
     }
 
-    /// The first half of a flow claim, [`Action::Pick`]: the claim read
-    /// settings that send it down the flow path
-    /// ([`LeaseModel::settings_seen`]), and `items` must be what the
-    /// snapshot (`state`) offers ([`LeaseModel::offered`]), with no more of
-    /// them taking a slot ([`LeaseModel::takes_slot`]) than the limit
-    /// leaves by that snapshot. Any such set, not only the first ones in the
-    /// claim order: a claim may find fewer (rows locked by others are
-    /// skipped), and the model does not order the groups among themselves.
-    /// None when the worker has a claim in flight already.
+    /// The settings a flow claim by `worker` that starts in `state` reads
+    /// ([`LeaseModel::settings_seen`]); None when the worker has a claim in
+    /// flight already, or when the claim reads the queue as paused or takes
+    /// the plain path.
     ///
     /// The settings that send a claim down the flow path are always those
     /// the run began with (a resume that deletes the row sends the claims
-    /// after it down the plain path instead), so the group rules and
-    /// [`LeaseModel::room`] judge by the configuration's.
-    fn pick(&self, state: &State, worker: usize, items: ItemSet) -> Option<State> {
-        if state.picked[worker].is_some() || items.0 == 0 {
+    /// after it down the plain path instead), so the group rules and the
+    /// limit judge by the configuration's.
+    fn flow_start(&self, state: &State, worker: usize) -> Option<QueueRow> {
+        if state.picked[worker].is_some() {
             return None;
         }
         let seen = self.settings_seen(state)?;
@@ -1196,22 +1400,154 @@ impl LeaseModel {
             return None;
         }
         debug_assert_eq!(seen, self.queue_at_start());
-        let mut slots = 0;
+        Some(seen)
+    }
+
+    /// [`Action::Begin`]: a claim of the limited queue starts, and its
+    /// `LOCK_SLOTS` takes its snapshot S1 (`state`). S1 decides which slot
+    /// rows the scan will try to lock (those at or below the limit it shows
+    /// free), and it is the snapshot in which the scan's EvalPlanQual
+    /// re-check will read the items; both are kept with the claim.
+    fn begin(&self, state: &State, worker: usize) -> Option<State> {
+        let seen = self.flow_start(state, worker)?;
+        seen.concurrency?;
+        let busy = self.busy_items(state);
+        let free = self
+            .limit_slots()
+            .filter(|&slot| Self::slot_free(state.slots[slot], busy))
+            .fold(SlotSet::default(), SlotSet::with);
+        let mut next = state.clone();
+        next.picked[worker] = Some(InFlight {
+            phase: Phase::Begun {
+                free,
+                busy: if free.0 == 0 { ItemSet(0) } else { busy },
+            },
+            while_paused: state.queue.paused,
+        });
+        Some(next)
+    }
+
+    /// [`Action::Pick`]. A claim of a queue with groups and no limit
+    /// starts here: it read settings that send it down the flow path
+    /// ([`LeaseModel::flow_start`]), and `items` must be what its snapshot
+    /// (`state`) offers ([`LeaseModel::offered`]), at most a batch. Any
+    /// such set, not only the first ones in the claim order: a claim may
+    /// find fewer (rows locked by others are skipped), and the model does
+    /// not order the groups among themselves.
+    ///
+    /// A claim of the limited queue comes here after [`Action::Begin`],
+    /// and this step is three statements of the extension, at this moment
+    /// (`state`):
+    /// - the rest of `LOCK_SLOTS`: its scan reaches the rows its snapshot
+    ///   S1 showed free, in slot order, up to a batch of them (`LIMIT $3`).
+    ///   A row another claim in flight holds locked is skipped (`SKIP
+    ///   LOCKED`). Any other row is locked if it is free by its newest
+    ///   committed version, the items read in S1: when a claim gave the
+    ///   slot an item and committed after S1, PostgreSQL's EvalPlanQual
+    ///   re-checks the `WHERE` clause on that version, but the clause's
+    ///   sub-query on `workfence.items` still runs in S1, where that item
+    ///   may be pending. (A row nobody wrote since S1 is free by S1 still.)
+    /// - `VERIFY_SLOTS`, in a snapshot taken after those locks were granted
+    ///   (every claim that held those rows before has committed): it keeps
+    ///   the locked slots that are free in it ([`Sql::NoSlotRecheck`] keeps
+    ///   them all).
+    /// - the pick, from its own snapshot: `items`, what the snapshot
+    ///   offers, with no more pending items ([`LeaseModel::takes_slot`])
+    ///   than the slots kept. An empty pick ends the claim.
+    ///
+    /// The claim then holds the slots its pending items will fill, and no
+    /// other. In the extension a claim holds every row its scan locked, from
+    /// the scan to its commit. The model's claims do all the extension's
+    /// can, and their lock windows are within the extension's, so the
+    /// model's runs include the extension's, whatever its claims'
+    /// statements interleave with:
+    /// - a row a claim locks and does not fill is written by no one while
+    ///   it holds it (the claim does not, and the lock keeps others out);
+    ///   holding it only makes other claims' scans skip it, which leaves
+    ///   them fewer slots and no other way to act. Not holding it leaves
+    ///   them more: every interleaving with the lock is one without it,
+    ///   the skipping claims (which fill nothing) picking as they would.
+    /// - a row a claim locks and fills is, from the scan to the pick,
+    ///   written and locked by no one (the claim holds it), so the scan
+    ///   locks it at the pick as it did earlier. Its item cannot become
+    ///   claimed meanwhile (a pending item is claimed only into a slot the
+    ///   claim holds, and only a claimed item can be claimed anew), so
+    ///   `VERIFY_SLOTS` keeps it at the pick as it did earlier.
+    /// - a row `VERIFY_SLOTS` gives up is one the claim does not fill.
+    fn pick(&self, state: &State, worker: usize, items: ItemSet) -> Option<State> {
+        let mut next = state.clone();
+        let (in_flight, kept) = match state.picked[worker] {
+            None => {
+                let seen = self.flow_start(state, worker)?;
+                if seen.concurrency.is_some() || items.0 == 0 {
+                    return None;
+                }
+                let in_flight = InFlight {
+                    phase: Phase::Picked {
+                        items,
+                        kept: SlotSet::default(),
+                    },
+                    while_paused: state.queue.paused,
+                };
+                (in_flight, None)
+            }
+            Some(in_flight) => {
+                let Phase::Begun { free, busy } = in_flight.phase else {
+                    return None;
+                };
+                let held = (0..WORKERS)
+                    .filter(|&w| w != worker)
+                    .filter_map(|w| state.picked[w])
+                    .fold(0, |held, other| held | other.locked().0);
+                let mut locked = SlotSet::default();
+                for slot in free.slots() {
+                    if locked.len() == BATCH {
+                        break;
+                    }
+                    if held & (1 << slot) != 0 {
+                        next.last = Some(Event::SlotSkipped);
+                    } else if Self::slot_free(state.slots[slot], busy) {
+                        locked = locked.with(slot);
+                    }
+                }
+                let now_busy = self.busy_items(state);
+                let kept = locked
+                    .slots()
+                    .filter(|&slot| {
+                        self.sql == Sql::NoSlotRecheck
+                            || Self::slot_free(state.slots[slot], now_busy)
+                    })
+                    .fold(SlotSet::default(), SlotSet::with);
+                if kept != locked {
+                    next.last = Some(Event::SlotRecheckDropped);
+                }
+                (in_flight, Some(kept))
+            }
+        };
+        let mut pending = 0;
         for item in items.items() {
             if item >= self.items || !self.offered(state, item) {
                 return None;
             }
-            if self.takes_slot(&state.rows[item]) {
-                slots += 1;
+            if Self::takes_slot(&state.rows[item]) {
+                pending += 1;
             }
         }
-        if slots > self.room(self.in_use(state)) {
+        if kept.is_some_and(|kept| pending > kept.len()) || items.items().count() > BATCH {
             return None;
         }
-        let mut next = state.clone();
+        if items.0 == 0 {
+            next.picked[worker] = None;
+            return Some(next);
+        }
+        let kept = kept
+            .unwrap_or_default()
+            .slots()
+            .take(pending)
+            .fold(SlotSet::default(), SlotSet::with);
         next.picked[worker] = Some(InFlight {
-            items,
-            while_paused: state.queue.paused,
+            phase: Phase::Picked { items, kept },
+            ..in_flight
         });
         Some(next)
     }
@@ -1273,40 +1609,41 @@ impl LeaseModel {
     }
 
     /// The second half of a flow claim, [`Action::Commit`]: with the picked
-    /// items' groups (and the limited queue) locked, a fresh snapshot
-    /// (`state`: every claim that held those locks before has committed)
-    /// re-checks each picked item, in id order: the group's rules
-    /// ([`LeaseModel::offered`]) and, for an item that takes a slot
-    /// ([`LeaseModel::takes_slot`], judged by the row now: an item picked
-    /// pending may have been claimed and lapsed since, and is then claimed
-    /// anew in its own slot), the slots the limit leaves now. An item that
-    /// passes is written by the claim's UPDATE, whose own guard on the row
-    /// ([`LeaseModel::claim`]: still pending and due, or still claimed under
-    /// a lapsed lease) is the last word; the rest are dropped. The claim's
-    /// slot is free again whatever it took.
+    /// items' groups locked, a fresh snapshot (`state`: every claim that
+    /// held those locks before has committed) re-checks each picked item,
+    /// in id order, by the group's rules ([`LeaseModel::offered`]). An item
+    /// that passes is written by the claim's UPDATE (`TAKE`), whose own
+    /// guard on the row ([`LeaseModel::claim`]: still pending and due, or
+    /// still claimed under a lapsed lease) is the last word; the rest are
+    /// dropped. In a limited queue, each pending item claimed is given one
+    /// of the slots `VERIFY_SLOTS` kept, in slot order (`USE_SLOTS`: the
+    /// slot's `item` is set to it); a lapsed lease claimed anew keeps the
+    /// slot that names it, and a dead letter frees its slot by leaving
+    /// `claimed`. The commit releases the slot rows' locks.
     ///
-    /// The extension counts the slots once, under the limit lock, before
-    /// its pick (`allowance` in `src/flow.rs`); from then to the write no
-    /// claim can fill one (they need the lock), and a lapse or a renew
-    /// changes no count, so only a finish, failure, release or cancel
-    /// changes it, lowering it. Counting at the write, as here, leaves a
-    /// claim at least as many slots as the extension's count: every
-    /// behaviour of the extension is among the model's.
+    /// The model lets any statement write a picked item between the pick
+    /// and the commit, as if the pick locked no row. The extension's `PICK`
+    /// locks its rows `FOR UPDATE SKIP LOCKED` to the commit, so there an
+    /// item is at `TAKE` as it was picked, and an item picked as a lapsed
+    /// lease never needs a slot at `TAKE`. When the model has it pending by
+    /// then (its holder released it meanwhile) and the claim has no kept
+    /// slot left for it, the commit leaves it: a state a claim that did not
+    /// pick it reaches as well. Whether an item takes a slot is judged by
+    /// the row now, as `USE_SLOTS` judges it by `TAKE`'s result.
     ///
-    /// With a limit of at most 1 a commit never has room for some of its
-    /// claims but not all (it picked at most one), so "in id order" is no
-    /// choice the model makes for the claim.
+    /// With a limit of at most 1 a commit never has slots for some of its
+    /// pending items but not all (it picked at most one), so "in id order"
+    /// is no choice the model makes for the claim.
     fn commit(&self, state: &State, worker: usize) -> Option<State> {
         let in_flight = state.picked[worker]?;
-        let items = in_flight.items;
+        let Phase::Picked { items, kept } = in_flight.phase else {
+            return None;
+        };
+        let limited = self.limit.is_some();
         let mut next = state.clone();
         next.picked[worker] = None;
         let full = self.limit_reached(state);
-        let room = match self.sql {
-            Sql::NoLimitRecheck => BATCH,
-            _ => self.room(self.in_use(state)),
-        };
-        let mut slots = 0;
+        let mut free_slots = kept.slots();
         for item in items.items() {
             let row = next.rows[item];
             let Some(mut written) = self.claim(&next, worker, item) else {
@@ -1316,10 +1653,13 @@ impl LeaseModel {
                 next.last = Some(Event::GroupRecheckDropped);
                 continue;
             }
-            let slot = self.takes_slot(&row);
-            if slot && slots >= room {
-                next.last = Some(Event::LimitRecheckHeld);
-                continue;
+            if limited && Self::takes_slot(&row) {
+                let Some(slot) = free_slots.next() else {
+                    continue;
+                };
+                written.slots[slot] = Some(item);
+            } else if full && !dead_letter(&row) {
+                written.last = Some(Event::LapsedClaimedInItsSlot);
             }
             // The monitor of "first-claimed in claim order": judged by the
             // model's order, whatever the re-check did.
@@ -1328,11 +1668,6 @@ impl LeaseModel {
                 && self.behind(&next, item)
             {
                 written.out_of_order = true;
-            }
-            if slot {
-                slots += 1;
-            } else if full && !dead_letter(&row) {
-                written.last = Some(Event::LapsedClaimedInItsSlot);
             }
             next = written;
         }
@@ -1354,6 +1689,9 @@ impl LeaseModel {
             } else if state.queue.paused && taken > 0 && next.last.is_none() {
                 next.last = Some(Event::ClaimedAcrossThePause);
             }
+        }
+        if limited && taken > 0 && next.last.is_none() && next.picked.iter().any(Option::is_some) {
+            next.last = Some(Event::ClaimedBesideAnother);
         }
         Some(next)
     }
@@ -1649,6 +1987,12 @@ mod always {
     /// return items.
     pub const PAUSED_CLAIMS_NOTHING: &str =
         "a claim that starts while its queue is paused claims nothing";
+    /// Issue 33: every claimed item, lapsed leases included, is the `item`
+    /// of a concurrency slot at or below the limit. A slot names one item,
+    /// so no two claims hold one slot, and the limit follows: there are
+    /// `concurrency` such slots.
+    pub const SLOT_OF_ITS_OWN: &str =
+        "every claimed item holds a slot of its own, a lapsed lease keeping its slot";
     /// Issue 30: "An operator verb changes only what it names": a pause and
     /// a resume change `paused`, and the queue's other settings (`grouped`,
     /// `concurrency`) survive them.
@@ -1717,9 +2061,15 @@ mod sometimes {
     /// counting only unexpired leases would have let that item out).
     pub const LAPSED_RENEWED_AT_THE_LIMIT: &str =
         "a lapsed lease renewed by its holder while another item waits for the limit";
-    /// Issue 17: the race the limit's re-check is there for.
-    pub const LIMIT_RECHECK_HELD: &str =
-        "a claim's re-check holds back an item its snapshot had room for and the row would allow";
+    /// Issue 33: `SKIP LOCKED` at work: a claim passed over the slot
+    /// another claim holds, instead of waiting for it.
+    pub const SLOT_SKIPPED: &str = "a claim's LOCK_SLOTS skips a free slot another claim holds";
+    /// Issue 33: the race `VERIFY_SLOTS` is there for.
+    pub const SLOT_RECHECK_DROPPED: &str =
+        "a claim's VERIFY_SLOTS gives up a slot its LOCK_SLOTS locked, filled since its snapshot";
+    /// Issue 33: the claims of a limited queue no longer take turns.
+    pub const CLAIMED_BESIDE_ANOTHER: &str =
+        "a claim of the limited queue takes an item while another claim of it is in flight";
     /// Issue 30: the claim the README's `work_pause` allows.
     pub const CLAIMED_ACROSS_THE_PAUSE: &str =
         "a claim begun before a pause committed takes an item after it";
@@ -1756,6 +2106,7 @@ impl Model for LeaseModel {
             // Enqueued in id order: each group's items in that claim order.
             run_order: [0, 1],
             picked: [None; WORKERS],
+            slots: [None; SLOTS],
             out_of_order: false,
             queue: self.queue_at_start(),
             pausing: false,
@@ -1771,15 +2122,28 @@ impl Model for LeaseModel {
         let flow_path = seen.is_some_and(QueueRow::flow);
         let plain_path = seen.is_some_and(|seen| !seen.flow());
         for worker in 0..self.workers {
-            if state.picked[worker].is_some() {
-                actions.push(Action::Commit { worker });
-            } else if flow_path {
-                for items in 1..1u8 << self.items {
-                    actions.push(Action::Pick {
-                        worker,
-                        items: ItemSet(items),
-                    });
+            match state.picked[worker].map(|in_flight| in_flight.phase) {
+                Some(Phase::Begun { .. }) => {
+                    for items in 0..1u8 << self.items {
+                        actions.push(Action::Pick {
+                            worker,
+                            items: ItemSet(items),
+                        });
+                    }
                 }
+                Some(Phase::Picked { .. }) => actions.push(Action::Commit { worker }),
+                None if flow_path && seen.is_some_and(|seen| seen.concurrency.is_some()) => {
+                    actions.push(Action::Begin { worker });
+                }
+                None if flow_path => {
+                    for items in 1..1u8 << self.items {
+                        actions.push(Action::Pick {
+                            worker,
+                            items: ItemSet(items),
+                        });
+                    }
+                }
+                None => {}
             }
         }
         if self.failover && !state.failed_over {
@@ -1881,6 +2245,7 @@ impl Model for LeaseModel {
             } => self.use_token(state, last_state.last, worker, item, Stmt::Fail(retry)),
             Action::Cancel { item } => self.cancel(state, item),
             Action::Retry { item, run_at } => self.retry(state, item, run_at),
+            Action::Begin { worker } => self.begin(state, worker),
             Action::Pick { worker, items } => self.pick(state, worker, items),
             Action::Commit { worker } => self.commit(state, worker),
             Action::LeaseLapses { item } => {
@@ -1960,7 +2325,7 @@ impl Model for LeaseModel {
             Action::Resume => None,
         };
         next.map(|next| {
-            let next = self.order_renumbered(next.renumbered());
+            let next = self.order_renumbered(next.renumbered().slots_forgotten());
             if self.symmetry && self.pauses {
                 self.window_folded(next).workers_sorted(self.workers)
             } else if self.symmetry {
@@ -2026,6 +2391,12 @@ impl Model for LeaseModel {
                         model.limit.is_none_or(|n| s.live() <= usize::from(n))
                     },
                 ),
+                Property::always(always::SLOT_OF_ITS_OWN, |model: &LeaseModel, s: &State| {
+                    (0..model.items).all(|item| {
+                        !matches!(s.rows[item].status, Status::Claimed(_))
+                            || model.limit_slots().any(|slot| s.slots[slot] == Some(item))
+                    })
+                }),
             ]);
         }
         // Reachable in every configuration.
@@ -2171,8 +2542,14 @@ impl Model for LeaseModel {
                                 && model.waits_for_the_limit(s)
                         },
                     ),
-                    Property::sometimes(sometimes::LIMIT_RECHECK_HELD, |_, s: &State| {
-                        s.last == Some(Event::LimitRecheckHeld)
+                    Property::sometimes(sometimes::SLOT_SKIPPED, |_, s: &State| {
+                        s.last == Some(Event::SlotSkipped)
+                    }),
+                    Property::sometimes(sometimes::SLOT_RECHECK_DROPPED, |_, s: &State| {
+                        s.last == Some(Event::SlotRecheckDropped)
+                    }),
+                    Property::sometimes(sometimes::CLAIMED_BESIDE_ANOTHER, |_, s: &State| {
+                        s.last == Some(Event::ClaimedBesideAnother)
                     }),
                 ]);
             } else if !self.group_of_two() {
@@ -2276,14 +2653,17 @@ fn flow_control_holds_with_batches() {
 }
 
 /// Issue 17 with `work_limit(concurrency => 1)` over an item in a group and
-/// one in none, and (issue 30) the operator's pause and resume at any
-/// moment: never more than one item claimed, lapsed leases included, so
+/// one in none, its claims taking the slot (issue 33), and (issue 30) the
+/// operator's pause and resume at any moment: every claimed item holds the
+/// slot, lapsed leases included, so never more than one item claimed and
 /// never more than one lease unexpired, renews included; the limit is
 /// reached while an item is ready, and meanwhile a lapsed item is claimed
-/// anew in its own slot or renewed by its holder; the re-check holds a claim
-/// back; a claim that starts while the queue is paused claims nothing, the
-/// limit survives every pause and resume, and the queue is paused while an
-/// item waits for the limit (a resume is a step from there).
+/// anew in its own slot or renewed by its holder; a claim's scan skips the
+/// slot another claim holds, its `VERIFY_SLOTS` gives up a slot filled
+/// since its snapshot, and a claim takes an item while another is in
+/// flight; a claim that starts while the queue is paused claims nothing,
+/// the limit survives every pause and resume, and the queue is paused while
+/// an item waits for the limit (a resume is a step from there).
 #[test]
 fn flow_control_holds_under_a_limit() {
     check_exhaustively(
@@ -2812,36 +3192,68 @@ fn claim_without_the_group_recheck_is_caught() {
     );
 }
 
-/// Without the limit's re-check, two claims that each saw a free slot under
-/// `concurrency => 1` both write. The checker must find it, and the step
-/// that passes the limit is a claim's write.
+/// Without `VERIFY_SLOTS`, a claim fills a slot that another claim gave an
+/// item after the first claim's `LOCK_SLOTS` took its snapshot: the
+/// EvalPlanQual re-check read that item in the old snapshot, pending, and
+/// locked the slot as free. The checker must find the limit passed, by a
+/// claim's write, and that write must be the race: the claim's snapshot
+/// predates another claim's commit, and its scan reached the slot after
+/// it.
 #[test]
-fn claim_without_the_limit_recheck_is_caught() {
-    let model = || LeaseModel::new(Sql::NoLimitRecheck).with_flow(GROUP_AND_NONE, Some(LIMIT));
-    let paths = assert_caught_in(model(), &[always::LIMIT_HELD, always::LIVE_WITHIN_LIMIT]);
-    for (path, name) in paths
-        .iter()
-        .zip([always::LIMIT_HELD, always::LIVE_WITHIN_LIMIT])
-    {
-        let passed_by = first_breaking(model(), path, name);
+fn claim_without_the_slot_recheck_is_caught() {
+    let model = || LeaseModel::new(Sql::NoSlotRecheck).with_flow(GROUP_AND_NONE, Some(LIMIT));
+    let broken = [
+        always::LIMIT_HELD,
+        always::LIVE_WITHIN_LIMIT,
+        always::SLOT_OF_ITS_OWN,
+    ];
+    let paths = assert_caught_in(model(), &broken);
+    for (path, name) in paths.iter().zip(broken) {
+        let prefix = breaking_prefix(model(), path, name).expect("the property breaks");
+        let Some(&Action::Commit { worker }) = prefix.last() else {
+            panic!(
+                "\"{name}\" was broken by {:?}, not by a claim",
+                prefix.last()
+            );
+        };
+        let at = |wanted: Action| {
+            prefix
+                .iter()
+                .rposition(|&action| action == wanted)
+                .unwrap_or_else(|| panic!("no {wanted:?} in {prefix:?}"))
+        };
+        let began = at(Action::Begin { worker });
+        let picked = prefix
+            .iter()
+            .rposition(|&action| matches!(action, Action::Pick { worker: w, .. } if w == worker))
+            .expect("the claim's pick");
         assert!(
-            matches!(passed_by, Some(Action::Commit { .. })),
-            "\"{name}\" was broken by {passed_by:?}, not by a claim"
+            prefix[began..picked]
+                .iter()
+                .any(|&action| matches!(action, Action::Commit { worker: w } if w != worker)),
+            "another claim committed between the snapshot and the lock: {prefix:?}"
         );
     }
 }
 
-/// A limit that counts only the items under unexpired leases (a lapsed lease
-/// giving up its slot) breaks the contract, though every claim keeps to its
-/// count: a claim fills the slot a lapsed lease left, so two items are
-/// claimed; and the lapsed lease's holder, whom nobody superseded, may renew
-/// it (docs/contract.md, promise 2), which makes two leases unexpired. The
-/// checker must find both, the second passed by that renew.
+/// A slot that counts as free once its item's lease has lapsed
+/// (`Sql::SlotFreedByLease`) breaks the contract, though every claim keeps
+/// to its slots: a claim fills the slot of a lapsed lease, so two items are
+/// claimed; and the lapsed item then goes live again, by its holder's
+/// renew (docs/contract.md, promise 2) or a claim that takes it anew (which
+/// needs no slot), so two leases are unexpired. The checker must find both,
+/// the first broken by a claim's write, the second by a write or a renew.
 #[test]
-fn a_limit_that_counts_only_live_leases_is_caught() {
-    let model =
-        || LeaseModel::new(Sql::LimitCountsLiveLeases).with_flow(GROUP_AND_NONE, Some(LIMIT));
-    let paths = assert_caught_in(model(), &[always::LIMIT_HELD, always::LIVE_WITHIN_LIMIT]);
+fn a_slot_freed_by_a_lapsed_lease_is_caught() {
+    let model = || LeaseModel::new(Sql::SlotFreedByLease).with_flow(GROUP_AND_NONE, Some(LIMIT));
+    let paths = assert_caught_in(
+        model(),
+        &[
+            always::LIMIT_HELD,
+            always::LIVE_WITHIN_LIMIT,
+            always::SLOT_OF_ITS_OWN,
+        ],
+    );
     let claimed_by = first_breaking(model(), &paths[0], always::LIMIT_HELD);
     assert!(
         matches!(claimed_by, Some(Action::Commit { .. })),
@@ -2849,8 +3261,8 @@ fn a_limit_that_counts_only_live_leases_is_caught() {
     );
     let live_by = first_breaking(model(), &paths[1], always::LIVE_WITHIN_LIMIT);
     assert!(
-        matches!(live_by, Some(Action::Renew { .. })),
-        "the unexpired leases passed the limit by {live_by:?}, not by a renew"
+        matches!(live_by, Some(Action::Commit { .. } | Action::Renew { .. })),
+        "the unexpired leases passed the limit by {live_by:?}, not by a claim or a renew"
     );
 }
 
@@ -2877,16 +3289,18 @@ fn breaking_prefix(model: LeaseModel, path: &[Action], name: &str) -> Option<Vec
 
 /// Under `concurrency => 1`, a lapsed lease keeps its slot, so its holder's
 /// renew cannot pass the limit, step by step (workers keep their numbers).
-/// A claims the grouped item and its lease lapses: one item claimed, no
-/// lease unexpired, and yet no snapshot has a slot for the other item (the
-/// limit is reached while it is ready); A renews, one lease unexpired. A
-/// claim whose snapshot predates A's claim does not take the other item
-/// either: its re-check counts the lapsed lease. B then takes the lapsed
-/// item anew, in its own slot, while the other waits; A's renew changes
-/// nothing. Every `always` property holds at every step. The steps by which
-/// a limit counting only unexpired leases passes it, the same ones that
-/// made the earlier model's counterexample, are now impossible: A's claim
-/// of the other item after the lapse is no step.
+/// A claims the grouped item into the slot and its lease lapses: one item
+/// claimed, no lease unexpired, and yet no claim locks the slot for the
+/// other item (the limit is reached while it is ready); A renews, one lease
+/// unexpired. A claim whose `LOCK_SLOTS` snapshot predates A's claim locks
+/// the slot (its EvalPlanQual re-check reads the grouped item in that old
+/// snapshot, pending), and its `VERIFY_SLOTS` gives the slot up: the lapsed
+/// lease holds it. B then takes the lapsed item anew, in its own slot,
+/// while the other waits; A's renew changes nothing. Every `always`
+/// property holds at every step. With slots freed by a lapse
+/// (`Sql::SlotFreedByLease`) A fills the lapsed lease's slot with the other
+/// item, and the lapsed item goes live again beside it, by A's renew or by
+/// B's claim of it anew.
 #[test]
 fn a_renewed_lapsed_lease_stays_within_the_limit() {
     const A: usize = 0;
@@ -2895,70 +3309,105 @@ fn a_renewed_lapsed_lease_stays_within_the_limit() {
     const FREE: usize = 1;
     let grouped = ItemSet(1 << GROUPED);
     let free = ItemSet(1 << FREE);
-    let model = || LeaseModel::new(Sql::Extension).with_flow(GROUP_AND_NONE, Some(LIMIT));
+    let nothing = ItemSet(0);
+    let model = |sql| LeaseModel::new(sql).with_flow(GROUP_AND_NONE, Some(LIMIT));
     let pick = |worker, items| Action::Pick { worker, items };
+    let claim = |worker, items| {
+        [
+            Action::Begin { worker },
+            pick(worker, items),
+            Action::Commit { worker },
+        ]
+    };
     let renew_a = Action::Renew {
         worker: A,
         item: GROUPED,
     };
 
-    // The steps by which the unexpired leases passed the limit when the
-    // model counted only those: A claims, its lease lapses, A claims the
-    // other item, A renews.
-    let mut replay = Replay::of(model());
-    replay.step(pick(A, grouped));
-    replay.step(Action::Commit { worker: A });
+    // A claims, its lease lapses: no claim has a slot for the other item.
+    let mut replay = Replay::of(model(Sql::Extension));
+    for action in claim(A, grouped) {
+        replay.step(action);
+    }
+    assert_eq!(replay.now().slots, [Some(GROUPED)]);
     let lapsed = replay.step(Action::LeaseLapses { item: GROUPED });
     assert_eq!((lapsed.claimed(), lapsed.live()), (1, 0));
+    replay.assert_reached(sometimes::LIMIT_REACHED, &lapsed);
     for worker in [A, B] {
+        // The slot names a claimed item in the snapshot: nothing to lock.
+        let begun = replay.step(Action::Begin { worker });
+        assert_eq!(
+            begun.picked[worker].map(|f| f.phase),
+            Some(Phase::Begun {
+                free: SlotSet(0),
+                busy: ItemSet(0)
+            })
+        );
         replay.no_step(pick(worker, free));
         replay.no_step(pick(worker, ItemSet(grouped.0 | free.0)));
+        let ended = replay.step(pick(worker, nothing));
+        assert_eq!(ended.picked[worker], None);
     }
-    replay.assert_reached(sometimes::LIMIT_REACHED, &lapsed);
     let renewed = replay.step(renew_a);
     assert_eq!(renewed.last, Some(Event::LapsedLeaseRenewed));
     assert_eq!((renewed.claimed(), renewed.live()), (1, 1));
     replay.assert_reached(sometimes::LAPSED_RENEWED_AT_THE_LIMIT, &renewed);
     replay.assert_always();
 
-    // With a limit that counts only unexpired leases they pass it.
-    let mut without = Replay::of(
-        LeaseModel::new(Sql::LimitCountsLiveLeases).with_flow(GROUP_AND_NONE, Some(LIMIT)),
-    );
-    for action in [
-        pick(A, grouped),
-        Action::Commit { worker: A },
-        Action::LeaseLapses { item: GROUPED },
-        pick(A, free),
-        Action::Commit { worker: A },
-        renew_a,
-    ] {
-        without.step(action);
+    // With a slot freed by the lapse, A's next claim fills it with the
+    // other item; A's renew, or B's claim of the lapsed item anew, then
+    // makes two leases unexpired.
+    let lapse = [
+        &claim(A, grouped)[..],
+        &[Action::LeaseLapses { item: GROUPED }],
+        &claim(A, free),
+    ]
+    .concat();
+    let b_anew = [
+        Action::Begin { worker: B },
+        pick(B, grouped),
+        Action::Commit { worker: B },
+    ];
+    for then in [&[renew_a][..], &b_anew] {
+        let mut without = Replay::of(model(Sql::SlotFreedByLease));
+        for &action in &lapse {
+            without.step(action);
+        }
+        assert_eq!((without.now().claimed(), without.now().live()), (2, 1));
+        assert!(!without.holds(always::LIMIT_HELD, without.now()));
+        for &action in then {
+            without.step(action);
+        }
+        assert_eq!((without.now().claimed(), without.now().live()), (2, 2));
+        assert!(!without.holds(always::LIVE_WITHIN_LIMIT, without.now()));
     }
-    assert_eq!((without.now().claimed(), without.now().live()), (2, 2));
-    assert!(!without.holds(always::LIVE_WITHIN_LIMIT, without.now()));
 
-    // A snapshot from before A's claim: the re-check counts the lapsed lease.
-    let mut replay = Replay::of(model());
-    replay.step(pick(B, free));
-    replay.step(pick(A, grouped));
-    replay.step(Action::Commit { worker: A });
+    // B's snapshot from before A's claim: it locks the slot, and its
+    // VERIFY_SLOTS finds the lapsed lease in it.
+    let mut replay = Replay::of(model(Sql::Extension));
+    replay.step(Action::Begin { worker: B });
+    for action in claim(A, grouped) {
+        replay.step(action);
+    }
     replay.step(Action::LeaseLapses { item: GROUPED });
-    let held = replay.step(Action::Commit { worker: B });
-    assert_eq!(held.last, Some(Event::LimitRecheckHeld));
-    assert_eq!(held.rows[FREE].status, Status::Pending { due: true });
+    replay.no_step(pick(B, free));
+    let dropped = replay.step(pick(B, nothing));
+    assert_eq!(dropped.last, Some(Event::SlotRecheckDropped));
     let renewed = replay.step(renew_a);
     assert_eq!(renewed.live(), 1);
 
     // B takes the lapsed item anew, in its slot, while the other waits.
     replay.step(Action::LeaseLapses { item: GROUPED });
-    replay.step(pick(B, grouped));
+    for action in &b_anew[..2] {
+        replay.step(*action);
+    }
     let b_claimed = replay.step(Action::Commit { worker: B });
     assert_eq!(b_claimed.last, Some(Event::LapsedClaimedInItsSlot));
     let a_token = b_claimed.tokens[A][GROUPED].expect("A was given a token");
     let b_token = b_claimed.tokens[B][GROUPED].expect("B was given a token");
     assert!(b_token > a_token, "B's epoch is newer than A's");
     assert_eq!(b_claimed.rows[FREE].status, Status::Pending { due: true });
+    assert_eq!(b_claimed.slots, [Some(GROUPED)], "the slot is not written");
     replay.assert_reached(sometimes::LAPSED_CLAIMED_IN_ITS_SLOT, &b_claimed);
     let a_late = replay.step(renew_a);
     assert_eq!(a_late.rows, b_claimed.rows, "A's renew changes nothing");
@@ -3114,49 +3563,88 @@ fn group_recheck_race_in_the_model() {
     }
 }
 
-/// The race the limit's re-check is there for, step by step, under
-/// `concurrency => 1`: A's snapshot and B's both see no item claimed, so A
-/// picks the grouped item and B the other one; A writes first. The
-/// extension's re-check holds B's item back; without it B writes too, and
-/// two items are claimed, both under unexpired leases.
+/// The race `VERIFY_SLOTS` is there for, step by step, under
+/// `concurrency => 1` (workers keep their numbers): B's `LOCK_SLOTS` takes
+/// its snapshot while the slot is empty; A's claim locks the slot, claims
+/// the grouped item into it and commits; B's scan then reaches the slot,
+/// no longer locked, and its EvalPlanQual re-check reads the slot's new
+/// item in B's old snapshot, where it is pending: B locks the slot. The
+/// extension's `VERIFY_SLOTS` sees the item claimed and gives the slot up,
+/// so B cannot take the other item; without it B does, and two items are
+/// claimed, both under unexpired leases. And `SKIP LOCKED`: once the slot
+/// is free again, a claim whose scan reaches it while A's claim holds it
+/// passes it over (and gets nothing), while A's claim takes an item.
 #[test]
-fn limit_recheck_race_in_the_model() {
+fn slot_recheck_race_in_the_model() {
     const A: usize = 0;
     const B: usize = 1;
+    const GROUPED: usize = 0;
+    const FREE: usize = 1;
+    let grouped = ItemSet(1 << GROUPED);
+    let free = ItemSet(1 << FREE);
+    let nothing = ItemSet(0);
+    let pick = |worker, items| Action::Pick { worker, items };
     let race = [
-        Action::Pick {
-            worker: A,
-            items: ItemSet(1 << 0),
-        },
-        Action::Pick {
-            worker: B,
-            items: ItemSet(1 << 1),
-        },
+        Action::Begin { worker: B },
+        Action::Begin { worker: A },
+        pick(A, grouped),
         Action::Commit { worker: A },
-        Action::Commit { worker: B },
     ];
+    let model = |sql| LeaseModel::new(sql).with_flow(GROUP_AND_NONE, Some(LIMIT));
+    let b_takes_free = [pick(B, free), Action::Commit { worker: B }];
 
-    let mut replay =
-        Replay::of(LeaseModel::new(Sql::Extension).with_flow(GROUP_AND_NONE, Some(LIMIT)));
+    let mut replay = Replay::of(model(Sql::Extension));
     for action in race {
         replay.step(action);
     }
-    let b_wrote = replay.now().clone();
-    assert_eq!(b_wrote.last, Some(Event::LimitRecheckHeld));
-    assert_eq!((b_wrote.claimed(), b_wrote.live()), (1, 1));
-    replay.assert_reached(sometimes::LIMIT_RECHECK_HELD, &b_wrote);
+    assert_eq!(replay.now().slots, [Some(GROUPED)]);
+    replay.no_step(b_takes_free[0]);
+    let b_verified = replay.step(pick(B, nothing));
+    assert_eq!(b_verified.last, Some(Event::SlotRecheckDropped));
+    assert_eq!((b_verified.claimed(), b_verified.live()), (1, 1));
+    replay.assert_reached(sometimes::SLOT_RECHECK_DROPPED, &b_verified);
     replay.assert_always();
 
-    let mut without =
-        Replay::of(LeaseModel::new(Sql::NoLimitRecheck).with_flow(GROUP_AND_NONE, Some(LIMIT)));
-    for action in race {
+    let mut without = Replay::of(model(Sql::NoSlotRecheck));
+    for action in race.into_iter().chain(b_takes_free) {
         without.step(action);
     }
     assert_eq!((without.now().claimed(), without.now().live()), (2, 2));
+    assert_eq!(without.now().slots, [Some(FREE)], "the slot given twice");
     assert!(
         !without.holds(always::LIMIT_HELD, without.now()),
-        "without the re-check, B passes the limit"
+        "without VERIFY_SLOTS, B passes the limit"
     );
+    assert!(!without.holds(always::SLOT_OF_ITS_OWN, without.now()));
+
+    // SKIP LOCKED, once the grouped item is done and the slot free: A's
+    // claim holds the slot for the free item when B's scan reaches it.
+    let mut replay = Replay::of(model(Sql::Extension));
+    for action in [
+        Action::Begin { worker: A },
+        pick(A, grouped),
+        Action::Commit { worker: A },
+        Action::Finish {
+            worker: A,
+            item: GROUPED,
+        },
+        Action::Begin { worker: A },
+        Action::Begin { worker: B },
+        pick(A, free),
+    ] {
+        replay.step(action);
+    }
+    replay.no_step(pick(B, free));
+    let skipped = replay.step(pick(B, nothing));
+    assert_eq!(skipped.last, Some(Event::SlotSkipped));
+    replay.assert_reached(sometimes::SLOT_SKIPPED, &skipped);
+    // B's next claim starts before A's commits: A claims beside it.
+    replay.step(Action::Begin { worker: B });
+    let a_claimed = replay.step(Action::Commit { worker: A });
+    assert_eq!(a_claimed.last, Some(Event::ClaimedBesideAnother));
+    assert_eq!(a_claimed.slots, [Some(FREE)]);
+    replay.assert_reached(sometimes::CLAIMED_BESIDE_ANOTHER, &a_claimed);
+    replay.assert_always();
 }
 
 /// 0.11.0's resume deleted the queue's row of `workfence.queues`, and with
@@ -3289,12 +3777,13 @@ fn a_claim_without_the_pause_lock_is_caught() {
 }
 
 /// A pause and a resume under `concurrency => 1`, step by step (workers
-/// keep their numbers). B's claim picks the free item before the pause
-/// commits; while the pause holds its lock, A's claim reads the queue as
-/// paused, and B's claim writes (a claim begun before the pause may still
+/// keep their numbers). B's claim locks the slot and picks the free item
+/// before the pause commits; while the pause holds its lock, A's claim
+/// reads the queue as paused, and B's claim writes (a claim begun before the pause may still
 /// return items). Once the pause is released, A's claims still hand out
-/// nothing. The resume keeps the limit: the free item is claimed, so the
-/// grouped one waits for the limit, and A's claim takes nothing. B
+/// nothing. The resume keeps the limit: the free item is claimed and named
+/// by the slot, so the grouped one waits for the limit, and A's claim locks
+/// no slot and takes nothing. B
 /// finishes while the queue is paused again; after the next resume A
 /// claims the grouped item. Every `always` property holds at every step.
 /// Under 0.11.0's resume, which deletes the settings, A's claim after the
@@ -3318,8 +3807,11 @@ fn pause_and_resume_in_the_model() {
         worker: A,
         item: GROUPED,
     };
+    let begin_a = Action::Begin { worker: A };
+    let b_picks_free = [Action::Begin { worker: B }, pick(B, free)];
     let to_first_resume = [
-        pick(B, free),
+        b_picks_free[0],
+        b_picks_free[1],
         Action::Pause,
         Action::Commit { worker: B },
         Action::PauseReleased,
@@ -3327,23 +3819,29 @@ fn pause_and_resume_in_the_model() {
     ];
 
     let mut replay = Replay::of(model(Sql::Extension));
-    replay.step(pick(B, free));
+    for action in b_picks_free {
+        replay.step(action);
+    }
     let paused = replay.step(Action::Pause);
     assert!(paused.queue.paused && paused.pausing);
-    replay.no_step(pick(A, grouped));
+    replay.no_step(begin_a);
     let b_claimed = replay.step(Action::Commit { worker: B });
     assert_eq!(b_claimed.rows[FREE].status, Status::Claimed(Lease::Live));
     replay.assert_reached(sometimes::CLAIMED_ACROSS_THE_PAUSE, &b_claimed);
     let released = replay.step(Action::PauseReleased);
     replay.assert_reached(sometimes::PAUSED_WHILE_THE_LIMIT_WAITS, &released);
     replay.no_step(Action::Pause);
-    replay.no_step(pick(A, grouped));
+    replay.no_step(begin_a);
     replay.no_step(claim_a);
     let resumed = replay.step(Action::Resume);
     assert_eq!(resumed.queue, model(Sql::Extension).queue_at_start());
     replay.no_step(Action::Resume);
-    replay.no_step(pick(A, grouped));
     replay.no_step(claim_a);
+    // The slot names the claimed free item: A's claim locks nothing, and
+    // its pick has no slot for the grouped item.
+    replay.step(begin_a);
+    replay.no_step(pick(A, grouped));
+    replay.step(pick(A, ItemSet(0)));
 
     replay.step(Action::Pause);
     replay.step(Action::PauseReleased);
@@ -3352,8 +3850,9 @@ fn pause_and_resume_in_the_model() {
         item: FREE,
     });
     assert_eq!(b_finished.rows[FREE].status, Status::Done);
-    replay.no_step(pick(A, grouped));
+    replay.no_step(begin_a);
     replay.step(Action::Resume);
+    replay.step(begin_a);
     replay.step(pick(A, grouped));
     let a_claimed = replay.step(Action::Commit { worker: A });
     assert_eq!(a_claimed.rows[GROUPED].status, Status::Claimed(Lease::Live));
@@ -3366,7 +3865,7 @@ fn pause_and_resume_in_the_model() {
     }
     assert_eq!(wiped.now().queue, QueueRow::default(), "the row is gone");
     assert!(!wiped.holds(always::SETTINGS_SURVIVE, wiped.now()));
-    wiped.no_step(pick(A, grouped));
+    wiped.no_step(begin_a);
     let a_claimed = wiped.step(claim_a);
     assert_eq!(a_claimed.claimed(), 2);
     assert!(
