@@ -78,8 +78,12 @@ WORKFENCE_SCRATCH="$scratch" target/release/workfence-long-poll "${lp_args[@]}" 
 stage "router: overhead and shards -> $out/router.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-router-bench "${lp_args[@]}" --out "$out/router.md"
 # Flow control (0.10.0, issue 17): claim -> finish on a queue whose items are
-# spread over 1, 100 and 10,000 serial groups, and on one with a concurrency
-# limit of 1, 10 and 100, each beside the same on a queue with neither:
+# spread over 1, 100 and 10,000 serial groups, on one with a concurrency limit
+# of 10 and 100 at 4,000, 20,000 and 100,000 pending items, one hot group
+# drained by one worker, a burst of one group ahead of 1,000 others, the
+# fairness of claims to small groups behind a big one (work_limit per_group),
+# claims beside a million future or due items, and idle long pollers' CPU,
+# each beside a baseline of the same run (about 10 min):
 # docs/flow-control.md (.csv), or target/bench-quick/flow-control.md.
 stage "flow control: groups and limits -> $out/flow-control.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-flow "${lp_args[@]}" --out "$out/flow-control.md"

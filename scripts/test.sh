@@ -160,13 +160,24 @@ if ! grep -qE '^\| 4 \| [0-9]+ \| [0-9]+\.[0-9]{2} \|' target/bench-quick/router
     echo "the router smoke run wrote no figures for 4 shards" >&2
     exit 1
 fi
-# A row per cell: items/s and its ratio to the same cell's baseline.
-for cell in "1 group" "concurrency limit 1"; do
+# A row per cell (the --quick sizes): its figure (items/s, ms until every
+# small group was served, µs per call) and its ratio to the same cell's
+# baseline; the per_group fairness row is left out (skipped on a server
+# without work_limit's per_group).
+for cell in "1 group" "1,000 groups" "concurrency limit 10, 500 pending" \
+    "concurrency limit 100, 2,000 pending" "1 group, 1 worker" "100 groups behind a burst of 500" \
+    "serial groups, no per_group" "no groups, FIFO" "empty claim, future items" \
+    "claim and finish, due items"; do
     if ! grep -qE "^\| $cell \| [0-9]+ \| [0-9]+\.[0-9]{2,3} \|" target/bench-quick/flow-control.md; then
         echo "the flow-control smoke run wrote no figures for $cell" >&2
         exit 1
     fi
 done
+# The idle long pollers' CPU, in cores.
+if ! grep -qE "^\| 5,000 future items \| [0-9]+\.[0-9]{3} \|" target/bench-quick/flow-control.md; then
+    echo "the flow-control smoke run wrote no CPU figure for idle long pollers" >&2
+    exit 1
+fi
 # A row per "minute" (3 in --quick): minute, enqueued/s, finished/s, claim
 # p50 and p99 (µs), empty claims/s, producer lag (ms), backlog.
 for minute in 1 2 3; do
