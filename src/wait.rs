@@ -73,9 +73,8 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::enqueue::QueueParams;
 use crate::error::{Result, WorkfenceError};
-use crate::plans::{self, Statement};
+use crate::plans::{self, params, Statement};
 use crate::{compat, paused, xact};
 
 /// The first key of the advisory lock waiters hold (ASCII "WFwt"), so that
@@ -255,42 +254,59 @@ fn unregister(key: i32) {
 // lease_until), or NULL. (2) Whether an item is claimable already, which,
 // right after a claim that found nothing, means another transaction has it
 // locked (a claim or cancel not yet committed, a worker's work_assert on a
-// lapsed lease). Each a `min` over one state, which the planner reads as
-// the first entry of that state's index in run_at (items_ready_idx, from
-// 0.12.0) or lease_until (items_lease_idx) order: one probe, whatever the
-// backlog. (Until 0.11.0 the pending one read items_due_idx, whose priority
-// column comes first, and walked every future item of the queue: 219 pages
-// for 20k on PostgreSQL 15, issue 33; as EXISTS, a generic plan could
-// choose a sequential scan.)
+// lapsed lease). (1) is a `min` over the future range of each state's
+// index, items_ready_idx (from 0.12.0) in run_at order and items_lease_idx
+// in lease_until order; (2) the first entry at or before the clock in each,
+// read with the item's row, as `crate::claim`'s probe does (see LAPSED
+// there): one probe each, whatever the backlog. (Until 0.11.0 the pending
+// ones read items_due_idx, whose priority column comes first, and walked
+// every future item of the queue: 219 pages for 20k on PostgreSQL 15,
+// issue 33; as EXISTS, a generic plan could
+// choose a sequential scan.) The clock is a parameter, `$2`: read from a
+// CTE (0.11.0), it made each `min` a join, which PostgreSQL does not read
+// as the first index entry but aggregates over every row: 100k future
+// items cost 16 idle long pollers 1.5 cores while a producer added 100
+// future items a second, each waking a poller (issue 33).
 // (A paused queue is not asked: nothing becomes claimable by the clock
 // then, and only the resume, which wakes every waiter, opens it.)
-static NEXT_DUE: Statement<QueueParams> = Statement::new(
+static NEXT_DUE: Statement<NextDueParams> = Statement::new(
     r#"
-WITH now AS (SELECT pg_catalog.clock_timestamp() AS t)
 SELECT EXTRACT(EPOCH FROM LEAST(
            (SELECT pg_catalog.min(i.run_at)
-              FROM workfence.items AS i, now
+              FROM workfence.items AS i
              WHERE i.queue OPERATOR(pg_catalog.=) $1
                AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-               AND i.run_at OPERATOR(pg_catalog.>) now.t),
+               AND i.run_at OPERATOR(pg_catalog.>) $2),
            (SELECT pg_catalog.min(i.lease_until)
-              FROM workfence.items AS i, now
+              FROM workfence.items AS i
              WHERE i.queue OPERATOR(pg_catalog.=) $1
                AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-               AND i.lease_until OPERATOR(pg_catalog.>) now.t))
-         OPERATOR(pg_catalog.-) (SELECT now.t FROM now))::pg_catalog.float8,
-       (SELECT pg_catalog.min(i.run_at)
+               AND i.lease_until OPERATOR(pg_catalog.>) $2))
+         OPERATOR(pg_catalog.-) $2)::pg_catalog.float8,
+       (SELECT i.id
           FROM workfence.items AS i
          WHERE i.queue OPERATOR(pg_catalog.=) $1
-           AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state)
-       OPERATOR(pg_catalog.<=) (SELECT now.t FROM now)
-       OR (SELECT pg_catalog.min(i.lease_until)
+           AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+           AND i.run_at OPERATOR(pg_catalog.<=) $2
+         ORDER BY i.run_at
+         LIMIT 1) IS NOT NULL
+       OR (SELECT i.id
              FROM workfence.items AS i
             WHERE i.queue OPERATOR(pg_catalog.=) $1
-              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state)
-          OPERATOR(pg_catalog.<=) (SELECT now.t FROM now)
+              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+              AND i.lease_until OPERATOR(pg_catalog.<=) $2
+            ORDER BY i.lease_until
+            LIMIT 1) IS NOT NULL
 "#,
 );
+
+params! {
+    /// `$1` queue, `$2` the server's clock.
+    struct NextDueParams<'a> {
+        queue: &'a str = TEXTOID,
+        now: TimestampWithTimeZone = TIMESTAMPTZOID,
+    }
+}
 
 /// Run one claim attempt of a waiting claim in a subtransaction, kept if
 /// the attempt changed something (`attempt` returns its rows and whether it
@@ -552,7 +568,8 @@ fn next_due(queue: &str) -> Result<(Option<Duration>, bool)> {
         return Ok((None, false));
     }
     Spi::connect_mut(|client| {
-        plans::run(client, &NEXT_DUE, QueueParams { queue }, |rows| {
+        let now = crate::claim::server_clock()?;
+        plans::run(client, &NEXT_DUE, NextDueParams { queue, now }, |rows| {
             let row = rows.first();
             let seconds: Option<f64> = row.get(1)?;
             let due_now = row.get::<bool>(2)?.unwrap_or(false);

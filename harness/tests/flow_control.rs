@@ -1717,3 +1717,69 @@ fn soak_groups_stay_serial_through_stalls_and_sigkills() {
     assert!(reclaims > 0, "no lapsed lease was claimed anew");
     ok(fs::remove_file(&log), "removing the workers' log");
 }
+
+/// A limit lowered below the items claimed takes nothing back and holds
+/// every claim until fewer items than the new limit are claimed, exactly
+/// as many as the limit then allows; raised, it lets claims go on at once;
+/// lifted, it lets them all. The slots a lowered limit retired (those that
+/// still held a claimed item, src/flow.rs) are gone once their items are.
+/// The order of the finishes is chosen so that the first two free the new
+/// limit's own slot and a retired one, and claims must still wait.
+#[test]
+fn a_lowered_limit_holds_claims_until_enough_items_finish() {
+    let db = Db::new("flow_lowered");
+    let mut c = db.connect();
+    ok(
+        calls::work_limit(&mut c, QUEUE, Some(3), None, "1 second"),
+        "work_limit",
+    );
+    for n in 0..8 {
+        enqueue_new(&mut c, &Enqueue::new(QUEUE).key(&format!("k{n}")));
+    }
+    let held = claim(&mut c, "w", 10);
+    assert_eq!(keys(&held), ["k0", "k1", "k2"]);
+    ok(
+        calls::work_limit(&mut c, QUEUE, Some(1), None, "1 second"),
+        "work_limit",
+    );
+    let slots = |c: &mut Client| -> Vec<i32> {
+        ok(
+            c.query(
+                "SELECT slot FROM workfence.queue_slots WHERE queue = $1 AND kind = 'c' ORDER BY slot",
+                &[&QUEUE],
+            ),
+            "slots",
+        )
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    // Three claimed items, one slot under the limit and two retired.
+    assert_eq!(slots(&mut c), [1, 2, 3]);
+    let token = |claim: &Claim| Token::new(claim.id, "w", claim.epoch);
+    for (finished, left) in [(0, 2), (2, 1)] {
+        finish(&mut c, &token(&held[finished]));
+        assert_eq!(
+            keys(&claim(&mut c, "w", 10)),
+            Vec::<&str>::new(),
+            "{left} items claimed, limit 1"
+        );
+    }
+    finish(&mut c, &token(&held[1]));
+    // None claimed: exactly one more, and the retired slots are gone.
+    assert_eq!(keys(&claim(&mut c, "w", 10)), ["k3"]);
+    assert_eq!(slots(&mut c), [1]);
+    // Raised to 3: two more at once; lifted: the rest.
+    ok(
+        calls::work_limit(&mut c, QUEUE, Some(3), None, "1 second"),
+        "work_limit",
+    );
+    assert_eq!(keys(&claim(&mut c, "w", 10)), ["k4", "k5"]);
+    assert_eq!(keys(&claim(&mut c, "w", 10)), Vec::<&str>::new());
+    ok(
+        calls::work_limit(&mut c, QUEUE, None, None, "1 second"),
+        "work_limit",
+    );
+    assert_eq!(keys(&claim(&mut c, "w", 10)), ["k6", "k7"]);
+    assert_eq!(slots(&mut c), Vec::<i32>::new());
+}

@@ -608,7 +608,7 @@ BEGIN
           JOIN pg_proc AS fn ON fn.oid = op.oprcode
           JOIN pg_namespace AS fn_ns ON fn_ns.oid = fn.pronamespace
          WHERE op.oprnamespace = 'pg_catalog'::regnamespace
-           AND op.oprname = ANY (ARRAY['=', '<>', '<', '<=', '>', '>=', '+', '-', '*', '/', '||', '~~', '->', '->>'])
+           AND op.oprname = ANY (ARRAY['=', '<>', '<', '<=', '>', '>=', '+', '-', '*', '/', '%', '||', '~~', '->', '->>'])
            AND op.oprleft = ANY (ARRAY['int4', 'int8', 'float8', 'numeric', 'text', 'timestamptz',
                                        'interval', 'bool', 'jsonb', 'anyenum']::regtype[])
            AND op.oprright = ANY (ARRAY['int4', 'int8', 'float8', 'numeric', 'text', 'timestamptz',
