@@ -1734,7 +1734,7 @@ fn a_lowered_limit_holds_claims_until_enough_items_finish() {
         "work_limit",
     );
     for n in 0..8 {
-        enqueue_new(&mut c, &Enqueue::new(QUEUE).key(&format!("k{n}")));
+        enqueue_new(&mut c, &Enqueue::new(QUEUE).key(format!("k{n}")));
     }
     let held = claim(&mut c, "w", 10);
     assert_eq!(keys(&held), ["k0", "k1", "k2"]);
