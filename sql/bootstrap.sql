@@ -68,6 +68,7 @@ CREATE TABLE workfence.items (
     max_run       interval,
     errors        jsonb,
     group_key     text,
+    slot          integer,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -108,6 +109,9 @@ COMMENT ON COLUMN workfence.items.errors IS
 COMMENT ON COLUMN workfence.items.group_key IS
     'Serial group within the queue (from 0.10.0): at most one item of a (queue, group_key) is claimed at a time, '
     'and a group''s items are claimed in claim order (priority, run_at, id). NULL: in no group.';
+COMMENT ON COLUMN workfence.items.slot IS
+    'From 0.12.0: the concurrency slot of its queue''s limit (work_limit) the item holds while claimed by a claim of a '
+    'limited queue (src/flow.rs); meaningless in other states.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).
@@ -126,6 +130,12 @@ CREATE INDEX items_ready_idx ON workfence.items (queue, run_at)
     WHERE state = 'pending';
 COMMENT ON INDEX workfence.items_ready_idx IS
     'Pending items by run_at: whether a queue has a due item, and when its next one is due, in one probe.';
+-- From 0.12.0: which concurrency slots of a limited queue its claimed
+-- items hold (src/flow.rs).
+CREATE INDEX items_slot_idx ON workfence.items (queue, slot)
+    WHERE state = 'claimed' AND slot IS NOT NULL;
+COMMENT ON INDEX workfence.items_slot_idx IS
+    'Claimed items by concurrency slot: whether a slot of a limited queue is busy, in one probe.';
 -- From 0.10.0: a grouped item's claim asks whether its group has an item
 -- claimed, or a pending one before it in claim order (src/flow.rs). Items
 -- in no group are not in it.
@@ -225,15 +235,15 @@ COMMENT ON INDEX workfence.queues_pkey IS 'A queue''s settings by name: the clai
 -- The slots of a limited queue (from 0.12.0, src/flow.rs): a claim takes a
 -- free slot FOR UPDATE SKIP LOCKED for each item it hands out, so that
 -- claims of one queue never wait on each other and the limits stay exact.
--- kind 'c': concurrency slots 1..concurrency, each free unless its item is
--- claimed (a row above the limit is a slot retired by a lowered limit that
--- still holds a claimed item). kind 'r': rate slots 1..rate, each free once
--- its last claim left the window (used_at older than per).
+-- kind 'c': concurrency slots 1..concurrency, each free unless a claimed
+-- item of the queue holds it (items.slot; an item that holds a number above
+-- the limit holds a slot retired by a lowered limit). kind 'r': rate slots
+-- 1..rate, each free once its last claim left the window (used_at older
+-- than per).
 CREATE TABLE workfence.queue_slots (
     queue    text NOT NULL,
     kind     "char" NOT NULL CHECK (kind IN ('c', 'r')),
     slot     integer NOT NULL CHECK (slot > 0),
-    item     bigint,
     used_at  timestamptz,
     CONSTRAINT queue_slots_pkey PRIMARY KEY (queue, kind, slot)
 );
@@ -242,10 +252,9 @@ COMMENT ON TABLE workfence.queue_slots IS
     'it hands out, FOR UPDATE SKIP LOCKED. Not readable by PUBLIC.';
 COMMENT ON COLUMN workfence.queue_slots.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.queue_slots.kind IS
-    'c: a concurrency slot (free unless its item is claimed); r: a rate slot (free once used_at is older than per).';
+    'c: a concurrency slot (free unless a claimed item of the queue holds it, items.slot); r: a rate slot (free once used_at is older than per).';
 COMMENT ON COLUMN workfence.queue_slots.slot IS
-    'Slot number, from 1; a concurrency slot above the limit was retired by a lowered limit and goes once its item is not claimed.';
-COMMENT ON COLUMN workfence.queue_slots.item IS 'c: the item the slot was last given to; NULL if never.';
+    'Slot number, from 1 to the limit.';
 COMMENT ON COLUMN workfence.queue_slots.used_at IS 'r: server time of the claim that last used the slot; NULL if never.';
 COMMENT ON INDEX workfence.queue_slots_pkey IS 'A queue''s slots of one kind in slot order.';
 CREATE INDEX queue_slots_used_idx ON workfence.queue_slots (queue, used_at NULLS FIRST) WHERE kind = 'r';

@@ -10,10 +10,10 @@
 -- settings and the locks out of SQL's reach are in the library alone.
 -- Issue 33 (claims that never walk the backlog): the index items_ready_idx
 -- (built here: the update holds a SHARE lock on workfence.items while it
--- builds, so enqueues and claims wait for it, about a second per million
--- pending items), and the slot rows of limited queues (workfence.queue_slots,
--- filled from each limited queue's claimed items and rate window, which
--- replace queues.rate_log). A claim that runs before the update commits
+-- builds, so enqueues and claims wait for it, 165 ms for 256k pending items
+-- on a 2-core machine), the column items.slot and its index, and the slot
+-- rows of limited queues (workfence.queue_slots, filled from each limited
+-- queue's claimed items and rate window, which replace queues.rate_log). A claim that runs before the update commits
 -- keeps the limits as 0.11.0 did (src/flow.rs, the schema's form).
 
 -- ---- work_item gains group_key ----
@@ -234,6 +234,14 @@ UPDATE pg_catalog.pg_init_privs AS ip
    AND ip.objoid OPERATOR(pg_catalog.=) p.oid
    AND p.pronamespace OPERATOR(pg_catalog.=) 'workfence'::pg_catalog.regnamespace;
 
+-- ---- issue 33: a claimed item's concurrency slot ----
+-- First, while nothing else of this update holds a lock on the table: the
+-- column takes an ACCESS EXCLUSIVE lock for a moment (no rewrite).
+ALTER TABLE workfence.items ADD COLUMN slot integer;
+COMMENT ON COLUMN workfence.items.slot IS
+    'From 0.12.0: the concurrency slot of its queue''s limit (work_limit) the item holds while claimed by a claim of a '
+    'limited queue (src/flow.rs); meaningless in other states.';
+
 -- ---- issue 33: anything due, and the next run_at, in one probe ----
 CREATE INDEX items_ready_idx ON workfence.items (queue, run_at)
     WHERE state = 'pending';
@@ -241,11 +249,15 @@ COMMENT ON INDEX workfence.items_ready_idx IS
     'Pending items by run_at: whether a queue has a due item, and when its next one is due, in one probe.';
 
 -- ---- issue 33: the slots of limited queues ----
+CREATE INDEX items_slot_idx ON workfence.items (queue, slot)
+    WHERE state = 'claimed' AND slot IS NOT NULL;
+COMMENT ON INDEX workfence.items_slot_idx IS
+    'Claimed items by concurrency slot: whether a slot of a limited queue is busy, in one probe.';
+
 CREATE TABLE workfence.queue_slots (
     queue    text NOT NULL,
     kind     "char" NOT NULL CHECK (kind IN ('c', 'r')),
     slot     integer NOT NULL CHECK (slot > 0),
-    item     bigint,
     used_at  timestamptz,
     CONSTRAINT queue_slots_pkey PRIMARY KEY (queue, kind, slot)
 );
@@ -254,10 +266,9 @@ COMMENT ON TABLE workfence.queue_slots IS
     'it hands out, FOR UPDATE SKIP LOCKED. Not readable by PUBLIC.';
 COMMENT ON COLUMN workfence.queue_slots.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.queue_slots.kind IS
-    'c: a concurrency slot (free unless its item is claimed); r: a rate slot (free once used_at is older than per).';
+    'c: a concurrency slot (free unless a claimed item of the queue holds it, items.slot); r: a rate slot (free once used_at is older than per).';
 COMMENT ON COLUMN workfence.queue_slots.slot IS
-    'Slot number, from 1; a concurrency slot above the limit was retired by a lowered limit and goes once its item is not claimed.';
-COMMENT ON COLUMN workfence.queue_slots.item IS 'c: the item the slot was last given to; NULL if never.';
+    'Slot number, from 1 to the limit.';
 COMMENT ON COLUMN workfence.queue_slots.used_at IS 'r: server time of the claim that last used the slot; NULL if never.';
 COMMENT ON INDEX workfence.queue_slots_pkey IS 'A queue''s slots of one kind in slot order.';
 CREATE INDEX queue_slots_used_idx ON workfence.queue_slots (queue, used_at NULLS FIRST) WHERE kind = 'r';
@@ -265,29 +276,28 @@ COMMENT ON INDEX workfence.queue_slots_used_idx IS 'Rate slots, least recently u
 REVOKE ALL ON TABLE workfence.queue_slots FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_slots', '');
 
--- Each limited queue's claimed items hold its concurrency slots (in id
--- order; those beyond the limit hold slots above it, retired as they
--- finish), and the most recent claims of its rate window its rate slots,
--- as work_limit would set them (src/flow.rs). No claim is in flight while
--- they are read: the CREATE INDEX above holds a SHARE lock on
--- workfence.items to the end of the update, which every claim's ROW
--- EXCLUSIVE lock waits for (and it waited for those before it).
-WITH claimed AS (
-    SELECT i.queue, i.id,
-           pg_catalog.row_number() OVER (PARTITION BY i.queue ORDER BY i.id) AS n
-      FROM workfence.items AS i
-      JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) i.queue
-     WHERE q.concurrency IS NOT NULL
-       AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-)
-INSERT INTO workfence.queue_slots (queue, kind, slot, item)
-SELECT q.queue, 'c', g.n, c.id
+-- Each limited queue gets its concurrency slots 1..concurrency, and its
+-- claimed items hold them in id order (those beyond the limit hold numbers
+-- above it: retired slots, which claims absorb as the items finish); the
+-- most recent claims of its rate window hold its rate slots, as work_limit
+-- would set them (src/flow.rs). No claim is in flight while they are read:
+-- the CREATE INDEX statements above hold a SHARE lock on workfence.items to
+-- the end of the update, which every claim's ROW EXCLUSIVE lock waits for
+-- (and they waited for those before them).
+INSERT INTO workfence.queue_slots (queue, kind, slot)
+SELECT q.queue, 'c', g.n
   FROM workfence.queues AS q
- CROSS JOIN LATERAL pg_catalog.generate_series(1, GREATEST(q.concurrency,
-           (SELECT pg_catalog.count(*) FROM claimed AS k
-             WHERE k.queue OPERATOR(pg_catalog.=) q.queue)::pg_catalog.int4)) AS g(n)
-  LEFT JOIN claimed AS c ON c.queue OPERATOR(pg_catalog.=) q.queue AND c.n OPERATOR(pg_catalog.=) g.n
+ CROSS JOIN LATERAL pg_catalog.generate_series(1, q.concurrency) AS g(n)
  WHERE q.concurrency IS NOT NULL;
+UPDATE workfence.items AS i
+   SET slot = c.n
+  FROM (SELECT k.id,
+               pg_catalog.row_number() OVER (PARTITION BY k.queue ORDER BY k.id) AS n
+          FROM workfence.items AS k
+          JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) k.queue
+         WHERE q.concurrency IS NOT NULL
+           AND k.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state) AS c
+ WHERE i.id OPERATOR(pg_catalog.=) c.id;
 INSERT INTO workfence.queue_slots (queue, kind, slot, used_at)
 SELECT q.queue, 'r', g.n,
        (SELECT t.at FROM pg_catalog.unnest(q.rate_log) AS t(at)
@@ -296,3 +306,7 @@ SELECT q.queue, 'r', g.n,
  CROSS JOIN LATERAL pg_catalog.generate_series(1, q.rate) AS g(n)
  WHERE q.rate IS NOT NULL;
 ALTER TABLE workfence.queues DROP COLUMN rate_log;
+
+-- ---- issue 33: work_limit's comment says how claims keep the limits now ----
+COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval) IS
+'work_limit(queue, concurrency int DEFAULT NULL, rate int DEFAULT NULL, per interval DEFAULT ''1 second'') -> void. From 0.10.0: at most concurrency items of the queue claimed at once (a lapsed lease keeps its slot until claimed anew or dead-lettered), at most rate items handed out by claims in any window of length per (sliding, server clock); NULL lifts a limit, work_limit(queue) both; shown in work_queue_stats. A claim that would exceed a limit returns fewer rows, never waits; from 0.12.0 each item it hands out takes a slot row of the queue (workfence.queue_slots) FOR UPDATE SKIP LOCKED, so claims of one queue run side by side; lowering a limit takes nothing back (claims wait until fewer items than it are claimed); claims of a limited queue run in READ COMMITTED only (see work_claim). Errors: 22004 NULL queue or per, 22023 bad queue, concurrency or rate outside 1..10000, per not in (0, 1 day]; 42501 when queue grants are enforced and the role has no operate grant covering the queue.';

@@ -31,15 +31,20 @@
 //! LOCKED`, as they take items (Solid Queue keeps its concurrency
 //! semaphores in rows too, one per key with a count; here one row per slot,
 //! so that claims skip each other's rows instead of waiting on one):
-//! - **Concurrency**: slots `('c', 1..concurrency)`. A slot is *free* when
-//!   its `item` is NULL or not in state `claimed`; finishing, failing,
-//!   releasing, cancelling or dead-lettering the item frees it with no write
-//!   to the slot. **Invariant**: every claimed item of the queue that a
-//!   limited claim took is the `item` of exactly one slot, held from its
-//!   claim until it leaves state `claimed` (a lapsed lease claimed anew
-//!   keeps its item's slot). So the claimed items number at most the busy
-//!   slots, and a claim that takes only free slots at or below the limit
-//!   keeps `claimed <= concurrency`.
+//! - **Concurrency**: slots `('c', 1..concurrency)`, rows that are never
+//!   written while the limit stands: a claim locks them, and the item it
+//!   claims records the slot it took (`items.slot`, in the claim's own
+//!   update of the item). A slot is *free* when no claimed item of the
+//!   queue holds it; finishing, failing, releasing, cancelling or
+//!   dead-lettering the item frees it with no write beyond the item's own.
+//!   **Invariant**: no two claimed items of the queue hold one slot, and
+//!   every item a limited claim took holds one from its claim until it
+//!   leaves state `claimed` (a lapsed lease claimed anew keeps its slot).
+//!   So a claim that takes only free slots at or below the limit, while no
+//!   claimed item holds a slot above it, keeps `claimed <= concurrency`.
+//!   (A first design wrote the item into the slot's row at each claim: the
+//!   queue's 100 slot rows then took 12 pages and 1,212 dead versions
+//!   after 20,000 claims, which every claim read.)
 //! - **Rate**: slots `('r', 1..rate)`, each with the time of the claim that
 //!   last used it (`used_at`). Free when that is older than `per`; every
 //!   item handed out, a lapsed lease's new claim included, uses one and
@@ -62,14 +67,13 @@
 //! 2. The re-check ([`VERIFY_SLOTS`], or inside [`FAST_TAKE`]): a new
 //!    statement, so a snapshot taken after step 1's locks were granted,
 //!    keeps the concurrency slots that are free in it. Step 1 alone cannot
-//!    tell: a slot that another claim gave an item and committed after step
-//!    1's snapshot is locked in its newest version (PostgreSQL's
-//!    EvalPlanQual), but its item is read in the old snapshot, where it
-//!    was still pending, and looks free. Every claim that held the slot
-//!    before has committed or aborted by the time the lock is granted, so
-//!    the new snapshot sees its item claimed. (Rate slots need no second
-//!    look: `used_at` is in the slot's own row, which the re-check of the
-//!    lock reads in its newest version.)
+//!    tell: a claim that took an item into one of those slots and committed
+//!    (releasing the slot) after step 1's snapshot was taken left the slot
+//!    free in that snapshot. Every claim that held the slot before has
+//!    committed or aborted by the time the lock is granted, so the new
+//!    snapshot sees its item. (Rate slots need no second look: `used_at` is
+//!    in the slot's own row, which the re-check of the lock reads in its
+//!    newest version.)
 //! 3. The pick ([`PICK`]): due items (for a grouped item: its group has no
 //!    claimed item and no pending item before it, in this snapshot) and
 //!    lapsed leases, in claim order, locked `FOR UPDATE SKIP LOCKED`; at
@@ -85,19 +89,17 @@
 //!    the group lock before this one took it); the re-check sees it.
 //!    Without it two claimers could hold one group: the model in
 //!    `harness/tests/model.rs` finds that interleaving.
-//! 5. The slots' writes ([`USE_SLOTS`]): each pending item claimed goes into
-//!    one of the free slots; a free slot left unused forgets its item (that
-//!    item may be in another slot by now, and two slots naming one item
-//!    would both be busy while it runs); each rate slot used gets the
+//! 5. The slots' writes ([`USE_SLOTS`]): each pending item claimed takes
+//!    one of the free slots (`items.slot`); each rate slot used gets the
 //!    claim's time.
 //!
-//! Why the invariant holds under SKIP LOCKED races: a slot is written only
-//! by the transaction that holds its row lock (a claim, or `work_limit`);
-//! a claim writes an item into a slot only if the slot was free in a
-//! snapshot taken after every earlier holder ended, so no claimed item is
-//! displaced; two claims never hold one slot; and an item is claimed
-//! pending only into a slot the same transaction holds, which commits both
-//! or neither. The model checks it (`Sql::NoSlotRecheck`, without step 2,
+//! Why the invariant holds under SKIP LOCKED races: an item is given a
+//! slot only by a transaction that holds the slot's row lock (a claim), or
+//! by `work_limit`, which first locks every slot of the queue; a claim
+//! gives a slot only if no claimed item held it in a snapshot taken after
+//! every earlier holder ended; two claims never hold one slot; and the
+//! item's claim and its slot are one transaction's writes, committed
+//! together. The model checks it (`Sql::NoSlotRecheck`, without step 2,
 //! and `Sql::SlotFreedByLease`, a slot freed when its lease lapses, are
 //! both caught).
 //!
@@ -106,14 +108,14 @@
 //!
 //! **Changing the limits** (`work_limit`, [`sync_slots`]): it locks every
 //! slot of the queue (waiting for the claims that hold some), then writes
-//! them as the new limits want: concurrency slots `1..concurrency`, and
-//! every claimed item that holds no slot (it held one above a lowered
-//! limit, or was claimed while the queue had no limit) gets a free one,
-//! or, when none is left, a *retired* slot above the limit. A claim that
-//! finds retired slots locks them, drops those whose item is no longer
-//! claimed, moves each still-claimed one's item into one of its own free
-//! slots (which that item then fills), and takes new items only when it
-//! held every retired slot and none still holds a claimed item: a lowered
+//! them as the new limits want: slot rows `1..concurrency`, and every
+//! claimed item that holds no slot of its own (it was claimed while the
+//! queue had no limit, or shares a number with an older item) gets a free
+//! one, or, when none is left, a *retired* number above the limit. An item
+//! that holds a number above a lowered limit keeps it, retired. A claim
+//! that finds retired slots locks their items (`SKIP LOCKED`), moves each
+//! into one of its own free slots (which that item then fills), and takes
+//! new items only when it locked every such item and moved it: a lowered
 //! limit takes nothing back and holds claims until fewer items than it are
 //! claimed, as a count would. Rate slots keep the window's `rate` most
 //! recent claims. One limit change races claims that read the queue's
@@ -391,19 +393,20 @@ pub fn schema_has_slots() -> bool {
 // Step 1 of a claim of a limited queue (0.12.0 on): the queue's limits,
 // and up to `$3` of its free slots of each kind, locked `FOR UPDATE SKIP
 // LOCKED` by the server's clock `$2`: concurrency slots at or below the
-// limit whose item is not claimed (as this statement's snapshot sees the
-// items: see VERIFY_SLOTS), in slot order from a slot of the backend's own
-// (`$4`, its process id, modulo the limit) round to it, so that claimers
-// do not all read the same busy slots first; rate slots whose last use
-// left the window (least recently used first). A slot's item is read as a
-// scalar sub-query by id, one probe of items_pkey per slot looked at: as
-// NOT EXISTS, the planner hashed every claimed item of the database
-// (through items_lease_idx) for each claim. Columns: concurrency, rate, the concurrency
-// slots, the rate slots, whether the queue has retired concurrency slots
-// (above the limit), and `claim::ready`'s two answers (a lapsed lease, a
-// due item): when there is neither, no slot is locked (the slot columns
-// are NULL; a CTE is run only as far as the query reads it), and the claim
-// ends having run this one statement. No row when the queue has no limits.
+// limit that no claimed item of the queue holds (`items.slot`, as this
+// statement's snapshot sees the items: see VERIFY_SLOTS), in slot order
+// from a slot of the backend's own (`$4`, its process id, modulo the
+// limit) round to it, so that claimers do not all look at the same busy
+// slots first, and as many more as claimed items hold retired slots
+// (above the limit, left by a lowered limit: the claim moves those items
+// into free slots before it takes new ones); rate slots whose last use
+// left the window (least recently used first). Columns: concurrency, rate, the concurrency slots, the rate
+// slots, whether a claimed item of the queue holds a slot above the limit
+// (a retired slot, left by a lowered limit), and `claim::ready`'s two
+// answers (a lapsed lease, a due item): when there is neither, no slot is
+// locked (the slot columns are NULL; a CTE is run only as far as the query
+// reads it), and the claim ends having run this one statement. No row when
+// the queue has no limits.
 static LOCK_SLOTS: Statement<SlotParams> = Statement::new(
     r#"
 WITH q AS (
@@ -412,6 +415,12 @@ WITH q AS (
      WHERE q.queue OPERATOR(pg_catalog.=) $1
 ), start AS (
     SELECT 1 OPERATOR(pg_catalog.+) ($4 OPERATOR(pg_catalog.%) q.concurrency) AS slot FROM q
+), retired AS (
+    SELECT pg_catalog.count(*) AS n
+      FROM workfence.items AS i, q
+     WHERE i.queue OPERATOR(pg_catalog.=) $1
+       AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+       AND i.slot OPERATOR(pg_catalog.>) q.concurrency
 ), c_from AS (
     SELECT s.slot
       FROM workfence.queue_slots AS s
@@ -419,12 +428,12 @@ WITH q AS (
        AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
        AND s.slot OPERATOR(pg_catalog.>=) (SELECT start.slot FROM start)
        AND s.slot OPERATOR(pg_catalog.<=) (SELECT q.concurrency FROM q)
-       AND (s.item IS NULL
-            OR COALESCE((SELECT i.state OPERATOR(pg_catalog.<>) 'claimed'::workfence.item_state
-                                 FROM workfence.items AS i
-                                WHERE i.id OPERATOR(pg_catalog.=) s.item), true))
+       AND NOT EXISTS (SELECT FROM workfence.items AS i
+                        WHERE i.queue OPERATOR(pg_catalog.=) $1
+                          AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                          AND i.slot OPERATOR(pg_catalog.=) s.slot)
      ORDER BY s.slot
-     LIMIT $3
+     LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired)
        FOR UPDATE OF s SKIP LOCKED
 ), c_before AS (
     SELECT s.slot
@@ -432,12 +441,12 @@ WITH q AS (
      WHERE s.queue OPERATOR(pg_catalog.=) $1
        AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
        AND s.slot OPERATOR(pg_catalog.<) (SELECT start.slot FROM start)
-       AND (s.item IS NULL
-            OR COALESCE((SELECT i.state OPERATOR(pg_catalog.<>) 'claimed'::workfence.item_state
-                                 FROM workfence.items AS i
-                                WHERE i.id OPERATOR(pg_catalog.=) s.item), true))
+       AND NOT EXISTS (SELECT FROM workfence.items AS i
+                        WHERE i.queue OPERATOR(pg_catalog.=) $1
+                          AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                          AND i.slot OPERATOR(pg_catalog.=) s.slot)
      ORDER BY s.slot
-     LIMIT $3
+     LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired)
        FOR UPDATE OF s SKIP LOCKED
 ), r AS (
     SELECT s.slot
@@ -457,13 +466,10 @@ SELECT q.concurrency, q.rate,
                          FROM (SELECT f.slot FROM c_from AS f
                                UNION ALL
                                SELECT b.slot FROM c_before AS b) AS c
-                        LIMIT $3) END,
+                        LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired)) END,
        CASE WHEN (ready.lapsed OR ready.due) AND q.rate IS NOT NULL
             THEN ARRAY(SELECT r.slot FROM r) END,
-       EXISTS (SELECT FROM workfence.queue_slots AS s
-                WHERE s.queue OPERATOR(pg_catalog.=) $1
-                  AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
-                  AND s.slot OPERATOR(pg_catalog.>) q.concurrency),
+       (SELECT retired.n FROM retired) OPERATOR(pg_catalog.>) 0,
        ready.lapsed, ready.due
   FROM q,
        (SELECT (SELECT i.id
@@ -496,25 +502,27 @@ params! {
     }
 }
 
-// Step 1b, when the queue has retired concurrency slots (above limit `$2`,
-// left by a lowered limit): lock them `FOR UPDATE SKIP LOCKED`, and count
-// them all. Columns: the slots locked, how many there are.
+// Step 1b, when a claimed item of the queue holds a slot above limit `$2`
+// (a retired slot): lock those items `FOR NO KEY UPDATE SKIP LOCKED` (a
+// row whose state or slot changed since this statement's snapshot is
+// re-checked in its newest version), and count them all. Columns: the
+// items locked, how many there are.
 static LOCK_RETIRED: Statement<RetiredParams> = Statement::new(
     r#"
 WITH l AS (
-    SELECT s.slot
-      FROM workfence.queue_slots AS s
-     WHERE s.queue OPERATOR(pg_catalog.=) $1
-       AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
-       AND s.slot OPERATOR(pg_catalog.>) $2
-       FOR UPDATE OF s SKIP LOCKED
+    SELECT i.id
+      FROM workfence.items AS i
+     WHERE i.queue OPERATOR(pg_catalog.=) $1
+       AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+       AND i.slot OPERATOR(pg_catalog.>) $2
+       FOR NO KEY UPDATE OF i SKIP LOCKED
 )
-SELECT ARRAY(SELECT l.slot FROM l),
+SELECT ARRAY(SELECT l.id FROM l),
        (SELECT pg_catalog.count(*)
-          FROM workfence.queue_slots AS s
-         WHERE s.queue OPERATOR(pg_catalog.=) $1
-           AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
-           AND s.slot OPERATOR(pg_catalog.>) $2)
+          FROM workfence.items AS i
+         WHERE i.queue OPERATOR(pg_catalog.=) $1
+           AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+           AND i.slot OPERATOR(pg_catalog.>) $2)
 "#,
 );
 
@@ -528,25 +536,25 @@ params! {
 
 // Step 2: the concurrency slots `$2` of queue `$1`, which this transaction
 // has locked, read in a snapshot taken after the locks were granted (a new
-// statement): each slot with its item if that item is claimed (busy), NULL
-// if the slot is free; and the queue's concurrency limit and whether it
-// has retired slots, in this snapshot (a `work_limit` that committed since
-// step 1 changed them: the claim then takes nothing new this time). LOCK_SLOTS's own look cannot decide: a slot that
-// another claim gave an item and committed after LOCK_SLOTS's snapshot was
-// taken is locked in its newest version, but the item is read in the old
-// snapshot, where it was still pending.
+// statement): each slot, whether a claimed item holds it (busy), the
+// queue's concurrency limit and whether a claimed item holds a slot above
+// it, in this snapshot (a `work_limit` that committed since step 1 changed
+// them: the claim then takes nothing new this time). Step 1's own look
+// cannot decide: a claim that took an item into one of these slots and
+// committed after step 1's snapshot was taken, releasing the slot, left
+// the slot free in that snapshot.
 static VERIFY_SLOTS: Statement<VerifyParams> = Statement::new(
     r#"
 SELECT s.slot,
-       CASE WHEN (SELECT i.state FROM workfence.items AS i
-                   WHERE i.id OPERATOR(pg_catalog.=) s.item)
-                 OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-            THEN s.item END,
+       EXISTS (SELECT FROM workfence.items AS i
+                WHERE i.queue OPERATOR(pg_catalog.=) $1
+                  AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                  AND i.slot OPERATOR(pg_catalog.=) s.slot),
        q.concurrency,
-       EXISTS (SELECT FROM workfence.queue_slots AS r
-                WHERE r.queue OPERATOR(pg_catalog.=) $1
-                  AND r.kind OPERATOR(pg_catalog.=) 'c'::"char"
-                  AND r.slot OPERATOR(pg_catalog.>) q.concurrency)
+       EXISTS (SELECT FROM workfence.items AS i
+                WHERE i.queue OPERATOR(pg_catalog.=) $1
+                  AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                  AND i.slot OPERATOR(pg_catalog.>) q.concurrency)
   FROM workfence.queue_slots AS s
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) $1
  WHERE s.queue OPERATOR(pg_catalog.=) $1
@@ -563,42 +571,33 @@ params! {
     }
 }
 
-// Step 5, in the claim's transaction, which holds every slot named here:
-// concurrency slots `$2` get the items `$3` (pairwise; NULL for a free slot
-// the claim did not use), retired slots `$4` go, rate slots `$5` are used
-// at `$6`.
+// Step 5, in the claim's transaction, which holds every slot and item
+// named here: items `$3` take concurrency slots `$2` (pairwise: a claimed
+// item its slot, a retired slot's item one at or below the limit), rate
+// slots `$4` are used at `$5`.
 static USE_SLOTS: Statement<UseParams> = Statement::new(
     r#"
 WITH given AS (
-    UPDATE workfence.queue_slots AS s
-       SET item = v.item
+    UPDATE workfence.items AS i
+       SET slot = v.slot
       FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS v(slot, item)
-     WHERE s.queue OPERATOR(pg_catalog.=) $1
-       AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
-       AND s.slot OPERATOR(pg_catalog.=) v.slot
-       AND NOT COALESCE(s.item OPERATOR(pg_catalog.=) v.item, s.item IS NULL AND v.item IS NULL)
-), gone AS (
-    DELETE FROM workfence.queue_slots AS s
-     WHERE s.queue OPERATOR(pg_catalog.=) $1
-       AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
-       AND s.slot OPERATOR(pg_catalog.=) ANY ($4)
+     WHERE i.id OPERATOR(pg_catalog.=) v.item
 )
 UPDATE workfence.queue_slots AS s
-   SET used_at = $6
+   SET used_at = $5
  WHERE s.queue OPERATOR(pg_catalog.=) $1
    AND s.kind OPERATOR(pg_catalog.=) 'r'::"char"
-   AND s.slot OPERATOR(pg_catalog.=) ANY ($5)
+   AND s.slot OPERATOR(pg_catalog.=) ANY ($4)
 "#,
 );
 
 params! {
-    /// `$1` queue, `$2` concurrency slots and `$3` their items, `$4`
-    /// retired slots to delete, `$5` rate slots, `$6` the claim's time.
+    /// `$1` queue, `$2` concurrency slots and `$3` their items, `$4` rate
+    /// slots, `$5` the claim's time.
     struct UseParams<'a> {
         queue: &'a str = TEXTOID,
         given: Vec<i32> = INT4ARRAYOID,
-        items: Vec<Option<i64>> = INT8ARRAYOID,
-        gone: Vec<i32> = INT4ARRAYOID,
+        items: Vec<i64> = INT8ARRAYOID,
         rate: Vec<i32> = INT4ARRAYOID,
         now: TimestampWithTimeZone = TIMESTAMPTZOID,
     }
@@ -613,10 +612,9 @@ struct Slots {
     free: Option<Vec<i32>>,
     /// Free rate slots, one per item handed out; None without a rate limit.
     rate: Option<Vec<i32>>,
-    /// Concurrency slots given an item of a retired slot (slot, item).
+    /// Items of retired slots given one of this claim's free slots (slot,
+    /// item).
     moved: Vec<(i32, i64)>,
-    /// Retired slots to delete (moved, or their item no longer claimed).
-    gone: Vec<i32>,
 }
 
 impl Slots {
@@ -644,7 +642,7 @@ struct Locked {
     low: Vec<i32>,
     /// Free rate slots.
     rate_slots: Vec<i32>,
-    /// Whether the queue has retired concurrency slots.
+    /// Whether a claimed item of the queue holds a retired slot.
     has_retired: bool,
     /// Whether a lapsed lease of the queue is due to be claimed anew.
     lapsed: bool,
@@ -688,7 +686,8 @@ fn lock_slots(
 }
 
 /// Step 2 and the retired slots: which of the slots step 1 locked are free
-/// in a fresh snapshot, and what this claim does with the retired ones.
+/// in a fresh snapshot, and which items of retired slots this claim moves
+/// into them.
 fn verify_slots(
     client: &mut pgrx::spi::SpiClient<'_>,
     queue: &str,
@@ -709,6 +708,9 @@ fn verify_slots(
     let Some(concurrency) = concurrency else {
         return Ok(slots);
     };
+    // The items of retired slots, locked (a row whose state or slot
+    // changed since the statement's snapshot is re-checked in its newest
+    // version, so these are claimed and above the limit now).
     let (retired, all_retired) = if has_retired {
         plans::run(
             client,
@@ -716,7 +718,7 @@ fn verify_slots(
             RetiredParams { queue, concurrency },
             |rows| {
                 let row = rows.first();
-                let locked = row.get::<Vec<i32>>(1)?.unwrap_or_default();
+                let locked = row.get::<Vec<i64>>(1)?.unwrap_or_default();
                 let all = row.get::<i64>(2)?.unwrap_or(0);
                 let all_locked = locked.len() as i64 >= all;
                 Ok((locked, all_locked))
@@ -725,54 +727,44 @@ fn verify_slots(
     } else {
         (Vec::new(), true)
     };
-    if low.is_empty() && retired.is_empty() {
+    if low.is_empty() {
         slots.free = Some(Vec::new());
         return Ok(slots);
     }
-    let mut ask = low.clone();
-    ask.extend_from_slice(&retired);
     let mut changed = false;
-    let seen: Vec<(i32, Option<i64>)> = plans::run(
+    let mut free: Vec<i32> = plans::run(
         client,
         &VERIFY_SLOTS,
-        VerifyParams { queue, slots: ask },
+        VerifyParams { queue, slots: low },
         |rows| {
-            let mut seen = Vec::with_capacity(rows.len());
+            let mut free = Vec::with_capacity(rows.len());
             for row in rows {
-                if let Some(slot) = row.get::<i32>(1)? {
-                    seen.push((slot, row.get::<i64>(2)?));
+                let busy = row.get::<bool>(2)?.unwrap_or(true);
+                if let (Some(slot), false) = (row.get::<i32>(1)?, busy) {
+                    if slot <= concurrency {
+                        free.push(slot);
+                    }
                 }
                 changed |= row.get::<i32>(3)? != Some(concurrency)
                     || row.get::<bool>(4)?.unwrap_or(false) != has_retired;
             }
-            Ok(seen)
+            Ok(free)
         },
     )?;
-    let mut free: Vec<i32> = seen
-        .iter()
-        .filter(|(slot, item)| *slot <= concurrency && item.is_none())
-        .map(|(slot, _)| *slot)
-        .collect();
     free.sort_unstable();
-    // Retired slots: a free one goes; a busy one's item moves into a free
-    // slot at or below the limit (which it then fills), while one is left.
+    // Each retired slot's item moves into a free slot at or below the
+    // limit (which it then fills), while one is left.
     let mut busy_left = false;
-    for (slot, item) in seen.iter().filter(|(slot, _)| *slot > concurrency) {
-        match item {
-            None => slots.gone.push(*slot),
-            Some(item) => match free.pop() {
-                Some(into) => {
-                    slots.moved.push((into, *item));
-                    slots.gone.push(*slot);
-                }
-                None => busy_left = true,
-            },
+    for item in retired {
+        match free.pop() {
+            Some(into) => slots.moved.push((into, item)),
+            None => busy_left = true,
         }
     }
-    // New items only when no retired slot holds a claimed item any more
-    // (this claim saw and emptied them all): the queue's claimed items
-    // then all sit in slots at or below the limit, one of them free. And
-    // only if the limit is still the one step 1 read.
+    // New items only when no item holds a retired slot any more (this
+    // claim saw and moved them all): the queue's claimed items then all
+    // hold slots at or below the limit, one of them free. And only if the
+    // limit is still the one step 1 read.
     if busy_left || !all_retired || changed {
         free.clear();
     }
@@ -782,22 +774,27 @@ fn verify_slots(
 
 // Steps 2 to 5 in one statement, for the common case: a claim of up to
 // `$7` pending items (no lapsed lease is due, the queue has no groups and
-// no retired slots) of queue `$1` for owner `$2` under lease `$3` by the
+// no retired slot) of queue `$1` for owner `$2` under lease `$3` by the
 // server's clock `$6`, holding concurrency slots `$4` (NULL: no
 // concurrency limit) and rate slots `$5` (NULL: no rate limit; at least
 // `$7` of them otherwise). `free` is step 2: the slots re-read in this
 // statement's snapshot, taken after step 1's locks were granted, at or
-// below the limit as it is now and only while the queue has no retired
-// slot (a `work_limit` that committed since step 1 may have made some).
-// The claim is CLAIM_DUE's ([`crate::claim`]), as many items as free
-// slots; each claimed item is written into one free slot (a free slot left
-// unused forgets its item, see [`use_slots`]), and the rate slots used get
-// the claim's time. CLAIM's result columns. The four separate statements
-// of the general path cost a limited queue 0.5-0.7x an unlimited queue's
-// items/s (16 workers); this is one.
+// below the limit as it is now and only while no claimed item holds a
+// retired slot (a `work_limit` that committed since step 1 may have made
+// some). The claim is CLAIM_DUE's ([`crate::claim`]), as many items as
+// free slots, each claimed item taking one of them (`items.slot`, written
+// by the claim's own update); the rate slots used get the claim's time.
+// That time (`claimed_at`, the lease's start) is read inside the statement,
+// after its snapshot was taken: whatever freed a slot it takes committed
+// before it (`$6`, read before the statement, only says what is due).
+// CLAIM's result columns. The four separate statements of the general path
+// cost a limited queue 0.5-0.7x an unlimited queue's items/s (16 workers);
+// this is one.
 static FAST_TAKE: Statement<FastParams> = Statement::new(
     r#"
-WITH free AS (
+WITH clock AS (
+    SELECT pg_catalog.clock_timestamp() AS t
+), free AS (
     SELECT f.slot, f.n
       FROM pg_catalog.unnest(ARRAY(
                SELECT s.slot
@@ -809,25 +806,20 @@ WITH free AS (
                           SELECT q.concurrency FROM workfence.queues AS q
                            WHERE q.queue OPERATOR(pg_catalog.=) $1)
                   AND NOT EXISTS (
-                          SELECT FROM workfence.queue_slots AS r, workfence.queues AS q
+                          SELECT FROM workfence.items AS r, workfence.queues AS q
                            WHERE q.queue OPERATOR(pg_catalog.=) $1
                              AND r.queue OPERATOR(pg_catalog.=) $1
-                             AND r.kind OPERATOR(pg_catalog.=) 'c'::"char"
+                             AND r.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
                              AND r.slot OPERATOR(pg_catalog.>) q.concurrency)
-                  AND (s.item IS NULL
-                       OR COALESCE((SELECT i.state OPERATOR(pg_catalog.<>) 'claimed'::workfence.item_state
-                                            FROM workfence.items AS i
-                                           WHERE i.id OPERATOR(pg_catalog.=) s.item), true))
+                  AND NOT EXISTS (
+                          SELECT FROM workfence.items AS i
+                           WHERE i.queue OPERATOR(pg_catalog.=) $1
+                             AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                             AND i.slot OPERATOR(pg_catalog.=) s.slot)
                 ORDER BY s.slot)) WITH ORDINALITY AS f(slot, n)
-), claimed AS (
-    UPDATE workfence.items AS i
-       SET state = 'claimed'::workfence.item_state,
-           epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
-           owner = $2,
-           attempts = i.attempts OPERATOR(pg_catalog.+) 1,
-           claimed_at = $6,
-           lease_until = LEAST($6 OPERATOR(pg_catalog.+) $3, $6 OPERATOR(pg_catalog.+) i.max_run)
-     WHERE i.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+), picked AS (
+    SELECT p.ctid, p.n
+      FROM pg_catalog.unnest(ARRAY(
                SELECT d.ctid
                  FROM workfence.items AS d
                 WHERE d.queue OPERATOR(pg_catalog.=) $1
@@ -836,23 +828,26 @@ WITH free AS (
                 ORDER BY d.priority, d.run_at, d.id
                 LIMIT CASE WHEN $4 IS NULL THEN $7
                            ELSE LEAST($7, (SELECT pg_catalog.count(*) FROM free)) END
-                  FOR UPDATE SKIP LOCKED))
+                  FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(ctid, n)
+), claimed AS (
+    UPDATE workfence.items AS i
+       SET state = 'claimed'::workfence.item_state,
+           epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
+           owner = $2,
+           attempts = i.attempts OPERATOR(pg_catalog.+) 1,
+           claimed_at = (SELECT clock.t FROM clock),
+           lease_until = LEAST((SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) $3,
+                               (SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) i.max_run),
+           slot = CASE WHEN $4 IS NULL THEN i.slot
+                       ELSE (SELECT f.slot
+                               FROM picked AS p
+                               JOIN free AS f ON f.n OPERATOR(pg_catalog.=) p.n
+                              WHERE p.ctid OPERATOR(pg_catalog.=) i.ctid) END
+     WHERE i.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT p.ctid FROM picked AS p))
     RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at
-), given AS (
-    UPDATE workfence.queue_slots AS s
-       SET item = g.id
-      FROM (SELECT f.slot, c.id
-              FROM free AS f
-              LEFT JOIN pg_catalog.unnest(ARRAY(SELECT c.id FROM claimed AS c ORDER BY c.id))
-                        WITH ORDINALITY AS c(id, n)
-                     ON c.n OPERATOR(pg_catalog.=) f.n) AS g
-     WHERE s.queue OPERATOR(pg_catalog.=) $1
-       AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
-       AND s.slot OPERATOR(pg_catalog.=) g.slot
-       AND NOT COALESCE(s.item OPERATOR(pg_catalog.=) g.id, s.item IS NULL AND g.id IS NULL)
 ), used AS (
     UPDATE workfence.queue_slots AS s
-       SET used_at = $6
+       SET used_at = (SELECT clock.t FROM clock)
      WHERE s.queue OPERATOR(pg_catalog.=) $1
        AND s.kind OPERATOR(pg_catalog.=) 'r'::"char"
        AND s.slot OPERATOR(pg_catalog.=) ANY ($5[1:(SELECT pg_catalog.count(*) FROM claimed)::pg_catalog.int4])
@@ -911,10 +906,11 @@ fn fast_take(
     )
 }
 
-/// Step 5: record what the claim did with its slots: each concurrency slot
-/// it used gets the pending item it claimed (`claimed`: the ids claimed,
-/// `lapsed`: those that were lapsed leases claimed anew, which keep their
-/// slot), each rate slot it used the claim's time `now`.
+/// Step 5: record what the claim did with its slots: each pending item it
+/// claimed (`claimed`: the ids claimed, `lapsed`: those that were lapsed
+/// leases claimed anew, which keep their slot) takes one of its free
+/// concurrency slots, each moved item its new slot, each rate slot it used
+/// the claim's time `now`.
 fn use_slots(
     client: &mut pgrx::spi::SpiClient<'_>,
     queue: &str,
@@ -923,22 +919,13 @@ fn use_slots(
     lapsed: &HashSet<i64>,
     now: TimestampWithTimeZone,
 ) -> Result<()> {
-    let mut given: Vec<i32> = Vec::new();
-    let mut items: Vec<Option<i64>> = Vec::new();
-    for (slot, item) in &slots.moved {
-        given.push(*slot);
-        items.push(Some(*item));
-    }
+    let (mut given, mut items): (Vec<i32>, Vec<i64>) = slots.moved.iter().copied().unzip();
     if let Some(free) = slots.free {
-        let mut pending = claimed.iter().filter(|id| !lapsed.contains(id));
+        let pending = claimed.iter().filter(|id| !lapsed.contains(id));
         // The allowance gave this claim no more pending items than slots.
-        // A free slot this claim leaves unused forgets its item: another
-        // claim may have taken that item (released since) into another
-        // slot meanwhile, and two slots naming one claimed item would both
-        // be busy while it runs, one of them for nothing.
-        for slot in free {
+        for (slot, id) in free.into_iter().zip(pending) {
             given.push(slot);
-            items.push(pending.next().copied());
+            items.push(*id);
         }
     }
     let rate: Vec<i32> = slots
@@ -947,7 +934,7 @@ fn use_slots(
         .into_iter()
         .take(claimed.len())
         .collect();
-    if given.is_empty() && slots.gone.is_empty() && rate.is_empty() {
+    if given.is_empty() && rate.is_empty() {
         return Ok(());
     }
     plans::run(
@@ -957,7 +944,6 @@ fn use_slots(
             queue,
             given,
             items,
-            gone: slots.gone,
             rate,
             now,
         },
@@ -1336,8 +1322,8 @@ SELECT FROM workfence.queue_slots AS s
 );
 
 // Queue `$1`'s concurrency slots for limit `$2` (NULL: none), part 1: the
-// slots above the limit go (their items come back in part 2), the slots
-// 1..`$2` that are missing come.
+// slot rows above the limit go (an item that holds one keeps its number,
+// retired), the slots 1..`$2` that are missing come.
 static SYNC_CONCURRENCY: Statement<SyncParams> = Statement::new(
     r#"
 WITH gone AS (
@@ -1353,23 +1339,31 @@ SELECT $1, 'c', g.n FROM pg_catalog.generate_series(1, $2) AS g(n)
 );
 
 // Part 2: every claimed item of queue `$1` that holds no concurrency slot
-// (it held one above the new limit `$2`, or was claimed while the queue
-// had no limit) is given a free slot, in slot order, or when none is left a
-// new retired slot above the limit.
+// of its own at or below the new limit `$2` (it was claimed while the
+// queue had no limit, or shares its slot number with an item of a smaller
+// id, claimed under an earlier limit and kept since) is given a free slot,
+// in slot order, or when none is left a retired slot above the limit,
+// which claims then absorb (see the module comment). An item above the
+// limit keeps its slot: it is retired already. Waits for the transactions
+// that hold such an item's row locked (a worker's `work_assert`).
 static SYNC_CLAIMED: Statement<SyncParams> = Statement::new(
     r#"
-WITH orphan AS (
+WITH claimed AS (
+    SELECT i.id, i.slot
+      FROM workfence.items AS i
+     WHERE i.queue OPERATOR(pg_catalog.=) $1
+       AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+), orphan AS (
     SELECT o.id, o.n
       FROM pg_catalog.unnest(ARRAY(
-               SELECT i.id
-                 FROM workfence.items AS i
-                WHERE i.queue OPERATOR(pg_catalog.=) $1
-                  AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                  AND NOT EXISTS (SELECT FROM workfence.queue_slots AS s
-                                   WHERE s.queue OPERATOR(pg_catalog.=) $1
-                                     AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
-                                     AND s.item OPERATOR(pg_catalog.=) i.id)
-                ORDER BY i.id)) WITH ORDINALITY AS o(id, n)
+               SELECT c.id
+                 FROM claimed AS c
+                WHERE c.slot IS NULL
+                   OR (c.slot OPERATOR(pg_catalog.<=) $2
+                       AND EXISTS (SELECT FROM claimed AS d
+                                    WHERE d.slot OPERATOR(pg_catalog.=) c.slot
+                                      AND d.id OPERATOR(pg_catalog.<) c.id))
+                ORDER BY c.id)) WITH ORDINALITY AS o(id, n)
 ), free AS (
     SELECT f.slot, f.n
       FROM pg_catalog.unnest(ARRAY(
@@ -1377,22 +1371,22 @@ WITH orphan AS (
                  FROM workfence.queue_slots AS s
                 WHERE s.queue OPERATOR(pg_catalog.=) $1
                   AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
-                  AND (s.item IS NULL
-                       OR COALESCE((SELECT i.state OPERATOR(pg_catalog.<>) 'claimed'::workfence.item_state
-                                            FROM workfence.items AS i
-                                           WHERE i.id OPERATOR(pg_catalog.=) s.item), true))
+                  AND NOT EXISTS (SELECT FROM claimed AS c
+                                   WHERE c.slot OPERATOR(pg_catalog.=) s.slot)
                 ORDER BY s.slot)) WITH ORDINALITY AS f(slot, n)
 ), spare AS (
     SELECT pg_catalog.count(*) AS n FROM free
+), top AS (
+    SELECT GREATEST($2, (SELECT c.slot FROM claimed AS c WHERE c.slot IS NOT NULL
+                          ORDER BY c.slot DESC LIMIT 1)) AS slot
 )
-INSERT INTO workfence.queue_slots AS s (queue, kind, slot, item)
-SELECT $1, 'c',
-       COALESCE(f.slot, ($2 OPERATOR(pg_catalog.+) (o.n OPERATOR(pg_catalog.-) spare.n))::pg_catalog.int4),
-       o.id
+UPDATE workfence.items AS i
+   SET slot = COALESCE(f.slot, (top.slot OPERATOR(pg_catalog.+) (o.n OPERATOR(pg_catalog.-) spare.n))::pg_catalog.int4)
   FROM orphan AS o
  CROSS JOIN spare
+ CROSS JOIN top
   LEFT JOIN free AS f ON f.n OPERATOR(pg_catalog.=) o.n
-    ON CONFLICT (queue, kind, slot) DO UPDATE SET item = EXCLUDED.item
+ WHERE i.id OPERATOR(pg_catalog.=) o.id
 "#,
 );
 

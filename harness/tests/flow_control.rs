@@ -1721,8 +1721,8 @@ fn soak_groups_stay_serial_through_stalls_and_sigkills() {
 /// A limit lowered below the items claimed takes nothing back and holds
 /// every claim until fewer items than the new limit are claimed, exactly
 /// as many as the limit then allows; raised, it lets claims go on at once;
-/// lifted, it lets them all. The slots a lowered limit retired (those that
-/// still held a claimed item, src/flow.rs) are gone once their items are.
+/// lifted, it lets them all. The items that hold slots a lowered limit
+/// retired (src/flow.rs) move into the limit's slots as those free.
 /// The order of the finishes is chosen so that the first two free the new
 /// limit's own slot and a retired one, and claims must still wait.
 #[test]
@@ -1742,20 +1742,30 @@ fn a_lowered_limit_holds_claims_until_enough_items_finish() {
         calls::work_limit(&mut c, QUEUE, Some(1), None, "1 second"),
         "work_limit",
     );
-    let slots = |c: &mut Client| -> Vec<i32> {
-        ok(
-            c.query(
-                "SELECT slot FROM workfence.queue_slots WHERE queue = $1 AND kind = 'c' ORDER BY slot",
-                &[&QUEUE],
+    // The concurrency slots the claimed items hold, and the queue's slots.
+    let slots = |c: &mut Client| -> (Vec<Option<i32>>, Vec<Option<i32>>) {
+        let read = |c: &mut Client, sql: &str| -> Vec<Option<i32>> {
+            ok(c.query(sql, &[&QUEUE]), "slots")
+                .iter()
+                .map(|r| r.get(0))
+                .collect()
+        };
+        (
+            read(
+                c,
+                "SELECT slot FROM workfence.items WHERE queue = $1 AND state = 'claimed' ORDER BY slot",
             ),
-            "slots",
+            read(
+                c,
+                "SELECT slot FROM workfence.queue_slots WHERE queue = $1 AND kind = 'c' ORDER BY slot",
+            ),
         )
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
     };
-    // Three claimed items, one slot under the limit and two retired.
-    assert_eq!(slots(&mut c), [1, 2, 3]);
+    // Three claimed items: one holds the limit's slot, two hold retired ones.
+    assert_eq!(
+        slots(&mut c),
+        (vec![Some(1), Some(2), Some(3)], vec![Some(1)])
+    );
     let token = |claim: &Claim| Token::new(claim.id, "w", claim.epoch);
     for (finished, left) in [(0, 2), (2, 1)] {
         finish(&mut c, &token(&held[finished]));
@@ -1766,9 +1776,9 @@ fn a_lowered_limit_holds_claims_until_enough_items_finish() {
         );
     }
     finish(&mut c, &token(&held[1]));
-    // None claimed: exactly one more, and the retired slots are gone.
+    // None claimed: exactly one more, in the limit's slot.
     assert_eq!(keys(&claim(&mut c, "w", 10)), ["k3"]);
-    assert_eq!(slots(&mut c), [1]);
+    assert_eq!(slots(&mut c), (vec![Some(1)], vec![Some(1)]));
     // Raised to 3: two more at once; lifted: the rest.
     ok(
         calls::work_limit(&mut c, QUEUE, Some(3), None, "1 second"),
@@ -1781,5 +1791,5 @@ fn a_lowered_limit_holds_claims_until_enough_items_finish() {
         "work_limit",
     );
     assert_eq!(keys(&claim(&mut c, "w", 10)), ["k6", "k7"]);
-    assert_eq!(slots(&mut c), Vec::<i32>::new());
+    assert_eq!(slots(&mut c).1, Vec::<Option<i32>>::new());
 }
