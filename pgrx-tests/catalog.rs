@@ -56,7 +56,7 @@ mod tests {
             Some(
                 "workfence.epoch_seq, workfence.generation, workfence.items, \
                  workfence.items_id_seq, workfence.queue_grant_mode, workfence.queue_grants, \
-                 workfence.queues"
+                 workfence.queue_slots, workfence.queues"
             ),
             "the tables and sequences pg_dump must keep the rows and positions of"
         );

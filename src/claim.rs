@@ -304,22 +304,42 @@ static LAPSED: plans::Versioned<LapsedParams> = plans::Versioned {
     legacy: Statement::new(LAPSED_SQL),
 };
 
-const LAPSED_SQL: &str = r#"
-SELECT (SELECT i.id
+const LAPSED_SQL: &str = concat!("SELECT ", lapsed_probe!(), ",\n       ", due_probe!());
+
+/// SQL, a boolean: whether queue `$1` has a claimed item whose lease lapsed
+/// by the clock `$2`. The first entry of `items_lease_idx` at or before
+/// `$2`, read with the item's row (see [`LAPSED`] for why not `min` or
+/// `EXISTS`). Shared by [`LAPSED`], the long poll's re-check
+/// ([`crate::wait`]) and a limited queue's first statement
+/// ([`crate::flow`]).
+macro_rules! lapsed_probe {
+    () => {
+        r#"(SELECT i.id
           FROM workfence.items AS i
          WHERE i.queue OPERATOR(pg_catalog.=) $1
            AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
            AND i.lease_until OPERATOR(pg_catalog.<=) $2
          ORDER BY i.lease_until
-         LIMIT 1) IS NOT NULL,
-       (SELECT i.id
+         LIMIT 1) IS NOT NULL"#
+    };
+}
+pub(crate) use lapsed_probe;
+
+/// SQL, a boolean: whether queue `$1` has a pending item due by the clock
+/// `$2`: the first entry of `items_ready_idx` at or before `$2`, read with
+/// the item's row (see [`lapsed_probe`]).
+macro_rules! due_probe {
+    () => {
+        r#"(SELECT i.id
           FROM workfence.items AS i
          WHERE i.queue OPERATOR(pg_catalog.=) $1
            AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
            AND i.run_at OPERATOR(pg_catalog.<=) $2
          ORDER BY i.run_at
-         LIMIT 1) IS NOT NULL
-"#;
+         LIMIT 1) IS NOT NULL"#
+    };
+}
+pub(crate) use due_probe;
 
 /// Whether `queue` has (a lapsed lease, a due item) by the server's clock
 /// `now` ([`LAPSED`]): a claim that finds neither has nothing to take.

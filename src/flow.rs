@@ -407,7 +407,7 @@ pub fn schema_has_slots() -> bool {
 // locked (the slot columns are NULL; a CTE is run only as far as the query
 // reads it), and the claim ends having run this one statement. No row when
 // the queue has no limits.
-static LOCK_SLOTS: Statement<SlotParams> = Statement::new(
+static LOCK_SLOTS: Statement<SlotParams> = Statement::new(concat!(
     r#"
 WITH q AS (
     SELECT q.concurrency, q.rate, q.per
@@ -472,23 +472,14 @@ SELECT q.concurrency, q.rate,
        (SELECT retired.n FROM retired) OPERATOR(pg_catalog.>) 0,
        ready.lapsed, ready.due
   FROM q,
-       (SELECT (SELECT i.id
-                  FROM workfence.items AS i
-                 WHERE i.queue OPERATOR(pg_catalog.=) $1
-                   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                   AND i.lease_until OPERATOR(pg_catalog.<=) $2
-                 ORDER BY i.lease_until
-                 LIMIT 1) IS NOT NULL AS lapsed,
-               (SELECT i.id
-                  FROM workfence.items AS i
-                 WHERE i.queue OPERATOR(pg_catalog.=) $1
-                   AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                   AND i.run_at OPERATOR(pg_catalog.<=) $2
-                 ORDER BY i.run_at
-                 LIMIT 1) IS NOT NULL AS due) AS ready
+       (SELECT "#,
+    crate::claim::lapsed_probe!(),
+    " AS lapsed,\n               ",
+    crate::claim::due_probe!(),
+    r#" AS due) AS ready
  WHERE q.concurrency IS NOT NULL OR q.rate IS NOT NULL
-"#,
-);
+"#
+));
 
 params! {
     /// `$1` queue, `$2` the server's clock, `$3` slots of each kind at most,

@@ -269,7 +269,7 @@ fn unregister(key: i32) {
 // future items a second, each waking a poller (issue 33).
 // (A paused queue is not asked: nothing becomes claimable by the clock
 // then, and only the resume, which wakes every waiter, opens it.)
-static NEXT_DUE: Statement<NextDueParams> = Statement::new(
+static NEXT_DUE: Statement<NextDueParams> = Statement::new(concat!(
     r#"
 SELECT EXTRACT(EPOCH FROM LEAST(
            (SELECT pg_catalog.min(i.run_at)
@@ -283,22 +283,12 @@ SELECT EXTRACT(EPOCH FROM LEAST(
                AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
                AND i.lease_until OPERATOR(pg_catalog.>) $2))
          OPERATOR(pg_catalog.-) $2)::pg_catalog.float8,
-       (SELECT i.id
-          FROM workfence.items AS i
-         WHERE i.queue OPERATOR(pg_catalog.=) $1
-           AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-           AND i.run_at OPERATOR(pg_catalog.<=) $2
-         ORDER BY i.run_at
-         LIMIT 1) IS NOT NULL
-       OR (SELECT i.id
-             FROM workfence.items AS i
-            WHERE i.queue OPERATOR(pg_catalog.=) $1
-              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-              AND i.lease_until OPERATOR(pg_catalog.<=) $2
-            ORDER BY i.lease_until
-            LIMIT 1) IS NOT NULL
-"#,
-);
+       "#,
+    crate::claim::due_probe!(),
+    "\n       OR ",
+    crate::claim::lapsed_probe!(),
+    "\n"
+));
 
 params! {
     /// `$1` queue, `$2` the server's clock.
