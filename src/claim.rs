@@ -677,6 +677,7 @@ fn claim_once(
     if settings.paused {
         return Ok((Vec::new(), false));
     }
+    generation::refuse_read_only(c"work_claim");
     generation::ensure()?;
     if settings.grouped || settings.limited {
         let outcome = flow::claim(queue, owner, lease, flow::Pick::Queue(max_items), settings)?;
@@ -765,6 +766,7 @@ fn claim_key(
     if settings.paused {
         return Ok(Vec::new());
     }
+    generation::refuse_read_only(c"work_claim_key");
     generation::ensure()?;
     if settings.grouped || settings.limited {
         let outcome = flow::claim(&queue, &owner, lease, flow::Pick::Key(&key), settings)?;

@@ -102,6 +102,21 @@ pub fn refuse_on_standby(function: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// Refuse a claim in a read-only transaction (`default_transaction_read_only`,
+/// `SET TRANSACTION READ ONLY`, a session to a server during failover) with
+/// PostgreSQL's own error, SQLSTATE 25006 (read_only_sql_transaction),
+/// before anything is read: the claim's UPDATE would raise it, but from
+/// 0.12.0 a claim first asks whether anything is due (issue 33), and on an
+/// empty queue a worker in such a session would be told "nothing" for ever
+/// instead of learning that it cannot claim (worker libraries reconnect on
+/// 25006). `function` names the call in the message.
+pub fn refuse_read_only(function: &'static std::ffi::CStr) {
+    // SAFETY: raises through PostgreSQL's error machinery, which the
+    // pg_sys wrapper turns into a Rust panic that pgrx reports; a read of
+    // a backend flag otherwise.
+    unsafe { pg_sys::PreventCommandIfReadOnly(function.as_ptr()) }
+}
+
 /// Before a claim draws an epoch: if this database's history is new (a
 /// promotion, a point-in-time recovery, a restore), move `epoch_seq` above
 /// every epoch the old history could have handed out. Call inside the
