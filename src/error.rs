@@ -488,7 +488,8 @@ impl WorkfenceError {
                     .to_string(),
             ),
             WorkfenceError::LimitedClaimPrepared { .. } => Some(
-                "Claims of a queue with a limit (work_limit) take turns on the queue's limit lock, \
+                "Until ALTER EXTENSION pg_workfence UPDATE brings this database's schema to 0.12.0, \
+                 claims of a queue with a limit (work_limit) take turns on the queue's limit lock, \
                  held to the end of the claiming transaction; a prepared transaction would hold it \
                  until COMMIT PREPARED, and every other claim of the queue would get nothing."
                     .to_string(),
@@ -550,8 +551,9 @@ impl WorkfenceError {
                 "Claim in READ COMMITTED (the default isolation level), in a transaction of its own.",
             ),
             WorkfenceError::LimitedClaimPrepared { .. } => Some(
-                "Claim from a limited queue in a transaction of its own, committed at once; prepare \
-                 only the transaction that writes the job's effects.",
+                "Run ALTER EXTENSION pg_workfence UPDATE (from 0.12.0 such a claim holds only its own \
+                 slot and can be prepared), or claim in a transaction of its own, committed at once, \
+                 and prepare only the transaction that writes the job's effects.",
             ),
             WorkfenceError::SettingsPrepared { .. } => Some(
                 "Pause, resume or limit the queue, or enqueue its first grouped item, in an ordinary \

@@ -70,8 +70,9 @@ pub struct Settings {
     /// keep its groups serial ([`crate::flow`]).
     pub grouped: bool,
     /// It has a concurrency or rate limit (`work_limit`, from 0.10.0);
-    /// the limits themselves are read by the claim, under the queue's
-    /// limit lock ([`crate::flow`]).
+    /// the limits themselves are read by the claim with the slot rows it
+    /// locks (from 0.12.0; before, under the queue's limit lock,
+    /// [`crate::flow`]).
     pub limited: bool,
 }
 

@@ -130,8 +130,9 @@ pub fn settings_change_at_commit(queue: &str) {
     });
 }
 
-/// This transaction holds `queue`'s limit lock (it claimed from the
-/// limited queue), to its end.
+/// This transaction holds `queue`'s limit lock, to its end: it claimed
+/// from the limited queue while the database's schema predates 0.12.0
+/// (from 0.12.0 a claim holds slot rows instead, [`crate::flow`]).
 pub fn limit_lock_held(queue: &str) {
     // SAFETY: reads this backend's transaction state.
     let subid = unsafe { pg_sys::GetCurrentSubTransactionId() };
