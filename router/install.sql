@@ -35,9 +35,9 @@
 -- judges the session's role there too (src/grants.rs), so the router
 -- refuses rather than judge another role.
 --
--- A queue's serial groups (work_enqueue's group_key) and its limits
--- (work_limit) are kept by the queue's shard, where all its enqueues and
--- claims run: they hold through the router as on one server.
+-- A queue's groups (work_enqueue's group_key) and its limits (work_limit,
+-- per_group included) are kept by the queue's shard, where all its enqueues
+-- and claims run: they hold through the router as on one server.
 --
 -- Before running it:
 --
@@ -204,7 +204,7 @@ CREATE FUNCTION workfence.work_resume(queue text) RETURNS boolean LANGUAGE plpro
 $$;
 
 CREATE FUNCTION workfence.work_limit(queue text, concurrency integer DEFAULT NULL,
-    rate integer DEFAULT NULL, per interval DEFAULT '1 second')
+    rate integer DEFAULT NULL, per interval DEFAULT '1 second', per_group integer DEFAULT NULL)
 RETURNS void LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_limit');
     RUN ON workfence_router.queue_shard(queue);
@@ -595,23 +595,24 @@ CREATE FUNCTION workfence_router.queue_stats()
 RETURNS TABLE(queue text, pending bigint, scheduled bigint, claimed bigint, expired bigint,
               done bigint, failed bigint, cancelled bigint, oldest_due_age interval,
               paused boolean, refused bigint, lapsed bigint, concurrency integer, rate integer,
-              per interval)
+              per interval, per_group integer)
 LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.queue_stats');
     RUN ON ALL;
     SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
-           s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per
+           s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per,
+           s.per_group
       FROM workfence.work_queue_stats AS s;
 $$;
 
 CREATE VIEW workfence.work_queue_stats AS
 SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
-       s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per
+       s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per, s.per_group
   FROM workfence_router.queue_stats() AS s;
 COMMENT ON VIEW workfence.work_queue_stats IS
     'Every shard''s work_queue_stats, as the calling role may read them there: a row per queue and '
     'shard it is on (one shard, but while a queue is drained after adding shards). A queue''s limits '
-    '(concurrency, rate, per) are its shard''s.';
+    '(concurrency, rate, per, per_group) are its shard''s.';
 
 -- The queue grants of every shard: one row per grant (role, capability,
 -- queues), with the latest time any shard recorded it. Grants made through
@@ -655,7 +656,7 @@ COMMENT ON FUNCTION workfence_router.shard_number(integer) IS
 -- shards would judge its owner.
 COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamp with time zone, integer, integer, interval, text) IS
     'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it returns carries the shard number (id >> 48). '
-    'A queue''s items, and so each of its groups (group_key), are on its one shard, which keeps the group serial.';
+    'A queue''s items, and so each of its groups (group_key), are on its one shard, which keeps the group serial (or within work_limit''s per_group).';
 COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
     'Router: runs work_claim on the queue''s shard; a long poll (wait) waits there.';
 COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
@@ -667,9 +668,9 @@ COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamp with time zo
     'Router: runs work_reschedule on the queue''s shard.';
 COMMENT ON FUNCTION workfence.work_pause(text) IS 'Router: runs work_pause on the queue''s shard.';
 COMMENT ON FUNCTION workfence.work_resume(text) IS 'Router: runs work_resume on the queue''s shard.';
-COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval) IS
-    'Router: runs work_limit on the queue''s shard, where all the queue''s claims run: the limits hold for '
-    'every worker, through any router or on the shard directly.';
+COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval, integer) IS
+    'Router: runs work_limit on the queue''s shard, where all the queue''s claims run: the limits (per_group '
+    'too, from 0.12.0) hold for every worker, through any router or on the shard directly.';
 COMMENT ON FUNCTION workfence.work_item(text, text) IS 'Router: runs work_item(queue, key) on the queue''s shard.';
 COMMENT ON FUNCTION workfence.queue_counters(text) IS 'Router: runs queue_counters on the queue''s shard.';
 COMMENT ON FUNCTION workfence.work_may(text, text) IS
