@@ -116,6 +116,55 @@ async def test_limit_sets_and_lifts_the_queues_limits(
         await workfence.limit(db, queue, concurrency=1, per=None)  # type: ignore[arg-type]
 
 
+async def _per_group(db: psycopg.AsyncConnection[Any], queue: str) -> Any:
+    cur = await db.execute(
+        "SELECT per_group FROM workfence.work_queue_stats WHERE queue = %s", (queue,)
+    )
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+async def test_limit_sets_per_group_and_a_call_without_it_resets_it(
+    db: psycopg.AsyncConnection[Any], queue: str
+) -> None:
+    await workfence.limit(db, queue, concurrency=5, per_group=3)
+    assert await _per_group(db, queue) == 3
+    assert await _limits(db, queue) == (5, None, None)
+    await workfence.limit(db, queue, concurrency=5)  # a call sets every limit: per_group lifted
+    assert await _per_group(db, queue) is None
+    await workfence.limit(db, queue, per_group=10000)
+    assert await _per_group(db, queue) == 10000
+    for bad in (0, 10001):
+        with pytest.raises(errors.InvalidArgument) as refused:
+            await workfence.limit(db, queue, per_group=bad)
+        assert refused.value.sqlstate == "22023" and "per_group" in refused.value.message
+    with pytest.raises(errors.InvalidArgument):
+        await workfence.limit(db, queue, per_group=2.5)  # type: ignore[arg-type]
+    assert await _per_group(db, queue) == 10000
+    await workfence.limit(db, queue)
+    assert await _per_group(db, queue) is None
+
+
+async def test_without_per_group_limit_works_against_a_0_11_0_database(
+    dsn: str, db: psycopg.AsyncConnection[Any], queue: str
+) -> None:
+    name = f"workfence_py_0110_{uuid.uuid4().hex[:8]}"
+    await db.execute(f"CREATE DATABASE {name}")
+    try:
+        old_dsn = make_conninfo(dsn, dbname=name)
+        async with await psycopg.AsyncConnection.connect(old_dsn, autocommit=True) as old:
+            await old.execute("CREATE EXTENSION pg_workfence VERSION '0.11.0'")
+            await workfence.limit(old, queue, concurrency=2, rate=10, per=60)
+            assert await _limits(old, queue) == (2, 10, timedelta(seconds=60))
+            with pytest.raises(errors.WorkfenceError) as missing:
+                await workfence.limit(old, queue, per_group=2)
+            assert missing.value.sqlstate == "42883"  # 0.11.0's work_limit has no per_group
+        with psycopg.connect(old_dsn, autocommit=True) as old_sync:
+            workfence.sync.limit(old_sync, queue, concurrency=1)
+    finally:
+        await db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 async def test_without_a_group_key_enqueue_works_against_a_0_9_0_database(
     dsn: str, db: psycopg.AsyncConnection[Any], queue: str
 ) -> None:
@@ -163,6 +212,11 @@ def test_sync_twins(dsn: str, queue: str) -> None:
             "SELECT concurrency, rate, per FROM workfence.queues WHERE queue = %s", (queue,)
         ).fetchone()
         assert row == (1, 10, timedelta(seconds=60))
+        workfence.sync.limit(conn, queue, per_group=2)
+        row = conn.execute(
+            "SELECT per_group FROM workfence.work_queue_stats WHERE queue = %s", (queue,)
+        ).fetchone()
+        assert row == (2,)
         workfence.sync.limit(conn, queue)
         with pytest.raises(errors.InvalidArgument):
             workfence.sync.limit(conn, queue, rate=0)

@@ -212,6 +212,20 @@ def test_group_key_is_sent_by_name_and_only_when_set() -> None:
     assert len(params) == 8 and params[-1] == "customer-42"
 
 
+def test_per_group_is_sent_by_name_and_only_when_set() -> None:
+    # Without per_group the statement is 0.11.0's four-argument call, so that a library of
+    # 0.12.0 still sets limits in a 0.11.0 database; with it, `per_group => ` is added by name.
+    from workfence.operations import limit_call
+
+    plain, params = limit_call("q", 5, None, 1, None)
+    assert "per_group" not in plain and params == ("q", 5, None, timedelta(seconds=1))
+    grouped, params = limit_call("q", None, None, 1, 4)
+    assert "per_group => %s::integer" in grouped
+    assert params == ("q", None, None, timedelta(seconds=1), 4)
+    with pytest.raises(errors.InvalidArgument, match="per_group"):
+        limit_call("q", None, None, 1, True)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("value", [2.5, True, "1"])
 def test_limit_counts_must_be_ints(value: object) -> None:
     from workfence.operations import limit_params

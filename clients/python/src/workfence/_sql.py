@@ -39,6 +39,12 @@ CANCEL = "SELECT workfence.work_cancel(%s::text, %s::text)"
 PAUSE = "SELECT workfence.work_pause(%s::text)"
 RESUME = "SELECT workfence.work_resume(%s::text)"
 LIMIT = "SELECT workfence.work_limit(%s::text, %s::integer, %s::integer, %s::interval)"
+# With per_group (from 0.12.0): by name, so that LIMIT, without it, still calls a 0.11.0
+# database's four-argument work_limit.
+LIMIT_PER_GROUP = """
+SELECT workfence.work_limit(%s::text, %s::integer, %s::integer, %s::interval,
+                            per_group => %s::integer)
+"""
 ITEM_COLUMNS = """id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch,
        claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run"""
 ITEM_BY_KEY = f"SELECT {ITEM_COLUMNS} FROM workfence.work_item(%s::text, %s::text)"

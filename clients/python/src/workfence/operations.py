@@ -110,6 +110,23 @@ def limit_params(
     )
 
 
+def limit_call(
+    queue: str,
+    concurrency: int | None,
+    rate: int | None,
+    per: float | timedelta,
+    per_group: int | None,
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement and parameters of `limit` (shared with `workfence.sync`). Internal.
+
+    `per_group` is passed (by name) only when it is set, so that a limit without it also works
+    against a 0.11.0 database, whose `work_limit` has no such argument."""
+    params = limit_params(queue, concurrency, rate, per)
+    if per_group is None:
+        return _sql.LIMIT, params
+    return _sql.LIMIT_PER_GROUP, (*params, _sql.whole(per_group, "per_group"))
+
+
 def _raise(error: psycopg.Error) -> None:
     """Raise `error` translated to a `WorkfenceError` when it has a SQLSTATE."""
     translated = translate(error)
@@ -204,15 +221,20 @@ async def limit(
     concurrency: int | None = None,
     rate: int | None = None,
     per: float | timedelta = 1.0,
+    per_group: int | None = None,
 ) -> None:
-    """Set `queue`'s limits (`workfence.work_limit`, from 0.10.0), replacing both: at most
+    """Set `queue`'s limits (`workfence.work_limit`, from 0.10.0), replacing them all: at most
     `concurrency` items claimed at once, across all workers, and at most `rate` items handed out
-    per `per` (seconds or a timedelta; a sliding window). None lifts a limit; `limit(conn, queue)`
-    lifts both. Claims that would exceed a limit hand out fewer items (or none); they never
-    block. Takes effect when the caller commits. Errors: `NullArgument` (22004: a None queue or
-    `per`), `InvalidArgument` (22023: `concurrency` or `rate` outside 1..10000 or not an int,
-    `per` outside (0, 1 day]), `NotPermitted` (42501: no `operate` grant)."""
-    await _one(conn, _sql.LIMIT, limit_params(queue, concurrency, rate, per))
+    per `per` (seconds or a timedelta; a sliding window); from 0.12.0 at most `per_group` items
+    of one group_key claimed at once (None: 1, serial groups). None lifts a limit;
+    `limit(conn, queue)` lifts them all. Claims that would exceed a limit hand out fewer items
+    (or none); they never block. Takes effect when the caller commits. `per_group` is sent only
+    when set, so that a call without it also works against a 0.11.0 database. Errors:
+    `NullArgument` (22004: a None queue or `per`), `InvalidArgument` (22023: `concurrency`,
+    `rate` or `per_group` outside 1..10000 or not an int, `per` outside (0, 1 day]),
+    `NotPermitted` (42501: no `operate` grant)."""
+    query, params = limit_call(queue, concurrency, rate, per, per_group)
+    await _one(conn, query, params)
 
 
 async def item(

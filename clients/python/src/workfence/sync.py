@@ -11,7 +11,7 @@ import psycopg
 
 from . import _sql
 from .errors import translate
-from .operations import Enqueued, ItemInfo, enqueue_call, item_query, limit_params
+from .operations import Enqueued, ItemInfo, enqueue_call, item_query, limit_call
 
 __all__ = ["enqueue", "retry", "reschedule", "cancel", "pause", "resume", "limit", "item"]
 
@@ -80,9 +80,11 @@ def limit(
     concurrency: int | None = None,
     rate: int | None = None,
     per: float | timedelta = 1.0,
+    per_group: int | None = None,
 ) -> None:
     """`workfence.operations.limit` on a synchronous connection (see there)."""
-    _one(conn, _sql.LIMIT, limit_params(queue, concurrency, rate, per))
+    query, params = limit_call(queue, concurrency, rate, per, per_group)
+    _one(conn, query, params)
 
 
 def item(
