@@ -132,11 +132,16 @@ export interface LimitOptions {
   rate?: number | null;
   /** Seconds: the rate's sliding window, in (0, 86400]; default 1. */
   per?: number;
+  /**
+   * From 0.12.0: at most this many items of one group key claimed at once, 1..10000; null/absent:
+   * 1 (serial groups). Sent only when set, so a call without it also works against 0.11.0.
+   */
+  perGroup?: number | null;
 }
 
 /**
- * `workfence.work_limit` (from 0.10.0): sets the queue's limits, replacing both; a limit left out
- * is lifted (`limit(client, queue)` lifts both).
+ * `workfence.work_limit` (from 0.10.0): sets the queue's limits, replacing them all; a limit left
+ * out is lifted (`limit(client, queue)` lifts them all).
  * @throws NullArgument (22004), InvalidArgument (22023), NotPermitted (42501: no `operate` grant)
  */
 export function limit(client: Queryable, queue: string, options?: LimitOptions): Promise<void>;

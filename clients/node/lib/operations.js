@@ -126,28 +126,36 @@ export async function resume(client, queue) {
 }
 
 /**
- * `workfence.work_limit` (from 0.10.0): sets the queue's limits, replacing both: at most
+ * `workfence.work_limit` (from 0.10.0): sets the queue's limits, replacing them all: at most
  * `concurrency` items claimed at once across all workers, at most `rate` items handed out per
- * `per` seconds (a sliding window). A limit left out (or null) is lifted; `limit(client, queue)`
- * lifts both. Claims that would exceed a limit hand out fewer items or none; they never block.
+ * `per` seconds (a sliding window), and (from 0.12.0) at most `perGroup` items of one group key
+ * claimed at once. A limit left out (or null) is lifted (`perGroup`: 1, serial groups);
+ * `limit(client, queue)` lifts them all. Claims that would exceed a limit hand out fewer items or
+ * none; they never block.
  * @param {{query: Function}} client
  * @param {string} queue
  * @param {object} [options]
  * @param {number|null} [options.concurrency] 1..10000 (default: no limit)
  * @param {number|null} [options.rate] 1..10000 (default: no limit)
  * @param {number} [options.per] seconds, more than 0 and at most a day (default 1)
+ * @param {number|null} [options.perGroup] 1..10000 (default: 1, serial groups). Sent (as
+ *   `per_group`) only when set, so that a call without it also works against a 0.11.0 database
  * @returns {Promise<void>}
  * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
  */
 export async function limit(client, queue, options = {}) {
   const values = [queue, options.concurrency ?? null, options.rate ?? null];
-  let per = '';
+  let named = '';
   if (options.per !== undefined && options.per !== null) {
     values.push(options.per);
-    per = ', per => make_interval(secs => $4::double precision)';
+    named += `, per => make_interval(secs => $${values.length}::double precision)`;
+  }
+  if (options.perGroup !== undefined && options.perGroup !== null) {
+    values.push(options.perGroup);
+    named += `, per_group => $${values.length}::integer`;
   }
   await query(client,
-    `SELECT workfence.work_limit($1::text, concurrency => $2::integer, rate => $3::integer${per})`,
+    `SELECT workfence.work_limit($1::text, concurrency => $2::integer, rate => $3::integer${named})`,
     values);
 }
 

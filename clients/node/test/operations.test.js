@@ -147,6 +147,52 @@ test('limit sets the queue\'s limits, replaces them, and lifts them when left ou
   await assert.rejects(limit(db, null), NullArgument);
 });
 
+test('limit sets perGroup, work_queue_stats shows it, and a call without it resets it', async () => {
+  const queue = freshQueue();
+  const perGroup = async () => (await db.query(
+    'SELECT per_group FROM workfence.work_queue_stats WHERE queue = $1', [queue])).rows[0]?.per_group ?? null;
+  await limit(db, queue, { concurrency: 5, perGroup: 3 });
+  assert.equal(await perGroup(), 3);
+  await limit(db, queue, { concurrency: 5 }); // a call sets every limit: per_group lifted
+  assert.equal(await perGroup(), null);
+  await limit(db, queue, { perGroup: 10000 });
+  assert.equal(await perGroup(), 10000);
+  for (const bad of [0, 10001]) {
+    await assert.rejects(limit(db, queue, { perGroup: bad }), (err) => {
+      assert.ok(err instanceof InvalidArgument);
+      assert.equal(err.code, '22023');
+      assert.match(err.message, /per_group/);
+      return true;
+    });
+  }
+  assert.equal(await perGroup(), 10000);
+  await limit(db, queue);
+  assert.equal(await perGroup(), null);
+});
+
+test('without perGroup, limit works against a 0.11.0 database (per_group is sent only when set)', async () => {
+  const name = `workfence_node_0110_${randomBytes(4).toString('hex')}`;
+  await db.query(`CREATE DATABASE ${name}`);
+  try {
+    const old = new pg.Client({ ...connectionConfig(testDsn()), database: name });
+    await old.connect();
+    try {
+      await old.query("CREATE EXTENSION pg_workfence VERSION '0.11.0'");
+      const queue = freshQueue();
+      await limit(old, queue, { concurrency: 2, rate: 10, per: 60 });
+      const { rows: [set] } = await old.query(
+        'SELECT concurrency, rate FROM workfence.work_queue_stats WHERE queue = $1', [queue]);
+      assert.deepEqual(set, { concurrency: 2, rate: 10 });
+      // 0.11.0's work_limit has no per_group: 42883 (undefined function), an unnamed error.
+      await assert.rejects(limit(old, queue, { perGroup: 2 }), (err) => err.code === '42883');
+    } finally {
+      await old.end();
+    }
+  } finally {
+    await db.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  }
+});
+
 test('without groupKey, enqueue works against a 0.9.0 database (group_key is sent only when set)', async () => {
   const name = `workfence_node_090_${randomBytes(4).toString('hex')}`;
   await db.query(`CREATE DATABASE ${name}`);

@@ -215,3 +215,17 @@ test('limit passes both limits (null lifts) and per only when given', async () =
   assert.deepEqual(client.calls[1].values, ['q', 5, 100, 60]);
   assert.match(client.calls[1].text, /per => make_interval\(secs => \$4::double precision\)/);
 });
+
+test('limit sends per_group (by name) only when perGroup is set, so 0.11.0 databases still take it', async () => {
+  const client = recordingClient({});
+  await limit(client, 'q', { concurrency: 5 });
+  assert.doesNotMatch(client.calls[0].text, /per_group/);
+  await limit(client, 'q', { perGroup: 4 });
+  assert.deepEqual(client.calls[1].values, ['q', null, null, 4]);
+  assert.match(client.calls[1].text, /per_group => \$4::integer/);
+  await limit(client, 'q', { rate: 1, per: 60, perGroup: 2 });
+  assert.deepEqual(client.calls[2].values, ['q', null, 1, 60, 2]);
+  assert.match(client.calls[2].text, /per => make_interval\(secs => \$4::double precision\), per_group => \$5::integer\)/);
+  await limit(client, 'q', { perGroup: null });
+  assert.doesNotMatch(client.calls[3].text, /per_group/);
+});

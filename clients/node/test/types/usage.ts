@@ -23,6 +23,10 @@ async function usage(): Promise<void> {
   void lifted;
   await limit(client, 'q', { concurrency: 5, rate: 100, per: 60 });
   await limit(client, 'q', { concurrency: null });
+  await limit(client, 'q', { perGroup: 4 });
+  await limit(client, 'q', { concurrency: 2, perGroup: null });
+  // @ts-expect-error perGroup is a number
+  await limit(client, 'q', { perGroup: '4' });
   // @ts-expect-error per is a number of seconds, not text
   await limit(client, 'q', { rate: 1, per: '1 minute' });
   // @ts-expect-error the group key is text
