@@ -32,6 +32,12 @@ SELECT id, key, inserted
 const LIMIT_SQL: &str = "SELECT workfence.work_limit($1, concurrency => $2, rate => $3, \
      per => make_interval(secs => $4))";
 
+/// [`LIMIT_SQL`] with `per_group` (from 0.12.0), used only when the limits set one, so that a
+/// limit without it also works against a 0.11.0 database (whose `work_limit` has no such
+/// argument).
+const LIMIT_PER_GROUP_SQL: &str = "SELECT workfence.work_limit($1, concurrency => $2, \
+     rate => $3, per => make_interval(secs => $4), per_group => $5)";
+
 /// The columns of `work_item`, `max_run` as seconds (tokio-postgres has no interval type).
 const ITEM_COLUMNS: &str = "id, queue, key, state, priority, run_at, attempts, max_attempts, \
      owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, \
@@ -231,8 +237,8 @@ pub async fn resume(client: &impl GenericClient, queue: &str) -> Result<bool> {
     call_bool(client, "SELECT workfence.work_resume($1)", &[&queue]).await
 }
 
-/// A queue's limits, for [`limit`] (`work_limit`, from 0.10.0). `Limits::default()` (both
-/// `None`) lifts every limit.
+/// A queue's limits, for [`limit`] (`work_limit`, from 0.10.0). `Limits::default()` (every
+/// limit `None`) lifts every limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// At most this many items of the queue claimed at once, across all workers (a lapsed lease
@@ -244,6 +250,10 @@ pub struct Limits {
     pub rate: Option<i32>,
     /// The rate's sliding window, in (0, 1 day] (default 1 s, the server's default).
     pub per: Duration,
+    /// At most this many items of one `group_key` claimed at once (from 0.12.0), 1..10000.
+    /// `None`: 1, serial groups (and then the call also works against a 0.11.0 database: the
+    /// argument is sent only when set).
+    pub per_group: Option<i32>,
 }
 
 impl Default for Limits {
@@ -252,6 +262,7 @@ impl Default for Limits {
             concurrency: None,
             rate: None,
             per: Duration::from_secs(1),
+            per_group: None,
         }
     }
 }
@@ -269,22 +280,42 @@ impl Limits {
         self.per = per;
         self
     }
+
+    /// The limits with `per_group` set (from 0.12.0).
+    pub fn per_group(mut self, per_group: i32) -> Self {
+        self.per_group = Some(per_group);
+        self
+    }
 }
 
-/// Sets `queue`'s limits (`work_limit`, from 0.10.0), replacing both: a `None` in `limits`
-/// lifts that limit, `Limits::default()` lifts both. Claims that would exceed a limit hand out
-/// fewer items, or none; they never block. Takes effect when the caller's transaction commits.
-/// Errors: [`crate::Error::NullArgument`] (22004), [`crate::Error::InvalidArgument`] (22023: bad
-/// queue, `concurrency` or `rate` out of 1..10000, `per` out of (0, 1 day]),
-/// [`crate::Error::NotPermitted`] (42501: no `operate` grant).
+/// Sets `queue`'s limits (`work_limit`, from 0.10.0), replacing them all: a `None` in `limits`
+/// lifts that limit (`per_group`: back to 1, serial groups), `Limits::default()` lifts them all.
+/// Claims that would exceed a limit hand out fewer items, or none; they never block. Takes
+/// effect when the caller's transaction commits. `per_group` is sent only when set, so a call
+/// without it also works against a 0.11.0 database. Errors: [`crate::Error::NullArgument`]
+/// (22004), [`crate::Error::InvalidArgument`] (22023: bad queue, `concurrency`, `rate` or
+/// `per_group` out of 1..10000, `per` out of (0, 1 day]), [`crate::Error::NotPermitted`] (42501:
+/// no `operate` grant).
 pub async fn limit(client: &impl GenericClient, queue: &str, limits: &Limits) -> Result<()> {
     let per = limits.per.as_secs_f64();
-    client
-        .execute(
-            LIMIT_SQL,
-            &[&queue, &limits.concurrency, &limits.rate, &per],
-        )
-        .await?;
+    match &limits.per_group {
+        None => {
+            client
+                .execute(
+                    LIMIT_SQL,
+                    &[&queue, &limits.concurrency, &limits.rate, &per],
+                )
+                .await?
+        }
+        Some(per_group) => {
+            client
+                .execute(
+                    LIMIT_PER_GROUP_SQL,
+                    &[&queue, &limits.concurrency, &limits.rate, &per, per_group],
+                )
+                .await?
+        }
+    };
     Ok(())
 }
 
@@ -419,15 +450,24 @@ mod tests {
             Limits {
                 concurrency: None,
                 rate: None,
-                per: Duration::from_secs(1)
+                per: Duration::from_secs(1),
+                per_group: None,
             }
         );
         let l = Limits::default()
             .concurrency(5)
-            .rate(100, Duration::from_secs(60));
+            .rate(100, Duration::from_secs(60))
+            .per_group(4);
         assert_eq!(
-            (l.concurrency, l.rate, l.per),
-            (Some(5), Some(100), Duration::from_secs(60))
+            (l.concurrency, l.rate, l.per, l.per_group),
+            (Some(5), Some(100), Duration::from_secs(60), Some(4))
         );
+    }
+
+    #[test]
+    fn per_group_is_sent_only_when_set() {
+        // Without per_group the call is the one a 0.11.0 database takes.
+        assert!(!LIMIT_SQL.contains("per_group"));
+        assert!(LIMIT_PER_GROUP_SQL.contains("per_group => $5"));
     }
 }

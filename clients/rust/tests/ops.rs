@@ -389,3 +389,81 @@ async fn without_a_group_key_enqueue_works_against_a_0_9_0_database() {
     let e = grouped.expect_err("group_key on 0.9.0");
     assert_eq!(e.code(), Some("42883"), "{e:?}");
 }
+
+/// The queue's `per_group` as `work_queue_stats` shows it (`None`: no row, or not set).
+async fn per_group_of(c: &tokio_postgres::Client, queue: &str) -> Option<i32> {
+    c.query_opt(
+        "SELECT per_group FROM workfence.work_queue_stats WHERE queue = $1",
+        &[&queue],
+    )
+    .await
+    .expect("work_queue_stats")
+    .and_then(|r| r.get(0))
+}
+
+#[tokio::test]
+async fn limit_sets_per_group_and_a_call_without_it_resets_it() {
+    let c = common::connect().await;
+    let queue = common::unique("ops_per_group");
+    let grouped = Limits::default().concurrency(5).per_group(3);
+    workfence::limit(&c, &queue, &grouped)
+        .await
+        .expect("per_group");
+    assert_eq!(per_group_of(&c, &queue).await, Some(3));
+    assert_eq!(limits_of(&c, &queue).await, Some((Some(5), None, None)));
+    // A call sets every limit: without per_group, the groups are serial again.
+    workfence::limit(&c, &queue, &Limits::default().concurrency(5))
+        .await
+        .expect("concurrency alone");
+    assert_eq!(per_group_of(&c, &queue).await, None);
+    workfence::limit(&c, &queue, &Limits::default().per_group(10000))
+        .await
+        .expect("the largest per_group");
+    assert_eq!(per_group_of(&c, &queue).await, Some(10000));
+    for bad in [0, 10001] {
+        match workfence::limit(&c, &queue, &Limits::default().per_group(bad)).await {
+            Err(e @ Error::InvalidArgument(..)) => {
+                assert!(e.server().expect("server").message.contains("per_group"));
+            }
+            other => panic!("per_group {bad}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    assert_eq!(per_group_of(&c, &queue).await, Some(10000));
+    workfence::limit(&c, &queue, &Limits::default())
+        .await
+        .expect("lift");
+    assert_eq!(per_group_of(&c, &queue).await, None);
+}
+
+#[tokio::test]
+async fn without_per_group_limit_works_against_a_0_11_0_database() {
+    let c = common::connect().await;
+    let name = common::unique("workfence_rs_0110");
+    c.batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("CREATE DATABASE");
+    let mut config: tokio_postgres::Config = common::dsn().parse().expect("dsn");
+    config.dbname(&name);
+    let (old, connection) = config.connect(NoTls).await.expect("connect");
+    let connection = tokio::spawn(connection);
+    old.batch_execute("CREATE EXTENSION pg_workfence VERSION '0.11.0'")
+        .await
+        .expect("0.11.0");
+    let queue = common::unique("ops_0110");
+    let limits = Limits::default()
+        .concurrency(2)
+        .rate(10, Duration::from_secs(60));
+    let set = workfence::limit(&old, &queue, &limits).await;
+    let shown = limits_of(&old, &queue).await;
+    let grouped = workfence::limit(&old, &queue, &Limits::default().per_group(2)).await;
+    drop(old);
+    let _ = connection.await;
+    c.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .await
+        .expect("DROP DATABASE");
+    set.expect("a limit without per_group on 0.11.0");
+    assert_eq!(shown, Some((Some(2), Some(10), Some(60.0))));
+    // 0.11.0's work_limit has no per_group: 42883, undefined function.
+    let e = grouped.expect_err("per_group on 0.11.0");
+    assert_eq!(e.code(), Some("42883"), "{e:?}");
+}
