@@ -576,7 +576,10 @@ pub fn resume(c: &mut impl GenericClient, queue: &str) -> CallResult<bool> {
 
 /// `work_limit(queue, concurrency, rate, per)` (from 0.10.0): sets both
 /// limits of `queue` (`None`: no such limit; both `None` lifts them).
-/// `per` is the rate limit's window, interval text (`'1 second'`).
+/// `per` is the rate limit's window, interval text (`'1 second'`). Like
+/// every call of `work_limit`, it sets all the queue's limits: from 0.12.0
+/// it resets `per_group` to NULL (see [`work_limit_per_group`]). It names
+/// no `per_group`, so it also calls a server older than 0.12.0.
 pub fn work_limit(
     c: &mut impl GenericClient,
     queue: &str,
@@ -584,11 +587,27 @@ pub fn work_limit(
     rate: Option<i32>,
     per: &str,
 ) -> CallResult<()> {
+    work_limit_per_group(c, queue, concurrency, rate, per, None)
+}
+
+/// `work_limit(queue, concurrency, rate, per, per_group)` (from 0.12.0):
+/// as [`work_limit`], and at most `per_group` items of one `group_key`
+/// claimed at once (`None`: 1, serial groups). `per_group` is passed by
+/// name, and only when it is `Some`.
+pub fn work_limit_per_group(
+    c: &mut impl GenericClient,
+    queue: &str,
+    concurrency: Option<i32>,
+    rate: Option<i32>,
+    per: &str,
+    per_group: Option<i32>,
+) -> CallResult<()> {
     Call::new("SELECT workfence.work_limit(")
         .arg(&queue, Type::TEXT, "")
         .arg(&concurrency, Type::INT4, "")
         .arg(&rate, Type::INT4, "")
         .arg(&per, Type::TEXT, "::interval")
+        .named("per_group", &per_group, Type::INT4, "")
         .one(c)
         .map(drop)
 }
@@ -849,13 +868,16 @@ pub struct QueueLimits {
     pub rate: Option<i32>,
     /// The rate limit's window, as interval text; `None` without one.
     pub per: Option<String>,
+    /// At most this many items of one group claimed at once (from
+    /// 0.12.0); `None`: not set (1, serial groups).
+    pub per_group: Option<i32>,
 }
 
-/// The limits columns of the view `work_queue_stats`, one row per queue,
-/// in queue order.
+/// The limits columns of the view `work_queue_stats` (from 0.12.0, with
+/// `per_group`), one row per queue, in queue order.
 pub fn queue_limits(c: &mut impl GenericClient) -> CallResult<Vec<QueueLimits>> {
     let rows = c.query_typed(
-        "SELECT s.queue, s.concurrency, s.rate, s.per::text
+        "SELECT s.queue, s.concurrency, s.rate, s.per::text, s.per_group
            FROM workfence.work_queue_stats AS s
           ORDER BY s.queue",
         &[],
@@ -867,6 +889,7 @@ pub fn queue_limits(c: &mut impl GenericClient) -> CallResult<Vec<QueueLimits>> 
             concurrency: r.get(1),
             rate: r.get(2),
             per: r.get(3),
+            per_group: r.get(4),
         })
         .collect())
 }

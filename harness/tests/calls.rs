@@ -203,6 +203,31 @@ fn every_call_round_trips_with_the_servers_defaults() {
         (1, false, None, None)
     );
 
+    // Limits (0.10.0) and per_group (0.12.0): each call sets them all.
+    let limits_of = |c: &mut postgres::Client| {
+        ok(calls::queue_limits(c), "queue limits")
+            .into_iter()
+            .find(|l| l.queue == "ops")
+            .map(|l| (l.concurrency, l.rate, l.per, l.per_group))
+    };
+    ok(
+        calls::work_limit_per_group(&mut c, "ops", Some(5), Some(10), "1 minute", Some(3)),
+        "work_limit with per_group",
+    );
+    assert_eq!(
+        limits_of(&mut c),
+        Some((Some(5), Some(10), Some("00:01:00".into()), Some(3)))
+    );
+    ok(
+        calls::work_limit(&mut c, "ops", Some(5), None, "1 second"),
+        "work_limit",
+    );
+    assert_eq!(limits_of(&mut c), Some((Some(5), None, None, None)));
+    ok(
+        calls::work_limit(&mut c, "ops", None, None, "1 second"),
+        "work_limit lifting them",
+    );
+
     // Queue grants (0.7.0): recorded, listed, enforced, asked about, revoked.
     ok(
         c.batch_execute(

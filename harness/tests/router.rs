@@ -1232,7 +1232,8 @@ fn router_keeps_a_group_serial_on_its_queues_shard() {
 /// Limits through the router (from 0.10.0): `work_limit` runs on the
 /// queue's shard, where all the queue's claims run, so a limit set through
 /// the router holds for claimers through the router and on the shard alike,
-/// and the router's `work_queue_stats` shows it (docs/scaling.md).
+/// and the router's `work_queue_stats` shows it (docs/scaling.md); from
+/// 0.12.0 `per_group` too.
 #[test]
 fn router_work_limit_limits_the_queue_on_its_shard() {
     let cluster = cluster();
@@ -1324,15 +1325,49 @@ fn router_work_limit_limits_the_queue_on_its_shard() {
     );
     assert!(none.is_empty(), "over the rate on the shard: {none:?}");
 
+    // per_group (from 0.12.0): set on the queue's shard alone, and there
+    // two items of one group under lease at once, not a third.
+    let (grouped, grouped_shard) = (QUEUES[1], on_shard[1]);
+    for n in 0..3 {
+        common::enqueue_new(
+            &mut r,
+            &Enqueue::new(grouped).key(format!("g{n}")).group_key("g"),
+        );
+    }
+    ok(
+        calls::work_limit_per_group(&mut r, grouped, None, None, "1 second", Some(2)),
+        "work_limit with per_group through the router",
+    );
+    for (n, s) in shards.iter_mut().enumerate() {
+        let set: i64 = scalar(
+            s,
+            "SELECT count(*) FROM workfence.queues WHERE queue = $1 AND per_group = 2",
+            &[&grouped],
+        );
+        assert_eq!(set, i64::from(n == grouped_shard), "per_group on shard {n}");
+    }
+    for held in 0..2 {
+        let one = ok(
+            calls::claim(&mut r, grouped, "w1", "1 minute", None, None),
+            "a claim of the grouped queue through the router",
+        );
+        assert_eq!(one.len(), 1, "the group's item {held}: {one:?}");
+    }
+    let none = ok(
+        calls::claim(&mut r, grouped, "w2", "1 minute", None, None),
+        "a third claim of the group",
+    );
+    assert!(none.is_empty(), "per_group 2 with two held: {none:?}");
+
     // The router's work_queue_stats shows each queue's limits, its shard's.
-    let limits: Vec<(String, Option<i32>, Option<i32>)> =
-        ok(calls::queue_limits(&mut r), "the router's work_queue_stats")
-            .into_iter()
-            .map(|l| (l.queue, l.concurrency, l.rate))
-            .collect();
+    let limits: Vec<_> = ok(calls::queue_limits(&mut r), "the router's work_queue_stats")
+        .into_iter()
+        .map(|l| (l.queue, l.concurrency, l.rate, l.per_group))
+        .collect();
     let mut expected = vec![
-        (queue.to_string(), Some(2), None),
-        (rated.to_string(), None, Some(2)),
+        (queue.to_string(), Some(2), None, None),
+        (rated.to_string(), None, Some(2), None),
+        (grouped.to_string(), None, None, Some(2)),
     ];
     expected.sort();
     assert_eq!(limits, expected);
