@@ -183,6 +183,9 @@ pub struct QueueStats {
     pub rate: Option<i64>,
     /// The rate limit's period, as the server writes an interval.
     pub per: Option<String>,
+    /// At most this many items of one group claimed at once (from 0.12.0); `None`: not set
+    /// (1, serial groups), or an extension older than 0.12.0.
+    pub per_group: Option<i64>,
     /// `work_may('operate', queue)`.
     pub may_operate: bool,
 }
@@ -323,11 +326,14 @@ const SESSION: &str = "SELECT pg_catalog.pg_is_in_recovery(), CURRENT_USER::text
     pg_catalog.has_function_privilege('workfence.work_cancel(text, text)', 'EXECUTE'), \
     pg_catalog.has_function_privilege('workfence.work_lease_status(bigint, text, bigint)', 'EXECUTE')";
 
+// per_group (0.12.0) is read from the row as jsonb, so that a database still on 0.11.0, whose
+// view has no such column, shows its queues too (per_group NULL).
 const QUEUE_STATS: &str = "SELECT s.queue::text, s.pending::int8, s.scheduled::int8, \
     s.claimed::int8, s.expired::int8, s.done::int8, s.failed::int8, s.cancelled::int8, \
     pg_catalog.date_part('epoch', s.oldest_due_age)::float8, s.paused, s.refused::int8, \
     s.lapsed::int8, s.concurrency::int8, s.rate::int8, s.per::text, \
-    workfence.work_may('operate', s.queue) \
+    workfence.work_may('operate', s.queue), \
+    (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'per_group')::int8 \
     FROM workfence.work_queue_stats AS s ORDER BY s.queue";
 
 const ITEMS: &str = concat!(
@@ -433,6 +439,7 @@ impl Conn {
                     rate: r.try_get(13)?,
                     per: r.try_get(14)?,
                     may_operate: r.try_get(15)?,
+                    per_group: r.try_get(16)?,
                 })
             })
             .collect()

@@ -156,6 +156,7 @@ mod tests {
             concurrency: None,
             rate: None,
             per: None,
+            per_group: None,
             may_operate: true,
         }
     }

@@ -139,6 +139,9 @@ pub fn limits(stats: &QueueStats) -> String {
             None => parts.push(format!("rate {rate}")),
         }
     }
+    if let Some(n) = stats.per_group {
+        parts.push(format!("{n} per group"));
+    }
     if parts.is_empty() {
         "none".into()
     } else {
@@ -764,5 +767,35 @@ mod tests {
         assert_eq!(age(185.0), "3 min 5 s");
         assert_eq!(age(7800.0), "2 h 10 min");
         assert_eq!(age(3.0 * 86400.0 + 4.0 * 3600.0), "3 d 4 h");
+    }
+
+    #[test]
+    fn limits_in_words() {
+        let mut s = QueueStats {
+            queue: "q".into(),
+            pending: 0,
+            scheduled: 0,
+            claimed: 0,
+            expired: 0,
+            done: 0,
+            failed: 0,
+            cancelled: 0,
+            oldest_due_age: None,
+            paused: false,
+            refused: None,
+            lapsed: None,
+            concurrency: None,
+            rate: None,
+            per: None,
+            per_group: None,
+            may_operate: true,
+        };
+        assert_eq!(limits(&s), "none");
+        s.per_group = Some(3);
+        assert_eq!(limits(&s), "3 per group");
+        s.concurrency = Some(4);
+        s.rate = Some(100);
+        s.per = Some("00:01:00".into());
+        assert_eq!(limits(&s), "concurrency 4; 100 per 00:01:00; 3 per group");
     }
 }

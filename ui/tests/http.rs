@@ -9,7 +9,8 @@
 //!
 //! The items page calls `workfence.work_items` (0.11.0): the tests need that
 //! version installed, and fail (the dashboard's 503 page says to update the
-//! extension) when an older one is.
+//! extension) when an older one is; the limits test sets `per_group`
+//! (0.12.0), and installs 0.11.0 beside it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -1538,4 +1539,63 @@ fn throughput_is_counted_since_the_dashboard_started_watching() {
         3
     );
     assert_eq!(cell(&ui), "—", "a fall starts the readings over");
+}
+
+/// The limits cell of queue `queue`'s row on the queues page, tags removed.
+fn limits_cell(ui: &Ui, queue: &str) -> String {
+    let page = ui.get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let row = section(&page.body, &format!("data-queue=\"{queue}\""), "</tr>").to_owned();
+    strip_tags(&format!(
+        "<{}",
+        section(&row, "<td class=\"limits\"", "</td>")
+    ))
+}
+
+/// The queues page shows each queue's limits as `work_queue_stats` has them,
+/// `per_group` (0.12.0) included; on a database still on 0.11.0, whose view
+/// has no `per_group`, it shows the other limits.
+#[test]
+fn the_queues_page_shows_every_limit_per_group_included() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_limits");
+    ok(
+        calls::work_limit_per_group(&mut db, "grouped", Some(4), Some(100), "1 minute", Some(3)),
+        "work_limit with per_group",
+    );
+    ok(
+        calls::work_limit(&mut db, "plain", Some(2), None, "1 second"),
+        "work_limit",
+    );
+    enqueue(&mut db, Enqueue::new("free").key("k"));
+    let ui = Ui::on(&cluster.connection_string("ui_limits"));
+    assert_eq!(
+        limits_cell(&ui, "grouped"),
+        "concurrency 4; 100 per 00:01:00; 3 per group"
+    );
+    assert_eq!(limits_cell(&ui, "plain"), "concurrency 2");
+    assert_eq!(limits_cell(&ui, "free"), "none");
+    // A call without per_group sets every limit: the groups are serial again.
+    ok(
+        calls::work_limit(&mut db, "grouped", Some(4), None, "1 second"),
+        "work_limit without per_group",
+    );
+    assert_eq!(limits_cell(&ui, "grouped"), "concurrency 4");
+    drop(ui);
+
+    ok(cluster.create_database("ui_limits_0110"), "create database");
+    let mut old = ok(cluster.connect_to("ui_limits_0110"), "connect");
+    ok(
+        old.batch_execute(
+            "DROP EXTENSION pg_workfence;
+             CREATE EXTENSION pg_workfence VERSION '0.11.0';",
+        ),
+        "pg_workfence 0.11.0",
+    );
+    ok(
+        calls::work_limit(&mut old, "limited", Some(2), Some(5), "1 minute"),
+        "work_limit on 0.11.0",
+    );
+    let ui = Ui::on(&cluster.connection_string("ui_limits_0110"));
+    assert_eq!(limits_cell(&ui, "limited"), "concurrency 2; 5 per 00:01:00");
 }
