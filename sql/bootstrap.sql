@@ -69,6 +69,8 @@ CREATE TABLE workfence.items (
     errors        jsonb,
     group_key     text,
     slot          integer,
+    behind        boolean NOT NULL DEFAULT false,
+    turn          timestamptz,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -112,6 +114,13 @@ COMMENT ON COLUMN workfence.items.group_key IS
 COMMENT ON COLUMN workfence.items.slot IS
     'From 0.12.0: the concurrency slot of its queue''s limit (work_limit) the item holds while claimed by a claim of a '
     'limited queue (src/flow.rs); meaningless in other states.';
+COMMENT ON COLUMN workfence.items.behind IS
+    'From 0.12.0: a pending item of a group known to have a pending item of its group before it in claim order, '
+    'which claims therefore skip without reading (src/flow.rs, group heads); false for every other item.';
+COMMENT ON COLUMN workfence.items.turn IS
+    'From 0.12.0: for a group''s first pending item, when a claim of its group made it so (at the earliest its run_at): '
+    'claims serve group heads in (priority, turn or else run_at) order, so a group just served waits its turn '
+    'behind the others (round-robin). NULL otherwise.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).
@@ -143,6 +152,20 @@ CREATE INDEX items_group_idx ON workfence.items (queue, group_key, state, priori
     WHERE group_key IS NOT NULL AND state IN ('pending', 'claimed');
 COMMENT ON INDEX workfence.items_group_idx IS
     'Serial groups: a group''s claimed item, and its pending items in claim order.';
+-- From 0.12.0: what a claim of a queue with groups walks (src/flow.rs,
+-- group heads): pending items in no group, and each group's head (items
+-- not behind), in the order claims serve them. A group's backlog is not in
+-- it, so a claim never walks a busy group's items.
+CREATE INDEX items_head_idx ON workfence.items (queue, priority, (COALESCE(turn, run_at)), id)
+    WHERE state = 'pending' AND NOT behind;
+COMMENT ON INDEX workfence.items_head_idx IS
+    'Claims of a queue with groups: pending items in no group and each group''s head, in serving order.';
+-- From 0.12.0: a group's heads, so that a claim that served the group
+-- finds the ones that are no longer first without walking the group.
+CREATE INDEX items_group_head_idx ON workfence.items (queue, group_key)
+    WHERE state = 'pending' AND group_key IS NOT NULL AND NOT behind;
+COMMENT ON INDEX workfence.items_group_head_idx IS
+    'A group''s pending items that are not behind: its head, and items that came before it since (src/flow.rs).';
 
 -- Nobody writes the tables directly: the functions run as the extension's
 -- owner (SECURITY DEFINER, set at the end of finalize.sql), so a role that
@@ -213,7 +236,8 @@ CREATE TABLE workfence.queues (
     concurrency integer,
     rate       integer,
     per        interval,
-    grouped    boolean NOT NULL DEFAULT false
+    grouped    boolean NOT NULL DEFAULT false,
+    per_group  integer
 );
 COMMENT ON TABLE workfence.queues IS
     'Settings of queues, set by an operator through the workfence.work_* functions (work_pause, work_resume, work_limit; '
@@ -230,6 +254,8 @@ COMMENT ON COLUMN workfence.queues.rate IS
 COMMENT ON COLUMN workfence.queues.per IS 'From 0.10.0 (work_limit): the window of the rate limit; NULL without one.';
 COMMENT ON COLUMN workfence.queues.grouped IS
     'From 0.10.0: whether an item with a group_key was ever enqueued in the queue (its claims then keep groups serial).';
+COMMENT ON COLUMN workfence.queues.per_group IS
+    'From 0.12.0 (work_limit): at most this many items of one group_key claimed at once; NULL: one (serial groups).';
 COMMENT ON INDEX workfence.queues_pkey IS 'A queue''s settings by name: the claim''s pause check is one probe here.';
 
 -- The slots of a limited queue (from 0.12.0, src/flow.rs): a claim takes a

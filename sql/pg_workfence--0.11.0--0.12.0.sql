@@ -176,6 +176,48 @@ BEGIN
 END
 $grants$;
 
+-- ---- work_limit gains per_group (issue 33) ----
+-- Renamed, not dropped, as work_item above (its C symbol work_limit_wrapper
+-- stays in the library); the new one keeps the old one's grants.
+ALTER FUNCTION workfence.work_limit(text, integer, integer, interval) RENAME TO work_limit_retired_0_11_0;
+CREATE FUNCTION workfence."work_limit"(
+	"queue" TEXT,
+	"concurrency" INT DEFAULT NULL,
+	"rate" INT DEFAULT NULL,
+	"per" interval DEFAULT '1 second',
+	"per_group" INT DEFAULT NULL
+) RETURNS void
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_limit_per_group_wrapper';
+ALTER ROUTINE workfence.work_limit(text, integer, integer, interval, integer)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.work_limit(text, integer, integer, interval, integer) FROM PUBLIC;
+DO $grants$
+DECLARE
+    grant_to pg_catalog.text;
+BEGIN
+    FOR grant_to IN
+        SELECT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname::pg_catalog.text) END
+               || CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END
+          FROM pg_catalog.pg_proc AS p
+         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
+          LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+                   'workfence.work_limit_retired_0_11_0(text, integer, integer, interval)')
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+    LOOP
+        -- A role name quoted by quote_ident, not user data.
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION workfence.work_limit(text, integer, integer, interval, integer) TO %s',
+            grant_to);
+    END LOOP;
+END
+$grants$;
+
+
 -- ---- the retired functions keep no grants ----
 -- Their grants went to the new work_item above. Left on the retired ones,
 -- pg_dump would write GRANTs for functions a restore's CREATE EXTENSION does
@@ -191,7 +233,8 @@ BEGIN
     FOR routine IN
         SELECT pg_catalog.unnest(ARRAY[
             'workfence.work_item_retired_0_11_0(text, text)',
-            'workfence.work_item_retired_0_11_0(bigint)'
+            'workfence.work_item_retired_0_11_0(bigint)',
+            'workfence.work_limit_retired_0_11_0(text, integer, integer, interval)'
         ]::pg_catalog.regprocedure[])
     LOOP
         FOR grantee IN
@@ -241,6 +284,17 @@ ALTER TABLE workfence.items ADD COLUMN slot integer;
 COMMENT ON COLUMN workfence.items.slot IS
     'From 0.12.0: the concurrency slot of its queue''s limit (work_limit) the item holds while claimed by a claim of a '
     'limited queue (src/flow.rs); meaningless in other states.';
+-- Group heads (issue 33): in the same moment's lock, also without a
+-- rewrite (a constant default is kept in the catalog).
+ALTER TABLE workfence.items ADD COLUMN behind boolean NOT NULL DEFAULT false;
+ALTER TABLE workfence.items ADD COLUMN turn timestamptz;
+COMMENT ON COLUMN workfence.items.behind IS
+    'From 0.12.0: a pending item of a group known to have a pending item of its group before it in claim order, '
+    'which claims therefore skip without reading (src/flow.rs, group heads); false for every other item.';
+COMMENT ON COLUMN workfence.items.turn IS
+    'From 0.12.0: for a group''s first pending item, when a claim of its group made it so (at the earliest its run_at): '
+    'claims serve group heads in (priority, turn or else run_at) order, so a group just served waits its turn '
+    'behind the others (round-robin). NULL otherwise.';
 
 -- ---- issue 33: anything due, and the next run_at, in one probe ----
 CREATE INDEX items_ready_idx ON workfence.items (queue, run_at)
@@ -307,6 +361,100 @@ SELECT q.queue, 'r', g.n,
  WHERE q.rate IS NOT NULL;
 ALTER TABLE workfence.queues DROP COLUMN rate_log;
 
--- ---- issue 33: work_limit's comment says how claims keep the limits now ----
-COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval) IS
-'work_limit(queue, concurrency int DEFAULT NULL, rate int DEFAULT NULL, per interval DEFAULT ''1 second'') -> void. From 0.10.0: at most concurrency items of the queue claimed at once (a lapsed lease keeps its slot until claimed anew or dead-lettered), at most rate items handed out by claims in any window of length per (sliding, server clock); NULL lifts a limit, work_limit(queue) both; shown in work_queue_stats. A claim that would exceed a limit returns fewer rows, never waits; from 0.12.0 each item it hands out takes a slot row of the queue (workfence.queue_slots) FOR UPDATE SKIP LOCKED, so claims of one queue run side by side; lowering a limit takes nothing back (claims wait until fewer items than it are claimed); claims of a limited queue run in READ COMMITTED only (see work_claim). Errors: 22004 NULL queue or per, 22023 bad queue, concurrency or rate outside 1..10000, per not in (0, 1 day]; 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
+-- ---- issue 33: group heads and per_group ----
+-- Every pending item of a group that has a pending item of its group before
+-- it in claim order is behind; each group's first is its head. No claim or
+-- enqueue runs meanwhile (the SHARE lock above). Then the indexes claims
+-- of grouped queues walk (src/flow.rs): both built over the pending items
+-- only, as items_ready_idx was.
+UPDATE workfence.items AS i
+   SET behind = true
+ WHERE i.group_key IS NOT NULL
+   AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+   AND EXISTS (SELECT FROM workfence.items AS o
+                WHERE o.queue OPERATOR(pg_catalog.=) i.queue
+                  AND o.group_key OPERATOR(pg_catalog.=) i.group_key
+                  AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                  AND (o.priority, o.run_at, o.id)
+                      OPERATOR(pg_catalog.<) (i.priority, i.run_at, i.id));
+CREATE INDEX items_head_idx ON workfence.items (queue, priority, (COALESCE(turn, run_at)), id)
+    WHERE state = 'pending' AND NOT behind;
+COMMENT ON INDEX workfence.items_head_idx IS
+    'Claims of a queue with groups: pending items in no group and each group''s head, in serving order.';
+CREATE INDEX items_group_head_idx ON workfence.items (queue, group_key)
+    WHERE state = 'pending' AND group_key IS NOT NULL AND NOT behind;
+COMMENT ON INDEX workfence.items_group_head_idx IS
+    'A group''s pending items that are not behind: its head, and items that came before it since (src/flow.rs).';
+ALTER TABLE workfence.queues ADD COLUMN per_group integer;
+COMMENT ON COLUMN workfence.queues.per_group IS
+    'From 0.12.0 (work_limit): at most this many items of one group_key claimed at once; NULL: one (serial groups).';
+
+CREATE OR REPLACE VIEW workfence.work_queue_stats WITH (security_barrier) AS
+WITH server_time AS MATERIALIZED (
+    SELECT pg_catalog.clock_timestamp() AS now
+), counts AS (
+    SELECT i.queue,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                 AND i.run_at OPERATOR(pg_catalog.<=) t.now) AS pending,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                 AND i.run_at OPERATOR(pg_catalog.>) t.now) AS scheduled,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                 AND i.lease_until OPERATOR(pg_catalog.>) t.now) AS claimed,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                 AND i.lease_until OPERATOR(pg_catalog.<=) t.now) AS expired,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state) AS done,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state) AS failed,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'cancelled'::workfence.item_state) AS cancelled,
+           -- An item due at '-infinity' has been due since its enqueue (and
+           -- subtracting an infinite timestamp is an error in PostgreSQL 15).
+           t.now OPERATOR(pg_catalog.-) pg_catalog.min(
+               CASE WHEN pg_catalog.isfinite(i.run_at) THEN i.run_at ELSE i.created_at END)
+               FILTER (
+                   WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                     AND i.run_at OPERATOR(pg_catalog.<=) t.now) AS oldest_due_age
+      FROM workfence.items AS i
+     CROSS JOIN server_time AS t
+     GROUP BY i.queue, t.now
+), names AS MATERIALIZED (
+    SELECT u.queue
+      FROM (SELECT c.queue FROM counts AS c
+            UNION
+            SELECT q.queue FROM workfence.queues AS q) AS u
+     WHERE workfence.work_may('read', u.queue)
+)
+SELECT n.queue,
+       COALESCE(c.pending, 0) AS pending,
+       COALESCE(c.scheduled, 0) AS scheduled,
+       COALESCE(c.claimed, 0) AS claimed,
+       COALESCE(c.expired, 0) AS expired,
+       COALESCE(c.done, 0) AS done,
+       COALESCE(c.failed, 0) AS failed,
+       COALESCE(c.cancelled, 0) AS cancelled,
+       c.oldest_due_age,
+       COALESCE(q.paused, false) AS paused,
+       f.refused,
+       f.lapsed,
+       q.concurrency,
+       q.rate,
+       q.per,
+       q.per_group
+  FROM names AS n
+  LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN LATERAL workfence.queue_counters(n.queue) AS f ON true;
+COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
+    'From 0.12.0: the queue''s per-group limit (work_limit): at most this many items of one group_key claimed at once; '
+    'NULL: one (serial groups).';
+
+-- ---- issue 33: the comments of work_limit and work_claim say what per_group does ----
+COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval, integer) IS
+'work_limit(queue, concurrency int DEFAULT NULL, rate int DEFAULT NULL, per interval DEFAULT ''1 second'', per_group int DEFAULT NULL) -> void. From 0.10.0: at most concurrency items of the queue claimed at once (a lapsed lease keeps its slot until claimed anew or dead-lettered), at most rate items handed out by claims in any window of length per (sliding, server clock); from 0.12.0 at most per_group items of one group_key claimed at once (NULL: 1, serial groups), the groups served round-robin (each group has one item in line at a time, and a group just served goes behind the others). A call sets them all: NULL lifts a limit, work_limit(queue) every one; shown in work_queue_stats. A claim that would exceed a limit returns fewer rows, never waits; from 0.12.0 each item it hands out takes a slot row of the queue (workfence.queue_slots) FOR UPDATE SKIP LOCKED, so claims of one queue run side by side; lowering a limit takes nothing back (claims wait until fewer items than it are claimed); claims of a limited queue run in READ COMMITTED only (see work_claim). Errors: 22004 NULL queue or per, 22023 bad queue, concurrency, rate or per_group outside 1..10000, per not in (0, 1 day]; 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
+COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
+'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';

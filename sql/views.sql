@@ -67,7 +67,8 @@ SELECT n.queue,
        f.lapsed,
        q.concurrency,
        q.rate,
-       q.per
+       q.per,
+       q.per_group
   FROM names AS n
   LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
@@ -104,6 +105,9 @@ COMMENT ON COLUMN workfence.work_queue_stats.concurrency IS
 COMMENT ON COLUMN workfence.work_queue_stats.rate IS
     'From 0.10.0: the queue''s rate limit (work_limit): at most this many items handed out per per; NULL: none.';
 COMMENT ON COLUMN workfence.work_queue_stats.per IS 'From 0.10.0: the window of the rate limit; NULL without one.';
+COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
+    'From 0.12.0: the queue''s per-group limit (work_limit): at most this many items of one group_key claimed at once; '
+    'NULL: one (serial groups).';
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
 

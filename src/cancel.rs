@@ -71,12 +71,19 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
                 queue: &queue,
                 key: &key,
             },
-            |rows| Ok(!rows.is_empty()),
+            |rows| {
+                if rows.is_empty() {
+                    return Ok(None);
+                }
+                Ok(rows.first().get::<i64>(1)?)
+            },
         )
     })?;
-    if cancelled {
+    if let Some(id) = cancelled {
+        // A cancelled pending item may have been its group's head.
+        crate::flow::regroup(&queue, id, true)?;
         // A cancelled claimed item frees its group or its slot.
         crate::flow::freed(&queue)?;
     }
-    Ok(cancelled)
+    Ok(cancelled.is_some())
 }

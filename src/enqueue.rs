@@ -47,6 +47,73 @@ RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
 "#,
 );
 
+// INSERT_GROUPED from 0.12.0 (group heads, see [`crate::flow`]): the item
+// is `behind` when, in this statement's snapshot, a pending item of its
+// group comes before it in claim order or ties with it (claims then skip
+// it without reading it). The snapshot may be stale by the commit (a claim
+// of the group may have taken that item meanwhile), so the transaction
+// checks again at its commit ([`crate::xact`], [`VERIFY_BEHIND`]).
+// Columns: id, whether it is due, whether it is behind.
+static INSERT_GROUPED_BEHIND: Statement<InsertParams> = Statement::new(
+    r#"
+INSERT INTO workfence.items AS n
+       (queue, key, payload, priority, run_at, max_attempts, max_run, group_key, behind)
+SELECT $1, $2, $3, $4, r.at, $6, $7, $8,
+       EXISTS (SELECT FROM workfence.items AS o
+                WHERE o.queue OPERATOR(pg_catalog.=) $1
+                  AND o.group_key OPERATOR(pg_catalog.=) $8
+                  AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                  AND (o.priority, o.run_at) OPERATOR(pg_catalog.<=) ($4, r.at))
+  FROM (SELECT COALESCE($5, pg_catalog.clock_timestamp()) AS at) AS r
+    ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
+RETURNING n.id, n.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(), n.behind
+"#,
+);
+
+/// At the commit of a transaction that enqueued items `behind` ([`crate::xact`]):
+/// each item of `$1` (whose group lock the commit holds, taken after this
+/// statement's snapshot was) that no pending item of its group comes before
+/// any more, and each item of `$2` (whose group lock another transaction
+/// held, a claim of the group that may not see them), stops being behind.
+/// Runs as the extension's owner.
+static VERIFY_BEHIND: Statement<VerifyBehindParams> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET behind = false
+ WHERE i.behind
+   AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+   AND (i.id OPERATOR(pg_catalog.=) ANY ($2)
+        OR (i.id OPERATOR(pg_catalog.=) ANY ($1)
+            AND NOT EXISTS (SELECT FROM workfence.items AS o
+                             WHERE o.queue OPERATOR(pg_catalog.=) i.queue
+                               AND o.group_key OPERATOR(pg_catalog.=) i.group_key
+                               AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                               AND (o.priority, o.run_at, o.id)
+                                   OPERATOR(pg_catalog.<) (i.priority, i.run_at, i.id))))
+"#,
+);
+
+/// Run [`VERIFY_BEHIND`]: `check` the items of groups whose lock the
+/// commit holds, `clear` the others.
+pub(crate) fn verify_behind(check: Vec<i64>, clear: Vec<i64>) -> Result<()> {
+    Spi::connect_mut(|client| {
+        plans::run(
+            client,
+            &VERIFY_BEHIND,
+            VerifyBehindParams { check, clear },
+            |_| Ok(()),
+        )
+    })
+}
+
+params! {
+    /// `$1` items to check, `$2` items to make heads.
+    pub(crate) struct VerifyBehindParams {
+        check: Vec<i64> = INT8ARRAYOID,
+        clear: Vec<i64> = INT8ARRAYOID,
+    }
+}
+
 params! {
     /// `$1` queue, `$2` key, `$3` payload, `$4` priority, `$5` run_at (NULL:
     /// now), `$6` max_attempts, `$7` max_run (NULL: no limit), `$8`
@@ -247,16 +314,17 @@ fn enqueue(
         crate::flow::enqueue_grouped(&queue)?;
     }
 
+    let heads = group_key.is_some() && crate::flow::schema_has_heads();
     Spi::connect_mut(|client| {
         // The existing row can vanish between the two statements (purged in
         // between); then the INSERT is simply tried again.
         for _ in 0..3 {
             let inserted = plans::run(
                 client,
-                if group_key.is_some() {
-                    &INSERT_GROUPED
-                } else {
-                    INSERT.get()
+                match (&group_key, heads) {
+                    (Some(_), true) => &INSERT_GROUPED_BEHIND,
+                    (Some(_), false) => &INSERT_GROUPED,
+                    (None, _) => INSERT.get(),
                 },
                 InsertParams {
                     queue: &queue,
@@ -273,10 +341,17 @@ fn enqueue(
                         return Ok(None);
                     }
                     let row = rows.first();
-                    Ok(row.get::<i64>(1)?.zip(row.get::<bool>(2)?))
+                    let behind = heads && row.get::<bool>(3)?.unwrap_or(false);
+                    Ok(row
+                        .get::<i64>(1)?
+                        .zip(row.get::<bool>(2)?)
+                        .map(|(id, due)| (id, due, behind)))
                 },
             )?;
-            if let Some((id, due)) = inserted {
+            if let Some((id, due, behind)) = inserted {
+                if let (true, Some(group)) = (behind, &group_key) {
+                    crate::xact::behind_at_commit(&queue, group, id);
+                }
                 if due {
                     notify::enqueued(client, &queue)?;
                 }

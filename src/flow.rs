@@ -16,6 +16,64 @@
 //! themselves, so finishing, failing, releasing or cancelling an item frees
 //! its group with no write beyond the item's own.)
 //!
+//! **Per-group limits (from 0.12.0, issue 33).** `work_limit(queue, ...,
+//! per_group => n)` lets up to `n` items of one group be claimed at once
+//! (NULL is 1, the serial groups above; "at most 3 jobs per customer at
+//! once" is a group per customer and `per_group => 3`). The rule above
+//! becomes: a claim takes a grouped item only when fewer than `n` items of
+//! its group are claimed and no pending item of the group comes before it.
+//!
+//! **Group heads (from 0.12.0, issue 33).** Until 0.11.0 a claim walked the
+//! queue's due items in claim order and asked of each grouped one whether
+//! its group was busy: a group of 20,000 pending items whose first was
+//! claimed cost every other claim 20,000 probes (0.3-4 items/s). Now a
+//! group has one item in line at a time, its *head*: a pending item of a
+//! group is `behind` (`items.behind`) when it is known that a pending item
+//! of its group comes before it, and claims walk `items_head_idx`, which
+//! holds the pending items that are not behind (items in no group, and
+//! each group's head). **Invariant**: in every committed state, a group's
+//! first pending item in claim order is not behind, unless a transaction
+//! holding the group's lock will make it so before it commits. Items that
+//! are not first and not behind (*stale heads*) are allowed: a claim passes
+//! them over (the group rule), and the claim that next serves the group
+//! makes them behind. So a claim reads each busy group's head and no more.
+//! Who writes `behind` (every writer of a group's order holds the group
+//! lock, except those that only add heads):
+//! - An enqueue marks its item behind if a pending item of its group comes
+//!   before it (or ties) in its snapshot. That snapshot may be stale at the
+//!   commit (a claim of the group may have taken that item since, not
+//!   seeing this one, uncommitted), so at its commit the transaction tries
+//!   each such group's lock without waiting, holds it through the commit,
+//!   and in a snapshot taken after that makes every such item that nothing
+//!   pending precedes any more a head ([`crate::xact`]); for a group whose
+//!   lock a claim in flight holds (which may not see the items) it makes
+//!   them all heads, stale ones at worst. A claim that runs after the
+//!   commit holds the lock after it, and sees the items.
+//! - A claim that served groups (it holds their locks) runs [`NORMALIZE`]
+//!   in a new snapshot: each group's first pending item becomes its head,
+//!   with `turn` = the claim's time, and the group's stale heads behind.
+//! - A cancel or reschedule of a grouped item waits for the group's lock
+//!   and runs [`NORMALIZE`] after it ([`regroup`]).
+//! - A release, a failure with a retry and `work_retry` put an item back
+//!   to pending as a head (it was claimed, so not behind; a cancel leaves a
+//!   cancelled item not behind): a stale head at worst, never a lost one.
+//!
+//! No statement that writes `behind` waits on a row lock held by a claim
+//! ([`NORMALIZE`] locks `SKIP LOCKED`; a row a claim holds locked is one
+//! its pick took, a head already), so claims serving each other's picked
+//! groups cannot deadlock.
+//!
+//! **Round-robin.** Claims serve the heads in (priority, `turn` else
+//! `run_at`, id) order. `turn` is set when a claim serving the group makes
+//! an item its head: the claim's time (or the item's `run_at`, if later).
+//! So a group just served queues its next head behind every head that was
+//! waiting, as in a round-robin over the groups, and a group with a long
+//! backlog has one item in line at a time, whatever its size: "a group of
+//! 10,000 items beside 100 groups of 10" serves the small groups' first
+//! items within the first 101 claims. (Hatchet's round-robin concurrency
+//! keys and pg-boss's group concurrency are the references; the order here
+//! is by time, not weighted.)
+//!
 //! **Limits.** `work_limit(queue, concurrency, rate, per)`: at most
 //! `concurrency` items of the queue claimed at once (a lapsed lease keeps
 //! its slot until the item is claimed anew, inside that slot, or finished),
@@ -74,11 +132,11 @@
 //!    snapshot sees its item. (Rate slots need no second look: `used_at` is
 //!    in the slot's own row, which the re-check of the lock reads in its
 //!    newest version.)
-//! 3. The pick ([`PICK`]): due items (for a grouped item: its group has no
-//!    claimed item and no pending item before it, in this snapshot) and
-//!    lapsed leases, in claim order, locked `FOR UPDATE SKIP LOCKED`; at
-//!    most one pending item per free concurrency slot, one item per rate
-//!    slot.
+//! 3. The pick ([`PICK`]): due items that are not behind (for a grouped
+//!    item: its group has fewer than `per_group` items claimed and no
+//!    pending item before it, in this snapshot) and lapsed leases, in
+//!    serving order, locked `FOR UPDATE SKIP LOCKED`; at most one pending
+//!    item per free concurrency slot, one item per rate slot.
 //! 4. Groups: for each picked grouped item, the group's *group lock*
 //!    (class [`GROUP_LOCK_CLASS`], keys the hashes of queue and group),
 //!    taken without waiting; a group whose lock is held (another claim of it
@@ -89,6 +147,7 @@
 //!    the group lock before this one took it); the re-check sees it.
 //!    Without it two claimers could hold one group: the model in
 //!    `harness/tests/model.rs` finds that interleaving.
+//!    Then the heads of the groups it served ([`NORMALIZE`]).
 //! 5. The slots' writes ([`USE_SLOTS`]): each pending item claimed takes
 //!    one of the free slots (`items.slot`); each rate slot used gets the
 //!    claim's time.
@@ -258,36 +317,86 @@ params! {
     }
 }
 
-// Step 2: the candidates of a claim of queue `$1` by the server's clock
-// `$4`: up to `$2` due items (a grouped one only if its group has no item
-// claimed and no pending item before it) and lapsed leases, at most `$3`
-// in all, in claim order; and lapsed final attempts (to dead-letter, not
-// counted). Each locked `FOR UPDATE SKIP LOCKED`. Columns: id, group_key
-// (NULL for a dead letter, which frees its group and needs no lock).
-static PICK: Statement<PickParams> = Statement::new(
-    r#"
-WITH due AS (
-    SELECT i.id, i.priority, i.run_at, i.group_key
+// The group rule of a claim, in SQL, for item `i` of queue `$1`: its group
+// has fewer than `per_group` items claimed besides it (`$other`: `o.id <>
+// i.id` or true), read from the CTE `per_group` (`n`: the queue's
+// per_group, 1 when unset; 0.10.0 and 0.11.0 had no setting, and
+// `per_group` is then one row with 1).
+macro_rules! group_has_room {
+    ($other:literal) => {
+        concat!(
+            r#"(SELECT pg_catalog.count(*)
+                  FROM (SELECT FROM workfence.items AS o
+                         WHERE o.queue OPERATOR(pg_catalog.=) $1
+                           AND o.group_key OPERATOR(pg_catalog.=) i.group_key
+                           AND o.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                           AND "#,
+            $other,
+            r#"
+                         LIMIT (SELECT g.n FROM per_group AS g)) AS o)
+               OPERATOR(pg_catalog.<) (SELECT g.n FROM per_group AS g)"#
+        )
+    };
+}
+
+// ... and no pending item of its group comes before it in claim order.
+macro_rules! group_first {
+    () => {
+        r#"NOT EXISTS (SELECT FROM workfence.items AS o
+                         WHERE o.queue OPERATOR(pg_catalog.=) $1
+                           AND o.group_key OPERATOR(pg_catalog.=) i.group_key
+                           AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                           AND (o.priority, o.run_at, o.id)
+                               OPERATOR(pg_catalog.<) (i.priority, i.run_at, i.id))"#
+    };
+}
+
+// The queue's per_group as the CTE `per_group`, for schema `$mode`
+// (`heads`: 0.12.0 on, `flat`: 0.10.0 and 0.11.0, serial groups).
+macro_rules! per_group_cte {
+    (heads) => {
+        r#"per_group AS (
+    SELECT COALESCE((SELECT q.per_group FROM workfence.queues AS q
+                      WHERE q.queue OPERATOR(pg_catalog.=) $1), 1) AS n
+)"#
+    };
+    (flat) => {
+        "per_group AS (\n    SELECT 1 AS n\n)"
+    };
+}
+
+// Step 3 for schema `$mode`, see PICK.
+macro_rules! pick_sql {
+    ($mode:ident, $order:literal, $candidate:literal) => {
+        concat!(
+            "\nWITH ",
+            per_group_cte!($mode),
+            r#", due AS (
+    SELECT i.id, i.priority, "#,
+            $order,
+            r#" AS at, i.group_key
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
-       AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-       AND i.run_at OPERATOR(pg_catalog.<=) $4
+       AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state"#,
+            $candidate,
+            r#"
+       AND "#,
+            $order,
+            r#" OPERATOR(pg_catalog.<=) $4
        AND (i.group_key IS NULL
-            OR (NOT EXISTS (SELECT FROM workfence.items AS o
-                             WHERE o.queue OPERATOR(pg_catalog.=) $1
-                               AND o.group_key OPERATOR(pg_catalog.=) i.group_key
-                               AND o.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state)
-                AND NOT EXISTS (SELECT FROM workfence.items AS o
-                                 WHERE o.queue OPERATOR(pg_catalog.=) $1
-                                   AND o.group_key OPERATOR(pg_catalog.=) i.group_key
-                                   AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                                   AND (o.priority, o.run_at, o.id)
-                                       OPERATOR(pg_catalog.<) (i.priority, i.run_at, i.id))))
-     ORDER BY i.priority, i.run_at, i.id
+            OR ("#,
+            group_has_room!("true"),
+            r#"
+                AND "#,
+            group_first!(),
+            r#"))
+     ORDER BY i.priority, "#,
+            $order,
+            r#", i.id
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ), lapsed AS (
-    SELECT i.id, i.priority, i.run_at, i.group_key
+    SELECT i.id, i.priority, i.run_at AS at, i.group_key
       FROM workfence.items AS i
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
@@ -308,12 +417,40 @@ WITH due AS (
 )
 (SELECT c.id, c.group_key
    FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed) AS c
-  ORDER BY c.priority, c.run_at, c.id
+  ORDER BY c.priority, c.at, c.id
   LIMIT $3)
 UNION ALL
 SELECT e.id, NULL::pg_catalog.text FROM exhausted AS e
-"#,
-);
+"#
+        )
+    };
+}
+
+// Step 3: the candidates of a claim of queue `$1` by the server's clock
+// `$4`: up to `$2` due items (a grouped one only if its group has fewer
+// than `per_group` items claimed and no pending item before it) and lapsed
+// leases, at most `$3` in all, in claim order; and lapsed final attempts
+// (to dead-letter, not counted). Each locked `FOR UPDATE SKIP LOCKED`.
+// Columns: id, group_key (NULL for a dead letter, which frees its group
+// and needs no lock).
+//
+// `current` (0.12.0 on, group heads): the due items are read from
+// `items_head_idx`, which holds the pending items in no group and each
+// group's head but not the items behind it, in serving order (priority,
+// then `turn`, the time a claim of the group made the item its head, else
+// `run_at`; `turn` is never after the claim's clock when `run_at` is not,
+// so the due test on it is `run_at`'s). So a claim never walks a busy
+// group's backlog, and a group just served waits behind the heads of the
+// others (round-robin). `legacy` (0.10.0, 0.11.0): every due item in claim
+// order, a busy group's backlog included.
+static PICK: Versioned<PickParams> = Versioned {
+    current: Statement::new(pick_sql!(
+        heads,
+        "COALESCE(i.turn, i.run_at)",
+        "\n       AND NOT i.behind"
+    )),
+    legacy: Statement::new(pick_sql!(flat, "i.run_at", "")),
+};
 
 params! {
     /// `$1` queue, `$2` due items at most, `$3` items at most, `$4` the
@@ -326,16 +463,13 @@ params! {
     }
 }
 
-// Step 4: claim the picked items `$4` of queue `$1` (this transaction holds
-// their row locks, and the locks of their groups) for owner `$2` under
-// lease `$3` by the server's clock `$5`, each only if it is still claimable
-// and, for a grouped item, if its group has no other item claimed and (for
-// a pending item) no pending item before it, in this statement's snapshot;
-// a lapsed final attempt is dead-lettered. CLAIM's result columns
-// ([`crate::claim`]).
-static TAKE: Statement<TakeParams> = Statement::new(concat!(
-    r#"
-WITH picked AS (
+// Step 4 for schema `$mode`, see TAKE.
+macro_rules! take_sql {
+    ($mode:ident) => {
+        concat!(
+            "\nWITH ",
+            per_group_cte!($mode),
+            r#", picked AS (
     SELECT i.id,
            i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
              AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts AS dead,
@@ -354,22 +488,32 @@ WITH picked AS (
        AND (i.group_key IS NULL
             OR (i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
                 AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts)
-            OR (NOT EXISTS (SELECT FROM workfence.items AS o
-                             WHERE o.queue OPERATOR(pg_catalog.=) $1
-                               AND o.group_key OPERATOR(pg_catalog.=) i.group_key
-                               AND o.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                               AND o.id OPERATOR(pg_catalog.<>) i.id)
+            OR ("#,
+            group_has_room!("o.id OPERATOR(pg_catalog.<>) i.id"),
+            r#"
                 AND (i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                     OR NOT EXISTS (SELECT FROM workfence.items AS o
-                                     WHERE o.queue OPERATOR(pg_catalog.=) $1
-                                       AND o.group_key OPERATOR(pg_catalog.=) i.group_key
-                                       AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                                       AND (o.priority, o.run_at, o.id)
-                                           OPERATOR(pg_catalog.<) (i.priority, i.run_at, i.id)))))
+                     OR "#,
+            group_first!(),
+            r#")))
 )
 UPDATE workfence.items AS i"#,
-    crate::claim::claim_sets!(current, "$2", "$3", "$5")
-));
+            crate::claim::claim_sets!(current, "$2", "$3", "$5")
+        )
+    };
+}
+
+// Step 4: claim the picked items `$4` of queue `$1` (this transaction holds
+// their row locks, and the locks of their groups) for owner `$2` under
+// lease `$3` by the server's clock `$5`, each only if it is still claimable
+// and, for a grouped item, if its group has fewer than `per_group` other
+// items claimed and (for a pending item) no pending item before it, in
+// this statement's snapshot; a lapsed final attempt is dead-lettered.
+// CLAIM's result columns ([`crate::claim`]). `current`: 0.12.0 on, with the
+// queue's per_group; `legacy`: 0.10.0 and 0.11.0, serial groups.
+static TAKE: Versioned<TakeParams> = Versioned {
+    current: Statement::new(take_sql!(heads)),
+    legacy: Statement::new(take_sql!(flat)),
+};
 
 params! {
     /// `$1` queue, `$2` owner, `$3` lease, `$4` the picked ids, `$5` the
@@ -380,6 +524,94 @@ params! {
         lease: Option<Interval> = INTERVALOID,
         ids: Vec<i64> = INT8ARRAYOID,
         now: TimestampWithTimeZone = TIMESTAMPTZOID,
+    }
+}
+
+// Group heads (0.12.0 on), run by a transaction that holds the group lock
+// of each group `$2` of queue `$1`, in a snapshot taken after it got them:
+// each group's first pending item in claim order becomes its head (`behind`
+// false; when `$3` is given, a claim of the group at that time served it,
+// and the head's `turn` becomes `$3`, or its run_at if later, so that it
+// waits behind the heads of the groups not served since: round-robin), and
+// the group's other pending items that are not behind (enqueued, released
+// or retried before the head since it was made) become behind. A row
+// another transaction holds locked is left as it is (`SKIP LOCKED`: a claim
+// that picked it, which only picks items that are not behind; this
+// statement never waits, so two claims that picked each other's rows cannot
+// deadlock on it). Item `$4` (NULL: none), cancelled by this transaction,
+// is made not behind, so that a `work_retry` brings it back a candidate.
+static NORMALIZE: Statement<NormalizeParams> = Statement::new(
+    r#"
+WITH g AS (
+    SELECT DISTINCT x.group_key FROM pg_catalog.unnest($2) AS x(group_key)
+), first AS (
+    SELECT f.id
+      FROM g CROSS JOIN LATERAL (
+               SELECT i.id
+                 FROM workfence.items AS i
+                WHERE i.queue OPERATOR(pg_catalog.=) $1
+                  AND i.group_key OPERATOR(pg_catalog.=) g.group_key
+                  AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                ORDER BY i.priority, i.run_at, i.id
+                LIMIT 1) AS f
+), head AS (
+    SELECT i.ctid
+      FROM workfence.items AS i
+     WHERE i.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT first.id FROM first))
+       AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+       AND (i.behind OR $3 IS NOT NULL)
+       FOR UPDATE SKIP LOCKED
+), stale AS (
+    SELECT i.ctid
+      FROM workfence.items AS i, g
+     WHERE i.queue OPERATOR(pg_catalog.=) $1
+       AND i.group_key OPERATOR(pg_catalog.=) g.group_key
+       AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+       AND NOT i.behind
+       AND i.id OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT first.id FROM first))
+       FOR UPDATE OF i SKIP LOCKED
+), headed AS (
+    UPDATE workfence.items AS i
+       SET behind = false,
+           turn = CASE WHEN $3 IS NULL THEN i.turn ELSE GREATEST(i.run_at, $3) END
+     WHERE i.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT head.ctid FROM head))
+), reset AS (
+    UPDATE workfence.items AS i
+       SET behind = false, turn = NULL
+     WHERE i.id OPERATOR(pg_catalog.=) $4
+       AND i.state OPERATOR(pg_catalog.<>) 'pending'::workfence.item_state
+       AND i.behind
+)
+UPDATE workfence.items AS i
+   SET behind = true, turn = NULL
+ WHERE i.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT stale.ctid FROM stale))
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` groups, `$3` the time a claim served them (NULL: no
+    /// claim did), `$4` an item this transaction cancelled (NULL: none).
+    struct NormalizeParams<'a> {
+        queue: &'a str = TEXTOID,
+        groups: Vec<String> = TEXTARRAYOID,
+        served: Option<TimestampWithTimeZone> = TIMESTAMPTZOID,
+        cancelled: Option<i64> = INT8OID,
+    }
+}
+
+/// Whether this database's schema has group heads (0.12.0 or later: the
+/// index `workfence.items_head_idx` exists, with the columns `behind` and
+/// `turn` and the setting `per_group`).
+pub fn schema_has_heads() -> bool {
+    plans::workfence_relation(c"items_head_idx") != pg_sys::InvalidOid
+}
+
+/// The form of PICK or TAKE for this database's schema.
+fn by_heads<P>(pair: &'static Versioned<P>) -> &'static Statement<P> {
+    if schema_has_heads() {
+        &pair.current
+    } else {
+        &pair.legacy
     }
 }
 
@@ -967,12 +1199,11 @@ pub(crate) enum Pick<'a> {
     Key(&'a str),
 }
 
-// Step 2 for `work_claim_key`: the item of key `$2` in queue `$1` if it is
-// claimable by the server's clock `$3`, locked `FOR UPDATE SKIP LOCKED`.
-// Columns: id, group_key (NULL for a lapsed final attempt, a dead letter),
-// whether it is pending (a claim of it needs a slot).
-static PICK_KEY: Statement<PickKeyParams> = Statement::new(
-    r#"
+// Step 3 for `work_claim_key`, see PICK_KEY.
+macro_rules! pick_key_sql {
+    ($candidate:literal) => {
+        concat!(
+            r#"
 SELECT i.id,
        CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
                  AND i.attempts OPERATOR(pg_catalog.>=) i.max_attempts
@@ -982,12 +1213,28 @@ SELECT i.id,
  WHERE i.queue OPERATOR(pg_catalog.=) $1
    AND i.key OPERATOR(pg_catalog.=) $2
    AND ((i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-         AND i.run_at OPERATOR(pg_catalog.<=) $3)
+         AND i.run_at OPERATOR(pg_catalog.<=) $3"#,
+            $candidate,
+            r#")
      OR (i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
          AND i.lease_until OPERATOR(pg_catalog.<=) $3))
    FOR UPDATE SKIP LOCKED
-"#,
-);
+"#
+        )
+    };
+}
+
+// Step 3 for `work_claim_key`: the item of key `$2` in queue `$1` if it is
+// claimable by the server's clock `$3`, locked `FOR UPDATE SKIP LOCKED`.
+// Columns: id, group_key (NULL for a lapsed final attempt, a dead letter),
+// whether it is pending (a claim of it needs a slot). `current` (0.12.0
+// on): a pending item behind its group's head is not claimable, and is not
+// locked (a claim of its group that makes it the head must not wait for
+// it, see NORMALIZE).
+static PICK_KEY: Versioned<PickKeyParams> = Versioned {
+    current: Statement::new(pick_key_sql!("\n         AND NOT i.behind")),
+    legacy: Statement::new(pick_key_sql!("")),
+};
 
 params! {
     /// `$1` queue, `$2` key, `$3` the server's clock.
@@ -1146,7 +1393,7 @@ fn pick_and_take(
     let picked: Vec<(i64, Option<String>)> = match pick {
         Pick::Queue(_) => plans::run(
             client,
-            &PICK,
+            by_heads(&PICK),
             PickParams {
                 queue,
                 due,
@@ -1165,7 +1412,7 @@ fn pick_and_take(
         )?,
         Pick::Key(key) => plans::run(
             client,
-            &PICK_KEY,
+            by_heads(&PICK_KEY),
             PickKeyParams { queue, key, now },
             |rows| {
                 let mut picked = Vec::with_capacity(1);
@@ -1184,7 +1431,7 @@ fn pick_and_take(
         )?,
     };
     let mut groups = HashSet::new();
-    let ids: Vec<i64> = picked
+    let picked: Vec<(i64, Option<String>)> = picked
         .into_iter()
         .filter(|(_, group)| match group {
             None => true,
@@ -1192,20 +1439,21 @@ fn pick_and_take(
             // lock is free.
             Some(group) => groups.insert(group.clone()) && try_lock(&group_lock(queue, group)),
         })
-        .map(|(id, _)| id)
         .collect();
-    if ids.is_empty() {
+    if picked.is_empty() {
         return Ok((ClaimOutcome::default(), now));
     }
+    let ids: Vec<i64> = picked.iter().map(|(id, _)| *id).collect();
     // The claim's time (`claimed_at`, the lease's start, the rate
     // window's entry) is read after the slots were counted and the
     // groups locked: whatever freed a slot or a group committed
     // before it. An item picked at the earlier time is claimable at
     // this one too.
     let now = claim::server_clock()?;
+    let heads = schema_has_heads();
     let outcome = plans::run(
         client,
-        &TAKE,
+        if heads { &TAKE.current } else { &TAKE.legacy },
         TakeParams {
             queue,
             owner,
@@ -1215,7 +1463,99 @@ fn pick_and_take(
         },
         |rows| claim::read_claim_result(queue, rows),
     )?;
+    if heads {
+        // The groups this claim served get their next heads, in a new
+        // snapshot (this claim's items are claimed in it), under the group
+        // locks this transaction holds.
+        let served: Vec<String> = picked
+            .into_iter()
+            .filter(|(id, _)| outcome.claimed.iter().any(|row| row.0 == *id))
+            .filter_map(|(_, group)| group)
+            .collect();
+        if !served.is_empty() {
+            normalize(client, queue, served, Some(now), None)?;
+        }
+    }
     Ok((outcome, now))
+}
+
+/// [`NORMALIZE`] `groups` of `queue` (this transaction holds their group
+/// locks): `served` the claim's time if a claim served them, `cancelled`
+/// an item this transaction cancelled.
+fn normalize(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    queue: &str,
+    groups: Vec<String>,
+    served: Option<TimestampWithTimeZone>,
+    cancelled: Option<i64>,
+) -> Result<()> {
+    plans::run(
+        client,
+        &NORMALIZE,
+        NormalizeParams {
+            queue,
+            groups,
+            served,
+            cancelled,
+        },
+        |_| Ok(()),
+    )
+}
+
+// The group of item `$1`, if it has one.
+static GROUP_OF: Statement<ItemParams> = Statement::new(
+    r#"
+SELECT i.group_key FROM workfence.items AS i WHERE i.id OPERATOR(pg_catalog.=) $1
+"#,
+);
+
+params! {
+    /// `$1` item id.
+    struct ItemParams {
+        id: i64 = INT8OID,
+    }
+}
+
+/// After an operator changed item `id` of `queue` in a way that may change
+/// its group's first pending item (a cancel, `cancelled` true, or a
+/// reschedule): take the group's lock, waiting for the claim of the group
+/// that holds it, and make the group's first pending item its head
+/// ([`NORMALIZE`]) in a snapshot taken after the lock was granted. Every
+/// claim that makes heads holds the lock, so one that ran before sees
+/// nothing of this change and one that runs after sees all of it. Nothing
+/// for an item in no group, or a schema before 0.12.0.
+pub fn regroup(queue: &str, id: i64, cancelled: bool) -> Result<()> {
+    if !schema_has_heads() {
+        return Ok(());
+    }
+    Spi::connect_mut(|client| {
+        let group = plans::run(client, &GROUP_OF, ItemParams { id }, |rows| {
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            Ok(rows.first().get::<String>(1)?)
+        })?;
+        let Some(group) = group else {
+            return Ok(());
+        };
+        lock(&group_lock(queue, &group));
+        normalize(client, queue, vec![group], None, cancelled.then_some(id))
+    })
+}
+
+/// Take the group lock of `group` of `queue` if it is free, to the end of
+/// the transaction (an enqueue's commit, [`crate::xact`]).
+pub fn try_group_lock(queue: &str, group: &str) -> bool {
+    try_lock(&group_lock(queue, group))
+}
+
+/// Take `tag` exclusively to the end of the transaction, waiting for it
+/// (deadlock detection, `lock_timeout` and cancellation apply).
+fn lock(tag: &pg_sys::LOCKTAG) {
+    // SAFETY: a transaction-scoped lock of the current transaction.
+    unsafe {
+        pg_sys::LockAcquire(tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false, false);
+    }
 }
 
 /// After an item of `queue` left state claimed for good or for now
@@ -1283,15 +1623,19 @@ pub fn mark_grouped(queue: &str) -> Result<()> {
 }
 
 // Set queue `$1`'s limits: `$2` concurrency, `$3` rate, `$4` per (NULL
-// without a rate). `current`: from 0.12.0, whose rate window is in the
-// rate slots (SYNC_RATE); `legacy`: before, where the window's claims are
-// kept in the row (a new rate counts them).
+// without a rate), `$5` per_group. `current`: from 0.12.0, whose rate
+// window is in the rate slots (SYNC_RATE) and which has per_group;
+// `legacy`: before, where the window's claims are kept in the row (a new
+// rate counts them) and groups are serial (`$5` unused: only the SQL
+// function of 0.12.0 passes a per_group).
 static LIMIT: Versioned<LimitParams> = Versioned {
     current: Statement::new(
         r#"
-INSERT INTO workfence.queues AS q (queue, concurrency, rate, per) VALUES ($1, $2, $3, $4)
+INSERT INTO workfence.queues AS q (queue, concurrency, rate, per, per_group)
+VALUES ($1, $2, $3, $4, $5)
     ON CONFLICT (queue) DO UPDATE
-   SET concurrency = EXCLUDED.concurrency, rate = EXCLUDED.rate, per = EXCLUDED.per
+   SET concurrency = EXCLUDED.concurrency, rate = EXCLUDED.rate, per = EXCLUDED.per,
+       per_group = EXCLUDED.per_group
 "#,
     ),
     legacy: Statement::new(
@@ -1435,23 +1779,26 @@ fn sync_slots(
 }
 
 params! {
-    /// `$1` queue, `$2` concurrency, `$3` rate, `$4` per.
+    /// `$1` queue, `$2` concurrency, `$3` rate, `$4` per, `$5` per_group.
     struct LimitParams<'a> {
         queue: &'a str = TEXTOID,
         concurrency: Option<i32> = INT4OID,
         rate: Option<i32> = INT4OID,
         per: Option<Interval> = INTERVALOID,
+        per_group: Option<i32> = INT4OID,
     }
 }
 
 /// Limit how much of `queue` is claimed: at most `concurrency` items
-/// claimed at once, at most `rate` items handed out per `per`.
+/// claimed at once, at most `rate` items handed out per `per`, at most
+/// `per_group` items of one group claimed at once.
 ///
 /// SQL: `workfence.work_limit(queue text, concurrency int DEFAULT NULL, rate
-/// int DEFAULT NULL, per interval DEFAULT '1 second') RETURNS void`. NULL
-/// lifts a limit; `work_limit(queue)` lifts both. Every session sees the
-/// limits from its next claim after the commit; every claimer long-polling
-/// the queue is woken then. The limits are shown in `work_queue_stats`.
+/// int DEFAULT NULL, per interval DEFAULT '1 second', per_group int DEFAULT
+/// NULL) RETURNS void`. A call sets all of them: NULL lifts a limit;
+/// `work_limit(queue)` lifts every one. Every session sees the limits from
+/// its next claim after the commit; every claimer long-polling the queue is
+/// woken then. The limits are shown in `work_queue_stats`.
 ///
 /// - `concurrency` (1 to 10,000): claims hand out an item only while fewer
 ///   than `concurrency` items of the queue are claimed. A lapsed lease keeps
@@ -1461,6 +1808,15 @@ params! {
 /// - `rate` (1 to 10,000) per `per` (more than 0, at most 1 day): at most
 ///   `rate` items handed out in any window of length `per` (a sliding window
 ///   by the server's clock; a lapsed lease claimed anew counts).
+/// - `per_group` (1 to 10,000, from 0.12.0): at most this many items of one
+///   `group_key` claimed at once (a lapsed lease keeps its place, as for
+///   `concurrency`); a group's items are still first claimed in claim order,
+///   one per claim call. NULL (the default) is 1: serial groups, as before
+///   0.12.0. Lowering it takes nothing back either. Claims serve the groups
+///   round-robin: each group has one item in line at a time (its head),
+///   and a group a claim just served puts its next head behind the heads
+///   that were waiting (see [`crate::flow`]), so a group with a long backlog
+///   never keeps another group's first item waiting behind its own.
 ///
 /// Claimers never wait on each other: a claim that would exceed a limit
 /// returns fewer rows or none. From 0.12.0 each item a claim hands out
@@ -1471,52 +1827,85 @@ params! {
 /// claims that hold slots of the queue at that moment, then rewrites them
 /// (lowering a limit takes nothing back: claims wait until fewer items than
 /// the new limit are claimed). (Oban's and River's queue limits are the
-/// model.)
+/// model; per-key concurrency is Solid Queue's `limits_concurrency to:`,
+/// River Pro's partitioned limits.)
 ///
 /// Errors: 22004 for a NULL queue or per; 22023 for a bad queue (see
-/// `work_enqueue`), a concurrency or rate outside 1..10000, a per not in
-/// (0, 1 day]; 42501 (insufficient_privilege) when queue grants are
-/// enforced and the session's role has no operate grant covering the queue
-/// (see `crate::grants`).
-#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
-pub fn work_limit(
+/// `work_enqueue`), a concurrency, rate or per_group outside 1..10000, a
+/// per not in (0, 1 day]; 42501 (insufficient_privilege) when queue grants
+/// are enforced and the session's role has no operate grant covering the
+/// queue (see `crate::grants`).
+#[pg_extern(
+    name = "work_limit",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
+pub fn work_limit_per_group(
     queue: Option<String>,
     concurrency: default!(Option<i32>, "NULL"),
     rate: default!(Option<i32>, "NULL"),
     per: default!(Option<Interval>, "'1 second'"),
+    per_group: default!(Option<i32>, "NULL"),
 ) {
-    (|| {
-        let queue = validate::queue(queue)?;
-        let concurrency = validate::limit("concurrency", concurrency)?;
-        let rate = validate::limit("rate", rate)?;
-        validate::per(per.map(Into::into))?;
-        grants::check(Capability::Operate, &queue)?;
-        paused::changing(&queue);
-        let slotted = schema_has_slots();
-        Spi::connect_mut(|client| {
-            plans::run(
-                client,
-                if slotted {
-                    &LIMIT.current
-                } else {
-                    &LIMIT.legacy
-                },
-                LimitParams {
-                    queue: &queue,
-                    concurrency,
-                    rate,
-                    per: rate.and(per),
-                },
-                |_| Ok(()),
-            )?;
+    limit(queue, concurrency, rate, per, per_group).or_report()
+}
+
+/// The 4-argument `work_limit` of versions 0.10.0 and 0.11.0 (no
+/// `per_group`), kept as the C symbol `work_limit_wrapper` that their
+/// install scripts bind, so that a database not yet updated keeps working
+/// with this library, and a call that resolved the old function before
+/// `ALTER EXTENSION pg_workfence UPDATE` renamed it
+/// (`work_limit_retired_0_11_0`) still runs. Not part of this version's
+/// SQL. It sets per_group to NULL, as the 0.12.0 call without it does.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
+pub fn work_limit(
+    queue: Option<String>,
+    concurrency: Option<i32>,
+    rate: Option<i32>,
+    per: Option<Interval>,
+) {
+    limit(queue, concurrency, rate, per, None).or_report()
+}
+
+fn limit(
+    queue: Option<String>,
+    concurrency: Option<i32>,
+    rate: Option<i32>,
+    per: Option<Interval>,
+    per_group: Option<i32>,
+) -> Result<()> {
+    let queue = validate::queue(queue)?;
+    let concurrency = validate::limit("concurrency", concurrency)?;
+    let rate = validate::limit("rate", rate)?;
+    let per_group = validate::per_group(per_group)?;
+    validate::per(per.map(Into::into))?;
+    grants::check(Capability::Operate, &queue)?;
+    paused::changing(&queue);
+    let slotted = schema_has_slots();
+    Spi::connect_mut(|client| {
+        plans::run(
+            client,
             if slotted {
-                sync_slots(client, &queue, concurrency, rate)?;
-            }
-            Ok::<(), WorkfenceError>(())
-        })?;
-        paused::changed();
-        wait::wake_after_commit(&queue, u32::MAX);
-        Ok(())
-    })()
-    .or_report()
+                &LIMIT.current
+            } else {
+                &LIMIT.legacy
+            },
+            LimitParams {
+                queue: &queue,
+                concurrency,
+                rate,
+                per: rate.and(per),
+                per_group,
+            },
+            |_| Ok(()),
+        )?;
+        if slotted {
+            sync_slots(client, &queue, concurrency, rate)?;
+        }
+        Ok::<(), WorkfenceError>(())
+    })?;
+    paused::changed();
+    wait::wake_after_commit(&queue, u32::MAX);
+    Ok(())
 }

@@ -114,6 +114,19 @@ DELETE FROM workfence.queues AS q
     ),
 };
 
+// PRUNE for a schema with `per_group` (0.12.0 on), which is a setting too.
+static PRUNE_PER_GROUP: Statement<QueueParams> = Statement::new(
+    r#"
+DELETE FROM workfence.queues AS q
+ WHERE q.queue OPERATOR(pg_catalog.=) $1
+   AND NOT q.paused
+   AND NOT q.grouped
+   AND q.concurrency IS NULL
+   AND q.rate IS NULL
+   AND q.per_group IS NULL
+"#,
+);
+
 /// The columns of `work_item`, in its result's order; `$group` is
 /// `i.group_key`, or `NULL::pg_catalog.text` for a schema before 0.10.0
 /// (a library newer than the schema serves the old `work_item` until the
@@ -239,22 +252,32 @@ pub fn work_reschedule(
 }
 
 /// Run RETRY or RESCHEDULE; when it changed the item, wake a claimer
-/// long-polling its queue after commit.
+/// long-polling its queue after commit. A rescheduled item of a group may
+/// change which of the group's items comes first: the group's head is made
+/// again ([`crate::flow::regroup`]). (A retried item comes back a head of
+/// its group, which claims pass over if it is not first.)
 fn move_item(
     stmt: &'static Statement<QueueKeyAt<'static>>,
     queue: &str,
     key: &str,
     run_at: Option<TimestampWithTimeZone>,
 ) -> Result<bool> {
-    let changed = Spi::connect_mut(|client| {
+    let moved = Spi::connect_mut(|client| {
         plans::run(client, stmt, QueueKeyAt { queue, key, run_at }, |rows| {
-            Ok(!rows.is_empty())
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            Ok(rows.first().get::<i64>(1)?)
         })
     })?;
-    if changed {
-        wait::wake_after_commit(queue, 1);
+    let Some(id) = moved else {
+        return Ok(false);
+    };
+    if std::ptr::eq(stmt, &RESCHEDULE) {
+        crate::flow::regroup(queue, id, false)?;
     }
-    Ok(changed)
+    wait::wake_after_commit(queue, 1);
+    Ok(true)
 }
 
 /// Pause a queue: its claims hand out nothing until `work_resume`.
@@ -319,7 +342,11 @@ pub fn work_resume(queue: Option<String>) -> bool {
                 Ok(!rows.is_empty())
             })?;
             if resumed {
-                let prune = crate::flow::for_schema(&PRUNE);
+                let prune = if crate::flow::schema_has_heads() {
+                    &PRUNE_PER_GROUP
+                } else {
+                    crate::flow::for_schema(&PRUNE)
+                };
                 plans::run(client, prune, QueueParams { queue: &queue }, |_| Ok(()))?;
             }
             Ok::<bool, WorkfenceError>(resumed)

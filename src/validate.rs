@@ -215,6 +215,20 @@ pub fn limit(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
     }
 }
 
+/// `per_group` of `work_limit` (from 0.12.0): 1 to [`LIMIT_CAP`], or NULL
+/// (serial groups, as 1).
+pub fn per_group(value: Option<i32>) -> Result<Option<i32>> {
+    match value {
+        Some(v) if !(1..=LIMIT_CAP).contains(&v) => Err(WorkfenceError::invalid(
+            "per_group",
+            format!("must be between 1 and {LIMIT_CAP}, or NULL"),
+            format!("per_group is {v}."),
+            "Pass NULL (or 1) for serial groups: one item of a group_key claimed at a time.",
+        )),
+        other => Ok(other),
+    }
+}
+
 /// `per` of `work_limit` (from 0.10.0): the rate limit's window, more than
 /// zero and at most [`PER_MAX_USECS`] (one day), with no negative field.
 pub fn per(value: Option<IntervalParts>) -> Result<IntervalParts> {

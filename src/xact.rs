@@ -66,6 +66,10 @@ struct XactState {
     /// it, [`crate::flow`]), with the subtransaction that took it (whose
     /// rollback lets it go): such a transaction cannot be prepared.
     limit_locks: Vec<(pg_sys::SubTransactionId, String)>,
+    /// Items this transaction enqueued `behind` in their group, per
+    /// (queue, group): checked again at commit ([`crate::flow`], group
+    /// heads).
+    behind: Vec<((String, String), Vec<i64>)>,
 }
 
 thread_local! {
@@ -117,6 +121,55 @@ pub fn mark_grouped_at_commit(queue: &str) {
             marks.push(queue.to_owned());
         }
     });
+}
+
+/// Item `id`, enqueued by this transaction into `group` of `queue`, was
+/// behind a pending item of its group in the enqueue's snapshot: at commit,
+/// under the group's lock, it is checked again ([`verify_behind`]).
+pub fn behind_at_commit(queue: &str, group: &str, id: i64) {
+    STATE.with(|state| {
+        let behind = &mut state.borrow_mut().behind;
+        match behind
+            .iter_mut()
+            .find(|((q, g), _)| q == queue && g == group)
+        {
+            Some((_, ids)) => ids.push(id),
+            None => behind.push(((queue.to_owned(), group.to_owned()), vec![id])),
+        }
+    });
+}
+
+/// Before the commit (or prepare, `prepare`) of a transaction that
+/// enqueued items behind others of their group: for each group, its lock
+/// if free, held from now to the end of the commit; then, in a snapshot
+/// taken after those locks were granted, the items of the locked groups
+/// that nothing pending comes before any more, and every item of the other
+/// groups, stop being behind ([`crate::enqueue::VERIFY_BEHIND`]). A claim
+/// that served one of these groups after the enqueue's snapshot and
+/// committed is seen now; one that comes later holds the lock after this
+/// commit and sees the items; one in flight holds the lock, so its items
+/// here become heads themselves (stale heads, which claims pass over):
+/// never is a group's first pending item left behind. Under REPEATABLE
+/// READ the snapshot would be the transaction's own, and a prepared
+/// transaction would hold the locks until COMMIT PREPARED: both make every
+/// item a head instead.
+unsafe fn verify_behind(prepare: bool) {
+    let behind = STATE.with(|s| std::mem::take(&mut s.borrow_mut().behind));
+    if behind.is_empty() {
+        return;
+    }
+    let fresh = !prepare && pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32;
+    let (mut check, mut clear) = (Vec::new(), Vec::new());
+    for ((queue, group), ids) in behind {
+        if fresh && crate::flow::try_group_lock(&queue, &group) {
+            check.extend(ids);
+        } else {
+            clear.extend(ids);
+        }
+    }
+    pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    as_extension_owner(|| crate::enqueue::verify_behind(check, clear)).or_report();
+    pg_sys::PopActiveSnapshot();
 }
 
 /// Take `queue`'s pause lock at this transaction's commit (it changed the
@@ -211,6 +264,7 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
                 .or_report();
                 pg_sys::PopActiveSnapshot();
             }
+            verify_behind(event == XACT_EVENT_PRE_PREPARE);
             // The pause locks of the queues whose settings this commit
             // changes, held from now to the end of the commit (see
             // `crate::paused`), taken in one order.

@@ -167,7 +167,8 @@ fn count_arg(name: &'static str, valid: &str) -> Arg {
     )
 }
 
-/// `concurrency` and `rate` of `work_limit`: 1 to 10000, NULL for no limit.
+/// `concurrency`, `rate` and `per_group` of `work_limit`: 1 to 10000, NULL
+/// for no limit (for per_group: serial groups).
 fn limit_arg(name: &'static str) -> Arg {
     arg(
         name,
@@ -457,6 +458,7 @@ fn functions(f: &Fixture) -> Vec<Function> {
                         invalid("1 mon -29 days"),
                     ],
                 ),
+                limit_arg("per_group"),
             ],
         },
         Function {

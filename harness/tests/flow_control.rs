@@ -567,9 +567,10 @@ fn a_pause_and_resume_keep_groups_limits_and_the_rate_window() {
         "the resume kept every other setting"
     );
 
-    // Still at most 2 at once and one item of group A ...
+    // Still at most 2 at once; group A, just served, waits its turn
+    // behind the items that were waiting (round-robin, from 0.12.0) ...
     let second = claim(&mut c, "w", 10);
-    assert_eq!(keys(&second), ["a2", "u2"]);
+    assert_eq!(keys(&second), ["u2", "u3"]);
     for item in &second {
         finish(&mut c, &item.token("w"));
     }
@@ -1792,4 +1793,223 @@ fn a_lowered_limit_holds_claims_until_enough_items_finish() {
     );
     assert_eq!(keys(&claim(&mut c, "w", 10)), ["k6", "k7"]);
     assert_eq!(slots(&mut c).1, Vec::<Option<i32>>::new());
+}
+
+// ---------------------------------------------------------------------------
+// Group heads, per_group and round-robin (0.12.0, issue 33).
+
+/// `work_limit(QUEUE, per_group => n)` (the other limits lifted).
+fn set_per_group(c: &mut Client, n: Option<i32>) {
+    ok(
+        c.execute(
+            "SELECT workfence.work_limit($1, per_group => $2)",
+            &[&QUEUE, &n],
+        ),
+        "work_limit(per_group)",
+    );
+}
+
+/// Enqueues `n` items `<group>-1` .. `<group>-n` into `group` of [`QUEUE`],
+/// in that claim order, in one statement.
+fn enqueue_group(c: &mut Client, group: &str, n: i32) {
+    ok(
+        c.execute(
+            "SELECT pg_catalog.count(*)
+               FROM pg_catalog.generate_series(1, $2) AS g(n),
+                    LATERAL workfence.work_enqueue($1, '{}', $3 || '-' || g.n, group_key => $3) AS e",
+            &[&QUEUE, &n, &group],
+        ),
+        "enqueueing a group",
+    );
+}
+
+/// Shared buffers this database's backends hit or read so far (its
+/// statistics flushed first).
+fn blocks(c: &mut Client) -> i64 {
+    ok(
+        c.batch_execute("SELECT pg_catalog.pg_stat_force_next_flush()"),
+        "flush",
+    );
+    scalar(
+        c,
+        "SELECT (blks_hit + blks_read)::bigint FROM pg_catalog.pg_stat_database
+          WHERE datname = pg_catalog.current_database()",
+        &[],
+    )
+}
+
+/// Buffers per empty claim of a queue whose one group has `backlog`
+/// pending items and its first claimed (a busy group), averaged over 20
+/// claims after 5 to warm up.
+fn buffers_beside_a_busy_group(database: &str, backlog: i32) -> f64 {
+    let db = Db::new(database);
+    let mut c = db.connect();
+    enqueue_group(&mut c, "big", backlog);
+    assert_eq!(keys(&claim(&mut c, "holder", 1)), ["big-1"]);
+    for _ in 0..5 {
+        assert!(claim(&mut c, "w", 1).is_empty(), "the group is busy");
+    }
+    let before = blocks(&mut c);
+    for _ in 0..20 {
+        assert!(claim(&mut c, "w", 1).is_empty(), "the group is busy");
+    }
+    // The flush's own reads are in both readings alike.
+    (blocks(&mut c) - before) as f64 / 20.0
+}
+
+/// A claim that finds the queue's one group busy reads its head and not its
+/// backlog: beside 20,000 pending items of the group it reads about what it
+/// reads beside 10 (until 0.11.0 it walked all 20,000, asking of each
+/// whether its group was busy: 0.3-4 items/s for the whole queue).
+#[test]
+fn a_claim_beside_a_busy_group_does_not_walk_its_backlog() {
+    let small = buffers_beside_a_busy_group("busy_group_small", 10);
+    let big = buffers_beside_a_busy_group("busy_group_big", 20_000);
+    eprintln!(
+        "buffers per empty claim beside a busy group: 10 items {small:.1}, 20,000 items {big:.1}"
+    );
+    assert!(
+        big <= 2.0 * small + 10.0,
+        "a claim beside a busy group of 20,000 items read {big:.1} buffers, beside 10 items {small:.1}"
+    );
+}
+
+/// An enqueue whose snapshot saw its group's first item pending, and whose
+/// commit comes after a claim took that item (which did not see the new
+/// item, uncommitted), leaves its item claimable once the first is done:
+/// whether the claim committed before the enqueue's commit or was still in
+/// flight, holding the group, when it came.
+#[test]
+fn an_enqueue_that_races_a_claim_of_its_group_leaves_its_item_claimable() {
+    for held in [false, true] {
+        let db = Db::new(if held {
+            "race_enqueue_claim_held"
+        } else {
+            "race_enqueue_claim_committed"
+        });
+        let (mut claimer, mut producer) = (db.connect(), db.connect());
+        enqueue_grouped(&mut claimer, "first", "G", 0);
+        ok(producer.batch_execute("BEGIN"), "BEGIN");
+        enqueue_grouped(&mut producer, "next", "G", 0);
+        if held {
+            ok(claimer.batch_execute("BEGIN"), "BEGIN");
+        }
+        let first = claim(&mut claimer, "w", 10);
+        assert_eq!(keys(&first), ["first"]);
+        // The claimer holds the group's lock now if `held`: the producer's
+        // commit cannot wait for it, and must not leave its item behind.
+        ok(producer.batch_execute("COMMIT"), "the enqueue's COMMIT");
+        if held {
+            ok(claimer.batch_execute("COMMIT"), "the claim's COMMIT");
+        }
+        assert!(claim(&mut claimer, "w", 10).is_empty(), "the group is busy");
+        finish(&mut claimer, &first[0].token("w"));
+        assert_eq!(
+            keys(&claim(&mut claimer, "w", 10)),
+            ["next"],
+            "the group's next item after the race (claim held: {held})"
+        );
+    }
+}
+
+/// Cancelling a group's first item, or rescheduling it to later, makes the
+/// next one claimable; a cancelled item retried comes back into its group.
+#[test]
+fn a_cancel_or_reschedule_of_a_group_s_first_item_lets_the_next_be_claimed() {
+    let db = Db::new("heads_cancel_reschedule");
+    let mut c = db.connect();
+    ok(c.batch_execute("BEGIN"), "BEGIN");
+    for key in ["a1", "a2", "a3"] {
+        enqueue_grouped(&mut c, key, "A", 0);
+    }
+    for key in ["b1", "b2"] {
+        enqueue_grouped(&mut c, key, "B", 0);
+    }
+    ok(c.batch_execute("COMMIT"), "COMMIT");
+    assert!(ok(calls::cancel(&mut c, QUEUE, "a1"), "work_cancel"));
+    let moved: bool = scalar(
+        &mut c,
+        "SELECT workfence.work_reschedule($1, 'b1', pg_catalog.clock_timestamp() + interval '1 hour')",
+        &[&QUEUE],
+    );
+    assert!(moved, "b1 was rescheduled");
+    let claimed = claim(&mut c, "w", 10);
+    assert_eq!(keys(&claimed), ["a2", "b2"]);
+    for item in &claimed {
+        finish(&mut c, &item.token("w"));
+    }
+    // a1 back, behind nothing pending before it (a3 came after it in
+    // claim order, but a1's new run_at is now).
+    assert!(ok(calls::retry(&mut c, QUEUE, "a1", None), "work_retry"));
+    assert_eq!(keys(&claim(&mut c, "w", 10)), ["a3"]);
+    let a3 = ok(calls::item(&mut c, QUEUE, "a3"), "work_item").expect("a3");
+    finish(
+        &mut c,
+        &Token {
+            id: a3.id,
+            owner: "w".into(),
+            epoch: a3.epoch.expect("a3's epoch"),
+        },
+    );
+    assert_eq!(keys(&claim(&mut c, "w", 10)), ["a1"]);
+}
+
+/// `per_group => 3`: 16 racing claimers, in rounds, hold at most 3 items of
+/// each group at once, its first 3 in claim order; a finish lets the next
+/// one in; lowering it to 1 takes nothing back.
+#[test]
+fn per_group_caps_each_group_s_claims_in_claim_order() {
+    let db = Db::new("per_group_cap");
+    let mut c = db.connect();
+    set_per_group(&mut c, Some(3));
+    enqueue_group(&mut c, "A", 10);
+    enqueue_group(&mut c, "B", 10);
+    let mut racers: Vec<Client> = (0..16).map(|_| db.connect()).collect();
+    let mut held: Vec<(String, Claim)> = Vec::new();
+    for _ in 0..4 {
+        held.extend(race_claims(&mut racers, 1));
+    }
+    let mut claimed: Vec<String> = held.iter().map(|(_, c)| c.key.clone()).collect();
+    claimed.sort();
+    assert_eq!(claimed, ["A-1", "A-2", "A-3", "B-1", "B-2", "B-3"]);
+    let (owner, a1) = held.iter().find(|(_, c)| c.key == "A-1").expect("A-1");
+    finish(&mut c, &a1.token(owner));
+    assert_eq!(keys(&claim(&mut c, "w", 10)), ["A-4"]);
+    set_per_group(&mut c, None);
+    assert!(
+        claim(&mut c, "w", 10).is_empty(),
+        "3 items of each group are claimed, more than per_group 1"
+    );
+}
+
+/// Groups are served round-robin: a group with a long backlog, enqueued
+/// first, has one item in line at a time, and after each of its items the
+/// heads that were waiting go first. One worker claims and finishes one
+/// item at a time: the first item of each of 10 small groups comes within
+/// the first 11 claims (until 0.11.0, after the big group's 30).
+#[test]
+fn groups_are_served_round_robin() {
+    let db = Db::new("round_robin");
+    let mut c = db.connect();
+    enqueue_group(&mut c, "big", 30);
+    for g in 1..=10 {
+        enqueue_group(&mut c, &format!("s{g}"), 3);
+    }
+    let mut order = Vec::new();
+    for _ in 0..60 {
+        let claimed = claim(&mut c, "w", 1);
+        let Some(item) = claimed.first() else { break };
+        order.push(item.key.clone());
+        finish(&mut c, &item.token("w"));
+    }
+    assert_eq!(order.len(), 60, "every item was claimed: {order:?}");
+    let expected_start: Vec<String> = std::iter::once("big-1".to_owned())
+        .chain((1..=10).map(|g| format!("s{g}-1")))
+        .chain(std::iter::once("big-2".to_owned()))
+        .collect();
+    assert_eq!(
+        order[..12],
+        expected_start[..],
+        "the serving order: {order:?}"
+    );
 }

@@ -471,6 +471,9 @@ fn upgrade_from(previous: &str) {
         // (every release since 0.6.0 had it, and every older one reaches
         // 0.6.0 on the way), kept until the next release's update.
         ("work_item_retired_0_11_0", true),
+        // 0.11.0's work_limit (0.10.0 brought it; the same update renames
+        // it for per_group), kept likewise.
+        ("work_limit_retired_0_11_0", true),
     ] {
         let before = updated.len();
         updated.retain(|l| !l.contains(retired));
