@@ -409,6 +409,8 @@ enum Verb {
         concurrency: Option<i32>,
         rate: Option<i32>,
         per: Per,
+        /// From 0.12.0; None: serial groups.
+        per_group: Option<i32>,
     },
     Purge {
         every_queue: bool,
@@ -551,10 +553,21 @@ fn verb() -> impl Strategy<Value = Verb> {
             prop::option::weighted(0.6, 1..=6i32),
             prop::option::weighted(0.6, 1..=16i32),
             per(),
+            prop::option::weighted(0.5, 1..=3i32),
         )
-            .prop_map(|(concurrency, rate, per)| Verb::Limit { concurrency, rate, per }),
-        // `work_limit(queue)`: both lifted.
-        1 => per().prop_map(|per| Verb::Limit { concurrency: None, rate: None, per }),
+            .prop_map(|(concurrency, rate, per, per_group)| Verb::Limit {
+                concurrency,
+                rate,
+                per,
+                per_group,
+            }),
+        // `work_limit(queue)`: every limit lifted.
+        1 => per().prop_map(|per| Verb::Limit {
+            concurrency: None,
+            rate: None,
+            per,
+            per_group: None,
+        }),
         1 => prop::bool::weighted(0.3).prop_map(|every_queue| Verb::Purge { every_queue }),
         1 => (cap(), pat(), role()).prop_map(|(capability, queues, role)| Verb::Grant {
             capability,
@@ -580,6 +593,8 @@ struct Case {
     concurrency: i32,
     rate: i32,
     per: Per,
+    /// The setup's per_group (None: serial groups).
+    per_group: Option<i32>,
     /// The attempts of the setup's lapsed lease (1: a lapsed final attempt,
     /// which the next claim dead-letters).
     lapsed_attempts: i32,
@@ -592,15 +607,17 @@ fn case() -> impl Strategy<Value = Case> {
         3..=5i32,
         10..=14i32,
         per(),
+        prop::option::weighted(0.5, 2..=3i32),
         prop_oneof![Just(25), Just(1)],
         prop::collection::vec(verb(), 1..=MAX_VERBS),
     )
         .prop_map(
-            |(grouped, concurrency, rate, per, lapsed_attempts, verbs)| Case {
+            |(grouped, concurrency, rate, per, per_group, lapsed_attempts, verbs)| Case {
                 grouped,
                 concurrency,
                 rate,
                 per,
+                per_group,
                 lapsed_attempts,
                 verbs,
             },
@@ -645,6 +662,7 @@ impl Case {
                 concurrency: Some(self.concurrency),
                 rate: Some(self.rate),
                 per: self.per,
+                per_group: self.per_group,
             },
             claim_key(4, Owner::W1, Lease::Long),
             Verb::Fail {
@@ -719,6 +737,12 @@ struct Item {
     /// While claimed: whether the lease has lapsed (`lease_until` NULL
     /// otherwise).
     lapsed: Option<bool>,
+    /// From 0.12.0 (group heads, src/flow.rs): `turn` (microseconds) and
+    /// `behind`, read back from the server after each verb, not predicted:
+    /// the model checks the heads' invariant on them and orders a flow
+    /// claim's due items by them.
+    turn: Option<i64>,
+    behind: bool,
 }
 
 /// The settings of a queue (a queue without a row has the defaults).
@@ -733,6 +757,8 @@ struct Settings {
     /// Claims in the rate window (rate slots used; every window of a case
     /// is hours long, longer than the case).
     used: i64,
+    /// Items of one group claimed at once at most (from 0.12.0); None: 1.
+    per_group: Option<i32>,
 }
 
 /// The model of one case's queue.
@@ -779,6 +805,11 @@ struct ClaimFacts {
     dead: usize,
     /// The queue had neither groups nor limits (the plain claim path).
     plain: bool,
+    /// Items claimed per group before the claim, and the queue's
+    /// per_group: a lowered per_group takes nothing back, but a claim takes
+    /// no item of a group that has per_group claimed.
+    group_claimed: BTreeMap<String, usize>,
+    per_group: usize,
 }
 
 enum ClaimOf<'a> {
@@ -879,6 +910,32 @@ impl Model {
         items
     }
 
+    /// An item's place in a flow claim's serving order (from 0.12.0,
+    /// src/flow.rs): a pending item by (priority, turn else run_at, id),
+    /// where `turn` is when a claim of its group made it the group's head;
+    /// a lapsed lease by its claim order.
+    fn serving(&self, item: &Item) -> (i32, i64, i64) {
+        match (item.state, item.turn) {
+            (State::Pending, Some(turn)) => (item.priority, turn, item.id),
+            _ => self.order(item),
+        }
+    }
+
+    /// A group whose first pending item in claim order is behind, if any:
+    /// the heads' invariant (src/flow.rs) broken between two verbs.
+    fn stranded_group(&self) -> Option<String> {
+        let groups: BTreeSet<&String> =
+            self.items.iter().filter_map(|i| i.group.as_ref()).collect();
+        groups.into_iter().find_map(|g| {
+            let pending = self
+                .items
+                .iter()
+                .filter(|i| i.state == State::Pending && i.group.as_ref() == Some(g));
+            let first = pending.min_by_key(|i| self.order(i))?;
+            first.behind.then(|| g.clone())
+        })
+    }
+
     fn due(&self, item: &Item) -> bool {
         match item.run_at {
             At::Exact(t) => t <= self.now,
@@ -906,11 +963,13 @@ impl Model {
             return true;
         };
         let same = |o: &&Item| o.id != item.id && o.group.as_ref() == Some(group);
-        !self
-            .items
+        let per_group = self.settings.per_group.unwrap_or(1) as usize;
+        self.items
             .iter()
             .filter(same)
-            .any(|o| o.state == State::Claimed)
+            .filter(|o| o.state == State::Claimed)
+            .count()
+            < per_group
             && (item.state == State::Claimed
                 || !self
                     .items
@@ -923,7 +982,7 @@ impl Model {
     /// allow, in claim order, and the lapsed final attempts it
     /// dead-letters (docs/contract.md: `work_claim`, `work_claim_key`,
     /// promise 2, flow control).
-    fn plan(&self, of: &ClaimOf<'_>) -> Plan {
+    fn plan<'a>(&'a self, of: &ClaimOf<'_>) -> Plan {
         let s = &self.settings;
         if s.paused {
             return Plan::default();
@@ -947,20 +1006,29 @@ impl Model {
         let exhausted = |i: &Item| Model::lapsed(i) && i.attempts >= i.max_attempts;
         match of {
             ClaimOf::Queue(_) => {
-                let due: Vec<&Item> = self
-                    .sorted(
-                        self.items
-                            .iter()
-                            .filter(|i| {
-                                i.state == State::Pending
-                                    && self.due(i)
-                                    && (!flow || self.group_allows(i))
-                            })
-                            .collect(),
-                    )
-                    .into_iter()
-                    .take(due_n as usize)
-                    .collect();
+                // A flow claim picks in serving order (group heads,
+                // round-robin); the rows come back in claim order.
+                let pick_order = |mut items: Vec<&'a Item>| -> Vec<&'a Item> {
+                    if flow {
+                        items.sort_by_key(|i| self.serving(i));
+                        items
+                    } else {
+                        self.sorted(items)
+                    }
+                };
+                let due: Vec<&Item> = pick_order(
+                    self.items
+                        .iter()
+                        .filter(|i| {
+                            i.state == State::Pending
+                                && self.due(i)
+                                && (!flow || self.group_allows(i))
+                        })
+                        .collect(),
+                )
+                .into_iter()
+                .take(due_n as usize)
+                .collect();
                 let any_lapsed = self.items.iter().any(Model::lapsed);
                 if !flow && !any_lapsed {
                     return Plan {
@@ -980,10 +1048,14 @@ impl Model {
                     .collect();
                 let mut groups = BTreeSet::new();
                 let take = self
-                    .sorted(due.into_iter().chain(lapsed).collect())
+                    .sorted(
+                        pick_order(due.into_iter().chain(lapsed).collect())
+                            .into_iter()
+                            .take(items_n as usize)
+                            .filter(|i| i.group.as_ref().is_none_or(|g| groups.insert(g.clone())))
+                            .collect(),
+                    )
                     .into_iter()
-                    .take(items_n as usize)
-                    .filter(|i| i.group.as_ref().is_none_or(|g| groups.insert(g.clone())))
                     .map(|i| i.id)
                     .collect();
                 let exhausted: Vec<i64> = self
@@ -1053,6 +1125,16 @@ impl Model {
             plain: !self.settings.grouped
                 && self.settings.concurrency.is_none()
                 && self.settings.rate.is_none(),
+            group_claimed: self
+                .items
+                .iter()
+                .filter(|i| i.state == State::Claimed)
+                .filter_map(|i| i.group.clone())
+                .fold(BTreeMap::new(), |mut m, g| {
+                    *m.entry(g).or_default() += 1;
+                    m
+                }),
+            per_group: self.settings.per_group.unwrap_or(1) as usize,
         };
         let got: Vec<i64> = claims.iter().map(|c| c.id).collect();
         if got != plan.take {
@@ -1179,6 +1261,7 @@ impl Model {
             concurrency: self.settings.concurrency,
             rate: self.settings.rate,
             per: self.settings.per.clone(),
+            per_group: self.settings.per_group,
         };
         if stats != model_stats {
             diffs.push(format!(
@@ -1238,6 +1321,8 @@ impl Model {
                 };
                 let mut expected = model.clone();
                 expected.run_at = server.run_at;
+                expected.turn = server.turn;
+                expected.behind = server.behind;
                 if expected != *server || !at_ok {
                     diffs.push(format!(
                         "item {}: the server has\n    {server:?}\n  the model\n    {model:?}",
@@ -1245,6 +1330,15 @@ impl Model {
                     ));
                 }
                 model.run_at = server.run_at;
+                model.turn = server.turn;
+                model.behind = server.behind;
+            }
+            if let Some(stranded) = self.stranded_group() {
+                diffs.push(format!(
+                    "group {stranded}: its first pending item is behind (no claim would \
+                     ever take it):\n{}",
+                    self.describe()
+                ));
             }
         }
         self.now = seen.now;
@@ -1267,6 +1361,7 @@ struct StatsRow {
     concurrency: Option<i32>,
     rate: Option<i32>,
     per: Option<String>,
+    per_group: Option<i32>,
 }
 
 /// What the server has, read as the superuser.
@@ -1376,7 +1471,8 @@ impl Ctx {
                 "SELECT q.paused, q.paused_at IS NOT NULL, q.grouped, q.concurrency, q.rate,
                         q.per::text,
                         (SELECT pg_catalog.count(*) FROM workfence.queue_slots AS s
-                          WHERE s.queue = q.queue AND s.kind = 'r' AND s.used_at IS NOT NULL)
+                          WHERE s.queue = q.queue AND s.kind = 'r' AND s.used_at IS NOT NULL),
+                        q.per_group
                    FROM workfence.queues AS q
                   WHERE q.queue = $1",
                 &[&m.queue],
@@ -1391,6 +1487,7 @@ impl Ctx {
                         rate: r.get(4),
                         per: r.get(5),
                         used: r.get(6),
+                        per_group: r.get(7),
                     },
                     r.get(1),
                 )
@@ -1411,6 +1508,7 @@ impl Ctx {
                 concurrency: limits.concurrency,
                 rate: limits.rate,
                 per: limits.per,
+                per_group: limits.per_group,
             }),
             _ => return Err("work_queue_stats changed between two reads".into()),
         };
@@ -1449,7 +1547,8 @@ impl Ctx {
                  SELECT (extract(epoch FROM t.now) * 1000000)::int8, i.id, i.key,
                         i.state::text, i.attempts, i.max_attempts, i.group_key, i.priority,
                         (extract(epoch FROM i.run_at) * 1000000)::int8, i.epoch, i.owner,
-                        CASE WHEN i.lease_until IS NOT NULL THEN i.lease_until <= t.now END
+                        CASE WHEN i.lease_until IS NOT NULL THEN i.lease_until <= t.now END,
+                        (extract(epoch FROM i.turn) * 1000000)::int8, i.behind
                    FROM t LEFT JOIN workfence.items AS i ON i.queue = $1
                   ORDER BY i.id",
                 &[&m.queue],
@@ -1473,6 +1572,8 @@ impl Ctx {
                 epoch: r.get(9),
                 owner: r.get(10),
                 lapsed: r.get(11),
+                turn: r.get(12),
+                behind: r.get(13),
             });
         }
         Ok(Observed {
@@ -1685,8 +1786,9 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
             concurrency,
             rate,
             per,
+            per_group,
         } => {
-            calls::work_limit(o, q, *concurrency, *rate, per.text())?;
+            calls::work_limit_per_group(o, q, *concurrency, *rate, per.text(), *per_group)?;
             Outcome::Unit
         }
         Verb::Purge { every_queue } => Outcome::Count(calls::purge(
@@ -1819,6 +1921,8 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                         epoch: None,
                         owner: None,
                         lapsed: None,
+                        turn: None,
+                        behind: false,
                     });
                 }
             }
@@ -2017,9 +2121,11 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 concurrency,
                 rate,
                 per,
+                per_group,
             },
             Outcome::Unit,
         ) => {
+            m.settings.per_group = *per_group;
             m.settings.concurrency = *concurrency;
             m.settings.rate = *rate;
             m.settings.per = rate.map(|_| per.rendered().to_owned());
@@ -2156,9 +2262,15 @@ fn promises(seen: &Observed, claim: Option<&ClaimFacts>) -> Result<(), String> {
             *held.entry(group).or_default() += 1;
         }
     }
-    if let Some((group, n)) = held.iter().find(|(_, &n)| n > 1) {
+    let grew = |group: &str, n: usize| {
+        claim.is_some_and(|f| {
+            n > f.per_group && n > f.group_claimed.get(group).copied().unwrap_or(0)
+        })
+    };
+    if let Some((group, n)) = held.iter().find(|(g, &n)| grew(g, n)) {
         return Err(format!(
-            "group {group} has {n} items claimed (docs/contract.md, flow control: at most one)"
+            "a claim left group {group} with {n} items claimed (docs/contract.md, flow \
+             control: a claim takes an item of a group with fewer than per_group claimed)"
         ));
     }
     if seen.items.iter().any(|i| i.group.is_some())
