@@ -50,7 +50,9 @@ RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
 // INSERT_GROUPED from 0.12.0 (group heads, see [`crate::flow`]): the item
 // is `behind` when, in this statement's snapshot, a pending item of its
 // group comes before it in claim order or ties with it (claims then skip
-// it without reading it). The snapshot may be stale by the commit (a claim
+// it without reading it): its group's first pending item, the first entry
+// of `items_group_idx` (see `group_first!` in [`crate::flow`] for why not
+// EXISTS), comes before it or ties. The snapshot may be stale by the commit (a claim
 // of the group may have taken that item meanwhile), so the transaction
 // checks again at its commit ([`crate::xact`], [`VERIFY_BEHIND`]).
 // Columns: id, whether it is due, whether it is behind.
@@ -59,11 +61,13 @@ static INSERT_GROUPED_BEHIND: Statement<InsertParams> = Statement::new(
 INSERT INTO workfence.items AS n
        (queue, key, payload, priority, run_at, max_attempts, max_run, group_key, behind)
 SELECT $1, $2, $3, $4, r.at, $6, $7, $8,
-       EXISTS (SELECT FROM workfence.items AS o
-                WHERE o.queue OPERATOR(pg_catalog.=) $1
-                  AND o.group_key OPERATOR(pg_catalog.=) $8
-                  AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                  AND (o.priority, o.run_at) OPERATOR(pg_catalog.<=) ($4, r.at))
+       COALESCE((SELECT (o.priority, o.run_at) OPERATOR(pg_catalog.<=) ($4, r.at)
+                   FROM workfence.items AS o
+                  WHERE o.queue OPERATOR(pg_catalog.=) $1
+                    AND o.group_key OPERATOR(pg_catalog.=) $8
+                    AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                  ORDER BY o.priority, o.run_at, o.id
+                  LIMIT 1), false)
   FROM (SELECT COALESCE($5, pg_catalog.clock_timestamp()) AS at) AS r
     ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
 RETURNING n.id, n.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(), n.behind
@@ -72,8 +76,8 @@ RETURNING n.id, n.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(), n
 
 /// At the commit of a transaction that enqueued items `behind` ([`crate::xact`]):
 /// each item of `$1` (whose group lock the commit holds, taken after this
-/// statement's snapshot was) that no pending item of its group comes before
-/// any more, and each item of `$2` (whose group lock another transaction
+/// statement's snapshot was) that is its group's first pending item now
+/// (nothing pending comes before it), and each item of `$2` (whose group lock another transaction
 /// held, a claim of the group that may not see them), stops being behind.
 /// Runs as the extension's owner.
 static VERIFY_BEHIND: Statement<VerifyBehindParams> = Statement::new(
@@ -84,12 +88,13 @@ UPDATE workfence.items AS i
    AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
    AND (i.id OPERATOR(pg_catalog.=) ANY ($2)
         OR (i.id OPERATOR(pg_catalog.=) ANY ($1)
-            AND NOT EXISTS (SELECT FROM workfence.items AS o
-                             WHERE o.queue OPERATOR(pg_catalog.=) i.queue
-                               AND o.group_key OPERATOR(pg_catalog.=) i.group_key
-                               AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                               AND (o.priority, o.run_at, o.id)
-                                   OPERATOR(pg_catalog.<) (i.priority, i.run_at, i.id))))
+            AND (SELECT o.id
+                   FROM workfence.items AS o
+                  WHERE o.queue OPERATOR(pg_catalog.=) i.queue
+                    AND o.group_key OPERATOR(pg_catalog.=) i.group_key
+                    AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                  ORDER BY o.priority, o.run_at, o.id
+                  LIMIT 1) OPERATOR(pg_catalog.=) i.id))
 "#,
 );
 

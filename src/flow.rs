@@ -339,15 +339,22 @@ macro_rules! group_has_room {
     };
 }
 
-// ... and no pending item of its group comes before it in claim order.
+// ... and no pending item of its group comes before it in claim order: it
+// is the group's first pending item (`i` is pending). Read as the first
+// entry of `items_group_idx` in claim order (ORDER BY ... LIMIT 1): as
+// `NOT EXISTS (a pending item before it)`, a generic plan that estimated
+// the group's many pending items chose a sequential scan, which read every
+// item of the table to find none before a group's head (5.9 ms a claim
+// beside 20,000 items of one group).
 macro_rules! group_first {
     () => {
-        r#"NOT EXISTS (SELECT FROM workfence.items AS o
-                         WHERE o.queue OPERATOR(pg_catalog.=) $1
-                           AND o.group_key OPERATOR(pg_catalog.=) i.group_key
-                           AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                           AND (o.priority, o.run_at, o.id)
-                               OPERATOR(pg_catalog.<) (i.priority, i.run_at, i.id))"#
+        r#"(SELECT o.id
+                  FROM workfence.items AS o
+                 WHERE o.queue OPERATOR(pg_catalog.=) $1
+                   AND o.group_key OPERATOR(pg_catalog.=) i.group_key
+                   AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                 ORDER BY o.priority, o.run_at, o.id
+                 LIMIT 1) OPERATOR(pg_catalog.=) i.id"#
     };
 }
 
