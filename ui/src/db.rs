@@ -26,6 +26,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most rows one items page shows.
 pub const PAGE_SIZE: i32 = 50;
 
+/// `work_limit`'s default `per` (the rate limit's window), which the limits
+/// form sends when its field is left empty.
+pub const DEFAULT_PER: &str = "1 second";
+
 /// The states `work_items` filters by.
 pub const ITEM_STATES: [&str; 5] = ["pending", "claimed", "done", "failed", "cancelled"];
 
@@ -139,6 +143,8 @@ pub struct Session {
     pub cancel: bool,
     /// EXECUTE on `work_lease_status`.
     pub lease_status: bool,
+    /// EXECUTE on `work_limit` (whichever of its forms the database has).
+    pub limit: bool,
 }
 
 impl Session {
@@ -146,7 +152,12 @@ impl Session {
     /// at least one of the operating functions).
     pub fn may_act(&self) -> bool {
         !self.in_recovery
-            && (self.pause || self.resume || self.retry || self.reschedule || self.cancel)
+            && (self.pause
+                || self.resume
+                || self.retry
+                || self.reschedule
+                || self.cancel
+                || self.limit)
     }
 }
 
@@ -186,6 +197,9 @@ pub struct QueueStats {
     /// At most this many items of one group claimed at once (from 0.12.0); `None`: not set
     /// (1, serial groups), or an extension older than 0.12.0.
     pub per_group: Option<i64>,
+    /// The database's `work_queue_stats` has a `per_group` column, and so its `work_limit` a
+    /// `per_group` argument (0.12.0 or later): the limits form offers the field.
+    pub per_group_settable: bool,
     /// `work_may('operate', queue)`.
     pub may_operate: bool,
 }
@@ -307,6 +321,20 @@ impl ErrorEntry {
     }
 }
 
+/// The limits a `work_limit` call sets, every one of them (`None` lifts that limit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// At most this many items claimed at once.
+    pub concurrency: Option<i32>,
+    /// At most this many items handed out per `per`.
+    pub rate: Option<i32>,
+    /// The rate limit's window, interval text the server parses (`'1 minute'`, `00:01:00`).
+    pub per: String,
+    /// At most this many items of one group claimed at once (0.12.0; `None`: 1, serial
+    /// groups). Sent, by name, only when set.
+    pub per_group: Option<i32>,
+}
+
 /// When a reschedule moves an item to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunAt {
@@ -318,22 +346,31 @@ pub enum RunAt {
     In(i64),
 }
 
+// work_limit's arguments differ by version (0.12.0 added per_group): its privilege is read
+// from whichever form the database has, by name.
 const SESSION: &str = "SELECT pg_catalog.pg_is_in_recovery(), CURRENT_USER::text, \
     pg_catalog.has_function_privilege('workfence.work_pause(text)', 'EXECUTE'), \
     pg_catalog.has_function_privilege('workfence.work_resume(text)', 'EXECUTE'), \
     pg_catalog.has_function_privilege('workfence.work_retry(text, text, timestamptz)', 'EXECUTE'), \
     pg_catalog.has_function_privilege('workfence.work_reschedule(text, text, timestamptz)', 'EXECUTE'), \
     pg_catalog.has_function_privilege('workfence.work_cancel(text, text)', 'EXECUTE'), \
-    pg_catalog.has_function_privilege('workfence.work_lease_status(bigint, text, bigint)', 'EXECUTE')";
+    pg_catalog.has_function_privilege('workfence.work_lease_status(bigint, text, bigint)', 'EXECUTE'), \
+    COALESCE((SELECT pg_catalog.bool_or(pg_catalog.has_function_privilege(p.oid, 'EXECUTE')) \
+        FROM pg_catalog.pg_proc AS p \
+        WHERE p.pronamespace OPERATOR(pg_catalog.=) 'workfence'::regnamespace \
+        AND p.proname OPERATOR(pg_catalog.=) 'work_limit'), false)";
 
 // per_group (0.12.0) is read from the row as jsonb, so that a database still on 0.11.0, whose
-// view has no such column, shows its queues too (per_group NULL).
+// view has no such column, shows its queues too (per_group NULL); whether the row has the
+// key at all says whether work_limit takes per_group (the view and the function are of one
+// version).
 const QUEUE_STATS: &str = "SELECT s.queue::text, s.pending::int8, s.scheduled::int8, \
     s.claimed::int8, s.expired::int8, s.done::int8, s.failed::int8, s.cancelled::int8, \
     pg_catalog.date_part('epoch', s.oldest_due_age)::float8, s.paused, s.refused::int8, \
     s.lapsed::int8, s.concurrency::int8, s.rate::int8, s.per::text, \
     workfence.work_may('operate', s.queue), \
-    (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'per_group')::int8 \
+    (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'per_group')::int8, \
+    pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.?) 'per_group' \
     FROM workfence.work_queue_stats AS s ORDER BY s.queue";
 
 const ITEMS: &str = concat!(
@@ -391,6 +428,17 @@ const CANCEL: &str = "SELECT workfence.work_cancel($1::text, $2::text)";
 const PAUSE: &str = "SELECT workfence.work_pause($1::text)";
 const RESUME: &str = "SELECT workfence.work_resume($1::text)";
 
+/// What to do when a `per_group` is sent to a database whose `work_limit` has none.
+pub const PER_GROUP_ADVICE: &str = "per_group needs pg_workfence 0.12.0 or later in this \
+    database: update the extension (ALTER EXTENSION pg_workfence UPDATE), or leave per_group empty";
+
+// per_group by name, and only when it is set: a 0.11.0 database's work_limit has no such
+// argument, and leaving it out is NULL (serial groups) on 0.12.0.
+const LIMIT: &str =
+    "SELECT workfence.work_limit($1::text, $2::int4, $3::int4, ($4::text)::interval)";
+const LIMIT_PER_GROUP: &str = "SELECT workfence.work_limit($1::text, $2::int4, $3::int4, \
+    ($4::text)::interval, per_group => $5::int4)";
+
 impl Conn {
     async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, AppError> {
         let statement = self.0.prepare_cached(sql).await?;
@@ -414,6 +462,7 @@ impl Conn {
             reschedule: r.try_get(5)?,
             cancel: r.try_get(6)?,
             lease_status: r.try_get(7)?,
+            limit: r.try_get(8)?,
         })
     }
 
@@ -440,6 +489,7 @@ impl Conn {
                     per: r.try_get(14)?,
                     may_operate: r.try_get(15)?,
                     per_group: r.try_get(16)?,
+                    per_group_settable: r.try_get(17)?,
                 })
             })
             .collect()
@@ -576,6 +626,25 @@ impl Conn {
     /// `work_resume(queue)`.
     pub async fn resume(&self, queue: &str) -> Result<bool, AppError> {
         self.flag(RESUME, &[&queue]).await
+    }
+
+    /// `work_limit(queue, concurrency, rate, per[, per_group => ...])`: sets every limit of
+    /// `queue`. `per_group` is named only when set, so that a 0.11.0 database (whose
+    /// `work_limit` has no such argument) takes the other three; one that is set there is a
+    /// 42883 whose advice says that `per_group` needs 0.12.0.
+    pub async fn limit(&self, queue: &str, limits: &Limits) -> Result<(), AppError> {
+        let (c, r, per) = (&limits.concurrency, &limits.rate, &limits.per);
+        match &limits.per_group {
+            None => self.rows(LIMIT, &[&queue, c, r, per]).await.map(drop),
+            Some(g) => self
+                .rows(LIMIT_PER_GROUP, &[&queue, c, r, per, g])
+                .await
+                .map(drop)
+                .map_err(|e| match e.sqlstate() {
+                    Some("42883") => e.with_advice(PER_GROUP_ADVICE),
+                    _ => e,
+                }),
+        }
     }
 }
 

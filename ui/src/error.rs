@@ -96,6 +96,40 @@ impl AppError {
         }
     }
 
+    /// This error with `advice` in place of the advice its SQLSTATE's
+    /// ([`advice_of_sqlstate`], added to the message), for a call that knows
+    /// better what the SQLSTATE means there (a `per_group` that a 0.11.0
+    /// database's `work_limit` does not take is a 42883 too). Any other error
+    /// is returned as it is.
+    pub fn with_advice(self, advice: &str) -> AppError {
+        match self {
+            AppError::Database {
+                status,
+                code,
+                message,
+                detail,
+                hint,
+            } => {
+                let general = advice_of_sqlstate(&code).map(|a| format!(" ({a})"));
+                let bare = match general {
+                    Some(general) => message
+                        .strip_suffix(general.as_str())
+                        .unwrap_or(&message)
+                        .to_owned(),
+                    None => message,
+                };
+                AppError::Database {
+                    status,
+                    message: format!("{bare} ({advice})"),
+                    code,
+                    detail,
+                    hint,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// This error as met while connecting as `who` (a role and database in
     /// words): a refused login or a missing database says who could not
     /// connect (503); any other error is returned as it is.
@@ -329,6 +363,33 @@ mod tests {
             detail: None,
             hint: None,
         }
+    }
+
+    #[test]
+    fn a_calls_own_advice_replaces_the_sqlstates() {
+        let general = advice_of_sqlstate("42883").unwrap();
+        let err = database(
+            "42883",
+            &format!("function workfence.work_limit(...) does not exist ({general})"),
+        )
+        .with_advice("per_group needs 0.12.0");
+        assert_eq!(err.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let AppError::Database { message, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            message,
+            "function workfence.work_limit(...) does not exist (per_group needs 0.12.0)"
+        );
+        let err = database("22023", "bad").with_advice("x");
+        let AppError::Database { message, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(message, "bad (x)");
+        assert_eq!(
+            AppError::bad_request("b").with_advice("x").status(),
+            StatusCode::BAD_REQUEST
+        );
     }
 
     #[test]

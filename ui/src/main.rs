@@ -3,10 +3,10 @@
 //! Serves server-rendered pages of the queues (`/`), a queue's items
 //! (`/queues/NAME`), one item (`/items/ID`), operator actions as POST forms
 //! through the extension's functions (retry, run now, reschedule, cancel,
-//! pause, resume), and `/metrics` in the Prometheus text format. It runs as
-//! the database role it connects with: a role without the operating
-//! functions, or a hot standby, gets read-only pages. See `--help` and
-//! `ui/README.md`.
+//! pause, resume, a queue's limits), and `/metrics` in the Prometheus text
+//! format. It runs as the database role it connects with: a role without
+//! the operating functions, or a hot standby, gets read-only pages. See
+//! `--help` and `ui/README.md`.
 
 mod cli;
 mod db;

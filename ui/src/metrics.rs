@@ -157,6 +157,7 @@ mod tests {
             rate: None,
             per: None,
             per_group: None,
+            per_group_settable: true,
             may_operate: true,
         }
     }

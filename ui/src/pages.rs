@@ -6,7 +6,7 @@ use maud::{html, Markup, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
-use crate::db::{Item, ItemRow, QueueStats, Session, ITEM_STATES};
+use crate::db::{Item, ItemRow, QueueStats, Session, DEFAULT_PER, ITEM_STATES};
 use crate::security::TOKEN_FIELD;
 use crate::throughput::Rate;
 
@@ -25,7 +25,9 @@ td.num,th.num{text-align:right}pre{background:#f6f6f6;padding:.5em;overflow:auto
 .badge{background:#b35900;color:#fff;border-radius:.3em;padding:.1em .5em;font-size:.85em}\
 #flash{background:#e6f4e6;padding:.5em}#error{background:#fbe9e9;padding:.5em}\
 form.inline{display:inline}nav a{margin-right:1em}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}\
-dt{font-weight:bold}dd{margin:0}.muted{color:#777}";
+dt{font-weight:bold}dd{margin:0}.muted{color:#777}\
+details.set-limits summary{cursor:pointer;color:#0645ad}details.set-limits label{display:block;margin:.2em 0}\
+details.set-limits input[type=number]{width:6em}";
 
 /// `/queues/NAME` for a queue name (percent-encoded).
 pub fn queue_href(queue: &str) -> String {
@@ -149,6 +151,29 @@ pub fn limits(stats: &QueueStats) -> String {
     }
 }
 
+/// The form that sets every limit of a queue (`work_limit`), prefilled with
+/// its limits now and folded away until opened. An empty field lifts that
+/// limit; `per_group` is there only when the database's `work_limit` takes it
+/// (0.12.0 or later).
+pub fn limits_form(stats: &QueueStats, csrf: &str) -> Markup {
+    html! {
+        details.set-limits {
+            summary { "set" }
+            form method="post" action={ (queue_href(&stats.queue)) "/limits" } {
+                (token(csrf))
+                label { "concurrency " input type="number" name="concurrency" step="1" placeholder="none" value=[stats.concurrency]; }
+                label { "rate " input type="number" name="rate" step="1" placeholder="none" value=[stats.rate]; }
+                label { "per " input type="text" name="per" size="10" placeholder=(DEFAULT_PER) value=(stats.per.as_deref().unwrap_or(DEFAULT_PER)); }
+                @if stats.per_group_settable {
+                    label { "per group " input type="number" name="per_group" step="1" placeholder="1 (serial)" value=[stats.per_group]; }
+                }
+                button type="submit" data-action="limits" { "set limits" }
+                p.muted { "Every limit at once: an empty field lifts that limit." }
+            }
+        }
+    }
+}
+
 /// The queues page.
 pub fn queues(
     session: &Session,
@@ -194,7 +219,12 @@ pub fn queues(
                             td.paused { @if s.paused { "paused" } @else { "no" } }
                             td.num.refused { @match s.refused { Some(n) => (n), None => span.muted title="counted only with pg_workfence preloaded" { "—" } } }
                             td.num.lapsed { @match s.lapsed { Some(n) => (n), None => span.muted title="counted only with pg_workfence preloaded" { "—" } } }
-                            td.limits { (limits(s)) }
+                            td.limits {
+                                span.limits-now { (limits(s)) }
+                                @if read_only.is_none() && s.may_operate && session.limit {
+                                    " " (limits_form(s, csrf))
+                                }
+                            }
                             @match throughput(&s.queue) {
                                 Some(r) => td.throughput title=(format!("over the last {}", age(r.over.as_secs_f64()))) {
                                     (format!("{:.1}/min", r.per_minute))
@@ -788,6 +818,7 @@ mod tests {
             rate: None,
             per: None,
             per_group: None,
+            per_group_settable: true,
             may_operate: true,
         };
         assert_eq!(limits(&s), "none");
@@ -797,5 +828,48 @@ mod tests {
         s.rate = Some(100);
         s.per = Some("00:01:00".into());
         assert_eq!(limits(&s), "concurrency 4; 100 per 00:01:00; 3 per group");
+    }
+
+    #[test]
+    fn the_limits_form_is_prefilled() {
+        let mut s = QueueStats {
+            queue: "a b".into(),
+            pending: 0,
+            scheduled: 0,
+            claimed: 0,
+            expired: 0,
+            done: 0,
+            failed: 0,
+            cancelled: 0,
+            oldest_due_age: None,
+            paused: false,
+            refused: None,
+            lapsed: None,
+            concurrency: Some(4),
+            rate: None,
+            per: None,
+            per_group: Some(3),
+            per_group_settable: true,
+            may_operate: true,
+        };
+        let html = limits_form(&s, "tok").into_string();
+        assert!(html.contains("action=\"/queues/a%20b/limits\""), "{html}");
+        assert!(html.contains("name=\"csrf\" value=\"tok\""), "{html}");
+        assert!(
+            html.contains("name=\"concurrency\" step=\"1\" placeholder=\"none\" value=\"4\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("name=\"rate\" step=\"1\" placeholder=\"none\">"),
+            "no rate: empty, {html}"
+        );
+        assert!(html.contains("value=\"1 second\""), "{html}");
+        assert!(html.contains("value=\"3\""), "{html}");
+        // A 0.11.0 database: no per_group field.
+        s.per_group_settable = false;
+        s.per = Some("00:01:00".into());
+        let html = limits_form(&s, "tok").into_string();
+        assert!(!html.contains("per_group"), "{html}");
+        assert!(html.contains("value=\"00:01:00\""), "{html}");
     }
 }

@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{middleware, Router};
 use maud::Markup;
 
-use crate::db::{Db, RunAt, ITEM_STATES, PAGE_SIZE};
+use crate::db::{Db, Limits, RunAt, DEFAULT_PER, ITEM_STATES, PAGE_SIZE};
 use crate::error::AppError;
 use crate::pages::LeaseStatus;
 use crate::throughput::Throughput;
@@ -45,6 +45,9 @@ const MAX_RUN_AT_BYTES: usize = 64;
 /// The longest delay a reschedule accepts: ten years, in seconds.
 const MAX_DELAY_SECONDS: i64 = 10 * 366 * 86_400;
 
+/// The longest `per` text the limits form accepts.
+const MAX_PER_BYTES: usize = 64;
+
 /// The router of every page, behind the security middleware.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
@@ -54,6 +57,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/queues/{queue}", get(items))
         .route("/queues/{queue}/pause", post(pause))
         .route("/queues/{queue}/resume", post(resume))
+        .route("/queues/{queue}/limits", post(limits))
         .route("/items/{id}", get(item))
         .route("/items/{id}/{action}", post(item_action))
         .fallback(not_found)
@@ -110,6 +114,7 @@ fn flash(params: &HashMap<String, String>) -> Option<String> {
             format!("Paused queue {q}: claims return nothing until it is resumed.")
         }
         ("resumed", Some(q)) => format!("Resumed queue {q}."),
+        ("limits", Some(q)) => format!("Set the limits of queue {q}."),
         ("retried", _) => "Retried: the item is pending again.".to_owned(),
         ("run-now", _) => "Rescheduled: the item is due now.".to_owned(),
         ("rescheduled", _) => "Rescheduled.".to_owned(),
@@ -133,14 +138,17 @@ async fn queues(
     );
     let rate = |queue: &str| app.throughput.rate(queue);
     // A pause or resume flash only where the queue is in that state now (a
-    // crafted link cannot claim what did not happen).
-    let flash = flash(&params).filter(|_| {
+    // crafted link cannot claim what did not happen); a limits flash only for
+    // a queue shown, with its limits as they are now.
+    let flash = flash(&params).and_then(|text| {
         let named = params.get("queue");
+        let row = stats.iter().find(|s| Some(&s.queue) == named);
         match params.get("done").map(String::as_str) {
-            Some(done @ ("paused" | "resumed")) => stats
-                .iter()
-                .any(|s| Some(&s.queue) == named && s.paused == (done == "paused")),
-            _ => true,
+            Some(done @ ("paused" | "resumed")) => {
+                row.filter(|s| s.paused == (done == "paused")).map(|_| text)
+            }
+            Some("limits") => row.map(|s| format!("{text} Now: {}.", pages::limits(s))),
+            _ => Some(text),
         }
     });
     Ok(pages::queues(
@@ -352,6 +360,58 @@ async fn queue_action(
     }
 }
 
+/// A limit field of the limits form: empty (or blank) is `None`, which lifts
+/// the limit; else a whole number, whose range the server checks (22023).
+fn limit_field(body: &[u8], name: &str) -> Result<Option<i32>, AppError> {
+    match security::form_field(body, name) {
+        None => Ok(None),
+        Some(text) if text.trim().is_empty() => Ok(None),
+        Some(text) => text.trim().parse::<i32>().map(Some).map_err(|_| {
+            AppError::bad_request(format!(
+                "{name}={text:?} is not a limit: a whole number, or empty to lift the limit."
+            ))
+        }),
+    }
+}
+
+/// The limits a limits form sets: `concurrency`, `rate` and `per_group`
+/// (empty: `None`, NULL), and `per` (empty: [`DEFAULT_PER`], `work_limit`'s
+/// default). The values' ranges are the server's to check.
+pub fn limits_of_form(body: &[u8]) -> Result<Limits, AppError> {
+    let per = security::form_field(body, "per")
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_PER.to_owned());
+    if per.len() > MAX_PER_BYTES {
+        return Err(AppError::bad_request(format!(
+            "per is the rate limit's window, such as 1 minute or 00:00:10, at most {MAX_PER_BYTES} bytes."
+        )));
+    }
+    Ok(Limits {
+        concurrency: limit_field(body, "concurrency")?,
+        rate: limit_field(body, "rate")?,
+        per,
+        per_group: limit_field(body, "per_group")?,
+    })
+}
+
+/// `POST /queues/NAME/limits`: `work_limit` with the form's values, every
+/// limit at once; back to the queues page, whose flash shows them.
+async fn limits(
+    State(app): State<Arc<App>>,
+    path: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    let queue = queue_name(path_param(path)?)?;
+    let limits = limits_of_form(&body)?;
+    let conn = app.db.conn().await?;
+    if !conn.queue_known(&queue).await? {
+        return Err(unknown_queue(&queue));
+    }
+    conn.limit(&queue, &limits).await?;
+    Ok(back_to_queues("limits", &queue))
+}
+
 /// When a reschedule form asks the item to run: `run_at` (a UTC time, as a
 /// `datetime-local` input sends it) if given, else `delay` seconds from now.
 pub fn run_at_of_form(body: &[u8]) -> Result<RunAt, AppError> {
@@ -477,6 +537,47 @@ mod tests {
             b"run_at=&delay=",
         ] {
             assert!(run_at_of_form(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn limits_forms() {
+        assert_eq!(
+            limits_of_form(b"csrf=x&concurrency=4&rate=+100&per=1+minute&per_group=3").unwrap(),
+            Limits {
+                concurrency: Some(4),
+                rate: Some(100),
+                per: "1 minute".into(),
+                per_group: Some(3),
+            }
+        );
+        // Empty lifts a limit; an empty per is work_limit's default.
+        assert_eq!(
+            limits_of_form(b"concurrency=&rate=%20&per=&per_group=").unwrap(),
+            Limits {
+                concurrency: None,
+                rate: None,
+                per: DEFAULT_PER.into(),
+                per_group: None,
+            }
+        );
+        assert_eq!(limits_of_form(b"").unwrap().per, DEFAULT_PER);
+        // Out of range is the server's to refuse (22023), not a whole number ours.
+        assert_eq!(
+            limits_of_form(b"concurrency=0").unwrap().concurrency,
+            Some(0)
+        );
+        let long_per = format!("per={}", "1".repeat(MAX_PER_BYTES + 1));
+        for bad in [
+            &b"concurrency=abc"[..],
+            b"rate=1.5",
+            b"per_group=99999999999",
+            long_per.as_bytes(),
+        ] {
+            assert_eq!(
+                limits_of_form(bad).unwrap_err().status(),
+                StatusCode::BAD_REQUEST
+            );
         }
     }
 

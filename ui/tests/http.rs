@@ -9,8 +9,8 @@
 //!
 //! The items page calls `workfence.work_items` (0.11.0): the tests need that
 //! version installed, and fail (the dashboard's 503 page says to update the
-//! extension) when an older one is; the limits test sets `per_group`
-//! (0.12.0), and installs 0.11.0 beside it.
+//! extension) when an older one is; the limits tests set `per_group`
+//! (0.12.0), and install 0.11.0 beside it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -1546,10 +1546,8 @@ fn limits_cell(ui: &Ui, queue: &str) -> String {
     let page = ui.get("/");
     assert_eq!(page.status, 200, "{}", page.body);
     let row = section(&page.body, &format!("data-queue=\"{queue}\""), "</tr>").to_owned();
-    strip_tags(&format!(
-        "<{}",
-        section(&row, "<td class=\"limits\"", "</td>")
-    ))
+    let cell = section(&row, "<td class=\"limits\"", "</td>");
+    strip_tags(section(cell, "<span class=\"limits-now\">", "</span>"))
 }
 
 /// The queues page shows each queue's limits as `work_queue_stats` has them,
@@ -1598,4 +1596,376 @@ fn the_queues_page_shows_every_limit_per_group_included() {
     );
     let ui = Ui::on(&cluster.connection_string("ui_limits_0110"));
     assert_eq!(limits_cell(&ui, "limited"), "concurrency 2; 5 per 00:01:00");
+}
+
+/// The row of queue `queue` on the queues page (which must show it).
+fn queue_row(ui: &Ui, queue: &str) -> String {
+    let page = ui.get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    section(&page.body, &format!("data-queue=\"{queue}\""), "</tr>").to_owned()
+}
+
+/// The value of the input named `name` of `html`: `None` when the input has
+/// no value attribute (an empty field); panics when there is no such input.
+fn input_value(html: &str, name: &str) -> Option<String> {
+    let tag = section(html, &format!("name=\"{name}\""), ">");
+    let marker = "value=\"";
+    let start = tag.find(marker)? + marker.len();
+    Some(tag[start..start + tag[start..].find('"')?].to_owned())
+}
+
+/// The limits form's action in `row`, `&amp;` and all as the page has it.
+fn limits_action(row: &str) -> String {
+    let form = section(row, "<details class=\"set-limits\">", "</details>");
+    section(form, "action=\"", "\"").to_owned()
+}
+
+/// The limits of `queue` as `work_queue_stats` has them.
+fn limits_of(db: &mut postgres::Client, queue: &str) -> calls::QueueLimits {
+    ok(calls::queue_limits(db), "work_queue_stats")
+        .into_iter()
+        .find(|l| l.queue == queue)
+        .unwrap_or_else(|| panic!("no row of {queue} in work_queue_stats"))
+}
+
+fn queue_limits(
+    queue: &str,
+    concurrency: Option<i32>,
+    rate: Option<i32>,
+    per: Option<&str>,
+    per_group: Option<i32>,
+) -> calls::QueueLimits {
+    calls::QueueLimits {
+        queue: queue.into(),
+        concurrency,
+        rate,
+        per: per.map(str::to_owned),
+        per_group,
+    }
+}
+
+/// The queues page's limits form (issue 33), prefilled with the queue's
+/// limits, sets all four through `work_limit`: an empty field lifts that
+/// limit (per_group: serial groups), an empty per is `work_limit`'s default.
+#[test]
+fn limits_are_set_through_the_queues_page_form() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_set_limits");
+    let queue = "team/a b";
+    enqueue(&mut db, Enqueue::new(queue).key("k"));
+    ok(
+        calls::work_limit_per_group(&mut db, queue, Some(2), Some(50), "1 minute", Some(2)),
+        "work_limit",
+    );
+    let ui = Ui::on(&cluster.connection_string("ui_set_limits"));
+
+    // Prefilled with the limits now.
+    let row = queue_row(&ui, queue);
+    assert!(row.contains("data-action=\"limits\""), "{row}");
+    let action = limits_action(&row);
+    assert_eq!(action, "/queues/team%2Fa%20b/limits");
+    for (name, value) in [
+        ("concurrency", "2"),
+        ("rate", "50"),
+        ("per", "00:01:00"),
+        ("per_group", "2"),
+    ] {
+        assert_eq!(input_value(&row, name).as_deref(), Some(value), "{name}");
+    }
+
+    let reply = ui.submit(
+        &action,
+        &[
+            ("concurrency", "5"),
+            ("rate", "100"),
+            ("per", "10 seconds"),
+            ("per_group", "3"),
+        ],
+    );
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    let back = reply.location.expect("a redirect");
+    assert_eq!(back, "/?done=limits&queue=team%2Fa+b");
+    assert_eq!(
+        limits_of(&mut db, queue),
+        queue_limits(queue, Some(5), Some(100), Some("00:00:10"), Some(3))
+    );
+    let page = ui.get(&back).body;
+    assert!(
+        page.contains(
+            "<p id=\"flash\">Set the limits of queue team/a b. \
+             Now: concurrency 5; 100 per 00:00:10; 3 per group.</p>"
+        ),
+        "{page}"
+    );
+    assert_eq!(
+        limits_cell(&ui, queue),
+        "concurrency 5; 100 per 00:00:10; 3 per group"
+    );
+    let row = queue_row(&ui, queue);
+    assert_eq!(input_value(&row, "per_group").as_deref(), Some("3"));
+    assert_eq!(input_value(&row, "per").as_deref(), Some("00:00:10"));
+
+    // Empty fields lift their limits; an empty per is 1 second.
+    let reply = ui.submit(
+        &action,
+        &[
+            ("concurrency", ""),
+            ("rate", "7"),
+            ("per", ""),
+            ("per_group", ""),
+        ],
+    );
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert_eq!(
+        limits_of(&mut db, queue),
+        queue_limits(queue, None, Some(7), Some("00:00:01"), None)
+    );
+    let reply = ui.submit(&action, &[("concurrency", " "), ("rate", "")]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert_eq!(
+        limits_of(&mut db, queue),
+        queue_limits(queue, None, None, None, None)
+    );
+    assert_eq!(limits_cell(&ui, queue), "none");
+    let row = queue_row(&ui, queue);
+    for name in ["concurrency", "rate", "per_group"] {
+        assert_eq!(input_value(&row, name), None, "{name} is empty: {row}");
+    }
+    assert_eq!(input_value(&row, "per").as_deref(), Some("1 second"));
+    // A crafted flash names no limits a queue does not show.
+    let page = ui.get("/?done=limits&queue=nope").body;
+    assert!(!page.contains("id=\"flash\""), "{page}");
+}
+
+/// A value `work_limit` refuses is its 22023 page (message, detail, hint),
+/// a value that is no number the dashboard's 400, and neither changes a
+/// limit.
+#[test]
+fn a_bad_limit_shows_the_servers_22023_and_changes_nothing() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_bad_limits");
+    ok(
+        calls::work_limit_per_group(&mut db, "b", Some(2), Some(50), "1 minute", Some(2)),
+        "work_limit",
+    );
+    let before = limits_of(&mut db, "b");
+    let ui = Ui::on(&cluster.connection_string("ui_bad_limits"));
+    let action = limits_action(&queue_row(&ui, "b"));
+    let full = |field: &'static str, value: &'static str| -> Vec<(&'static str, &'static str)> {
+        let mut form = vec![
+            ("concurrency", "2"),
+            ("rate", "50"),
+            ("per", "1 minute"),
+            ("per_group", "2"),
+        ];
+        for f in &mut form {
+            if f.0 == field {
+                f.1 = value;
+            }
+        }
+        form
+    };
+    for (field, value, sqlstate, says) in [
+        ("concurrency", "0", "22023", "concurrency is 0."),
+        ("concurrency", "10001", "22023", "concurrency is 10001."),
+        ("rate", "-1", "22023", "rate is -1."),
+        ("per_group", "0", "22023", "per_group is 0."),
+        ("per_group", "10001", "22023", "per_group is 10001."),
+        ("per", "0 seconds", "22023", "per"),
+        ("per", "2 days", "22023", "per"),
+        ("per", "a while", "22007", "a while"),
+    ] {
+        let reply = ui.submit(&action, &full(field, value));
+        assert_eq!(reply.status, 400, "{field}={value}: {}", reply.body);
+        let error = reply.error();
+        assert!(
+            error.starts_with(&format!("SQLSTATE {sqlstate}: ")),
+            "{field}={value}: {error}"
+        );
+        assert!(
+            reply.body.replace("&quot;", "\"").contains(says),
+            "{field}={value}: {}",
+            reply.body
+        );
+        if sqlstate == "22023" {
+            assert!(error.contains(field), "{error}");
+            assert!(reply.body.contains("DETAIL: "), "{}", reply.body);
+            assert!(reply.body.contains("HINT: "), "{}", reply.body);
+        }
+        assert_eq!(limits_of(&mut db, "b"), before, "{field}={value}");
+    }
+    let error = ui.submit(&action, &full("concurrency", "10001")).error();
+    assert!(error.contains("between 1 and 10000"), "{error}");
+    // Not a whole number: the dashboard's own 400, before any query.
+    for (field, value) in [
+        ("concurrency", "four"),
+        ("rate", "1.5"),
+        ("per_group", "99999999999"),
+    ] {
+        let reply = ui.submit(&action, &full(field, value));
+        assert_eq!(reply.status, 400, "{field}={value}: {}", reply.body);
+        let error = reply.error();
+        assert!(error.contains("is not a limit"), "{error}");
+        assert!(!error.contains("SQLSTATE"), "{error}");
+    }
+    let reply = ui.submit("/queues/nope/limits", &full("concurrency", "3"));
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    assert_eq!(limits_of(&mut db, "b"), before);
+    assert_eq!(ok(calls::queue_limits(&mut db), "stats").len(), 1);
+}
+
+/// The limits form is refused from another site as every action is, and
+/// goes through from the dashboard's own page.
+#[test]
+fn a_cross_site_limits_form_is_refused_and_changes_nothing() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_csrf_limits");
+    enqueue(&mut db, Enqueue::new("c").key("k"));
+    let before = limits_of(&mut db, "c");
+    let ui = Ui::on(&cluster.connection_string("ui_csrf_limits"));
+    let token = ui.token();
+    let own = ui.base.clone();
+    let action = limits_action(&queue_row(&ui, "c"));
+    let refused: Vec<(Fields, Fields)> = vec![
+        (
+            vec![("csrf", &token), ("concurrency", "1")],
+            vec![("Origin", "http://evil.example")],
+        ),
+        (
+            vec![("csrf", &token), ("concurrency", "1")],
+            vec![("Origin", "null")],
+        ),
+        (
+            vec![("csrf", &token), ("concurrency", "1")],
+            vec![("Sec-Fetch-Site", "cross-site")],
+        ),
+        (vec![("concurrency", "1")], vec![("Origin", &own)]),
+        (
+            vec![("csrf", "guessed"), ("concurrency", "1")],
+            vec![("Origin", &own)],
+        ),
+    ];
+    for (form, headers) in &refused {
+        let reply = ui.post(&action, form, headers);
+        assert_eq!(reply.status, 403, "{form:?} {headers:?}: {}", reply.body);
+        assert!(reply.error().contains("Refused"), "{}", reply.error());
+        assert_eq!(limits_of(&mut db, "c"), before, "{form:?} {headers:?}");
+    }
+    let reply = ui.post(
+        &action,
+        &[("csrf", &token), ("concurrency", "1")],
+        &[("Origin", &own), ("Sec-Fetch-Site", "same-origin")],
+    );
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert_eq!(limits_of(&mut db, "c").concurrency, Some(1));
+}
+
+/// Under queue grants a role without the operate grant of a queue has no
+/// limits form there, and a form sent by hand is the server's 42501; a role
+/// without EXECUTE on work_limit likewise.
+#[test]
+fn a_role_without_the_operate_grant_gets_42501_from_the_limits_form() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_limit_grants");
+    enqueue(&mut db, Enqueue::new("team.a").key("k"));
+    enqueue(&mut db, Enqueue::new("team.b").key("k"));
+    ok(
+        db.batch_execute(
+            "SELECT workfence.work_grant('read', 'team.*', 'ui_operator');
+             SELECT workfence.work_grant('operate', 'team.a', 'ui_operator');
+             SELECT workfence.work_grant('read', 'team.*', 'ui_watcher');
+             SELECT workfence.work_enforce_grants(true);",
+        ),
+        "queue grants",
+    );
+    let before = limits_of(&mut db, "team.b");
+    let ui = Ui::on(&dsn_as(&cluster, "ui_limit_grants", "ui_operator"));
+    assert!(queue_row(&ui, "team.a").contains("data-action=\"limits\""));
+    let row = queue_row(&ui, "team.b");
+    assert!(!row.contains("set-limits"), "{row}");
+    let reply = ui.submit("/queues/team.b/limits", &[("concurrency", "3")]);
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    let error = reply.error();
+    assert!(error.starts_with("SQLSTATE 42501: "), "{error}");
+    assert!(error.contains("team.b"), "{error}");
+    assert_eq!(limits_of(&mut db, "team.b"), before);
+    // The queue it may operate.
+    let reply = ui.submit("/queues/team.a/limits", &[("concurrency", "3")]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert_eq!(limits_of(&mut db, "team.a").concurrency, Some(3));
+
+    // No EXECUTE on work_limit (workfence_monitor only; it may read the
+    // queues): no form anywhere, and the server refuses the function.
+    let ui = Ui::on(&dsn_as(&cluster, "ui_limit_grants", "ui_watcher"));
+    let page = ui.get("/").body;
+    assert!(!page.contains("set-limits"), "{page}");
+    let reply = ui.submit("/queues/team.a/limits", &[("concurrency", "9")]);
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    let error = reply.error();
+    assert!(error.starts_with("SQLSTATE 42501: "), "{error}");
+    assert!(error.contains("work_limit"), "{error}");
+    assert_eq!(limits_of(&mut db, "team.a").concurrency, Some(3));
+}
+
+/// On a database still on 0.11.0, whose work_limit has no per_group, the
+/// form has no per_group field and sets the other three; a per_group sent
+/// by hand is a 42883 that says per_group needs 0.12.0.
+#[test]
+fn the_limits_form_on_a_0110_database_sets_the_other_three() {
+    let cluster = cluster();
+    ok(
+        cluster.create_database("ui_limits_form_0110"),
+        "create database",
+    );
+    let mut old = ok(cluster.connect_to("ui_limits_form_0110"), "connect");
+    ok(
+        old.batch_execute(
+            "DROP EXTENSION pg_workfence;
+             CREATE EXTENSION pg_workfence VERSION '0.11.0';",
+        ),
+        "pg_workfence 0.11.0",
+    );
+    ok(
+        calls::work_limit(&mut old, "old", Some(2), None, "1 second"),
+        "work_limit on 0.11.0",
+    );
+    let limits = |db: &mut postgres::Client| -> (Option<i32>, Option<i32>, Option<String>) {
+        let row = db
+            .query_one(
+                "SELECT s.concurrency, s.rate, s.per::text FROM workfence.work_queue_stats AS s \
+                 WHERE s.queue = 'old'",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    let ui = Ui::on(&cluster.connection_string("ui_limits_form_0110"));
+    let row = queue_row(&ui, "old");
+    assert!(row.contains("data-action=\"limits\""), "{row}");
+    assert!(!row.contains("per_group"), "{row}");
+    assert_eq!(input_value(&row, "concurrency").as_deref(), Some("2"));
+    let action = limits_action(&row);
+    let reply = ui.submit(
+        &action,
+        &[("concurrency", "4"), ("rate", "5"), ("per", "1 minute")],
+    );
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert_eq!(
+        limits(&mut old),
+        (Some(4), Some(5), Some("00:01:00".into()))
+    );
+    // An empty per_group is left out of the call.
+    let reply = ui.submit(&action, &[("concurrency", "3"), ("per_group", "")]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert_eq!(limits(&mut old), (Some(3), None, None));
+    let reply = ui.submit(&action, &[("concurrency", "6"), ("per_group", "2")]);
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    let error = reply.error();
+    assert!(error.starts_with("SQLSTATE 42883: "), "{error}");
+    assert!(
+        error.contains("per_group needs pg_workfence 0.12.0"),
+        "{error}"
+    );
+    assert!(!error.contains("0.11.0"), "{error}");
+    assert_eq!(limits(&mut old), (Some(3), None, None));
 }
