@@ -318,7 +318,9 @@ params! {
 }
 
 // The group rule of a claim, in SQL, for item `i` of queue `$1`: its group
-// has fewer than `per_group` items claimed besides it (`$other`: `o.id <>
+// has fewer than `per_group` items claimed besides it (read in
+// `items_group_idx`'s order, so that the plan walks the group's claimed
+// items there, not every claimed item of the queue in `items_lease_idx`) (`$other`: `o.id <>
 // i.id` or true), read from the CTE `per_group` (`n`: the queue's
 // per_group, 1 when unset; 0.10.0 and 0.11.0 had no setting, and
 // `per_group` is then one row with 1).
@@ -333,6 +335,7 @@ macro_rules! group_has_room {
                            AND "#,
             $other,
             r#"
+                         ORDER BY o.priority, o.run_at, o.id
                          LIMIT (SELECT g.n FROM per_group AS g)) AS o)
                OPERATOR(pg_catalog.<) (SELECT g.n FROM per_group AS g)"#
         )
