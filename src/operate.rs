@@ -87,6 +87,24 @@ RETURNING q.queue
 "#,
 );
 
+/// PRUNE's text for a schema whose `workfence.queues` has the settings of
+/// 0.10.0 (groups and limits) and `$more` besides.
+macro_rules! prune_flow_sql {
+    ($more:literal) => {
+        concat!(
+            r#"
+DELETE FROM workfence.queues AS q
+ WHERE q.queue OPERATOR(pg_catalog.=) $1
+   AND NOT q.paused
+   AND NOT q.grouped
+   AND q.concurrency IS NULL
+   AND q.rate IS NULL"#,
+            $more,
+            "\n"
+        )
+    };
+}
+
 // Drop queue `$1`'s row when it holds no setting any more (not paused, no
 // groups, no limits), so that a queue paused and resumed before its first
 // item leaves `work_queue_stats` as it came. A setting added to
@@ -95,16 +113,7 @@ RETURNING q.queue
 // `legacy` form is for a schema before 0.10.0, where the pause is the only
 // setting (chosen by [`crate::flow::for_schema`]).
 static PRUNE: plans::Versioned<QueueParams> = plans::Versioned {
-    current: Statement::new(
-        r#"
-DELETE FROM workfence.queues AS q
- WHERE q.queue OPERATOR(pg_catalog.=) $1
-   AND NOT q.paused
-   AND NOT q.grouped
-   AND q.concurrency IS NULL
-   AND q.rate IS NULL
-"#,
-    ),
+    current: Statement::new(prune_flow_sql!("")),
     legacy: Statement::new(
         r#"
 DELETE FROM workfence.queues AS q
@@ -115,17 +124,8 @@ DELETE FROM workfence.queues AS q
 };
 
 // PRUNE for a schema with `per_group` (0.12.0 on), which is a setting too.
-static PRUNE_PER_GROUP: Statement<QueueParams> = Statement::new(
-    r#"
-DELETE FROM workfence.queues AS q
- WHERE q.queue OPERATOR(pg_catalog.=) $1
-   AND NOT q.paused
-   AND NOT q.grouped
-   AND q.concurrency IS NULL
-   AND q.rate IS NULL
-   AND q.per_group IS NULL
-"#,
-);
+static PRUNE_PER_GROUP: Statement<QueueParams> =
+    Statement::new(prune_flow_sql!("\n   AND q.per_group IS NULL"));
 
 /// The columns of `work_item`, in its result's order; `$group` is
 /// `i.group_key`, or `NULL::pg_catalog.text` for a schema before 0.10.0
