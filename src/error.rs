@@ -279,6 +279,20 @@ pub enum WorkfenceError {
         queue: String,
     },
 
+    /// `work_cancel` or `work_reschedule` (from 0.12.0) of an item in a
+    /// group, in a transaction whose snapshot is fixed (REPEATABLE READ or
+    /// SERIALIZABLE): the group's next head is chosen in a snapshot taken
+    /// after the group's lock was granted ([`crate::flow`], group heads),
+    /// which such a transaction cannot take. SQLSTATE 25000
+    /// (invalid_transaction_state).
+    #[error("{verb} of an item of a group of queue {queue:?} needs READ COMMITTED")]
+    GroupChangeNeedsReadCommitted {
+        /// The call.
+        verb: &'static str,
+        /// The queue.
+        queue: String,
+    },
+
     /// `PREPARE TRANSACTION` of a transaction that changed a queue's
     /// settings (from 0.12.0: `work_pause`, `work_resume`, `work_limit`, or
     /// the queue's first grouped item, which marks it grouped): they commit
@@ -426,7 +440,8 @@ impl WorkfenceError {
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
             WorkfenceError::WaitNeedsFreshSnapshots
-            | WorkfenceError::FlowNeedsReadCommitted { .. } => {
+            | WorkfenceError::FlowNeedsReadCommitted { .. }
+            | WorkfenceError::GroupChangeNeedsReadCommitted { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE
             }
             WorkfenceError::SettingsPrepared { .. }
@@ -479,6 +494,12 @@ impl WorkfenceError {
             WorkfenceError::AssertOutsideTransaction => Some(
                 "Outside BEGIN ... COMMIT the statement commits at once, which releases the item's \
                  row lock: writes made afterwards would not be fenced by the lease."
+                    .to_string(),
+            ),
+            WorkfenceError::GroupChangeNeedsReadCommitted { .. } => Some(
+                "The item has a group_key: the call then chooses the group's next item in a snapshot \
+                 taken after it holds the group's lock, which a snapshot taken at the transaction's \
+                 first statement is not. Nothing was changed."
                     .to_string(),
             ),
             WorkfenceError::FlowNeedsReadCommitted { .. } => Some(
@@ -549,6 +570,9 @@ impl WorkfenceError {
             }
             WorkfenceError::FlowNeedsReadCommitted { .. } => Some(
                 "Claim in READ COMMITTED (the default isolation level), in a transaction of its own.",
+            ),
+            WorkfenceError::GroupChangeNeedsReadCommitted { .. } => Some(
+                "Run it in READ COMMITTED (the default isolation level).",
             ),
             WorkfenceError::LimitedClaimPrepared { .. } => Some(
                 "Run ALTER EXTENSION pg_workfence UPDATE (from 0.12.0 such a claim holds only its own \

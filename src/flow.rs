@@ -58,10 +58,18 @@
 //!   to pending as a head (it was claimed, so not behind; a cancel leaves a
 //!   cancelled item not behind): a stale head at worst, never a lost one.
 //!
-//! No statement that writes `behind` waits on a row lock held by a claim
-//! ([`NORMALIZE`] locks `SKIP LOCKED`; a row a claim holds locked is one
-//! its pick took, a head already), so claims serving each other's picked
-//! groups cannot deadlock.
+//! [`NORMALIZE`] waits for a row lock only to make a behind item its group's
+//! head: a claim's pick holds such a row only when the row became behind
+//! after the pick's snapshot (READ COMMITTED locks a row's newest version,
+//! then re-checks it and passes it over, keeping the lock), which a claim
+//! that serves the group must then wait out; every other row it skips when
+//! locked. Two such waits can cross between two claims only in that rare
+//! case, and PostgreSQL's deadlock detection then ends one claim (40P01).
+//! Cancel and reschedule of a grouped item refuse REPEATABLE READ and
+//! SERIALIZABLE (25000): their snapshot could predate the group's changes.
+//! The model in `harness/tests/model.rs` checks this design, and finds the
+//! stranded group of a `NORMALIZE` that skipped a locked behind row, and of
+//! a cancel in a REPEATABLE READ snapshot.
 //!
 //! **Round-robin.** Claims serve the heads in (priority, `turn` else
 //! `run_at`, id) order. `turn` is set when a claim serving the group makes
@@ -544,11 +552,17 @@ params! {
 // and the head's `turn` becomes `$3`, or its run_at if later, so that it
 // waits behind the heads of the groups not served since: round-robin), and
 // the group's other pending items that are not behind (enqueued, released
-// or retried before the head since it was made) become behind. A row
-// another transaction holds locked is left as it is (`SKIP LOCKED`: a claim
-// that picked it, which only picks items that are not behind; this
-// statement never waits, so two claims that picked each other's rows cannot
-// deadlock on it). Item `$4` (NULL: none), cancelled by this transaction,
+// or retried before the head since it was made) become behind. A first
+// item that is behind is locked waiting: in READ COMMITTED a claim's pick
+// locks a row's newest version before it re-checks the row and passes it
+// over, and holds that lock to its end, so a row that became behind since
+// the pick's snapshot may be locked by a claim that will not take it
+// (skipped, the group would keep no head: the model in
+// `harness/tests/model.rs`, `Sql::NormalizeSkipsLockedHead`, finds that).
+// Rows that are not behind (a head whose `turn` changes, stale heads made
+// behind) are left as they are when another transaction holds them
+// (`SKIP LOCKED`: the claim that picked them), which costs a turn or leaves
+// a stale head, never the group's head. Item `$4` (NULL: none), cancelled by this transaction,
 // is made not behind, so that a `work_retry` brings it back a candidate.
 static NORMALIZE: Statement<NormalizeParams> = Statement::new(
     r#"
@@ -569,7 +583,15 @@ WITH g AS (
       FROM workfence.items AS i
      WHERE i.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT first.id FROM first))
        AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-       AND (i.behind OR $3 IS NOT NULL)
+       AND i.behind
+       FOR UPDATE
+), turned AS (
+    SELECT i.ctid
+      FROM workfence.items AS i
+     WHERE i.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT first.id FROM first))
+       AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+       AND NOT i.behind
+       AND $3 IS NOT NULL
        FOR UPDATE SKIP LOCKED
 ), stale AS (
     SELECT i.ctid
@@ -584,7 +606,9 @@ WITH g AS (
     UPDATE workfence.items AS i
        SET behind = false,
            turn = CASE WHEN $3 IS NULL THEN i.turn ELSE GREATEST(i.run_at, $3) END
-     WHERE i.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT head.ctid FROM head))
+     WHERE i.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT head.ctid FROM head
+                                                     UNION ALL
+                                                     SELECT turned.ctid FROM turned))
 ), reset AS (
     UPDATE workfence.items AS i
        SET behind = false, turn = NULL
@@ -1534,6 +1558,12 @@ params! {
 /// claim that makes heads holds the lock, so one that ran before sees
 /// nothing of this change and one that runs after sees all of it. Nothing
 /// for an item in no group, or a schema before 0.12.0.
+///
+/// Errors: 25000 under REPEATABLE READ or SERIALIZABLE for an item in a
+/// group (the transaction, and the change, roll back): their snapshot, taken
+/// at the transaction's first statement, may predate changes of the group
+/// that the new head depends on (the model in `harness/tests/model.rs`,
+/// `Sql::CancelInTransactionSnapshot`, strands a group that way).
 pub fn regroup(queue: &str, id: i64, cancelled: bool) -> Result<()> {
     if !schema_has_heads() {
         return Ok(());
@@ -1548,6 +1578,17 @@ pub fn regroup(queue: &str, id: i64, cancelled: bool) -> Result<()> {
         let Some(group) = group else {
             return Ok(());
         };
+        // SAFETY: a plain int global of the backend.
+        if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+            return Err(WorkfenceError::GroupChangeNeedsReadCommitted {
+                verb: if cancelled {
+                    "work_cancel"
+                } else {
+                    "work_reschedule"
+                },
+                queue: queue.to_owned(),
+            });
+        }
         lock(&group_lock(queue, &group));
         normalize(client, queue, vec![group], None, cancelled.then_some(id))
     })

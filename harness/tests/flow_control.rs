@@ -2013,3 +2013,37 @@ fn groups_are_served_round_robin() {
         "the serving order: {order:?}"
     );
 }
+
+/// A cancel or reschedule of an item of a group chooses the group's next
+/// head in a snapshot taken after it holds the group's lock: under
+/// REPEATABLE READ it is refused (25000) and changes nothing, as a claim of
+/// a grouped queue is (the model found a group left with no head by a
+/// cancel that read an older snapshot).
+#[test]
+fn a_cancel_or_reschedule_of_a_grouped_item_needs_read_committed() {
+    let db = Db::new("heads_need_read_committed");
+    let mut c = db.connect();
+    enqueue_grouped(&mut c, "g1", "G", 0);
+    enqueue_grouped(&mut c, "g2", "G", 0);
+    enqueue_new(&mut c, &Enqueue::new(QUEUE).key("plain"));
+    for call in [
+        "SELECT workfence.work_cancel($1, 'g1')",
+        "SELECT workfence.work_reschedule($1, 'g1', pg_catalog.clock_timestamp() + interval '1 hour')",
+    ] {
+        ok(
+            c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ"),
+            "BEGIN",
+        );
+        server_error(c.execute(call, &[&QUEUE]), "25000", call);
+        ok(c.batch_execute("ROLLBACK"), "ROLLBACK");
+    }
+    assert_eq!(state(&mut c, "g1"), "pending");
+    // An item in no group is cancelled under REPEATABLE READ as before.
+    ok(
+        c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ"),
+        "BEGIN",
+    );
+    assert!(ok(calls::cancel(&mut c, QUEUE, "plain"), "work_cancel"));
+    ok(c.batch_execute("COMMIT"), "COMMIT");
+    assert_eq!(keys(&claim(&mut c, "w", 10)), ["g1"]);
+}
