@@ -50,8 +50,13 @@ params! {
 /// cancel at its next renew or assert (so a job that writes its effects under
 /// `work_assert` never commits them after a cancel).
 ///
+/// From 0.12.0, for an item in a group it takes the group's lock (waiting
+/// for a claim of the group in flight) and makes the group's next item its
+/// head ([`crate::flow::regroup`]).
+///
 /// Errors: 22004 for a NULL queue or key; 22023 for an empty, oversized or
-/// control-character queue or key; 42501 (insufficient_privilege) when queue grants are
+/// control-character queue or key; 25000 (from 0.12.0) for an item in a
+/// group under REPEATABLE READ or SERIALIZABLE; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no operate grant covering the queue
 /// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]

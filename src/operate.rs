@@ -229,10 +229,13 @@ pub fn work_retry(
 /// queue are woken at commit, so an item moved to now is claimed at once.
 /// False, changing nothing, for a missing item or one that is not
 /// `pending` (claimed, done, failed, cancelled: a claimed item is
-/// the holder's; retry a failed one with `work_retry`).
+/// the holder's; retry a failed one with `work_retry`). From 0.12.0, for an
+/// item in a group it takes the group's lock and makes the group's next
+/// item its head, as `work_cancel` does ([`crate::flow::regroup`]).
 ///
 /// Errors: 22004 for a NULL queue, key or run_at; 22023 for a bad queue or
-/// key (see `work_enqueue`), or `run_at` = 'infinity'; 42501 (insufficient_privilege) when queue grants are
+/// key (see `work_enqueue`), or `run_at` = 'infinity'; 25000 (from 0.12.0)
+/// for an item in a group under REPEATABLE READ or SERIALIZABLE; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no operate grant covering the queue
 /// (see `crate::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
