@@ -1487,7 +1487,7 @@ fn pick_and_take(
     let heads = schema_has_heads();
     let outcome = plans::run(
         client,
-        if heads { &TAKE.current } else { &TAKE.legacy },
+        by_heads(&TAKE),
         TakeParams {
             queue,
             owner,
