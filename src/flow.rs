@@ -681,36 +681,33 @@ WITH q AS (
      WHERE q.queue OPERATOR(pg_catalog.=) $1
 ), start AS (
     SELECT 1 OPERATOR(pg_catalog.+) ($4 OPERATOR(pg_catalog.%) q.concurrency) AS slot FROM q
-), retired AS (
-    SELECT pg_catalog.count(*) AS n
+), busy AS (
+    SELECT COALESCE(pg_catalog.array_agg(i.slot), '{}') AS slots,
+           pg_catalog.count(*) FILTER (WHERE i.slot OPERATOR(pg_catalog.>) q.concurrency) AS retired
       FROM workfence.items AS i, q
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-       AND i.slot OPERATOR(pg_catalog.>) q.concurrency
+       AND i.slot IS NOT NULL
+), retired AS (
+    SELECT busy.retired AS n FROM busy
 ), c_from AS (
     SELECT s.slot
-      FROM workfence.queue_slots AS s
+      FROM workfence.queue_slots AS s, busy AS b
      WHERE s.queue OPERATOR(pg_catalog.=) $1
        AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
        AND s.slot OPERATOR(pg_catalog.>=) (SELECT start.slot FROM start)
        AND s.slot OPERATOR(pg_catalog.<=) (SELECT q.concurrency FROM q)
-       AND NOT EXISTS (SELECT FROM workfence.items AS i
-                        WHERE i.queue OPERATOR(pg_catalog.=) $1
-                          AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                          AND i.slot OPERATOR(pg_catalog.=) s.slot)
+       AND s.slot OPERATOR(pg_catalog.<>) ALL (b.slots)
      ORDER BY s.slot
      LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired)
        FOR UPDATE OF s SKIP LOCKED
 ), c_before AS (
     SELECT s.slot
-      FROM workfence.queue_slots AS s
+      FROM workfence.queue_slots AS s, busy AS b
      WHERE s.queue OPERATOR(pg_catalog.=) $1
        AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
        AND s.slot OPERATOR(pg_catalog.<) (SELECT start.slot FROM start)
-       AND NOT EXISTS (SELECT FROM workfence.items AS i
-                        WHERE i.queue OPERATOR(pg_catalog.=) $1
-                          AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                          AND i.slot OPERATOR(pg_catalog.=) s.slot)
+       AND s.slot OPERATOR(pg_catalog.<>) ALL (b.slots)
      ORDER BY s.slot
      LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired)
        FOR UPDATE OF s SKIP LOCKED
@@ -742,7 +739,8 @@ SELECT q.concurrency, q.rate,
     crate::claim::lapsed_probe!(),
     " AS lapsed,\n               ",
     crate::claim::due_probe!(),
-    r#" AS due) AS ready
+    r#" AS due
+        OFFSET 0) AS ready
  WHERE q.concurrency IS NOT NULL OR q.rate IS NOT NULL
 "#
 ));
@@ -1054,28 +1052,28 @@ static FAST_TAKE: Statement<FastParams> = Statement::new(
     r#"
 WITH clock AS (
     SELECT pg_catalog.clock_timestamp() AS t
+), held AS (
+    SELECT q.concurrency,
+           COALESCE(pg_catalog.array_agg(r.slot) FILTER (WHERE r.slot IS NOT NULL), '{}') AS slots,
+           pg_catalog.count(*) FILTER (WHERE r.slot OPERATOR(pg_catalog.>) q.concurrency) AS retired
+      FROM workfence.queues AS q
+      LEFT JOIN workfence.items AS r
+        ON r.queue OPERATOR(pg_catalog.=) $1
+       AND r.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+       AND r.slot IS NOT NULL
+     WHERE q.queue OPERATOR(pg_catalog.=) $1
+     GROUP BY q.concurrency
 ), free AS (
     SELECT f.slot, f.n
       FROM pg_catalog.unnest(ARRAY(
                SELECT s.slot
-                 FROM workfence.queue_slots AS s
+                 FROM workfence.queue_slots AS s, held AS h
                 WHERE s.queue OPERATOR(pg_catalog.=) $1
                   AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
                   AND s.slot OPERATOR(pg_catalog.=) ANY ($4)
-                  AND s.slot OPERATOR(pg_catalog.<=) (
-                          SELECT q.concurrency FROM workfence.queues AS q
-                           WHERE q.queue OPERATOR(pg_catalog.=) $1)
-                  AND NOT EXISTS (
-                          SELECT FROM workfence.items AS r, workfence.queues AS q
-                           WHERE q.queue OPERATOR(pg_catalog.=) $1
-                             AND r.queue OPERATOR(pg_catalog.=) $1
-                             AND r.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                             AND r.slot OPERATOR(pg_catalog.>) q.concurrency)
-                  AND NOT EXISTS (
-                          SELECT FROM workfence.items AS i
-                           WHERE i.queue OPERATOR(pg_catalog.=) $1
-                             AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                             AND i.slot OPERATOR(pg_catalog.=) s.slot)
+                  AND s.slot OPERATOR(pg_catalog.<=) h.concurrency
+                  AND h.retired OPERATOR(pg_catalog.=) 0
+                  AND s.slot OPERATOR(pg_catalog.<>) ALL (h.slots)
                 ORDER BY s.slot)) WITH ORDINALITY AS f(slot, n)
 ), picked AS (
     SELECT p.ctid, p.n
