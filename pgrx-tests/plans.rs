@@ -1,6 +1,6 @@
 //! In-server tests of the kept-plan cache (`src/plans.rs`): two statements
-//! never share a plan, whatever their text; the generic-plan setting does
-//! not leak out of a statement that raises.
+//! never share a plan, whatever their text; the generic-plan and JIT settings
+//! do not leak out of a statement that raises.
 
 #[pgrx::pg_schema]
 mod tests {
@@ -54,16 +54,19 @@ SELECT pg_catalog.format('%s:%s', pg_catalog.pg_typeof($1), $1)
         }
     }
 
-    /// The extension runs its kept statements as generic plans by setting
-    /// `plan_cache_mode` around each one (src/plans.rs). A statement that
-    /// raises must leave the session's own setting as it was.
+    /// The extension runs its kept statements as generic plans and without
+    /// JIT by setting `plan_cache_mode` and `jit` around each one
+    /// (src/plans.rs). A statement that raises must leave the session's own
+    /// settings as they were.
     #[pg_test]
-    fn plan_cache_mode_is_restored_after_a_statement_raises() {
+    fn plan_settings_are_restored_after_a_statement_raises() {
         run("SET LOCAL plan_cache_mode = force_custom_plan", &[]);
+        run("SET LOCAL jit = on", &[]);
         run(
             "CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
              BEGIN
-                 RAISE EXCEPTION 'refused under %', current_setting('plan_cache_mode');
+                 RAISE EXCEPTION 'refused under %, jit %',
+                     current_setting('plan_cache_mode'), current_setting('jit');
              END $$",
             &[],
         );
@@ -79,12 +82,16 @@ SELECT pg_catalog.format('%s:%s', pg_catalog.pg_typeof($1), $1)
             0,
         );
         assert!(
-            err.starts_with("P0001: refused under force_generic_plan"),
+            err.starts_with("P0001: refused under force_generic_plan, jit off"),
             "{err}"
         );
         assert_eq!(
             one::<String>("SELECT current_setting('plan_cache_mode')", &[]).as_deref(),
             Some("force_custom_plan")
+        );
+        assert_eq!(
+            one::<String>("SELECT current_setting('jit')", &[]).as_deref(),
+            Some("on")
         );
     }
 }
