@@ -56,7 +56,7 @@ RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
 // of the group may have taken that item meanwhile), so the transaction
 // checks again at its commit ([`crate::xact`], [`VERIFY_BEHIND`]).
 // Columns: id, whether it is due, whether it is behind.
-static INSERT_GROUPED_BEHIND: Statement<InsertParams> = Statement::new(
+static INSERT_GROUPED_BEHIND: Statement<InsertParams> = Statement::new(concat!(
     r#"
 INSERT INTO workfence.items AS n
        (queue, key, payload, priority, run_at, max_attempts, max_run, group_key, behind)
@@ -65,38 +65,50 @@ SELECT $1, $2, $3, $4, r.at, $6, $7, $8,
                    FROM workfence.items AS o
                   WHERE o.queue OPERATOR(pg_catalog.=) $1
                     AND o.group_key OPERATOR(pg_catalog.=) $8
-                    AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                  ORDER BY o.priority, o.run_at, o.id
+                    AND "#,
+    crate::flow::group_pending!("o"),
+    "\n                  ",
+    crate::flow::group_order!("o"),
+    r#"
                   LIMIT 1), false)
   FROM (SELECT COALESCE($5, pg_catalog.clock_timestamp()) AS at) AS r
     ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
 RETURNING n.id, n.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(), n.behind
-"#,
-);
+"#
+));
 
 /// At the commit of a transaction that enqueued items `behind` ([`crate::xact`]):
 /// each item of `$1` (whose group lock the commit holds, taken after this
 /// statement's snapshot was) that is its group's first pending item now
 /// (nothing pending comes before it), and each item of `$2` (whose group lock another transaction
 /// held, a claim of the group that may not see them), stops being behind.
-/// Runs as the extension's owner.
-static VERIFY_BEHIND: Statement<VerifyBehindParams> = Statement::new(
+/// Runs as the extension's owner. The ids are joined to the items (one
+/// primary-key probe each), not matched by `id = ANY (...)` against every
+/// pending item: a commit of 25,000 groups' items made that a sequential
+/// scan with a linear search of the array per row (25 s; 1.7 s joined).
+static VERIFY_BEHIND: Statement<VerifyBehindParams> = Statement::new(concat!(
     r#"
 UPDATE workfence.items AS i
    SET behind = false
- WHERE i.behind
+  FROM (SELECT c.id, true AS checked FROM pg_catalog.unnest($1) AS c(id)
+        UNION ALL
+        SELECT c.id, false FROM pg_catalog.unnest($2) AS c(id)) AS v
+ WHERE i.id OPERATOR(pg_catalog.=) v.id
+   AND i.behind
    AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-   AND (i.id OPERATOR(pg_catalog.=) ANY ($2)
-        OR (i.id OPERATOR(pg_catalog.=) ANY ($1)
-            AND (SELECT o.id
-                   FROM workfence.items AS o
-                  WHERE o.queue OPERATOR(pg_catalog.=) i.queue
-                    AND o.group_key OPERATOR(pg_catalog.=) i.group_key
-                    AND o.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                  ORDER BY o.priority, o.run_at, o.id
-                  LIMIT 1) OPERATOR(pg_catalog.=) i.id))
-"#,
-);
+   AND (NOT v.checked
+        OR (SELECT o.id
+              FROM workfence.items AS o
+             WHERE o.queue OPERATOR(pg_catalog.=) i.queue
+               AND o.group_key OPERATOR(pg_catalog.=) i.group_key
+               AND "#,
+    crate::flow::group_pending!("o"),
+    "\n             ",
+    crate::flow::group_order!("o"),
+    r#"
+             LIMIT 1) OPERATOR(pg_catalog.=) i.id)
+"#
+));
 
 /// Run [`VERIFY_BEHIND`]: `check` the items of groups whose lock the
 /// commit holds, `clear` the others.

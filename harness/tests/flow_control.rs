@@ -1912,6 +1912,64 @@ fn an_enqueue_that_races_a_claim_of_its_group_leaves_its_item_claimable() {
     }
 }
 
+/// One transaction enqueues a second item into each of more groups than
+/// the server's lock table has room for (25,000 groups; the test cluster's
+/// table holds about 20,600 locks): its commit, which re-checks the groups
+/// it enqueued behind under their locks, still commits (until the re-check
+/// took at most 64 of them it raised 53200, out of shared memory), and the
+/// groups stay serial: claims of 1,000 take every group's first item, one
+/// per group, and then nothing, every group being busy. The last claim of
+/// 1,000 reads about the buffers the first did, though 24,000 items of the
+/// queue are claimed by then (until the group rule read a group's claimed
+/// items through `items_lease_idx`, each of its probes read every claimed
+/// item of the queue: 89 ms for the first claim, 550 ms for the third).
+#[test]
+fn an_enqueue_into_more_groups_than_the_lock_table_holds_commits_and_keeps_them_serial() {
+    const GROUPS: i64 = 25_000;
+    let db = Db::new("heads_many_groups");
+    let mut c = db.connect();
+    let enqueue = "SELECT pg_catalog.count(*)::int8
+                     FROM pg_catalog.generate_series(1, $2::int8) AS g,
+                          workfence.work_enqueue($1, key => $3 || g, group_key => 'g' || g)";
+    let first: i64 = scalar(&mut c, enqueue, &[&QUEUE, &GROUPS, &"a-"]);
+    assert_eq!(first, GROUPS);
+    ok(c.batch_execute("ANALYZE workfence.items"), "ANALYZE");
+    ok(c.batch_execute("BEGIN"), "BEGIN");
+    let second: i64 = scalar(&mut c, enqueue, &[&QUEUE, &GROUPS, &"b-"]);
+    assert_eq!(second, GROUPS);
+    ok(
+        c.batch_execute("COMMIT"),
+        "the COMMIT of 25,000 groups' second items",
+    );
+    let mut groups = std::collections::HashSet::new();
+    let mut reads = Vec::new();
+    loop {
+        let before = blocks(&mut c);
+        let claimed = claim(&mut c, "w", 1000);
+        if claimed.len() == 1000 {
+            reads.push(blocks(&mut c) - before);
+        }
+        if claimed.is_empty() {
+            break;
+        }
+        for item in &claimed {
+            assert!(
+                item.key.starts_with("a-"),
+                "{} was claimed while its group's first item is",
+                item.key
+            );
+            assert!(groups.insert(item.key.clone()), "{} twice", item.key);
+        }
+    }
+    assert_eq!(groups.len() as i64, GROUPS, "every group's first item");
+    let (head, last) = (reads[0], reads[reads.len() - 1]);
+    eprintln!("buffers per claim of 1,000 items: the first {head}, the last {last}");
+    assert!(
+        last <= 2 * head,
+        "the last claim of 1,000 read {last} buffers, the first {head}"
+    );
+}
+
 /// Cancelling a group's first item, or rescheduling it to later, makes the
 /// next one claimable; a cancelled item retried comes back into its group.
 #[test]
