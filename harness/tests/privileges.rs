@@ -520,6 +520,11 @@ const SHADOWS: &[Shadow] = &[
         logged: "count(*)",
         probe: "SELECT count(*) FROM (VALUES (1)) AS v(x)",
     },
+    Shadow {
+        function: "array_agg",
+        logged: "array_agg(integer)",
+        probe: "SELECT array_agg(x) FROM (VALUES (1)) AS v(x)",
+    },
 ];
 
 /// What the would-be hijacker creates in its own schema `evil`: a table that
@@ -587,6 +592,10 @@ CREATE AGGREGATE evil.min(timestamptz) (SFUNC = evil.min_step, STYPE = timestamp
 CREATE FUNCTION evil.count_step(n bigint) RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('count(*)'); RETURN n OPERATOR(pg_catalog.+) 1; END $$;
 CREATE AGGREGATE evil.count(*) (SFUNC = evil.count_step, STYPE = bigint, INITCOND = '0');
+CREATE FUNCTION evil.array_agg_step(a integer[], v integer) RETURNS integer[] LANGUAGE plpgsql
+SET search_path = pg_catalog
+AS $$ BEGIN PERFORM evil.log('array_agg(integer)'); RETURN pg_catalog.array_append(a, v); END $$;
+CREATE AGGREGATE evil.array_agg(integer) (SFUNC = evil.array_agg_step, STYPE = integer[]);
 "#;
 
 /// Shadows every binary `pg_catalog` operator named `=`, `<>`, `<`, `<=`,
