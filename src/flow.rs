@@ -334,7 +334,7 @@ params! {
 // each for its group. Written as `state = 'pending'`, it let a generic plan
 // made on a small table do that: 25,000 grouped items enqueued by one
 // statement into a new database took over 30 s (each enqueue's probe
-// walked the queue), 1.3 s once its plan read `items_group_idx`.
+// walked the queue), 1.2 s once its plan read `items_group_idx`.
 macro_rules! group_pending {
     ($o:literal) => {
         concat!(
@@ -734,6 +734,18 @@ pub fn schema_has_slots() -> bool {
 // locked (the slot columns are NULL; a CTE is run only as far as the query
 // reads it), and the claim ends having run this one statement. No row when
 // the queue has no limits.
+//
+// The slots that claimed items hold are read once (`busy`: one pass over
+// the queue's claimed items), and a full queue (as many claimed items at
+// or below the limit as the limit) looks at no slot. A probe per slot
+// (`NOT EXISTS` a claimed item holding it) depends on its generic plan:
+// made while statistics showed few claimed items, it read the probe
+// through `items_lease_idx`, every claimed item of the queue per slot (836
+// buffers a call at `concurrency => 100` under 16 pgbench clients; 4 s a
+// call on a full queue of `concurrency => 10000`). The array costs a
+// linear search per slot looked at: one or two slots while the queue has
+// room, and up to the whole range when few are free (a claim on a queue of
+// `concurrency => 10000` with one slot free: tens of ms).
 static LOCK_SLOTS: Statement<SlotParams> = Statement::new(concat!(
     r#"
 WITH q AS (
@@ -744,7 +756,8 @@ WITH q AS (
     SELECT 1 OPERATOR(pg_catalog.+) ($4 OPERATOR(pg_catalog.%) q.concurrency) AS slot FROM q
 ), busy AS (
     SELECT COALESCE(pg_catalog.array_agg(i.slot), '{}') AS slots,
-           pg_catalog.count(*) FILTER (WHERE i.slot OPERATOR(pg_catalog.>) q.concurrency) AS retired
+           pg_catalog.count(*) FILTER (WHERE i.slot OPERATOR(pg_catalog.>) q.concurrency) AS retired,
+           pg_catalog.count(*) FILTER (WHERE i.slot OPERATOR(pg_catalog.<=) q.concurrency) AS low
       FROM workfence.items AS i, q
      WHERE i.queue OPERATOR(pg_catalog.=) $1
        AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
@@ -757,6 +770,7 @@ WITH q AS (
      WHERE s.queue OPERATOR(pg_catalog.=) $1
        AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
        AND s.slot OPERATOR(pg_catalog.>=) (SELECT start.slot FROM start)
+       AND b.low OPERATOR(pg_catalog.<) (SELECT q.concurrency FROM q)
        AND s.slot OPERATOR(pg_catalog.<=) (SELECT q.concurrency FROM q)
        AND s.slot OPERATOR(pg_catalog.<>) ALL (b.slots)
      ORDER BY s.slot
@@ -768,6 +782,7 @@ WITH q AS (
      WHERE s.queue OPERATOR(pg_catalog.=) $1
        AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
        AND s.slot OPERATOR(pg_catalog.<) (SELECT start.slot FROM start)
+       AND b.low OPERATOR(pg_catalog.<) (SELECT q.concurrency FROM q)
        AND s.slot OPERATOR(pg_catalog.<>) ALL (b.slots)
      ORDER BY s.slot
      LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired)

@@ -203,8 +203,13 @@ pub fn run<P: Params, R>(
 /// off while it lives and puts the previous values back when dropped, also
 /// when the statement raises (pgrx unwinds through this frame; the pg test
 /// `plan_settings_are_restored_after_a_statement_raises` checks it). Only
-/// the statement runs meanwhile; a trigger someone put on the extension's
-/// table (it has none) would run inside the window and see the settings.
+/// the statement runs meanwhile. A trigger someone put on the extension's
+/// tables (the kept statements fire none of its own) would run inside the
+/// window and see the settings: one that saved them itself
+/// (`set_config('jit', current_setting('jit'), true)`) would leave them in
+/// the session after the statement, as functions with a `SET` clause do
+/// not, since the values are written to the variables rather than through
+/// the GUC stack.
 ///
 /// JIT: the planner marks a plan for JIT compilation when its estimated
 /// cost passes `jit_above_cost` (100,000 by default), and a kept plan is
