@@ -717,6 +717,23 @@ pub fn schema_has_slots() -> bool {
     plans::workfence_relation(c"queue_slots") != pg_sys::InvalidOid
 }
 
+// The concurrency slots the claimed items of queue `$1` hold, in SQL (a
+// CTE body; the statement's CTE `q` has the queue's `concurrency`), read in
+// one pass over the queue's claimed items: `slots`, every slot held;
+// `retired`, how many are above the limit (left by a lowered limit); `low`,
+// how many are at or below it. One row, also with no claimed item.
+macro_rules! claimed_slots {
+    () => {
+        r#"SELECT COALESCE(pg_catalog.array_agg(i.slot), '{}') AS slots,
+           pg_catalog.count(*) FILTER (WHERE i.slot OPERATOR(pg_catalog.>) q.concurrency) AS retired,
+           pg_catalog.count(*) FILTER (WHERE i.slot OPERATOR(pg_catalog.<=) q.concurrency) AS low
+      FROM workfence.items AS i, q
+     WHERE i.queue OPERATOR(pg_catalog.=) $1
+       AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+       AND i.slot IS NOT NULL"#
+    };
+}
+
 // Step 1 of a claim of a limited queue (0.12.0 on): the queue's limits,
 // and up to `$3` of its free slots of each kind, locked `FOR UPDATE SKIP
 // LOCKED` by the server's clock `$2`: concurrency slots at or below the
@@ -745,7 +762,8 @@ pub fn schema_has_slots() -> bool {
 // call on a full queue of `concurrency => 10000`). The array costs a
 // linear search per slot looked at: one or two slots while the queue has
 // room, and up to the whole range when few are free (a claim on a queue of
-// `concurrency => 10000` with one slot free: tens of ms).
+// `concurrency => 10000` with one slot free: 227 ms, psql on this 2-core
+// machine).
 static LOCK_SLOTS: Statement<SlotParams> = Statement::new(concat!(
     r#"
 WITH q AS (
@@ -755,13 +773,9 @@ WITH q AS (
 ), start AS (
     SELECT 1 OPERATOR(pg_catalog.+) ($4 OPERATOR(pg_catalog.%) q.concurrency) AS slot FROM q
 ), busy AS (
-    SELECT COALESCE(pg_catalog.array_agg(i.slot), '{}') AS slots,
-           pg_catalog.count(*) FILTER (WHERE i.slot OPERATOR(pg_catalog.>) q.concurrency) AS retired,
-           pg_catalog.count(*) FILTER (WHERE i.slot OPERATOR(pg_catalog.<=) q.concurrency) AS low
-      FROM workfence.items AS i, q
-     WHERE i.queue OPERATOR(pg_catalog.=) $1
-       AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-       AND i.slot IS NOT NULL
+    "#,
+    claimed_slots!(),
+    r#"
 ), retired AS (
     SELECT busy.retired AS n FROM busy
 ), c_from AS (
@@ -1124,21 +1138,16 @@ fn verify_slots(
 // flow benchmark (20,000 pending, limits 10 and 100) gave 0.50x and 0.70x
 // of an unlimited queue before it, 0.48x and 0.56x after, within one
 // machine's noise.
-static FAST_TAKE: Statement<FastParams> = Statement::new(
+static FAST_TAKE: Statement<FastParams> = Statement::new(concat!(
     r#"
 WITH clock AS (
     SELECT pg_catalog.clock_timestamp() AS t
+), q AS (
+    SELECT q.concurrency FROM workfence.queues AS q WHERE q.queue OPERATOR(pg_catalog.=) $1
 ), held AS (
-    SELECT q.concurrency,
-           COALESCE(pg_catalog.array_agg(r.slot) FILTER (WHERE r.slot IS NOT NULL), '{}') AS slots,
-           pg_catalog.count(*) FILTER (WHERE r.slot OPERATOR(pg_catalog.>) q.concurrency) AS retired
-      FROM workfence.queues AS q
-      LEFT JOIN workfence.items AS r
-        ON r.queue OPERATOR(pg_catalog.=) $1
-       AND r.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-       AND r.slot IS NOT NULL
-     WHERE q.queue OPERATOR(pg_catalog.=) $1
-     GROUP BY q.concurrency
+    "#,
+    claimed_slots!(),
+    r#"
 ), free AS (
     SELECT f.slot, f.n
       FROM pg_catalog.unnest(ARRAY(
@@ -1147,7 +1156,7 @@ WITH clock AS (
                 WHERE s.queue OPERATOR(pg_catalog.=) $1
                   AND s.kind OPERATOR(pg_catalog.=) 'c'::"char"
                   AND s.slot OPERATOR(pg_catalog.=) ANY ($4)
-                  AND s.slot OPERATOR(pg_catalog.<=) h.concurrency
+                  AND s.slot OPERATOR(pg_catalog.<=) (SELECT q.concurrency FROM q)
                   AND h.retired OPERATOR(pg_catalog.=) 0
                   AND s.slot OPERATOR(pg_catalog.<>) ALL (h.slots)
                 ORDER BY s.slot)) WITH ORDINALITY AS f(slot, n)
@@ -1190,8 +1199,8 @@ SELECT c.id, c.key, c.payload, c.epoch, c.attempts, c.lease_until,
        NULL::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.timestamptz,
        false, c.priority, c.run_at
   FROM claimed AS c
-"#,
-);
+"#
+));
 
 params! {
     /// `$1` queue, `$2` owner, `$3` lease, `$4` concurrency slots, `$5` rate
