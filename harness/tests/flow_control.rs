@@ -1898,7 +1898,7 @@ fn buffers_per_item(database: &str, limited: bool, batch: i32, drained: i32) -> 
     }
     enqueue_many(&mut c, QUEUE, 4_000);
     ok(c.batch_execute("ANALYZE workfence.items"), "ANALYZE");
-    let mut cycle = |c: &mut Client| {
+    let cycle = |c: &mut Client| {
         let got = claim(c, "w", batch);
         assert_eq!(
             got.len(),
