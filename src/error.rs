@@ -10,8 +10,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::SpiError;
 
-use crate::grants::Capability;
-use crate::validate::IntervalParts;
+use crate::types::{Capability, IntervalParts};
 
 /// Why a token is not honoured; the `detail` of a [`WorkfenceError::LeaseLost`].
 ///

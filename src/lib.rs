@@ -60,6 +60,9 @@ mod plans;
 pub mod purge;
 // Argument checks shared by every function (pure, no database access).
 pub mod validate;
+// The shared types every layer names (capability, queue pattern, interval
+// parts); imports nothing of the crate.
+pub mod types;
 // The long poll of `work_claim(..., wait)`: waiters and their wake-ups.
 pub mod wait;
 // Per-transaction state: wake-ups after commit, the fence of `work_assert` at commit.

@@ -6,7 +6,8 @@
 //! run before any statement, so a rejected call changes nothing.
 
 use crate::error::{Detail, Piece, Result, WorkfenceError};
-use crate::grants::{Capability, Pattern};
+pub use crate::types::IntervalParts;
+use crate::types::{Capability, Pattern, USECS_PER_DAY};
 
 /// Longest queue name, in bytes.
 pub const QUEUE_MAX_BYTES: usize = 128;
@@ -19,7 +20,6 @@ pub const MAX_ITEMS_CAP: i32 = 1000;
 /// Largest `max_attempts` an item may have.
 pub const MAX_ATTEMPTS_CAP: i32 = 1000;
 
-const USECS_PER_DAY: i128 = 86_400 * 1_000_000;
 /// Longest lease one claim or renew may take: 7 days. A job that runs longer
 /// renews its lease from a heartbeat.
 pub const LEASE_MAX_USECS: i128 = 7 * USECS_PER_DAY;
@@ -53,36 +53,6 @@ pub const ERRORS_KEPT: usize = 20;
 /// value is a mistake (and `clock_timestamp() - older_than` would overflow
 /// long before the interval type does).
 pub const RETENTION_MAX_USECS: i128 = 3650 * USECS_PER_DAY;
-
-/// The parts of a PostgreSQL `interval`, as [`pgrx::datum::Interval`] holds them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IntervalParts {
-    /// Months (counted as 30 days, as PostgreSQL does when comparing intervals).
-    pub months: i32,
-    /// Days.
-    pub days: i32,
-    /// Microseconds.
-    pub micros: i64,
-}
-
-impl From<pgrx::datum::Interval> for IntervalParts {
-    fn from(value: pgrx::datum::Interval) -> Self {
-        IntervalParts {
-            months: value.months(),
-            days: value.days(),
-            micros: value.micros(),
-        }
-    }
-}
-
-impl IntervalParts {
-    /// Total length in microseconds, with a month as 30 days.
-    pub fn total_micros(self) -> i128 {
-        self.months as i128 * 30 * USECS_PER_DAY
-            + self.days as i128 * USECS_PER_DAY
-            + self.micros as i128
-    }
-}
 
 /// Days from 1970-01-01 to the proleptic Gregorian date (y, m, d), m in 1..=12
 /// (Howard Hinnant, "chrono-Compatible Low-Level Date Algorithms").
