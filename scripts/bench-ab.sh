@@ -84,7 +84,13 @@ mkdir -p "$ab"
 package() { # name dir
     local name="$1" dir="$2"
     stage "build $name ($(git -C "$dir" rev-parse --short HEAD)) as a package"
-    (cd "$dir" && cargo pgrx package --pg-config "$PG_CONFIG" --out-dir "$ab/$name/pkg" >/dev/null)
+    # As the packages are built: the `dist` profile where the revision has
+    # one (fat LTO), its release profile before it (fat LTO then too).
+    local profile=()
+    if grep -q '^\[profile\.dist\]' "$dir/Cargo.toml"; then
+        profile=(--profile dist)
+    fi
+    (cd "$dir" && cargo pgrx package "${profile[@]}" --pg-config "$PG_CONFIG" --out-dir "$ab/$name/pkg" >/dev/null)
 }
 base_dir="$ab/base-src"
 if [ ! -d "$base_dir" ] || [ "$(git -C "$base_dir" rev-parse HEAD 2>/dev/null)" != "$(git rev-parse "$base^{commit}")" ]; then

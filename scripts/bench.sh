@@ -49,8 +49,8 @@ stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
 if [ "$install" = 1 ]; then
     stage "setup"
     bash scripts/setup.sh
-    stage "install the extension (release)"
-    cargo pgrx install --release --pg-config "$PG_CONFIG"
+    stage "install the extension (the dist profile, as packaged)"
+    cargo pgrx install --profile dist --pg-config "$PG_CONFIG"
 fi
 stage "install the peers"
 bash bench/peers/node/install.sh

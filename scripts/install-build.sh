@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build this checkout in release mode and install it into one PostgreSQL
-# major's directories (what the client tiers of scripts/test.sh test):
+# Build this checkout's extension with the `dist` profile (fat LTO, as the
+# packages are built) and install it into one PostgreSQL major's directories
+# (what the client tiers of scripts/test.sh test):
 #   scripts/install-build.sh 15|18
 # `cargo pgrx install` copies the library, the control file, this version's
 # install script and every upgrade script pg_workfence--A--B.sql; the frozen
@@ -21,7 +22,7 @@ if [ "$#" -ne 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
 fi
 pg_config="$(pg_config_of "$1")"
 rm -f "$("$pg_config" --pkglibdir)/pg_workfence.so"
-cargo pgrx install --release --pg-config "$pg_config"
+cargo pgrx install --profile dist --pg-config "$pg_config"
 for released in sql/pg_workfence--[0-9]*.[0-9]*.[0-9]*.sql; do
     case "$released" in *--*--*) continue ;; esac
     install -m 0644 "$released" "$("$pg_config" --sharedir)/extension/"

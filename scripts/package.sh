@@ -62,8 +62,14 @@ build_tree() {
     # Cargo's build directory is this checkout's, also for another source:
     # the dependencies are built once, and each source's library keeps its
     # own fingerprint (its path is part of it).
+    # The `dist` profile (fat LTO) where the source has one; a source from
+    # before it (the previous release) builds as its release profile did.
+    local profile=()
+    if grep -q '^\[profile\.dist\]' "$source_dir/Cargo.toml"; then
+        profile=(--profile dist)
+    fi
     (cd "$source_dir" && CARGO_TARGET_DIR="$ROOT/target" \
-        cargo pgrx package --pg-config "$pg_config" --out-dir "$dir") >&2
+        cargo pgrx package "${profile[@]}" --pg-config "$pg_config" --out-dir "$dir") >&2
     strip --strip-unneeded "$dir$("$pg_config" --pkglibdir)/pg_workfence.so"
 }
 
