@@ -39,13 +39,36 @@
 #  11. packages     scripts/package-test.sh: the .deb (dpkg -i, upgrade from the
 #                   previous release's .deb, golden files, dpkg -r) and the PG 18
 #                   tarball (install.sh, golden files, update, --uninstall)
+#
+#   scripts/test.sh --fast   the fast tier, while working: 1 to 4 (in-server
+#                   tests on 15 and 18), 5 for 15, and of 7 the files in
+#                   FAST_CLIENT_TESTS (races, promises, grants, bad input,
+#                   upgrade, checklist, composition); the whole command still
+#                   runs before a commit lands
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
+fast=0
+case "${1:-}" in
+    "") ;;
+    --fast) fast=1 ;;
+    -h | --help)
+        echo "usage: scripts/test.sh [--fast]   (every test; --fast: the fast tier)"
+        exit 0
+        ;;
+    *)
+        echo "usage: scripts/test.sh [--fast]" >&2
+        exit 2
+        ;;
+esac
 # shellcheck source=majors.sh
 . scripts/majors.sh
 PG_CONFIG="$PG15_CONFIG"
+# The client test files of the fast tier: the seams' promises (races,
+# promises, grants and privileges, bad input, upgrades, the checklist of
+# every SQL function, the composition of every feature).
+FAST_CLIENT_TESTS=(races promises privileges queue_grants bad_input upgrade checklist composition)
 # The client test files the PostgreSQL 18 tier leaves out: what they test is
 # the client side (the soak's autonomous workers, the example workers in four
 # languages, the model checker's explored states), the same on every major.
@@ -84,6 +107,20 @@ for major in "${MAJORS[@]}"; do
     rm -f "$("$(pg_config_of "$major")" --pkglibdir)/pg_workfence.so"
     cargo pgrx test "pg$major" --runas postgres --pgdata "$pgdata/pg$major"
 done
+
+if [ "$fast" = 1 ]; then
+    stage "install on PostgreSQL 15: scripts/install-build.sh 15"
+    bash scripts/install-build.sh 15
+    stage "fast tier: client tests ${FAST_CLIENT_TESTS[*]} on PostgreSQL 15"
+    fast_tests=()
+    for name in "${FAST_CLIENT_TESTS[@]}"; do
+        fast_tests+=(--test "$name")
+    done
+    WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
+        cargo test -p workfence-harness --release "${fast_tests[@]}"
+    stage "the fast tier passed in $((SECONDS - t_start)) s (the whole command: scripts/test.sh)"
+    exit 0
+fi
 
 for major in "${MAJORS[@]}"; do
     stage "install on PostgreSQL $major: scripts/install-build.sh $major"
