@@ -54,19 +54,21 @@ SELECT pg_catalog.format('%s:%s', pg_catalog.pg_typeof($1), $1)
         }
     }
 
-    /// The extension runs its kept statements as generic plans and without
-    /// JIT by setting `plan_cache_mode` and `jit` around each one
-    /// (src/plans.rs). A statement that raises must leave the session's own
+    /// The extension runs its kept statements as generic plans, without
+    /// JIT and planned without sequential scans by setting `plan_cache_mode`,
+    /// `jit` and `enable_seqscan` around each one (src/plans.rs). A statement that raises must leave the session's own
     /// settings as they were.
     #[pg_test]
     fn plan_settings_are_restored_after_a_statement_raises() {
         run("SET LOCAL plan_cache_mode = force_custom_plan", &[]);
         run("SET LOCAL jit = on", &[]);
+        run("SET LOCAL enable_seqscan = on", &[]);
         run(
             "CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
              BEGIN
-                 RAISE EXCEPTION 'refused under %, jit %',
-                     current_setting('plan_cache_mode'), current_setting('jit');
+                 RAISE EXCEPTION 'refused under %, jit %, enable_seqscan %',
+                     current_setting('plan_cache_mode'), current_setting('jit'),
+                     current_setting('enable_seqscan');
              END $$",
             &[],
         );
@@ -82,7 +84,7 @@ SELECT pg_catalog.format('%s:%s', pg_catalog.pg_typeof($1), $1)
             0,
         );
         assert!(
-            err.starts_with("P0001: refused under force_generic_plan, jit off"),
+            err.starts_with("P0001: refused under force_generic_plan, jit off, enable_seqscan off"),
             "{err}"
         );
         assert_eq!(
@@ -91,6 +93,10 @@ SELECT pg_catalog.format('%s:%s', pg_catalog.pg_typeof($1), $1)
         );
         assert_eq!(
             one::<String>("SELECT current_setting('jit')", &[]).as_deref(),
+            Some("on")
+        );
+        assert_eq!(
+            one::<String>("SELECT current_setting('enable_seqscan')", &[]).as_deref(),
             Some("on")
         );
     }

@@ -4,7 +4,8 @@ use pgrx::prelude::*;
 
 use crate::error::{OrReport, Result};
 use crate::grants::{self, Capability};
-use crate::plans::{self, params, Statement};
+use crate::plans::{self, Statement};
+use crate::sql::QueueKey;
 use crate::validate;
 
 // One statement: the row lock the UPDATE takes orders it against a concurrent
@@ -25,14 +26,6 @@ UPDATE workfence.items AS i
 RETURNING i.id
 "#,
 );
-
-params! {
-    /// `$1` queue, `$2` key.
-    pub(crate) struct QueueKey<'a> {
-        queue: &'a str = TEXTOID,
-        key: &'a str = TEXTOID,
-    }
-}
 
 /// Cancel the item `key` of `queue` unless it is already finished.
 ///

@@ -18,102 +18,13 @@ use crate::jsonb::RawJsonb;
 use crate::lapse::{self, LostToken};
 use crate::paused;
 use crate::plans::{self, params, Statement};
+use crate::sql::server_clock;
+use crate::sql::{claim_sets, due_probe, lapsed_probe};
 use crate::validate;
 use crate::wait;
 
 /// One claimed item: (id, key, payload, epoch, attempt, lease_until).
 pub(crate) type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
-
-/// Append one entry to an item's `errors` history (`i.errors`, NULL or a
-/// jsonb array), keeping the newest [`validate::ERRORS_KEPT`] (20): when the
-/// history is full its oldest entry is dropped. The entry is a
-/// `workfence.error_entry` (attempt, epoch, owner, at, error) as jsonb, its
-/// fields the five SQL expressions given. For an `UPDATE workfence.items AS
-/// i`. A composite and `to_jsonb` rather than `jsonb_build_object`: the same
-/// object, through functions whose every argument has a type
-/// (`harness/tests/privileges.rs` shadows each function the SQL names). The
-/// pure test `errors_bound_is_validate_errors_kept` checks the number
-/// against the constant.
-macro_rules! errors_append {
-    ($attempt:literal, $epoch:literal, $owner:literal, $at:literal, $error:literal) => {
-        concat!(
-            "CASE WHEN pg_catalog.jsonb_array_length(COALESCE(i.errors, '[]'::pg_catalog.jsonb)) ",
-            "OPERATOR(pg_catalog.>=) 20 THEN i.errors OPERATOR(pg_catalog.-) 0 ",
-            "ELSE COALESCE(i.errors, '[]'::pg_catalog.jsonb) END OPERATOR(pg_catalog.||) ",
-            "pg_catalog.to_jsonb(ROW(",
-            $attempt,
-            ", ",
-            $epoch,
-            ", ",
-            $owner,
-            ", ",
-            $at,
-            ", ",
-            $error,
-            ")::workfence.error_entry)"
-        )
-    };
-}
-pub(crate) use errors_append;
-
-/// What a claim statement sets, for the rows it picked (`p`, with `p.dead`
-/// true for a lapsed final attempt, which is dead-lettered rather than
-/// claimed: a job that keeps crashing its worker cannot loop forever). One
-/// UPDATE does both, so that a claim starts one modifying plan node, not
-/// two (plan start-up is most of a claim's cost). For schema `current`:
-/// `claimed_at` and a lease capped at `claimed_at + max_run`; for `legacy`
-/// (see [`plans::Schema`]) neither column exists. `$owner`, `$lease` and
-/// `$now` are the statement's parameters for the owner, the lease and the
-/// server's clock. `nextval` is called for the claimed rows only (a CASE
-/// evaluates only the branch it takes).
-macro_rules! claim_sets {
-    ($mode:ident, $owner:literal, $lease:literal, $now:literal) => {
-        concat!(
-            r#"
-   SET state = CASE WHEN p.dead THEN 'failed'::workfence.item_state
-                    ELSE 'claimed'::workfence.item_state END,
-       epoch = CASE WHEN p.dead THEN i.epoch
-                    ELSE pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass) END,
-       owner = CASE WHEN p.dead THEN i.owner ELSE "#,
-            $owner,
-            r#" END,
-       attempts = CASE WHEN p.dead THEN i.attempts ELSE i.attempts OPERATOR(pg_catalog.+) 1 END,
-       last_error = CASE WHEN p.dead THEN 'lease expired on the final attempt' ELSE i.last_error END,
-       finished_at = CASE WHEN p.dead THEN "#,
-            $now,
-            r#" ELSE i.finished_at END,"#,
-            plans::by_schema!(
-                $mode,
-                concat!(
-                    "\n       claimed_at = CASE WHEN p.dead THEN i.claimed_at ELSE ",
-                    $now,
-                    " END,\n       lease_until = CASE WHEN p.dead THEN NULL ELSE LEAST(",
-                    $now,
-                    " OPERATOR(pg_catalog.+) ",
-                    $lease,
-                    ", ",
-                    $now,
-                    " OPERATOR(pg_catalog.+) i.max_run) END"
-                ),
-                concat!(
-                    "\n       lease_until = CASE WHEN p.dead THEN NULL ELSE ",
-                    $now,
-                    " OPERATOR(pg_catalog.+) ",
-                    $lease,
-                    " END"
-                )
-            ),
-            r#"
-  FROM picked AS p
- WHERE i.id OPERATOR(pg_catalog.=) p.id
-RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
-          p.lost_owner, p.lost_epoch, p.lost_at, p.dead, i.priority, i.run_at
-"#
-        )
-    };
-}
-
-pub(crate) use claim_sets;
 
 /// The claim statement for schema `$mode`; see [`CLAIM`].
 macro_rules! claim_sql {
@@ -306,41 +217,6 @@ static LAPSED: plans::Versioned<LapsedParams> = plans::Versioned {
 
 const LAPSED_SQL: &str = concat!("SELECT ", lapsed_probe!(), ",\n       ", due_probe!());
 
-/// SQL, a boolean: whether queue `$1` has a claimed item whose lease lapsed
-/// by the clock `$2`. The first entry of `items_lease_idx` at or before
-/// `$2`, read with the item's row (see [`LAPSED`] for why not `min` or
-/// `EXISTS`). Shared by [`LAPSED`], the long poll's re-check
-/// ([`crate::wait`]) and a limited queue's first statement
-/// ([`crate::flow`]).
-macro_rules! lapsed_probe {
-    () => {
-        r#"(SELECT i.id
-          FROM workfence.items AS i
-         WHERE i.queue OPERATOR(pg_catalog.=) $1
-           AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-           AND i.lease_until OPERATOR(pg_catalog.<=) $2
-         ORDER BY i.lease_until
-         LIMIT 1) IS NOT NULL"#
-    };
-}
-pub(crate) use lapsed_probe;
-
-/// SQL, a boolean: whether queue `$1` has a pending item due by the clock
-/// `$2`: the first entry of `items_ready_idx` at or before `$2`, read with
-/// the item's row (see [`lapsed_probe`]).
-macro_rules! due_probe {
-    () => {
-        r#"(SELECT i.id
-          FROM workfence.items AS i
-         WHERE i.queue OPERATOR(pg_catalog.=) $1
-           AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-           AND i.run_at OPERATOR(pg_catalog.<=) $2
-         ORDER BY i.run_at
-         LIMIT 1) IS NOT NULL"#
-    };
-}
-pub(crate) use due_probe;
-
 /// Whether `queue` has (a lapsed lease, a due item) by the server's clock
 /// `now` ([`LAPSED`]): a claim that finds neither has nothing to take.
 pub(crate) fn ready(
@@ -490,15 +366,6 @@ fn settle(outcome: &ClaimOutcome) -> Result<bool> {
         Spi::connect_mut(|client| lapse::settle(client, &outcome.lost))?;
     }
     Ok(!outcome.claimed.is_empty() || !outcome.lost.is_empty())
-}
-
-/// The server's clock (`clock_timestamp()`), for a claim's `$5`.
-pub(crate) fn server_clock() -> Result<TimestampWithTimeZone> {
-    // SAFETY: reads the system clock; cannot fail.
-    let now = unsafe { pg_sys::GetCurrentTimestamp() };
-    TimestampWithTimeZone::try_from(now).map_err(|_| WorkfenceError::UnexpectedNull {
-        column: "clock_timestamp()",
-    })
 }
 
 /// Claim up to `max_items` claimable items of `queue` for `owner`, waiting
@@ -854,22 +721,4 @@ unsafe fn epoch_seq_lsn() -> Option<pg_sys::XLogRecPtr> {
     pg_sys::UnlockReleaseBuffer(buffer);
     pg_sys::relation_close(rel, lock);
     Some(lsn)
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::validate;
-
-    /// The number in the SQL of [`errors_append!`] is the documented bound.
-    #[test]
-    fn errors_bound_is_validate_errors_kept() {
-        let sql = errors_append!("1", "2", "'o'", "now()", "'x'");
-        assert!(
-            sql.contains(&format!(
-                "OPERATOR(pg_catalog.>=) {} ",
-                validate::ERRORS_KEPT
-            )),
-            "{sql}"
-        );
-    }
 }

@@ -3,12 +3,12 @@
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
-use crate::cancel::QueueKey;
 use crate::error::{OrReport, Result, WorkfenceError};
 use crate::grants::{self, Capability};
 use crate::jsonb::RawJsonb;
 use crate::notify;
 use crate::plans::{self, params, Statement};
+use crate::sql::QueueKey;
 use crate::validate;
 use crate::wait;
 
@@ -66,9 +66,9 @@ SELECT $1, $2, $3, $4, r.at, $6, $7, $8,
                   WHERE o.queue OPERATOR(pg_catalog.=) $1
                     AND o.group_key OPERATOR(pg_catalog.=) $8
                     AND "#,
-    crate::flow::group_pending!("o"),
+    crate::sql::group_pending!("o"),
     "\n                  ",
-    crate::flow::group_order!("o"),
+    crate::sql::group_order!("o"),
     r#"
                   LIMIT 1), false)
   FROM (SELECT COALESCE($5, pg_catalog.clock_timestamp()) AS at) AS r
@@ -109,9 +109,9 @@ UPDATE workfence.items AS i
                                 WHERE o.queue OPERATOR(pg_catalog.=) t.queue
                                   AND o.group_key OPERATOR(pg_catalog.=) t.group_key
                                   AND "#,
-    crate::flow::group_pending!("o"),
+    crate::sql::group_pending!("o"),
     "\n                                ",
-    crate::flow::group_order!("o"),
+    crate::sql::group_order!("o"),
     r#"
                                 LIMIT 1) OPERATOR(pg_catalog.=) t.id)
                     LIMIT 1) AS x))
@@ -152,13 +152,6 @@ params! {
         max_attempts: i32 = INT4OID,
         max_run: Option<Interval> = INTERVALOID,
         group_key: Option<&'a str> = TEXTOID,
-    }
-}
-
-params! {
-    /// `$1` queue.
-    pub(crate) struct QueueParams<'a> {
-        queue: &'a str = TEXTOID,
     }
 }
 
@@ -339,7 +332,7 @@ fn enqueue(
         crate::flow::enqueue_grouped(&queue)?;
     }
 
-    let heads = group_key.is_some() && crate::flow::schema_has_heads();
+    let heads = group_key.is_some() && crate::plans::schema_has_heads();
     Spi::connect_mut(|client| {
         // The existing row can vanish between the two statements (purged in
         // between); then the INSERT is simply tried again.

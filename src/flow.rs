@@ -218,6 +218,8 @@ use crate::error::{OrReport, Result, WorkfenceError};
 use crate::grants::{self, Capability};
 use crate::paused::{self, Settings};
 use crate::plans::{self, params, Statement, Versioned};
+use crate::plans::{schema_has_heads, schema_has_slots};
+use crate::sql::{group_order, group_pending};
 use crate::validate;
 use crate::wait;
 
@@ -230,36 +232,17 @@ pub const LIMIT_LOCK_CLASS: i32 = 0x5746_6c69;
 /// call can take it.
 pub const GROUP_LOCK_CLASS: u16 = 0x5747;
 
-/// Whether this database's schema has flow control (0.10.0 or later: the
-/// index `workfence.items_group_idx` exists). A library newer than the
-/// schema (installed, `ALTER EXTENSION ... UPDATE` not yet run) claims as
-/// the schema's version did. Two catalog-cache look-ups.
-pub fn schema_has_flow() -> bool {
-    plans::workfence_relation(c"items_group_idx") != pg_sys::InvalidOid
-}
-
-/// The form of a statement that names what 0.10.0 added (`group_key`, the
-/// flow settings of `workfence.queues`) for this database's schema: `current`
-/// from 0.10.0 on, `legacy` before (a library newer than the schema serves
-/// the old one until `ALTER EXTENSION ... UPDATE`).
-pub fn for_schema<P>(pair: &'static plans::Versioned<P>) -> &'static plans::Statement<P> {
-    if schema_has_flow() {
-        &pair.current
-    } else {
-        &pair.legacy
-    }
-}
-
 /// The lock tag of the limit lock of `queue`.
 fn limit_lock(queue: &str) -> pg_sys::LOCKTAG {
-    crate::compat::advisory_tag(LIMIT_LOCK_CLASS, wait::queue_key(queue))
+    crate::compat::advisory_tag(LIMIT_LOCK_CLASS, crate::keys::queue_key(queue))
 }
 
 /// The lock tag of group `group` of `queue`. Two groups whose hashes
 /// collide share a lock: a claim of one may pass the other over while it
 /// is claimed (never both held: step 4 checks the group by name).
 fn group_lock(queue: &str, group: &str) -> pg_sys::LOCKTAG {
-    let mut tag = crate::compat::advisory_tag(wait::queue_key(queue), wait::queue_key(group));
+    let mut tag =
+        crate::compat::advisory_tag(crate::keys::queue_key(queue), crate::keys::queue_key(group));
     tag.locktag_field4 = GROUP_LOCK_CLASS;
     tag
 }
@@ -324,48 +307,6 @@ params! {
         items: i32 = INT4OID,
     }
 }
-
-// A group's pending items, in SQL, for alias `$o` of `workfence.items`
-// whose queue and group_key are fixed by the caller's other clauses:
-// `state < 'claimed'` among `state IN (pending, claimed)`, which proves the
-// predicate of `items_group_idx` and of no other partial index, so that a
-// plan reads them there, in claim order ([`group_order!`]), and never walks
-// the queue's pending items in `items_due_idx` or `items_head_idx` asking
-// each for its group. Written as `state = 'pending'`, it let a generic plan
-// made on a small table do that: 25,000 grouped items enqueued by one
-// statement into a new database took over 30 s (each enqueue's probe
-// walked the queue), 1.2 s once its plan read `items_group_idx`.
-macro_rules! group_pending {
-    ($o:literal) => {
-        concat!(
-            $o,
-            ".state OPERATOR(pg_catalog.=) ANY ('{pending,claimed}'::workfence.item_state[])\n",
-            "                   AND ",
-            $o,
-            ".state OPERATOR(pg_catalog.<) 'claimed'::workfence.item_state"
-        )
-    };
-}
-pub(crate) use group_pending;
-
-// The claim order of a group's items as `items_group_idx` holds them, for
-// alias `$o` (after [`group_pending!`] or [`group_has_room!`]'s clauses).
-macro_rules! group_order {
-    ($o:literal) => {
-        concat!(
-            "ORDER BY ",
-            $o,
-            ".state, ",
-            $o,
-            ".priority, ",
-            $o,
-            ".run_at, ",
-            $o,
-            ".id"
-        )
-    };
-}
-pub(crate) use group_order;
 
 // The group rule of a claim, in SQL, for item `i` of queue `$1`: its group
 // has fewer than `per_group` items claimed besides it (`$other`: `o.id <>
@@ -573,7 +514,7 @@ macro_rules! take_sql {
             r#")))
 )
 UPDATE workfence.items AS i"#,
-            crate::claim::claim_sets!(current, "$2", "$3", "$5")
+            crate::sql::claim_sets!(current, "$2", "$3", "$5")
         )
     };
 }
@@ -694,13 +635,6 @@ params! {
     }
 }
 
-/// Whether this database's schema has group heads (0.12.0 or later: the
-/// index `workfence.items_head_idx` exists, with the columns `behind` and
-/// `turn` and the setting `per_group`).
-pub fn schema_has_heads() -> bool {
-    plans::workfence_relation(c"items_head_idx") != pg_sys::InvalidOid
-}
-
 /// The form of PICK or TAKE for this database's schema.
 fn by_heads<P>(pair: &'static Versioned<P>) -> &'static Statement<P> {
     if schema_has_heads() {
@@ -708,13 +642,6 @@ fn by_heads<P>(pair: &'static Versioned<P>) -> &'static Statement<P> {
     } else {
         &pair.legacy
     }
-}
-
-/// Whether this database's schema keeps limits in slot rows (0.12.0 or
-/// later: the table `workfence.queue_slots` exists). Before, a limited
-/// queue's claims take turns on its limit lock ([`legacy_allowance`]).
-pub fn schema_has_slots() -> bool {
-    plans::workfence_relation(c"queue_slots") != pg_sys::InvalidOid
 }
 
 // The concurrency slots the claimed items of queue `$1` hold, in SQL (a
@@ -826,9 +753,9 @@ SELECT q.concurrency, q.rate,
        ready.lapsed, ready.due
   FROM q,
        (SELECT "#,
-    crate::claim::lapsed_probe!(),
+    crate::sql::lapsed_probe!(),
     " AS lapsed,\n               ",
-    crate::claim::due_probe!(),
+    crate::sql::due_probe!(),
     r#" AS due
         OFFSET 0) AS ready
  WHERE q.concurrency IS NOT NULL OR q.rate IS NOT NULL
@@ -1279,7 +1206,7 @@ fn fast_take(
             lease,
             concurrency: locked.concurrency.map(|_| locked.low),
             rate: locked.rate.map(|_| locked.rate_slots),
-            now: claim::server_clock()?,
+            now: crate::sql::server_clock()?,
             most,
         },
         |rows| claim::read_claim_result(queue, rows),
@@ -1460,7 +1387,7 @@ pub(crate) fn claim(
         // queue's future items.
         let mut slots = None;
         let (due, items, rate) = if slotted {
-            match lock_slots(client, queue, max_items, claim::server_clock()?)? {
+            match lock_slots(client, queue, max_items, crate::sql::server_clock()?)? {
                 Some(locked) if !locked.lapsed && !locked.due => {
                     return Ok(ClaimOutcome::default());
                 }
@@ -1481,17 +1408,17 @@ pub(crate) fn claim(
                 // The limits were lifted: claim as a queue without them.
                 None => (max_items, max_items, false),
             }
-        } else if ready(client, queue, claim::server_clock()?)? == (false, false) {
+        } else if ready(client, queue, crate::sql::server_clock()?)? == (false, false) {
             return Ok(ClaimOutcome::default());
         } else if legacy {
             // Read after the limit lock: the window's times grow with the
             // claims.
-            legacy_allowance(client, queue, max_items, claim::server_clock()?)?
+            legacy_allowance(client, queue, max_items, crate::sql::server_clock()?)?
         } else {
             (max_items, max_items, false)
         };
         let (outcome, now) = if items == 0 {
-            (ClaimOutcome::default(), claim::server_clock()?)
+            (ClaimOutcome::default(), crate::sql::server_clock()?)
         } else {
             pick_and_take(client, queue, owner, lease, pick, due, items)?
         };
@@ -1543,7 +1470,7 @@ fn pick_and_take(
     due: i32,
     items: i32,
 ) -> Result<(ClaimOutcome, TimestampWithTimeZone)> {
-    let now = claim::server_clock()?;
+    let now = crate::sql::server_clock()?;
     let picked: Vec<(i64, Option<String>)> = match pick {
         Pick::Queue(_) => plans::run(
             client,
@@ -1603,7 +1530,7 @@ fn pick_and_take(
     // groups locked: whatever freed a slot or a group committed
     // before it. An item picked at the earlier time is claimable at
     // this one too.
-    let now = claim::server_clock()?;
+    let now = crate::sql::server_clock()?;
     let heads = schema_has_heads();
     let outcome = plans::run(
         client,

@@ -11,43 +11,12 @@
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use crate::claim::errors_append;
 use crate::error::Result;
 use crate::notify;
 use crate::plans::{self, params, Statement};
+use crate::sql::errors_append;
 
-/// A token a claim superseded: the item's lease had lapsed under it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LostToken {
-    /// The item's id.
-    pub id: i64,
-    /// Its queue.
-    pub queue: String,
-    /// Its key.
-    pub key: String,
-    /// The owner of the superseded token.
-    pub owner: String,
-    /// The superseded epoch.
-    pub epoch: i64,
-    /// The attempt the lapsed lease was (the item's `attempts` then).
-    pub attempt: i32,
-    /// When the lease lapsed (its `lease_until`).
-    pub lapsed_at: TimestampWithTimeZone,
-    /// Whether the item was dead-lettered (its final attempt) rather than
-    /// claimed anew.
-    pub dead_lettered: bool,
-}
-
-impl LostToken {
-    /// The `error` of its `errors` entry.
-    fn error(&self) -> &'static str {
-        if self.dead_lettered {
-            "lease expired on the final attempt"
-        } else {
-            "lease expired"
-        }
-    }
-}
+pub use crate::types::LostToken;
 
 // Append one `errors` entry per lapsed lease (the arrays have one element
 // per token), in the transaction that superseded them (which holds their

@@ -24,12 +24,12 @@ use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::claim::errors_append;
 use crate::counters;
 use crate::error::{LeaseStatus, OrReport, Result, WorkfenceError};
 use crate::grants::{self, Capability, Scope};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, params, Params, Statement};
+use crate::sql::errors_append;
 use crate::validate;
 use crate::wait;
 

@@ -63,6 +63,10 @@ pub mod validate;
 // The shared types every layer names (capability, queue pattern, interval
 // parts); imports nothing of the crate.
 pub mod types;
+// SQL fragments, shared parameter structs and the clock statements share.
+mod sql;
+// Lock keys: the int4 a queue or group name hashes to.
+mod keys;
 // The long poll of `work_claim(..., wait)`: waiters and their wake-ups.
 pub mod wait;
 // Per-transaction state: wake-ups after commit, the fence of `work_assert` at commit.

@@ -19,10 +19,10 @@
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 
-use crate::enqueue::QueueParams;
 use crate::error::Result;
-use crate::lapse::LostToken;
 use crate::plans::{self, params, Statement};
+use crate::sql::QueueParams;
+use crate::types::LostToken;
 
 /// `workfence.notify_enqueued` (boolean, default on, superuser-set): whether
 /// an enqueue of a due item runs `NOTIFY work_enqueued, '<queue>'`. Long

@@ -13,12 +13,12 @@
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
-use crate::cancel::QueueKey;
-use crate::enqueue::QueueParams;
 use crate::error::{OrReport, Result, WorkfenceError};
 use crate::grants::{self, Capability};
 use crate::jsonb::RawJsonb;
 use crate::plans::{self, params, Statement};
+use crate::sql::QueueKey;
+use crate::sql::QueueParams;
 use crate::validate;
 use crate::wait;
 
@@ -111,7 +111,7 @@ DELETE FROM workfence.queues AS q
 // `workfence.queues` must be named here, or a resume would drop it (the
 // composition test, `harness/tests/composition.rs`, catches that). The
 // `legacy` form is for a schema before 0.10.0, where the pause is the only
-// setting (chosen by [`crate::flow::for_schema`]).
+// setting (chosen by [`crate::plans::for_schema`]).
 static PRUNE: plans::Versioned<QueueParams> = plans::Versioned {
     current: Statement::new(prune_flow_sql!("")),
     legacy: Statement::new(
@@ -167,7 +167,7 @@ macro_rules! by_id {
 
 // The item `$2` of queue `$1`: `current` reads `group_key` (0.10.0 and
 // later), `legacy` a NULL in its place (0.6.0 to 0.9.0), chosen by
-// [`crate::flow::for_schema`].
+// [`crate::plans::for_schema`].
 static ITEM_BY_KEY: plans::Versioned<QueueKey> = plans::Versioned {
     current: Statement::new(concat!(item_columns!("i.group_key"), by_key!())),
     legacy: Statement::new(concat!(item_columns!("NULL::pg_catalog.text"), by_key!())),
@@ -345,10 +345,10 @@ pub fn work_resume(queue: Option<String>) -> bool {
                 Ok(!rows.is_empty())
             })?;
             if resumed {
-                let prune = if crate::flow::schema_has_heads() {
+                let prune = if crate::plans::schema_has_heads() {
                     &PRUNE_PER_GROUP
                 } else {
-                    crate::flow::for_schema(&PRUNE)
+                    crate::plans::for_schema(&PRUNE)
                 };
                 plans::run(client, prune, QueueParams { queue: &queue }, |_| Ok(()))?;
             }
@@ -454,7 +454,7 @@ fn item_by_key(queue: Option<String>, key: Option<String>) -> Result<Vec<ItemRow
     Spi::connect_mut(|client| {
         plans::run(
             client,
-            crate::flow::for_schema(&ITEM_BY_KEY),
+            crate::plans::for_schema(&ITEM_BY_KEY),
             QueueKey {
                 queue: &queue,
                 key: &key,
@@ -470,7 +470,7 @@ fn item_by_id(id: Option<i64>) -> Result<Vec<ItemRow>> {
     let mut rows = Spi::connect_mut(|client| {
         plans::run(
             client,
-            crate::flow::for_schema(&ITEM_BY_ID),
+            crate::plans::for_schema(&ITEM_BY_ID),
             ItemId { id },
             read_item,
         )

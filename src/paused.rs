@@ -84,11 +84,11 @@ thread_local! {
 
 /// The first key of the advisory lock a pause or resume of a queue holds to
 /// the end of its transaction (ASCII "WFpa"); the second is
-/// `hashtext(queue)`, as the long poll's ([`crate::wait::queue_key`]).
+/// `hashtext(queue)`, as the long poll's ([`crate::keys::queue_key`]).
 pub const PAUSE_LOCK_CLASS: i32 = 0x5746_7061;
 
 fn pause_lock(queue: &str) -> pg_sys::LOCKTAG {
-    crate::compat::advisory_tag(PAUSE_LOCK_CLASS, crate::wait::queue_key(queue))
+    crate::compat::advisory_tag(PAUSE_LOCK_CLASS, crate::keys::queue_key(queue))
 }
 
 /// Before `work_pause`, `work_resume`, `work_limit` or a first grouped
@@ -124,7 +124,7 @@ pub fn hold_for_commit(queue: &str) {
 /// queues take their locks in this order, so two of them never wait on
 /// each other in a cycle.
 pub fn lock_order(queue: &str) -> i32 {
-    crate::wait::queue_key(queue)
+    crate::keys::queue_key(queue)
 }
 
 /// After `work_pause` or `work_resume` changed `workfence.queues`: every
@@ -211,7 +211,7 @@ fn settings_committed(queue: &str) -> Result<Settings> {
         // A schema before 0.6.0: nothing is paused, and nothing is kept.
         return Ok(Settings::default());
     }
-    let statement = crate::flow::for_schema(&QUEUE_SETTINGS);
+    let statement = crate::plans::for_schema(&QUEUE_SETTINGS);
     let map = Spi::connect_mut(|client| {
         plans::run(client, statement, (), |rows| {
             let mut map = HashMap::new();

@@ -406,3 +406,37 @@ macro_rules! by_schema {
     };
 }
 pub(crate) use by_schema;
+
+/// Whether this database's schema has flow control (0.10.0 or later: the
+/// index `workfence.items_group_idx` exists). A library newer than the
+/// schema (installed, `ALTER EXTENSION ... UPDATE` not yet run) claims as
+/// the schema's version did. Two catalog-cache look-ups.
+pub fn schema_has_flow() -> bool {
+    workfence_relation(c"items_group_idx") != pg_sys::InvalidOid
+}
+
+/// The form of a statement that names what 0.10.0 added (`group_key`, the
+/// flow settings of `workfence.queues`) for this database's schema: `current`
+/// from 0.10.0 on, `legacy` before (a library newer than the schema serves
+/// the old one until `ALTER EXTENSION ... UPDATE`).
+pub fn for_schema<P>(pair: &'static Versioned<P>) -> &'static Statement<P> {
+    if schema_has_flow() {
+        &pair.current
+    } else {
+        &pair.legacy
+    }
+}
+
+/// Whether this database's schema has group heads (0.12.0 or later: the
+/// index `workfence.items_head_idx` exists, with the columns `behind` and
+/// `turn` and the setting `per_group`).
+pub fn schema_has_heads() -> bool {
+    workfence_relation(c"items_head_idx") != pg_sys::InvalidOid
+}
+
+/// Whether this database's schema keeps limits in slot rows (0.12.0 or
+/// later: the table `workfence.queue_slots` exists). Before, a limited
+/// queue's claims take turns on its limit lock ([`legacy_allowance`]).
+pub fn schema_has_slots() -> bool {
+    workfence_relation(c"queue_slots") != pg_sys::InvalidOid
+}

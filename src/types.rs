@@ -4,6 +4,8 @@
 //! of the crate, so the error type, the argument checks and the grants can
 //! all name them without importing one another in a loop.
 
+use pgrx::datum::TimestampWithTimeZone;
+
 /// Microseconds in a day.
 pub const USECS_PER_DAY: i128 = 86_400 * 1_000_000;
 
@@ -141,5 +143,38 @@ impl IntervalParts {
         self.months as i128 * 30 * USECS_PER_DAY
             + self.days as i128 * USECS_PER_DAY
             + self.micros as i128
+    }
+}
+
+/// A token a claim superseded: the item's lease had lapsed under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostToken {
+    /// The item's id.
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its key.
+    pub key: String,
+    /// The owner of the superseded token.
+    pub owner: String,
+    /// The superseded epoch.
+    pub epoch: i64,
+    /// The attempt the lapsed lease was (the item's `attempts` then).
+    pub attempt: i32,
+    /// When the lease lapsed (its `lease_until`).
+    pub lapsed_at: TimestampWithTimeZone,
+    /// Whether the item was dead-lettered (its final attempt) rather than
+    /// claimed anew.
+    pub dead_lettered: bool,
+}
+
+impl LostToken {
+    /// The `error` of its `errors` entry.
+    pub fn error(&self) -> &'static str {
+        if self.dead_lettered {
+            "lease expired on the final attempt"
+        } else {
+            "lease expired"
+        }
     }
 }

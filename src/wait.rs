@@ -132,40 +132,7 @@ pub fn init() {
     );
 }
 
-/// The second key of a queue's wait lock (and of its prepared-wake lock):
-/// PostgreSQL's own `hashtext(queue)`, the same in every backend, every
-/// build of this library and every PostgreSQL major (a library replaced in
-/// place must not make old and new backends miss each other's wake-ups),
-/// and computable from SQL. Computed as `hashtext` computes it for a
-/// deterministic collation (every database's default collation is one):
-/// `hash_bytes` over the name's bytes ([`compat::hash_text`]); the pg test
-/// `queue_key_is_sql_hashtext` compares the two.
-///
-/// An operator finds the claimers long-polling queue `'mail'` in this
-/// database with (1464235892 is [`WAIT_LOCK_CLASS`], 0x57467774, "WFwt";
-/// `objsubid` 22342 is the extension's own lock space,
-/// [`compat::LOCK_SPACE`], which no SQL advisory lock function reaches):
-///
-/// ```sql
-/// SELECT l.pid
-///   FROM pg_locks AS l
-///  WHERE l.locktype = 'advisory'
-///    AND l.database = (SELECT d.oid FROM pg_database AS d
-///                       WHERE d.datname = current_database())
-///    AND l.classid = 1464235892
-///    AND l.objid = hashtext('mail')::oid
-///    AND l.objsubid = 22342
-///    AND l.granted;
-/// ```
-///
-/// (`harness/tests/first_use.rs` runs exactly this query against a waiting
-/// claim.) A waiter holds the lock only while it waits, not while it claims;
-/// two queues whose names hash alike share their waiters' list (see the
-/// module comment).
-pub fn queue_key(queue: &str) -> i32 {
-    // The lock manager stores the int4's bits; hashtext returns them as int4.
-    compat::hash_text(queue.as_bytes()) as i32
-}
+pub use crate::keys::queue_key;
 
 /// Arrange for `items` claimers waiting on `queue` to be woken when the
 /// current transaction commits (nothing happens if it aborts).
@@ -284,9 +251,9 @@ SELECT EXTRACT(EPOCH FROM LEAST(
                AND i.lease_until OPERATOR(pg_catalog.>) $2))
          OPERATOR(pg_catalog.-) $2)::pg_catalog.float8,
        "#,
-    crate::claim::due_probe!(),
+    crate::sql::due_probe!(),
     "\n       OR ",
-    crate::claim::lapsed_probe!(),
+    crate::sql::lapsed_probe!(),
     "\n"
 ));
 
@@ -558,7 +525,7 @@ fn next_due(queue: &str) -> Result<(Option<Duration>, bool)> {
         return Ok((None, false));
     }
     Spi::connect_mut(|client| {
-        let now = crate::claim::server_clock()?;
+        let now = crate::sql::server_clock()?;
         plans::run(client, &NEXT_DUE, NextDueParams { queue, now }, |rows| {
             let row = rows.first();
             let seconds: Option<f64> = row.get(1)?;
