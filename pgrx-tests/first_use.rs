@@ -127,7 +127,7 @@ mod tests {
                 Spi::get_one_with_args("SELECT pg_catalog.hashtext($1)", &[queue.into()])
                     .unwrap()
                     .unwrap();
-            assert_eq!(crate::wait::queue_key(queue), sql, "queue {queue:?}");
+            assert_eq!(crate::keys::queue_key(queue), sql, "queue {queue:?}");
         }
     }
 }

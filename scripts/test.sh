@@ -16,8 +16,9 @@
 #                   input, the stateright model, dump/restore, upgrade, ... and the
 #                   checklist of every SQL function (typed call, privileges, bad
 #                   input, docs agree)
-#   8. client 18    the same files on PostgreSQL 18, but for the three whose subject
-#                   is the client side (soak, examples, model), and but for the
+#   8. client 18    the same files on PostgreSQL 18, but for the four whose subject
+#                   is the client side or the source (soak, examples, model,
+#                   layers), and but for the
 #                   tests through a PL/Proxy router (every test with "router" in
 #                   its name: there is no PL/Proxy for the PG 18 wheel)
 #   9. dashboard    cargo test -p workfence-ui: the dashboard's HTTP tests and its
@@ -68,11 +69,12 @@ PG_CONFIG="$PG15_CONFIG"
 # The client test files of the fast tier: the seams' promises (races,
 # promises, grants and privileges, bad input, upgrades, the checklist of
 # every SQL function, the composition of every feature).
-FAST_CLIENT_TESTS=(races promises privileges queue_grants bad_input upgrade checklist composition)
+FAST_CLIENT_TESTS=(races promises privileges queue_grants bad_input upgrade checklist composition layers)
 # The client test files the PostgreSQL 18 tier leaves out: what they test is
 # the client side (the soak's autonomous workers, the example workers in four
-# languages, the model checker's explored states), the same on every major.
-CLIENT_ONLY_TESTS=(soak examples model)
+# languages, the model checker's explored states) or the source (the layers
+# of src/), the same on every major.
+CLIENT_ONLY_TESTS=(soak examples model layers)
 
 stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
 t_start=$SECONDS

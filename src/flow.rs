@@ -124,7 +124,7 @@
 //! this path only when its settings say it has groups or limits
 //! ([`crate::paused::Settings`]); every other queue runs the plain
 //! statements of [`crate::claim`], unchanged. Every flow claim first asks
-//! whether anything is due or lapsed (`claim::ready`, one index probe
+//! whether anything is due or lapsed (`take::ready`, one index probe
 //! each) and stops if not, so that nothing is locked or walked for nothing.
 //! 1. Slots ([`LOCK_SLOTS`]): up to as many free slots of each kind as the
 //!    claim wants, `FOR UPDATE SKIP LOCKED`: a slot another claim holds (in
@@ -213,13 +213,13 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::claim::{self, ready, ClaimOutcome};
 use crate::error::{OrReport, Result, WorkfenceError};
 use crate::grants::{self, Capability};
 use crate::paused::{self, Settings};
 use crate::plans::{self, params, Statement, Versioned};
 use crate::plans::{schema_has_heads, schema_has_slots};
 use crate::sql::{group_order, group_pending};
+use crate::take::{self, ready, ClaimOutcome};
 use crate::validate;
 use crate::wait;
 
@@ -673,7 +673,7 @@ macro_rules! claimed_slots {
 // into free slots before it takes new ones); rate slots whose last use
 // left the window (least recently used first). Columns: concurrency, rate, the concurrency slots, the rate
 // slots, whether a claimed item of the queue holds a slot above the limit
-// (a retired slot, left by a lowered limit), and `claim::ready`'s two
+// (a retired slot, left by a lowered limit), and `take::ready`'s two
 // answers (a lapsed lease, a due item): when there is neither, no slot is
 // locked (the slot columns are NULL; a CTE is run only as far as the query
 // reads it), and the claim ends having run this one statement. No row when
@@ -1209,7 +1209,7 @@ fn fast_take(
             now: crate::sql::server_clock()?,
             most,
         },
-        |rows| claim::read_claim_result(queue, rows),
+        |rows| take::read_claim_result(queue, rows),
     )
 }
 
@@ -1381,7 +1381,7 @@ pub(crate) fn claim(
         Pick::Key(_) => 1,
     };
     Spi::connect_mut(|client| {
-        // Nothing to take (LOCK_SLOTS or `claim::ready` tells): no slot is
+        // Nothing to take (LOCK_SLOTS or `take::ready` tells): no slot is
         // locked for nothing (a long poll re-checks often, and a locked slot
         // is one the other claims of the queue skip), and no pick walks the
         // queue's future items.
@@ -1542,7 +1542,7 @@ fn pick_and_take(
             ids,
             now,
         },
-        |rows| claim::read_claim_result(queue, rows),
+        |rows| take::read_claim_result(queue, rows),
     )?;
     if heads {
         // The groups this claim served get their next heads, in a new

@@ -13,7 +13,7 @@ use crate::compat;
 /// `queue_key_is_sql_hashtext` compares the two.
 ///
 /// An operator finds the claimers long-polling queue `'mail'` in this
-/// database with (1464235892 is [`WAIT_LOCK_CLASS`], 0x57467774, "WFwt";
+/// database with (1464235892 is [`crate::wait::WAIT_LOCK_CLASS`], 0x57467774, "WFwt";
 /// `objsubid` 22342 is the extension's own lock space,
 /// [`compat::LOCK_SPACE`], which no SQL advisory lock function reaches):
 ///

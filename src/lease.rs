@@ -477,13 +477,7 @@ params! {
     }
 }
 
-/// A validated token: what `work_claim` handed out, as the caller names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Token {
-    id: i64,
-    owner: String,
-    epoch: i64,
-}
+pub(crate) use crate::types::Token;
 
 impl Token {
     fn new(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) -> Result<Token> {

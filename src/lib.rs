@@ -67,6 +67,8 @@ pub mod types;
 mod sql;
 // Lock keys: the int4 a queue or group name hashes to.
 mod keys;
+// What both claim paths share: the ready probe and a claim's outcome.
+mod take;
 // The long poll of `work_claim(..., wait)`: waiters and their wake-ups.
 pub mod wait;
 // Per-transaction state: wake-ups after commit, the fence of `work_assert` at commit.
@@ -88,7 +90,18 @@ extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     quiet_backtraces();
-    xact::init();
+    // The commit's effects, run by the backend layer (`xact`), which names
+    // no verb: the verbs and modules that know how are handed to it here.
+    xact::init(xact::CommitHooks {
+        mark_grouped: flow::mark_grouped,
+        try_group_lock: flow::try_group_lock,
+        verify_behind: enqueue::verify_behind,
+        pause_lock_order: paused::lock_order,
+        hold_pause_lock: paused::hold_for_commit,
+        fence: lease::fence_at_commit,
+        hold_for_prepared: wait::hold_for_prepared,
+        wake: wait::wake,
+    });
     notify::init();
     wait::init();
     counters::init();

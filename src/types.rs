@@ -178,3 +178,15 @@ impl LostToken {
         }
     }
 }
+
+/// A validated token: what `work_claim` handed out, as the caller names it
+/// (its checks and statements are `crate::lease`'s).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    /// The item's id.
+    pub(crate) id: i64,
+    /// The owner the claim named.
+    pub(crate) owner: String,
+    /// The claim's epoch (the fencing token).
+    pub(crate) epoch: i64,
+}

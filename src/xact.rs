@@ -34,12 +34,52 @@
 //! before `PREPARE TRANSACTION` would fire at the session's next commit.
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::error::OrReport;
-use crate::lease::Token;
+use crate::error::{OrReport, Result};
+use crate::types::Token;
+
+/// What a commit asks of the modules above this one, which know how:
+/// handed to [`init`] by `_PG_init` (`src/lib.rs`), so that this module,
+/// with the per-backend state the verbs record into, names none of them
+/// (the verbs record effects; the commit runs them).
+pub struct CommitHooks {
+    /// Mark a queue grouped (`flow::mark_grouped`).
+    pub mark_grouped: fn(&str) -> Result<()>,
+    /// Take a group's lock if free, to the end of the transaction
+    /// (`flow::try_group_lock`).
+    pub try_group_lock: fn(&str, &str) -> bool,
+    /// Re-check items enqueued behind others of their group: (ids to
+    /// check, ids to clear) (`enqueue::verify_behind`).
+    pub verify_behind: fn(Vec<i64>, Vec<i64>) -> Result<()>,
+    /// The order a commit takes queues' pause locks in
+    /// (`paused::lock_order`).
+    pub pause_lock_order: fn(&str) -> i32,
+    /// Take a queue's pause lock to the end of the commit
+    /// (`paused::hold_for_commit`).
+    pub hold_pause_lock: fn(&str),
+    /// Re-check asserted tokens under fresh row locks, 55000 if one is no
+    /// longer current (`lease::fence_at_commit`).
+    pub fence: fn(&[Token]) -> Result<()>,
+    /// Hold a queue key's prepared-wake lock (`wait::hold_for_prepared`).
+    pub hold_for_prepared: fn(i32),
+    /// Wake up to `n` waiters of a queue key; how many were woken
+    /// (`wait::wake`).
+    pub wake: fn(i32, usize) -> usize,
+}
+
+static HOOKS: OnceLock<CommitHooks> = OnceLock::new();
+
+/// The hooks [`init`] was given (it runs in `_PG_init`, before any callback
+/// of this module is registered).
+fn hooks() -> &'static CommitHooks {
+    HOOKS
+        .get()
+        .expect("xact::init runs in _PG_init, before its callbacks are registered")
+}
 
 #[derive(Default)]
 struct XactState {
@@ -81,8 +121,12 @@ thread_local! {
     static COMMITTED_WAKES: RefCell<Vec<(i32, u32)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Register the callbacks; `_PG_init` calls it once per backend.
-pub fn init() {
+/// Keep `hooks` and register the callbacks; `_PG_init` calls it once per
+/// backend.
+pub fn init(hooks: CommitHooks) {
+    if HOOKS.set(hooks).is_err() {
+        return;
+    }
     // SAFETY: registering C callbacks with static lifetime, in the backend's
     // main thread, at library load.
     unsafe {
@@ -169,14 +213,14 @@ unsafe fn verify_behind(prepare: bool) {
         // the commit: an enqueue of 100,000 items into 50,000 groups ran it
         // out ("out of shared memory", 53200). Past MAX_VERIFIED_GROUPS
         // groups the items become heads unchecked (stale heads at worst).
-        if fresh && n < MAX_VERIFIED_GROUPS && crate::flow::try_group_lock(&queue, &group) {
+        if fresh && n < MAX_VERIFIED_GROUPS && (hooks().try_group_lock)(&queue, &group) {
             check.extend(ids);
         } else {
             clear.extend(ids);
         }
     }
     pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-    as_extension_owner(|| crate::enqueue::verify_behind(check, clear)).or_report();
+    as_extension_owner(|| (hooks().verify_behind)(check, clear)).or_report();
     pg_sys::PopActiveSnapshot();
 }
 
@@ -267,7 +311,7 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
                 as_extension_owner(|| {
                     marks
                         .iter()
-                        .try_for_each(|queue| crate::flow::mark_grouped(queue))
+                        .try_for_each(|queue| (hooks().mark_grouped)(queue))
                 })
                 .or_report();
                 pg_sys::PopActiveSnapshot();
@@ -277,9 +321,9 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
             // changes, held from now to the end of the commit (see
             // `crate::paused`), taken in one order.
             let mut changed = STATE.with(|s| std::mem::take(&mut s.borrow_mut().settings_changed));
-            changed.sort_by_key(|queue| crate::paused::lock_order(queue));
+            changed.sort_by_key(|queue| (hooks().pause_lock_order)(queue));
             for queue in &changed {
-                crate::paused::hold_for_commit(queue);
+                (hooks().hold_pause_lock)(queue);
             }
             let tokens = tokens_to_recheck();
             if !tokens.is_empty() {
@@ -288,13 +332,13 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
                 pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
                 // Raising here aborts the commit (or the prepare); the
                 // abort puts the session's user back.
-                as_extension_owner(|| crate::lease::fence_at_commit(&tokens)).or_report();
+                as_extension_owner(|| (hooks().fence)(&tokens)).or_report();
                 pg_sys::PopActiveSnapshot();
             }
             if event == XACT_EVENT_PRE_PREPARE {
                 let keys: Vec<i32> = STATE.with(|s| s.borrow().wake.iter().map(|w| w.0).collect());
                 for key in keys {
-                    crate::wait::hold_for_prepared(key);
+                    (hooks().hold_for_prepared)(key);
                 }
             }
         }
@@ -318,7 +362,7 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
             count_lapses();
             clear();
             for (key, _) in wake {
-                crate::wait::wake(key, usize::MAX);
+                (hooks().wake)(key, usize::MAX);
             }
         }
         XACT_EVENT_ABORT => clear(),
@@ -406,6 +450,6 @@ unsafe extern "C-unwind" fn on_resource_release(
         return;
     }
     for (key, items) in wake {
-        crate::wait::wake(key, items as usize);
+        (hooks().wake)(key, items as usize);
     }
 }
