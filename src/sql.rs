@@ -104,7 +104,7 @@ pub(crate) use claim_sets;
 
 /// SQL, a boolean: whether queue `$1` has a claimed item whose lease lapsed
 /// by the clock `$2`. The first entry of `items_lease_idx` at or before
-/// `$2`, read with the item's row (see `LAPSED` in [`crate::claim`] for why not
+/// `$2`, read with the item's row (see `LAPSED` in [`crate::take`] for why not
 /// `min` or `EXISTS`). Shared by `LAPSED`, the long poll's re-check
 /// ([`crate::wait`]) and a limited queue's first statement
 /// ([`crate::flow`]).
