@@ -70,16 +70,7 @@ pub struct Cell {
     pub wal_bytes_per_item: f64,
 }
 
-/// The median; the mean of the middle two for an even count.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
+pub use workfence_bench::median;
 
 /// Group samples by cell and take medians, in a stable order.
 pub fn cells(samples: &[Sample]) -> BTreeMap<Key, Cell> {
@@ -452,13 +443,6 @@ mod tests {
             claim_p99_us: Some((2_000_000.0 / ips) as u64),
             wal_bytes_per_item: 1000.0,
         }
-    }
-
-    #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert!(median(vec![]).is_nan());
     }
 
     #[test]

@@ -116,6 +116,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use postgres::{Client, Statement};
 use serde::Serialize;
+use workfence_bench::median;
 use workfence_harness::calls::{self, prepared};
 use workfence_harness::Cluster;
 
@@ -1620,17 +1621,6 @@ fn write_csv(path: &Path, samples: &[Sample]) -> Result<()> {
     }
     w.flush()?;
     Ok(())
-}
-
-/// The median; the mean of the middle two for an even count.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Medians of one side of one pair over the repetitions.

@@ -425,15 +425,9 @@ fn counted_round(
     Ok(items as f64 / elapsed.as_secs_f64())
 }
 
-/// The median of `v` (the mean of the middle two for an even count).
+/// The median of `v` ([`workfence_bench::median`]).
 fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    workfence_bench::median(v.to_vec())
 }
 
 /// The `p`-th percentile (0-100, nearest rank) of `v`, in µs.

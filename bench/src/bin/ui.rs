@@ -192,8 +192,11 @@ fn get(addr: &str, path: &str) -> Result<(Duration, u16, usize)> {
     Ok((elapsed, status, body))
 }
 
-fn median(sorted: &[Duration]) -> Duration {
-    sorted[sorted.len() / 2]
+/// The median of `times` ([`workfence_bench::median`], of their seconds).
+fn median(times: &[Duration]) -> Duration {
+    Duration::from_secs_f64(workfence_bench::median(
+        times.iter().map(Duration::as_secs_f64).collect(),
+    ))
 }
 
 fn ms(d: Duration) -> String {
