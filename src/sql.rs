@@ -102,37 +102,48 @@ RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
 
 pub(crate) use claim_sets;
 
+/// SQL, a boolean: whether queue `$1` has an item in state `$state` whose
+/// `$column` is at or before `$2`: the first entry of the partial index
+/// that holds the queue's `$state` items in `$column` order, read with the
+/// item's row (see `LAPSED` in [`crate::take`] for why not `min` or
+/// `EXISTS`). [`lapsed_probe!`] and [`due_probe!`] are its two uses.
+macro_rules! first_at_or_before {
+    ($state:literal, $column:literal) => {
+        concat!(
+            "(SELECT i.id\n",
+            "          FROM workfence.items AS i\n",
+            "         WHERE i.queue OPERATOR(pg_catalog.=) $1\n",
+            "           AND i.state OPERATOR(pg_catalog.=) '",
+            $state,
+            "'::workfence.item_state\n",
+            "           AND i.",
+            $column,
+            " OPERATOR(pg_catalog.<=) $2\n",
+            "         ORDER BY i.",
+            $column,
+            "\n",
+            "         LIMIT 1) IS NOT NULL"
+        )
+    };
+}
+pub(crate) use first_at_or_before;
+
 /// SQL, a boolean: whether queue `$1` has a claimed item whose lease lapsed
-/// by the clock `$2`. The first entry of `items_lease_idx` at or before
-/// `$2`, read with the item's row (see `LAPSED` in [`crate::take`] for why not
-/// `min` or `EXISTS`). Shared by `LAPSED`, the long poll's re-check
-/// ([`crate::wait`]) and a limited queue's first statement
-/// ([`crate::flow`]).
+/// by the clock `$2`: the first entry of `items_lease_idx` at or before
+/// `$2`. Shared by `LAPSED`, the long poll's re-check ([`crate::wait`]) and
+/// a limited queue's first statement ([`crate::flow`]).
 macro_rules! lapsed_probe {
     () => {
-        r#"(SELECT i.id
-          FROM workfence.items AS i
-         WHERE i.queue OPERATOR(pg_catalog.=) $1
-           AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-           AND i.lease_until OPERATOR(pg_catalog.<=) $2
-         ORDER BY i.lease_until
-         LIMIT 1) IS NOT NULL"#
+        $crate::sql::first_at_or_before!("claimed", "lease_until")
     };
 }
 pub(crate) use lapsed_probe;
 
 /// SQL, a boolean: whether queue `$1` has a pending item due by the clock
-/// `$2`: the first entry of `items_ready_idx` at or before `$2`, read with
-/// the item's row (see [`lapsed_probe`]).
+/// `$2`: the first entry of `items_ready_idx` at or before `$2`.
 macro_rules! due_probe {
     () => {
-        r#"(SELECT i.id
-          FROM workfence.items AS i
-         WHERE i.queue OPERATOR(pg_catalog.=) $1
-           AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-           AND i.run_at OPERATOR(pg_catalog.<=) $2
-         ORDER BY i.run_at
-         LIMIT 1) IS NOT NULL"#
+        $crate::sql::first_at_or_before!("pending", "run_at")
     };
 }
 pub(crate) use due_probe;
