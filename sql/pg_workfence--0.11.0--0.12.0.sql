@@ -9,9 +9,10 @@
 -- shows the item's group_key; the resume that kept a queue's other
 -- settings and the locks out of SQL's reach are in the library alone.
 -- Issue 33 (claims that never walk the backlog): the index items_ready_idx
--- (built here: the update holds a SHARE lock on workfence.items while it
--- builds, so enqueues and claims wait for it, 165 ms for 256k pending items
--- on a 2-core machine), the column items.slot and its index, and the slot
+-- (built here; the update's ALTER TABLE of workfence.items below takes an
+-- ACCESS EXCLUSIVE lock held to its commit, so enqueues and claims wait for
+-- the whole update: 4.2 s beside 1,000,000 items on a 2-core machine,
+-- UPDATING.md), the column items.slot and its index, and the slot
 -- rows of limited queues (workfence.queue_slots, filled from each limited
 -- queue's claimed items and rate window, which replace queues.rate_log). A claim that runs before the update commits
 -- keeps the limits as 0.11.0 did (src/flow.rs, the schema's form).
