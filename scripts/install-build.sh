@@ -5,7 +5,8 @@
 #   scripts/install-build.sh 15|18
 # `cargo pgrx install` copies the library, the control file, this version's
 # install script and every upgrade script pg_workfence--A--B.sql; the frozen
-# install scripts of released versions are copied beside them so that
+# install scripts of released versions (tests/fixtures/released/, which no
+# package carries) are copied beside them so that
 # harness/tests/upgrade.rs can CREATE EXTENSION ... VERSION '<released>' and
 # update it. Running servers keep the library they mapped: it is unlinked
 # before the copy, never written in place.
@@ -23,7 +24,7 @@ fi
 pg_config="$(pg_config_of "$1")"
 rm -f "$("$pg_config" --pkglibdir)/pg_workfence.so"
 cargo pgrx install --profile dist --pg-config "$pg_config"
-for released in sql/pg_workfence--[0-9]*.[0-9]*.[0-9]*.sql; do
+for released in tests/fixtures/released/pg_workfence--[0-9]*.[0-9]*.[0-9]*.sql; do
     case "$released" in *--*--*) continue ;; esac
     install -m 0644 "$released" "$("$pg_config" --sharedir)/extension/"
 done

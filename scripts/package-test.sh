@@ -224,7 +224,7 @@ WORKFENCE_PG_CONFIG="$PG18_CONFIG" bash scripts/pg_regress.sh
 start 18 upgrade
 "$PG_BIN/createdb" -h 127.0.0.1 -p "$port" -U postgres app
 extension_dir="$("$PG18_CONFIG" --sharedir)/extension"
-install -m 0644 "sql/pg_workfence--$PREVIOUS_VERSION.sql" "$extension_dir/"
+install -m 0644 "tests/fixtures/released/pg_workfence--$PREVIOUS_VERSION.sql" "$extension_dir/"
 sql app "CREATE EXTENSION pg_workfence VERSION '$PREVIOUS_VERSION'" >/dev/null
 read -r id epoch <<<"$(claim_one app)"
 sql app "ALTER EXTENSION pg_workfence UPDATE" >/dev/null

@@ -23,7 +23,8 @@ use common::ok;
 use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, SqlState, Token};
 
-/// The released versions, whose frozen install scripts are in `sql/`.
+/// The released versions, whose frozen install scripts are in
+/// `tests/fixtures/released/`.
 const RELEASED: [&str; 11] = [
     "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0",
     "0.11.0",
