@@ -82,7 +82,9 @@ fn the_previous_release_the_package_test_upgrades_from_is_frozen() {
     );
     assert!(
         repo_root()
-            .join(format!("tests/fixtures/released/pg_workfence--{previous}.sql"))
+            .join(format!(
+                "tests/fixtures/released/pg_workfence--{previous}.sql"
+            ))
             .is_file(),
         "release {previous} has no frozen install script in tests/fixtures/released/"
     );
