@@ -1044,8 +1044,7 @@ fn verify_slots(
     Ok(slots)
 }
 
-// FAST_TAKE (the SQL of it and of FAST_TAKE_ONE, which differ in the pick's
-// `LIMIT`): steps 2 to 5 in one statement, for the common case: a claim of up to
+// FAST_TAKE: steps 2 to 5 in one statement, for the common case: a claim of up to
 // `$7` pending items (no lapsed lease is due, the queue has no groups and
 // no retired slot) of queue `$1` for owner `$2` under lease `$3` by the
 // server's clock `$6`, holding concurrency slots `$4` (NULL: no
@@ -1066,9 +1065,7 @@ fn verify_slots(
 // flow benchmark (20,000 pending, limits 10 and 100) gave 0.50x and 0.70x
 // of an unlimited queue before it, 0.48x and 0.56x after, within one
 // machine's noise.
-macro_rules! fast_take_sql {
-    ($gate:literal, $limit:literal) => {
-        concat!(
+static FAST_TAKE: Statement<FastParams> = Statement::new(concat!(
     r#"
 WITH clock AS (
     SELECT pg_catalog.clock_timestamp() AS t
@@ -1097,13 +1094,10 @@ WITH clock AS (
                  FROM workfence.items AS d
                 WHERE d.queue OPERATOR(pg_catalog.=) $1
                   AND d.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-                  AND d.run_at OPERATOR(pg_catalog.<=) $6"#,
-    $gate,
-    r#"
+                  AND d.run_at OPERATOR(pg_catalog.<=) $6
                 ORDER BY d.priority, d.run_at, d.id
-                LIMIT "#,
-    $limit,
-    r#"
+                LIMIT CASE WHEN $4 IS NULL THEN $7
+                           ELSE LEAST($7, (SELECT pg_catalog.count(*) FROM free)) END
                   FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(ctid, n)
 ), claimed AS (
     UPDATE workfence.items AS i
@@ -1133,33 +1127,6 @@ SELECT c.id, c.key, c.payload, c.epoch, c.attempts, c.lease_until,
        false, c.priority, c.run_at
   FROM claimed AS c
 "#
-        )
-    };
-}
-
-static FAST_TAKE: Statement<FastParams> = Statement::new(fast_take_sql!(
-    "",
-    "CASE WHEN $4 IS NULL THEN $7
-                           ELSE LEAST($7, (SELECT pg_catalog.count(*) FROM free)) END"
-));
-
-// FAST_TAKE for one item (`$7` 1): `LIMIT 1`, a constant, as CLAIM_ONE's
-// ([`crate::claim`]). The planner costs a generic plan's pick for the
-// share of the due items its `LIMIT` lets it stop after; an expression
-// `LIMIT` it takes for a tenth of them. Where the queue's indexes kept the
-// pages of a large backlog drained and deleted since (a B-tree gives no
-// page back: items_due_idx held 1,017 pages for 4,000 items after 100,000
-// had passed), a tenth of them priced the index scan above a sequential
-// scan and sort of the whole table: 69 pages read per claim beside 4,000
-// due items against 3 (auto_explain, PostgreSQL 15), and the flow
-// benchmark's limited cells at 4,000 pending ran at 0.27-0.33x of the
-// unlimited queue after its 100,000-item cells, 0.49-0.66x before them.
-// When no slot is free the claim takes nothing (FAST_TAKE's `LIMIT` 0): a
-// one-time filter here, which skips the pick.
-static FAST_TAKE_ONE: Statement<FastParams> = Statement::new(fast_take_sql!(
-    "
-                  AND ($4 IS NULL OR EXISTS (SELECT FROM free))",
-    "1"
 ));
 
 params! {
@@ -1195,11 +1162,7 @@ fn fast_take(
     }
     plans::run(
         client,
-        if most == 1 {
-            &FAST_TAKE_ONE
-        } else {
-            &FAST_TAKE
-        },
+        &FAST_TAKE,
         FastParams {
             queue,
             owner,

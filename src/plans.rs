@@ -436,7 +436,7 @@ pub fn schema_has_heads() -> bool {
 
 /// Whether this database's schema keeps limits in slot rows (0.12.0 or
 /// later: the table `workfence.queue_slots` exists). Before, a limited
-/// queue's claims take turns on its limit lock ([`legacy_allowance`]).
+/// queue's claims take turns on its limit lock (`flow::legacy_allowance`).
 pub fn schema_has_slots() -> bool {
     workfence_relation(c"queue_slots") != pg_sys::InvalidOid
 }
