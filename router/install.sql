@@ -153,8 +153,9 @@ COMMENT ON FUNCTION workfence_router.cluster(text) IS
 
 -- ---- calls that name a queue ----
 
-CREATE FUNCTION workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key text DEFAULT NULL,
-    run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
+-- surface:queue:begin (generated from sql/functions.toml by `cargo run -p workfence-surface`: edit the table)
+CREATE FUNCTION workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}',
+    key text DEFAULT NULL, run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
     max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL)
 RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_enqueue');
@@ -176,12 +177,14 @@ RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
-CREATE FUNCTION workfence.work_cancel(queue text, key text) RETURNS boolean LANGUAGE plproxy AS $$
+CREATE FUNCTION workfence.work_cancel(queue text, key text)
+RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_cancel');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
-CREATE FUNCTION workfence.work_retry(queue text, key text, run_at timestamp with time zone DEFAULT NULL)
+CREATE FUNCTION workfence.work_retry(queue text, key text,
+    run_at timestamp with time zone DEFAULT NULL)
 RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_retry');
     RUN ON workfence_router.queue_shard(queue);
@@ -193,18 +196,20 @@ RETURNS boolean LANGUAGE plproxy AS $$
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
-CREATE FUNCTION workfence.work_pause(queue text) RETURNS boolean LANGUAGE plproxy AS $$
+CREATE FUNCTION workfence.work_pause(queue text)
+RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_pause');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
-CREATE FUNCTION workfence.work_resume(queue text) RETURNS boolean LANGUAGE plproxy AS $$
+CREATE FUNCTION workfence.work_resume(queue text)
+RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_resume');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
 CREATE FUNCTION workfence.work_limit(queue text, concurrency integer DEFAULT NULL,
-    rate integer DEFAULT NULL, per interval DEFAULT '1 second', per_group integer DEFAULT NULL)
+    rate integer DEFAULT NULL, per interval DEFAULT '00:00:01', per_group integer DEFAULT NULL)
 RETURNS void LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_limit');
     RUN ON workfence_router.queue_shard(queue);
@@ -213,34 +218,49 @@ $$;
 CREATE FUNCTION workfence.work_item(queue text, key text)
 RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
               run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
-              epoch bigint, claimed_at timestamp with time zone, lease_until timestamp with time zone,
-              errors jsonb, result jsonb, created_at timestamp with time zone,
-              finished_at timestamp with time zone, payload jsonb, max_run interval, group_key text)
-LANGUAGE plproxy AS $$
+              epoch bigint, claimed_at timestamp with time zone,
+              lease_until timestamp with time zone, errors jsonb, result jsonb,
+              created_at timestamp with time zone, finished_at timestamp with time zone,
+              payload jsonb, max_run interval, group_key text) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_item');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
-CREATE FUNCTION workfence.queue_counters(queue text) RETURNS TABLE(refused bigint, lapsed bigint)
-LANGUAGE plproxy AS $$
+CREATE FUNCTION workfence.work_items(queue text, state text DEFAULT NULL, after bigint DEFAULT NULL,
+    max integer DEFAULT 50)
+RETURNS TABLE(id bigint, key text, state text, priority integer, run_at timestamp with time zone,
+              attempts integer, max_attempts integer, owner text, epoch bigint,
+              claimed_at timestamp with time zone, lease_until timestamp with time zone,
+              created_at timestamp with time zone, finished_at timestamp with time zone,
+              group_key text, last_error text) LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.work_items');
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+
+CREATE FUNCTION workfence.queue_counters(queue text)
+RETURNS TABLE(refused bigint, lapsed bigint) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.queue_counters');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 
-CREATE FUNCTION workfence.work_may(capability text, queue text) RETURNS boolean LANGUAGE plproxy AS $$
+CREATE FUNCTION workfence.work_may(capability text, queue text)
+RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_may');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+-- surface:queue:end
 
 -- ---- calls that name an item by id ----
 
+-- surface:id:begin (generated from sql/functions.toml by `cargo run -p workfence-surface`: edit the table)
 CREATE FUNCTION workfence.work_renew(id bigint, owner text, epoch bigint, lease interval)
 RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_renew');
     RUN ON workfence_router.id_shard(id);
 $$;
 
-CREATE FUNCTION workfence.work_finish(id bigint, owner text, epoch bigint, result jsonb DEFAULT NULL)
+CREATE FUNCTION workfence.work_finish(id bigint, owner text, epoch bigint,
+    result jsonb DEFAULT NULL)
 RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_finish');
     RUN ON workfence_router.id_shard(id);
@@ -259,6 +279,24 @@ RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_fail');
     RUN ON workfence_router.id_shard(id);
 $$;
+
+CREATE FUNCTION workfence.work_lease_status(id bigint, owner text, epoch bigint)
+RETURNS text LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.work_lease_status');
+    RUN ON workfence_router.id_shard(id);
+$$;
+
+CREATE FUNCTION workfence.work_item(id bigint)
+RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
+              run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
+              epoch bigint, claimed_at timestamp with time zone,
+              lease_until timestamp with time zone, errors jsonb, result jsonb,
+              created_at timestamp with time zone, finished_at timestamp with time zone,
+              payload jsonb, max_run interval, group_key text) LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.work_item');
+    RUN ON workfence_router.id_shard(id);
+$$;
+-- surface:id:end
 
 -- ---- the fused calls ----
 --
@@ -409,35 +447,6 @@ BEGIN
     END IF;
 END
 $fused$;
-
-CREATE FUNCTION workfence.work_lease_status(id bigint, owner text, epoch bigint)
-RETURNS text LANGUAGE plproxy AS $$
-    CLUSTER workfence_router.cluster('workfence.work_lease_status');
-    RUN ON workfence_router.id_shard(id);
-$$;
-
-CREATE FUNCTION workfence.work_items(queue text, state text DEFAULT NULL, after bigint DEFAULT NULL,
-                                     max integer DEFAULT 50)
-RETURNS TABLE(id bigint, key text, state text, priority integer, run_at timestamp with time zone,
-              attempts integer, max_attempts integer, owner text, epoch bigint,
-              claimed_at timestamp with time zone, lease_until timestamp with time zone,
-              created_at timestamp with time zone, finished_at timestamp with time zone,
-              group_key text, last_error text)
-LANGUAGE plproxy AS $$
-    CLUSTER workfence_router.cluster('workfence.work_items');
-    RUN ON workfence_router.queue_shard(queue);
-$$;
-
-CREATE FUNCTION workfence.work_item(id bigint)
-RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
-              run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
-              epoch bigint, claimed_at timestamp with time zone, lease_until timestamp with time zone,
-              errors jsonb, result jsonb, created_at timestamp with time zone,
-              finished_at timestamp with time zone, payload jsonb, max_run interval, group_key text)
-LANGUAGE plproxy AS $$
-    CLUSTER workfence_router.cluster('workfence.work_item');
-    RUN ON workfence_router.id_shard(id);
-$$;
 
 -- work_assert: a call through the router is a transaction of its own on the
 -- shard, so the shard's work_assert would refuse a current token (25P01:

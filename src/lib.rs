@@ -7,8 +7,8 @@
 //! checked in one statement inside the server with the server's clock.
 //!
 //! The SQL surface and its guarantees are specified in `docs/contract.md`
-//! (cited as "docs/contract.md, promise N"); the README's reference lists
-//! every function. This file is only
+//! (cited as "docs/contract.md, promise N"); `docs/reference.md` (generated from
+//! `sql/functions.toml`) has a section per function. This file is only
 //! the table of contents.
 
 use pgrx::prelude::*;

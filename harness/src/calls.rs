@@ -13,7 +13,7 @@
 //! through PgBouncer in transaction pooling mode. Intervals are PostgreSQL
 //! interval text (`'30 seconds'`, `'00:01:00'`), cast by the server; optional
 //! arguments left `None` are omitted from the call (named notation), so the
-//! server's own defaults apply, as the README's reference states them.
+//! server's own defaults apply, as `docs/reference.md` states them.
 //!
 //! `harness/tests/checklist.rs` fails when a function of the extension has
 //! no call here.

@@ -6,15 +6,20 @@
 //! - a typed call in `harness/src/calls.rs`;
 //! - an entry in `harness/tests/privileges.rs` (which role may run it);
 //! - rows in `harness/tests/bad_input.rs` (its bad arguments);
-//! - a section in the README's reference and in `docs/contract.md`.
+//! - an entry in `sql/functions.toml`, the table of the SQL surface, with
+//!   the catalog's arguments and result (so a section in `docs/reference.md`,
+//!   a row in the README's index and a `COMMENT ON FUNCTION`, generated from
+//!   it and checked current here);
+//! - a section in `docs/contract.md`.
 //!
 //! The source of a function's facts is its `COMMENT ON FUNCTION` text
-//! (`sql/finalize.sql`; what `\df+` shows). The README section, the
-//! `docs/contract.md` section and the Rust doc comment of the `#[pg_extern]`
-//! must agree with it: the heading's arguments are the catalog's (casts
-//! dropped), the set of SQLSTATEs each names is the comment's, and every
-//! limit the comment states (`1..1000`, `7 days`, `128 bytes`) appears in
-//! both sections. CONTRIBUTING.md, "Adding a SQL function", walks through it.
+//! (the table's `comment`; what `\df+` shows). The reference section (the
+//! table's `doc`), the `docs/contract.md` section and the Rust doc comment of
+//! the `#[pg_extern]` must agree with it: the heading's arguments are the
+//! catalog's (casts dropped), the set of SQLSTATEs each names is the
+//! comment's, and every limit the comment states (`1..1000`, `7 days`,
+//! `128 bytes`) appears in both sections. CONTRIBUTING.md, "Adding a SQL
+//! function", walks through it.
 //!
 //! And no stale words (issue 30): no planned section of a guide names a
 //! function the catalog has, no sentence of a guide says a function the
@@ -41,6 +46,8 @@ struct Function {
     name: String,
     /// `pg_get_function_arguments`, casts dropped.
     arguments: String,
+    /// `pg_get_function_result`.
+    result: String,
     /// `COMMENT ON FUNCTION`.
     comment: String,
 }
@@ -62,6 +69,7 @@ fn read_catalog() -> Vec<Function> {
         c.query(
             r"SELECT p.proname::text,
                      pg_catalog.pg_get_function_arguments(p.oid),
+                     pg_catalog.pg_get_function_result(p.oid),
                      coalesce(pg_catalog.obj_description(p.oid, 'pg_proc'), '')
                 FROM pg_catalog.pg_proc AS p
                 JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
@@ -77,7 +85,8 @@ fn read_catalog() -> Vec<Function> {
         .map(|r| Function {
             name: r.get(0),
             arguments: drop_casts(r.get(1)),
-            comment: r.get(2),
+            result: r.get(2),
+            comment: r.get(3),
         })
         .collect()
 }
@@ -253,7 +262,7 @@ fn every_function_has_its_call_privileges_bad_input_and_docs() {
     let calls = read("harness/src/calls.rs");
     let privileges = read("harness/tests/privileges.rs");
     let bad_input = read("harness/tests/bad_input.rs");
-    let readme = read("README.md");
+    let reference = read("docs/reference.md");
     let contract = read("docs/contract.md");
     let mut missing = Vec::new();
     for name in &names {
@@ -275,8 +284,8 @@ fn every_function_has_its_call_privileges_bad_input_and_docs() {
             "a Function in harness/tests/bad_input.rs",
         );
         need(
-            !sections(&readme, name).is_empty(),
-            "a ### section in README.md's reference",
+            !sections(&reference, name).is_empty(),
+            "a [[function]] in sql/functions.toml (its docs/reference.md section)",
         );
         need(
             !sections(&contract, name).is_empty(),
@@ -291,8 +300,8 @@ fn every_function_has_its_call_privileges_bad_input_and_docs() {
 }
 
 #[test]
-fn the_readme_the_contract_and_the_rust_docs_agree_with_each_functions_comment() {
-    let readme = read("README.md");
+fn the_reference_the_contract_and_the_rust_docs_agree_with_each_functions_comment() {
+    let reference = read("docs/reference.md");
     let contract = read("docs/contract.md");
     let rust_docs = pg_externs();
     let mut disagreements = Vec::new();
@@ -305,7 +314,10 @@ fn the_readme_the_contract_and_the_rust_docs_agree_with_each_functions_comment()
         );
         let states = sqlstates(&function.comment);
         let stated_limits = limits(&function.comment);
-        for (doc_name, doc) in [("README.md", &readme), ("docs/contract.md", &contract)] {
+        for (doc_name, doc) in [
+            ("docs/reference.md", &reference),
+            ("docs/contract.md", &contract),
+        ] {
             let Some(section) = sections(doc, name).remove(&function.arguments) else {
                 disagreements.push(format!(
                     "{doc_name}: no heading ### `{name}({})` (the catalog's arguments)",
@@ -347,6 +359,142 @@ fn the_readme_the_contract_and_the_rust_docs_agree_with_each_functions_comment()
         "the docs disagree with the COMMENT ON FUNCTION texts (sql/finalize.sql, the one \
          source of each function's facts):\n  {}",
         disagreements.join("\n  ")
+    );
+}
+
+/// The table of the SQL surface is the installed extension's: the same
+/// functions with the same arguments, results and comments, and every file
+/// generated from it is current (`cargo run -p workfence-surface`).
+#[test]
+fn the_surface_table_is_the_catalog_and_its_generated_files_are_current() {
+    let root = repo_root();
+    let surface = ok(
+        workfence_surface::Surface::load(&root),
+        "sql/functions.toml",
+    );
+    let table: BTreeSet<(String, String, String, String)> = surface
+        .functions
+        .iter()
+        .map(|f| {
+            let (name, arguments, returns) = (&f.name, &f.arguments, &f.returns);
+            let comment = &f.comment;
+            (
+                name.clone(),
+                arguments.clone(),
+                returns.clone(),
+                comment.clone(),
+            )
+        })
+        .collect();
+    let installed: BTreeSet<(String, String, String, String)> = catalog()
+        .iter()
+        .map(|f| {
+            let (name, arguments, result) = (&f.name, &f.arguments, &f.result);
+            (
+                name.clone(),
+                arguments.clone(),
+                result.clone(),
+                f.comment.clone(),
+            )
+        })
+        .collect();
+    let only_table: Vec<_> = table.difference(&installed).collect();
+    let only_catalog: Vec<_> = installed.difference(&table).collect();
+    assert!(
+        only_table.is_empty() && only_catalog.is_empty(),
+        "sql/functions.toml and the installed catalog differ (name, arguments, result, \
+         comment):\n  only in the table: {only_table:#?}\n  only installed: {only_catalog:#?}\n\
+         (is this checkout's build installed? scripts/install-build.sh 15)"
+    );
+    let stale = ok(surface.stale(&root), "the generated files");
+    assert!(
+        stale.is_empty(),
+        "stale: {stale:?}; run `cargo run -p workfence-surface` to render them from \
+         sql/functions.toml (and edit the table, not them)"
+    );
+}
+
+/// The install script of this build as pgrx generated it, without the lines
+/// that give a statement's place in the source (`-- src/lib.rs:78`), which
+/// move with every edit.
+fn without_source_lines(script: &str) -> String {
+    script
+        .lines()
+        .filter(|line| {
+            let Some(place) = line.strip_prefix("-- ") else {
+                return true;
+            };
+            let Some((path, number)) = place.rsplit_once(':') else {
+                return true;
+            };
+            let is_source = (path.ends_with(".rs") || path.ends_with(".sql"))
+                && !path.contains(' ')
+                && !number.is_empty()
+                && number.bytes().all(|b| b.is_ascii_digit());
+            !is_source
+        })
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// The install script is committed (`sql/generated/pg_workfence.sql`), so a
+/// change's SQL shows in its diff: it must be the one the installed build
+/// generated (source places left out). `WORKFENCE_UPDATE_INSTALL_SCRIPT=1`
+/// rewrites it from the installed build.
+#[test]
+fn the_committed_install_script_is_the_installed_builds() {
+    let manifest = read("Cargo.toml");
+    let version = manifest
+        .lines()
+        .find_map(|line| line.strip_prefix("version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("Cargo.toml has a version line");
+    let pg_config = workfence_harness::pg_config();
+    let sharedir = ok(
+        std::process::Command::new(&pg_config)
+            .arg("--sharedir")
+            .output(),
+        "pg_config --sharedir",
+    );
+    let sharedir = String::from_utf8_lossy(&sharedir.stdout).trim().to_string();
+    let installed_path = format!("{sharedir}/extension/pg_workfence--{version}.sql");
+    let installed = without_source_lines(&ok(
+        std::fs::read_to_string(&installed_path),
+        &installed_path,
+    ));
+    let committed_path = repo_root().join("sql/generated/pg_workfence.sql");
+    if std::env::var_os("WORKFENCE_UPDATE_INSTALL_SCRIPT").is_some() {
+        ok(
+            std::fs::write(&committed_path, &installed),
+            "writing sql/generated/pg_workfence.sql",
+        );
+        return;
+    }
+    let committed = read("sql/generated/pg_workfence.sql");
+    if committed != installed {
+        let first = committed
+            .lines()
+            .zip(installed.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| committed.lines().count().min(installed.lines().count()));
+        panic!(
+            "sql/generated/pg_workfence.sql is not the install script of the installed build \
+             ({installed_path}); they part at line {}:\n  committed: {:?}\n  installed: {:?}\n\
+             After scripts/install-build.sh 15, WORKFENCE_UPDATE_INSTALL_SCRIPT=1 cargo test -p \
+             workfence-harness --release --test checklist rewrites it; commit it with the change.",
+            first + 1,
+            committed.lines().nth(first),
+            installed.lines().nth(first),
+        );
+    }
+}
+
+#[test]
+fn source_places_are_left_out_of_the_committed_script_and_nothing_else() {
+    let script = "-- src/lib.rs:78\n-- bootstrap\n-- see sql/x.sql: the rest\nCREATE TABLE t ();\n";
+    assert_eq!(
+        without_source_lines(script),
+        "-- bootstrap\n-- see sql/x.sql: the rest\nCREATE TABLE t ();\n"
     );
 }
 

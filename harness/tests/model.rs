@@ -621,7 +621,7 @@ enum Event {
     /// A flow claim took two items (a batch, one per group).
     BatchOfTwo,
     /// A flow claim that began (picked) before a pause committed took an
-    /// item after it (the README's `work_pause`: such a claim may still
+    /// item after it (docs/reference.md's `work_pause`: such a claim may still
     /// return items).
     ClaimedAcrossThePause,
     /// A limited queue's claim took an item while another claim of the
@@ -3048,7 +3048,7 @@ mod always {
     /// lease included: [`super::a_renewed_lapsed_lease_stays_within_the_limit`]).
     pub const LIVE_WITHIN_LIMIT: &str =
         "never more items under unexpired leases than the limit, renews included";
-    /// Issue 30; docs/contract.md and the README, `work_pause`: from the
+    /// Issue 30; docs/contract.md and docs/reference.md, `work_pause`: from the
     /// pause's commit on, claims return nothing (and dead-letter nothing)
     /// until a resume; a claim that began before the commit may still
     /// return items.
@@ -3154,7 +3154,7 @@ mod sometimes {
     /// Issue 33: the claims of a limited queue no longer take turns.
     pub const CLAIMED_BESIDE_ANOTHER: &str =
         "a claim of the limited queue takes an item while another claim of it is in flight";
-    /// Issue 30: the claim the README's `work_pause` allows.
+    /// Issue 30: the claim docs/reference.md's `work_pause` allows.
     pub const CLAIMED_ACROSS_THE_PAUSE: &str =
         "a claim begun before a pause committed takes an item after it";
     /// Issue 30: a state where a resume that drops the groups goes wrong

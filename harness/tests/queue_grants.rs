@@ -740,7 +740,7 @@ fn group_membership_and_set_role_count_as_postgresql_grants_do() {
 
 /// A `SECURITY DEFINER` function of a user's, owned by a role whose grants
 /// cover the queue, lends its owner's `EXECUTE` but not its queue grants:
-/// the session's role is judged (documented in the README, *Queue grants*).
+/// the session's role is judged (documented in docs/reference.md, *Queue grants*).
 #[test]
 fn a_users_security_definer_function_is_judged_by_the_sessions_role() {
     let cluster = cluster();
