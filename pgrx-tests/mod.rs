@@ -11,6 +11,7 @@ mod catalog;
 mod claim;
 mod enqueue;
 mod first_use;
+mod flow;
 mod generation;
 mod grants;
 mod helpers;
