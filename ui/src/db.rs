@@ -418,15 +418,11 @@ const ITEM_BY_KEY: &str = "SELECT i.id::int8 FROM workfence.work_item($1::text, 
 
 const LEASE_STATUS: &str = "SELECT workfence.work_lease_status($1::int8, $2::text, $3::int8)";
 
-const RETRY: &str = "SELECT workfence.work_retry($1::text, $2::text)";
-const RUN_NOW: &str = "SELECT workfence.work_reschedule($1::text, $2::text, pg_catalog.now())";
+// The operator's calls go through the `workfence` client library, but for the two whose
+// arguments are a user's text that the server parses (a time of day, an interval): a reschedule
+// to a time the form gave, and work_limit's `per`.
 const RESCHEDULE_AT: &str = "SELECT workfence.work_reschedule($1::text, $2::text, \
     pg_catalog.timezone('UTC', ($3::text)::timestamp))";
-const RESCHEDULE_IN: &str = "SELECT workfence.work_reschedule($1::text, $2::text, \
-    pg_catalog.now() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => $3::int8::float8))";
-const CANCEL: &str = "SELECT workfence.work_cancel($1::text, $2::text)";
-const PAUSE: &str = "SELECT workfence.work_pause($1::text)";
-const RESUME: &str = "SELECT workfence.work_resume($1::text)";
 
 /// What to do when a `per_group` is sent to a database whose `work_limit` has none.
 pub const PER_GROUP_ADVICE: &str = "per_group needs pg_workfence 0.12.0 or later in this \
@@ -599,33 +595,40 @@ impl Conn {
         Ok(self.one(sql, params).await?.try_get(0)?)
     }
 
-    /// `work_retry(queue, key)`.
+    /// `work_retry(queue, key)` ([`workfence::retry`]).
     pub async fn retry(&self, queue: &str, key: &str) -> Result<bool, AppError> {
-        self.flag(RETRY, &[&queue, &key]).await
+        Ok(workfence::retry(self.client(), queue, key, None).await?)
     }
 
-    /// `work_reschedule(queue, key, run_at)`.
+    /// `work_reschedule(queue, key, run_at)`: now or a delay by the server's clock
+    /// ([`workfence::reschedule_in`]), or a UTC time of day the server parses.
     pub async fn reschedule(&self, queue: &str, key: &str, at: &RunAt) -> Result<bool, AppError> {
-        match at {
-            RunAt::Now => self.flag(RUN_NOW, &[&queue, &key]).await,
-            RunAt::Utc(text) => self.flag(RESCHEDULE_AT, &[&queue, &key, text]).await,
-            RunAt::In(seconds) => self.flag(RESCHEDULE_IN, &[&queue, &key, seconds]).await,
-        }
+        let delay = match at {
+            RunAt::Utc(text) => return self.flag(RESCHEDULE_AT, &[&queue, &key, text]).await,
+            RunAt::Now => Duration::ZERO,
+            RunAt::In(seconds) => Duration::from_secs(u64::try_from(*seconds).unwrap_or(0)),
+        };
+        Ok(workfence::reschedule_in(self.client(), queue, key, delay).await?)
     }
 
-    /// `work_cancel(queue, key)`.
+    /// `work_cancel(queue, key)` ([`workfence::cancel`]).
     pub async fn cancel(&self, queue: &str, key: &str) -> Result<bool, AppError> {
-        self.flag(CANCEL, &[&queue, &key]).await
+        Ok(workfence::cancel(self.client(), queue, key).await?)
     }
 
-    /// `work_pause(queue)`.
+    /// `work_pause(queue)` ([`workfence::pause`]).
     pub async fn pause(&self, queue: &str) -> Result<bool, AppError> {
-        self.flag(PAUSE, &[&queue]).await
+        Ok(workfence::pause(self.client(), queue).await?)
     }
 
-    /// `work_resume(queue)`.
+    /// `work_resume(queue)` ([`workfence::resume`]).
     pub async fn resume(&self, queue: &str) -> Result<bool, AppError> {
-        self.flag(RESUME, &[&queue]).await
+        Ok(workfence::resume(self.client(), queue).await?)
+    }
+
+    /// The pooled connection's client, for the `workfence` library's calls.
+    fn client(&self) -> &tokio_postgres::Client {
+        &self.0
     }
 
     /// `work_limit(queue, concurrency, rate, per[, per_group => ...])`: sets every limit of

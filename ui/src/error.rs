@@ -218,6 +218,13 @@ pub fn is_login_refusal(code: &str) -> bool {
 
 impl From<tokio_postgres::Error> for AppError {
     fn from(err: tokio_postgres::Error) -> AppError {
+        AppError::from_postgres(&err)
+    }
+}
+
+impl AppError {
+    /// [`AppError::Database`] for an error the server raised, else 503.
+    fn from_postgres(err: &tokio_postgres::Error) -> AppError {
         if let Some(db) = err.as_db_error() {
             let code = db.code().code().to_owned();
             let mut message = db.message().to_owned();
@@ -237,7 +244,34 @@ impl From<tokio_postgres::Error> for AppError {
             };
         }
         // No server error: the connection broke or could not be made.
-        AppError::unavailable(format!("the database connection failed: {}", chain(&err)))
+        AppError::unavailable(format!("the database connection failed: {}", chain(err)))
+    }
+}
+
+impl From<workfence::Error> for AppError {
+    /// An error of the `workfence` client library's calls: the server's error as the dashboard
+    /// shows any other (status, advice), a broken connection as 503.
+    fn from(err: workfence::Error) -> AppError {
+        use std::error::Error as _;
+        if let Some(pg) = err
+            .source()
+            .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
+        {
+            return AppError::from_postgres(pg);
+        }
+        match err.server() {
+            Some(server) => AppError::Database {
+                status: status_of_sqlstate(&server.code),
+                code: server.code.clone(),
+                message: match advice_of_sqlstate(&server.code) {
+                    Some(advice) => format!("{} ({advice})", server.message),
+                    None => server.message.clone(),
+                },
+                detail: server.detail.clone(),
+                hint: server.hint.clone(),
+            },
+            None => AppError::unavailable(format!("the database call failed: {}", chain(&err))),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! finish, release, fail or assert it.
 //!
 //! - [`enqueue`] (with [`EnqueueOptions::group_key`] for serial groups) and the operator's calls
-//!   ([`retry`], [`reschedule`], [`cancel`], [`pause`], [`resume`], [`limit`], [`item`],
+//!   ([`retry`], [`reschedule`], [`reschedule_in`], [`cancel`], [`pause`], [`resume`], [`limit`], [`item`],
 //!   [`item_by_id`]) on a connection you pass;
 //! - [`Worker`], the runner: long-poll claims, a heartbeat renewing every held item and
 //!   listening on `work_lease_lost`, your [`Handler`] run per [`Job`] and cancelled when its
@@ -50,8 +50,8 @@ mod worker;
 pub use error::{Error, Result, ServerError};
 pub use job::{FencedTransaction, Job};
 pub use ops::{
-    cancel, enqueue, item, item_by_id, limit, pause, reschedule, resume, retry, EnqueueOptions,
-    Enqueued, Item, Limits,
+    cancel, enqueue, item, item_by_id, limit, pause, reschedule, reschedule_in, resume, retry,
+    EnqueueOptions, Enqueued, Item, Limits,
 };
 pub use worker::{
     Handle, Handler, HandlerError, HandlerResult, RetryPolicy, Worker, WorkerBuilder,

@@ -213,6 +213,27 @@ pub async fn reschedule(
     .await
 }
 
+/// Moves a `pending` item's `run_at` to `delay` after now by the server's clock
+/// (`now() + delay`, `now()` being the start of the caller's transaction): "run it now"
+/// (`Duration::ZERO`) or "in ten minutes" without trusting this machine's clock, as
+/// [`reschedule`] with a `SystemTime` would (`work_reschedule`, from 0.6.0). True if it changed
+/// the item. Errors: 22004, 22023 (a delay that puts `run_at` out of range), 42501 (no
+/// `operate` grant).
+pub async fn reschedule_in(
+    client: &impl GenericClient,
+    queue: &str,
+    key: &str,
+    delay: Duration,
+) -> Result<bool> {
+    call_bool(
+        client,
+        "SELECT workfence.work_reschedule($1, $2, pg_catalog.now() OPERATOR(pg_catalog.+) \
+         pg_catalog.make_interval(secs => $3))",
+        &[&queue, &key, &delay.as_secs_f64()],
+    )
+    .await
+}
+
 /// Cancels a `pending` or `claimed` item (`work_cancel`): its tokens are dead from then on, so a
 /// worker running it has its next renew refused. True if it changed the item. Errors: 22004,
 /// 22023, 42501 (no `operate` grant).

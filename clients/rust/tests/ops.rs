@@ -140,6 +140,25 @@ async fn the_operators_calls_change_what_they_say() {
     assert!(workfence::reschedule(&c, &queue, "k", soon)
         .await
         .expect("reschedule"));
+    // By the server's clock: an hour after the server's now(), whatever this machine's says.
+    assert!(
+        workfence::reschedule_in(&c, &queue, "k", Duration::from_secs(3600))
+            .await
+            .expect("reschedule_in")
+    );
+    let hours_ahead: f64 = c
+        .query_one(
+            "SELECT (extract(epoch FROM i.run_at - now()) / 3600)::float8 \
+               FROM workfence.work_item($1, 'k') AS i",
+            &[&queue],
+        )
+        .await
+        .expect("run_at")
+        .get(0);
+    assert!(
+        (0.99..=1.0).contains(&hours_ahead),
+        "reschedule_in(1 h) set run_at {hours_ahead} h after the server's now()"
+    );
     assert!(workfence::cancel(&c, &queue, "k").await.expect("cancel"));
     assert!(!workfence::cancel(&c, &queue, "k")
         .await
