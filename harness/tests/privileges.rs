@@ -42,6 +42,7 @@ use postgres::Client;
 use serde_json::json;
 use workfence_harness::calls::{self, Claim, Enqueue, RunAt, Token};
 use workfence_harness::Cluster;
+use workfence_surface::Execute;
 
 /// The application_name of the role connections (pg_stat_activity).
 const SESSION_NAME: &str = "pg_workfence privileges test";
@@ -73,47 +74,36 @@ const LOGIN_ROLES: &str = "
     CREATE ROLE wf_app LOGIN IN ROLE workfence_enqueuer, workfence_worker, workfence_monitor,
                                      workfence_operator;";
 
-/// What the guide grants `workfence_enqueuer`.
-const ENQUEUER_FUNCTIONS: &[&str] = &["work_enqueue", "work_cancel"];
-/// What the guide grants `workfence_worker`.
-const WORKER_FUNCTIONS: &[&str] = &[
-    "work_claim",
-    "work_claim_key",
-    "work_renew",
-    "work_finish",
-    "work_finish_many",
-    "work_finish_and_claim",
-    "work_fail_and_claim",
-    "work_release",
-    "work_fail",
-    "work_assert",
-    "work_lease_status",
-];
-/// What the guide grants `workfence_monitor` (besides reading the view).
-const MONITOR_FUNCTIONS: &[&str] = &["queue_counters", "work_item", "work_items"];
-/// What PUBLIC may execute (the install script's one exception): it tells
-/// the caller what the caller itself may do, and the view calls it. Only a
-/// role with `USAGE` on the schema reaches it.
-const PUBLIC_FUNCTIONS: &[&str] = &["work_may"];
-/// What the guide grants `workfence_operator`.
-const OPERATOR_FUNCTIONS: &[&str] = &[
-    "work_retry",
-    "work_reschedule",
-    "work_pause",
-    "work_resume",
-    "work_limit",
-];
-/// Functions the guide grants to no group (the extension's owner runs them;
-/// `items_sequence_floor` is the items table's trigger, called by no one).
-/// The queue grants' management is the owner's: a role that could call
-/// `work_grant` could grant itself every queue.
-const OWNER_ONLY_FUNCTIONS: &[&str] = &[
-    "work_purge",
-    "items_sequence_floor",
-    "work_grant",
-    "work_revoke",
-    "work_enforce_grants",
-];
+/// The table of the SQL surface (`sql/functions.toml`), whose `execute`
+/// says which group role of the guide gets each function: the guide's
+/// `least-privilege-grants` block is generated from it.
+fn surface() -> &'static workfence_surface::Surface {
+    static SURFACE: std::sync::OnceLock<workfence_surface::Surface> = std::sync::OnceLock::new();
+    SURFACE.get_or_init(|| {
+        ok(
+            workfence_surface::Surface::load(&common::repo_root()),
+            "sql/functions.toml",
+        )
+    })
+}
+
+/// What the guide grants a group role (`Owner`: no group; `Public`: the
+/// install script's one exception, `work_may`, which tells the caller what
+/// the caller itself may do; only a role with `USAGE` on the schema reaches
+/// it).
+fn granted(execute: Execute) -> Vec<&'static str> {
+    surface().granted_to(execute)
+}
+
+/// Functions the guide grants to no group: the table's `owner` ones (the
+/// queue grants' management is the owner's: a role that could call
+/// `work_grant` could grant itself every queue), and `items_sequence_floor`,
+/// the items table's trigger, called by no one.
+fn owner_only() -> Vec<&'static str> {
+    let mut names = granted(Execute::Owner);
+    names.push("items_sequence_floor");
+    names
+}
 /// The one relation a group may read (`workfence_monitor`).
 const STATS_VIEW: &str = "workfence.work_queue_stats";
 
@@ -213,12 +203,12 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
     .collect();
     let in_schema: BTreeSet<&str> = calls.iter().map(|(name, _)| name.as_str()).collect();
     let documented: BTreeSet<&str> = [
-        ENQUEUER_FUNCTIONS,
-        WORKER_FUNCTIONS,
-        MONITOR_FUNCTIONS,
-        OPERATOR_FUNCTIONS,
-        OWNER_ONLY_FUNCTIONS,
-        PUBLIC_FUNCTIONS,
+        granted(Execute::Enqueuer),
+        granted(Execute::Worker),
+        granted(Execute::Monitor),
+        granted(Execute::Operator),
+        owner_only(),
+        granted(Execute::Public),
     ]
     .concat()
     .into_iter()
@@ -279,17 +269,18 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
         })
         .collect();
 
+    let public_functions = granted(Execute::Public);
     for (role, allowed) in [
-        (SUBMITTER, ENQUEUER_FUNCTIONS),
-        (WORKER, WORKER_FUNCTIONS),
-        (MONITOR, MONITOR_FUNCTIONS),
-        (OPERATOR, OPERATOR_FUNCTIONS),
-        (NOBODY, &[][..]),
+        (SUBMITTER, granted(Execute::Enqueuer)),
+        (WORKER, granted(Execute::Worker)),
+        (MONITOR, granted(Execute::Monitor)),
+        (OPERATOR, granted(Execute::Operator)),
+        (NOBODY, Vec::new()),
     ] {
         let mut client = connect_as(&cluster, "privileges_matrix", role, SESSION_NAME);
         for (name, call) in &calls {
             let got = failure(&mut client, call);
-            let public = PUBLIC_FUNCTIONS.contains(&name.as_str()) && role != NOBODY;
+            let public = public_functions.contains(&name.as_str()) && role != NOBODY;
             if allowed.contains(&name.as_str()) || public {
                 let code = got.map(|(code, _)| code);
                 assert_eq!(code.as_deref(), Some("22004"), "{role}: {call}");

@@ -16,10 +16,12 @@
 //! | `docs/reference.md` | `items`, `flow`, `reading`, `grants` | each function's section |
 //! | `README.md` | `index` | the table of functions, linking to those sections |
 //! | `router/install.sql` | `queue`, `id` | the PL/Proxy wrappers that run a call on one shard |
+//! | `docs/operations.md` | `least-privilege-grants` | the group roles' `GRANT EXECUTE`s |
 //!
 //! A region is the lines between a line starting `-- surface:NAME:begin`
 //! (`<!-- surface:NAME:begin` in markdown) and one starting
-//! `-- surface:NAME:end`. `cargo run -p workfence-surface` rewrites them;
+//! `-- surface:NAME:end` (the grants block keeps the markers the tests that
+//! run it look for, `<!-- least-privilege-grants:begin -->`). `cargo run -p workfence-surface` rewrites them;
 //! `--check` (and `harness/tests/checklist.rs`) fails when one is stale.
 //! The checklist also compares the table with the installed catalog, so a
 //! signature in the table is the one the extension has. (The anchors keep
@@ -92,6 +94,9 @@ pub struct Function {
     pub grant: Grant,
     /// How the PL/Proxy router runs it.
     pub router: Route,
+    /// The group role of `docs/operations.md`, *Least privilege*, granted
+    /// `EXECUTE` on it.
+    pub execute: Execute,
     /// One line for the README's index.
     pub summary: String,
     /// The `COMMENT ON FUNCTION` text (`\df+`): the facts, arguments, limits
@@ -172,6 +177,46 @@ impl Grant {
                 "the extension's owner (or a member of it) or a superuser".to_string()
             }
             None => "any role (`EXECUTE` is granted to `PUBLIC`)".to_string(),
+        }
+    }
+}
+
+/// Which group role of the operations guide's *Least privilege* gets
+/// `EXECUTE` on a function (the queue grants then narrow it to queues).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Execute {
+    /// `workfence_enqueuer`: adds and cancels its items.
+    Enqueuer,
+    /// `workfence_worker`: claims and the token calls.
+    Worker,
+    /// `workfence_monitor`: reads.
+    Monitor,
+    /// `workfence_operator`: retries, reschedules, pauses, limits.
+    Operator,
+    /// No group: the extension's owner runs it.
+    Owner,
+    /// `PUBLIC` (the install script grants it).
+    Public,
+}
+
+impl Execute {
+    /// The groups that get `GRANT EXECUTE`, in the guide's order.
+    pub const GROUPS: [Execute; 4] = [
+        Execute::Enqueuer,
+        Execute::Worker,
+        Execute::Monitor,
+        Execute::Operator,
+    ];
+
+    /// The group role's name, for a group.
+    pub fn role(self) -> Option<&'static str> {
+        match self {
+            Execute::Enqueuer => Some("workfence_enqueuer"),
+            Execute::Worker => Some("workfence_worker"),
+            Execute::Monitor => Some("workfence_monitor"),
+            Execute::Operator => Some("workfence_operator"),
+            Execute::Owner | Execute::Public => None,
         }
     }
 }
@@ -371,6 +416,10 @@ impl Surface {
         )?;
         render("README.md", vec![("index", self.index())])?;
         render(
+            "docs/operations.md",
+            vec![("least-privilege-grants", self.grants_sql())],
+        )?;
+        render(
             "router/install.sql",
             vec![
                 ("queue", self.wrappers(Route::Queue)),
@@ -435,6 +484,57 @@ impl Surface {
             })
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// The names of the functions granted to `execute`, in the table's order,
+    /// an overload once.
+    pub fn granted_to(&self, execute: Execute) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for function in self.functions.iter().filter(|f| f.execute == execute) {
+            if !names.contains(&function.name.as_str()) {
+                names.push(&function.name);
+            }
+        }
+        names
+    }
+
+    /// `docs/operations.md`'s least-privilege block: `USAGE` on the schema
+    /// and `EXECUTE` on each group's functions (an overload named by its
+    /// argument types), the monitor's view too.
+    fn grants_sql(&self) -> String {
+        let roles: Vec<&str> = Execute::GROUPS.iter().filter_map(|g| g.role()).collect();
+        let mut sql = format!(
+            "```sql\nGRANT USAGE ON SCHEMA workfence\n  TO {};\n",
+            roles.join(", ")
+        );
+        for group in Execute::GROUPS {
+            let role = group.role().expect("a group has a role");
+            let functions: Vec<String> = self
+                .functions
+                .iter()
+                .filter(|f| f.execute == group)
+                .map(|f| {
+                    let overloaded = self.functions.iter().filter(|o| o.name == f.name).count() > 1;
+                    if overloaded {
+                        f.signature()
+                    } else {
+                        format!("workfence.{}", f.name)
+                    }
+                })
+                .collect();
+            sql.push('\n');
+            if group == Execute::Monitor {
+                sql.push_str(&format!(
+                    "GRANT SELECT ON workfence.work_queue_stats TO {role};\n"
+                ));
+            }
+            sql.push_str(&format!(
+                "GRANT EXECUTE ON FUNCTION\n    {}\n  TO {role};\n",
+                functions.join(",\n    ")
+            ));
+        }
+        sql.push_str("```\n");
+        sql
     }
 
     /// `README.md`'s region: one row per function, linking to its section.
@@ -583,16 +683,16 @@ fn replace_region(
     name: &'static str,
     content: &str,
 ) -> Result<String, Error> {
-    let (begin, end) = if path.ends_with(".md") {
-        (
-            format!("<!-- surface:{name}:begin"),
-            format!("<!-- surface:{name}:end"),
-        )
+    // The operations guide's block keeps the markers its tests look for.
+    let marker = if name == "least-privilege-grants" {
+        name.to_string()
     } else {
-        (
-            format!("-- surface:{name}:begin"),
-            format!("-- surface:{name}:end"),
-        )
+        format!("surface:{name}")
+    };
+    let (begin, end) = if path.ends_with(".md") {
+        (format!("<!-- {marker}:begin"), format!("<!-- {marker}:end"))
+    } else {
+        (format!("-- {marker}:begin"), format!("-- {marker}:end"))
     };
     let missing = || Error::Region {
         path,
@@ -662,6 +762,7 @@ returns = "boolean"
 group = "items"
 grant = "operate"
 router = "queue"
+execute = "operator"
 summary = "Pauses."
 comment = "work_pause(queue)"
 doc = "Pauses."
