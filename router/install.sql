@@ -161,6 +161,11 @@ RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_enqueue');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text) IS
+    'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it '
+    'returns carries the shard number (id >> 48). A queue''s items, and so each of its groups '
+    '(group_key), are on its one shard, which keeps the group serial (or within work_limit''s '
+    'per_group).';
 
 CREATE FUNCTION workfence.work_claim(queue text, owner text, lease interval,
     max_items integer DEFAULT 1, wait interval DEFAULT '00:00:00')
@@ -169,6 +174,8 @@ RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
     CLUSTER workfence_router.cluster('workfence.work_claim');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
+    'Router: runs work_claim on the queue''s shard; a long poll (wait) waits there.';
 
 CREATE FUNCTION workfence.work_claim_key(queue text, key text, owner text, lease interval)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
@@ -176,12 +183,16 @@ RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
     CLUSTER workfence_router.cluster('workfence.work_claim_key');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
+    'Router: runs work_claim_key on the queue''s shard.';
 
 CREATE FUNCTION workfence.work_cancel(queue text, key text)
 RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_cancel');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_cancel(text, text) IS
+    'Router: runs work_cancel on the queue''s shard.';
 
 CREATE FUNCTION workfence.work_retry(queue text, key text,
     run_at timestamp with time zone DEFAULT NULL)
@@ -189,24 +200,32 @@ RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_retry');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_retry(text, text, timestamptz) IS
+    'Router: runs work_retry on the queue''s shard.';
 
 CREATE FUNCTION workfence.work_reschedule(queue text, key text, run_at timestamp with time zone)
 RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_reschedule');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamptz) IS
+    'Router: runs work_reschedule on the queue''s shard.';
 
 CREATE FUNCTION workfence.work_pause(queue text)
 RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_pause');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_pause(text) IS
+    'Router: runs work_pause on the queue''s shard.';
 
 CREATE FUNCTION workfence.work_resume(queue text)
 RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_resume');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_resume(text) IS
+    'Router: runs work_resume on the queue''s shard.';
 
 CREATE FUNCTION workfence.work_limit(queue text, concurrency integer DEFAULT NULL,
     rate integer DEFAULT NULL, per interval DEFAULT '00:00:01', per_group integer DEFAULT NULL)
@@ -214,6 +233,10 @@ RETURNS void LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_limit');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval, integer) IS
+    'Router: runs work_limit on the queue''s shard, where all the queue''s claims run: the limits '
+    '(per_group too, from 0.12.0) hold for every worker, through any router or on the shard '
+    'directly.';
 
 CREATE FUNCTION workfence.work_item(queue text, key text)
 RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
@@ -225,6 +248,8 @@ RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
     CLUSTER workfence_router.cluster('workfence.work_item');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_item(text, text) IS
+    'Router: runs work_item(queue, key) on the queue''s shard.';
 
 CREATE FUNCTION workfence.work_items(queue text, state text DEFAULT NULL, after bigint DEFAULT NULL,
     max integer DEFAULT 50)
@@ -236,18 +261,25 @@ RETURNS TABLE(id bigint, key text, state text, priority integer, run_at timestam
     CLUSTER workfence_router.cluster('workfence.work_items');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS
+    'Router: runs work_items(queue, state, after, max) on the queue''s shard (a queue lives on one '
+    'shard, so its pages are that shard''s).';
 
 CREATE FUNCTION workfence.queue_counters(queue text)
 RETURNS TABLE(refused bigint, lapsed bigint) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.queue_counters');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.queue_counters(text) IS
+    'Router: runs queue_counters on the queue''s shard.';
 
 CREATE FUNCTION workfence.work_may(capability text, queue text)
 RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_may');
     RUN ON workfence_router.queue_shard(queue);
 $$;
+COMMENT ON FUNCTION workfence.work_may(text, text) IS
+    'Router: runs work_may on the queue''s shard, where the calling role''s queue grants are.';
 -- surface:queue:end
 
 -- ---- calls that name an item by id ----
@@ -258,6 +290,8 @@ RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_renew');
     RUN ON workfence_router.id_shard(id);
 $$;
+COMMENT ON FUNCTION workfence.work_renew(bigint, text, bigint, interval) IS
+    'Router: runs work_renew on the item''s shard (id >> 48).';
 
 CREATE FUNCTION workfence.work_finish(id bigint, owner text, epoch bigint,
     result jsonb DEFAULT NULL)
@@ -265,6 +299,8 @@ RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_finish');
     RUN ON workfence_router.id_shard(id);
 $$;
+COMMENT ON FUNCTION workfence.work_finish(bigint, text, bigint, jsonb) IS
+    'Router: runs work_finish on the item''s shard (id >> 48), as a transaction of its own there.';
 
 CREATE FUNCTION workfence.work_release(id bigint, owner text, epoch bigint,
     delay interval DEFAULT '00:00:00')
@@ -272,6 +308,8 @@ RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_release');
     RUN ON workfence_router.id_shard(id);
 $$;
+COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
+    'Router: runs work_release on the item''s shard (id >> 48).';
 
 CREATE FUNCTION workfence.work_fail(id bigint, owner text, epoch bigint, error text,
     retry_in interval DEFAULT NULL)
@@ -279,12 +317,16 @@ RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_fail');
     RUN ON workfence_router.id_shard(id);
 $$;
+COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
+    'Router: runs work_fail on the item''s shard (id >> 48).';
 
 CREATE FUNCTION workfence.work_lease_status(id bigint, owner text, epoch bigint)
 RETURNS text LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_lease_status');
     RUN ON workfence_router.id_shard(id);
 $$;
+COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
+    'Router: runs work_lease_status on the item''s shard (id >> 48).';
 
 CREATE FUNCTION workfence.work_item(id bigint)
 RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
@@ -296,6 +338,8 @@ RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
     CLUSTER workfence_router.cluster('workfence.work_item');
     RUN ON workfence_router.id_shard(id);
 $$;
+COMMENT ON FUNCTION workfence.work_item(bigint) IS
+    'Router: runs work_item(id) on the item''s shard (id >> 48).';
 -- surface:id:end
 
 -- ---- the fused calls ----
@@ -663,35 +707,6 @@ COMMENT ON FUNCTION workfence_router.shard_number(integer) IS
 -- Each also refuses, with 42501, a call that runs as a role other than the
 -- session's (workfence_router.cluster): from a SECURITY DEFINER function, the
 -- shards would judge its owner.
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamp with time zone, integer, integer, interval, text) IS
-    'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it returns carries the shard number (id >> 48). '
-    'A queue''s items, and so each of its groups (group_key), are on its one shard, which keeps the group serial (or within work_limit''s per_group).';
-COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
-    'Router: runs work_claim on the queue''s shard; a long poll (wait) waits there.';
-COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
-    'Router: runs work_claim_key on the queue''s shard.';
-COMMENT ON FUNCTION workfence.work_cancel(text, text) IS 'Router: runs work_cancel on the queue''s shard.';
-COMMENT ON FUNCTION workfence.work_retry(text, text, timestamp with time zone) IS
-    'Router: runs work_retry on the queue''s shard.';
-COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamp with time zone) IS
-    'Router: runs work_reschedule on the queue''s shard.';
-COMMENT ON FUNCTION workfence.work_pause(text) IS 'Router: runs work_pause on the queue''s shard.';
-COMMENT ON FUNCTION workfence.work_resume(text) IS 'Router: runs work_resume on the queue''s shard.';
-COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval, integer) IS
-    'Router: runs work_limit on the queue''s shard, where all the queue''s claims run: the limits (per_group '
-    'too, from 0.12.0) hold for every worker, through any router or on the shard directly.';
-COMMENT ON FUNCTION workfence.work_item(text, text) IS 'Router: runs work_item(queue, key) on the queue''s shard.';
-COMMENT ON FUNCTION workfence.queue_counters(text) IS 'Router: runs queue_counters on the queue''s shard.';
-COMMENT ON FUNCTION workfence.work_may(text, text) IS
-    'Router: runs work_may on the queue''s shard, where the calling role''s queue grants are.';
-COMMENT ON FUNCTION workfence.work_renew(bigint, text, bigint, interval) IS
-    'Router: runs work_renew on the item''s shard (id >> 48).';
-COMMENT ON FUNCTION workfence.work_finish(bigint, text, bigint, jsonb) IS
-    'Router: runs work_finish on the item''s shard (id >> 48), as a transaction of its own there.';
-COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
-    'Router: runs work_release on the item''s shard (id >> 48).';
-COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
-    'Router: runs work_fail on the item''s shard (id >> 48).';
 COMMENT ON FUNCTION workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer) IS
     'Router: runs work_finish_and_claim on the previous item''s shard (last_id >> 48) when that is the queue''s '
     'shard, in one transaction there. Otherwise runs it there first (every argument checked before anything '
@@ -705,10 +720,6 @@ COMMENT ON FUNCTION workfence.work_fail_and_claim(text, text, interval, bigint, 
     'transaction when it is the queue''s shard, otherwise the failure there, then work_claim on the queue''s '
     'shard (two commits). Repeated after a failure between them, the failure is not recorded twice and '
     'settled is false, as for work_fail of a token already failed (docs/scaling.md).';
-COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
-    'Router: runs work_lease_status on the item''s shard (id >> 48).';
-COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS 'Router: runs work_items(queue, state, after, max) on the queue''s shard (a queue lives on one shard, so its pages are that shard''s).';
-COMMENT ON FUNCTION workfence.work_item(bigint) IS 'Router: runs work_item(id) on the item''s shard (id >> 48).';
 COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
     'Router: checks the token on the item''s shard (work_lease_status) and raises 55000 (lease lost) unless '
     'it is current. Unlike the extension''s, it locks nothing in the caller''s transaction: a write made '

@@ -94,6 +94,10 @@ pub struct Function {
     pub grant: Grant,
     /// How the PL/Proxy router runs it.
     pub router: Route,
+    /// The `COMMENT ON FUNCTION` of a generated router wrapper, when it says
+    /// more than "Router: runs NAME on the queue's (item's) shard."
+    #[serde(default)]
+    pub router_comment: Option<String>,
     /// The group role of `docs/operations.md`, *Least privilege*, granted
     /// `EXECUTE` on it.
     pub execute: Execute,
@@ -576,9 +580,12 @@ impl Surface {
     /// A region of `router/install.sql`: a PL/Proxy wrapper per function
     /// routed by `route`.
     fn wrappers(&self, route: Route) -> String {
-        let target = match route {
-            Route::Queue => "workfence_router.queue_shard(queue)",
-            Route::Id => "workfence_router.id_shard(id)",
+        let (target, shard) = match route {
+            Route::Queue => ("workfence_router.queue_shard(queue)", "the queue's shard"),
+            Route::Id => (
+                "workfence_router.id_shard(id)",
+                "the item's shard (id >> 48)",
+            ),
             Route::ByHand => unreachable!("hand-written wrappers are not generated"),
         };
         self.functions
@@ -600,11 +607,17 @@ impl Surface {
                     ),
                     None => format!("RETURNS {}", function.returns),
                 };
+                let comment = function
+                    .router_comment
+                    .clone()
+                    .unwrap_or_else(|| format!("Router: runs {} on {shard}.", function.name));
                 format!(
                     "{head}\n{returns} LANGUAGE plproxy AS $$\n    \
                      CLUSTER workfence_router.cluster('workfence.{}');\n    \
-                     RUN ON {target};\n$$;\n",
-                    function.name
+                     RUN ON {target};\n$$;\nCOMMENT ON FUNCTION {} IS\n{};\n",
+                    function.name,
+                    function.signature(),
+                    sql_string_lines(&comment, "    ")
                 )
             })
             .collect::<Vec<_>>()
@@ -640,6 +653,27 @@ fn wrap(open: &str, items: &[&str], close: &str, indent: &str) -> String {
         lines[0].push_str(close);
     }
     lines.join("\n")
+}
+
+/// `text` as SQL string literals, one per line, each starting with `indent`
+/// and at most [`WIDTH`] long where the words allow: adjacent literals
+/// separated by a newline are one string in SQL.
+fn sql_string_lines(text: &str, indent: &str) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for word in text.split_inclusive(' ') {
+        let escaped = word.replace('\'', "''");
+        if !current.is_empty() && indent.len() + current.len() + escaped.len() + 2 > WIDTH {
+            lines.push(std::mem::take(&mut current));
+        }
+        current.push_str(&escaped);
+    }
+    lines.push(current);
+    lines
+        .iter()
+        .map(|line| format!("{indent}'{line}'"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `text` split at the `, ` that are outside parentheses and quotes.
@@ -782,6 +816,19 @@ doc = "Pauses."
             Surface::parse(&one.replace("grant", "grants")),
             Err(Error::Parse(_))
         ));
+    }
+
+    #[test]
+    fn a_long_comment_is_adjacent_literals_that_join_to_it() {
+        let text = "Router: runs x on the queue's shard; ".repeat(6);
+        let sql = sql_string_lines(&text, "    ");
+        assert!(sql.lines().count() > 1, "{sql}");
+        assert!(sql.lines().all(|line| line.len() <= WIDTH), "{sql}");
+        let joined: String = sql
+            .lines()
+            .map(|line| line.trim().trim_matches('\''))
+            .collect();
+        assert_eq!(joined.replace("''", "'"), text);
     }
 
     #[test]
