@@ -10,7 +10,7 @@ mod tests {
 
     // Every function x every bad argument (the documented SQLSTATE, a
     // message naming the argument, nothing changed) is one generated table,
-    // run from a client connection: harness/tests/bad_input.rs.
+    // run from a client connection: harness/tests/client/bad_input.rs.
 
     #[pg_test]
     fn tables_are_not_writable_by_public_and_everything_is_documented() {

@@ -2,7 +2,7 @@
 //! comments, a claim rolled back, the long poll's queue key, and the
 //! transaction block the suites run in. The autocommit `work_assert`, the
 //! uncommitted claim seen from another connection and the waiters in
-//! `pg_locks` need real connections: `harness/tests/first_use.rs`.
+//! `pg_locks` need real connections: `harness/tests/client/first_use.rs`.
 
 #[pgrx::pg_schema]
 mod tests {

@@ -5,7 +5,7 @@
 //!
 //! What needs several connections (claims racing for slots and group heads,
 //! a claim inside a long transaction, lowering a limit under load, the
-//! benchmarks' figures) is in `harness/tests/flow_control.rs`.
+//! benchmarks' figures) is in `harness/tests/client/flow_control.rs`.
 
 #[pgrx::pg_schema]
 mod tests {

@@ -2,7 +2,7 @@
 //! the history a database's epochs come from, and the first claim of a new
 //! one moving `epoch_seq` above every older epoch. Promotions, point-in-time
 //! recoveries and restores with real servers are in
-//! `harness/tests/failover.rs`.
+//! `harness/tests/client/failover.rs`.
 
 #[pgrx::pg_schema]
 mod tests {

@@ -7,7 +7,7 @@
 //! matrix of every role × function × queue, group membership across
 //! sessions, a revoke seen by another session, the long poll and dump and
 //! restore are tested from client connections in
-//! `harness/tests/queue_grants.rs`.
+//! `harness/tests/client/queue_grants.rs`.
 
 #[pgrx::pg_schema]
 mod tests {

@@ -4,7 +4,7 @@
 //!
 //! The passage of time is simulated by moving `lease_until` into the past
 //! with a direct UPDATE (what the clock would do); the real-time lapse and
-//! real concurrency are tested from client connections in `harness/tests/`.
+//! real concurrency are tested from client connections in `harness/tests/client/`.
 
 mod cancel;
 mod catalog;

@@ -7,7 +7,7 @@
 //! into the past. What needs several connections (a retry racing a claim, a
 //! pause racing a long poll, `work_lease_lost` racing the holder's finish,
 //! the refusal counters, which need `shared_preload_libraries`) is in
-//! `harness/tests/operating.rs`.
+//! `harness/tests/client/operating.rs`.
 
 #[pgrx::pg_schema]
 mod tests {

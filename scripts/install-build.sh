@@ -7,7 +7,7 @@
 # install script and every upgrade script pg_workfence--A--B.sql; the frozen
 # install scripts of released versions (tests/fixtures/released/, which no
 # package carries) are copied beside them so that
-# harness/tests/upgrade.rs can CREATE EXTENSION ... VERSION '<released>' and
+# harness/tests/client/upgrade.rs can CREATE EXTENSION ... VERSION '<released>' and
 # update it. Running servers keep the library they mapped: it is unlinked
 # before the copy, never written in place.
 set -euo pipefail

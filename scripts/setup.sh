@@ -11,7 +11,7 @@
 #     a config it writes; the package's system service (localhost:6432, no
 #     databases) is neither used nor touched;
 #   - postgresql-15-plproxy, for the router (router/install.sql, docs/
-#     scaling.md) and its tests (harness/tests/router.rs); no pin: it depends
+#     scaling.md) and its tests (harness/tests/client/router.rs); no pin: it depends
 #     on postgresql-15 without a version, installs beside it and upgrades
 #     nothing (there is no PL/Proxy for the PG 18 wheel: docs/scaling.md);
 #   - chromium and chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver),

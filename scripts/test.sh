@@ -11,12 +11,12 @@
 #                   in-server #[pg_test] suites on each major
 #   5. install      scripts/install-build.sh 15 and 18 (release builds)
 #   6. pg_regress   golden files in tests/pg_regress, on 15 and on 18
-#   7. client       harness/tests/*.rs (found by cargo) from real client connections
+#   7. client       harness/tests/client/ (one binary, a module per topic) from real client connections
 #                   on PostgreSQL 15: seed scenario, races, soak, PgBouncer, bad
 #                   input, the stateright model, dump/restore, upgrade, ... and the
 #                   checklist of every SQL function (typed call, privileges, bad
 #                   input, docs agree)
-#   8. client 18    the same files on PostgreSQL 18, but for the four whose subject
+#   8. client 18    the same topics on PostgreSQL 18, but for the four whose subject
 #                   is the client side or the source (soak, examples, model,
 #                   layers), and but for the
 #                   tests through a PL/Proxy router (every test with "router" in
@@ -42,7 +42,7 @@
 #                   tarball (install.sh, golden files, update, --uninstall)
 #
 #   scripts/test.sh --fast   the fast tier, while working: 1 to 4 (in-server
-#                   tests on 15 and 18), 5 for 15, and of 7 the files in
+#                   tests on 15 and 18), 5 for 15, and of 7 the topics in
 #                   FAST_CLIENT_TESTS (races, promises, grants, bad input,
 #                   upgrade, checklist, composition); the whole command still
 #                   runs before a commit lands
@@ -66,11 +66,11 @@ esac
 # shellcheck source=majors.sh
 . scripts/majors.sh
 PG_CONFIG="$PG15_CONFIG"
-# The client test files of the fast tier: the seams' promises (races,
+# The client test topics (modules of harness/tests/client/) of the fast tier: the seams' promises (races,
 # promises, grants and privileges, bad input, upgrades, the checklist of
 # every SQL function, the composition of every feature).
 FAST_CLIENT_TESTS=(races promises privileges queue_grants bad_input upgrade checklist composition layers)
-# The client test files the PostgreSQL 18 tier leaves out: what they test is
+# The client test topics the PostgreSQL 18 tier leaves out: what they test is
 # the client side (the soak's autonomous workers, the example workers in four
 # languages, the model checker's explored states) or the source (the layers
 # of src/), the same on every major.
@@ -114,12 +114,12 @@ if [ "$fast" = 1 ]; then
     stage "install on PostgreSQL 15: scripts/install-build.sh 15"
     bash scripts/install-build.sh 15
     stage "fast tier: client tests ${FAST_CLIENT_TESTS[*]} on PostgreSQL 15"
-    fast_tests=()
+    fast_filters=()
     for name in "${FAST_CLIENT_TESTS[@]}"; do
-        fast_tests+=(--test "$name")
+        fast_filters+=("$name::")
     done
     WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
-        cargo test -p workfence-harness --release "${fast_tests[@]}"
+        cargo test -p workfence-harness --release --test client -- "${fast_filters[@]}"
     stage "the fast tier passed in $((SECONDS - t_start)) s (the whole command: scripts/test.sh)"
     exit 0
 fi
@@ -152,18 +152,16 @@ WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/cl
     cargo test -p workfence-harness --release -- --show-output
 
 stage "client tests on PostgreSQL 18 (all but ${CLIENT_ONLY_TESTS[*]}, router and the router tests of the others)"
-# The files are found as cargo finds them, so a new test file runs on both
-# majors unless it is added to CLIENT_ONLY_TESTS. PL/Proxy has no build for
-# the PG 18 tree: router.rs is left out, and so is every test of the other
-# files with "router" in its name (their runs through a router).
-pg18_tests=()
-for file in harness/tests/*.rs; do
-    name="$(basename "$file" .rs)"
-    case " ${CLIENT_ONLY_TESTS[*]} router " in *" $name "*) continue ;; esac
-    pg18_tests+=(--test "$name")
+# Every topic runs on both majors unless it is in CLIENT_ONLY_TESTS. PL/Proxy
+# has no build for the PG 18 tree: the router topic is left out, and so is
+# every test of the others with "router" in its name (their runs through a
+# router).
+pg18_skips=(--skip router)
+for name in "${CLIENT_ONLY_TESTS[@]}"; do
+    pg18_skips+=(--skip "$name::")
 done
 WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \
-    cargo test -p workfence-harness --release "${pg18_tests[@]}" -- --skip router
+    cargo test -p workfence-harness --release --test client -- "${pg18_skips[@]}"
 
 stage "dashboard: cargo test -p workfence-ui (HTTP and real-browser tests, PostgreSQL 15)"
 # The real workfence-ui binary against throwaway clusters (a hot standby

@@ -67,7 +67,7 @@
 //! case, and PostgreSQL's deadlock detection then ends one claim (40P01).
 //! Cancel and reschedule of a grouped item refuse REPEATABLE READ and
 //! SERIALIZABLE (25000): their snapshot could predate the group's changes.
-//! The model in `harness/tests/model.rs` checks this design, and finds the
+//! The model in `harness/tests/client/model.rs` checks this design, and finds the
 //! stranded group of a `NORMALIZE` that skipped a locked behind row, and of
 //! a cancel in a REPEATABLE READ snapshot.
 //!
@@ -154,7 +154,7 @@
 //!    of the same group that has committed since (its transaction released
 //!    the group lock before this one took it); the re-check sees it.
 //!    Without it two claimers could hold one group: the model in
-//!    `harness/tests/model.rs` finds that interleaving.
+//!    `harness/tests/client/model.rs` finds that interleaving.
 //!    Then the heads of the groups it served ([`NORMALIZE`]).
 //! 5. The slots' writes ([`USE_SLOTS`]): each pending item claimed takes
 //!    one of the free slots (`items.slot`); each rate slot used gets the
@@ -557,7 +557,7 @@ params! {
 // over, and holds that lock to its end, so a row that became behind since
 // the pick's snapshot may be locked by a claim that will not take it
 // (skipped, the group would keep no head: the model in
-// `harness/tests/model.rs`, `Sql::NormalizeSkipsLockedHead`, finds that).
+// `harness/tests/client/model.rs`, `Sql::NormalizeSkipsLockedHead`, finds that).
 // Rows that are not behind (a head whose `turn` changes, stale heads made
 // behind) are left as they are when another transaction holds them
 // (`SKIP LOCKED`: the claim that picked them), which costs a turn or leaves
@@ -1572,7 +1572,7 @@ params! {
 /// Errors: 25000 under REPEATABLE READ or SERIALIZABLE for an item in a
 /// group (the transaction, and the change, roll back): their snapshot, taken
 /// at the transaction's first statement, may predate changes of the group
-/// that the new head depends on (the model in `harness/tests/model.rs`,
+/// that the new head depends on (the model in `harness/tests/client/model.rs`,
 /// `Sql::CancelInTransactionSnapshot`, strands a group that way).
 pub fn regroup(queue: &str, id: i64, cancelled: bool) -> Result<()> {
     if !schema_has_heads() {

@@ -29,7 +29,7 @@ use crate::compat;
 ///    AND l.granted;
 /// ```
 ///
-/// (`harness/tests/first_use.rs` runs exactly this query against a waiting
+/// (`harness/tests/client/first_use.rs` runs exactly this query against a waiting
 /// claim.) A waiter holds the lock only while it waits, not while it claims;
 /// two queues whose names hash alike share their waiters' list (see the
 /// module comment).

@@ -109,7 +109,7 @@ DELETE FROM workfence.queues AS q
 // groups, no limits), so that a queue paused and resumed before its first
 // item leaves `work_queue_stats` as it came. A setting added to
 // `workfence.queues` must be named here, or a resume would drop it (the
-// composition test, `harness/tests/composition.rs`, catches that). The
+// composition test, `harness/tests/client/composition.rs`, catches that). The
 // `legacy` form is for a schema before 0.10.0, where the pause is the only
 // setting (chosen by [`crate::plans::for_schema`]).
 static PRUNE: plans::Versioned<QueueParams> = plans::Versioned {

@@ -18,7 +18,7 @@ use crate::plans::params;
 /// fields the five SQL expressions given. For an `UPDATE workfence.items AS
 /// i`. A composite and `to_jsonb` rather than `jsonb_build_object`: the same
 /// object, through functions whose every argument has a type
-/// (`harness/tests/privileges.rs` shadows each function the SQL names). The
+/// (`harness/tests/client/privileges.rs` shadows each function the SQL names). The
 /// pure test `errors_bound_is_validate_errors_kept` checks the number
 /// against the constant.
 macro_rules! errors_append {

@@ -91,7 +91,7 @@ type fixture struct {
 }
 
 // newFixture creates a database of the test's own with the extension, the
-// schema examples and the table examples.results (as harness/tests/examples.rs
+// schema examples and the table examples.results (as harness/tests/client/examples.rs
 // does), dropped when the test ends.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()

@@ -15,7 +15,7 @@
 //! arguments left `None` are omitted from the call (named notation), so the
 //! server's own defaults apply, as `docs/reference.md` states them.
 //!
-//! `harness/tests/checklist.rs` fails when a function of the extension has
+//! `harness/tests/client/checklist.rs` fails when a function of the extension has
 //! no call here.
 
 use postgres::types::{ToSql, Type};

@@ -22,7 +22,7 @@
 //! (`<!-- surface:NAME:begin` in markdown) and one starting
 //! `-- surface:NAME:end` (the grants block keeps the markers the tests that
 //! run it look for, `<!-- least-privilege-grants:begin -->`). `cargo run -p workfence-surface` rewrites them;
-//! `--check` (and `harness/tests/checklist.rs`) fails when one is stale.
+//! `--check` (and `harness/tests/client/checklist.rs`) fails when one is stale.
 //! The checklist also compares the table with the installed catalog, so a
 //! signature in the table is the one the extension has. (The anchors keep
 //! SQL beside its generated docs the same way: pgrx generates the schema,
