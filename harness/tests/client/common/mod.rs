@@ -22,27 +22,33 @@ pub fn scratch_base() -> String {
     std::env::var("WORKFENCE_SCRATCH").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").to_string())
 }
 
-/// One cluster for the tests that run at the same time and ask for it with
-/// the same `setup` (so the tests of a topic share one, and topics with
-/// different roles do not); it stops and is removed when the last of them
-/// drops its handle. `setup` runs once on a new cluster (roles, say, which
-/// are cluster-wide).
+/// One cluster for the tests of a topic (the file that calls this) that run
+/// at the same time and ask for it with the same `setup`, as when each topic
+/// was a binary of its own: topics do not share a cluster, so one topic's
+/// connections, locks and load are not another's. It stops and is removed
+/// when the last of them drops its handle. `setup` runs once on a new
+/// cluster (roles, say, which are cluster-wide).
+#[track_caller]
 pub fn shared_cluster_with(setup: fn(&Cluster)) -> Arc<Cluster> {
     shared_cluster_built(|builder| builder, setup)
 }
 
 /// [`shared_cluster_with`], the cluster built by `build` (server settings
 /// that must be in place before it starts, e.g. `max_prepared_transactions`).
+#[track_caller]
 pub fn shared_cluster_built(
     build: fn(ClusterBuilder) -> ClusterBuilder,
     setup: fn(&Cluster),
 ) -> Arc<Cluster> {
-    // Keyed by the two functions' addresses: a topic's tests pass the same
-    // ones (two that the compiler merged are the same code, so sharing a
-    // cluster is right for them too).
-    type Key = (usize, usize);
+    // Keyed by the calling topic's file and the two functions' addresses (two
+    // functions the compiler merged are the same code, so sharing is right).
+    type Key = (&'static str, usize, usize);
     static SHARED: Mutex<Vec<(Key, Weak<Cluster>)>> = Mutex::new(Vec::new());
-    let key: Key = (build as usize, setup as usize);
+    let key: Key = (
+        std::panic::Location::caller().file(),
+        build as usize,
+        setup as usize,
+    );
     let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
     shared.retain(|(_, cluster)| cluster.strong_count() > 0);
     if let Some(cluster) = shared
@@ -62,6 +68,7 @@ pub fn shared_cluster_built(
 }
 
 /// [`shared_cluster_with`] with nothing to set up.
+#[track_caller]
 pub fn shared_cluster() -> Arc<Cluster> {
     shared_cluster_with(|_| {})
 }
