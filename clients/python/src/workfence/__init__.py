@@ -36,7 +36,7 @@ from .operations import (
 )
 from .worker import CancelFlag, Handler, Job, RetryPolicy, Worker, default_owner
 
-__version__ = "0.10.0"
+__version__ = "0.12.0"
 
 __all__ = [
     "Worker",
