@@ -49,7 +49,8 @@ port="$(free_port)"
 cluster_start "$data" "$port"
 as_postgres "$PG_BIN/psql" -q -h 127.0.0.1 -p "$port" -U postgres -d postgres \
     -c 'CREATE EXTENSION pg_workfence'
-dsn="host=127.0.0.1 port=$port user=postgres dbname=postgres"
+# A URI: node-postgres's connectionString takes no key=value string.
+dsn="postgresql://postgres@127.0.0.1:$port/postgres"
 
 say "python: the wheel, then the sdist, each in a fresh virtual environment"
 for artefact in "workfence-$version-py3-none-any.whl" "workfence-$version.tar.gz"; do
