@@ -5,8 +5,8 @@
 //! and a lapsed lease or an old finish is simulated by moving `lease_until`
 //! or `finished_at` into the past with a direct UPDATE, as the clock would.
 //! That a purge skips rows other transactions hold locked, and the NOTIFY of
-//! `work_enqueue`, need more than one connection: `tests/purge.rs` and
-//! `tests/notify.rs`.
+//! `work_enqueue`, need more than one connection: `harness/tests/client/purge.rs` and
+//! `harness/tests/client/notify.rs`.
 
 #[pgrx::pg_schema]
 mod tests {

@@ -5,7 +5,7 @@
 //!
 //! What the roles of `docs/operations.md` can and cannot do, and the
 //! `search_path` hijack attempt, are tested from real connections in
-//! `tests/privileges.rs`.
+//! `harness/tests/client/privileges.rs`.
 
 #[pgrx::pg_schema]
 mod tests {

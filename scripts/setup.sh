@@ -6,7 +6,7 @@
 #     (unpinned, apt pulls a newer build from the security suite and with it a
 #     server, libpq and openssl upgrade);
 #   - clang/libclang for pgrx's bindgen, sudo for `cargo pgrx test --runas`;
-#   - pgbouncer, for tests/pgbouncer.rs (the functions through a transaction-
+#   - pgbouncer, for harness/tests/client/pgbouncer.rs (the functions through a transaction-
 #     pooling PgBouncer). The test runs its own pgbouncer on a free port with
 #     a config it writes; the package's system service (localhost:6432, no
 #     databases) is neither used nor touched;
@@ -152,6 +152,13 @@ fi
 
 # --- cargo-pgrx at the version Cargo.toml pins -----------------------------
 export PATH="$HOME/.cargo/bin:$PATH"
+# The crates need Rust 1.85 (their rust-version); Debian 12's rustc is 1.63.
+rust_minor="$(rustc --version 2>/dev/null | sed -n 's/^rustc 1\.\([0-9]*\)\..*/\1/p')"
+if [ -z "$rust_minor" ] || [ "$rust_minor" -lt 85 ]; then
+    echo "scripts/setup.sh needs a Rust toolchain of 1.85 or later on PATH (found:" \
+        "$(rustc --version 2>/dev/null || echo none)); install it with rustup (https://rustup.rs)" >&2
+    exit 1
+fi
 PGRX_VERSION="$(sed -n 's/^pgrx *= *{[^}]*version *= *"=\([0-9.]*\)".*/\1/p; s/^pgrx *= *"=\([0-9.]*\)".*/\1/p' "$ROOT/Cargo.toml" | head -n1)"
 if [ -z "$PGRX_VERSION" ]; then
     echo "could not read the pinned pgrx version from Cargo.toml" >&2

@@ -14,7 +14,7 @@
 //! datum, which may not hold TOAST pointers, so pgrx's
 //! `HeapTupleHeaderGetDatum` flattens it), one row at a time: a claim of
 //! 1,000 items of 1 MB holds one payload at a time rather than two copies
-//! of all of them, but still reads each payload once (`tests/memory.rs`).
+//! of all of them, but still reads each payload once (`harness/tests/client/memory.rs`).
 
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::{Datum, UnboxDatum};

@@ -294,7 +294,7 @@ fn move_item(
 /// claimed (renew, finish, release, fail, assert), so workers finish what
 /// they hold. A claim that began before the pause committed may still
 /// return items. The background maintenance still dead-letters the queue's
-/// lapsed final attempts (nobody holds them; see the README). A queue with
+/// lapsed final attempts (nobody holds them; see docs/reference.md). A queue with
 /// no items can be paused (before a deploy); the setting survives a dump
 /// and restore.
 ///

@@ -109,7 +109,7 @@ const POLL_WITHOUT_LOCK: Duration = Duration::from_millis(250);
 /// statement keeps its snapshot, which holds back vacuum's horizon for the
 /// whole database as long as it sleeps (PostgreSQL gives a statement no way
 /// to sleep without it). Measured beside two workers that claim and hand
-/// back 200 items as fast as they can (`workfence-long-poll`, README): a
+/// back 200 items as fast as they can (`workfence-long-poll`, docs/long-poll.md): a
 /// waiter calling with 1 s or 3 s waits left their rate where it was alone
 /// (about 1,000-1,200 claims/s); with 10 s waits it fell to about 600 for
 /// part of the minute, with 60 s waits from about 600 to 190. Short calls

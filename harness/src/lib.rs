@@ -17,10 +17,10 @@
 //!   documentation's SQL blocks ([`testing::doc_sql_block`]).
 //!
 //! The binaries `workfence-worker` (the worker process) and
-//! `workfence-soak-worker` (the autonomous worker of `tests/soak.rs`) live in
-//! `src/bin/`; the client tests in `tests/` (found by cargo, helpers in
-//! `tests/common/`). The demo, `workfence-demo`, is its own crate in `demo/`;
-//! the automated form of its scenario is `tests/seed_scenario.rs`.
+//! `workfence-soak-worker` (the autonomous worker of `tests/client/soak.rs`) live in
+//! `src/bin/`; the client tests in `tests/client/` (one binary, a module per topic, helpers in
+//! `tests/client/common/`). The demo, `workfence-demo`, is its own crate in `demo/`;
+//! the automated form of its scenario is `tests/client/seed_scenario.rs`.
 //!
 //! The extension must be installed into the PostgreSQL the cluster runs:
 //! Debian's PostgreSQL 15 by default, the one whose `pg_config` is

@@ -1,6 +1,6 @@
 //! Building blocks of the scenario from the bug report (one routine firing;
 //! workers A and B both named `routines/laptop`; A's lease lapses; B claims),
-//! shared by `workfence-demo` and `tests/seed_scenario.rs`. The checks
+//! shared by `workfence-demo` and `harness/tests/client/seed_scenario.rs`. The checks
 //! themselves stay in those two, written out.
 //!
 //! Everything here runs on a direct connection (the scheduler's, or an

@@ -7,7 +7,7 @@
 //! summary, its `COMMENT ON FUNCTION` text (the facts: arguments, limits,
 //! SQLSTATEs) and its reference section (markdown prose).
 //!
-//! From it, [`Surface::generated`] renders the regions of four files that no
+//! From it, [`Surface::generated`] renders the regions of five files that no
 //! one edits by hand:
 //!
 //! | file | region | what |

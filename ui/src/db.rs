@@ -390,7 +390,7 @@ const QUEUE_HAS_ITEMS: &str =
 
 // The last resort, for a queue with no items: whether it has settings (a
 // pause, limits), which only work_queue_stats shows. The view counts every
-// item of every queue (its cost, README.md), so it is asked only when the
+// item of every queue (its cost, docs/dashboard-render.md), so it is asked only when the
 // queue has no items.
 const QUEUE_HAS_SETTINGS: &str = "SELECT EXISTS (SELECT 1 FROM workfence.work_queue_stats AS s \
     WHERE s.queue OPERATOR(pg_catalog.=) $1::text)";

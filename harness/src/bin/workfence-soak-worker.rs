@@ -1,5 +1,5 @@
 //! `workfence-soak-worker CONNINFO QUEUE OWNER SEED LEASE BATCH STALL_ONE_IN`:
-//! an autonomous pg_workfence worker for the soak test (`tests/soak.rs`).
+//! an autonomous pg_workfence worker for the soak test (`harness/tests/client/soak.rs`).
 //!
 //! It loops on its own, with no driver on stdin:
 //!

@@ -352,8 +352,8 @@ fn the_reference_the_contract_and_the_rust_docs_agree_with_each_functions_commen
     }
     assert!(
         disagreements.is_empty(),
-        "the docs disagree with the COMMENT ON FUNCTION texts (sql/finalize.sql, the one \
-         source of each function's facts):\n  {}",
+        "the docs disagree with the COMMENT ON FUNCTION texts (the `comment` of each \
+         function's row in sql/functions.toml, the one source of its facts):\n  {}",
         disagreements.join("\n  ")
     );
 }

@@ -11,7 +11,7 @@
 //! router.
 //!
 //! Needs the extension installed into PostgreSQL 15: `scripts/test.sh` does
-//! that and then runs these tests (`cargo test -p workfence_harness`).
+//! that and then runs these tests (`cargo test -p workfence-harness --release --test client -- seed_scenario::`).
 
 use crate::common;
 
