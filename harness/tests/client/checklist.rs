@@ -930,14 +930,9 @@ fn said_missing_but_shipped(file: &str, doc: &str, shipped: &Shipped) -> Vec<Str
     found
 }
 
-/// GitHub's anchor of a heading's text (before the `-N` of a repeat).
-fn anchor(text: &str) -> String {
-    text.to_lowercase()
-        .chars()
-        .filter(|&c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
-        .map(|c| if c == ' ' { '-' } else { c })
-        .collect()
-}
+/// GitHub's anchor of a heading's text (before the `-N` of a repeat): the
+/// generator's, which links the README's index to the reference.
+use workfence_surface::github_anchor as anchor;
 
 /// Every anchor of `doc`'s headings.
 fn anchors(doc: &str) -> BTreeSet<String> {

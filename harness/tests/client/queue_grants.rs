@@ -460,6 +460,17 @@ fn ops() -> Vec<Op> {
             every_queue: false,
         },
         Op {
+            name: "work_limit",
+            capability: "operate",
+            fixture: Fixture::None,
+            refusal: Refusal::Raises,
+            // Every limit lifted (NULLs): the grant is checked all the same,
+            // and the later fixtures' claims of the queue are not limited.
+            call: |c, case| Outcome::of(calls::work_limit(c, case.queue, None, None, "1 second")),
+            permitted: Some("()"),
+            every_queue: false,
+        },
+        Op {
             name: "work_resume",
             capability: "operate",
             fixture: Fixture::Paused,
@@ -570,6 +581,41 @@ fn prepare(admin: &mut Client, fixture: Fixture, queue: &str, key: &str) -> Opti
             None
         }
     }
+}
+
+/// The queue grant each function of the matrix needs is the one the table of
+/// the SQL surface (`sql/functions.toml`, `grant`) documents for it, which
+/// the reference and the README's index show.
+#[test]
+fn the_surface_tables_grants_are_the_ones_the_matrix_checks() {
+    let surface = ok(
+        workfence_surface::Surface::load(&common::repo_root()),
+        "sql/functions.toml",
+    );
+    let mut checked = 0;
+    for op in ops() {
+        // "work_claim with wait", "work_item(id)": the function's name first.
+        let name: String = op
+            .name
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        for function in surface.functions.iter().filter(|f| f.name == name) {
+            assert_eq!(
+                function.grant.capability(),
+                Some(op.capability),
+                "{}: sql/functions.toml says grant {:?}, the matrix checks {:?}",
+                op.name,
+                function.grant,
+                op.capability
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 25,
+        "only {checked} rows of the table were checked"
+    );
 }
 
 #[test]
