@@ -226,25 +226,34 @@ impl AppError {
     /// [`AppError::Database`] for an error the server raised, else 503.
     fn from_postgres(err: &tokio_postgres::Error) -> AppError {
         if let Some(db) = err.as_db_error() {
-            let code = db.code().code().to_owned();
-            let mut message = db.message().to_owned();
-            if let Some(advice) = advice_of_sqlstate(&code) {
-                message.push_str(&format!(" ({advice})"));
-            }
-            return AppError::Database {
-                status: status_of_sqlstate(&code),
-                code,
-                message,
-                detail: db.detail().map(str::to_owned),
-                // 42883's hint (explicit casts) misleads here: the advice says what to do.
-                hint: db
-                    .hint()
-                    .filter(|_| *db.code() != SqlState::UNDEFINED_FUNCTION)
-                    .map(str::to_owned),
-            };
+            return AppError::from_server(db.code().code(), db.message(), db.detail(), db.hint());
         }
         // No server error: the connection broke or could not be made.
         AppError::unavailable(format!("the database connection failed: {}", chain(err)))
+    }
+
+    /// [`AppError::Database`] for an error the server raised with SQLSTATE `code`: the status
+    /// from the SQLSTATE, its advice added to the message.
+    fn from_server(
+        code: &str,
+        message: &str,
+        detail: Option<&str>,
+        hint: Option<&str>,
+    ) -> AppError {
+        let message = match advice_of_sqlstate(code) {
+            Some(advice) => format!("{message} ({advice})"),
+            None => message.to_owned(),
+        };
+        AppError::Database {
+            status: status_of_sqlstate(code),
+            code: code.to_owned(),
+            message,
+            detail: detail.map(str::to_owned),
+            // 42883's hint (explicit casts) misleads here: the advice says what to do.
+            hint: hint
+                .filter(|_| code != SqlState::UNDEFINED_FUNCTION.code())
+                .map(str::to_owned),
+        }
     }
 }
 
@@ -260,16 +269,12 @@ impl From<workfence::Error> for AppError {
             return AppError::from_postgres(pg);
         }
         match err.server() {
-            Some(server) => AppError::Database {
-                status: status_of_sqlstate(&server.code),
-                code: server.code.clone(),
-                message: match advice_of_sqlstate(&server.code) {
-                    Some(advice) => format!("{} ({advice})", server.message),
-                    None => server.message.clone(),
-                },
-                detail: server.detail.clone(),
-                hint: server.hint.clone(),
-            },
+            Some(server) => AppError::from_server(
+                &server.code,
+                &server.message,
+                server.detail.as_deref(),
+                server.hint.as_deref(),
+            ),
             None => AppError::unavailable(format!("the database call failed: {}", chain(&err))),
         }
     }
