@@ -217,8 +217,8 @@ pub async fn reschedule(
 /// (`now() + delay`, `now()` being the start of the caller's transaction): "run it now"
 /// (`Duration::ZERO`) or "in ten minutes" without trusting this machine's clock, as
 /// [`reschedule`] with a `SystemTime` would (`work_reschedule`, from 0.6.0). True if it changed
-/// the item. Errors: 22004, 22023 (a delay that puts `run_at` out of range), 42501 (no
-/// `operate` grant).
+/// the item. Errors: 22004, 22023 (bad queue or key), 22008 in [`crate::Error::Database`]
+/// (`now() + delay` past the timestamp range, some 290,000 years), 42501 (no `operate` grant).
 pub async fn reschedule_in(
     client: &impl GenericClient,
     queue: &str,
