@@ -389,35 +389,21 @@ fn at_the_gate(
     }
 }
 
-/// How many of `tokens`' items a newer claim has taken (a newer epoch).
-fn claimed_anew(c: &mut Client, tokens: &BTreeSet<(i64, i64)>) -> i64 {
+/// Of `tokens`: how many the server still has claimed under that epoch, and
+/// how many items a newer claim has taken (a newer epoch).
+fn current_and_claimed_anew(c: &mut Client, tokens: &BTreeSet<(i64, i64)>) -> (i64, i64) {
     let (ids, epochs): (Vec<i64>, Vec<i64>) = tokens.iter().copied().unzip();
-    ok(
+    let row = ok(
         c.query_one(
-            "SELECT count(*) FROM workfence.items AS i
-               JOIN unnest($1::bigint[], $2::bigint[]) AS t(id, epoch)
-                 ON i.id = t.id AND i.epoch > t.epoch",
+            "SELECT count(*) FILTER (WHERE i.epoch = t.epoch AND i.state = 'claimed'),
+                    count(*) FILTER (WHERE i.epoch > t.epoch)
+               FROM workfence.items AS i
+               JOIN unnest($1::bigint[], $2::bigint[]) AS t(id, epoch) ON i.id = t.id",
             &[&ids, &epochs],
         ),
-        "tokens claimed anew",
-    )
-    .get(0)
-}
-
-/// How many of `tokens` the server still has claimed under that epoch.
-fn still_current(c: &mut Client, tokens: &BTreeSet<(i64, i64)>) -> i64 {
-    let (ids, epochs): (Vec<i64>, Vec<i64>) = tokens.iter().copied().unzip();
-    ok(
-        c.query_one(
-            "SELECT count(*) FROM workfence.items AS i
-               JOIN unnest($1::bigint[], $2::bigint[]) AS t(id, epoch)
-                 ON i.id = t.id AND i.epoch = t.epoch
-              WHERE i.state = 'claimed'",
-            &[&ids, &epochs],
-        ),
-        "tokens still current",
-    )
-    .get(0)
+        "the tokens' states",
+    );
+    (row.get(0), row.get(1))
 }
 
 fn run_example_on(lang: &str, program: &Path, args: &[&str], through_a_router: bool) {
@@ -479,7 +465,10 @@ fn run_example_on(lang: &str, program: &Path, args: &[&str], through_a_router: b
         &[&a, &b],
         started,
         "the stopped copy's leases lapsed and claimed anew",
-        |c| still_current(c, &stopped_with) <= 1 && claimed_anew(c, &stopped_with) >= 1,
+        |c| {
+            let (current, anew) = current_and_claimed_anew(c, &stopped_with);
+            current <= 1 && anew >= 1
+        },
     );
     // The tokens claimed anew (a newer epoch on the item): the late writes
     // to be refused. (The other one may have been settled meanwhile: a
