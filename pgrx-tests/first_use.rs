@@ -108,7 +108,7 @@ mod tests {
     }
 
     /// The long poll's queue key is SQL's `hashtext(queue)`, so an operator
-    /// can compute it (docs: the `pg_locks` query in `src/wait.rs`).
+    /// can compute it (docs: the `pg_locks` query in `src/backend/wait.rs`).
     #[pg_test]
     fn queue_key_is_sql_hashtext() {
         let long = "x".repeat(128);
@@ -127,7 +127,7 @@ mod tests {
                 Spi::get_one_with_args("SELECT pg_catalog.hashtext($1)", &[queue.into()])
                     .unwrap()
                     .unwrap();
-            assert_eq!(crate::keys::queue_key(queue), sql, "queue {queue:?}");
+            assert_eq!(crate::pg::keys::queue_key(queue), sql, "queue {queue:?}");
         }
     }
 }

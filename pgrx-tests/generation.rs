@@ -1,4 +1,4 @@
-//! In-server tests of the generation floor (0.8.0, `src/generation.rs`):
+//! In-server tests of the generation floor (0.8.0, `src/verbs/generation.rs`):
 //! the history a database's epochs come from, and the first claim of a new
 //! one moving `epoch_seq` above every older epoch. Promotions, point-in-time
 //! recoveries and restores with real servers are in
@@ -8,8 +8,8 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::generation::{floor_at, EPOCHS_PER_MS};
     use crate::pgrx_tests::helpers::{claim, enqueue};
+    use crate::verbs::generation::{floor_at, EPOCHS_PER_MS};
 
     /// The trigger `items_sequence_floor` computes the floor in SQL from the
     /// transaction's start; `generation::floor_at` in Rust. They agree.

@@ -13,8 +13,8 @@
 mod tests {
     use pgrx::prelude::*;
 
+    use crate::access::validate;
     use crate::pgrx_tests::helpers::{claim, count, enqueue, lapse, one, run, token_call};
-    use crate::validate;
 
     fn retry(queue: &str, key: &str) -> bool {
         Spi::get_one_with_args::<bool>(

@@ -1,4 +1,4 @@
-//! In-server tests of the kept-plan cache (`src/plans.rs`): two statements
+//! In-server tests of the kept-plan cache (`src/pg/plans.rs`): two statements
 //! never share a plan, whatever their text; the generic-plan and JIT settings
 //! do not leak out of a statement that raises.
 
@@ -6,8 +6,8 @@
 mod tests {
     use pgrx::prelude::*;
 
+    use crate::pg::plans::{self, params, Statement};
     use crate::pgrx_tests::helpers::{enqueue, error_of, one, run};
-    use crate::plans::{self, params, Statement};
 
     params! {
         /// `$1` an int4.
@@ -37,7 +37,7 @@ SELECT pg_catalog.format('%s:%s', pg_catalog.pg_typeof($1), $1)
 "#,
     );
 
-    fn text_of(rows: pgrx::spi::SpiTupleTable<'_>) -> crate::error::Result<String> {
+    fn text_of(rows: pgrx::spi::SpiTupleTable<'_>) -> crate::base::error::Result<String> {
         Ok(rows.first().get_one::<String>()?.unwrap_or_default())
     }
 
@@ -56,7 +56,7 @@ SELECT pg_catalog.format('%s:%s', pg_catalog.pg_typeof($1), $1)
 
     /// The extension runs its kept statements as generic plans, without
     /// JIT and planned without sequential scans by setting `plan_cache_mode`,
-    /// `jit` and `enable_seqscan` around each one (src/plans.rs). A statement that raises must leave the session's own
+    /// `jit` and `enable_seqscan` around each one (src/pg/plans.rs). A statement that raises must leave the session's own
     /// settings as they were.
     #[pg_test]
     fn plan_settings_are_restored_after_a_statement_raises() {

@@ -32,7 +32,7 @@
 -- user. PL/Proxy connects to the shards as CURRENT_USER, so from inside a
 -- SECURITY DEFINER function the shards would judge the function's owner,
 -- lending the caller its owner's queue grants; on one server the extension
--- judges the session's role there too (src/grants.rs), so the router
+-- judges the session's role there too (src/access/grants.rs), so the router
 -- refuses rather than judge another role.
 --
 -- A queue's groups (work_enqueue's group_key) and its limits (work_limit,

@@ -113,10 +113,10 @@ COMMENT ON COLUMN workfence.items.group_key IS
     'and a group''s items are claimed in claim order (priority, run_at, id). NULL: in no group.';
 COMMENT ON COLUMN workfence.items.slot IS
     'From 0.12.0: the concurrency slot of its queue''s limit (work_limit) the item holds while claimed by a claim of a '
-    'limited queue (src/flow.rs); meaningless in other states.';
+    'limited queue (src/verbs/flow.rs); meaningless in other states.';
 COMMENT ON COLUMN workfence.items.behind IS
     'From 0.12.0: a pending item of a group known to have a pending item of its group before it in claim order, '
-    'which claims therefore skip without reading (src/flow.rs, group heads); false for every other item.';
+    'which claims therefore skip without reading (src/verbs/flow.rs, group heads); false for every other item.';
 COMMENT ON COLUMN workfence.items.turn IS
     'From 0.12.0: for a group''s first pending item, when a claim of its group made it so (at the earliest its run_at): '
     'claims serve group heads in (priority, turn or else run_at) order, so a group just served waits its turn '
@@ -140,19 +140,19 @@ CREATE INDEX items_ready_idx ON workfence.items (queue, run_at)
 COMMENT ON INDEX workfence.items_ready_idx IS
     'Pending items by run_at: whether a queue has a due item, and when its next one is due, in one probe.';
 -- From 0.12.0: which concurrency slots of a limited queue its claimed
--- items hold (src/flow.rs).
+-- items hold (src/verbs/flow.rs).
 CREATE INDEX items_slot_idx ON workfence.items (queue, slot)
     WHERE state = 'claimed' AND slot IS NOT NULL;
 COMMENT ON INDEX workfence.items_slot_idx IS
     'Claimed items by concurrency slot: whether a slot of a limited queue is busy, in one probe.';
 -- From 0.10.0: a grouped item's claim asks whether its group has an item
--- claimed, or a pending one before it in claim order (src/flow.rs). Items
+-- claimed, or a pending one before it in claim order (src/verbs/flow.rs). Items
 -- in no group are not in it.
 CREATE INDEX items_group_idx ON workfence.items (queue, group_key, state, priority, run_at, id)
     WHERE group_key IS NOT NULL AND state IN ('pending', 'claimed');
 COMMENT ON INDEX workfence.items_group_idx IS
     'Serial groups: a group''s claimed item, and its pending items in claim order.';
--- From 0.12.0: what a claim of a queue with groups walks (src/flow.rs,
+-- From 0.12.0: what a claim of a queue with groups walks (src/verbs/flow.rs,
 -- group heads): pending items in no group, and each group's head (items
 -- not behind), in the order claims serve them. A group's backlog is not in
 -- it, so a claim never walks a busy group's items.
@@ -165,7 +165,7 @@ COMMENT ON INDEX workfence.items_head_idx IS
 CREATE INDEX items_group_head_idx ON workfence.items (queue, group_key)
     WHERE state = 'pending' AND group_key IS NOT NULL AND NOT behind;
 COMMENT ON INDEX workfence.items_group_head_idx IS
-    'A group''s pending items that are not behind: its head, and items that came before it since (src/flow.rs).';
+    'A group''s pending items that are not behind: its head, and items that came before it since (src/verbs/flow.rs).';
 
 -- Nobody writes the tables directly: the functions run as the extension's
 -- owner (SECURITY DEFINER, set at the end of finalize.sql), so a role that
@@ -182,7 +182,7 @@ COMMENT ON INDEX workfence.items_finished_idx IS
 -- no later claim hands out an epoch at or below one already in the table.
 -- A row with an epoch also lifts epoch_seq to the generation floor (from
 -- 0.8.0): it comes from a copy of the database, whose history may have
--- handed out epochs after the copy was made (src/generation.rs). The floor
+-- handed out epochs after the copy was made (src/verbs/generation.rs). The floor
 -- is taken at the transaction's start (one restore transaction moves the
 -- sequence once), as generation::floor_at computes it: milliseconds since
 -- 2000-01-01 times 1024. An enqueue's row (created_at = clock_timestamp(),
@@ -258,7 +258,7 @@ COMMENT ON COLUMN workfence.queues.per_group IS
     'From 0.12.0 (work_limit): at most this many items of one group_key claimed at once; NULL: one (serial groups).';
 COMMENT ON INDEX workfence.queues_pkey IS 'A queue''s settings by name: the claim''s pause check is one probe here.';
 
--- The slots of a limited queue (from 0.12.0, src/flow.rs): a claim takes a
+-- The slots of a limited queue (from 0.12.0, src/verbs/flow.rs): a claim takes a
 -- free slot FOR UPDATE SKIP LOCKED for each item it hands out, so that
 -- claims of one queue never wait on each other and the limits stay exact.
 -- kind 'c': concurrency slots 1..concurrency, each free unless a claimed
@@ -274,7 +274,7 @@ CREATE TABLE workfence.queue_slots (
     CONSTRAINT queue_slots_pkey PRIMARY KEY (queue, kind, slot)
 );
 COMMENT ON TABLE workfence.queue_slots IS
-    'Slots of the limited queues, written by work_limit and by claims (src/flow.rs): a claim takes a free slot per item '
+    'Slots of the limited queues, written by work_limit and by claims (src/verbs/flow.rs): a claim takes a free slot per item '
     'it hands out, FOR UPDATE SKIP LOCKED. Not readable by PUBLIC.';
 COMMENT ON COLUMN workfence.queue_slots.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.queue_slots.kind IS
@@ -289,7 +289,7 @@ COMMENT ON INDEX workfence.queue_slots_used_idx IS 'Rate slots, least recently u
 -- Queue grants (from 0.7.0): which role may use which capability on which
 -- queues, and whether they are enforced. Written only by work_grant,
 -- work_revoke and work_enforce_grants, which tell every session to read
--- them again (src/grants.rs).
+-- them again (src/access/grants.rs).
 CREATE TABLE workfence.queue_grants (
     role        regrole NOT NULL,
     capability  text NOT NULL
@@ -332,7 +332,7 @@ COMMENT ON INDEX workfence.queue_grant_mode_pkey IS 'At most one row.';
 -- recovery, a restored or copied database: another timeline, system or
 -- database, or a dump's row beside this one) first moves epoch_seq to the
 -- generation floor, above every epoch the old history handed out, and
--- rewrites the row (src/generation.rs, docs/failover.md). The install
+-- rewrites the row (src/verbs/generation.rs, docs/failover.md). The install
 -- records the history it runs on: its first claims need no bump, and a
 -- standby that replayed the install has the row to compare with.
 CREATE TABLE workfence.generation (

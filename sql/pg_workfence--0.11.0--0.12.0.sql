@@ -15,7 +15,7 @@
 -- UPDATING.md), the column items.slot and its index, and the slot
 -- rows of limited queues (workfence.queue_slots, filled from each limited
 -- queue's claimed items and rate window, which replace queues.rate_log). A claim that runs before the update commits
--- keeps the limits as 0.11.0 did (src/flow.rs, the schema's form).
+-- keeps the limits as 0.11.0 did (src/verbs/flow.rs, the schema's form).
 
 -- ---- work_item gains group_key ----
 -- Renamed, not dropped: a call that resolved the old functions before this
@@ -284,14 +284,14 @@ UPDATE pg_catalog.pg_init_privs AS ip
 ALTER TABLE workfence.items ADD COLUMN slot integer;
 COMMENT ON COLUMN workfence.items.slot IS
     'From 0.12.0: the concurrency slot of its queue''s limit (work_limit) the item holds while claimed by a claim of a '
-    'limited queue (src/flow.rs); meaningless in other states.';
+    'limited queue (src/verbs/flow.rs); meaningless in other states.';
 -- Group heads (issue 33): in the same moment's lock, also without a
 -- rewrite (a constant default is kept in the catalog).
 ALTER TABLE workfence.items ADD COLUMN behind boolean NOT NULL DEFAULT false;
 ALTER TABLE workfence.items ADD COLUMN turn timestamptz;
 COMMENT ON COLUMN workfence.items.behind IS
     'From 0.12.0: a pending item of a group known to have a pending item of its group before it in claim order, '
-    'which claims therefore skip without reading (src/flow.rs, group heads); false for every other item.';
+    'which claims therefore skip without reading (src/verbs/flow.rs, group heads); false for every other item.';
 COMMENT ON COLUMN workfence.items.turn IS
     'From 0.12.0: for a group''s first pending item, when a claim of its group made it so (at the earliest its run_at): '
     'claims serve group heads in (priority, turn or else run_at) order, so a group just served waits its turn '
@@ -317,7 +317,7 @@ CREATE TABLE workfence.queue_slots (
     CONSTRAINT queue_slots_pkey PRIMARY KEY (queue, kind, slot)
 );
 COMMENT ON TABLE workfence.queue_slots IS
-    'Slots of the limited queues, written by work_limit and by claims (src/flow.rs): a claim takes a free slot per item '
+    'Slots of the limited queues, written by work_limit and by claims (src/verbs/flow.rs): a claim takes a free slot per item '
     'it hands out, FOR UPDATE SKIP LOCKED. Not readable by PUBLIC.';
 COMMENT ON COLUMN workfence.queue_slots.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.queue_slots.kind IS
@@ -335,7 +335,7 @@ SELECT pg_catalog.pg_extension_config_dump('workfence.queue_slots', '');
 -- claimed items hold them in id order (those beyond the limit hold numbers
 -- above it: retired slots, which claims absorb as the items finish); the
 -- most recent claims of its rate window hold its rate slots, as work_limit
--- would set them (src/flow.rs). No claim is in flight while they are read:
+-- would set them (src/verbs/flow.rs). No claim is in flight while they are read:
 -- the CREATE INDEX statements above hold a SHARE lock on workfence.items to
 -- the end of the update, which every claim's ROW EXCLUSIVE lock waits for
 -- (and they waited for those before them).
@@ -366,7 +366,7 @@ ALTER TABLE workfence.queues DROP COLUMN rate_log;
 -- Every pending item of a group that has a pending item of its group before
 -- it in claim order is behind; each group's first is its head. No claim or
 -- enqueue runs meanwhile (the SHARE lock above). Then the indexes claims
--- of grouped queues walk (src/flow.rs): both built over the pending items
+-- of grouped queues walk (src/verbs/flow.rs): both built over the pending items
 -- only, as items_ready_idx was.
 UPDATE workfence.items AS i
    SET behind = true
@@ -385,7 +385,7 @@ COMMENT ON INDEX workfence.items_head_idx IS
 CREATE INDEX items_group_head_idx ON workfence.items (queue, group_key)
     WHERE state = 'pending' AND group_key IS NOT NULL AND NOT behind;
 COMMENT ON INDEX workfence.items_group_head_idx IS
-    'A group''s pending items that are not behind: its head, and items that came before it since (src/flow.rs).';
+    'A group''s pending items that are not behind: its head, and items that came before it since (src/verbs/flow.rs).';
 ALTER TABLE workfence.queues ADD COLUMN per_group integer;
 COMMENT ON COLUMN workfence.queues.per_group IS
     'From 0.12.0 (work_limit): at most this many items of one group_key claimed at once; NULL: one (serial groups).';

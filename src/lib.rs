@@ -15,64 +15,29 @@ use pgrx::prelude::*;
 
 ::pgrx::pg_module_magic!(name, version);
 
-// `work_cancel`.
-pub mod cancel;
-// Per-queue counters of refused tokens and lapsed leases (shared memory, when preloaded).
-pub mod counters;
-// What differs between PostgreSQL majors.
-mod compat;
-// `work_claim`, `work_claim_key`.
-pub mod claim;
-// What a superseded lapsed lease leaves: its `errors` entry, `work_lease_lost`, the `lapsed` count.
-pub mod lapse;
-// `work_finish_and_claim`, `work_fail_and_claim`: a worker's cycle in one call.
-pub mod cycle;
-// `work_enqueue`.
-pub mod enqueue;
-// Domain errors and their SQLSTATEs.
-pub mod error;
-// Flow control: serial groups and queue limits (`work_limit`).
-pub mod flow;
-// Epochs that survive a failover: the generation floor of a new history.
-pub mod generation;
-// Queue-scoped privileges: `work_grant`, `work_revoke`, `work_enforce_grants`, `work_may`.
-pub mod grants;
-// Keeping the backend's caches of the settings tables fresh (shared invalidation).
-mod invalidation;
-// A `jsonb` value passed through byte for byte (no parse, no re-serialise).
-pub mod jsonb;
-// `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`,
-// `work_lease_status`.
-pub mod lease;
-// `work_items`: a queue's items a page at a time (keyset pagination).
-pub mod listing;
+// The layers, bottom to top: a file imports only from its own layer and
+// the layers below it (harness/tests/client/layers.rs checks this, and that
+// no two files import each other). A claim's path only goes down.
+//
+// The shared types and the one error enum: import nothing above them.
+pub mod base;
+// The server's facilities: what differs between majors, jsonb passed
+// through, lock keys, prepared plans, shared invalidation.
+pub mod pg;
+// Who may do what: argument checks and queue-scoped grants.
+pub mod access;
+// The items' SQL: fragments, shared parameters, the ready probe.
+pub mod store;
+// Per-backend state and what runs after commit: counters, the transaction's
+// effects, paused queues, the long poll's waiters, NOTIFY. Names no verb.
+pub mod backend;
+// The state machine: every `#[pg_extern]` verb of the SQL surface.
+pub mod verbs;
 // Optional background worker (shared_preload_libraries): dead letters and purge; its GUCs.
 pub mod maintenance;
-// NOTIFY `work_enqueued` and `work_lease_lost`, and the settings that turn them off.
-pub mod notify;
-// `work_retry`, `work_reschedule`, `work_pause`, `work_resume`, `work_item`.
-pub mod operate;
-// Which queues are paused, per backend, kept fresh by shared invalidation.
-mod paused;
-// Per-backend cache of prepared SPI plans.
-mod plans;
-// `work_purge`.
-pub mod purge;
-// Argument checks shared by every function (pure, no database access).
-pub mod validate;
-// The shared types every layer names (capability, queue pattern, interval
-// parts); imports nothing of the crate.
-pub mod types;
-// SQL fragments, shared parameter structs and the clock statements share.
-mod sql;
-// Lock keys: the int4 a queue or group name hashes to.
-mod keys;
-// What both claim paths share: the ready probe and a claim's outcome.
-mod take;
-// The long poll of `work_claim(..., wait)`: waiters and their wake-ups.
-pub mod wait;
-// Per-transaction state: wake-ups after commit, the fence of `work_assert` at commit.
-mod xact;
+
+use backend::{counters, notify, paused, wait, xact};
+use verbs::{enqueue, flow, lease};
 
 // Tables, sequence and indexes, before any function.
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
@@ -80,7 +45,11 @@ extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 extension_sql_file!(
     "../sql/views.sql",
     name = "views",
-    requires = ["bootstrap", counters::queue_counters, grants::work_may]
+    requires = [
+        "bootstrap",
+        counters::queue_counters,
+        access::grants::work_may
+    ]
 );
 // COMMENT ON FUNCTION and function privileges, after every function exists.
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
@@ -105,7 +74,7 @@ pub extern "C-unwind" fn _PG_init() {
     notify::init();
     wait::init();
     counters::init();
-    invalidation::init();
+    pg::invalidation::init();
     maintenance::init();
 }
 

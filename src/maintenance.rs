@@ -30,7 +30,7 @@
 //!   bootstrap superuser (with `search_path` pinned to `pg_catalog,
 //!   pg_temp`): if the extension is installed it (1) turns `failed` every
 //!   claimed item whose lease has lapsed on its final attempt (the claim's
-//!   own dead-letter statement, [`crate::claim`], over every queue) and (2)
+//!   own dead-letter statement, [`crate::verbs::claim`], over every queue) and (2)
 //!   runs `work_purge`'s statement with the retention; if not, it says so
 //!   (LOG, once per change, through a word of shared memory the launcher and
 //!   rounds share). Both statements lock rows `FOR UPDATE SKIP LOCKED`, so a
@@ -64,11 +64,11 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::{pg_shmem_init, PgAtomic};
 
-use crate::compat;
-use crate::error::Result;
-use crate::lapse::{self, LostToken};
-use crate::plans::{self, Statement};
-use crate::purge;
+use crate::base::error::Result;
+use crate::pg::compat;
+use crate::pg::plans::{self, Statement};
+use crate::verbs::lapse::{self, LostToken};
+use crate::verbs::purge;
 
 /// The round worker's name and type: `pg_stat_activity.backend_type` shows
 /// it, with the database, while a round runs.
@@ -113,7 +113,7 @@ pub static DATABASE: GucSetting<Option<CString>> =
 // (state, last_error and finished_at as `claim`'s statement sets them),
 // paused queues included (nobody holds those items; a pause stops new work,
 // not the bookkeeping of abandoned work), with the superseded tokens
-// ([`crate::lapse::settle`] records and announces them).
+// ([`crate::verbs::lapse::settle`] records and announces them).
 // `(SELECT clock_timestamp())` is read once.
 static DEAD_LETTER: Statement<()> = Statement::new(
     r#"

@@ -107,7 +107,7 @@ pub static BASELINE: Contender = Contender {
     database: "bench_baseline",
     install: include_str!("../sql/baseline.sql"),
     schema: "baseline",
-    // What pg_workfence does for its own statements (src/plans.rs): left to
+    // What pg_workfence does for its own statements (src/pg/plans.rs): left to
     // choose, the plan cache re-plans this claim on every call (a custom
     // plan knows LIMIT is 1), about 100 µs of a 200 µs claim here. The
     // baseline is meant as the design's limit, so it gets the same.

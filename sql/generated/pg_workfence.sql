@@ -123,10 +123,10 @@ COMMENT ON COLUMN workfence.items.group_key IS
     'and a group''s items are claimed in claim order (priority, run_at, id). NULL: in no group.';
 COMMENT ON COLUMN workfence.items.slot IS
     'From 0.12.0: the concurrency slot of its queue''s limit (work_limit) the item holds while claimed by a claim of a '
-    'limited queue (src/flow.rs); meaningless in other states.';
+    'limited queue (src/verbs/flow.rs); meaningless in other states.';
 COMMENT ON COLUMN workfence.items.behind IS
     'From 0.12.0: a pending item of a group known to have a pending item of its group before it in claim order, '
-    'which claims therefore skip without reading (src/flow.rs, group heads); false for every other item.';
+    'which claims therefore skip without reading (src/verbs/flow.rs, group heads); false for every other item.';
 COMMENT ON COLUMN workfence.items.turn IS
     'From 0.12.0: for a group''s first pending item, when a claim of its group made it so (at the earliest its run_at): '
     'claims serve group heads in (priority, turn or else run_at) order, so a group just served waits its turn '
@@ -150,19 +150,19 @@ CREATE INDEX items_ready_idx ON workfence.items (queue, run_at)
 COMMENT ON INDEX workfence.items_ready_idx IS
     'Pending items by run_at: whether a queue has a due item, and when its next one is due, in one probe.';
 -- From 0.12.0: which concurrency slots of a limited queue its claimed
--- items hold (src/flow.rs).
+-- items hold (src/verbs/flow.rs).
 CREATE INDEX items_slot_idx ON workfence.items (queue, slot)
     WHERE state = 'claimed' AND slot IS NOT NULL;
 COMMENT ON INDEX workfence.items_slot_idx IS
     'Claimed items by concurrency slot: whether a slot of a limited queue is busy, in one probe.';
 -- From 0.10.0: a grouped item's claim asks whether its group has an item
--- claimed, or a pending one before it in claim order (src/flow.rs). Items
+-- claimed, or a pending one before it in claim order (src/verbs/flow.rs). Items
 -- in no group are not in it.
 CREATE INDEX items_group_idx ON workfence.items (queue, group_key, state, priority, run_at, id)
     WHERE group_key IS NOT NULL AND state IN ('pending', 'claimed');
 COMMENT ON INDEX workfence.items_group_idx IS
     'Serial groups: a group''s claimed item, and its pending items in claim order.';
--- From 0.12.0: what a claim of a queue with groups walks (src/flow.rs,
+-- From 0.12.0: what a claim of a queue with groups walks (src/verbs/flow.rs,
 -- group heads): pending items in no group, and each group's head (items
 -- not behind), in the order claims serve them. A group's backlog is not in
 -- it, so a claim never walks a busy group's items.
@@ -175,7 +175,7 @@ COMMENT ON INDEX workfence.items_head_idx IS
 CREATE INDEX items_group_head_idx ON workfence.items (queue, group_key)
     WHERE state = 'pending' AND group_key IS NOT NULL AND NOT behind;
 COMMENT ON INDEX workfence.items_group_head_idx IS
-    'A group''s pending items that are not behind: its head, and items that came before it since (src/flow.rs).';
+    'A group''s pending items that are not behind: its head, and items that came before it since (src/verbs/flow.rs).';
 
 -- Nobody writes the tables directly: the functions run as the extension's
 -- owner (SECURITY DEFINER, set at the end of finalize.sql), so a role that
@@ -192,7 +192,7 @@ COMMENT ON INDEX workfence.items_finished_idx IS
 -- no later claim hands out an epoch at or below one already in the table.
 -- A row with an epoch also lifts epoch_seq to the generation floor (from
 -- 0.8.0): it comes from a copy of the database, whose history may have
--- handed out epochs after the copy was made (src/generation.rs). The floor
+-- handed out epochs after the copy was made (src/verbs/generation.rs). The floor
 -- is taken at the transaction's start (one restore transaction moves the
 -- sequence once), as generation::floor_at computes it: milliseconds since
 -- 2000-01-01 times 1024. An enqueue's row (created_at = clock_timestamp(),
@@ -268,7 +268,7 @@ COMMENT ON COLUMN workfence.queues.per_group IS
     'From 0.12.0 (work_limit): at most this many items of one group_key claimed at once; NULL: one (serial groups).';
 COMMENT ON INDEX workfence.queues_pkey IS 'A queue''s settings by name: the claim''s pause check is one probe here.';
 
--- The slots of a limited queue (from 0.12.0, src/flow.rs): a claim takes a
+-- The slots of a limited queue (from 0.12.0, src/verbs/flow.rs): a claim takes a
 -- free slot FOR UPDATE SKIP LOCKED for each item it hands out, so that
 -- claims of one queue never wait on each other and the limits stay exact.
 -- kind 'c': concurrency slots 1..concurrency, each free unless a claimed
@@ -284,7 +284,7 @@ CREATE TABLE workfence.queue_slots (
     CONSTRAINT queue_slots_pkey PRIMARY KEY (queue, kind, slot)
 );
 COMMENT ON TABLE workfence.queue_slots IS
-    'Slots of the limited queues, written by work_limit and by claims (src/flow.rs): a claim takes a free slot per item '
+    'Slots of the limited queues, written by work_limit and by claims (src/verbs/flow.rs): a claim takes a free slot per item '
     'it hands out, FOR UPDATE SKIP LOCKED. Not readable by PUBLIC.';
 COMMENT ON COLUMN workfence.queue_slots.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.queue_slots.kind IS
@@ -299,7 +299,7 @@ COMMENT ON INDEX workfence.queue_slots_used_idx IS 'Rate slots, least recently u
 -- Queue grants (from 0.7.0): which role may use which capability on which
 -- queues, and whether they are enforced. Written only by work_grant,
 -- work_revoke and work_enforce_grants, which tell every session to read
--- them again (src/grants.rs).
+-- them again (src/access/grants.rs).
 CREATE TABLE workfence.queue_grants (
     role        regrole NOT NULL,
     capability  text NOT NULL
@@ -342,7 +342,7 @@ COMMENT ON INDEX workfence.queue_grant_mode_pkey IS 'At most one row.';
 -- recovery, a restored or copied database: another timeline, system or
 -- database, or a dump's row beside this one) first moves epoch_seq to the
 -- generation floor, above every epoch the old history handed out, and
--- rewrites the row (src/generation.rs, docs/failover.md). The install
+-- rewrites the row (src/verbs/generation.rs, docs/failover.md). The install
 -- records the history it runs on: its first claims need no bump, and a
 -- standby that replayed the install has the row to compare with.
 CREATE TABLE workfence.generation (
@@ -394,7 +394,7 @@ COMMENT ON SEQUENCE workfence.items_id_seq IS 'Source of workfence.items.id (dum
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::counters::queue_counters
+-- pg_workfence::backend::counters::queue_counters
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "queue_counters"(
@@ -409,7 +409,7 @@ AS 'MODULE_PATHNAME', 'queue_counters_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::lease::work_assert
+-- pg_workfence::verbs::lease::work_assert
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_assert"(
@@ -423,7 +423,7 @@ AS 'MODULE_PATHNAME', 'work_assert_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::cancel::work_cancel
+-- pg_workfence::verbs::cancel::work_cancel
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_cancel"(
@@ -436,12 +436,12 @@ AS 'MODULE_PATHNAME', 'work_cancel_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::claim::work_claim
+-- pg_workfence::verbs::claim::work_claim
 -- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::claim::work_claim
+-- pg_workfence::verbs::claim::work_claim
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_claim"(
@@ -464,7 +464,7 @@ AS 'MODULE_PATHNAME', 'work_claim_wait_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::claim::work_claim_key
+-- pg_workfence::verbs::claim::work_claim_key
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_claim_key"(
@@ -486,7 +486,7 @@ AS 'MODULE_PATHNAME', 'work_claim_key_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::grants::work_enforce_grants
+-- pg_workfence::access::grants::work_enforce_grants
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_enforce_grants"(
@@ -498,12 +498,12 @@ AS 'MODULE_PATHNAME', 'work_enforce_grants_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::enqueue::work_enqueue
+-- pg_workfence::verbs::enqueue::work_enqueue
 -- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::enqueue::work_enqueue
+-- pg_workfence::verbs::enqueue::work_enqueue
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_enqueue"(
@@ -526,12 +526,12 @@ AS 'MODULE_PATHNAME', 'work_enqueue_with_group_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::enqueue::work_enqueue_with_max_run
+-- pg_workfence::verbs::enqueue::work_enqueue_with_max_run
 -- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::lease::work_fail
+-- pg_workfence::verbs::lease::work_fail
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_fail"(
@@ -547,7 +547,7 @@ AS 'MODULE_PATHNAME', 'work_fail_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::cycle::work_fail_and_claim
+-- pg_workfence::verbs::cycle::work_fail_and_claim
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_fail_and_claim"(
@@ -574,7 +574,7 @@ AS 'MODULE_PATHNAME', 'work_fail_and_claim_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::lease::work_finish
+-- pg_workfence::verbs::lease::work_finish
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_finish"(
@@ -589,7 +589,7 @@ AS 'MODULE_PATHNAME', 'work_finish_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::cycle::work_finish_and_claim
+-- pg_workfence::verbs::cycle::work_finish_and_claim
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_finish_and_claim"(
@@ -615,7 +615,7 @@ AS 'MODULE_PATHNAME', 'work_finish_and_claim_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::lease::work_finish_many
+-- pg_workfence::verbs::lease::work_finish_many
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_finish_many"(
@@ -633,7 +633,7 @@ AS 'MODULE_PATHNAME', 'work_finish_many_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::grants::work_grant
+-- pg_workfence::access::grants::work_grant
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_grant"(
@@ -647,7 +647,7 @@ AS 'MODULE_PATHNAME', 'work_grant_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::operate::work_item
+-- pg_workfence::verbs::operate::work_item
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_item"(
@@ -679,7 +679,7 @@ AS 'MODULE_PATHNAME', 'work_item_of_id_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::operate::work_item
+-- pg_workfence::verbs::operate::work_item
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_item"(
@@ -712,17 +712,17 @@ AS 'MODULE_PATHNAME', 'work_item_of_key_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::operate::work_item_by_id
+-- pg_workfence::verbs::operate::work_item_by_id
 -- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::operate::work_item_by_key
+-- pg_workfence::verbs::operate::work_item_by_key
 -- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::listing::work_items
+-- pg_workfence::verbs::listing::work_items
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_items"(
@@ -753,7 +753,7 @@ AS 'MODULE_PATHNAME', 'work_items_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::lease::work_lease_status
+-- pg_workfence::verbs::lease::work_lease_status
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_lease_status"(
@@ -767,12 +767,12 @@ AS 'MODULE_PATHNAME', 'work_lease_status_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::flow::work_limit
+-- pg_workfence::verbs::flow::work_limit
 -- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::flow::work_limit
+-- pg_workfence::verbs::flow::work_limit
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_limit"(
@@ -788,7 +788,7 @@ AS 'MODULE_PATHNAME', 'work_limit_per_group_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::grants::work_may
+-- pg_workfence::access::grants::work_may
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_may"(
@@ -804,7 +804,7 @@ AS 'MODULE_PATHNAME', 'work_may_wrapper';
 -- requires:
 --   bootstrap
 --   counters::queue_counters
---   grants::work_may
+--   access::grants::work_may
 
 -- pg_workfence: the views. Run after bootstrap (they read the tables) and
 -- after the functions workfence.queue_counters and workfence.work_may (pgrx
@@ -943,7 +943,7 @@ REVOKE ALL ON TABLE workfence.work_queue_grants FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::operate::work_pause
+-- pg_workfence::verbs::operate::work_pause
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_pause"(
@@ -955,7 +955,7 @@ AS 'MODULE_PATHNAME', 'work_pause_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::purge::work_purge
+-- pg_workfence::verbs::purge::work_purge
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_purge"(
@@ -968,7 +968,7 @@ AS 'MODULE_PATHNAME', 'work_purge_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::lease::work_release
+-- pg_workfence::verbs::lease::work_release
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_release"(
@@ -983,7 +983,7 @@ AS 'MODULE_PATHNAME', 'work_release_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::lease::work_renew
+-- pg_workfence::verbs::lease::work_renew
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_renew"(
@@ -998,7 +998,7 @@ AS 'MODULE_PATHNAME', 'work_renew_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::operate::work_reschedule
+-- pg_workfence::verbs::operate::work_reschedule
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_reschedule"(
@@ -1012,7 +1012,7 @@ AS 'MODULE_PATHNAME', 'work_reschedule_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::operate::work_resume
+-- pg_workfence::verbs::operate::work_resume
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_resume"(
@@ -1024,7 +1024,7 @@ AS 'MODULE_PATHNAME', 'work_resume_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::operate::work_retry
+-- pg_workfence::verbs::operate::work_retry
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_retry"(
@@ -1038,7 +1038,7 @@ AS 'MODULE_PATHNAME', 'work_retry_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::grants::work_revoke
+-- pg_workfence::access::grants::work_revoke
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_revoke"(

@@ -147,7 +147,7 @@ function checkNumber(name, value, { min, max, integer = false, minExclusive = fa
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/u;
 
 /**
- * A queue or owner name checked as the server checks it (src/validate.rs): a string, not empty
+ * A queue or owner name checked as the server checks it (src/access/validate.rs): a string, not empty
  * (an owner: not blank after trimming), at most `mostBytes` bytes of UTF-8, no control
  * characters. So a bad name stops the worker at construction, not at its first claim.
  * @param {string} what 'queue' or 'owner'

@@ -106,12 +106,7 @@ fn drop_casts(arguments: &str) -> String {
 /// SQL name → the `///` doc comments above the attribute, one per overload.
 fn pg_externs() -> BTreeMap<String, Vec<String>> {
     let mut found = BTreeMap::new();
-    for entry in ok(std::fs::read_dir(repo_root().join("src")), "src/") {
-        let path = ok(entry, "src/").path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let text = ok(std::fs::read_to_string(&path), "a source file");
+    for (_, text) in common::extension_sources() {
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
             if !line.starts_with("#[pg_extern") {

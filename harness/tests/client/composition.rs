@@ -53,7 +53,7 @@
 //! is what 0.11.0's `DELETE ... WHERE paused` left), whose failure must
 //! shrink to that one resume; and `a_resume_that_tells_no_session_is_caught`
 //! (the row updated without the invalidation every backend's cache relies
-//! on, `src/paused.rs`), caught at the next claim of a backend that had read
+//! on, `src/backend/paused.rs`), caught at the next claim of a backend that had read
 //! the pause.
 //!
 //! No waiting on the clock: leases are 1 hour (live for the whole test) or
@@ -737,7 +737,7 @@ struct Item {
     /// While claimed: whether the lease has lapsed (`lease_until` NULL
     /// otherwise).
     lapsed: Option<bool>,
-    /// From 0.12.0 (group heads, src/flow.rs): `turn` (microseconds) and
+    /// From 0.12.0 (group heads, src/verbs/flow.rs): `turn` (microseconds) and
     /// `behind`, read back from the server after each verb, not predicted:
     /// the model checks the heads' invariant on them and orders a flow
     /// claim's due items by them.
@@ -911,7 +911,7 @@ impl Model {
     }
 
     /// An item's place in a flow claim's serving order (from 0.12.0,
-    /// src/flow.rs): a pending item by (priority, turn else run_at, id),
+    /// src/verbs/flow.rs): a pending item by (priority, turn else run_at, id),
     /// where `turn` is when a claim of its group made it the group's head;
     /// a lapsed lease by its claim order.
     fn serving(&self, item: &Item) -> (i32, i64, i64) {
@@ -922,7 +922,7 @@ impl Model {
     }
 
     /// A group whose first pending item in claim order is behind, if any:
-    /// the heads' invariant (src/flow.rs) broken between two verbs.
+    /// the heads' invariant (src/verbs/flow.rs) broken between two verbs.
     fn stranded_group(&self) -> Option<String> {
         let groups: BTreeSet<&String> =
             self.items.iter().filter_map(|i| i.group.as_ref()).collect();
@@ -2130,7 +2130,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
             m.settings.rate = *rate;
             m.settings.per = rate.map(|_| per.rendered().to_owned());
             // A new rate keeps the window's most recent claims, as many as
-            // it allows (src/flow.rs, SYNC_RATE); no rate, none.
+            // it allows (src/verbs/flow.rs, SYNC_RATE); no rate, none.
             m.settings.used = rate.map_or(0, |r| m.settings.used.min(i64::from(r)));
         }
         (Verb::Purge { every_queue }, Outcome::Count(purged)) => {

@@ -1,5 +1,5 @@
 //! The fused calls `work_finish_and_claim` and `work_fail_and_claim`
-//! (from 0.9.0, `src/cycle.rs`): a worker's cycle, settling the previous
+//! (from 0.9.0, `src/verbs/cycle.rs`): a worker's cycle, settling the previous
 //! item and claiming the next, in one statement and one commit.
 //!
 //! What a worker relies on:

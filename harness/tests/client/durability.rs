@@ -6,7 +6,7 @@
 //! recovery the sequence would hand the same epochs out again. `work_claim`
 //! and `work_claim_key` therefore flush the WAL up to the sequence's latest
 //! record before returning when the session's `synchronous_commit` does not
-//! (see `durable()` in `src/claim.rs`); the claim's own row updates stay
+//! (see `durable()` in `src/verbs/claim.rs`); the claim's own row updates stay
 //! asynchronous.
 //!
 //! An OS crash cannot be staged here (a `pg_ctl -m immediate` stop keeps WAL

@@ -13,7 +13,7 @@
 //!   token is `current`, after ROLLBACK `superseded` (the claim never took
 //!   effect).
 //! - An operator finds the claimers long-polling a queue in `pg_locks` with
-//!   `hashtext(queue)` ([`WAITERS`], the query `src/wait.rs` documents).
+//!   `hashtext(queue)` ([`WAITERS`], the query `src/backend/wait.rs` documents).
 //!
 //! Needs the extension installed (`scripts/test.sh`).
 
@@ -31,7 +31,7 @@ use workfence_harness::Cluster;
 const QUEUE: &str = "mail";
 
 /// The claimers long-polling queue `'mail'` in this database, by backend
-/// pid: exactly the query `src/wait.rs` gives operators (the wait lock is
+/// pid: exactly the query `src/backend/wait.rs` gives operators (the wait lock is
 /// the advisory lock `(0x57467774, hashtext(queue))`, "WFwt", in the
 /// extension's own lock space, `objsubid` 22342).
 const WAITERS: &str = "\
@@ -148,7 +148,7 @@ fn work_assert_outside_a_transaction_block_is_refused_with_25p01() {
     assert_eq!(lease_status(&mut c, id, "w", epoch), "current");
 
     // A DO block run by one autocommit statement: refused too (decision
-    // documented in src/lease.rs).
+    // documented in src/verbs/lease.rs).
     let err = db_error(
         c.batch_execute(&format!(
             "DO $$ BEGIN PERFORM workfence.work_assert({id}, 'w', {epoch}); END $$"

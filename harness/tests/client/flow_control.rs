@@ -1723,7 +1723,7 @@ fn soak_groups_stay_serial_through_stalls_and_sigkills() {
 /// every claim until fewer items than the new limit are claimed, exactly
 /// as many as the limit then allows; raised, it lets claims go on at once;
 /// lifted, it lets them all. The items that hold slots a lowered limit
-/// retired (src/flow.rs) move into the limit's slots as those free.
+/// retired (src/verbs/flow.rs) move into the limit's slots as those free.
 /// The order of the finishes is chosen so that the first two free the new
 /// limit's own slot and a retired one, and claims must still wait.
 #[test]

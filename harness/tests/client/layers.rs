@@ -1,68 +1,104 @@
-//! The extension's modules import one another one way (issue 31): no file
-//! of `src/` reaches, through the `crate::` paths it names, a file that
-//! reaches it back. The shared pieces sit below the verbs (`types`, `sql`,
-//! `keys`, `take`, `plans`), and the commit's effects are handed to the
-//! backend layer (`xact`) by `_PG_init` rather than named by it. Reads the
-//! source only: no server.
+//! The extension's modules import one another one way (issue 31), and the
+//! folders of `src/` show the layers: `base/` (shared types, the error
+//! enum), `pg/` (the server's facilities), `access/` (argument checks,
+//! grants), `store/` (the items' SQL), `backend/` (per-backend state, what
+//! runs after commit), `verbs/` (the state machine), and at the top the
+//! files of `src/` itself (`lib.rs`, the maintenance worker). A file imports
+//! only from its own layer or one below it, and no file reaches, through
+//! the `crate::` paths it names, a file that reaches it back: a claim's path
+//! only goes down. The backend layer's commit effects call the verbs through
+//! `xact::CommitHooks`, handed in by `_PG_init`. Reads the source only: no
+//! server.
 
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{ok, repo_root};
+/// The layers, bottom first: the folders of `src/`. The files directly in
+/// `src/` are the top layer, above all of these.
+const LAYERS: [&str; 6] = ["base", "pg", "access", "store", "backend", "verbs"];
 
-/// Each module of `src/` (a file `src/<name>.rs`) with the modules it
-/// names as `crate::<name>` (also inside `use crate::{a, b}`), comment
-/// lines left out.
-fn imports() -> BTreeMap<String, BTreeSet<String>> {
-    let dir = repo_root().join("src");
-    let mut sources = BTreeMap::new();
-    for entry in ok(std::fs::read_dir(&dir), "src/") {
-        let path = ok(entry, "src/ entry").path();
-        if path.extension().and_then(|e| e.to_str()) != Some("rs") {
-            continue;
-        }
-        let name = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or_default()
-            .to_owned();
-        let text = ok(std::fs::read_to_string(&path), "a source file");
-        let code: Vec<&str> = text
-            .lines()
-            .filter(|line| !line.trim_start().starts_with("//"))
-            .collect();
-        sources.insert(name, code.join("\n"));
+/// A module's name: `layer/file` for a file in a layer's folder
+/// (`verbs/claim`), the file's name for one directly in `src/`
+/// (`maintenance`); a folder's `mod.rs` is `layer/mod`.
+fn module_of(relative: &str) -> String {
+    relative.trim_end_matches(".rs").to_owned()
+}
+
+/// The layer of a module: its index in [`LAYERS`], or `LAYERS.len()` for
+/// the top (a file directly in `src/`). Panics on a folder that is not a
+/// layer: a new folder must take its place in [`LAYERS`].
+fn layer_of(module: &str) -> usize {
+    match module.split_once('/') {
+        Some((folder, _)) => LAYERS.iter().position(|l| *l == folder).unwrap_or_else(|| {
+            panic!("src/{folder}/ is not a layer: give it its place in LAYERS (layers.rs)")
+        }),
+        None => LAYERS.len(),
     }
-    let modules: BTreeSet<String> = sources.keys().filter(|m| *m != "lib").cloned().collect();
-    let word = |s: &str| -> String {
-        s.chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect()
+}
+
+/// The leading identifier of `s`.
+fn word(s: &str) -> String {
+    s.chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The names a `crate::` path at the start of `rest` reaches: `layer::file`
+/// or `layer::{file, file::Item}` name files of a layer, `file` a file
+/// directly in `src/`.
+fn named(rest: &str, modules: &BTreeSet<String>) -> Vec<String> {
+    let first = word(rest);
+    if !LAYERS.contains(&first.as_str()) {
+        return vec![first]
+            .into_iter()
+            .filter(|m| modules.contains(m))
+            .collect();
+    }
+    let after = rest[first.len()..].strip_prefix("::").unwrap_or_default();
+    let files: Vec<String> = match after.strip_prefix('{') {
+        Some(group) => group
+            .split('}')
+            .next()
+            .unwrap_or_default()
+            .split(',')
+            .map(|item| word(item.trim()))
+            .collect(),
+        None => vec![word(after)],
     };
+    files
+        .into_iter()
+        .map(|file| format!("{first}/{file}"))
+        .filter(|m| modules.contains(m))
+        .collect()
+}
+
+/// Each module of `src/` with the modules it names as `crate::...`,
+/// comment lines left out.
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let sources: BTreeMap<String, String> = common::extension_sources()
+        .into_iter()
+        .map(|(relative, text)| {
+            let code: Vec<&str> = text
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .collect();
+            (module_of(&relative), code.join("\n"))
+        })
+        .collect();
+    let modules: BTreeSet<String> = sources.keys().cloned().collect();
     sources
         .iter()
         .map(|(name, code)| {
-            let mut named = BTreeSet::new();
+            let mut reached = BTreeSet::new();
             for (i, _) in code.match_indices("crate::") {
-                let rest = &code[i + "crate::".len()..];
-                let listed: Vec<String> = match rest.strip_prefix('{') {
-                    Some(group) => group
-                        .split('}')
-                        .next()
-                        .unwrap_or_default()
-                        .split(',')
-                        .map(|item| word(item.trim()))
-                        .collect(),
-                    None => vec![word(rest)],
-                };
-                named.extend(
-                    listed
+                reached.extend(
+                    named(&code[i + "crate::".len()..], &modules)
                         .into_iter()
-                        .filter(|m| modules.contains(m) && m != name),
+                        .filter(|m| m != name),
                 );
             }
-            (name.clone(), named)
+            (name.clone(), reached)
         })
         .collect()
 }
@@ -101,18 +137,60 @@ fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
         .find_map(|module| visit(graph, module, &mut Vec::new(), &mut done))
 }
 
-#[test]
-fn no_module_of_src_imports_one_that_imports_it_back() {
+/// The reading of `src/` found the layout it checks, so that the tests
+/// below cannot pass on nothing.
+fn checked_imports() -> BTreeMap<String, BTreeSet<String>> {
     let graph = imports();
     assert!(
-        graph.len() > 20 && graph["claim"].contains("flow") && graph["flow"].contains("take"),
+        graph.len() > 25
+            && graph["verbs/claim"].contains("verbs/flow")
+            && graph["verbs/flow"].contains("store/take")
+            && graph["backend/wait"].contains("backend/paused"),
         "the reading of src/ found too little: {graph:?}"
     );
-    if let Some(found) = cycle(&graph) {
+    graph
+}
+
+#[test]
+fn no_module_of_src_imports_one_that_imports_it_back() {
+    if let Some(found) = cycle(&checked_imports()) {
         panic!(
             "an import cycle among the files of src/: {} (move the shared item below \
              both, or hand the call in as xact's CommitHooks are)",
             found.join(" -> ")
         );
     }
+}
+
+#[test]
+fn every_import_points_to_the_same_layer_or_one_below() {
+    let mut upward = Vec::new();
+    for (module, reached) in checked_imports() {
+        for target in reached {
+            if layer_of(&target) > layer_of(&module) {
+                upward.push(format!("{module} -> {target}"));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports that point up the layers {LAYERS:?} (bottom first): {upward:?} (move the \
+         shared item down, or hand the call in as xact's CommitHooks are)"
+    );
+}
+
+#[test]
+fn the_layer_check_sees_an_import_that_points_up() {
+    let modules: BTreeSet<String> = ["base/types", "verbs/claim", "backend/wait"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let reached = named("verbs::{claim, lease::X}", &modules);
+    assert_eq!(reached, vec!["verbs/claim".to_owned()]);
+    assert!(layer_of(&reached[0]) > layer_of("backend/wait"));
+    assert_eq!(
+        named("backend::wait::queue_key", &modules),
+        vec!["backend/wait"]
+    );
+    assert_eq!(layer_of("maintenance"), LAYERS.len());
 }

@@ -9,7 +9,7 @@
 //! items, billing's `work_limit` blocked until `statement_timeout`, and
 //! every long poll of the queue fell back to polling. From 0.12.0 the
 //! extension's advisory locks carry their own `locktag_field4`
-//! (`src/compat.rs`, `LOCK_SPACE`), which no SQL function makes.
+//! (`src/pg/compat.rs`, `LOCK_SPACE`), which no SQL function makes.
 //!
 //! Here an intruder, a role that may only connect, holds every advisory
 //! lock SQL lets it take with keys derived from the queue's name (both
@@ -208,8 +208,8 @@ fn no_role_can_stall_a_queue_through_the_extensions_locks() {
                          WHERE l.pid = $1 AND l.locktype = 'advisory' AND l.granted
                            AND l.classid = 1464235892 AND l.objid = hashtext($2)::oid
                            AND l.objsubid = 22342)",
-        // 1464235892 = 0x57467774 ("WFwt", src/wait.rs WAIT_LOCK_CLASS);
-        // 22342 = 0x5746, the extension's lock space (src/compat.rs LOCK_SPACE).
+        // 1464235892 = 0x57467774 ("WFwt", src/backend/wait.rs WAIT_LOCK_CLASS);
+        // 22342 = 0x5746, the extension's lock space (src/pg/compat.rs LOCK_SPACE).
         &[&waiter_pid, &QUEUE],
     );
     assert!(
@@ -398,7 +398,7 @@ fn an_open_pause_of_a_queue_whose_name_hashes_alike_stalls_no_other_queue() {
 /// transaction stopped every other claim of the queue until `COMMIT
 /// PREPARED`, past its session's end (found by issue 30's adversarial
 /// review; 0.12.0's first fix refused the prepare). From issue 33 a claim
-/// holds only the slot it took (src/flow.rs): the prepare goes through,
+/// holds only the slot it took (src/verbs/flow.rs): the prepare goes through,
 /// the other claims of the queue take the other slots meanwhile, and the
 /// limit still counts the prepared claim once it commits.
 #[test]

@@ -10,7 +10,7 @@
 //! pending, at most once per item in the model) at any moment, without a
 //! token. The server's clock is abstract: a live lease may lapse and a
 //! delayed item may come due at any moment. Each action is one SQL statement
-//! of `src/claim.rs`, `src/lease.rs`, `src/cancel.rs` or `src/operate.rs`,
+//! of `src/verbs/claim.rs`, `src/verbs/lease.rs`, `src/verbs/cancel.rs` or `src/verbs/operate.rs`,
 //! atomic as it is under PostgreSQL's row locks; `docs/model.md` maps every
 //! action onto its statement, and says what the model leaves out.
 //!
@@ -53,7 +53,7 @@
 //! claimed, so it keeps its slot, and claiming it anew takes no other;
 //! finishing, failing, releasing, cancelling or dead-lettering the item
 //! frees the slot without a write to it. The claim, in its own READ
-//! COMMITTED transaction (`src/flow.rs`):
+//! COMMITTED transaction (`src/verbs/flow.rs`):
 //! 1. `LOCK_SLOTS` ([`Action::Begin`] takes its snapshot S1, the rest is in
 //!    [`Action::Pick`]): the slots that S1 shows free, in slot order, up to
 //!    the items wanted, `FOR UPDATE SKIP LOCKED`. A row another transaction
@@ -128,7 +128,7 @@
 //! The flow configurations of a group of two and of the limit also have
 //! an operator who pauses and resumes the queue at any moment (issue 30).
 //! A claim reads the queue's settings (`workfence.queues`: paused, grouped,
-//! the limit) when it starts, as `src/paused.rs` does: through the pause
+//! the limit) when it starts, as `src/backend/paused.rs` does: through the pause
 //! lock, which a pause holds from before its write until its invalidation
 //! has gone out, so that a claim starting in between reads the queue as
 //! paused too. The checker proves that a claim that starts while the queue
@@ -141,7 +141,7 @@
 //! (`Sql::ClaimIgnoresPause`) and one that trusts its cache without the
 //! pause lock (`Sql::NoPauseLock`) are caught.
 //!
-//! **Group heads** (issue 33, 0.12.0, `src/flow.rs`). A claim of a grouped
+//! **Group heads** (issue 33, 0.12.0, `src/verbs/flow.rs`). A claim of a grouped
 //! queue reads only *candidates*, items whose `behind` is false (`PICK`),
 //! takes a grouped one only if its group has fewer than `per_group` items
 //! claimed (`work_limit(..., per_group => n)`) and no pending item before
@@ -157,9 +157,9 @@
 //! [`Action::Normalize`] (`NORMALIZE`, a new statement under the lock: the
 //! group's first pending item becomes its head, every other candidate
 //! behind) and [`Action::Commit`]. An enqueue is two: [`Action::Enqueue`]
-//! (`INSERT_GROUPED_BEHIND`, `src/enqueue.rs`: behind if a pending item of
+//! (`INSERT_GROUPED_BEHIND`, `src/verbs/enqueue.rs`: behind if a pending item of
 //! its group comes before it in its snapshot) and [`Action::EnqueueCommit`]
-//! (its pre-commit, `verify_behind` in `src/xact.rs` and `VERIFY_BEHIND`:
+//! (its pre-commit, `verify_behind` in `src/backend/xact.rs` and `VERIFY_BEHIND`:
 //! the group's lock tried without waiting; got it, the item is re-checked
 //! in a fresh snapshot; not, it is made a candidate). A cancel of a grouped
 //! item waits for the group's lock and normalizes the group (`regroup`). A
@@ -274,7 +274,7 @@ type Epoch = u8;
 /// that the checker must catch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sql {
-    /// The statements of `src/claim.rs` and `src/lease.rs`.
+    /// The statements of `src/verbs/claim.rs` and `src/verbs/lease.rs`.
     Extension,
     /// Broken: the token guard and `AFTER_REFUSAL` without the epoch, so a
     /// token is judged by its owner name and the item's state alone.
@@ -295,7 +295,7 @@ enum Sql {
     /// written before `cancelled` existed would: a cancelled item (no
     /// `lease_until`, its `run_at` passed or passing) is claimable.
     ClaimByExclusion,
-    /// Broken: no generation floor (`src/generation.rs`). After the server
+    /// Broken: no generation floor (`src/verbs/generation.rs`). After the server
     /// loses a suffix of its history, `epoch_seq` continues from the
     /// position it had then, so a claim hands out an epoch the lost suffix
     /// had handed out already.
@@ -332,7 +332,7 @@ enum Sql {
     /// queue as from an open one.
     ClaimIgnoresPause,
     /// Broken: a claim that reads its backend's cached settings without
-    /// first probing the queue's pause lock (`src/paused.rs`). Between the
+    /// first probing the queue's pause lock (`src/backend/paused.rs`). Between the
     /// pause's commit and its invalidation a backend whose cache predates
     /// the commit still reads the queue as open.
     NoPauseLock,
@@ -342,7 +342,7 @@ enum Sql {
     /// gave it. (When the lock is busy it still clears them.) This is also
     /// what an enqueue in a REPEATABLE READ or SERIALIZABLE transaction
     /// would do if `VERIFY_BEHIND` read the transaction's snapshot there
-    /// (`verify_behind` in `src/xact.rs` makes its items candidates
+    /// (`verify_behind` in `src/backend/xact.rs` makes its items candidates
     /// instead).
     EnqueueSkipsRecheck,
     /// Broken (group heads): a claim's `NORMALIZE` reads the group in its
@@ -357,7 +357,7 @@ enum Sql {
     /// Broken (group heads): `work_cancel` of a grouped item does not
     /// normalize the group (no `regroup` after `CANCEL`).
     CancelSkipsNormalize,
-    /// Broken (group heads), what `src/flow.rs` had when this variant was
+    /// Broken (group heads), what `src/verbs/flow.rs` had when this variant was
     /// written: `NORMALIZE` updates the group's head `FOR UPDATE SKIP
     /// LOCKED`, leaving a head another transaction holds locked as it is,
     /// on the argument that only a claim's `PICK` locks a pending item and
@@ -826,7 +826,7 @@ impl InFlight {
 
 /// The queue's row of `workfence.queues` (from 0.6.0; the flow columns from
 /// 0.10.0): the settings a claim reads before it picks
-/// (`paused::settings`, `src/paused.rs`). No row reads as the default: not
+/// (`paused::settings`, `src/backend/paused.rs`). No row reads as the default: not
 /// paused, no groups, no limit. (`paused_at`, `rate`, `per` and the rate
 /// window are not modelled; `PRUNE`'s delete of a row that holds no
 /// setting any more is the default again.)
@@ -1843,7 +1843,7 @@ impl LeaseModel {
     }
 
     /// The settings a claim that starts in `state` reads
-    /// (`paused::settings`, `src/paused.rs`), or None when it hands out
+    /// (`paused::settings`, `src/backend/paused.rs`), or None when it hands out
     /// nothing because the queue reads as paused. The claim first probes the
     /// queue's pause lock without waiting: while a pause holds it (between
     /// its commit and its invalidation, [`State::pausing`]), the queue reads
@@ -2667,7 +2667,7 @@ impl LeaseModel {
         state
     }
 
-    /// `work_cancel`'s `CANCEL` (`src/cancel.rs`) of `item`: a pending or
+    /// `work_cancel`'s `CANCEL` (`src/verbs/cancel.rs`) of `item`: a pending or
     /// claimed item becomes `cancelled`, its `owner` and `epoch` stay and its
     /// lease ends. None (no step) for a done, failed or cancelled item.
     ///
@@ -2678,7 +2678,7 @@ impl LeaseModel {
     /// its group's lock, waiting for the claim of the group that holds it
     /// (no step while one does), and normalizes the group in a snapshot
     /// taken after the lock was granted (`regroup` and `NORMALIZE` in
-    /// `src/flow.rs`), which also makes the cancelled item not behind (so a
+    /// `src/verbs/flow.rs`), which also makes the cancelled item not behind (so a
     /// `work_retry` brings it back a candidate). One step: nobody else
     /// writes the group's pending items while the lock is held, and
     /// `CANCEL`'s write (its row locked from `CANCEL` on) is seen by nobody
@@ -4695,7 +4695,7 @@ fn a_cancel_without_normalize_is_caught() {
     }
 }
 
-/// Group heads, `src/flow.rs`'s `NORMALIZE` as it stood: the head updated
+/// Group heads, `src/verbs/flow.rs`'s `NORMALIZE` as it stood: the head updated
 /// `FOR UPDATE SKIP LOCKED`. A claim's `PICK` whose snapshot shows an item
 /// as its group's head reaches the row after another transaction made it
 /// behind: PostgreSQL locks the row, the re-check fails, the row is not

@@ -630,15 +630,9 @@ $generate$;
 /// extension's SQL calls, read from `src/`: `pg_catalog.name(` and
 /// `OPERATOR(pg_catalog.op)`.
 fn names_the_extension_calls() -> (BTreeSet<String>, BTreeSet<String>) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
     let mut functions = BTreeSet::new();
     let mut operators = BTreeSet::new();
-    for entry in ok(std::fs::read_dir(&src), "reading src/") {
-        let path = ok(entry, "reading src/").path();
-        if path.extension().is_none_or(|ext| ext != "rs") {
-            continue;
-        }
-        let text = ok(std::fs::read_to_string(&path), "reading a source file");
+    for (_, text) in common::extension_sources() {
         for (at, _) in text.match_indices("pg_catalog.") {
             let rest = &text[at + "pg_catalog.".len()..];
             let name: String = rest
@@ -967,7 +961,7 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
     epochs.extend([h1, h2, j1, j2, i1]);
 
     // Flow control (from 0.10.0): a limited queue with serial groups, whose
-    // claims run the statements of src/flow.rs.
+    // claims run the statements of src/verbs/flow.rs.
     let flow = format!("{queue}_flow");
     ok(
         calls::work_limit(hostile, &flow, Some(2), Some(10), "1 minute"),
@@ -1172,7 +1166,7 @@ fn a_hostile_search_path_is_never_followed() {
     // With queue grants enforced, the token statements run in their scoped
     // forms (a LIKE over the role's patterns): those too call no shadow. And
     // the database's history forgotten, the first claim starts a new one
-    // (src/generation.rs: a setval, the row rewritten): no shadow either.
+    // (src/verbs/generation.rs: a setval, the row rewritten): no shadow either.
     ok(
         admin.batch_execute(
             "SELECT workfence.work_grant(c, '*', 'wf_app')

@@ -808,7 +808,7 @@ fn router_fused_call_killed_between_its_two_commits_loses_and_holds_nothing() {
 /// PL/Proxy calls the shards as the router's current role. Inside a
 /// `SECURITY DEFINER` function that is the function's owner, whose queue
 /// grants the caller would borrow, while on one server the extension judges
-/// the session's role there (src/grants.rs). The router refuses such a call
+/// the session's role there (src/access/grants.rs). The router refuses such a call
 /// with 42501 (issue 30), message, detail and hint: a billing role calling
 /// a search role's definer functions (a claim of search's queue, its
 /// listing, the stats, and a helper of schema `workfence_router` called

@@ -266,6 +266,45 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The extension's Rust sources: every `.rs` file under `src/` (its layer
+/// folders included), as (path relative to `src/` with `/` separators,
+/// text), sorted by path. Panics when `src/` cannot be read or holds no
+/// file: a test reading the source must not pass on nothing.
+pub fn extension_sources() -> Vec<(String, String)> {
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in ok(std::fs::read_dir(dir), "a folder of src/") {
+            let path = ok(entry, "an entry of src/").path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let src = repo_root().join("src");
+    let mut paths = Vec::new();
+    walk(&src, &mut paths);
+    assert!(!paths.is_empty(), "no .rs file under {}", src.display());
+    let mut sources: Vec<(String, String)> = paths
+        .into_iter()
+        .map(|path| {
+            let relative = path
+                .strip_prefix(&src)
+                .expect("a path under src/")
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/");
+            (
+                relative,
+                ok(std::fs::read_to_string(&path), "a source file"),
+            )
+        })
+        .collect();
+    sources.sort();
+    sources
+}
+
 /// Sleeps on the server (`pg_sleep_until`, the server's clock, which the
 /// lease is judged by) until item `id`'s lease has lapsed.
 pub fn wait_out_lease(client: &mut Client, id: i64) {

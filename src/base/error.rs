@@ -10,7 +10,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::SpiError;
 
-use crate::types::{Capability, IntervalParts};
+use crate::base::types::{Capability, IntervalParts};
 
 /// Why a token is not honoured; the `detail` of a [`WorkfenceError::LeaseLost`].
 ///
@@ -126,7 +126,7 @@ impl LeaseStatus {
 /// error is raised, by the server's own `interval_out` (as a query result
 /// shows them, in the session's `IntervalStyle`: `8 days`, `00:00:00`), not
 /// as a count of microseconds; building one needs no server, so the checks
-/// in `crate::validate` stay testable without one.
+/// in `crate::access::validate` stay testable without one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Detail(Vec<Piece>);
 
@@ -233,7 +233,7 @@ pub enum WorkfenceError {
     /// lease. SQLSTATE 55000 (object_not_in_prerequisite_state): the work
     /// this transaction did under the token must not commit.
     /// `at_commit`: found by the re-check at commit that follows a rolled-back
-    /// savepoint (see `crate::xact`), which aborts the commit.
+    /// savepoint (see `crate::backend::xact`), which aborts the commit.
     #[error(
         "lease lost{}: item {id} is not claimed under owner {owner:?} and epoch {epoch} ({})",
         if *at_commit { " before commit" } else { "" },
@@ -281,7 +281,7 @@ pub enum WorkfenceError {
     /// `work_cancel` or `work_reschedule` (from 0.12.0) of an item in a
     /// group, in a transaction whose snapshot is fixed (REPEATABLE READ or
     /// SERIALIZABLE): the group's next head is chosen in a snapshot taken
-    /// after the group's lock was granted ([`crate::flow`], group heads),
+    /// after the group's lock was granted ([`crate::verbs::flow`], group heads),
     /// which such a transaction cannot take. SQLSTATE 25000
     /// (invalid_transaction_state).
     #[error("{verb} of an item of a group of queue {queue:?} needs READ COMMITTED")]
@@ -314,7 +314,7 @@ pub enum WorkfenceError {
     /// which a prepared transaction would keep until `COMMIT PREPARED`, and
     /// every other claim of the queue would get nothing meanwhile. From
     /// 0.12.0's schema a claim holds only its own slot rows and may be
-    /// prepared ([`crate::flow`]). SQLSTATE 0A000 (feature_not_supported).
+    /// prepared ([`crate::verbs::flow`]). SQLSTATE 0A000 (feature_not_supported).
     #[error(
         "this transaction claimed from queue {queue:?}, which has a limit: it cannot be prepared"
     )]
@@ -390,7 +390,7 @@ pub enum WorkfenceError {
     },
 
     /// The plan cache found another statement's plan under a statement's
-    /// key: a bug in the extension (see `crate::plans`), reported as XX000.
+    /// key: a bug in the extension (see `crate::pg::plans`), reported as XX000.
     #[error(
         "pg_workfence internal error: the plan cache holds another statement's plan for {sql:?}"
     )]

@@ -19,10 +19,10 @@
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 
-use crate::error::Result;
-use crate::plans::{self, params, Statement};
-use crate::sql::QueueParams;
-use crate::types::LostToken;
+use crate::base::error::Result;
+use crate::base::types::LostToken;
+use crate::pg::plans::{self, params, Statement};
+use crate::store::sql::QueueParams;
 
 /// `workfence.notify_enqueued` (boolean, default on, superuser-set): whether
 /// an enqueue of a due item runs `NOTIFY work_enqueued, '<queue>'`. Long
@@ -99,7 +99,7 @@ params! {
 
 /// Notify `work_lease_lost` for each of `tokens` (one statement for all),
 /// unless there are none or `workfence.notify_lease_lost` is off. Called by
-/// [`crate::lapse::settle`], which skips it on a schema before 0.6.0 (no
+/// [`crate::verbs::lapse::settle`], which skips it on a schema before 0.6.0 (no
 /// `workfence.lost_token` there).
 pub fn lease_lost(client: &mut pgrx::spi::SpiClient<'_>, tokens: &[LostToken]) -> Result<()> {
     if tokens.is_empty() || !NOTIFY_LEASE_LOST.get() {

@@ -24,12 +24,12 @@
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
-use crate::claim::{self, ClaimedRow};
-use crate::error::{OrReport, Result};
-use crate::generation;
-use crate::jsonb::RawJsonb;
-use crate::lease;
-use crate::validate;
+use crate::access::validate;
+use crate::base::error::{OrReport, Result};
+use crate::pg::jsonb::RawJsonb;
+use crate::verbs::claim::{self, ClaimedRow};
+use crate::verbs::generation;
+use crate::verbs::lease;
 
 /// One row of a fused call: the claimed item's columns, as `work_claim`
 /// returns them (all NULL in the one row of a call that claimed nothing),

@@ -8,8 +8,8 @@
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 
-use crate::error::{Result, WorkfenceError};
-use crate::plans::params;
+use crate::base::error::{Result, WorkfenceError};
+use crate::pg::plans::params;
 
 /// Append one entry to an item's `errors` history (`i.errors`, NULL or a
 /// jsonb array), keeping the newest [`validate::ERRORS_KEPT`] (20): when the
@@ -69,7 +69,7 @@ macro_rules! claim_sets {
        finished_at = CASE WHEN p.dead THEN "#,
             $now,
             r#" ELSE i.finished_at END,"#,
-            $crate::plans::by_schema!(
+            $crate::pg::plans::by_schema!(
                 $mode,
                 concat!(
                     "\n       claimed_at = CASE WHEN p.dead THEN i.claimed_at ELSE ",
@@ -105,7 +105,7 @@ pub(crate) use claim_sets;
 /// SQL, a boolean: whether queue `$1` has an item in state `$state` whose
 /// `$column` is at or before `$2`: the first entry of the partial index
 /// that holds the queue's `$state` items in `$column` order, read with the
-/// item's row (see `LAPSED` in [`crate::take`] for why not `min` or
+/// item's row (see `LAPSED` in [`crate::store::take`] for why not `min` or
 /// `EXISTS`). [`lapsed_probe!`] and [`due_probe!`] are its two uses.
 macro_rules! first_at_or_before {
     ($state:literal, $column:literal) => {
@@ -130,11 +130,11 @@ pub(crate) use first_at_or_before;
 
 /// SQL, a boolean: whether queue `$1` has a claimed item whose lease lapsed
 /// by the clock `$2`: the first entry of `items_lease_idx` at or before
-/// `$2`. Shared by `LAPSED`, the long poll's re-check ([`crate::wait`]) and
-/// a limited queue's first statement ([`crate::flow`]).
+/// `$2`. Shared by `LAPSED`, the long poll's re-check ([`crate::backend::wait`]) and
+/// a limited queue's first statement ([`crate::verbs::flow`]).
 macro_rules! lapsed_probe {
     () => {
-        $crate::sql::first_at_or_before!("claimed", "lease_until")
+        $crate::store::sql::first_at_or_before!("claimed", "lease_until")
     };
 }
 pub(crate) use lapsed_probe;
@@ -143,7 +143,7 @@ pub(crate) use lapsed_probe;
 /// `$2`: the first entry of `items_ready_idx` at or before `$2`.
 macro_rules! due_probe {
     () => {
-        $crate::sql::first_at_or_before!("pending", "run_at")
+        $crate::store::sql::first_at_or_before!("pending", "run_at")
     };
 }
 pub(crate) use due_probe;
@@ -216,7 +216,7 @@ params! {
 
 #[cfg(test)]
 mod tests {
-    use crate::validate;
+    use crate::access::validate;
 
     /// The number in the SQL of [`errors_append!`] is the documented bound.
     #[test]

@@ -9,19 +9,19 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::error::{OrReport, Result};
-use crate::flow;
-use crate::generation;
-use crate::grants::{self, Capability};
-use crate::jsonb::RawJsonb;
-use crate::lapse;
-use crate::paused;
-use crate::plans::{self, params, Statement};
-use crate::sql::claim_sets;
-use crate::sql::server_clock;
-pub(crate) use crate::take::{read_claim_result, ready, ClaimOutcome, ClaimedRow};
-use crate::validate;
-use crate::wait;
+use crate::access::grants::{self, Capability};
+use crate::access::validate;
+use crate::backend::paused;
+use crate::backend::wait;
+use crate::base::error::{OrReport, Result};
+use crate::pg::jsonb::RawJsonb;
+use crate::pg::plans::{self, params, Statement};
+use crate::store::sql::claim_sets;
+use crate::store::sql::server_clock;
+pub(crate) use crate::store::take::{read_claim_result, ready, ClaimOutcome, ClaimedRow};
+use crate::verbs::flow;
+use crate::verbs::generation;
+use crate::verbs::lapse;
 
 /// The claim statement for schema `$mode`; see [`CLAIM`].
 macro_rules! claim_sql {
@@ -82,7 +82,7 @@ UPDATE workfence.items AS i"#,
 //   and due (items_due_idx), and claimed with a lapsed lease
 //   (items_lease_idx). One OR over both would use neither index. A lapsed
 //   lease carries its superseded token (owner, epoch, lease_until) along,
-//   for `errors` and `work_lease_lost` ([`crate::lapse`]).
+//   for `errors` and `work_lease_lost` ([`crate::verbs::lapse`]).
 // - Lapsed final attempts (`exhausted`) are dead-lettered by the same
 //   UPDATE, without taking one of the `$4` slots.
 //
@@ -233,7 +233,7 @@ params! {
 }
 
 /// After a claim statement: settle the tokens it superseded
-/// ([`crate::lapse::settle`]: `errors`, `work_lease_lost`, the `lapsed`
+/// ([`crate::verbs::lapse::settle`]: `errors`, `work_lease_lost`, the `lapsed`
 /// counter). True if the statement changed anything at all.
 fn settle(outcome: &ClaimOutcome) -> Result<bool> {
     if !outcome.lost.is_empty() {
@@ -252,7 +252,7 @@ fn settle(outcome: &ClaimOutcome) -> Result<bool> {
 ///
 /// Claimable: pending with `run_at` reached, or claimed with `lease_until`
 /// reached (server time); from 0.10.0 also within the item's group and its
-/// queue's limits ([`crate::flow`]: a batch takes at most one item per
+/// queue's limits ([`crate::verbs::flow`]: a batch takes at most one item per
 /// group). Order: priority, run_at, id. Each returned item has
 /// a fresh epoch (the fencing token to pass to renew/finish/release/fail/
 /// assert), its `attempt` number (1 on the first claim) and `lease_until`
@@ -269,7 +269,7 @@ fn settle(outcome: &ClaimOutcome) -> Result<bool> {
 /// server: the call sleeps until an item may have become claimable (an
 /// enqueue, release or retryable failure in the queue commits, or a `run_at`
 /// or `lease_until` is reached) and claims again, returning as soon as it
-/// gets something, or zero rows once `wait` has passed (see [`crate::wait`]).
+/// gets something, or zero rows once `wait` has passed (see [`crate::backend::wait`]).
 /// `statement_timeout` and `pg_cancel_backend` end the wait with 57014.
 ///
 /// Errors: 22004 for a NULL argument; 22023 for a bad queue or owner (see
@@ -280,7 +280,7 @@ fn settle(outcome: &ClaimOutcome) -> Result<bool> {
 /// 25006 on a hot standby (before anything else: claim on the primary);
 /// 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no claim grant covering the queue
-/// (see `crate::grants`), checked again at every attempt of a
+/// (see `crate::access::grants`), checked again at every attempt of a
 /// waiting claim; 57014 when cancelled while waiting.
 #[pg_extern(
     name = "work_claim",
@@ -341,7 +341,7 @@ pub fn work_claim(
 }
 
 /// The body of `work_claim`, also the second half of the fused calls
-/// ([`crate::cycle`]): validate, check the standby and the grants, then claim
+/// ([`crate::verbs::cycle`]): validate, check the standby and the grants, then claim
 /// (waiting up to `wait`).
 pub(crate) fn claim(
     queue: Option<String>,
@@ -377,7 +377,7 @@ pub(crate) fn claim(
 /// wait, so it must not wait here at all: it takes the lock only if it is
 /// free at once and otherwise reports `false` (this attempt is skipped;
 /// the long poll tries again, or gives way to the update, see
-/// [`crate::wait`]).
+/// [`crate::backend::wait`]).
 fn lock_items(conditional: bool) -> bool {
     let items = plans::workfence_relation(c"items");
     if items == pg_sys::InvalidOid {
@@ -461,13 +461,13 @@ fn claim_once(
 /// held under a live lease, finished, or locked by a concurrent claim.
 ///
 /// From 0.10.0 the item's group and its queue's limits apply as in
-/// `work_claim` ([`crate::flow`]).
+/// `work_claim` ([`crate::verbs::flow`]).
 ///
 /// Errors: 22004 for a NULL argument; 22023 for a bad queue, key, owner or
 /// lease; 25000 for a queue with groups or limits under REPEATABLE READ or
 /// SERIALIZABLE; 25006 on a hot standby; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no claim grant covering the queue
-/// (see `crate::grants`).
+/// (see `crate::access::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_claim_key(
     queue: Option<String>,

@@ -59,8 +59,8 @@ use std::cell::Cell;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::error::{Result, WorkfenceError};
-use crate::plans::{self, params, Statement};
+use crate::base::error::{Result, WorkfenceError};
+use crate::pg::plans::{self, params, Statement};
 
 /// Epochs a history may hand out per millisecond of its life, on average,
 /// and still stay below the floor of any later one (a power of two: the

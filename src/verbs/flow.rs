@@ -45,7 +45,7 @@
 //!   seeing this one, uncommitted), so at its commit the transaction tries
 //!   each such group's lock without waiting, holds it through the commit,
 //!   and in a snapshot taken after that makes every such item that nothing
-//!   pending precedes any more a head ([`crate::xact`]); for a group whose
+//!   pending precedes any more a head ([`crate::backend::xact`]); for a group whose
 //!   lock a claim in flight holds (which may not see the items) it makes
 //!   them all heads, stale ones at worst. A claim that runs after the
 //!   commit holds the lock after it, and sees the items.
@@ -122,8 +122,8 @@
 //!
 //! **How a claim keeps them** (statements below). A queue's claims take
 //! this path only when its settings say it has groups or limits
-//! ([`crate::paused::Settings`]); every other queue runs the plain
-//! statements of [`crate::claim`], unchanged. Every flow claim first asks
+//! ([`crate::backend::paused::Settings`]); every other queue runs the plain
+//! statements of [`crate::verbs::claim`], unchanged. Every flow claim first asks
 //! whether anything is due or lapsed (`take::ready`, one index probe
 //! each) and stops if not, so that nothing is locked or walked for nothing.
 //! 1. Slots ([`LOCK_SLOTS`]): up to as many free slots of each kind as the
@@ -203,7 +203,7 @@
 //!
 //! Long polls: a claim that got nothing because of a limit, a busy group or
 //! slots held by other claims still finds due items in the queue, so the
-//! waiter re-checks after 5 ms, doubling up to 500 ms ([`crate::wait`]);
+//! waiter re-checks after 5 ms, doubling up to 500 ms ([`crate::backend::wait`]);
 //! and finishing, failing, releasing or cancelling an item of a grouped or
 //! limited queue wakes one waiter of the queue at commit ([`freed`]).
 
@@ -213,18 +213,18 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::error::{OrReport, Result, WorkfenceError};
-use crate::grants::{self, Capability};
-use crate::paused::{self, Settings};
-use crate::plans::{self, params, Statement, Versioned};
-use crate::plans::{schema_has_heads, schema_has_slots};
-use crate::sql::{group_order, group_pending};
-use crate::take::{self, ready, ClaimOutcome};
-use crate::validate;
-use crate::wait;
+use crate::access::grants::{self, Capability};
+use crate::access::validate;
+use crate::backend::paused::{self, Settings};
+use crate::backend::wait;
+use crate::base::error::{OrReport, Result, WorkfenceError};
+use crate::pg::plans::{self, params, Statement, Versioned};
+use crate::pg::plans::{schema_has_heads, schema_has_slots};
+use crate::store::sql::{group_order, group_pending};
+use crate::store::take::{self, ready, ClaimOutcome};
 
 /// The first key of a queue's limit lock (ASCII "WFli"); the second is
-/// `hashtext(queue)`, as the pause lock's ([`crate::paused`]).
+/// `hashtext(queue)`, as the pause lock's ([`crate::backend::paused`]).
 pub const LIMIT_LOCK_CLASS: i32 = 0x5746_6c69;
 
 /// `locktag_field4` of a group lock (ASCII "WG"), apart from the values 1
@@ -234,15 +234,17 @@ pub const GROUP_LOCK_CLASS: u16 = 0x5747;
 
 /// The lock tag of the limit lock of `queue`.
 fn limit_lock(queue: &str) -> pg_sys::LOCKTAG {
-    crate::compat::advisory_tag(LIMIT_LOCK_CLASS, crate::keys::queue_key(queue))
+    crate::pg::compat::advisory_tag(LIMIT_LOCK_CLASS, crate::pg::keys::queue_key(queue))
 }
 
 /// The lock tag of group `group` of `queue`. Two groups whose hashes
 /// collide share a lock: a claim of one may pass the other over while it
 /// is claimed (never both held: step 4 checks the group by name).
 fn group_lock(queue: &str, group: &str) -> pg_sys::LOCKTAG {
-    let mut tag =
-        crate::compat::advisory_tag(crate::keys::queue_key(queue), crate::keys::queue_key(group));
+    let mut tag = crate::pg::compat::advisory_tag(
+        crate::pg::keys::queue_key(queue),
+        crate::pg::keys::queue_key(group),
+    );
     tag.locktag_field4 = GROUP_LOCK_CLASS;
     tag
 }
@@ -514,7 +516,7 @@ macro_rules! take_sql {
             r#")))
 )
 UPDATE workfence.items AS i"#,
-            crate::sql::claim_sets!(current, "$2", "$3", "$5")
+            crate::store::sql::claim_sets!(current, "$2", "$3", "$5")
         )
     };
 }
@@ -525,7 +527,7 @@ UPDATE workfence.items AS i"#,
 // and, for a grouped item, if its group has fewer than `per_group` other
 // items claimed and (for a pending item) no pending item before it, in
 // this statement's snapshot; a lapsed final attempt is dead-lettered.
-// CLAIM's result columns ([`crate::claim`]). `current`: 0.12.0 on, with the
+// CLAIM's result columns ([`crate::verbs::claim`]). `current`: 0.12.0 on, with the
 // queue's per_group; `legacy`: 0.10.0 and 0.11.0, serial groups.
 static TAKE: Versioned<TakeParams> = Versioned {
     current: Statement::new(take_sql!(heads)),
@@ -753,9 +755,9 @@ SELECT q.concurrency, q.rate,
        ready.lapsed, ready.due
   FROM q,
        (SELECT "#,
-    crate::sql::lapsed_probe!(),
+    crate::store::sql::lapsed_probe!(),
     " AS lapsed,\n               ",
-    crate::sql::due_probe!(),
+    crate::store::sql::due_probe!(),
     r#" AS due
         OFFSET 0) AS ready
  WHERE q.concurrency IS NOT NULL OR q.rate IS NOT NULL
@@ -1053,7 +1055,7 @@ fn verify_slots(
 // statement's snapshot, taken after step 1's locks were granted, at or
 // below the limit as it is now and only while no claimed item holds a
 // retired slot (a `work_limit` that committed since step 1 may have made
-// some). The claim is CLAIM_DUE's ([`crate::claim`]), as many items as
+// some). The claim is CLAIM_DUE's ([`crate::verbs::claim`]), as many items as
 // free slots, each claimed item taking one of them (`items.slot`, written
 // by the claim's own update); the rate slots used get the claim's time.
 // That time (`claimed_at`, the lease's start) is read inside the statement,
@@ -1169,7 +1171,7 @@ fn fast_take(
             lease,
             concurrency: locked.concurrency.map(|_| locked.low),
             rate: locked.rate.map(|_| locked.rate_slots),
-            now: crate::sql::server_clock()?,
+            now: crate::store::sql::server_clock()?,
             most,
         },
         |rows| take::read_claim_result(queue, rows),
@@ -1320,7 +1322,7 @@ fn legacy_allowance(
 
 /// The claim of a queue with groups or limits (`settings`): what `pick`
 /// names, for `owner` under `lease`, by the steps of the module comment.
-/// The result as [`crate::claim`]'s statements give it.
+/// The result as [`crate::verbs::claim`]'s statements give it.
 pub(crate) fn claim(
     queue: &str,
     owner: &str,
@@ -1337,7 +1339,7 @@ pub(crate) fn claim(
         }
         // Held to the end of the transaction: a prepared one would keep it
         // until COMMIT PREPARED, and the queue's claims would get nothing.
-        crate::xact::limit_lock_held(queue);
+        crate::backend::xact::limit_lock_held(queue);
     }
     let max_items = match pick {
         Pick::Queue(n) => n,
@@ -1350,7 +1352,7 @@ pub(crate) fn claim(
         // queue's future items.
         let mut slots = None;
         let (due, items, rate) = if slotted {
-            match lock_slots(client, queue, max_items, crate::sql::server_clock()?)? {
+            match lock_slots(client, queue, max_items, crate::store::sql::server_clock()?)? {
                 Some(locked) if !locked.lapsed && !locked.due => {
                     return Ok(ClaimOutcome::default());
                 }
@@ -1371,17 +1373,17 @@ pub(crate) fn claim(
                 // The limits were lifted: claim as a queue without them.
                 None => (max_items, max_items, false),
             }
-        } else if ready(client, queue, crate::sql::server_clock()?)? == (false, false) {
+        } else if ready(client, queue, crate::store::sql::server_clock()?)? == (false, false) {
             return Ok(ClaimOutcome::default());
         } else if legacy {
             // Read after the limit lock: the window's times grow with the
             // claims.
-            legacy_allowance(client, queue, max_items, crate::sql::server_clock()?)?
+            legacy_allowance(client, queue, max_items, crate::store::sql::server_clock()?)?
         } else {
             (max_items, max_items, false)
         };
         let (outcome, now) = if items == 0 {
-            (ClaimOutcome::default(), crate::sql::server_clock()?)
+            (ClaimOutcome::default(), crate::store::sql::server_clock()?)
         } else {
             pick_and_take(client, queue, owner, lease, pick, due, items)?
         };
@@ -1422,7 +1424,7 @@ pub(crate) fn claim(
 
 /// Steps 3 and 4 of a claim of `queue` for `owner` under `lease`: what
 /// `pick` names, at most `due` pending items and `items` items in all; the
-/// result as [`crate::claim`]'s statements give it, and the claim's time
+/// result as [`crate::verbs::claim`]'s statements give it, and the claim's time
 /// (each item's `claimed_at`, which the rate window counts from).
 fn pick_and_take(
     client: &mut pgrx::spi::SpiClient<'_>,
@@ -1433,7 +1435,7 @@ fn pick_and_take(
     due: i32,
     items: i32,
 ) -> Result<(ClaimOutcome, TimestampWithTimeZone)> {
-    let now = crate::sql::server_clock()?;
+    let now = crate::store::sql::server_clock()?;
     let picked: Vec<(i64, Option<String>)> = match pick {
         Pick::Queue(_) => plans::run(
             client,
@@ -1493,7 +1495,7 @@ fn pick_and_take(
     // groups locked: whatever freed a slot or a group committed
     // before it. An item picked at the earlier time is claimable at
     // this one too.
-    let now = crate::sql::server_clock()?;
+    let now = crate::store::sql::server_clock()?;
     let heads = schema_has_heads();
     let outcome = plans::run(
         client,
@@ -1605,7 +1607,7 @@ pub fn regroup(queue: &str, id: i64, cancelled: bool) -> Result<()> {
 }
 
 /// Take the group lock of `group` of `queue` if it is free, to the end of
-/// the transaction (an enqueue's commit, [`crate::xact`]).
+/// the transaction (an enqueue's commit, [`crate::backend::xact`]).
 pub fn try_group_lock(queue: &str, group: &str) -> bool {
     try_lock(&group_lock(queue, group))
 }
@@ -1653,7 +1655,7 @@ params! {
 /// ([`mark_grouped_at_commit`]), so that from the enqueue's commit on every
 /// claim of the queue keeps its groups serial. Until then the item is seen
 /// by this transaction alone, whose own claims read the queue as grouped
-/// ([`crate::xact::grouped_pending`]). Nothing is locked or written before
+/// ([`crate::backend::xact::grouped_pending`]). Nothing is locked or written before
 /// the commit: until 0.11.0 the mark took the queue's pause lock and its
 /// settings row at once, and a producer that left such a transaction open
 /// (or idle) stopped every claim and operator call of the queue (issue 30).
@@ -1661,15 +1663,15 @@ pub fn enqueue_grouped(queue: &str) -> Result<()> {
     if paused::settings_unlocked(queue)?.grouped {
         return Ok(());
     }
-    crate::xact::mark_grouped_at_commit(queue);
+    crate::backend::xact::mark_grouped_at_commit(queue);
     Ok(())
 }
 
 /// At the commit of a transaction that enqueued `queue`'s first grouped
 /// item: mark the queue grouped under its pause lock, with the invalidation
-/// a pause sends (see [`crate::paused`]), both held or sent only for the
+/// a pause sends (see [`crate::backend::paused`]), both held or sent only for the
 /// moment of the commit. Runs as the extension's owner, with an active
-/// snapshot ([`crate::xact`]).
+/// snapshot ([`crate::backend::xact`]).
 pub fn mark_grouped(queue: &str) -> Result<()> {
     paused::changing(queue);
     let marked = Spi::connect_mut(|client| {
@@ -1876,7 +1878,7 @@ params! {
 ///   0.12.0. Lowering it takes nothing back either. Claims serve the groups
 ///   round-robin: each group has one item in line at a time (its head),
 ///   and a group a claim just served puts its next head behind the heads
-///   that were waiting (see [`crate::flow`]), so a group with a long backlog
+///   that were waiting (see [`crate::verbs::flow`]), so a group with a long backlog
 ///   never keeps another group's first item waiting behind its own.
 ///
 /// Claimers never wait on each other: a claim that would exceed a limit
@@ -1895,7 +1897,7 @@ params! {
 /// `work_enqueue`), a concurrency, rate or per_group outside 1..10000, a
 /// per not in (0, 1 day]; 42501 (insufficient_privilege) when queue grants
 /// are enforced and the session's role has no operate grant covering the
-/// queue (see `crate::grants`).
+/// queue (see `crate::access::grants`).
 #[pg_extern(
     name = "work_limit",
     volatile,

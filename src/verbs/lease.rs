@@ -9,7 +9,7 @@
 //! or waits for this one. The epoch is the authority: an expired lease that no
 //! one has re-claimed is still the newest and is honoured.
 //!
-//! Where queue grants are enforced ([`crate::grants`]) and the session's
+//! Where queue grants are enforced ([`crate::access::grants`]) and the session's
 //! role does not reach every queue, each statement that changes or locks a
 //! row comes in its *scoped* form, which also requires the item's queue to
 //! be `LIKE ANY` of the role's claim patterns (its last parameter): a token
@@ -24,14 +24,14 @@ use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::counters;
-use crate::error::{LeaseStatus, OrReport, Result, WorkfenceError};
-use crate::grants::{self, Capability, Scope};
-use crate::jsonb::RawJsonb;
-use crate::plans::{self, params, Params, Statement};
-use crate::sql::errors_append;
-use crate::validate;
-use crate::wait;
+use crate::access::grants::{self, Capability, Scope};
+use crate::access::validate;
+use crate::backend::counters;
+use crate::backend::wait;
+use crate::base::error::{LeaseStatus, OrReport, Result, WorkfenceError};
+use crate::pg::jsonb::RawJsonb;
+use crate::pg::plans::{self, params, Params, Statement};
+use crate::store::sql::errors_append;
 
 /// The parameters of a statement guarded by a token, the same in every
 /// one: `$1` id, `$2` owner, `$3` epoch, then what the statement adds
@@ -435,7 +435,7 @@ SELECT i.id
 
 static ASSERT: Fenced<Guarded<()>> = fenced!(assert_sql);
 
-// The re-check at commit of a token work_assert accepted (see `crate::xact`):
+// The re-check at commit of a token work_assert accepted (see `crate::backend::xact`):
 // the row under this owner and epoch, locked again, with whether its newest
 // version was written by this transaction (then a finish, release or fail
 // under the token in this transaction explains a state other than claimed).
@@ -477,7 +477,7 @@ params! {
     }
 }
 
-pub(crate) use crate::types::Token;
+pub(crate) use crate::base::types::Token;
 
 impl Token {
     fn new(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) -> Result<Token> {
@@ -547,11 +547,11 @@ fn run_handing_back<P: Params>(stmt: &'static Statement<P::Family>, params: P) -
 
 /// Run a token-guarded statement that ends the item's claim for good
 /// (`RETURNING i.queue`); when it matched, a group or a limit's slot of the
-/// queue may have freed ([`crate::flow::freed`]).
+/// queue may have freed ([`crate::verbs::flow::freed`]).
 fn run_freeing<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<bool> {
     let queue = run_returning_queue(stmt, params)?;
     if let Some(queue) = &queue {
-        crate::flow::freed(queue)?;
+        crate::verbs::flow::freed(queue)?;
     }
     Ok(queue.is_some())
 }
@@ -662,7 +662,7 @@ pub fn work_finish(
 }
 
 /// `work_finish`'s body, also the first half of
-/// [`crate::cycle::work_finish_and_claim`]: true when the item was finished
+/// [`crate::verbs::cycle::work_finish_and_claim`]: true when the item was finished
 /// under this token now or before (see `work_finish`).
 pub(crate) fn finish(
     id: Option<i64>,
@@ -770,7 +770,7 @@ fn finish_many(
         )
     })?;
     for queue in &queues {
-        crate::flow::freed(queue)?;
+        crate::verbs::flow::freed(queue)?;
     }
     if finished.len() < ids.len() {
         // Pairs the UPDATE did not take may be finishes repeated with the same token.
@@ -891,7 +891,7 @@ pub fn work_fail(
 }
 
 /// `work_fail`'s body, also the first half of
-/// [`crate::cycle::work_fail_and_claim`]: true when the failure was recorded
+/// [`crate::verbs::cycle::work_fail_and_claim`]: true when the failure was recorded
 /// under this token (see `work_fail`).
 pub(crate) fn fail(
     id: Option<i64>,
@@ -933,7 +933,7 @@ pub(crate) fn fail(
 /// the lock is gone, so the transaction's commit (or `PREPARE TRANSACTION`)
 /// checks the token again under a new row lock and raises 55000 "lease lost
 /// before commit" if it is no longer current, which rolls the transaction
-/// back (see `crate::xact`).
+/// back (see `crate::backend::xact`).
 ///
 /// Call it inside a transaction block (after `BEGIN`): outside one, a
 /// current token is refused with 25P01, since the statement's own commit
@@ -979,7 +979,7 @@ pub fn work_assert(id: Option<i64>, owner: Option<String>, epoch: Option<i64>) {
             });
         }
         if run_guarded(form(&ASSERT, &scope), token.params(&scope))? {
-            crate::xact::asserted(token);
+            crate::backend::xact::asserted(token);
             return Ok(());
         }
         // Not current by the locking read, so not current by this later one
@@ -1019,7 +1019,7 @@ fn lease_lost(
 /// The fence at commit: each token `work_assert` accepted in this
 /// transaction must still be current, or have been finished, released or
 /// failed by this transaction itself; each is locked again (`FOR NO KEY
-/// UPDATE`) so that it stays so until the commit. Called by `crate::xact`
+/// UPDATE`) so that it stays so until the commit. Called by `crate::backend::xact`
 /// before a commit or prepare, only after a subtransaction rolled back.
 ///
 /// Errors: 55000 "lease lost before commit", naming the first token that

@@ -13,14 +13,14 @@
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
-use crate::error::{OrReport, Result, WorkfenceError};
-use crate::grants::{self, Capability};
-use crate::jsonb::RawJsonb;
-use crate::plans::{self, params, Statement};
-use crate::sql::QueueKey;
-use crate::sql::QueueParams;
-use crate::validate;
-use crate::wait;
+use crate::access::grants::{self, Capability};
+use crate::access::validate;
+use crate::backend::wait;
+use crate::base::error::{OrReport, Result, WorkfenceError};
+use crate::pg::jsonb::RawJsonb;
+use crate::pg::plans::{self, params, Statement};
+use crate::store::sql::QueueKey;
+use crate::store::sql::QueueParams;
 
 // Put a failed or cancelled item back to pending, due at `$3` (NULL: now),
 // with at least one attempt left. The epoch, owner, attempts and errors
@@ -111,7 +111,7 @@ DELETE FROM workfence.queues AS q
 // `workfence.queues` must be named here, or a resume would drop it (the
 // composition test, `harness/tests/client/composition.rs`, catches that). The
 // `legacy` form is for a schema before 0.10.0, where the pause is the only
-// setting (chosen by [`crate::plans::for_schema`]).
+// setting (chosen by [`crate::pg::plans::for_schema`]).
 static PRUNE: plans::Versioned<QueueParams> = plans::Versioned {
     current: Statement::new(prune_flow_sql!("")),
     legacy: Statement::new(
@@ -167,7 +167,7 @@ macro_rules! by_id {
 
 // The item `$2` of queue `$1`: `current` reads `group_key` (0.10.0 and
 // later), `legacy` a NULL in its place (0.6.0 to 0.9.0), chosen by
-// [`crate::plans::for_schema`].
+// [`crate::pg::plans::for_schema`].
 static ITEM_BY_KEY: plans::Versioned<QueueKey> = plans::Versioned {
     current: Statement::new(concat!(item_columns!("i.group_key"), by_key!())),
     legacy: Statement::new(concat!(item_columns!("NULL::pg_catalog.text"), by_key!())),
@@ -204,7 +204,7 @@ params! {
 /// Errors: 22004 for a NULL queue or key; 22023 for a bad queue or key (see
 /// `work_enqueue`), or `run_at` = 'infinity'; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no operate grant covering the queue
-/// (see `crate::grants`).
+/// (see `crate::access::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_retry(
     queue: Option<String>,
@@ -231,13 +231,13 @@ pub fn work_retry(
 /// `pending` (claimed, done, failed, cancelled: a claimed item is
 /// the holder's; retry a failed one with `work_retry`). From 0.12.0, for an
 /// item in a group it takes the group's lock and makes the group's next
-/// item its head, as `work_cancel` does ([`crate::flow::regroup`]).
+/// item its head, as `work_cancel` does ([`crate::verbs::flow::regroup`]).
 ///
 /// Errors: 22004 for a NULL queue, key or run_at; 22023 for a bad queue or
 /// key (see `work_enqueue`), or `run_at` = 'infinity'; 25000 (from 0.12.0)
 /// for an item in a group under REPEATABLE READ or SERIALIZABLE; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no operate grant covering the queue
-/// (see `crate::grants`).
+/// (see `crate::access::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_reschedule(
     queue: Option<String>,
@@ -257,7 +257,7 @@ pub fn work_reschedule(
 /// Run RETRY or RESCHEDULE; when it changed the item, wake a claimer
 /// long-polling its queue after commit. A rescheduled item of a group may
 /// change which of the group's items comes first: the group's head is made
-/// again ([`crate::flow::regroup`]). (A retried item comes back a head of
+/// again ([`crate::verbs::flow::regroup`]). (A retried item comes back a head of
 /// its group, which claims pass over if it is not first.)
 fn move_item(
     stmt: &'static Statement<QueueKeyAt<'static>>,
@@ -277,7 +277,7 @@ fn move_item(
         return Ok(false);
     };
     if std::ptr::eq(stmt, &RESCHEDULE) {
-        crate::flow::regroup(queue, id, false)?;
+        crate::verbs::flow::regroup(queue, id, false)?;
     }
     wait::wake_after_commit(queue, 1);
     Ok(true)
@@ -301,20 +301,20 @@ fn move_item(
 /// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`);
 /// 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no operate grant covering the queue
-/// (see `crate::grants`).
+/// (see `crate::access::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_pause(queue: Option<String>) -> bool {
     (|| {
         let queue = validate::queue(queue)?;
         grants::check(Capability::Operate, &queue)?;
-        crate::paused::changing(&queue);
+        crate::backend::paused::changing(&queue);
         let paused = Spi::connect_mut(|client| {
             plans::run(client, &PAUSE, QueueParams { queue: &queue }, |rows| {
                 Ok(!rows.is_empty())
             })
         })?;
         if paused {
-            crate::paused::changed();
+            crate::backend::paused::changed();
         }
         Ok(paused)
     })()
@@ -333,29 +333,29 @@ pub fn work_pause(queue: Option<String>) -> bool {
 /// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`);
 /// 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no operate grant covering the queue
-/// (see `crate::grants`).
+/// (see `crate::access::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_resume(queue: Option<String>) -> bool {
     (|| {
         let queue = validate::queue(queue)?;
         grants::check(Capability::Operate, &queue)?;
-        crate::paused::changing(&queue);
+        crate::backend::paused::changing(&queue);
         let resumed = Spi::connect_mut(|client| {
             let resumed = plans::run(client, &RESUME, QueueParams { queue: &queue }, |rows| {
                 Ok(!rows.is_empty())
             })?;
             if resumed {
-                let prune = if crate::plans::schema_has_heads() {
+                let prune = if crate::pg::plans::schema_has_heads() {
                     &PRUNE_PER_GROUP
                 } else {
-                    crate::plans::for_schema(&PRUNE)
+                    crate::pg::plans::for_schema(&PRUNE)
                 };
                 plans::run(client, prune, QueueParams { queue: &queue }, |_| Ok(()))?;
             }
             Ok::<bool, WorkfenceError>(resumed)
         })?;
         if resumed {
-            crate::paused::changed();
+            crate::backend::paused::changed();
             wait::wake_after_commit(&queue, u32::MAX);
         }
         Ok(resumed)
@@ -454,7 +454,7 @@ fn item_by_key(queue: Option<String>, key: Option<String>) -> Result<Vec<ItemRow
     Spi::connect_mut(|client| {
         plans::run(
             client,
-            crate::plans::for_schema(&ITEM_BY_KEY),
+            crate::pg::plans::for_schema(&ITEM_BY_KEY),
             QueueKey {
                 queue: &queue,
                 key: &key,
@@ -470,7 +470,7 @@ fn item_by_id(id: Option<i64>) -> Result<Vec<ItemRow>> {
     let mut rows = Spi::connect_mut(|client| {
         plans::run(
             client,
-            crate::plans::for_schema(&ITEM_BY_ID),
+            crate::pg::plans::for_schema(&ITEM_BY_ID),
             ItemId { id },
             read_item,
         )
@@ -505,7 +505,7 @@ fn item_by_id(id: Option<i64>) -> Result<Vec<ItemRow>> {
 /// Errors: 22004 for a NULL queue or key; 22023 for a bad queue or key (see
 /// `work_enqueue`); 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no read grant covering the queue
-/// (see `crate::grants`).
+/// (see `crate::access::grants`).
 #[pg_extern(
     name = "work_item",
     volatile,

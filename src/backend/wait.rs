@@ -9,7 +9,7 @@
 //!   releases it when it stops waiting. Shared locks never conflict with
 //!   each other, so any number of claimers wait on one queue.
 //! - A transaction that makes items claimable (an enqueue, a release, a
-//!   failure with a retry) counts them per queue ([`crate::xact`]); once it
+//!   failure with a retry) counts them per queue ([`crate::backend::xact`]); once it
 //!   has **committed**, it asks the lock manager which backends hold that
 //!   lock (`GetLockConflicts` with an exclusive mode) and sets the latches of
 //!   as many of them as it made items, skipping waiters whose latch is set
@@ -24,7 +24,7 @@
 //!   (`ConditionVariableCancelSleep`). So no item is left waiting for a
 //!   waiter nobody woke.
 //! - A backend named in the lock's holders is found by
-//!   [`crate::compat::proc_of`], which returns only a live backend still in
+//!   [`crate::pg::compat::proc_of`], which returns only a live backend still in
 //!   the same transaction (the slots of exited backends keep their ids).
 //! - A prepared transaction that made items claimable holds a shared
 //!   advisory lock `(PREPARED_WAKE_CLASS, queue_key)` until `COMMIT PREPARED`
@@ -73,9 +73,10 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::error::{Result, WorkfenceError};
-use crate::plans::{self, params, Statement};
-use crate::{compat, paused, xact};
+use crate::backend::{paused, xact};
+use crate::base::error::{Result, WorkfenceError};
+use crate::pg::compat;
+use crate::pg::plans::{self, params, Statement};
 
 /// The first key of the advisory lock waiters hold (ASCII "WFwt"), so that
 /// the locks are recognisable in `pg_locks` (`classid`) and unlikely to meet
@@ -132,7 +133,7 @@ pub fn init() {
     );
 }
 
-pub use crate::keys::queue_key;
+pub use crate::pg::keys::queue_key;
 
 /// Arrange for `items` claimers waiting on `queue` to be woken when the
 /// current transaction commits (nothing happens if it aborts).
@@ -224,7 +225,7 @@ fn unregister(key: i32) {
 // lapsed lease). (1) is a `min` over the future range of each state's
 // index, items_ready_idx (from 0.12.0) in run_at order and items_lease_idx
 // in lease_until order; (2) the first entry at or before the clock in each,
-// read with the item's row, as `crate::claim`'s probe does (see LAPSED
+// read with the item's row, as `crate::verbs::claim`'s probe does (see LAPSED
 // there): one probe each, whatever the backlog. (Until 0.11.0 the pending
 // ones read items_due_idx, whose priority column comes first, and walked
 // every future item of the queue: 219 pages for 20k on PostgreSQL 15,
@@ -251,9 +252,9 @@ SELECT EXTRACT(EPOCH FROM LEAST(
                AND i.lease_until OPERATOR(pg_catalog.>) $2))
          OPERATOR(pg_catalog.-) $2)::pg_catalog.float8,
        "#,
-    crate::sql::due_probe!(),
+    crate::store::sql::due_probe!(),
     "\n       OR ",
-    crate::sql::lapsed_probe!(),
+    crate::store::sql::lapsed_probe!(),
     "\n"
 ));
 
@@ -355,7 +356,7 @@ pub fn until_claimed<T>(
         // A wake-up came in that this waiter, leaving (with items, at its
         // deadline, or giving way), will not use: pass it on (see the
         // module comment). A waiter leaving with an error (its queue grant
-        // revoked while it waited, see `crate::grants`) may have been woken
+        // revoked while it waited, see `crate::access::grants`) may have been woken
         // for an item and reset its latch before the attempt that failed:
         // it passes one on too, so the item does not wait for a waiter
         // nobody woke.
@@ -525,7 +526,7 @@ fn next_due(queue: &str) -> Result<(Option<Duration>, bool)> {
         return Ok((None, false));
     }
     Spi::connect_mut(|client| {
-        let now = crate::sql::server_clock()?;
+        let now = crate::store::sql::server_clock()?;
         plans::run(client, &NEXT_DUE, NextDueParams { queue, now }, |rows| {
             let row = rows.first();
             let seconds: Option<f64> = row.get(1)?;

@@ -2,8 +2,8 @@
 //! PostgreSQL's shared invalidation.
 //!
 //! Two caches read a table once and keep what they read until it changes:
-//! the paused queues ([`crate::paused`], table `workfence.queues`) and the
-//! queue grants ([`crate::grants`], tables `workfence.queue_grants` and
+//! the paused queues ([`crate::backend::paused`], table `workfence.queues`) and the
+//! queue grants ([`crate::access::grants`], tables `workfence.queue_grants` and
 //! `workfence.queue_grant_mode`). The functions that change those tables
 //! register a relcache invalidation of the table they changed
 //! ([`invalidate`]), which PostgreSQL sends to every backend when their
@@ -28,7 +28,7 @@ use std::ffi::CStr;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::plans;
+use crate::pg::plans;
 
 /// A table whose rows a backend keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,9 +30,9 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::shmem::PGRXSharedMemory;
 
-use crate::error::{OrReport, Result};
-use crate::grants::{self, Capability};
-use crate::validate;
+use crate::access::grants::{self, Capability};
+use crate::access::validate;
+use crate::base::error::{OrReport, Result};
 
 /// How many (database, queue) pairs the server counts for.
 pub const SLOTS: usize = 1024;
@@ -123,7 +123,7 @@ fn database() -> u32 {
 /// The slot of (database, name) in `table`, or where it would go (a free
 /// slot), or `None` when it is absent and the table is full.
 fn probe(table: &Table, database: u32, name: &[u8]) -> Option<usize> {
-    let start = crate::compat::hash_text(name) as usize % SLOTS;
+    let start = crate::pg::compat::hash_text(name) as usize % SLOTS;
     (0..SLOTS)
         .map(|i| (start + i) % SLOTS)
         .find(|&i| table.slots[i].database == 0 || table.slots[i].is(database, name))
@@ -216,7 +216,7 @@ fn read(queue: &str) -> Option<(i64, i64)> {
 /// Errors: 22004 for a NULL queue; 22023 for a bad queue (see `work_enqueue`);
 /// 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no read grant covering the queue
-/// (see `crate::grants`).
+/// (see `crate::access::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn queue_counters(
     queue: Option<String>,

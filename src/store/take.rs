@@ -1,19 +1,19 @@
 //! What both claim paths share, below them: whether a queue has anything
 //! to take (the ready probe, `LAPSED`) and the outcome a claim statement
-//! returns, read into claimed rows and superseded tokens. `crate::claim`
+//! returns, read into claimed rows and superseded tokens. `crate::verbs::claim`
 //! (a queue without flow control, and every claim's entry) and
-//! `crate::flow` (groups and limits) both build on it, and neither needs the
+//! `crate::verbs::flow` (groups and limits) both build on it, and neither needs the
 //! other for it.
 
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::spi::SpiTupleTable;
 
-use crate::error::{Result, WorkfenceError};
-use crate::jsonb::RawJsonb;
-use crate::plans::{self, params, Statement};
-use crate::sql::{due_probe, lapsed_probe};
-use crate::types::LostToken;
+use crate::base::error::{Result, WorkfenceError};
+use crate::base::types::LostToken;
+use crate::pg::jsonb::RawJsonb;
+use crate::pg::plans::{self, params, Statement};
+use crate::store::sql::{due_probe, lapsed_probe};
 
 /// One claimed item: (id, key, payload, epoch, attempt, lease_until).
 pub(crate) type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);

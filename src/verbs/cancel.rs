@@ -2,11 +2,11 @@
 
 use pgrx::prelude::*;
 
-use crate::error::{OrReport, Result};
-use crate::grants::{self, Capability};
-use crate::plans::{self, Statement};
-use crate::sql::QueueKey;
-use crate::validate;
+use crate::access::grants::{self, Capability};
+use crate::access::validate;
+use crate::base::error::{OrReport, Result};
+use crate::pg::plans::{self, Statement};
+use crate::store::sql::QueueKey;
 
 // One statement: the row lock the UPDATE takes orders it against a concurrent
 // finish, fail or claim. If one of those commits first, the UPDATE re-checks
@@ -45,13 +45,13 @@ RETURNING i.id
 ///
 /// From 0.12.0, for an item in a group it takes the group's lock (waiting
 /// for a claim of the group in flight) and makes the group's next item its
-/// head ([`crate::flow::regroup`]).
+/// head ([`crate::verbs::flow::regroup`]).
 ///
 /// Errors: 22004 for a NULL queue or key; 22023 for an empty, oversized or
 /// control-character queue or key; 25000 (from 0.12.0) for an item in a
 /// group under REPEATABLE READ or SERIALIZABLE; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no operate grant covering the queue
-/// (see `crate::grants`).
+/// (see `crate::access::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_cancel(queue: Option<String>, key: Option<String>) -> bool {
     cancel(queue, key).or_report()
@@ -79,9 +79,9 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
     })?;
     if let Some(id) = cancelled {
         // A cancelled pending item may have been its group's head.
-        crate::flow::regroup(&queue, id, true)?;
+        crate::verbs::flow::regroup(&queue, id, true)?;
         // A cancelled claimed item frees its group or its slot.
-        crate::flow::freed(&queue)?;
+        crate::verbs::flow::freed(&queue)?;
     }
     Ok(cancelled.is_some())
 }

@@ -32,7 +32,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 
-use crate::error::{Result, WorkfenceError};
+use crate::base::error::{Result, WorkfenceError};
 
 /// The parameters of a statement: one struct per statement (or per shape of
 /// statement), its fields bound to `$1..$n` in the order they are declared.
@@ -80,7 +80,7 @@ macro_rules! params {
             $($(#[$fmeta])* pub $field: $ty,)*
         }
 
-        impl<$lt> $crate::plans::Params for $name<$lt> {
+        impl<$lt> $crate::pg::plans::Params for $name<$lt> {
             type Family = $name<'static>;
             const TYPES: &'static [::pgrx::pg_sys::Oid] = &[$(::pgrx::pg_sys::$oid),*];
             fn into_datums(self) -> Vec<::pgrx::datum::DatumWithOid<'static>> {
@@ -99,7 +99,7 @@ macro_rules! params {
             $($(#[$fmeta])* pub $field: $ty,)*
         }
 
-        impl $crate::plans::Params for $name {
+        impl $crate::pg::plans::Params for $name {
             type Family = $name;
             const TYPES: &'static [::pgrx::pg_sys::Oid] = &[$(::pgrx::pg_sys::$oid),*];
             fn into_datums(self) -> Vec<::pgrx::datum::DatumWithOid<'static>> {

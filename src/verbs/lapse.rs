@@ -11,12 +11,12 @@
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use crate::error::Result;
-use crate::notify;
-use crate::plans::{self, params, Statement};
-use crate::sql::errors_append;
+use crate::backend::notify;
+use crate::base::error::Result;
+use crate::pg::plans::{self, params, Statement};
+use crate::store::sql::errors_append;
 
-pub use crate::types::LostToken;
+pub use crate::base::types::LostToken;
 
 // Append one `errors` entry per lapsed lease (the arrays have one element
 // per token), in the transaction that superseded them (which holds their
@@ -57,7 +57,7 @@ pub fn settle(client: &mut SpiClient<'_>, lost: &[LostToken]) -> Result<()> {
         return Ok(());
     }
     for token in lost.iter().filter(|t| !t.dead_lettered) {
-        crate::xact::lapsed_at_commit(&token.queue);
+        crate::backend::xact::lapsed_at_commit(&token.queue);
     }
     if plans::schema() == plans::Schema::Legacy {
         return Ok(());

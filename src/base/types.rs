@@ -180,7 +180,7 @@ impl LostToken {
 }
 
 /// A validated token: what `work_claim` handed out, as the caller names it
-/// (its checks and statements are `crate::lease`'s).
+/// (its checks and statements are `crate::verbs::lease`'s).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Token {
     /// The item's id.

@@ -1,7 +1,7 @@
 //! Which queues are paused (`work_pause`), as each backend knows it: read
 //! once from `workfence.queues` and kept until a pause or resume commits.
 //! From 0.10.0 the same read also says which queues have serial groups or
-//! limits ([`Settings`], [`crate::flow`]): `work_limit` and a queue's first
+//! limits ([`Settings`], [`crate::verbs::flow`]): `work_limit` and a queue's first
 //! grouped enqueue change the table as a pause does, under the same lock
 //! and with the same invalidation, so a claim never runs a queue's plain
 //! statements once a grouped item or a limit is visible to it. (The first
@@ -18,7 +18,7 @@
 //! costs a hash look-up.
 //!
 //! The set is kept correct by PostgreSQL's shared invalidation
-//! ([`crate::invalidation`]): `work_pause` and `work_resume` register a
+//! ([`crate::pg::invalidation`]): `work_pause` and `work_resume` register a
 //! relcache invalidation of `workfence.queues`, which PostgreSQL sends to
 //! every backend when their transaction commits; the set is valid for the
 //! invalidation generation it was read in, and the next claim after a
@@ -36,7 +36,7 @@
 //! is held, the queue's pause is changing, and the claim hands out nothing
 //! (as if paused). Once it is free, the change's invalidation has been
 //! sent, and the set is right. Wake-ups go out after the locks are
-//! released (`crate::xact`), so a long poll woken by a resume finds the
+//! released (`crate::backend::xact`), so a long poll woken by a resume finds the
 //! queue open.
 //!
 //! The set is read with a fresh snapshot (READ COMMITTED) and kept; under
@@ -56,9 +56,9 @@ use std::collections::HashMap;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::error::Result;
-use crate::invalidation::{self, Watched};
-use crate::plans::{self, Statement};
+use crate::base::error::Result;
+use crate::pg::invalidation::{self, Watched};
+use crate::pg::plans::{self, Statement};
 
 /// What a claim needs to know of a queue's settings before it picks items.
 /// A queue without a row in `workfence.queues` has the default: all false.
@@ -67,12 +67,12 @@ pub struct Settings {
     /// `work_pause`d: claims hand out nothing.
     pub paused: bool,
     /// An item with a `group_key` was enqueued in it (from 0.10.0): claims
-    /// keep its groups serial ([`crate::flow`]).
+    /// keep its groups serial ([`crate::verbs::flow`]).
     pub grouped: bool,
     /// It has a concurrency or rate limit (`work_limit`, from 0.10.0);
     /// the limits themselves are read by the claim with the slot rows it
     /// locks (from 0.12.0; before, under the queue's limit lock,
-    /// [`crate::flow`]).
+    /// [`crate::verbs::flow`]).
     pub limited: bool,
 }
 
@@ -84,24 +84,24 @@ thread_local! {
 
 /// The first key of the advisory lock a pause or resume of a queue holds to
 /// the end of its transaction (ASCII "WFpa"); the second is
-/// `hashtext(queue)`, as the long poll's ([`crate::keys::queue_key`]).
+/// `hashtext(queue)`, as the long poll's ([`crate::pg::keys::queue_key`]).
 pub const PAUSE_LOCK_CLASS: i32 = 0x5746_7061;
 
 fn pause_lock(queue: &str) -> pg_sys::LOCKTAG {
-    crate::compat::advisory_tag(PAUSE_LOCK_CLASS, crate::keys::queue_key(queue))
+    crate::pg::compat::advisory_tag(PAUSE_LOCK_CLASS, crate::pg::keys::queue_key(queue))
 }
 
 /// Before `work_pause`, `work_resume`, `work_limit` or a first grouped
 /// enqueue changes `queue`'s row: its pause lock is to be held, exclusively,
 /// by the transaction's commit ([`hold_for_commit`], from the pre-commit
-/// callback of [`crate::xact`]). Only for the commit: the lock covers the
+/// callback of [`crate::backend::xact`]). Only for the commit: the lock covers the
 /// moment between the commit becoming visible and its invalidation being
 /// sent, nothing more. Held from the call on, as until 0.11.0, it let a
 /// role that may pause one queue (or enqueue its first grouped item) hold
 /// an open transaction that stopped the claims of every queue whose name
 /// hashes alike, another team's included (issue 30).
 pub fn changing(queue: &str) {
-    crate::xact::settings_change_at_commit(queue);
+    crate::backend::xact::settings_change_at_commit(queue);
 }
 
 /// At the commit of a transaction that changed `queue`'s settings: take its
@@ -124,7 +124,7 @@ pub fn hold_for_commit(queue: &str) {
 /// queues take their locks in this order, so two of them never wait on
 /// each other in a cycle.
 pub fn lock_order(queue: &str) -> i32 {
-    crate::keys::queue_key(queue)
+    crate::pg::keys::queue_key(queue)
 }
 
 /// After `work_pause` or `work_resume` changed `workfence.queues`: every
@@ -191,7 +191,7 @@ pub fn settings_unlocked(queue: &str) -> Result<Settings> {
     let mut settings = settings_committed(queue)?;
     // A first grouped item this transaction enqueued: the queue is marked
     // at commit, and this transaction's own claims already see the item.
-    settings.grouped |= crate::xact::grouped_pending(queue);
+    settings.grouped |= crate::backend::xact::grouped_pending(queue);
     Ok(settings)
 }
 
@@ -211,7 +211,7 @@ fn settings_committed(queue: &str) -> Result<Settings> {
         // A schema before 0.6.0: nothing is paused, and nothing is kept.
         return Ok(Settings::default());
     }
-    let statement = crate::plans::for_schema(&QUEUE_SETTINGS);
+    let statement = crate::pg::plans::for_schema(&QUEUE_SETTINGS);
     let map = Spi::connect_mut(|client| {
         plans::run(client, statement, (), |rows| {
             let mut map = HashMap::new();

@@ -45,7 +45,7 @@
 //! (role, capability), the queue patterns the role reaches ([`Scope`]);
 //! the next call after a `work_grant`, `work_revoke` or
 //! `work_enforce_grants` commits, or after a role's membership or
-//! attributes change, reads them again ([`crate::invalidation`]). A revoke
+//! attributes change, reads them again ([`crate::pg::invalidation`]). A revoke
 //! therefore takes effect at the role's next call. The grants are read
 //! with a snapshot taken then, not the transaction's, so that holds inside
 //! a REPEATABLE READ transaction too, as for PostgreSQL's own catalogs.
@@ -57,12 +57,12 @@ use std::ffi::{CStr, CString};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::error::{OrReport, Result, WorkfenceError};
-use crate::invalidation::{self, Watched};
-use crate::plans::{self, params, Statement};
-use crate::validate;
+use crate::access::validate;
+use crate::base::error::{OrReport, Result, WorkfenceError};
+use crate::pg::invalidation::{self, Watched};
+use crate::pg::plans::{self, params, Statement};
 
-pub use crate::types::{Capability, Pattern};
+pub use crate::base::types::{Capability, Pattern};
 
 /// The queues one role reaches with one capability.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl Scope {
 
     /// The `LIKE` patterns to bind to a token statement: `None` for every
     /// queue (the statement's open form), else the patterns' (see
-    /// `crate::lease`).
+    /// `crate::verbs::lease`).
     pub fn like(&self) -> Option<Vec<String>> {
         match self {
             Scope::Every => None,

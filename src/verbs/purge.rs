@@ -4,10 +4,10 @@ use pgrx::datum::Interval;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use crate::error::{OrReport, Result};
-use crate::grants::{self, Capability};
-use crate::plans::{self, params, Statement};
-use crate::validate;
+use crate::access::grants::{self, Capability};
+use crate::access::validate;
+use crate::base::error::{OrReport, Result};
+use crate::pg::plans::{self, params, Statement};
 
 // One statement. The CTE locks the rows it will delete with FOR UPDATE SKIP
 // LOCKED: a row another transaction has locked (a concurrent purge, an
@@ -66,7 +66,7 @@ params! {
 /// one with a negative field or over 3650 days, or an empty, oversized or
 /// control-character `queue`; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no purge grant covering the queue
-/// (see `crate::grants`) (with `queue` NULL: no purge grant of `*`).
+/// (see `crate::access::grants`) (with `queue` NULL: no purge grant of `*`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_purge(
     older_than: default!(Option<Interval>, "'7 days'"),

@@ -1,7 +1,7 @@
 //! Lock keys: the int4 a name hashes to, for the advisory-lock tags of a
 //! queue's waiters, pause, limit and groups. Below every verb.
 
-use crate::compat;
+use crate::pg::compat;
 
 /// The second key of a queue's wait lock (and of its prepared-wake lock):
 /// PostgreSQL's own `hashtext(queue)`, the same in every backend, every
@@ -13,7 +13,7 @@ use crate::compat;
 /// `queue_key_is_sql_hashtext` compares the two.
 ///
 /// An operator finds the claimers long-polling queue `'mail'` in this
-/// database with (1464235892 is [`crate::wait::WAIT_LOCK_CLASS`], 0x57467774, "WFwt";
+/// database with (1464235892 is [`crate::backend::wait::WAIT_LOCK_CLASS`], 0x57467774, "WFwt";
 /// `objsubid` 22342 is the extension's own lock space,
 /// [`compat::LOCK_SPACE`], which no SQL advisory lock function reaches):
 ///

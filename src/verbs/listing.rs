@@ -38,10 +38,10 @@
 
 use pgrx::prelude::*;
 
-use crate::error::{OrReport, Result, WorkfenceError};
-use crate::grants::{self, Capability};
-use crate::plans::{self, params, Statement};
-use crate::validate;
+use crate::access::grants::{self, Capability};
+use crate::access::validate;
+use crate::base::error::{OrReport, Result, WorkfenceError};
+use crate::pg::plans::{self, params, Statement};
 
 /// The columns of a listed item, in `work_items`' result order.
 macro_rules! listed_columns {
@@ -310,7 +310,7 @@ fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
 /// `work_enqueue`), a state that is not one of the five item states, or a
 /// max outside 1 to 1000; 42501 (insufficient_privilege) when queue grants
 /// are enforced and the session's role has no read grant covering the
-/// queue (see `crate::grants`).
+/// queue (see `crate::access::grants`).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 #[allow(clippy::type_complexity)] // pgrx reads the columns from the signature
 pub fn work_items(

@@ -5,9 +5,9 @@
 //! (22004 for NULL, 22023 for a bad value), naming the argument. The checks
 //! run before any statement, so a rejected call changes nothing.
 
-use crate::error::{Detail, Piece, Result, WorkfenceError};
-pub use crate::types::IntervalParts;
-use crate::types::{Capability, Pattern, USECS_PER_DAY};
+use crate::base::error::{Detail, Piece, Result, WorkfenceError};
+pub use crate::base::types::IntervalParts;
+use crate::base::types::{Capability, Pattern, USECS_PER_DAY};
 
 /// Longest queue name, in bytes.
 pub const QUEUE_MAX_BYTES: usize = 128;

@@ -1,21 +1,21 @@
 //! What the extension remembers during a transaction, and the transaction
 //! callbacks that act on it when the transaction ends.
 //!
-//! - **Wake-ups** ([`crate::wait`]): a transaction that makes items of a
+//! - **Wake-ups** ([`crate::backend::wait`]): a transaction that makes items of a
 //!   queue claimable (enqueue, release, a failure with a retry) counts them;
 //!   once it has committed, that many claimers long-polling the queue are
 //!   woken, at the end of its resource release: after PostgreSQL has sent
 //!   its invalidation messages and released its locks, both of which come
 //!   after the commit callback (a waiter woken by a resume must find the
 //!   queue's pause set invalidated and the resume's lock gone, see
-//!   `crate::paused`). An abort wakes nobody. A `PREPARE TRANSACTION` hands the
+//!   `crate::backend::paused`). An abort wakes nobody. A `PREPARE TRANSACTION` hands the
 //!   wake-ups to the prepared transaction: it holds a shared advisory lock
-//!   per queue (class [`crate::wait::PREPARED_WAKE_CLASS`]) until `COMMIT
+//!   per queue (class [`crate::backend::wait::PREPARED_WAKE_CLASS`]) until `COMMIT
 //!   PREPARED` or `ROLLBACK PREPARED` releases it, and waiters re-check their
 //!   queue while such a lock exists (the prepare wakes the queue's waiters so
 //!   that they notice it; the session that prepared wakes nobody at its
 //!   next commit).
-//! - **The fence at commit** ([`crate::lease`]): every token `work_assert`
+//! - **The fence at commit** ([`crate::verbs::lease`]): every token `work_assert`
 //!   accepted. Its row lock lasts to the end of the transaction only if no
 //!   subtransaction that held it rolled back (`ROLLBACK TO SAVEPOINT`, an
 //!   exception block). After such a rollback, the commit (or prepare)
@@ -23,7 +23,7 @@
 //!   if one is no longer current, so the transaction's writes never commit
 //!   under a lease someone else holds.
 //!
-//! - **Lapses** ([`crate::lapse`]): lapsed leases claimed anew, counted in
+//! - **Lapses** ([`crate::verbs::lapse`]): lapsed leases claimed anew, counted in
 //!   `work_queue_stats.lapsed` when the transaction commits (not those of a
 //!   rolled-back transaction or savepoint).
 //!
@@ -39,8 +39,8 @@ use std::sync::OnceLock;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::error::{OrReport, Result};
-use crate::types::Token;
+use crate::base::error::{OrReport, Result};
+use crate::base::types::Token;
 
 /// What a commit asks of the modules above this one, which know how:
 /// handed to [`init`] by `_PG_init` (`src/lib.rs`), so that this module,
@@ -96,18 +96,18 @@ struct XactState {
     /// A subtransaction rolled back after an assert: its row lock may be gone.
     locks_maybe_lost: bool,
     /// Queues whose first grouped item this transaction enqueued: marked
-    /// grouped at commit ([`crate::flow::mark_grouped`]).
+    /// grouped at commit ([`crate::verbs::flow::mark_grouped`]).
     mark_grouped: Vec<String>,
     /// Queues whose settings this transaction changed (pause, resume,
     /// limit, the grouped mark): their pause locks are taken at commit
-    /// ([`crate::paused::hold_for_commit`]).
+    /// ([`crate::backend::paused::hold_for_commit`]).
     settings_changed: Vec<String>,
     /// Limited queues whose limit lock this transaction holds (a claim of
-    /// it, [`crate::flow`]), with the subtransaction that took it (whose
+    /// it, [`crate::verbs::flow`]), with the subtransaction that took it (whose
     /// rollback lets it go): such a transaction cannot be prepared.
     limit_locks: Vec<(pg_sys::SubTransactionId, String)>,
     /// Items this transaction enqueued `behind` in their group, per
-    /// (queue, group): checked again at commit ([`crate::flow`], group
+    /// (queue, group): checked again at commit ([`crate::verbs::flow`], group
     /// heads).
     behind: Vec<((String, String), Vec<i64>)>,
 }
@@ -157,7 +157,7 @@ pub fn wake_at_commit(key: i32, items: u32) {
 }
 
 /// Mark `queue` grouped when this transaction commits (its first grouped
-/// enqueue, [`crate::flow::enqueue_grouped`]).
+/// enqueue, [`crate::verbs::flow::enqueue_grouped`]).
 pub fn mark_grouped_at_commit(queue: &str) {
     STATE.with(|state| {
         let marks = &mut state.borrow_mut().mark_grouped;
@@ -192,7 +192,7 @@ const MAX_VERIFIED_GROUPS: usize = 64;
 /// if free, held from now to the end of the commit; then, in a snapshot
 /// taken after those locks were granted, the items of the locked groups
 /// that nothing pending comes before any more, and every item of the other
-/// groups, stop being behind ([`crate::enqueue::VERIFY_BEHIND`]). A claim
+/// groups, stop being behind ([`crate::verbs::enqueue::VERIFY_BEHIND`]). A claim
 /// that served one of these groups after the enqueue's snapshot and
 /// committed is seen now; one that comes later holds the lock after this
 /// commit and sees the items; one in flight holds the lock, so its items
@@ -225,7 +225,7 @@ unsafe fn verify_behind(prepare: bool) {
 }
 
 /// Take `queue`'s pause lock at this transaction's commit (it changed the
-/// queue's settings, [`crate::paused::changing`]).
+/// queue's settings, [`crate::backend::paused::changing`]).
 pub fn settings_change_at_commit(queue: &str) {
     STATE.with(|state| {
         let changed = &mut state.borrow_mut().settings_changed;
@@ -237,7 +237,7 @@ pub fn settings_change_at_commit(queue: &str) {
 
 /// This transaction holds `queue`'s limit lock, to its end: it claimed
 /// from the limited queue while the database's schema predates 0.12.0
-/// (from 0.12.0 a claim holds slot rows instead, [`crate::flow`]).
+/// (from 0.12.0 a claim holds slot rows instead, [`crate::verbs::flow`]).
 pub fn limit_lock_held(queue: &str) {
     // SAFETY: reads this backend's transaction state.
     let subid = unsafe { pg_sys::GetCurrentSubTransactionId() };
@@ -295,13 +295,15 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
                 // hand out nothing meanwhile.
                 let changed = STATE.with(|s| s.borrow().settings_changed.first().cloned());
                 if let Some(queue) = marks.first().cloned().or(changed) {
-                    Err::<(), _>(crate::error::WorkfenceError::SettingsPrepared { queue })
+                    Err::<(), _>(crate::base::error::WorkfenceError::SettingsPrepared { queue })
                         .or_report();
                 }
                 let limited = STATE.with(|s| s.borrow().limit_locks.first().map(|l| l.1.clone()));
                 if let Some(queue) = limited {
-                    Err::<(), _>(crate::error::WorkfenceError::LimitedClaimPrepared { queue })
-                        .or_report();
+                    Err::<(), _>(crate::base::error::WorkfenceError::LimitedClaimPrepared {
+                        queue,
+                    })
+                    .or_report();
                 }
             }
             if !marks.is_empty() {
@@ -319,7 +321,7 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
             verify_behind(event == XACT_EVENT_PRE_PREPARE);
             // The pause locks of the queues whose settings this commit
             // changes, held from now to the end of the commit (see
-            // `crate::paused`), taken in one order.
+            // `crate::backend::paused`), taken in one order.
             let mut changed = STATE.with(|s| std::mem::take(&mut s.borrow_mut().settings_changed));
             changed.sort_by_key(|queue| (hooks().pause_lock_order)(queue));
             for queue in &changed {
@@ -344,7 +346,7 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
         }
         XACT_EVENT_COMMIT => {
             // Not yet: PostgreSQL sends the transaction's invalidation
-            // messages (a pause or resume, see `crate::paused`) and
+            // messages (a pause or resume, see `crate::backend::paused`) and
             // releases its locks after this callback. A waiter woken now
             // could look before either and sleep on; the wake-ups go out at
             // the end of the resource release instead.
@@ -400,7 +402,7 @@ unsafe extern "C-unwind" fn on_subxact(
 /// the previous user is put back when `f` returns, and by the transaction's
 /// abort when it raises. Without the extension's table, `f` runs as is.
 fn as_extension_owner<T>(f: impl FnOnce() -> T) -> T {
-    let items = crate::plans::workfence_relation(c"items");
+    let items = crate::pg::plans::workfence_relation(c"items");
     if items == pg_sys::InvalidOid {
         return f();
     }
@@ -409,7 +411,7 @@ fn as_extension_owner<T>(f: impl FnOnce() -> T) -> T {
     // the user switch of fmgr_security_definer, undone below or by the
     // abort of the transaction.
     unsafe {
-        let owner = crate::plans::relation_owner(items);
+        let owner = crate::pg::plans::relation_owner(items);
         let mut user = pg_sys::InvalidOid;
         let mut context: std::ffi::c_int = 0;
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
@@ -427,7 +429,7 @@ fn as_extension_owner<T>(f: impl FnOnce() -> T) -> T {
 fn count_lapses() {
     let lapsed = STATE.with(|s| std::mem::take(&mut s.borrow_mut().lapsed));
     for (_, queue) in lapsed {
-        crate::counters::lapsed(&queue, 1);
+        crate::backend::counters::lapsed(&queue, 1);
     }
 }
 

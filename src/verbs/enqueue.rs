@@ -3,14 +3,14 @@
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
-use crate::error::{OrReport, Result, WorkfenceError};
-use crate::grants::{self, Capability};
-use crate::jsonb::RawJsonb;
-use crate::notify;
-use crate::plans::{self, params, Statement};
-use crate::sql::QueueKey;
-use crate::validate;
-use crate::wait;
+use crate::access::grants::{self, Capability};
+use crate::access::validate;
+use crate::backend::notify;
+use crate::backend::wait;
+use crate::base::error::{OrReport, Result, WorkfenceError};
+use crate::pg::jsonb::RawJsonb;
+use crate::pg::plans::{self, params, Statement};
+use crate::store::sql::QueueKey;
 
 // Insert the item unless (queue, key) exists; the id, and whether it is due.
 // (A schema before 0.6.0 has no `max_run`; `$7` is then NULL and unused.)
@@ -47,14 +47,14 @@ RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
 "#,
 );
 
-// INSERT_GROUPED from 0.12.0 (group heads, see [`crate::flow`]): the item
+// INSERT_GROUPED from 0.12.0 (group heads, see [`crate::verbs::flow`]): the item
 // is `behind` when, in this statement's snapshot, a pending item of its
 // group comes before it in claim order or ties with it (claims then skip
 // it without reading it): its group's first pending item, the first entry
-// of `items_group_idx` (see `group_first!` in [`crate::flow`] for why not
+// of `items_group_idx` (see `group_first!` in [`crate::verbs::flow`] for why not
 // EXISTS), comes before it or ties. The snapshot may be stale by the commit (a claim
 // of the group may have taken that item meanwhile), so the transaction
-// checks again at its commit ([`crate::xact`], [`VERIFY_BEHIND`]).
+// checks again at its commit ([`crate::backend::xact`], [`VERIFY_BEHIND`]).
 // Columns: id, whether it is due, whether it is behind.
 static INSERT_GROUPED_BEHIND: Statement<InsertParams> = Statement::new(concat!(
     r#"
@@ -66,9 +66,9 @@ SELECT $1, $2, $3, $4, r.at, $6, $7, $8,
                   WHERE o.queue OPERATOR(pg_catalog.=) $1
                     AND o.group_key OPERATOR(pg_catalog.=) $8
                     AND "#,
-    crate::sql::group_pending!("o"),
+    crate::store::sql::group_pending!("o"),
     "\n                  ",
-    crate::sql::group_order!("o"),
+    crate::store::sql::group_order!("o"),
     r#"
                   LIMIT 1), false)
   FROM (SELECT COALESCE($5, pg_catalog.clock_timestamp()) AS at) AS r
@@ -77,7 +77,7 @@ RETURNING n.id, n.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(), n
 "#
 ));
 
-/// At the commit of a transaction that enqueued items `behind` ([`crate::xact`]):
+/// At the commit of a transaction that enqueued items `behind` ([`crate::backend::xact`]):
 /// each item of `$1` (whose group lock the commit holds, taken after this
 /// statement's snapshot was) that is its group's first pending item now
 /// (nothing pending comes before it), and each item of `$2` (whose group lock another transaction
@@ -109,9 +109,9 @@ UPDATE workfence.items AS i
                                 WHERE o.queue OPERATOR(pg_catalog.=) t.queue
                                   AND o.group_key OPERATOR(pg_catalog.=) t.group_key
                                   AND "#,
-    crate::sql::group_pending!("o"),
+    crate::store::sql::group_pending!("o"),
     "\n                                ",
-    crate::sql::group_order!("o"),
+    crate::store::sql::group_order!("o"),
     r#"
                                 LIMIT 1) OPERATOR(pg_catalog.=) t.id)
                     LIMIT 1) AS x))
@@ -186,7 +186,7 @@ SELECT i.id
 ///   limit.
 /// - `group_key` (from 0.10.0): the item's serial group in the queue; at
 ///   most one item of a (queue, group_key) is claimed at a time, and a
-///   group's items are claimed in claim order (see [`crate::flow`]). NULL:
+///   group's items are claimed in claim order (see [`crate::verbs::flow`]). NULL:
 ///   in no group. An existing (queue, key) keeps its group.
 /// - An inserted item that is due (`run_at` NULL or not after
 ///   `clock_timestamp()`) runs `pg_notify('work_enqueued', queue)`: listeners
@@ -200,7 +200,7 @@ SELECT i.id
 /// `max_attempts` outside 1..1000, `max_run` not in (0, 365 days], a
 /// `group_key` empty, over 128 bytes or with control characters; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no enqueue grant covering the queue
-/// (see `crate::grants`); 40001
+/// (see `crate::access::grants`); 40001
 /// (serialization_failure) when the existing item of the key was deleted
 /// while this enqueue ran (a purge or a restore racing it): retrying the
 /// transaction is safe.
@@ -329,10 +329,10 @@ fn enqueue(
     validate::max_run(max_run.map(Into::into))?;
     grants::check(Capability::Enqueue, &queue)?;
     if group_key.is_some() {
-        crate::flow::enqueue_grouped(&queue)?;
+        crate::verbs::flow::enqueue_grouped(&queue)?;
     }
 
-    let heads = group_key.is_some() && crate::plans::schema_has_heads();
+    let heads = group_key.is_some() && crate::pg::plans::schema_has_heads();
     Spi::connect_mut(|client| {
         // The existing row can vanish between the two statements (purged in
         // between); then the INSERT is simply tried again.
@@ -368,7 +368,7 @@ fn enqueue(
             )?;
             if let Some((id, due, behind)) = inserted {
                 if let (true, Some(group)) = (behind, &group_key) {
-                    crate::xact::behind_at_commit(&queue, group, id);
+                    crate::backend::xact::behind_at_commit(&queue, group, id);
                 }
                 if due {
                     notify::enqueued(client, &queue)?;
