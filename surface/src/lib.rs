@@ -278,6 +278,16 @@ impl Function {
             .collect()
     }
 
+    /// Whether each argument, in order, may be NULL: those declared
+    /// `DEFAULT NULL`. Every other argument raises 22004 for a NULL (an
+    /// optional argument with another default too: omit it instead).
+    pub fn argument_nullable(&self) -> Vec<bool> {
+        self.argument_list()
+            .into_iter()
+            .map(|argument| argument.ends_with(" DEFAULT NULL"))
+            .collect()
+    }
+
     /// `workfence.name(type, ...)`, as `COMMENT ON FUNCTION` names it.
     pub fn signature(&self) -> String {
         format!(

@@ -1,9 +1,12 @@
 //! Bad input, as a client sees it: every function × every bad argument.
 //!
-//! The table is generated, not listed: each function is described by its
-//! arguments, each argument by its SQL type, a valid value and the bad values
-//! of its kind (NULL, empty, blank, too long, control characters, zero,
-//! negative or absurd intervals, counts out of range...). Every call that
+//! The table is generated, not listed: the functions and their arguments
+//! (names, SQL types, which are `DEFAULT NULL`) are `sql/functions.toml`'s,
+//! and each argument gets a valid value and the bad values of its name's
+//! kind (`kind_of`: empty, blank, too long, control characters, zero,
+//! negative or absurd intervals, counts out of range...), plus NULL where it
+//! is not declared `DEFAULT NULL`. A new function whose arguments are named
+//! as others' needs no edit here. Every call that
 //! replaces exactly one valid argument with one bad value must fail with the
 //! documented SQLSTATE, a message naming the argument, a hint (and, for
 //! 22023, a detail), and must change no row and draw no id or epoch (a
@@ -48,117 +51,44 @@ fn bad(value: Option<&str>, sqlstate: &'static str) -> Bad {
     }
 }
 
-fn null() -> Bad {
-    bad(None, "22004")
-}
-
 fn invalid(value: &str) -> Bad {
     bad(Some(value), "22023")
 }
 
 /// One argument of a function: its SQL name and type, a valid value (text,
-/// cast to the type in SQL; None = NULL) and the bad values of its kind.
+/// cast to the type in SQL; None = NULL) and its bad values.
 struct Arg {
-    name: &'static str,
-    sql_type: &'static str,
+    name: String,
+    sql_type: String,
     valid: Option<String>,
     bad: Vec<Bad>,
 }
 
-fn arg(name: &'static str, sql_type: &'static str, valid: Option<&str>, bad: Vec<Bad>) -> Arg {
-    Arg {
-        name,
-        sql_type,
+/// A function: its name and arguments, in order.
+struct Function {
+    name: String,
+    args: Vec<Arg>,
+}
+
+/// What every argument of one name shares, in whichever function it
+/// appears: a valid value (None = NULL) and its bad values other than NULL.
+struct Kind {
+    valid: Option<String>,
+    bad: Vec<Bad>,
+}
+
+fn kind(valid: Option<&str>, bad: Vec<Bad>) -> Kind {
+    Kind {
         valid: valid.map(str::to_owned),
         bad,
     }
 }
 
-fn queue_arg() -> Arg {
-    arg(
-        "queue",
-        "text",
-        Some("q"),
-        vec![
-            null(),
-            invalid(""),
-            invalid(&long('q', 129)),
-            invalid("a\nb"),
-            invalid("tab\t"),
-            invalid("del\u{7f}"),
-        ],
-    )
-}
-
-fn owner_arg() -> Arg {
-    arg(
-        "owner",
-        "text",
-        Some("w"),
-        vec![
-            null(),
-            invalid(""),
-            invalid("   "),
-            invalid("\t\n"),
-            invalid(&long('o', 257)),
-            invalid(&long('é', 129)),
-            invalid("laptop\n"),
-        ],
-    )
-}
-
-/// `key` where it is required (`work_claim_key`, `work_cancel`); in
-/// `work_enqueue` NULL means "generate one".
-fn key_arg(required: bool) -> Arg {
-    let mut bad = vec![invalid(""), invalid(&long('k', 513)), invalid("k\tk")];
-    if required {
-        bad.insert(0, null());
-    }
-    arg("key", "text", Some("a"), bad)
-}
-
-fn lease_arg() -> Arg {
-    arg(
-        "lease",
-        "interval",
-        Some("1 minute"),
-        vec![
-            null(),
-            invalid("0"),
-            invalid("-1 second"),
-            invalid("7 days 00:00:00.000001"),
-            invalid("8 days"),
-            invalid("100000 years"),
-            invalid("1 day -1 hour"),
-            invalid("1 mon -29 days"),
-        ],
-    )
-}
-
-/// `delay` (`work_release`, required) and `retry_in` (`work_fail`, NULL =
-/// backoff).
-fn delay_arg(name: &'static str, required: bool) -> Arg {
-    let mut bad = vec![
-        invalid("-1 second"),
-        invalid("366 days"),
-        // 365 days by the 30-day rule, 370 or 371 real days from any date.
-        invalid("12 mon 5 days"),
-        invalid("1000 years"),
-        invalid("1 mon -29 days"),
-    ];
-    if required {
-        bad.insert(0, null());
-    }
-    arg(name, "interval", Some("0"), bad)
-}
-
-fn count_arg(name: &'static str, valid: &str) -> Arg {
-    arg(
-        name,
-        "integer",
+/// `max_items`, `max_attempts`, `max`: 1 to 1000.
+fn count_kind(valid: &str) -> Kind {
+    kind(
         Some(valid),
         vec![
-            null(),
             invalid("0"),
             invalid("-1"),
             invalid("1001"),
@@ -167,53 +97,168 @@ fn count_arg(name: &'static str, valid: &str) -> Arg {
     )
 }
 
-/// `concurrency`, `rate` and `per_group` of `work_limit`: 1 to 10000, NULL
-/// for no limit (for per_group: serial groups).
-fn limit_arg(name: &'static str) -> Arg {
-    arg(
-        name,
-        "integer",
-        Some("5"),
-        vec![
-            invalid("0"),
-            invalid("-1"),
-            invalid("10001"),
-            invalid("-2147483648"),
-        ],
-    )
-}
-
-fn not_null(name: &'static str, sql_type: &'static str, valid: &str) -> Arg {
-    arg(name, sql_type, Some(valid), vec![null()])
-}
-
-/// `capability` of the queue-grant functions.
-fn capability_arg() -> Arg {
-    arg(
-        "capability",
-        "text",
-        Some("claim"),
-        vec![
-            null(),
-            invalid(""),
-            invalid("Claim"),
-            invalid("all"),
-            invalid("claim "),
-        ],
-    )
-}
-
-/// The arguments of `work_grant` and `work_revoke`: a capability, queues (a
-/// name or a prefix and `*`) and an existing role (the cluster's superuser).
-fn grant_args() -> Vec<Arg> {
-    vec![
-        capability_arg(),
-        arg(
-            "queues",
-            "text",
+/// The kind of each argument name of the SQL surface, or None for a name
+/// this table does not know yet (the test then names it: a new argument
+/// name needs its row here; a new function whose arguments are named as
+/// others are needs none).
+fn kind_of(name: &str, f: &Fixture) -> Option<Kind> {
+    let id = f.a_id.to_string();
+    let epoch = f.a_epoch.to_string();
+    Some(match name {
+        "queue" => kind(
+            Some("q"),
+            vec![
+                invalid(""),
+                invalid(&long('q', 129)),
+                invalid("a\nb"),
+                invalid("tab\t"),
+                invalid("del\u{7f}"),
+            ],
+        ),
+        "owner" => kind(
+            Some("w"),
+            vec![
+                invalid(""),
+                invalid("   "),
+                invalid("\t\n"),
+                invalid(&long('o', 257)),
+                invalid(&long('é', 129)),
+                invalid("laptop\n"),
+            ],
+        ),
+        "key" => kind(
+            Some("a"),
+            vec![invalid(""), invalid(&long('k', 513)), invalid("k\tk")],
+        ),
+        "lease" => kind(
+            Some("1 minute"),
+            vec![
+                invalid("0"),
+                invalid("-1 second"),
+                invalid("7 days 00:00:00.000001"),
+                invalid("8 days"),
+                invalid("100000 years"),
+                invalid("1 day -1 hour"),
+                invalid("1 mon -29 days"),
+            ],
+        ),
+        // `work_release`'s delay and `work_fail`'s retry_in (NULL = backoff).
+        "delay" | "retry_in" => kind(
+            Some("0"),
+            vec![
+                invalid("-1 second"),
+                invalid("366 days"),
+                // 365 days by the 30-day rule, 370 or 371 real days from any date.
+                invalid("12 mon 5 days"),
+                invalid("1000 years"),
+                invalid("1 mon -29 days"),
+            ],
+        ),
+        "max_items" => count_kind("1"),
+        "max_attempts" => count_kind("25"),
+        "max" => count_kind("50"),
+        // `work_limit`: 1 to 10000, NULL for no limit (per_group: serial groups).
+        "concurrency" | "rate" | "per_group" => kind(
+            Some("5"),
+            vec![
+                invalid("0"),
+                invalid("-1"),
+                invalid("10001"),
+                invalid("-2147483648"),
+            ],
+        ),
+        "per" => kind(
+            Some("1 second"),
+            vec![
+                invalid("0"),
+                invalid("-1 second"),
+                invalid("1 day 00:00:00.000001"),
+                invalid("2 days"),
+                invalid("1 mon -29 days"),
+            ],
+        ),
+        "wait" => kind(
+            Some("0"),
+            vec![
+                invalid("-1 second"),
+                invalid("01:00:00.000001"),
+                invalid("1 day"),
+                invalid("1 day -23 hours"),
+            ],
+        ),
+        "max_run" => kind(
+            None,
+            vec![
+                invalid("0"),
+                invalid("-1 second"),
+                invalid("365 days 00:00:00.000001"),
+                invalid("1000 years"),
+                invalid("1 day -1 hour"),
+            ],
+        ),
+        "run_at" => kind(Some("2026-01-01 00:00:00+00"), vec![invalid("infinity")]),
+        "group_key" => kind(
+            None,
+            vec![
+                invalid(""),
+                invalid(&long('g', 129)),
+                invalid(&long('é', 65)),
+                invalid("g\ng"),
+                invalid("tab\t"),
+                invalid("del\u{7f}"),
+            ],
+        ),
+        "state" => kind(
+            None,
+            vec![
+                invalid(""),
+                invalid("scheduled"),
+                invalid("expired"),
+                invalid("PENDING"),
+            ],
+        ),
+        "older_than" => kind(
+            Some("7 days"),
+            vec![
+                invalid("-1 second"),
+                invalid("3651 days"),
+                invalid("1 mon -29 days"),
+            ],
+        ),
+        "ids" => kind(
+            Some(&format!("{{{id}}}")),
+            vec![bad(Some(&format!("{{{id},NULL}}")), "22004")],
+        ),
+        "epochs" => kind(
+            Some(&format!("{{{epoch}}}")),
+            vec![
+                bad(Some("{NULL}"), "22004"),
+                invalid("{}"),
+                invalid(&format!("{{{epoch},{epoch}}}")),
+            ],
+        ),
+        "results" => kind(None, vec![invalid("{}"), invalid("{1,2}")]),
+        // The token every token function is called with: item A's claim.
+        "id" | "last_id" => kind(Some(&id), vec![]),
+        "epoch" | "last_epoch" => kind(Some(&epoch), vec![]),
+        "payload" => kind(Some("{}"), vec![]),
+        "priority" => kind(Some("0"), vec![]),
+        "error" => kind(Some("boom"), vec![]),
+        "enforced" => kind(Some("true"), vec![]),
+        "after" | "result" => kind(None, vec![]),
+        "capability" => kind(
+            Some("claim"),
+            vec![
+                invalid(""),
+                invalid("Claim"),
+                invalid("all"),
+                invalid("claim "),
+            ],
+        ),
+        // `work_grant`, `work_revoke`: a name or a prefix and `*`.
+        "queues" => kind(
             Some("q.*"),
             vec![
-                null(),
                 invalid(""),
                 invalid(&long('q', 129)),
                 invalid(&format!("{}*", long('q', 129))),
@@ -221,12 +266,10 @@ fn grant_args() -> Vec<Arg> {
                 invalid("\t*"),
             ],
         ),
-        arg(
-            "role",
-            "text",
+        // An existing role: the cluster's superuser.
+        "role" => kind(
             Some("postgres"),
             vec![
-                null(),
                 invalid(""),
                 invalid(&long('r', 64)),
                 invalid("postgres\n"),
@@ -234,13 +277,8 @@ fn grant_args() -> Vec<Arg> {
                 bad(Some("Postgres"), "42704"),
             ],
         ),
-    ]
-}
-
-/// A function: its name and arguments, in order.
-struct Function {
-    name: &'static str,
-    args: Vec<Arg>,
+        _ => return None,
+    })
 }
 
 /// The token every token function is called with: item A's current claim.
@@ -255,287 +293,64 @@ struct Fixture {
     cancelled_epoch: i64,
 }
 
+/// Every function of the SQL surface (`sql/functions.toml`, each overload),
+/// its arguments as the table declares them: each argument's valid and bad
+/// values are its name's [`kind_of`], and NULL (22004) is a bad value of
+/// every argument not declared `DEFAULT NULL`.
 fn functions(f: &Fixture) -> Vec<Function> {
-    let id = || not_null("id", "bigint", &f.a_id.to_string());
-    let epoch = || not_null("epoch", "bigint", &f.a_epoch.to_string());
-    vec![
-        Function {
-            name: "work_enqueue",
-            args: vec![
-                queue_arg(),
-                not_null("payload", "jsonb", "{}"),
-                key_arg(false),
-                arg("run_at", "timestamptz", None, vec![invalid("infinity")]),
-                not_null("priority", "integer", "0"),
-                count_arg("max_attempts", "25"),
-                arg(
-                    "max_run",
-                    "interval",
-                    None,
-                    vec![
-                        invalid("0"),
-                        invalid("-1 second"),
-                        invalid("365 days 00:00:00.000001"),
-                        invalid("1000 years"),
-                        invalid("1 day -1 hour"),
-                    ],
-                ),
-                // NULL: an item in no group.
-                arg(
-                    "group_key",
-                    "text",
-                    None,
-                    vec![
-                        invalid(""),
-                        invalid(&long('g', 129)),
-                        invalid(&long('é', 65)),
-                        invalid("g\ng"),
-                        invalid("tab\t"),
-                        invalid("del\u{7f}"),
-                    ],
-                ),
-            ],
-        },
-        Function {
-            name: "work_claim",
-            args: vec![
-                queue_arg(),
-                owner_arg(),
-                lease_arg(),
-                count_arg("max_items", "1"),
-                arg(
-                    "wait",
-                    "interval",
-                    Some("0"),
-                    vec![
-                        null(),
-                        invalid("-1 second"),
-                        invalid("01:00:00.000001"),
-                        invalid("1 day"),
-                        invalid("1 day -23 hours"),
-                    ],
-                ),
-            ],
-        },
-        Function {
-            name: "work_claim_key",
-            args: vec![queue_arg(), key_arg(true), owner_arg(), lease_arg()],
-        },
-        Function {
-            name: "work_renew",
-            args: vec![id(), owner_arg(), epoch(), lease_arg()],
-        },
-        Function {
-            name: "work_finish",
-            args: vec![
-                id(),
-                owner_arg(),
-                epoch(),
-                arg("result", "jsonb", None, vec![]),
-            ],
-        },
-        Function {
-            name: "work_finish_many",
-            args: vec![
-                owner_arg(),
-                arg(
-                    "ids",
-                    "bigint[]",
-                    Some(&format!("{{{}}}", f.a_id)),
-                    vec![null(), bad(Some(&format!("{{{},NULL}}", f.a_id)), "22004")],
-                ),
-                arg(
-                    "epochs",
-                    "bigint[]",
-                    Some(&format!("{{{}}}", f.a_epoch)),
-                    vec![
-                        null(),
-                        bad(Some("{NULL}"), "22004"),
-                        invalid("{}"),
-                        invalid(&format!("{{{},{}}}", f.a_epoch, f.a_epoch)),
-                    ],
-                ),
-                arg(
-                    "results",
-                    "jsonb[]",
-                    None,
-                    vec![invalid("{}"), invalid("{1,2}")],
-                ),
-            ],
-        },
-        Function {
-            name: "work_release",
-            args: vec![id(), owner_arg(), epoch(), delay_arg("delay", true)],
-        },
-        Function {
-            name: "work_fail",
-            args: vec![
-                id(),
-                owner_arg(),
-                epoch(),
-                not_null("error", "text", "boom"),
-                delay_arg("retry_in", false),
-            ],
-        },
-        Function {
-            name: "work_finish_and_claim",
-            args: vec![
-                queue_arg(),
-                owner_arg(),
-                lease_arg(),
-                not_null("last_id", "bigint", &f.a_id.to_string()),
-                not_null("last_epoch", "bigint", &f.a_epoch.to_string()),
-                arg("result", "jsonb", None, vec![]),
-                count_arg("max_items", "1"),
-            ],
-        },
-        Function {
-            name: "work_fail_and_claim",
-            args: vec![
-                queue_arg(),
-                owner_arg(),
-                lease_arg(),
-                not_null("last_id", "bigint", &f.a_id.to_string()),
-                not_null("last_epoch", "bigint", &f.a_epoch.to_string()),
-                not_null("error", "text", "boom"),
-                delay_arg("retry_in", false),
-                count_arg("max_items", "1"),
-            ],
-        },
-        Function {
-            name: "work_assert",
-            args: vec![id(), owner_arg(), epoch()],
-        },
-        Function {
-            name: "work_cancel",
-            args: vec![queue_arg(), key_arg(true)],
-        },
-        Function {
-            name: "work_lease_status",
-            args: vec![id(), owner_arg(), epoch()],
-        },
-        Function {
-            name: "work_retry",
-            args: vec![
-                queue_arg(),
-                key_arg(true),
-                arg("run_at", "timestamptz", None, vec![invalid("infinity")]),
-            ],
-        },
-        Function {
-            name: "work_reschedule",
-            args: vec![
-                queue_arg(),
-                key_arg(true),
-                arg(
-                    "run_at",
-                    "timestamptz",
-                    Some("2026-01-01 00:00:00+00"),
-                    vec![null(), invalid("infinity")],
-                ),
-            ],
-        },
-        Function {
-            name: "work_pause",
-            args: vec![queue_arg()],
-        },
-        Function {
-            name: "work_limit",
-            args: vec![
-                queue_arg(),
-                limit_arg("concurrency"),
-                limit_arg("rate"),
-                arg(
-                    "per",
-                    "interval",
-                    Some("1 second"),
-                    vec![
-                        null(),
-                        invalid("0"),
-                        invalid("-1 second"),
-                        invalid("1 day 00:00:00.000001"),
-                        invalid("2 days"),
-                        invalid("1 mon -29 days"),
-                    ],
-                ),
-                limit_arg("per_group"),
-            ],
-        },
-        Function {
-            name: "work_resume",
-            args: vec![queue_arg()],
-        },
-        Function {
-            name: "work_item",
-            args: vec![queue_arg(), key_arg(true)],
-        },
-        Function {
-            name: "work_item",
-            args: vec![id()],
-        },
-        Function {
-            name: "work_items",
-            args: vec![
-                queue_arg(),
-                arg(
-                    "state",
-                    "text",
-                    None,
-                    vec![
-                        invalid(""),
-                        invalid("scheduled"),
-                        invalid("expired"),
-                        invalid("PENDING"),
-                    ],
-                ),
-                arg("after", "bigint", None, vec![]),
-                count_arg("max", "50"),
-            ],
-        },
-        Function {
-            name: "queue_counters",
-            args: vec![queue_arg()],
-        },
-        Function {
-            name: "work_grant",
-            args: grant_args(),
-        },
-        Function {
-            name: "work_revoke",
-            args: grant_args(),
-        },
-        Function {
-            name: "work_enforce_grants",
-            args: vec![not_null("enforced", "boolean", "true")],
-        },
-        Function {
-            name: "work_may",
-            args: vec![capability_arg(), queue_arg()],
-        },
-        Function {
-            name: "work_purge",
-            args: vec![
-                arg(
-                    "older_than",
-                    "interval",
-                    Some("7 days"),
-                    vec![
-                        null(),
-                        invalid("-1 second"),
-                        invalid("3651 days"),
-                        invalid("1 mon -29 days"),
-                    ],
-                ),
-                {
-                    // NULL: every queue.
-                    let mut queue = queue_arg();
-                    queue.valid = Some("q".into());
-                    queue.bad.retain(|b| b.value.is_some());
-                    queue
-                },
-            ],
-        },
-    ]
+    let surface = ok(
+        workfence_surface::Surface::load(&common::repo_root()),
+        "reading sql/functions.toml",
+    );
+    let mut unknown = Vec::new();
+    let functions: Vec<Function> = surface
+        .functions
+        .iter()
+        .map(|function| {
+            let names = function.argument_names();
+            let types = function.argument_types();
+            let nullable = function.argument_nullable();
+            let args = (0..names.len())
+                .filter_map(|i| {
+                    let Some(kind) = kind_of(names[i], f) else {
+                        unknown.push(format!("{}({})", function.name, names[i]));
+                        return None;
+                    };
+                    assert!(
+                        kind.valid.is_some() || nullable[i],
+                        "{}({}): its kind's valid value is NULL, which the argument refuses",
+                        function.name,
+                        names[i]
+                    );
+                    let mut bad_values = kind.bad;
+                    if !nullable[i] {
+                        bad_values.insert(0, bad(None, "22004"));
+                    }
+                    Some(Arg {
+                        name: names[i].to_owned(),
+                        sql_type: types[i].clone(),
+                        valid: kind.valid,
+                        bad: bad_values,
+                    })
+                })
+                .collect();
+            Function {
+                name: function.name.clone(),
+                args,
+            }
+        })
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "arguments whose name bad_input.rs's kind_of does not know: {unknown:?} \
+         (give each its valid value and its bad values)"
+    );
+    assert!(
+        functions.len() > 20,
+        "sql/functions.toml read as {} functions",
+        functions.len()
+    );
+    functions
 }
 
 /// `SELECT count(*) FROM workfence.f($1::text::t1, ...)`: every value is a
