@@ -73,14 +73,18 @@ build_tree() {
     # Cargo's build directory is this checkout's, also for another source:
     # the dependencies are built once, and each source's library keeps its
     # own fingerprint (its path is part of it).
-    # The `dist` profile (fat LTO) where the source has one; a source from
-    # before it (the previous release) builds as its release profile did.
-    local profile=()
-    if grep -q '^\[profile\.dist\]' "$source_dir/Cargo.toml"; then
-        profile=(--profile dist)
+    # The `dist` profile (fat LTO in one codegen unit). A source from before
+    # it (the previous release) has those settings in its release profile:
+    # it gets the same `dist` profile from the environment, so that the
+    # dependencies this checkout built for `dist` serve it too (only its own
+    # crate is compiled) and its library is built as it was released.
+    local profile_env=()
+    if ! grep -q '^\[profile\.dist\]' "$source_dir/Cargo.toml"; then
+        profile_env=(CARGO_PROFILE_DIST_INHERITS=release CARGO_PROFILE_DIST_LTO=fat
+            CARGO_PROFILE_DIST_CODEGEN_UNITS=1)
     fi
-    (cd "$source_dir" && CARGO_TARGET_DIR="$ROOT/target" \
-        cargo pgrx package "${profile[@]}" --pg-config "$pg_config" --out-dir "$dir") >&2
+    (cd "$source_dir" && env "${profile_env[@]}" CARGO_TARGET_DIR="$ROOT/target" \
+        cargo pgrx package --profile dist --pg-config "$pg_config" --out-dir "$dir") >&2
     strip --strip-unneeded "$dir$("$pg_config" --pkglibdir)/pg_workfence.so"
 }
 
