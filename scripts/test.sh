@@ -15,7 +15,9 @@
 #                   on PostgreSQL 15: seed scenario, races, soak, PgBouncer, bad
 #                   input, the stateright model, dump/restore, upgrade, ... and the
 #                   checklist of every SQL function (typed call, privileges, bad
-#                   input, docs agree)
+#                   input, docs agree); four tests at a time (WORKFENCE_CLIENT_THREADS),
+#                   while the benchmark's peers are installed and the builds of
+#                   tiers 9 to 10b made beside them, niced
 #   8. client 18    the same topics on PostgreSQL 18, but for the four whose subject
 #                   is the client side or the source (soak, examples, model,
 #                   layers), and but for the
@@ -80,6 +82,9 @@ FAST_CLIENT_TESTS=(races promises privileges queue_grants bad_input upgrade chec
 # languages, the model checker's explored states) or the source (the layers
 # of src/), the same on every major.
 CLIENT_ONLY_TESTS=(soak examples model layers)
+# Client tests run at a time (cargo's --test-threads; its default is the
+# number of cores).
+CLIENT_THREADS="${WORKFENCE_CLIENT_THREADS:-4}"
 
 stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
 t_start=$SECONDS
@@ -124,7 +129,8 @@ if [ "$fast" = 1 ]; then
         fast_filters+=("$name::")
     done
     WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
-        cargo test -p workfence-harness --release --test client -- "${fast_filters[@]}"
+        cargo test -p workfence-harness --release --test client -- "${fast_filters[@]}" \
+        --test-threads "$CLIENT_THREADS"
     stage "the fast tier passed in $((SECONDS - t_start)) s (the whole command: scripts/test.sh)"
     exit 0
 fi
@@ -151,10 +157,45 @@ for major in "${MAJORS[@]}"; do
 done
 
 stage "client tests from real connections on PostgreSQL 15"
+# The client test binary, built once and run directly by both client tiers
+# (from harness/, as cargo test would): cargo would take its build lock to
+# run it, which the builds made beside the tests (below) hold for a while.
+client_bin="$(cargo test -p workfence-harness --release --no-run --message-format=json-render-diagnostics \
+    | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "client":
+        print(m["executable"])')"
+if [ ! -x "$client_bin" ]; then
+    echo "no client test binary (cargo test -p workfence-harness --release --no-run)" >&2
+    exit 1
+fi
+# The harness's own unit tests and doc tests.
+cargo test -p workfence-harness --release --lib --bins
+cargo test -p workfence-harness --release --doc
+# The client tiers wait on servers more than they compute (two cores were
+# half idle with two test threads): they run CLIENT_THREADS tests at a time,
+# and beside them, niced, the tiers after them are prepared: the benchmark's
+# peers (bench/peers/*/install.sh: awa's build, npm ci, a venv) and the
+# builds of the dashboard's, the Rust library's, the benchmark's and the
+# demo's tests, each the command its tier runs (so that the tier finds it
+# built). Cargo holds its build lock only while it builds, not while tests
+# run; none of these builds the harness, whose binaries the client tests run.
+prepare_log="$(scratch_base "$ROOT")/prepare-later-tiers.log"
+nice -n 10 bash -c 'set -e
+    bash bench/peers/node/install.sh
+    bash bench/peers/python/install.sh
+    bash bench/peers/awa/install.sh
+    cargo test -p workfence-ui --release --no-run
+    cargo test -p workfence --release --locked --no-run
+    cargo test -p workfence-bench --release --no-run
+    cargo build --release --locked -p workfence-bench -p workfence-ui
+    cargo test -p workfence-demo --release --no-run' >"$prepare_log" 2>&1 &
+prepare_pid=$!
 # --show-output: the soak's figures, the model's state count and the bad-input
 # case count are printed even when their tests pass.
-WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
-    cargo test -p workfence-harness --release -- --show-output
+(cd harness && WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
+    "$client_bin" --show-output --test-threads "$CLIENT_THREADS")
 
 stage "client tests on PostgreSQL 18 (all but ${CLIENT_ONLY_TESTS[*]}, router and the router tests of the others)"
 # Every topic runs on both majors unless it is in CLIENT_ONLY_TESTS. PL/Proxy
@@ -165,8 +206,15 @@ pg18_skips=(--skip router)
 for name in "${CLIENT_ONLY_TESTS[@]}"; do
     pg18_skips+=(--skip "$name::")
 done
-WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \
-    cargo test -p workfence-harness --release --test client -- "${pg18_skips[@]}"
+(cd harness && WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \
+    "$client_bin" "${pg18_skips[@]}" --test-threads "$CLIENT_THREADS")
+
+stage "the later tiers' peers and builds, prepared beside the client tests"
+if ! wait "$prepare_pid"; then
+    echo "preparing the later tiers failed; the end of its log ($prepare_log):" >&2
+    tail -n 40 "$prepare_log" >&2
+    exit 1
+fi
 
 stage "dashboard: cargo test -p workfence-ui (HTTP and real-browser tests, PostgreSQL 15)"
 # The real workfence-ui binary against throwaway clusters (a hot standby
