@@ -17,7 +17,8 @@
 #                   checklist of every SQL function (typed call, privileges, bad
 #                   input, docs agree); four tests at a time (WORKFENCE_CLIENT_THREADS),
 #                   while the benchmark's peers are installed and the builds of
-#                   tiers 9 to 10b made beside them, at idle priority
+#                   tiers 9 to 10b made beside them, at idle priority; the topics
+#                   in TIMED_TESTS (latency bounds in ms) after both majors, alone
 #   8. client 18    the same topics on PostgreSQL 18, but for the four whose subject
 #                   is the client side or the source (soak, examples, model,
 #                   layers), and but for the
@@ -85,6 +86,10 @@ CLIENT_ONLY_TESTS=(soak examples model layers)
 # Client tests run at a time (cargo's --test-threads; its default is the
 # number of cores).
 CLIENT_THREADS="${WORKFENCE_CLIENT_THREADS:-4}"
+# The client test topics that bound a latency in milliseconds (a wake-up
+# within 100 ms; no wake-up before a waiter's deadline): they run after the
+# others, with nothing built beside them and two at a time, on each major.
+TIMED_TESTS=(wake_ups)
 
 stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
 t_start=$SECONDS
@@ -196,8 +201,14 @@ chrt --idle 0 bash -c 'set -e
 prepare_pid=$!
 # --show-output: the soak's figures, the model's state count and the bad-input
 # case count are printed even when their tests pass.
+timed_skips=()
+timed_filters=()
+for name in "${TIMED_TESTS[@]}"; do
+    timed_skips+=(--skip "$name::")
+    timed_filters+=("$name::")
+done
 (cd harness && WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
-    "$client_bin" --show-output --test-threads "$CLIENT_THREADS")
+    "$client_bin" --show-output --test-threads "$CLIENT_THREADS" "${timed_skips[@]}")
 
 stage "client tests on PostgreSQL 18 (all but ${CLIENT_ONLY_TESTS[*]}, router and the router tests of the others)"
 # Every topic runs on both majors unless it is in CLIENT_ONLY_TESTS. PL/Proxy
@@ -209,7 +220,7 @@ for name in "${CLIENT_ONLY_TESTS[@]}"; do
     pg18_skips+=(--skip "$name::")
 done
 (cd harness && WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \
-    "$client_bin" "${pg18_skips[@]}" --test-threads "$CLIENT_THREADS")
+    "$client_bin" "${pg18_skips[@]}" --test-threads "$CLIENT_THREADS" "${timed_skips[@]}")
 
 stage "the later tiers' peers and builds, prepared beside the client tests"
 if ! wait "$prepare_pid"; then
@@ -217,6 +228,12 @@ if ! wait "$prepare_pid"; then
     tail -n 40 "$prepare_log" >&2
     exit 1
 fi
+
+stage "client tests that bound a latency (${TIMED_TESTS[*]}), alone, on PostgreSQL 15 and 18"
+(cd harness && WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests" \
+    "$client_bin" --show-output "${timed_filters[@]}")
+(cd harness && WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \
+    "$client_bin" --show-output "${timed_filters[@]}" "${pg18_skips[@]}")
 
 stage "dashboard: cargo test -p workfence-ui (HTTP and real-browser tests, PostgreSQL 15)"
 # The real workfence-ui binary against throwaway clusters (a hot standby
