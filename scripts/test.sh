@@ -17,7 +17,7 @@
 #                   checklist of every SQL function (typed call, privileges, bad
 #                   input, docs agree); four tests at a time (WORKFENCE_CLIENT_THREADS),
 #                   while the benchmark's peers are installed and the builds of
-#                   tiers 9 to 10b made beside them, niced; the topics
+#                   tiers 9 to 10b made beside them, at idle priority; the topics
 #                   in TIMED_TESTS (latency bounds in ms) after both majors, alone
 #   8. client 18    the same topics on PostgreSQL 18, but for the four whose subject
 #                   is the client side or the source (soak, examples, model,
@@ -180,16 +180,16 @@ cargo test -p workfence-harness --release --lib --bins
 cargo test -p workfence-harness --release --doc
 # The client tiers wait on servers more than they compute (two cores were
 # half idle with two test threads): they run CLIENT_THREADS tests at a time,
-# and beside them, niced, the tiers after them are prepared: the benchmark's
+# and beside them, at idle priority, the tiers after them are prepared: the benchmark's
 # peers (bench/peers/*/install.sh: awa's build, npm ci, a venv) and the
 # builds of the dashboard's, the Rust library's, the benchmark's and the
 # demo's tests, each the command its tier runs (so that the tier finds it
 # built). Cargo holds its build lock only while it builds, not while tests
 # run; none of these builds the harness, whose binaries the client tests run.
-# Niced by 10: at idle priority (chrt --idle) they were not done when the
-# client tiers were (99 s more of waiting), and the tiers ran no faster.
+# SCHED_IDLE (chrt --idle): they get a core only when the tests leave it idle
+# (niced by 10 instead, they took so much that the tier on 15 ran 50% longer).
 prepare_log="$(scratch_base "$ROOT")/prepare-later-tiers.log"
-nice -n 10 bash -c 'set -e
+chrt --idle 0 bash -c 'set -e
     bash bench/peers/node/install.sh
     bash bench/peers/python/install.sh
     bash bench/peers/awa/install.sh
