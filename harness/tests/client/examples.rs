@@ -85,6 +85,8 @@ struct Copy {
     name: &'static str,
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The thread that reads the copy's stdout into `lines`, until its end.
+    reader: Option<thread::JoinHandle<()>>,
 }
 
 impl Copy {
@@ -108,7 +110,7 @@ impl Copy {
         let stdout = child.stdout.take().expect("piped stdout");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&lines);
-        thread::spawn(move || {
+        let reader = thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 match line {
                     Ok(line) => sink
@@ -119,7 +121,12 @@ impl Copy {
                 }
             }
         });
-        Copy { name, child, lines }
+        Copy {
+            name,
+            child,
+            lines,
+            reader: Some(reader),
+        }
     }
 
     /// The copy's process id (the `worker_pid` of its business rows).
@@ -232,6 +239,7 @@ impl Copy {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.read_to_end(deadline);
                 return status;
             }
             if Instant::now() > deadline {
@@ -243,6 +251,24 @@ impl Copy {
                 );
             }
             thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Copy {
+    /// After the copy exited: lets the reader take its last lines, to the
+    /// end of its stdout (the copy's exit closes it), so that a line the
+    /// copy printed before exiting is in `lines` once `wait` returns.
+    /// Until `deadline` at most: a process the copy started could hold the
+    /// pipe open after it.
+    fn read_to_end(&mut self, deadline: Instant) {
+        if let Some(reader) = self.reader.take() {
+            while !reader.is_finished() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(20));
+            }
+            if reader.is_finished() {
+                reader.join().expect("the stdout reader");
+            }
         }
     }
 }
