@@ -98,6 +98,15 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
                         .filter(|m| m != name),
                 );
             }
+            // `super::file` in a layer's file names a file of the same layer
+            // (`super::{a, b}` too); what is not a file there (an item of
+            // a test module's parent) is left out by `named`.
+            if let Some((layer, _)) = name.split_once('/') {
+                for (i, _) in code.match_indices("super::") {
+                    let rest = format!("{layer}::{}", &code[i + "super::".len()..]);
+                    reached.extend(named(&rest, &modules).into_iter().filter(|m| m != name));
+                }
+            }
             (name.clone(), reached)
         })
         .collect()
