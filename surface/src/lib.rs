@@ -32,6 +32,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod calls;
+
 /// The table, relative to the repository's root.
 pub const TABLE: &str = "sql/functions.toml";
 
@@ -396,6 +398,7 @@ impl Surface {
                 )));
             }
         }
+        calls::binding_names(&functions)?;
         Ok(Surface { functions })
     }
 
