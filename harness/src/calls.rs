@@ -3,10 +3,17 @@
 //! server's SQLSTATE; [`SqlState::sqlstate`] reads it).
 //!
 //! Every client test, the benchmark driver and the demo call the extension
-//! through these, so a change of a function's signature is one edit here.
-//! Tests that are about the SQL itself (a claim inside `LATERAL`, a cursor,
-//! a literal `NULL` argument, a batch built with `generate_series`) still
-//! write that SQL out.
+//! through these. Each is a thin wrapper in the harness's types ([`Token`],
+//! [`Enqueue`], [`Claim`], [`Item`], ...) over its function's binding in
+//! [`generated`], which `cargo run -p workfence-surface` renders from
+//! `sql/functions.toml`: the bindings are the only place a function's call is
+//! written as SQL, so a change of a signature is an edit of the table (and
+//! of a wrapper here when its Rust arguments change). Tests that are about
+//! the SQL itself (a claim inside `LATERAL`, a cursor, a literal `NULL`
+//! argument, a batch built with `generate_series`) still write that SQL out;
+//! so do the reads of the views here ([`queue_stats`], [`queue_limits`],
+//! [`queue_grants`]), which are not functions, and [`prepared`]'s fixed
+//! statements.
 //!
 //! Each call is one round trip with its parameter types given
 //! (`query_typed`: no named prepared statement), so the calls also work
@@ -15,14 +22,18 @@
 //! arguments left `None` are omitted from the call (named notation), so the
 //! server's own defaults apply, as `docs/reference.md` states them.
 //!
-//! `harness/tests/client/checklist.rs` fails when a function of the extension has
-//! no call here.
+//! A row column the catalog does not promise non-NULL is an `Option` in the
+//! bindings' rows; the wrappers read the columns the functions always set as
+//! plain values, and panic (naming the function and column) if one is NULL,
+//! as reading it with `Row::get` did.
 
-use postgres::types::{ToSql, Type};
+use postgres::types::{FromSqlOwned, ToSql, Type};
 use postgres::{GenericClient, Row};
 use serde_json::Value;
 
 pub use crate::protocol::Claim;
+
+pub mod generated;
 
 /// The result of every call: the server's error, SQLSTATE included, on failure.
 pub type CallResult<T> = Result<T, postgres::Error>;
@@ -70,7 +81,8 @@ impl Claim {
     }
 }
 
-/// A SQL call being put together: its text and its typed parameters.
+/// A SQL call being put together by a binding of [`generated`]: its text
+/// and its typed parameters.
 struct Call<'a> {
     sql: String,
     params: Vec<(&'a (dyn ToSql + Sync), Type)>,
@@ -85,59 +97,128 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// A positional argument `$n` of type `ty`, cast to `cast` when given.
-    fn arg(mut self, value: &'a (dyn ToSql + Sync), ty: Type, cast: &str) -> Call<'a> {
+    /// The parameter `$n` of type `ty`, written `before$nafter` (a cast
+    /// after it), as the argument `name => ...` when `name` is given.
+    fn push(
+        &mut self,
+        name: Option<&str>,
+        value: &'a (dyn ToSql + Sync),
+        ty: Type,
+        before: &str,
+        after: &str,
+    ) {
         self.params.push((value, ty));
         if !self.sql.ends_with('(') {
             self.sql.push_str(", ");
         }
-        self.sql.push_str(&format!("${}{cast}", self.params.len()));
-        self
+        if let Some(name) = name {
+            self.sql.push_str(&format!("{name} => "));
+        }
+        self.sql
+            .push_str(&format!("{before}${}{after}", self.params.len()));
+    }
+
+    /// A positional argument `$n` of type `ty`, cast to `cast` when given.
+    fn arg(&mut self, value: &'a (dyn ToSql + Sync), ty: Type, cast: &str) {
+        self.push(None, value, ty, "", cast);
     }
 
     /// A named argument `name => $n`, omitted when `None` (the default applies).
-    fn named<T: ToSql + Sync>(
-        mut self,
-        name: &str,
-        value: &'a Option<T>,
-        ty: Type,
-        cast: &str,
-    ) -> Call<'a> {
+    fn named<T: ToSql + Sync>(&mut self, name: &str, value: &'a Option<T>, ty: Type, cast: &str) {
         if let Some(value) = value {
-            self.params.push((value, ty));
-            if !self.sql.ends_with('(') {
-                self.sql.push_str(", ");
-            }
-            self.sql
-                .push_str(&format!("{name} => ${}{cast}", self.params.len()));
+            self.push(Some(name), value, ty, "", cast);
         }
-        self
     }
 
-    fn finish(mut self) -> (String, Vec<(&'a (dyn ToSql + Sync), Type)>) {
-        self.sql.push(')');
+    /// A positional `timestamptz` argument, from a [`RunAt`].
+    fn at(&mut self, run_at: &'a RunAt) {
+        self.push_run_at(None, run_at);
+    }
+
+    /// A named `timestamptz` argument `name => ...`, from a [`RunAt`];
+    /// omitted when `None` (the default applies).
+    fn named_at(&mut self, name: &str, run_at: Option<&'a RunAt>) {
+        if let Some(run_at) = run_at {
+            self.push_run_at(Some(name), run_at);
+        }
+    }
+
+    /// A [`RunAt`] bound as text: `$n::timestamptz` for a time, and for an
+    /// interval from the server's clock
+    /// `($n::interval OPERATOR(pg_catalog.+) pg_catalog.clock_timestamp())`.
+    fn push_run_at(&mut self, name: Option<&str>, run_at: &'a RunAt) {
+        match run_at {
+            RunAt::At(at) => self.push(name, at, Type::TEXT, "", "::timestamptz"),
+            RunAt::In(after) => self.push(
+                name,
+                after,
+                Type::TEXT,
+                "(",
+                "::interval OPERATOR(pg_catalog.+) pg_catalog.clock_timestamp())",
+            ),
+        }
+    }
+
+    /// The text with `close` (the `)` that ends the arguments, and what
+    /// follows it) appended, and the parameters.
+    fn finish(mut self, close: &str) -> (String, Vec<(&'a (dyn ToSql + Sync), Type)>) {
+        self.sql.push_str(close);
         (self.sql, self.params)
     }
 
-    fn one(self, c: &mut impl GenericClient) -> CallResult<Row> {
-        let (sql, params) = self.finish();
-        c.query_typed_one(&sql, &params)
+    /// The rows of a set-returning call, each read with `read`.
+    fn rows<T>(
+        self,
+        c: &mut impl GenericClient,
+        close: &str,
+        read: fn(&Row) -> CallResult<T>,
+    ) -> CallResult<Vec<T>> {
+        let (sql, params) = self.finish(close);
+        c.query_typed(&sql, &params)?.iter().map(read).collect()
+    }
+
+    /// The value of a call that returns one (a NULL is an error, not a panic).
+    fn value<T: FromSqlOwned>(self, c: &mut impl GenericClient, close: &str) -> CallResult<T> {
+        let (sql, params) = self.finish(close);
+        c.query_typed_one(&sql, &params)?.try_get(0)
+    }
+
+    /// A call of a function that returns `void`.
+    fn void(self, c: &mut impl GenericClient, close: &str) -> CallResult<()> {
+        let (sql, params) = self.finish(close);
+        c.query_typed_one(&sql, &params).map(drop)
     }
 }
 
-/// The columns of a claim row, `lease_until` as the server renders it.
-const CLAIM_COLUMNS: &str =
-    "SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until::text";
+/// A column its function always sets, from the binding's row (where every
+/// column is an `Option`): panics, naming the function and the column, when
+/// the server sent NULL, as reading it with `Row::get` did.
+fn present<T>(value: Option<T>, function: &str, column: &str) -> T {
+    value.unwrap_or_else(|| panic!("workfence.{function} returned a NULL {column}"))
+}
 
-fn to_claim(row: &Row) -> Claim {
-    Claim {
-        id: row.get(0),
-        key: row.get(1),
-        payload: row.get(2),
-        epoch: row.get(3),
-        attempt: row.get(4),
-        lease_until: row.get(5),
-    }
+/// The one row of a function that returns exactly one: panics, naming the
+/// function, when it returned none.
+fn one<T>(rows: Vec<T>, function: &str) -> T {
+    rows.into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("workfence.{function} returned no row"))
+}
+
+/// The [`Claim`] of a row of a claiming call's binding (`work_claim`,
+/// `work_claim_key`, and the fused calls' rows that claimed an item).
+macro_rules! claim_of {
+    ($function:literal, $row:expr) => {{
+        let row = $row;
+        Claim {
+            id: present(row.id, $function, "id"),
+            key: present(row.key, $function, "key"),
+            payload: present(row.payload, $function, "payload"),
+            epoch: present(row.epoch, $function, "epoch"),
+            attempt: present(row.attempt, $function, "attempt"),
+            lease_until: present(row.lease_until, $function, "lease_until"),
+        }
+    }};
 }
 
 /// When an enqueued item becomes due, by the server's clock.
@@ -237,51 +318,26 @@ pub struct Enqueued {
     pub inserted: bool,
 }
 
-/// A `run_at` as the two optional arguments a [`Call`] binds it from: a
-/// literal time, or an interval from the server's clock.
-fn run_at_parts(run_at: Option<&RunAt>) -> (Option<&str>, Option<&str>) {
-    match run_at {
-        None => (None, None),
-        Some(RunAt::At(at)) => (Some(at.as_str()), None),
-        Some(RunAt::In(after)) => (None, Some(after.as_str())),
-    }
-}
-
-impl<'a> Call<'a> {
-    /// The named argument `run_at`, from the parts [`run_at_parts`] made
-    /// (omitted when both are `None`).
-    fn run_at(self, parts: &'a (Option<&'a str>, Option<&'a str>)) -> Call<'a> {
-        self.named("run_at", &parts.0, Type::TEXT, "::timestamptz")
-            .named(
-                "run_at",
-                &parts.1,
-                Type::TEXT,
-                "::interval OPERATOR(pg_catalog.+) pg_catalog.clock_timestamp()",
-            )
-    }
-}
-
 /// `work_enqueue(queue, payload, key, run_at, priority, max_attempts,
 /// max_run, group_key)`; `max_run` and `group_key` only when given (so the
 /// call works against versions before 0.6.0 and 0.10.0 too).
 pub fn enqueue(c: &mut impl GenericClient, item: &Enqueue) -> CallResult<Enqueued> {
-    let run_at = run_at_parts(item.run_at.as_ref());
-    let call = Call::new("SELECT e.id, e.key, e.inserted FROM workfence.work_enqueue(")
-        .arg(&item.queue, Type::TEXT, "")
-        .named("payload", &item.payload, Type::JSONB, "")
-        .named("key", &item.key, Type::TEXT, "")
-        .run_at(&run_at)
-        .named("priority", &item.priority, Type::INT4, "")
-        .named("max_attempts", &item.max_attempts, Type::INT4, "")
-        .named("max_run", &item.max_run, Type::TEXT, "::interval")
-        .named("group_key", &item.group_key, Type::TEXT, "");
-    let (mut sql, params) = call.finish();
-    sql.push_str(" AS e");
-    let row = c.query_typed_one(&sql, &params)?;
+    let rows = generated::work_enqueue(
+        c,
+        &item.queue,
+        item.payload.as_ref(),
+        item.key.as_deref(),
+        item.run_at.as_ref(),
+        item.priority,
+        item.max_attempts,
+        item.max_run.as_deref(),
+        item.group_key.as_deref(),
+    )?;
+    let row = one(rows, "work_enqueue");
     Ok(Enqueued {
-        id: row.get(0),
-        key: row.get(1),
-        inserted: row.get(2),
+        id: present(row.id, "work_enqueue", "id"),
+        key: present(row.key, "work_enqueue", "key"),
+        inserted: present(row.inserted, "work_enqueue", "inserted"),
     })
 }
 
@@ -295,14 +351,11 @@ pub fn claim(
     max_items: Option<i32>,
     wait: Option<&str>,
 ) -> CallResult<Vec<Claim>> {
-    let rows = Call::new(&format!("{CLAIM_COLUMNS} FROM workfence.work_claim("))
-        .arg(&queue, Type::TEXT, "")
-        .arg(&owner, Type::TEXT, "")
-        .arg(&lease, Type::TEXT, "::interval")
-        .named("max_items", &max_items, Type::INT4, "")
-        .named("wait", &wait, Type::TEXT, "::interval")
-        .rows_as(c, " AS c")?;
-    Ok(rows.iter().map(to_claim).collect())
+    let rows = generated::work_claim(c, queue, owner, lease, max_items, wait)?;
+    Ok(rows
+        .into_iter()
+        .map(|row| claim_of!("work_claim", row))
+        .collect())
 }
 
 /// `work_claim_key(queue, key, owner, lease)`: the claim, if the item was claimable.
@@ -313,38 +366,16 @@ pub fn claim_key(
     owner: &str,
     lease: &str,
 ) -> CallResult<Option<Claim>> {
-    let rows = Call::new(&format!("{CLAIM_COLUMNS} FROM workfence.work_claim_key("))
-        .arg(&queue, Type::TEXT, "")
-        .arg(&key, Type::TEXT, "")
-        .arg(&owner, Type::TEXT, "")
-        .arg(&lease, Type::TEXT, "::interval")
-        .rows_as(c, " AS c")?;
-    Ok(rows.first().map(to_claim))
-}
-
-impl<'a> Call<'a> {
-    /// The rows of a set-returning call, its result aliased (`AS c`).
-    fn rows_as(self, c: &mut impl GenericClient, alias: &str) -> CallResult<Vec<Row>> {
-        let (mut sql, params) = self.finish();
-        sql.push_str(alias);
-        c.query_typed(&sql, &params)
-    }
-
-    /// The three arguments of a token.
-    fn token(self, token: &'a Token) -> Call<'a> {
-        self.arg(&token.id, Type::INT8, "")
-            .arg(&token.owner, Type::TEXT, "")
-            .arg(&token.epoch, Type::INT8, "")
-    }
+    let rows = generated::work_claim_key(c, queue, key, owner, lease)?;
+    Ok(rows
+        .into_iter()
+        .next()
+        .map(|row| claim_of!("work_claim_key", row)))
 }
 
 /// `work_renew(id, owner, epoch, lease)`: true when the token was current.
 pub fn renew(c: &mut impl GenericClient, token: &Token, lease: &str) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_renew(")
-        .token(token)
-        .arg(&lease, Type::TEXT, "::interval")
-        .one(c)?
-        .get(0))
+    generated::work_renew(c, token.id, &token.owner, token.epoch, lease)
 }
 
 /// `work_finish(id, owner, epoch, result)`: true when the token was current
@@ -354,11 +385,7 @@ pub fn finish(
     token: &Token,
     result: Option<&Value>,
 ) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_finish(")
-        .token(token)
-        .named("result", &result, Type::JSONB, "")
-        .one(c)?
-        .get(0))
+    generated::work_finish(c, token.id, &token.owner, token.epoch, result)
 }
 
 /// `work_finish_many(owner, ids, epochs, results)`: `(id, finished)` per item.
@@ -369,13 +396,16 @@ pub fn finish_many(
     epochs: &[i64],
     results: Option<&[Value]>,
 ) -> CallResult<Vec<(i64, bool)>> {
-    let rows = Call::new("SELECT f.id, f.finished FROM workfence.work_finish_many(")
-        .arg(&owner, Type::TEXT, "")
-        .arg(&ids, Type::INT8_ARRAY, "")
-        .arg(&epochs, Type::INT8_ARRAY, "")
-        .named("results", &results, Type::JSONB_ARRAY, "")
-        .rows_as(c, " AS f")?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    let rows = generated::work_finish_many(c, owner, ids, epochs, results)?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            (
+                present(row.id, "work_finish_many", "id"),
+                present(row.finished, "work_finish_many", "finished"),
+            )
+        })
+        .collect())
 }
 
 /// What a fused call (`work_finish_and_claim`, `work_fail_and_claim`)
@@ -389,22 +419,23 @@ pub struct Cycle {
     pub claimed: Vec<Claim>,
 }
 
-/// The rows of a fused call: `settled` from the first (every row carries
-/// the same), claims from the rows whose `id` is not NULL.
-fn to_cycle(rows: &[Row]) -> Cycle {
-    Cycle {
-        settled: rows.first().is_some_and(|r| r.get::<_, bool>(6)),
-        claimed: rows
-            .iter()
-            .filter(|r| r.get::<_, Option<i64>>(0).is_some())
-            .map(to_claim)
-            .collect(),
-    }
+/// The [`Cycle`] of a fused call's rows: `settled` from the first (every
+/// row carries the same), claims from the rows whose `id` is not NULL.
+macro_rules! cycle_of {
+    ($function:literal, $rows:expr) => {{
+        let rows = $rows;
+        Cycle {
+            settled: rows
+                .first()
+                .is_some_and(|row| present(row.settled, $function, "settled")),
+            claimed: rows
+                .into_iter()
+                .filter(|row| row.id.is_some())
+                .map(|row| claim_of!($function, row))
+                .collect(),
+        }
+    }};
 }
-
-/// The columns a fused call is read with: the claim's, then `settled`.
-const CYCLE_COLUMNS: &str =
-    "SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until::text, c.settled";
 
 /// `work_finish_and_claim(queue, owner, lease, last_id, last_epoch, result,
 /// max_items)`: finish `last` (its owner is the claimer's) and claim the
@@ -417,18 +448,17 @@ pub fn finish_and_claim(
     result: Option<&Value>,
     max_items: Option<i32>,
 ) -> CallResult<Cycle> {
-    let rows = Call::new(&format!(
-        "{CYCLE_COLUMNS} FROM workfence.work_finish_and_claim("
-    ))
-    .arg(&queue, Type::TEXT, "")
-    .arg(&last.owner, Type::TEXT, "")
-    .arg(&lease, Type::TEXT, "::interval")
-    .arg(&last.id, Type::INT8, "")
-    .arg(&last.epoch, Type::INT8, "")
-    .named("result", &result, Type::JSONB, "")
-    .named("max_items", &max_items, Type::INT4, "")
-    .rows_as(c, " AS c")?;
-    Ok(to_cycle(&rows))
+    let rows = generated::work_finish_and_claim(
+        c,
+        queue,
+        &last.owner,
+        lease,
+        last.id,
+        last.epoch,
+        result,
+        max_items,
+    )?;
+    Ok(cycle_of!("work_finish_and_claim", rows))
 }
 
 /// `work_fail_and_claim(queue, owner, lease, last_id, last_epoch, error,
@@ -444,28 +474,23 @@ pub fn fail_and_claim(
     retry_in: Option<&str>,
     max_items: Option<i32>,
 ) -> CallResult<Cycle> {
-    let rows = Call::new(&format!(
-        "{CYCLE_COLUMNS} FROM workfence.work_fail_and_claim("
-    ))
-    .arg(&queue, Type::TEXT, "")
-    .arg(&last.owner, Type::TEXT, "")
-    .arg(&lease, Type::TEXT, "::interval")
-    .arg(&last.id, Type::INT8, "")
-    .arg(&last.epoch, Type::INT8, "")
-    .arg(&error, Type::TEXT, "")
-    .named("retry_in", &retry_in, Type::TEXT, "::interval")
-    .named("max_items", &max_items, Type::INT4, "")
-    .rows_as(c, " AS c")?;
-    Ok(to_cycle(&rows))
+    let rows = generated::work_fail_and_claim(
+        c,
+        queue,
+        &last.owner,
+        lease,
+        last.id,
+        last.epoch,
+        error,
+        retry_in,
+        max_items,
+    )?;
+    Ok(cycle_of!("work_fail_and_claim", rows))
 }
 
 /// `work_release(id, owner, epoch, delay)`: true when the token was current.
 pub fn release(c: &mut impl GenericClient, token: &Token, delay: Option<&str>) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_release(")
-        .token(token)
-        .named("delay", &delay, Type::TEXT, "::interval")
-        .one(c)?
-        .get(0))
+    generated::work_release(c, token.id, &token.owner, token.epoch, delay)
 }
 
 /// `work_fail(id, owner, epoch, error, retry_in)`: true when the token was
@@ -476,30 +501,18 @@ pub fn fail(
     error: &str,
     retry_in: Option<&str>,
 ) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_fail(")
-        .token(token)
-        .arg(&error, Type::TEXT, "")
-        .named("retry_in", &retry_in, Type::TEXT, "::interval")
-        .one(c)?
-        .get(0))
+    generated::work_fail(c, token.id, &token.owner, token.epoch, error, retry_in)
 }
 
 /// `work_assert(id, owner, epoch)`: `Ok` when the token is current (the row
 /// lock is then held to the end of the transaction); 55000 when it is not.
 pub fn assert(c: &mut impl GenericClient, token: &Token) -> CallResult<()> {
-    Call::new("SELECT workfence.work_assert(")
-        .token(token)
-        .one(c)
-        .map(drop)
+    generated::work_assert(c, token.id, &token.owner, token.epoch)
 }
 
 /// `work_cancel(queue, key)`: true when the item was cancelled by this call.
 pub fn cancel(c: &mut impl GenericClient, queue: &str, key: &str) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_cancel(")
-        .arg(&queue, Type::TEXT, "")
-        .arg(&key, Type::TEXT, "")
-        .one(c)?
-        .get(0))
+    generated::work_cancel(c, queue, key)
 }
 
 /// `work_purge(older_than, queue)`: how many finished items were deleted.
@@ -509,20 +522,13 @@ pub fn purge(
     older_than: Option<&str>,
     queue: Option<&str>,
 ) -> CallResult<i64> {
-    Ok(Call::new("SELECT workfence.work_purge(")
-        .named("older_than", &older_than, Type::TEXT, "::interval")
-        .named("queue", &queue, Type::TEXT, "")
-        .one(c)?
-        .get(0))
+    generated::work_purge(c, older_than, queue)
 }
 
 /// `work_lease_status(id, owner, epoch)`: `current`, `superseded`,
 /// `finished`, `cancelled`, `wrong_owner`, `missing`, ... as the server names it.
 pub fn lease_status(c: &mut impl GenericClient, token: &Token) -> CallResult<String> {
-    Ok(Call::new("SELECT workfence.work_lease_status(")
-        .token(token)
-        .one(c)?
-        .get(0))
+    generated::work_lease_status(c, token.id, &token.owner, token.epoch)
 }
 
 /// `work_retry(queue, key, run_at)`: true when a failed or cancelled item
@@ -533,13 +539,7 @@ pub fn retry(
     key: &str,
     run_at: Option<&RunAt>,
 ) -> CallResult<bool> {
-    let run_at = run_at_parts(run_at);
-    Ok(Call::new("SELECT workfence.work_retry(")
-        .arg(&queue, Type::TEXT, "")
-        .arg(&key, Type::TEXT, "")
-        .run_at(&run_at)
-        .one(c)?
-        .get(0))
+    generated::work_retry(c, queue, key, run_at)
 }
 
 /// `work_reschedule(queue, key, run_at)`: true when the pending item moved.
@@ -549,29 +549,17 @@ pub fn reschedule(
     key: &str,
     run_at: &RunAt,
 ) -> CallResult<bool> {
-    let run_at = run_at_parts(Some(run_at));
-    Ok(Call::new("SELECT workfence.work_reschedule(")
-        .arg(&queue, Type::TEXT, "")
-        .arg(&key, Type::TEXT, "")
-        .run_at(&run_at)
-        .one(c)?
-        .get(0))
+    generated::work_reschedule(c, queue, key, run_at)
 }
 
 /// `work_pause(queue)`: true when the queue was not paused before.
 pub fn pause(c: &mut impl GenericClient, queue: &str) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_pause(")
-        .arg(&queue, Type::TEXT, "")
-        .one(c)?
-        .get(0))
+    generated::work_pause(c, queue)
 }
 
 /// `work_resume(queue)`: true when the queue was paused.
 pub fn resume(c: &mut impl GenericClient, queue: &str) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_resume(")
-        .arg(&queue, Type::TEXT, "")
-        .one(c)?
-        .get(0))
+    generated::work_resume(c, queue)
 }
 
 /// `work_limit(queue, concurrency, rate, per)` (from 0.10.0): sets both
@@ -592,8 +580,10 @@ pub fn work_limit(
 
 /// `work_limit(queue, concurrency, rate, per, per_group)` (from 0.12.0):
 /// as [`work_limit`], and at most `per_group` items of one `group_key`
-/// claimed at once (`None`: 1, serial groups). `per_group` is passed by
-/// name, and only when it is `Some`.
+/// claimed at once (`None`: 1, serial groups). Each optional argument is
+/// passed by name, and only when it is `Some` (`None` leaves the default,
+/// NULL: no such limit), so `per_group` `None` also calls a server older
+/// than 0.12.0.
 pub fn work_limit_per_group(
     c: &mut impl GenericClient,
     queue: &str,
@@ -602,14 +592,7 @@ pub fn work_limit_per_group(
     per: &str,
     per_group: Option<i32>,
 ) -> CallResult<()> {
-    Call::new("SELECT workfence.work_limit(")
-        .arg(&queue, Type::TEXT, "")
-        .arg(&concurrency, Type::INT4, "")
-        .arg(&rate, Type::INT4, "")
-        .arg(&per, Type::TEXT, "::interval")
-        .named("per_group", &per_group, Type::INT4, "")
-        .one(c)
-        .map(drop)
+    generated::work_limit(c, queue, concurrency, rate, Some(per), per_group)
 }
 
 /// One row of `work_item`: an item as an operator sees it. Times and
@@ -656,51 +639,50 @@ pub struct Item {
     pub group_key: Option<String>,
 }
 
-/// The columns of a `work_item` row, times and intervals as text.
-const ITEM_COLUMNS: &str = "SELECT w.id, w.queue, w.key, w.state, w.priority, w.run_at::text,
-       w.attempts, w.max_attempts, w.owner, w.epoch, w.claimed_at::text, w.lease_until::text,
-       w.errors, w.result, w.created_at::text, w.finished_at::text, w.payload, w.max_run::text,
-       w.group_key";
-
-fn to_item(row: &Row) -> Item {
-    Item {
-        id: row.get(0),
-        queue: row.get(1),
-        key: row.get(2),
-        state: row.get(3),
-        priority: row.get(4),
-        run_at: row.get(5),
-        attempts: row.get(6),
-        max_attempts: row.get(7),
-        owner: row.get(8),
-        epoch: row.get(9),
-        claimed_at: row.get(10),
-        lease_until: row.get(11),
-        errors: row.get(12),
-        result: row.get(13),
-        created_at: row.get(14),
-        finished_at: row.get(15),
-        payload: row.get(16),
-        max_run: row.get(17),
-        group_key: row.get(18),
-    }
+/// The [`Item`] of a row of a `work_item` binding (either overload).
+macro_rules! item_of {
+    ($function:literal, $row:expr) => {{
+        let row = $row;
+        Item {
+            id: present(row.id, $function, "id"),
+            queue: present(row.queue, $function, "queue"),
+            key: present(row.key, $function, "key"),
+            state: present(row.state, $function, "state"),
+            priority: present(row.priority, $function, "priority"),
+            run_at: present(row.run_at, $function, "run_at"),
+            attempts: present(row.attempts, $function, "attempts"),
+            max_attempts: present(row.max_attempts, $function, "max_attempts"),
+            owner: row.owner,
+            epoch: row.epoch,
+            claimed_at: row.claimed_at,
+            lease_until: row.lease_until,
+            errors: present(row.errors, $function, "errors"),
+            result: row.result,
+            created_at: present(row.created_at, $function, "created_at"),
+            finished_at: row.finished_at,
+            payload: present(row.payload, $function, "payload"),
+            max_run: row.max_run,
+            group_key: row.group_key,
+        }
+    }};
 }
 
 /// `work_item(queue, key)`: the item, if there is one.
 pub fn item(c: &mut impl GenericClient, queue: &str, key: &str) -> CallResult<Option<Item>> {
-    let rows = Call::new(&format!("{ITEM_COLUMNS} FROM workfence.work_item("))
-        .arg(&queue, Type::TEXT, "")
-        .arg(&key, Type::TEXT, "")
-        .rows_as(c, " AS w")?;
-    Ok(rows.first().map(to_item))
+    let rows = generated::work_item(c, queue, key)?;
+    Ok(rows
+        .into_iter()
+        .next()
+        .map(|row| item_of!("work_item", row)))
 }
 
 /// `work_item(id)`: the item, if there is one.
 pub fn item_by_id(c: &mut impl GenericClient, id: i64) -> CallResult<Option<Item>> {
-    let rows = Call::new(&format!("{ITEM_COLUMNS} FROM workfence.work_item("))
-        .arg(&id, Type::INT8, "")
-        .rows_as(c, " AS w")?;
-    Ok(rows.first().map(to_item))
+    let rows = generated::work_item_by_id(c, id)?;
+    Ok(rows
+        .into_iter()
+        .next()
+        .map(|row| item_of!("work_item", row)))
 }
 
 /// One row of `work_items`: an item as a listing shows it (no payload or
@@ -754,34 +736,25 @@ pub struct Page {
 /// `work_items(queue, state, after, max)`: a page of the queue's items, in
 /// the order of the state listed (docs/contract.md).
 pub fn items(c: &mut impl GenericClient, queue: &str, page: &Page) -> CallResult<Vec<ListedItem>> {
-    let rows = Call::new(
-        "SELECT w.id, w.key, w.state, w.priority, w.run_at::text, w.attempts, w.max_attempts,
-       w.owner, w.epoch, w.claimed_at::text, w.lease_until::text, w.created_at::text,
-       w.finished_at::text, w.group_key, w.last_error FROM workfence.work_items(",
-    )
-    .arg(&queue, Type::TEXT, "")
-    .named("state", &page.state, Type::TEXT, "")
-    .named("after", &page.after, Type::INT8, "")
-    .named("max", &page.max, Type::INT4, "")
-    .rows_as(c, " AS w")?;
+    let rows = generated::work_items(c, queue, page.state.as_deref(), page.after, page.max)?;
     Ok(rows
-        .iter()
+        .into_iter()
         .map(|row| ListedItem {
-            id: row.get(0),
-            key: row.get(1),
-            state: row.get(2),
-            priority: row.get(3),
-            run_at: row.get(4),
-            attempts: row.get(5),
-            max_attempts: row.get(6),
-            owner: row.get(7),
-            epoch: row.get(8),
-            claimed_at: row.get(9),
-            lease_until: row.get(10),
-            created_at: row.get(11),
-            finished_at: row.get(12),
-            group_key: row.get(13),
-            last_error: row.get(14),
+            id: present(row.id, "work_items", "id"),
+            key: present(row.key, "work_items", "key"),
+            state: present(row.state, "work_items", "state"),
+            priority: present(row.priority, "work_items", "priority"),
+            run_at: present(row.run_at, "work_items", "run_at"),
+            attempts: present(row.attempts, "work_items", "attempts"),
+            max_attempts: present(row.max_attempts, "work_items", "max_attempts"),
+            owner: row.owner,
+            epoch: row.epoch,
+            claimed_at: row.claimed_at,
+            lease_until: row.lease_until,
+            created_at: present(row.created_at, "work_items", "created_at"),
+            finished_at: row.finished_at,
+            group_key: row.group_key,
+            last_error: row.last_error,
         })
         .collect())
 }
@@ -789,10 +762,13 @@ pub fn items(c: &mut impl GenericClient, queue: &str, page: &Page) -> CallResult
 /// `queue_counters(queue)`: (refused, lapsed) since the server started;
 /// `None` when nothing is counted (the library is not preloaded).
 pub fn queue_counters(c: &mut impl GenericClient, queue: &str) -> CallResult<Option<(i64, i64)>> {
-    let rows = Call::new("SELECT q.refused, q.lapsed FROM workfence.queue_counters(")
-        .arg(&queue, Type::TEXT, "")
-        .rows_as(c, " AS q")?;
-    Ok(rows.first().map(|r| (r.get(0), r.get(1))))
+    let rows = generated::queue_counters(c, queue)?;
+    Ok(rows.into_iter().next().map(|row| {
+        (
+            present(row.refused, "queue_counters", "refused"),
+            present(row.lapsed, "queue_counters", "lapsed"),
+        )
+    }))
 }
 
 /// One row of the view `work_queue_stats`.
@@ -902,12 +878,7 @@ pub fn grant(
     queues: &str,
     role: &str,
 ) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_grant(")
-        .arg(&capability, Type::TEXT, "")
-        .arg(&queues, Type::TEXT, "")
-        .arg(&role, Type::TEXT, "")
-        .one(c)?
-        .get(0))
+    generated::work_grant(c, capability, queues, role)
 }
 
 /// `work_revoke(capability, queues, role)`: true when the grant existed.
@@ -917,29 +888,17 @@ pub fn revoke(
     queues: &str,
     role: &str,
 ) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_revoke(")
-        .arg(&capability, Type::TEXT, "")
-        .arg(&queues, Type::TEXT, "")
-        .arg(&role, Type::TEXT, "")
-        .one(c)?
-        .get(0))
+    generated::work_revoke(c, capability, queues, role)
 }
 
 /// `work_enforce_grants(enforced)`: true when the setting changed.
 pub fn enforce_grants(c: &mut impl GenericClient, enforced: bool) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_enforce_grants(")
-        .arg(&enforced, Type::BOOL, "")
-        .one(c)?
-        .get(0))
+    generated::work_enforce_grants(c, enforced)
 }
 
 /// `work_may(capability, queue)`: whether the session's role may.
 pub fn may(c: &mut impl GenericClient, capability: &str, queue: &str) -> CallResult<bool> {
-    Ok(Call::new("SELECT workfence.work_may(")
-        .arg(&capability, Type::TEXT, "")
-        .arg(&queue, Type::TEXT, "")
-        .one(c)?
-        .get(0))
+    generated::work_may(c, capability, queue)
 }
 
 /// One row of the view `work_queue_grants`.

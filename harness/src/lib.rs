@@ -2,7 +2,9 @@
 //! from outside the server, over real connections.
 //!
 //! - [`calls`]: one typed call per SQL function of the extension, used by
-//!   every client test, the benchmark driver and the demo.
+//!   every client test, the benchmark driver and the demo; each wraps the
+//!   function's binding in [`calls::generated`], which `cargo run -p
+//!   workfence-surface` renders from `sql/functions.toml`.
 //! - [`cli`]: `--help` for every binary of the workspace.
 //! - [`Cluster`]: a throwaway PostgreSQL 15 cluster on a free loopback port, one
 //!   database per test, stopped and removed on drop.

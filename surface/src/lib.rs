@@ -8,7 +8,7 @@
 //! SQLSTATEs) and its reference section (markdown prose).
 //!
 //! From it, [`Surface::generated`] renders the regions of five files that no
-//! one edits by hand:
+//! one edits by hand, and one whole file:
 //!
 //! | file | region | what |
 //! |---|---|---|
@@ -17,6 +17,7 @@
 //! | `README.md` | `index` | the table of functions, linking to those sections |
 //! | `router/install.sql` | `queue`, `id` | the PL/Proxy wrappers that run a call on one shard |
 //! | `docs/operations.md` | `least-privilege-grants` | the group roles' `GRANT EXECUTE`s |
+//! | `harness/src/calls/generated.rs` | the whole file | a typed Rust binding per function ([`calls`]) |
 //!
 //! A region is the lines between a line starting `-- surface:NAME:begin`
 //! (`<!-- surface:NAME:begin` in markdown) and one starting
@@ -443,6 +444,18 @@ impl Surface {
                 ("id", self.wrappers(Route::Id)),
             ],
         )?;
+        // A whole file: missing (not yet generated) reads as empty.
+        let full = root.join(calls::PATH);
+        let current = match std::fs::read_to_string(&full) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => return Err(Error::Read { path: full, source }),
+        };
+        files.push(Generated {
+            path: calls::PATH,
+            current,
+            rendered: calls::render(&self.functions)?,
+        });
         Ok(files)
     }
 
@@ -462,6 +475,12 @@ impl Surface {
         for file in self.generated(root)? {
             if file.is_stale() {
                 let path = root.join(file.path);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(|source| Error::Write {
+                        path: parent.to_path_buf(),
+                        source,
+                    })?;
+                }
                 std::fs::write(&path, &file.rendered)
                     .map_err(|source| Error::Write { path, source })?;
                 written.push(file.path);

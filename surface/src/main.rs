@@ -8,7 +8,8 @@ use workfence_surface::Surface;
 
 const USAGE: &str = "usage: workfence-surface [--check]
   Renders the regions generated from sql/functions.toml into sql/finalize.sql,
-  docs/reference.md, README.md, router/install.sql and docs/operations.md (run from anywhere in the
+  docs/reference.md, README.md, router/install.sql and docs/operations.md, and the typed
+  calls' bindings, harness/src/calls/generated.rs (run from anywhere in the
   repository: cargo run -p workfence-surface). --check writes nothing and
   exits 1 when a file is stale.";
 
