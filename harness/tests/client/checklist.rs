@@ -3,13 +3,14 @@
 //! Every function of the extension (read from the catalog of a database
 //! where this checkout's build is installed, and from the `#[pg_extern]`s of
 //! `src/`) must have:
-//! - a typed call in `harness/src/calls.rs`;
 //! - an entry in `sql/functions.toml`, the table of the SQL surface, with
 //!   the catalog's arguments and result (so a section in `docs/reference.md`,
-//!   a row in the README's index, a `COMMENT ON FUNCTION` and its group
+//!   a row in the README's index, a `COMMENT ON FUNCTION`, its group
 //!   role's `GRANT EXECUTE` in `docs/operations.md`, which
-//!   `harness/tests/client/privileges.rs` runs, generated from it and checked
-//!   current here);
+//!   `harness/tests/client/privileges.rs` runs, and its typed binding in
+//!   `harness/src/calls/generated.rs`, which the calls of
+//!   `harness/src/calls.rs` wrap, generated from it and checked current
+//!   here);
 //! - a section in `docs/contract.md`.
 //!
 //! Its bad input needs nothing here: `harness/tests/client/bad_input.rs`
@@ -258,7 +259,7 @@ fn every_function_has_its_call_and_docs() {
          checkout's build installed (scripts/test.sh installs it)?"
     );
 
-    let calls = read("harness/src/calls.rs");
+    let bindings = read("harness/src/calls/generated.rs");
     let reference = read("docs/reference.md");
     let contract = read("docs/contract.md");
     let mut missing = Vec::new();
@@ -268,9 +269,12 @@ fn every_function_has_its_call_and_docs() {
                 missing.push(format!("{name}: {what}"));
             }
         };
+        // The bindings are generated from the table, so this holds when the
+        // function is in the table and the file is current (the test below).
         need(
-            calls.contains(&format!("workfence.{name}(")),
-            "a typed call in harness/src/calls.rs",
+            bindings.contains(&format!("workfence.{name}(")),
+            "a typed binding in harness/src/calls/generated.rs (its [[function]] in \
+             sql/functions.toml, then `cargo run -p workfence-surface`)",
         );
         need(
             !sections(&reference, name).is_empty(),
