@@ -13,5 +13,8 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 cd "$ROOT"
-cargo build --release --locked -p workfence
+# With workspace-hack (the workspace's crate of unified dependency features,
+# .config/hakari.toml) in the same build, the dependencies are compiled with
+# the features every other crate of the workspace builds them with, once.
+cargo build --release --locked -p workfence -p workspace-hack
 echo "[clients/rust] built the workfence crate and ${CARGO_TARGET_DIR:-$ROOT/target}/release/workfence-client-bench"

@@ -18,5 +18,8 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 cd "$ROOT"
-cargo build --release --locked -p workfence-example
+# With workspace-hack (the workspace's crate of unified dependency features,
+# .config/hakari.toml) in the same build, the dependencies are compiled with
+# the features every other crate of the workspace builds them with, once.
+cargo build --release --locked -p workfence-example -p workspace-hack
 echo "[examples/rust] built ${CARGO_TARGET_DIR:-$ROOT/target}/release/workfence-example-worker"
