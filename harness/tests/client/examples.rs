@@ -51,7 +51,7 @@ use serde_json::json;
 use workfence_harness::calls::{self, Enqueue};
 
 /// Items per run; every tenth raises.
-const ITEMS: i64 = 500;
+const ITEMS: i64 = 200;
 
 /// The owner name both copies share.
 const OWNER: &str = "examples/shared-host";
