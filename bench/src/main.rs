@@ -408,7 +408,14 @@ fn measure_peers(run: &mut Run, admin: &mut postgres::Client, root: &Path) -> Re
         let mut note = None;
         for rep in 1..=size.reps {
             for sync in SYNCS {
-                let r = peer.run(run.cluster, root, jobs, size.peer_conns, sync)?;
+                let r = peer.run(
+                    run.cluster,
+                    root,
+                    jobs,
+                    size.peer_conns,
+                    sync,
+                    size.name == "quick",
+                )?;
                 let sample = Sample {
                     workload,
                     variant: String::new(),

@@ -52,6 +52,10 @@ pub struct Peer {
     /// Program and leading arguments, relative to the repository root where
     /// they name files.
     argv: &'static [&'static str],
+    /// The program of a smoke run (`--quick`, whose figures are not
+    /// measurements) when it is built apart from the measured one: awa's
+    /// unoptimised build (`bench/peers/awa/install.sh --smoke`).
+    smoke_program: Option<&'static str>,
     /// How it claims and completes.
     pub shape: Shape,
 }
@@ -74,18 +78,21 @@ pub static PEERS: [Peer; 6] = [
         name: "awa",
         database: "bench_awa",
         argv: &["bench/peers/awa/target/release/awa-bench"],
+        smoke_program: Some("bench/peers/awa/target-smoke/release/awa-bench"),
         shape: Shape::BatchedByDefault,
     },
     Peer {
         name: "graphile-worker",
         database: "bench_graphile",
         argv: &["node", "bench/peers/node/graphile.mjs"],
+        smoke_program: None,
         shape: Shape::OneAtATime,
     },
     Peer {
         name: "pg-boss",
         database: "bench_pgboss",
         argv: &["node", "bench/peers/node/pgboss.mjs"],
+        smoke_program: None,
         shape: Shape::OneAtATime,
     },
     Peer {
@@ -95,18 +102,21 @@ pub static PEERS: [Peer; 6] = [
             "bench/peers/python/.venv/bin/python",
             "bench/peers/python/procrastinate_runner.py",
         ],
+        smoke_program: None,
         shape: Shape::OneAtATime,
     },
     Peer {
         name: "graphile-worker (batched)",
         database: "bench_graphile_batched",
         argv: &["node", "bench/peers/node/graphile.mjs"],
+        smoke_program: None,
         shape: Shape::Batched(per_pool),
     },
     Peer {
         name: "pg-boss (batched)",
         database: "bench_pgboss_batched",
         argv: &["node", "bench/peers/node/pgboss.mjs"],
+        smoke_program: None,
         shape: Shape::Batched(per_worker),
     },
 ];
@@ -143,7 +153,8 @@ impl Peer {
     }
 
     /// Run the peer once: `jobs` jobs on `concurrency` workers, with
-    /// `synchronous_commit` set on its database.
+    /// `synchronous_commit` set on its database; `smoke`: a smoke run's
+    /// (`--quick`), with its smoke program where it has one.
     pub fn run(
         &self,
         cluster: &Cluster,
@@ -151,6 +162,7 @@ impl Peer {
         jobs: i64,
         concurrency: usize,
         sync_commit: bool,
+        smoke: bool,
     ) -> Result<PeerRun> {
         let mut admin = cluster.connect()?;
         // Both names are constants of this file, not input.
@@ -166,6 +178,10 @@ impl Peer {
             self.database
         );
         let (program, args) = self.argv.split_first().expect("argv is never empty");
+        let program = match self.smoke_program {
+            Some(smoke_program) if smoke => smoke_program,
+            _ => program,
+        };
         let resolve = |a: &str| {
             if a.starts_with("bench/") {
                 root.join(a).into_os_string()
