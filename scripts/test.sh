@@ -27,6 +27,8 @@
 #   9. dashboard    cargo test -p workfence-ui: the dashboard's HTTP tests and its
 #                   real-browser tests (headless Chromium through chromedriver),
 #                   screenshots into target/dashboard-screenshots/
+#                   Tiers 9b and 10 run as one lane in the background, beside
+#                   9 and 10b (their output follows when both lanes are done)
 #   9b. libraries   scripts/client-tests.sh: the worker libraries' own suites
 #                   (clients/python: pytest, clients/node: node --test,
 #                   clients/rust: cargo test) and the Go example's (go test),
@@ -192,9 +194,9 @@ prepare_log="$(scratch_base "$ROOT")/prepare-later-tiers.log"
 chrt --idle 0 bash -c 'set -e
     bash bench/peers/node/install.sh
     bash bench/peers/python/install.sh
-    bash bench/peers/awa/install.sh
+    bash bench/peers/awa/install.sh --smoke
     cargo test -p workfence-ui --release --no-run
-    cargo test -p workfence --release --locked --no-run
+    cargo test -p workfence -p workspace-hack --release --locked --no-run
     cargo test -p workfence-bench --release --no-run
     cargo build --release --locked -p workfence-bench -p workfence-ui
     cargo test -p workfence-demo --release --no-run' >"$prepare_log" 2>&1 &
@@ -235,6 +237,81 @@ stage "client tests that bound a latency (${TIMED_TESTS[*]}), alone, on PostgreS
 (cd harness && WORKFENCE_PG_CONFIG="$PG18_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/client-tests-18" \
     "$client_bin" --show-output "${timed_filters[@]}" "${pg18_skips[@]}")
 
+# Lane 2 of the tiers after the client tests: the worker libraries' suites
+# and the benchmark's smoke run, in the background beside lane 1 (the
+# dashboard, --help, the demo), each on throwaway clusters of its own. Run
+# one after the other, these tiers left a core idle half of the time (their
+# clients wait on servers, the browser, the peers' runtimes); none of them
+# asserts a timing.
+libraries_and_bench_smoke() {
+    stage "worker libraries: scripts/client-tests.sh (pytest, node --test, cargo test, go test)"
+    bash scripts/client-tests.sh
+
+    stage "benchmark: the driver's unit tests, then a smoke run (scripts/bench.sh --quick)"
+    cargo test -p workfence-bench --release
+    bash scripts/bench.sh --quick --no-install
+    if ! grep -q "| long poll 3 s |" target/bench-quick/long-poll.md; then
+        echo "the long-poll smoke run wrote no herd figures" >&2
+        exit 1
+    fi
+    if ! grep -qE '^\| 4 \| [0-9]+ \| [0-9]+\.[0-9]{2} \|' target/bench-quick/router.md; then
+        echo "the router smoke run wrote no figures for 4 shards" >&2
+        exit 1
+    fi
+    # A row per cell (the --quick sizes): its figure (items/s, ms until every
+    # small group was served, µs per call) and its ratio to the same cell's
+    # baseline; the per_group fairness row is left out (skipped on a server
+    # without work_limit's per_group).
+    for cell in "1 group" "1,000 groups" "concurrency limit 10, 500 pending" \
+        "concurrency limit 100, 2,000 pending" "1 group, 1 worker" "100 groups behind a burst of 500" \
+        "serial groups, no per_group" "no groups, FIFO" "empty claim, future items" \
+        "claim and finish, due items"; do
+        if ! grep -qE "^\| $cell \| [0-9]+ \| [0-9]+\.[0-9]{2,3} \|" target/bench-quick/flow-control.md; then
+            echo "the flow-control smoke run wrote no figures for $cell" >&2
+            exit 1
+        fi
+    done
+    # The idle long pollers' CPU, in cores.
+    if ! grep -qE "^\| 5,000 future items \| [0-9]+\.[0-9]{3} \|" target/bench-quick/flow-control.md; then
+        echo "the flow-control smoke run wrote no CPU figure for idle long pollers" >&2
+        exit 1
+    fi
+    # A row per "minute" (3 in --quick): minute, enqueued/s, finished/s, claim
+    # p50 and p99 (µs), empty claims/s, producer lag (ms), backlog.
+    for minute in 1 2 3; do
+        if ! grep -qE "^\| $minute \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+\.[0-9] \| [0-9]+ \|" \
+            target/bench-quick/sustained.md; then
+            echo "the sustained-load smoke run wrote no figures for minute $minute" >&2
+            exit 1
+        fi
+    done
+    # A row per page: median and slowest ms, bytes.
+    for page in "queues" "items, pending, deep" "item (failed, with history)"; do
+        if ! grep -qF "| $page | " target/bench-quick/dashboard-render.md; then
+            echo "the dashboard smoke run wrote no render time for $page" >&2
+            exit 1
+        fi
+    done
+    for lang in python node rust; do
+        if ! grep -qE "^\| $lang \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+\.[0-9]{2} \|$" target/bench-quick/clients-bench.md; then
+            echo "the worker libraries' smoke run wrote no overhead figures for $lang" >&2
+            exit 1
+        fi
+    done
+    for contender in pg_workfence "pg_workfence fused" "baseline SQL" awa graphile-worker \
+        "graphile-worker (batched)" pg-boss "pg-boss (batched)" procrastinate; do
+        if ! grep -q ",$contender," target/bench-quick/benchmarks.csv; then
+            echo "the benchmark smoke run has no figures for $contender" >&2
+            exit 1
+        fi
+    done
+}
+
+lanes_log="$(scratch_base "$ROOT")/libraries-and-bench-smoke.log"
+stage "lane 2 in the background: worker libraries, benchmark smoke (log: $lanes_log)"
+libraries_and_bench_smoke >"$lanes_log" 2>&1 &
+lane2_pid=$!
+
 stage "dashboard: cargo test -p workfence-ui (HTTP and real-browser tests, PostgreSQL 15)"
 # The real workfence-ui binary against throwaway clusters (a hot standby
 # too): every route over HTTP, /metrics parsed, bad input, cross-site POSTs;
@@ -251,68 +328,6 @@ for page in queues items item; do
     if [ ! -s "docs/screenshots/$page.png" ] || ! grep -q "docs/screenshots/$page.png" README.md; then
         echo "README.md shows no docs/screenshots/$page.png" \
             "(WORKFENCE_UPDATE_SCREENSHOTS=1 cargo test -p workfence-ui --release --test browser writes it)" >&2
-        exit 1
-    fi
-done
-
-stage "worker libraries: scripts/client-tests.sh (pytest, node --test, cargo test, go test)"
-bash scripts/client-tests.sh
-
-stage "benchmark: the driver's unit tests, then a smoke run (scripts/bench.sh --quick)"
-cargo test -p workfence-bench --release
-bash scripts/bench.sh --quick --no-install
-if ! grep -q "| long poll 3 s |" target/bench-quick/long-poll.md; then
-    echo "the long-poll smoke run wrote no herd figures" >&2
-    exit 1
-fi
-if ! grep -qE '^\| 4 \| [0-9]+ \| [0-9]+\.[0-9]{2} \|' target/bench-quick/router.md; then
-    echo "the router smoke run wrote no figures for 4 shards" >&2
-    exit 1
-fi
-# A row per cell (the --quick sizes): its figure (items/s, ms until every
-# small group was served, µs per call) and its ratio to the same cell's
-# baseline; the per_group fairness row is left out (skipped on a server
-# without work_limit's per_group).
-for cell in "1 group" "1,000 groups" "concurrency limit 10, 500 pending" \
-    "concurrency limit 100, 2,000 pending" "1 group, 1 worker" "100 groups behind a burst of 500" \
-    "serial groups, no per_group" "no groups, FIFO" "empty claim, future items" \
-    "claim and finish, due items"; do
-    if ! grep -qE "^\| $cell \| [0-9]+ \| [0-9]+\.[0-9]{2,3} \|" target/bench-quick/flow-control.md; then
-        echo "the flow-control smoke run wrote no figures for $cell" >&2
-        exit 1
-    fi
-done
-# The idle long pollers' CPU, in cores.
-if ! grep -qE "^\| 5,000 future items \| [0-9]+\.[0-9]{3} \|" target/bench-quick/flow-control.md; then
-    echo "the flow-control smoke run wrote no CPU figure for idle long pollers" >&2
-    exit 1
-fi
-# A row per "minute" (3 in --quick): minute, enqueued/s, finished/s, claim
-# p50 and p99 (µs), empty claims/s, producer lag (ms), backlog.
-for minute in 1 2 3; do
-    if ! grep -qE "^\| $minute \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+\.[0-9] \| [0-9]+ \|" \
-        target/bench-quick/sustained.md; then
-        echo "the sustained-load smoke run wrote no figures for minute $minute" >&2
-        exit 1
-    fi
-done
-# A row per page: median and slowest ms, bytes.
-for page in "queues" "items, pending, deep" "item (failed, with history)"; do
-    if ! grep -qF "| $page | " target/bench-quick/dashboard-render.md; then
-        echo "the dashboard smoke run wrote no render time for $page" >&2
-        exit 1
-    fi
-done
-for lang in python node rust; do
-    if ! grep -qE "^\| $lang \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+\.[0-9]{2} \|$" target/bench-quick/clients-bench.md; then
-        echo "the worker libraries' smoke run wrote no overhead figures for $lang" >&2
-        exit 1
-    fi
-done
-for contender in pg_workfence "pg_workfence fused" "baseline SQL" awa graphile-worker \
-    "graphile-worker (batched)" pg-boss "pg-boss (batched)" procrastinate; do
-    if ! grep -q ",$contender," target/bench-quick/benchmarks.csv; then
-        echo "the benchmark smoke run has no figures for $contender" >&2
         exit 1
     fi
 done
@@ -338,6 +353,15 @@ stage "the demo as scripts/demo.sh runs it: cargo test -p workfence-demo (its co
 # and the dashboard's queues page shows them. It starts the worker and the
 # dashboard binaries built just above, from beside its own.
 WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/demo" cargo test -p workfence-demo --release
+
+stage "lane 2: worker libraries and benchmark smoke (its output follows)"
+lane2_status=0
+wait "$lane2_pid" || lane2_status=$?
+cat "$lanes_log"
+if [ "$lane2_status" != 0 ]; then
+    echo "lane 2 (worker libraries, benchmark smoke) failed: exit $lane2_status, its output above" >&2
+    exit 1
+fi
 
 usage_text=$(bash scripts/bench-ab.sh --help)
 if ! grep -q 'scripts/bench-ab.sh --base REV' <<<"$usage_text"; then
