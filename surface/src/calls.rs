@@ -31,8 +31,10 @@ use crate::{split_top_level, Error, Function};
 /// The generated file, relative to the repository's root.
 pub const PATH: &str = "harness/src/calls/generated.rs";
 
-/// The widest line rustfmt leaves as it is (its `max_width`).
-const MAX_WIDTH: usize = 100;
+/// The widest line rustfmt leaves as it is (its `max_width`, 100): the
+/// generated SQL's width too, so the doc comments' code blocks are wrapped
+/// by the SQL's [`crate::wrap`].
+const MAX_WIDTH: usize = crate::WIDTH;
 
 /// The widest argument list rustfmt keeps on one line (its `fn_call_width`).
 const CALL_WIDTH: usize = 60;
@@ -364,30 +366,10 @@ fn doc(text: &str, indent: &str) -> String {
 }
 
 /// `open` + `items` joined by `, ` + `close` as `///` lines of a code block,
-/// broken after a comma before a line passes [`MAX_WIDTH`], continuation
-/// lines indented by four.
+/// broken after a comma before a line passes [`MAX_WIDTH`] (the SQL files'
+/// wrapping, [`crate::wrap`]), continuation lines indented by four.
 fn doc_code(open: &str, items: &[&str], close: &str) -> String {
-    let mut lines = vec![format!("/// {open}")];
-    for (i, item) in items.iter().enumerate() {
-        let piece = if i + 1 == items.len() {
-            format!("{item}{close}")
-        } else {
-            format!("{item},")
-        };
-        let line = lines.last_mut().expect("lines starts with one");
-        if line.ends_with('(') {
-            line.push_str(&piece);
-        } else if line.len() + 1 + piece.len() <= MAX_WIDTH {
-            line.push(' ');
-            line.push_str(&piece);
-        } else {
-            lines.push(format!("///     {piece}"));
-        }
-    }
-    if items.is_empty() {
-        lines[0].push_str(close);
-    }
-    lines.join("\n") + "\n"
+    crate::wrap(&format!("/// {open}"), items, close, "///     ") + "\n"
 }
 
 /// A method call statement `{indent}{receiver}({args});` as rustfmt lays it
