@@ -3,7 +3,7 @@
 //!
 //! For Python, Node.js and Rust (each on its worker library, `clients/`), Go
 //! (pgx) and bash (psql): copies of the worker with the SAME owner name
-//! process 500 items, every tenth of which raises (3 attempts each). Two
+//! process [`ITEMS`] (200) items, every tenth of which raises (3 attempts each). Two
 //! copies start; A is SIGSTOPped holding items, past its lease, until B has
 //! claimed them anew, then resumed; B is SIGKILLed and C started; C is sent
 //! SIGTERM holding items. Then:
@@ -24,7 +24,7 @@
 //! loss of exactly that (id, epoch) within seconds, settles nothing for it
 //! (the item stays the test's, with no business row), and goes on serving.
 //!
-//! The 500-item run is repeated with the workers pointed at a PL/Proxy router
+//! The same run is repeated with the workers pointed at a PL/Proxy router
 //! in front of four shards (docs/scaling.md), the business table in the
 //! router's database, B there killed in its business write (a crash between
 //! the shard's finish and the router's COMMIT would leave a done item without
