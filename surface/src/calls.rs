@@ -65,37 +65,75 @@ enum Pass {
     RunAt,
 }
 
+/// A SQL type the generator knows: how an argument of it is bound, and how
+/// a result (a column, or a scalar) of it is read.
+struct SqlType {
+    /// As `pg_get_function_arguments` / `_result` print it.
+    name: &'static str,
+    /// How an argument of it is bound.
+    pass: Pass,
+    /// The Rust type a result of it is read as.
+    read: &'static str,
+    /// Whether a result of it is read through `::text` (as the server
+    /// renders it).
+    read_as_text: bool,
+}
+
+/// Every SQL type the generator knows (the module documentation's table).
+static SQL_TYPES: [SqlType; 9] = {
+    const fn value(rust: &'static str, ty: &'static str, cast: &'static str) -> Pass {
+        Pass::Value { rust, ty, cast }
+    }
+    const fn t(name: &'static str, pass: Pass, read: &'static str, text: bool) -> SqlType {
+        SqlType {
+            name,
+            pass,
+            read,
+            read_as_text: text,
+        }
+    }
+    [
+        t("text", value("&str", "TEXT", ""), "String", false),
+        t("bigint", value("i64", "INT8", ""), "i64", false),
+        t("integer", value("i32", "INT4", ""), "i32", false),
+        t("boolean", value("bool", "BOOL", ""), "bool", false),
+        t("jsonb", value("&Value", "JSONB", ""), "Value", false),
+        t(
+            "bigint[]",
+            value("&[i64]", "INT8_ARRAY", ""),
+            "Vec<i64>",
+            false,
+        ),
+        t(
+            "jsonb[]",
+            value("&[Value]", "JSONB_ARRAY", ""),
+            "Vec<Value>",
+            false,
+        ),
+        t(
+            "interval",
+            value("&str", "TEXT", "::interval"),
+            "String",
+            true,
+        ),
+        t("timestamp with time zone", Pass::RunAt, "String", true),
+    ]
+};
+
+/// The known type `sql_type`, if the generator knows it.
+fn known_type(sql_type: &str) -> Option<&'static SqlType> {
+    SQL_TYPES.iter().find(|known| known.name == sql_type)
+}
+
 /// How an argument of `sql_type` is bound, if the generator knows the type.
 fn pass(sql_type: &str) -> Option<Pass> {
-    let value = |rust, ty, cast| Some(Pass::Value { rust, ty, cast });
-    match sql_type {
-        "text" => value("&str", "TEXT", ""),
-        "bigint" => value("i64", "INT8", ""),
-        "integer" => value("i32", "INT4", ""),
-        "boolean" => value("bool", "BOOL", ""),
-        "jsonb" => value("&Value", "JSONB", ""),
-        "bigint[]" => value("&[i64]", "INT8_ARRAY", ""),
-        "jsonb[]" => value("&[Value]", "JSONB_ARRAY", ""),
-        "interval" => value("&str", "TEXT", "::interval"),
-        "timestamp with time zone" => Some(Pass::RunAt),
-        _ => None,
-    }
+    known_type(sql_type).map(|known| known.pass)
 }
 
 /// The Rust type a result (a column, or a scalar) of `sql_type` is read as,
 /// and whether it is read as text (`::text`), if the generator knows it.
 fn read_as(sql_type: &str) -> Option<(&'static str, bool)> {
-    match sql_type {
-        "text" => Some(("String", false)),
-        "bigint" => Some(("i64", false)),
-        "integer" => Some(("i32", false)),
-        "boolean" => Some(("bool", false)),
-        "jsonb" => Some(("Value", false)),
-        "bigint[]" => Some(("Vec<i64>", false)),
-        "jsonb[]" => Some(("Vec<Value>", false)),
-        "interval" | "timestamp with time zone" => Some(("String", true)),
-        _ => None,
-    }
+    known_type(sql_type).map(|known| (known.read, known.read_as_text))
 }
 
 /// One argument of a function, as the table declares it.
