@@ -741,11 +741,12 @@ mod tests {
             ("work_item", "id bigint", columns),
         ]);
         let text = render(&surface.functions).unwrap();
+        // 102 characters on one line: rustfmt's layout, a parameter a line.
         assert!(
             text.contains(
-                "pub fn work_item(c: &mut impl GenericClient, queue: &str, key: &str) \
-             -> CallResult<Vec<WorkItemRow>> {\n"
-            ) || text.contains("pub fn work_item(\n"),
+                "pub fn work_item(\n    c: &mut impl GenericClient,\n    queue: &str,\n    \
+                 key: &str,\n) -> CallResult<Vec<WorkItemRow>> {\n"
+            ),
             "{text}"
         );
         assert!(
