@@ -239,7 +239,7 @@ stage "client tests that bound a latency (${TIMED_TESTS[*]}), alone, on PostgreS
 
 # Lane 2 of the tiers after the client tests: the benchmark's smoke run, in
 # the background beside lane 1 (the dashboard, the worker libraries' suites,
-# --help, the demo; 106 s against the smoke run's 142 s), each on throwaway
+# --help, the demo: 108 s beside the smoke run's 167 s at 926ad7c), each on throwaway
 # clusters of its own. Run one after the other, these tiers left a core idle
 # half of the time (their clients wait on servers, the browser, the peers'
 # runtimes); none of them asserts a timing.
