@@ -639,50 +639,43 @@ pub struct Item {
     pub group_key: Option<String>,
 }
 
-/// The [`Item`] of a row of a `work_item` binding (either overload).
-macro_rules! item_of {
-    ($function:literal, $row:expr) => {{
-        let row = $row;
-        Item {
-            id: present(row.id, $function, "id"),
-            queue: present(row.queue, $function, "queue"),
-            key: present(row.key, $function, "key"),
-            state: present(row.state, $function, "state"),
-            priority: present(row.priority, $function, "priority"),
-            run_at: present(row.run_at, $function, "run_at"),
-            attempts: present(row.attempts, $function, "attempts"),
-            max_attempts: present(row.max_attempts, $function, "max_attempts"),
-            owner: row.owner,
-            epoch: row.epoch,
-            claimed_at: row.claimed_at,
-            lease_until: row.lease_until,
-            errors: present(row.errors, $function, "errors"),
-            result: row.result,
-            created_at: present(row.created_at, $function, "created_at"),
-            finished_at: row.finished_at,
-            payload: present(row.payload, $function, "payload"),
-            max_run: row.max_run,
-            group_key: row.group_key,
-        }
-    }};
+/// The [`Item`] of a row of a `work_item` binding (either overload: they
+/// share [`generated::WorkItemRow`]).
+fn item_of(row: generated::WorkItemRow) -> Item {
+    let function = "work_item";
+    Item {
+        id: present(row.id, function, "id"),
+        queue: present(row.queue, function, "queue"),
+        key: present(row.key, function, "key"),
+        state: present(row.state, function, "state"),
+        priority: present(row.priority, function, "priority"),
+        run_at: present(row.run_at, function, "run_at"),
+        attempts: present(row.attempts, function, "attempts"),
+        max_attempts: present(row.max_attempts, function, "max_attempts"),
+        owner: row.owner,
+        epoch: row.epoch,
+        claimed_at: row.claimed_at,
+        lease_until: row.lease_until,
+        errors: present(row.errors, function, "errors"),
+        result: row.result,
+        created_at: present(row.created_at, function, "created_at"),
+        finished_at: row.finished_at,
+        payload: present(row.payload, function, "payload"),
+        max_run: row.max_run,
+        group_key: row.group_key,
+    }
 }
 
 /// `work_item(queue, key)`: the item, if there is one.
 pub fn item(c: &mut impl GenericClient, queue: &str, key: &str) -> CallResult<Option<Item>> {
     let rows = generated::work_item(c, queue, key)?;
-    Ok(rows
-        .into_iter()
-        .next()
-        .map(|row| item_of!("work_item", row)))
+    Ok(rows.into_iter().next().map(item_of))
 }
 
 /// `work_item(id)`: the item, if there is one.
 pub fn item_by_id(c: &mut impl GenericClient, id: i64) -> CallResult<Option<Item>> {
     let rows = generated::work_item_by_id(c, id)?;
-    Ok(rows
-        .into_iter()
-        .next()
-        .map(|row| item_of!("work_item", row)))
+    Ok(rows.into_iter().next().map(item_of))
 }
 
 /// One row of `work_items`: an item as a listing shows it (no payload or

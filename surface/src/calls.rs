@@ -18,7 +18,8 @@
 //! An argument with a `DEFAULT` is an `Option`, passed by name
 //! (`name => $n`) when `Some` and left out when `None`, so the server's
 //! default applies. A scalar result is its Rust type (`void`: `()`); a
-//! `TABLE(...)` result is a `Vec` of a row struct per function, every column
+//! `TABLE(...)` result is a `Vec` of a row struct, one per distinct result
+//! (named after the first function with it), every column
 //! an `Option`: `pg_get_function_result` does not say which columns are
 //! never NULL, and the generator does not guess. A function's binding has
 //! its SQL name; an overload after the first of its name in the table is
@@ -165,6 +166,10 @@ struct Binding<'f> {
     name: String,
     /// Whether the table has another function of its SQL name.
     overloaded: bool,
+    /// The row struct of its `TABLE(...)` result: named after the first
+    /// binding in the table with the same result, which defines it (so
+    /// `work_claim_key` reads `WorkClaimRow`).
+    row: String,
     arguments: Vec<Argument<'f>>,
     returns: Returns<'f>,
 }
@@ -213,9 +218,16 @@ pub fn binding_names(functions: &[Function]) -> Result<Vec<String>, Error> {
 /// The bindings of every function, with the types checked.
 fn bindings(functions: &[Function]) -> Result<Vec<Binding<'_>>, Error> {
     let names = binding_names(functions)?;
+    let row_of = |function: &Function| {
+        let first = functions
+            .iter()
+            .position(|f| f.returns == function.returns)
+            .expect("the function itself has its result");
+        format!("{}Row", camel(&names[first]))
+    };
     functions
         .iter()
-        .zip(names)
+        .zip(names.iter().cloned())
         .map(|(function, name)| {
             let unknown = |sql_type: &str| {
                 Error::Table(format!(
@@ -270,6 +282,7 @@ fn bindings(functions: &[Function]) -> Result<Vec<Binding<'_>>, Error> {
                 function,
                 name,
                 overloaded: functions.iter().filter(|f| f.name == function.name).count() > 1,
+                row: row_of(function),
                 arguments,
                 returns,
             })
@@ -318,10 +331,19 @@ pub fn render(functions: &[Function]) -> Result<String, Error> {
     } else {
         "\nuse super::{Call, CallResult};\n"
     });
+    let mut defined: Vec<&str> = Vec::new();
     for binding in &bindings {
         if let Returns::Table(columns) = &binding.returns {
-            out.push('\n');
-            out.push_str(&row_struct(binding, columns));
+            if !defined.contains(&binding.row.as_str()) {
+                defined.push(&binding.row);
+                let readers: Vec<&str> = bindings
+                    .iter()
+                    .filter(|other| other.row == binding.row)
+                    .map(|other| other.name.as_str())
+                    .collect();
+                out.push('\n');
+                out.push_str(&row_struct(&binding.row, &readers, columns));
+            }
         }
         out.push('\n');
         out.push_str(&function(binding));
@@ -349,7 +371,9 @@ const HEADER: &str = "\
 //!   (`name => $n`), `None` leaves it out, so the server's default applies
 //!   (and the call works against a version that lacks the argument).
 //! - A scalar result is its Rust type (`void`: `()`). A `TABLE(...)` result
-//!   is a `Vec` of the function's row struct, every column an `Option` (the
+//!   is a `Vec` of a row struct, one per distinct result (named after the
+//!   first function with it: `work_claim_key` reads `WorkClaimRow`), every
+//!   column an `Option` (the
 //!   catalog does not say which columns are never NULL), times and intervals
 //!   as the server renders them (`::text`).
 //! - A binding has its function's name; an overload after the first of its
@@ -426,14 +450,15 @@ fn statement(indent: &str, head: &str, args: &[String], tail: &str) -> String {
     text
 }
 
-/// A function's row struct and the function that reads it from a row.
-fn row_struct(binding: &Binding, columns: &[(&str, &str, &'static str, bool)]) -> String {
-    let row = format!("{}Row", camel(&binding.name));
+/// The row struct `row` of the bindings `readers` (whose functions have
+/// the same `RETURNS TABLE`), and the function that reads it from a row.
+fn row_struct(row: &str, readers: &[&str], columns: &[(&str, &str, &'static str, bool)]) -> String {
+    let readers: Vec<String> = readers.iter().map(|name| format!("[`{name}`]")).collect();
     let mut text = doc(
         &format!(
-            "A row of [`{}`]'s result (its `RETURNS TABLE`), every column an `Option`: \
+            "A row of the result of {} (its `RETURNS TABLE`), every column an `Option`: \
              the catalog does not say which are never NULL.",
-            binding.name
+            readers.join(" and ")
         ),
         "",
     );
@@ -525,7 +550,7 @@ fn function(binding: &Binding) -> String {
     let result = match &binding.returns {
         Returns::Void => "()".to_string(),
         Returns::Scalar(rust, _) => rust.to_string(),
-        Returns::Table(_) => format!("Vec<{}Row>", camel(&binding.name)),
+        Returns::Table(_) => format!("Vec<{}>", binding.row),
     };
     let one_line = format!(
         "pub fn {}({}) -> CallResult<{result}> {{",
@@ -634,7 +659,7 @@ fn function(binding: &Binding) -> String {
             vec![
                 "c".to_string(),
                 "\") AS r\"".to_string(),
-                format!("{}Row::read", camel(&binding.name)),
+                format!("{}::read", binding.row),
             ],
         ),
     };
@@ -752,7 +777,7 @@ mod tests {
         assert!(
             text.contains(
                 "pub fn work_item_by_id(c: &mut impl GenericClient, id: i64) \
-                 -> CallResult<Vec<WorkItemByIdRow>> {\n"
+                 -> CallResult<Vec<WorkItemRow>> {\n"
             ),
             "{text}"
         );
@@ -760,7 +785,14 @@ mod tests {
             text.contains("/// `workfence.work_item(id)`: does it.\n"),
             "{text}"
         );
-        assert!(text.contains("pub struct WorkItemByIdRow {\n"), "{text}");
+        // The overloads return the same TABLE: one row struct, named after
+        // the first, serves both.
+        assert_eq!(
+            text.matches("pub struct WorkItemRow {\n").count(),
+            1,
+            "{text}"
+        );
+        assert!(!text.contains("WorkItemByIdRow"), "{text}");
         assert!(text.contains("    pub run_at: Option<String>,\n"), "{text}");
         assert!(text.contains("    pub payload: Option<Value>,\n"), "{text}");
         assert!(
@@ -770,7 +802,12 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("    call.rows(c, \") AS r\", WorkItemByIdRow::read)\n"));
+        assert_eq!(
+            text.matches("    call.rows(c, \") AS r\", WorkItemRow::read)\n")
+                .count(),
+            2,
+            "{text}"
+        );
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //!   (`name => $n`), `None` leaves it out, so the server's default applies
 //!   (and the call works against a version that lacks the argument).
 //! - A scalar result is its Rust type (`void`: `()`). A `TABLE(...)` result
-//!   is a `Vec` of the function's row struct, every column an `Option` (the
+//!   is a `Vec` of a row struct, one per distinct result (named after the
+//!   first function with it: `work_claim_key` reads `WorkClaimRow`), every
+//!   column an `Option` (the
 //!   catalog does not say which columns are never NULL), times and intervals
 //!   as the server renders them (`::text`).
 //! - A binding has its function's name; an overload after the first of its
@@ -30,8 +32,8 @@ use serde_json::Value;
 
 use super::{Call, CallResult, RunAt};
 
-/// A row of [`work_enqueue`]'s result (its `RETURNS TABLE`), every column an `Option`: the catalog
-/// does not say which are never NULL.
+/// A row of the result of [`work_enqueue`] (its `RETURNS TABLE`), every column an `Option`: the
+/// catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkEnqueueRow {
     /// `id bigint`.
@@ -92,8 +94,8 @@ pub fn work_enqueue(
     call.rows(c, ") AS r", WorkEnqueueRow::read)
 }
 
-/// A row of [`work_claim`]'s result (its `RETURNS TABLE`), every column an `Option`: the catalog
-/// does not say which are never NULL.
+/// A row of the result of [`work_claim`] and [`work_claim_key`] (its `RETURNS TABLE`), every column
+/// an `Option`: the catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkClaimRow {
     /// `id bigint`.
@@ -156,38 +158,6 @@ pub fn work_claim(
     call.rows(c, ") AS r", WorkClaimRow::read)
 }
 
-/// A row of [`work_claim_key`]'s result (its `RETURNS TABLE`), every column an `Option`: the
-/// catalog does not say which are never NULL.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkClaimKeyRow {
-    /// `id bigint`.
-    pub id: Option<i64>,
-    /// `key text`.
-    pub key: Option<String>,
-    /// `payload jsonb`.
-    pub payload: Option<Value>,
-    /// `epoch bigint`.
-    pub epoch: Option<i64>,
-    /// `attempt integer`.
-    pub attempt: Option<i32>,
-    /// `lease_until timestamp with time zone`, as the server renders it (`::text`).
-    pub lease_until: Option<String>,
-}
-
-impl WorkClaimKeyRow {
-    /// The row's columns, in the order of the select list.
-    fn read(row: &Row) -> CallResult<WorkClaimKeyRow> {
-        Ok(WorkClaimKeyRow {
-            id: row.try_get(0)?,
-            key: row.try_get(1)?,
-            payload: row.try_get(2)?,
-            epoch: row.try_get(3)?,
-            attempt: row.try_get(4)?,
-            lease_until: row.try_get(5)?,
-        })
-    }
-}
-
 /// `workfence.work_claim_key`: claims one named item under `work_claim`'s rules.
 ///
 /// ```sql
@@ -204,7 +174,7 @@ pub fn work_claim_key(
     key: &str,
     owner: &str,
     lease: &str,
-) -> CallResult<Vec<WorkClaimKeyRow>> {
+) -> CallResult<Vec<WorkClaimRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text \
          FROM workfence.work_claim_key(",
@@ -213,7 +183,7 @@ pub fn work_claim_key(
     call.arg(&key, Type::TEXT, "");
     call.arg(&owner, Type::TEXT, "");
     call.arg(&lease, Type::TEXT, "::interval");
-    call.rows(c, ") AS r", WorkClaimKeyRow::read)
+    call.rows(c, ") AS r", WorkClaimRow::read)
 }
 
 /// `workfence.work_renew`: extends the lease of a current token; false: stop the job.
@@ -264,7 +234,7 @@ pub fn work_finish(
     call.value(c, ")")
 }
 
-/// A row of [`work_finish_many`]'s result (its `RETURNS TABLE`), every column an `Option`: the
+/// A row of the result of [`work_finish_many`] (its `RETURNS TABLE`), every column an `Option`: the
 /// catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkFinishManyRow {
@@ -312,8 +282,8 @@ pub fn work_finish_many(
     call.rows(c, ") AS r", WorkFinishManyRow::read)
 }
 
-/// A row of [`work_finish_and_claim`]'s result (its `RETURNS TABLE`), every column an `Option`: the
-/// catalog does not say which are never NULL.
+/// A row of the result of [`work_finish_and_claim`] and [`work_fail_and_claim`] (its `RETURNS
+/// TABLE`), every column an `Option`: the catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkFinishAndClaimRow {
     /// `id bigint`.
@@ -384,41 +354,6 @@ pub fn work_finish_and_claim(
     call.rows(c, ") AS r", WorkFinishAndClaimRow::read)
 }
 
-/// A row of [`work_fail_and_claim`]'s result (its `RETURNS TABLE`), every column an `Option`: the
-/// catalog does not say which are never NULL.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkFailAndClaimRow {
-    /// `id bigint`.
-    pub id: Option<i64>,
-    /// `key text`.
-    pub key: Option<String>,
-    /// `payload jsonb`.
-    pub payload: Option<Value>,
-    /// `epoch bigint`.
-    pub epoch: Option<i64>,
-    /// `attempt integer`.
-    pub attempt: Option<i32>,
-    /// `lease_until timestamp with time zone`, as the server renders it (`::text`).
-    pub lease_until: Option<String>,
-    /// `settled boolean`.
-    pub settled: Option<bool>,
-}
-
-impl WorkFailAndClaimRow {
-    /// The row's columns, in the order of the select list.
-    fn read(row: &Row) -> CallResult<WorkFailAndClaimRow> {
-        Ok(WorkFailAndClaimRow {
-            id: row.try_get(0)?,
-            key: row.try_get(1)?,
-            payload: row.try_get(2)?,
-            epoch: row.try_get(3)?,
-            attempt: row.try_get(4)?,
-            lease_until: row.try_get(5)?,
-            settled: row.try_get(6)?,
-        })
-    }
-}
-
 /// `workfence.work_fail_and_claim`: fails one item and claims the next in one statement and one
 /// commit.
 ///
@@ -442,7 +377,7 @@ pub fn work_fail_and_claim(
     error: &str,
     retry_in: Option<&str>,
     max_items: Option<i32>,
-) -> CallResult<Vec<WorkFailAndClaimRow>> {
+) -> CallResult<Vec<WorkFinishAndClaimRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, r.settled \
          FROM workfence.work_fail_and_claim(",
@@ -455,7 +390,7 @@ pub fn work_fail_and_claim(
     call.arg(&error, Type::TEXT, "");
     call.named("retry_in", &retry_in, Type::TEXT, "::interval");
     call.named("max_items", &max_items, Type::INT4, "");
-    call.rows(c, ") AS r", WorkFailAndClaimRow::read)
+    call.rows(c, ") AS r", WorkFinishAndClaimRow::read)
 }
 
 /// `workfence.work_release`: hands a claimed item back unfinished, attempt given back.
@@ -686,8 +621,8 @@ pub fn work_limit(
     call.void(c, ")")
 }
 
-/// A row of [`work_item`]'s result (its `RETURNS TABLE`), every column an `Option`: the catalog
-/// does not say which are never NULL.
+/// A row of the result of [`work_item`] and [`work_item_by_id`] (its `RETURNS TABLE`), every column
+/// an `Option`: the catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkItemRow {
     /// `id bigint`.
@@ -787,77 +722,6 @@ pub fn work_item(
     call.rows(c, ") AS r", WorkItemRow::read)
 }
 
-/// A row of [`work_item_by_id`]'s result (its `RETURNS TABLE`), every column an `Option`: the
-/// catalog does not say which are never NULL.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkItemByIdRow {
-    /// `id bigint`.
-    pub id: Option<i64>,
-    /// `queue text`.
-    pub queue: Option<String>,
-    /// `key text`.
-    pub key: Option<String>,
-    /// `state text`.
-    pub state: Option<String>,
-    /// `priority integer`.
-    pub priority: Option<i32>,
-    /// `run_at timestamp with time zone`, as the server renders it (`::text`).
-    pub run_at: Option<String>,
-    /// `attempts integer`.
-    pub attempts: Option<i32>,
-    /// `max_attempts integer`.
-    pub max_attempts: Option<i32>,
-    /// `owner text`.
-    pub owner: Option<String>,
-    /// `epoch bigint`.
-    pub epoch: Option<i64>,
-    /// `claimed_at timestamp with time zone`, as the server renders it (`::text`).
-    pub claimed_at: Option<String>,
-    /// `lease_until timestamp with time zone`, as the server renders it (`::text`).
-    pub lease_until: Option<String>,
-    /// `errors jsonb`.
-    pub errors: Option<Value>,
-    /// `result jsonb`.
-    pub result: Option<Value>,
-    /// `created_at timestamp with time zone`, as the server renders it (`::text`).
-    pub created_at: Option<String>,
-    /// `finished_at timestamp with time zone`, as the server renders it (`::text`).
-    pub finished_at: Option<String>,
-    /// `payload jsonb`.
-    pub payload: Option<Value>,
-    /// `max_run interval`, as the server renders it (`::text`).
-    pub max_run: Option<String>,
-    /// `group_key text`.
-    pub group_key: Option<String>,
-}
-
-impl WorkItemByIdRow {
-    /// The row's columns, in the order of the select list.
-    fn read(row: &Row) -> CallResult<WorkItemByIdRow> {
-        Ok(WorkItemByIdRow {
-            id: row.try_get(0)?,
-            queue: row.try_get(1)?,
-            key: row.try_get(2)?,
-            state: row.try_get(3)?,
-            priority: row.try_get(4)?,
-            run_at: row.try_get(5)?,
-            attempts: row.try_get(6)?,
-            max_attempts: row.try_get(7)?,
-            owner: row.try_get(8)?,
-            epoch: row.try_get(9)?,
-            claimed_at: row.try_get(10)?,
-            lease_until: row.try_get(11)?,
-            errors: row.try_get(12)?,
-            result: row.try_get(13)?,
-            created_at: row.try_get(14)?,
-            finished_at: row.try_get(15)?,
-            payload: row.try_get(16)?,
-            max_run: row.try_get(17)?,
-            group_key: row.try_get(18)?,
-        })
-    }
-}
-
 /// `workfence.work_item(id)`: one item as an operator sees it, by id.
 ///
 /// ```sql
@@ -871,7 +735,7 @@ impl WorkItemByIdRow {
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
 /// `docs/reference.md` lists them).
-pub fn work_item_by_id(c: &mut impl GenericClient, id: i64) -> CallResult<Vec<WorkItemByIdRow>> {
+pub fn work_item_by_id(c: &mut impl GenericClient, id: i64) -> CallResult<Vec<WorkItemRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.queue, r.key, r.state, r.priority, r.run_at::text, r.attempts, \
          r.max_attempts, r.owner, r.epoch, r.claimed_at::text, r.lease_until::text, r.errors, \
@@ -880,11 +744,11 @@ pub fn work_item_by_id(c: &mut impl GenericClient, id: i64) -> CallResult<Vec<Wo
          FROM workfence.work_item(",
     );
     call.arg(&id, Type::INT8, "");
-    call.rows(c, ") AS r", WorkItemByIdRow::read)
+    call.rows(c, ") AS r", WorkItemRow::read)
 }
 
-/// A row of [`work_items`]'s result (its `RETURNS TABLE`), every column an `Option`: the catalog
-/// does not say which are never NULL.
+/// A row of the result of [`work_items`] (its `RETURNS TABLE`), every column an `Option`: the
+/// catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkItemsRow {
     /// `id bigint`.
@@ -976,7 +840,7 @@ pub fn work_items(
     call.rows(c, ") AS r", WorkItemsRow::read)
 }
 
-/// A row of [`queue_counters`]'s result (its `RETURNS TABLE`), every column an `Option`: the
+/// A row of the result of [`queue_counters`] (its `RETURNS TABLE`), every column an `Option`: the
 /// catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueCountersRow {
