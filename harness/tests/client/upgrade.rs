@@ -145,59 +145,52 @@ fn finish(c: &mut Client, t: &Token) -> bool {
     ok(calls::finish(c, t, None), "work_finish")
 }
 
-#[test]
-fn an_update_from_0_1_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[0]);
+/// Two tests per released version (its index in [`RELEASED`]): its update
+/// keeps every token and matches a fresh install ([`upgrade_from`]), and its
+/// updates under load fail no call ([`update_under_load`]). One test each,
+/// not one for every version, so that they run side by side.
+macro_rules! per_released_version {
+    ($($index:literal: $keeps:ident, $under_load:ident;)*) => { $(
+        #[test]
+        fn $keeps() {
+            upgrade_from(RELEASED[$index]);
+        }
+
+        #[test]
+        fn $under_load() {
+            let previous = RELEASED[$index];
+            let (calls, during) = update_under_load(previous);
+            println!(
+                "upgrade: {UNDER_LOAD_ROUNDS} updates from {previous} under load: {calls} \
+                 enqueue-claim-finish cycles, {during} of them while an update ran, 0 failed"
+            );
+        }
+    )* };
 }
 
-#[test]
-fn an_update_from_0_2_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[1]);
-}
-
-#[test]
-fn an_update_from_0_3_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[2]);
-}
-
-#[test]
-fn an_update_from_0_4_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[3]);
-}
-
-#[test]
-fn an_update_from_0_5_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[4]);
-}
-
-#[test]
-fn an_update_from_0_6_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[5]);
-}
-
-#[test]
-fn an_update_from_0_7_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[6]);
-}
-
-#[test]
-fn an_update_from_0_8_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[7]);
-}
-
-#[test]
-fn an_update_from_0_9_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[8]);
-}
-
-#[test]
-fn an_update_from_0_10_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[9]);
-}
-
-#[test]
-fn an_update_from_0_11_0_keeps_every_token_and_matches_a_fresh_install() {
-    upgrade_from(RELEASED[10]);
+per_released_version! {
+    0: an_update_from_0_1_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_1_0_under_load_fails_no_call;
+    1: an_update_from_0_2_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_2_0_under_load_fails_no_call;
+    2: an_update_from_0_3_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_3_0_under_load_fails_no_call;
+    3: an_update_from_0_4_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_4_0_under_load_fails_no_call;
+    4: an_update_from_0_5_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_5_0_under_load_fails_no_call;
+    5: an_update_from_0_6_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_6_0_under_load_fails_no_call;
+    6: an_update_from_0_7_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_7_0_under_load_fails_no_call;
+    7: an_update_from_0_8_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_8_0_under_load_fails_no_call;
+    8: an_update_from_0_9_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_9_0_under_load_fails_no_call;
+    9: an_update_from_0_10_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_10_0_under_load_fails_no_call;
+    10: an_update_from_0_11_0_keeps_every_token_and_matches_a_fresh_install,
+        an_update_from_0_11_0_under_load_fails_no_call;
 }
 
 /// Update `previous` while four connections enqueue, claim and finish as
@@ -208,11 +201,12 @@ fn update_under_load(previous: &str) -> (u64, u64) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Barrier, Mutex};
 
-    let cluster = common::own_cluster();
+    let cluster = common::shared_cluster();
     let mut admin = ok(cluster.connect(), "connecting");
     let (mut calls, mut during) = (0, 0);
     for round in 0..UNDER_LOAD_ROUNDS {
-        let db = format!("load_{round}");
+        // The topic's cluster is shared: a database per version and round.
+        let db = format!("load_{}_{round}", previous.replace('.', "_"));
         ok(
             admin.batch_execute(&format!("CREATE DATABASE {db}")),
             "CREATE DATABASE",
@@ -313,17 +307,6 @@ fn update_under_load(previous: &str) -> (u64, u64) {
 
 /// Updates under load per released version.
 const UNDER_LOAD_ROUNDS: usize = 5;
-
-#[test]
-fn updates_from_every_released_version_under_load_fail_no_call() {
-    for previous in RELEASED {
-        let (calls, during) = update_under_load(previous);
-        println!(
-            "upgrade: {UNDER_LOAD_ROUNDS} updates from {previous} under load: {calls} enqueue-claim-finish \
-             cycles, {during} of them while an update ran, 0 failed"
-        );
-    }
-}
 
 /// Install `previous`, make items in every state it can make, update, and
 /// check the tokens and the catalog.
