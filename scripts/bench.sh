@@ -15,6 +15,9 @@
 #                              on a million items)
 #   scripts/bench.sh --quick   a smoke run (under 2 min once built) into
 #                              target/bench-quick/; scripts/test.sh runs it
+#   --no-clients-bench         leave out the worker libraries' overhead
+#                              (scripts/client-bench.sh; scripts/test.sh runs
+#                              it in its other lane)
 #
 # Other flags go to the driver (bench/src/main.rs): --reps N, --no-peers,
 # --workloads 1,2,..., --out DIR. It installs what it runs: the extension
@@ -34,6 +37,7 @@ PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 out="$ROOT/docs"
 quick=0
 install=1
+clients_bench=1
 args=()
 prev=""
 for arg in "$@"; do
@@ -42,7 +46,11 @@ for arg in "$@"; do
     esac
     [ "$prev" = "--out" ] && out="$arg"
     prev="$arg"
-    if [ "$arg" = "--no-install" ]; then install=0; else args+=("$arg"); fi
+    case "$arg" in
+        --no-install) install=0 ;;
+        --no-clients-bench) clients_bench=0 ;;
+        *) args+=("$arg") ;;
+    esac
 done
 
 stage() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
@@ -104,11 +112,17 @@ bench/peers/python/.venv/bin/python bench/plot_sustained.py "$out/sustained.csv"
 # The worker libraries' overhead (issue 16): items/s through each library's
 # runner against the same loop in raw SQL calls: docs/clients-bench.md, or
 # target/bench-quick/clients-bench.md.
-stage "worker libraries' overhead -> $out/clients-bench.md"
-bash scripts/client-bench.sh "${lp_args[@]}" --out "$out/clients-bench.md"
+if [ "$clients_bench" = 1 ]; then
+    stage "worker libraries' overhead -> $out/clients-bench.md"
+    bash scripts/client-bench.sh "${lp_args[@]}" --out "$out/clients-bench.md"
+fi
 # The dashboard (issue 18): every page of workfence-ui timed on a queue of a
 # million items (20,000 in --quick): docs/dashboard-render.md, or
 # target/bench-quick/dashboard-render.md.
 stage "dashboard render times -> $out/dashboard-render.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-ui-bench "${lp_args[@]}" --out "$out/dashboard-render.md"
-stage "wrote $out/benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, flow-control.md, flow-control.csv, sustained.md, sustained.csv, sustained.png, clients-bench.md, dashboard-render.md"
+written="benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, flow-control.md, flow-control.csv, sustained.md, sustained.csv, sustained.png"
+if [ "$clients_bench" = 1 ]; then
+    written+=", clients-bench.md"
+fi
+stage "wrote into $out: $written, dashboard-render.md"

@@ -32,13 +32,14 @@
 #   9b. libraries   scripts/client-tests.sh: the worker libraries' own suites
 #                   (clients/python: pytest, clients/node: node --test,
 #                   clients/rust: cargo test) and the Go example's (go test),
-#                   unit tests and integration tests on a throwaway cluster
+#                   unit tests and integration tests on a throwaway cluster,
+#                   then their overhead's smoke run (scripts/client-bench.sh
+#                   --quick, the part of tier 10 moved into this lane)
 #  10. bench smoke  scripts/bench.sh --quick: every contender and workload of the
 #                   benchmark once, tiny sizes, into target/bench-quick (no timing
 #                   is asserted: the run must complete and every finish be current),
 #                   the long poll's herd, the router's overhead and shards, and
-#                   the sustained load (3 "minutes" of 5 s), and the worker
-#                   libraries' overhead (scripts/client-bench.sh --quick)
+#                   the sustained load (3 "minutes" of 5 s)
 #  10b. binaries    every binary answers --help; the demo as scripts/demo.sh runs
 #                   it, its dashboard showing the refusals and the lapse it counted
 #                   (cargo test -p workfence-demo)
@@ -186,8 +187,10 @@ cargo test -p workfence-harness --release --doc
 # peers (bench/peers/*/install.sh: awa's build, npm ci, a venv) and the
 # builds of the dashboard's, the Rust library's, the benchmark's and the
 # demo's tests, each the command its tier runs (so that the tier finds it
-# built). Cargo holds its build lock only while it builds, not while tests
-# run; none of these builds the harness, whose binaries the client tests run.
+# built), and the previous release's .deb that the package tier installs
+# first (built from its commit: 0.11.0's crate at the dist profile). Cargo
+# holds its build lock only while it builds, not while tests run; none of
+# these builds the harness, whose binaries the client tests run.
 # SCHED_IDLE (chrt --idle): they get a core only when the tests leave it idle
 # (niced by 10 instead, they took so much that the tier on 15 ran 50% longer).
 prepare_log="$(scratch_base "$ROOT")/prepare-later-tiers.log"
@@ -199,7 +202,8 @@ chrt --idle 0 bash -c 'set -e
     cargo test -p workfence -p workspace-hack --release --locked --no-run
     cargo test -p workfence-bench --release --no-run
     cargo build --release --locked -p workfence-bench -p workfence-ui
-    cargo test -p workfence-demo --release --no-run' >"$prepare_log" 2>&1 &
+    cargo test -p workfence-demo --release --no-run
+    bash scripts/package-test.sh --prepare' >"$prepare_log" 2>&1 &
 prepare_pid=$!
 # --show-output: the soak's figures, the model's state count and the bad-input
 # case count are printed even when their tests pass.
@@ -238,15 +242,16 @@ stage "client tests that bound a latency (${TIMED_TESTS[*]}), alone, on PostgreS
     "$client_bin" --show-output "${timed_filters[@]}" "${pg18_skips[@]}")
 
 # Lane 2 of the tiers after the client tests: the benchmark's smoke run, in
-# the background beside lane 1 (the dashboard, the worker libraries' suites,
-# --help, the demo: 108 s beside the smoke run's 167 s at 926ad7c), each on throwaway
+# the background beside lane 1 (the dashboard, the worker libraries' suites
+# and their overhead's smoke run, --help, the demo: 112 s and 225 s at a4a399b
+# when the overhead's 56 s were lane 2's), each on throwaway
 # clusters of its own. Run one after the other, these tiers left a core idle
 # half of the time (their clients wait on servers, the browser, the peers'
 # runtimes); none of them asserts a timing.
 bench_smoke() {
     stage "benchmark: the driver's unit tests, then a smoke run (scripts/bench.sh --quick)"
     cargo test -p workfence-bench --release
-    bash scripts/bench.sh --quick --no-install
+    bash scripts/bench.sh --quick --no-install --no-clients-bench
     if ! grep -q "| long poll 3 s |" target/bench-quick/long-poll.md; then
         echo "the long-poll smoke run wrote no herd figures" >&2
         exit 1
@@ -289,12 +294,6 @@ bench_smoke() {
             exit 1
         fi
     done
-    for lang in python node rust; do
-        if ! grep -qE "^\| $lang \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+\.[0-9]{2} \|$" target/bench-quick/clients-bench.md; then
-            echo "the worker libraries' smoke run wrote no overhead figures for $lang" >&2
-            exit 1
-        fi
-    done
     for contender in pg_workfence "pg_workfence fused" "baseline SQL" awa graphile-worker \
         "graphile-worker (batched)" pg-boss "pg-boss (batched)" procrastinate; do
         if ! grep -q ",$contender," target/bench-quick/benchmarks.csv; then
@@ -331,6 +330,17 @@ done
 
 stage "worker libraries: scripts/client-tests.sh (pytest, node --test, cargo test, go test)"
 bash scripts/client-tests.sh
+
+stage "worker libraries' overhead: scripts/client-bench.sh --quick (part of the benchmark's smoke run)"
+# In this lane rather than in bench.sh --quick's (lane 2 was 225 s, this one
+# 112 s at a4a399b; 56 s of lane 2 were this).
+bash scripts/client-bench.sh --quick --out target/bench-quick/clients-bench.md
+for lang in python node rust; do
+    if ! grep -qE "^\| $lang \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+ \([0-9]+–[0-9]+\) \| [0-9]+\.[0-9]{2} \|$" target/bench-quick/clients-bench.md; then
+        echo "the worker libraries' smoke run wrote no overhead figures for $lang" >&2
+        exit 1
+    fi
+done
 
 stage "every binary answers --help"
 cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example \
