@@ -28,6 +28,10 @@
 #
 # usage: scripts/package-test.sh [--packages DIR]   (default target/packages;
 #        the artefacts are built there by scripts/package.sh first)
+#        scripts/package-test.sh --prepare   only build the previous release's
+#        .deb, installing nothing (scripts/test.sh does it beside the client
+#        tests). It is kept in target/previous-release/, named by its commit
+#        and by a hash of this checkout's packaging files, and reused.
 # It leaves PostgreSQL 15 and 18 without pg_workfence installed:
 # scripts/install-build.sh 15|18 puts a development build back.
 set -euo pipefail
@@ -40,10 +44,12 @@ export PATH="$HOME/.cargo/bin:$PATH"
 . packaging/previous-release.sh
 
 packages="$ROOT/target/packages"
+prepare=0
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --packages) packages="$2"; shift 2 ;;
-        -h|--help) sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --prepare) prepare=1; shift ;;
+        -h|--help) sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "scripts/package-test.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -56,10 +62,41 @@ version="$(crate_version "$ROOT")"
 deb="$packages/postgresql-15-pg-workfence_${version}_amd64.deb"
 tarball="$packages/pg_workfence-$version-pg18-linux-amd64.tar.gz"
 
-say() { printf '[package-test] %s\n' "$*"; }
+say() { printf '[package-test %s] %s\n' "$(date +%T)" "$*"; }
 fail() { printf '[package-test] FAILED: %s\n' "$*" >&2; exit 1; }
 work="$(mktemp -d)"
 chmod 755 "$work"
+
+# The previous release's .deb: its commit's source (which never changes)
+# packaged with this checkout's packaging files, so a build named by both is
+# reused.
+packaging_hash="$(find packaging scripts/package.sh -type f -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-16)"
+previous_dir="$ROOT/target/previous-release/${PREVIOUS_COMMIT:0:12}-$packaging_hash"
+previous_deb="$previous_dir/postgresql-15-pg-workfence_${PREVIOUS_VERSION}_amd64.deb"
+build_previous_deb() {
+    if [ -f "$previous_deb" ]; then
+        say "PostgreSQL 15: the previous release's .deb ($PREVIOUS_VERSION) was built before: $previous_deb"
+        return
+    fi
+    say "PostgreSQL 15: building the previous release's .deb ($PREVIOUS_VERSION at ${PREVIOUS_COMMIT:0:12})"
+    git rev-parse --git-dir >/dev/null 2>&1 \
+        || fail "$ROOT is not a git checkout: the previous release is built from its history"
+    git cat-file -e "$PREVIOUS_COMMIT^{commit}" 2>/dev/null \
+        || fail "commit $PREVIOUS_COMMIT of release $PREVIOUS_VERSION is not in this clone (a shallow clone?)"
+    git worktree add --detach --force "$work/previous" "$PREVIOUS_COMMIT" >/dev/null
+    rm -rf "$previous_dir.partial"
+    bash scripts/package.sh --major 15 --source "$work/previous" --out "$previous_dir.partial" >/dev/null
+    git worktree remove --force "$work/previous"
+    [ -f "$previous_dir.partial/${previous_deb##*/}" ] || fail "no ${previous_deb##*/} was built"
+    # Renamed into place whole: an interrupted build leaves no .deb to reuse.
+    rm -rf "$previous_dir"
+    mv "$previous_dir.partial" "$previous_dir"
+}
+if [ "$prepare" = 1 ]; then
+    trap 'git worktree remove --force "$work/previous" 2>/dev/null || true; rm -rf "$work"' EXIT
+    build_previous_deb
+    exit 0
+fi
 clusters=()
 # Whatever happens, the machine is left with neither package nor tarball
 # installed (scripts/install-build.sh puts a development build back).
@@ -137,15 +174,7 @@ finish_and_check() {
 }
 
 # --- PostgreSQL 15: the .deb ------------------------------------------------
-say "PostgreSQL 15: building the previous release's .deb ($PREVIOUS_VERSION at ${PREVIOUS_COMMIT:0:12})"
-git rev-parse --git-dir >/dev/null 2>&1 \
-    || fail "$ROOT is not a git checkout: the previous release is built from its history"
-git cat-file -e "$PREVIOUS_COMMIT^{commit}" 2>/dev/null \
-    || fail "commit $PREVIOUS_COMMIT of release $PREVIOUS_VERSION is not in this clone (a shallow clone?)"
-git worktree add --detach --force "$work/previous" "$PREVIOUS_COMMIT" >/dev/null
-bash scripts/package.sh --major 15 --source "$work/previous" --out "$work/previous-packages" >/dev/null
-previous_deb="$work/previous-packages/postgresql-15-pg-workfence_${PREVIOUS_VERSION}_amd64.deb"
-[ -f "$previous_deb" ] || fail "no $previous_deb"
+build_previous_deb
 # This release's artefacts are built after the previous one's, always: the
 # two builds share target/ and its uplifted target/release/libpg_workfence.so
 # (a cdylib's name carries no hash), so the last build must be this one's.
