@@ -21,8 +21,9 @@
 //! The binaries `workfence-worker` (the worker process) and
 //! `workfence-soak-worker` (the autonomous worker of `tests/client/soak.rs`) live in
 //! `src/bin/`; the client tests in `tests/client/` (one binary, a module per topic, helpers in
-//! `tests/client/common/`). The demo, `workfence-demo`, is its own crate in `demo/`;
-//! the automated form of its scenario is `tests/client/seed_scenario.rs`.
+//! `tests/client/common/`). The bug report's scenario between two worker
+//! processes is `tests/client/seed_scenario.rs`; the demo (`scripts/demo.sh`,
+//! `demo/`) plays it with workers on the Python library.
 //!
 //! The extension must be installed into the PostgreSQL the cluster runs:
 //! Debian's PostgreSQL 15 by default, the one whose `pg_config` is
