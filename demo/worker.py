@@ -9,7 +9,8 @@ Its jobs, by queue:
   for a provider's API, whose `provider.deliver(message, epoch, body)` keeps the highest epoch per
   message and rejects older ones (docs/writing-workers.md, *Fencing writes to other systems with
   the epoch*). Right before it sends, the job checks its lease (the guard: `work_lease_status` is
-  `current`); then it records the provider's answer and finishes, in its fenced transaction.
+  `current`); then it records the outcome in `demo.messages_sent` and finishes, in its fenced
+  transaction.
 
 The stall: with WORKFENCE_DEMO_STALL=before-write (invoices) or after-guard (messages), the first
 job that reaches that point stops its whole process with SIGSTOP, as a long pause would (a garbage
@@ -110,11 +111,16 @@ class Jobs:
         try:
             async with job.transaction() as conn:
                 await conn.execute(
-                    "INSERT INTO demo.invoices_sent (invoice, epoch, worker_pid)"
-                    " VALUES (%s, %s, %s)",
+                    "INSERT INTO demo.invoices_sent (invoice, epoch, worker_pid) VALUES (%s, %s, %s)",
                     (invoice, job.epoch, os.getpid()),
                 )
                 job.result = {"invoice": invoice, "worker_pid": os.getpid()}
+                log.info(
+                    "job write id=%d epoch=%d: demo.invoices_sent %s (commits with the finish)",
+                    job.id,
+                    job.epoch,
+                    invoice,
+                )
         except workfence.LeaseLost as error:
             log.info(
                 "job write id=%d epoch=%d refused, SQLSTATE %s: %s",
@@ -124,29 +130,31 @@ class Jobs:
                 error.message,
             )
             raise
-        log.info("job wrote id=%d epoch=%d: demo.invoices_sent %s", job.id, job.epoch, invoice)
 
     async def message(self, job: workfence.Job) -> None:
-        """Guard, send to the provider with the epoch, then record the answer and finish in one
+        """Guard, send to the provider with the epoch, then record the outcome and finish in one
         fenced transaction (docs/writing-workers.md: pass the epoch along, the other side rejects
-        older ones, finish as usual)."""
+        older ones, finish as usual). A guard that does not say `current` skips the send; the
+        fenced transaction, the ground truth, then settles the item (and is refused)."""
         message = job.payload["message"]
         log.info("job work id=%d epoch=%d: message %s", job.id, job.epoch, message)
         status = await self.lease_status(job)
-        if status != "current":
+        outcome = f"not sent: the guard said {status}"
+        if status == "current":
+            log.info("job guard id=%d epoch=%d: the lease is current", job.id, job.epoch)
+            self.stall("after-guard", job)
+            # A send once made cannot be taken back: it runs to its end even when the runner
+            # cancels the job meanwhile (a refused renew), and logs what the provider answered.
+            accepted = await asyncio.shield(self.send(job, message))
+            outcome = "accepted" if accepted else "rejected"
+        else:
             log.info("job guard id=%d epoch=%d: the lease is %s: not sending", job.id, job.epoch, status)
-            raise workfence.LeaseLost("lease lost", sqlstate="55000", detail=f"the guard said {status}")
-        log.info("job guard id=%d epoch=%d: the lease is current", job.id, job.epoch)
-        self.stall("after-guard", job)
-        # A send once made cannot be taken back: it runs to its end even when the runner cancels
-        # the job meanwhile (a refused renew), and says what the provider answered.
-        accepted, held = await asyncio.shield(self.send(job, message))
         async with job.transaction() as conn:
             await conn.execute(
-                "INSERT INTO demo.messages_sent (message, epoch, accepted) VALUES (%s, %s, %s)",
-                (message, job.epoch, accepted),
+                "INSERT INTO demo.messages_sent (message, epoch, outcome) VALUES (%s, %s, %s)",
+                (message, job.epoch, outcome),
             )
-            job.result = {"message": message, "accepted": accepted, "provider_epoch": held}
+            job.result = {"message": message, "outcome": outcome}
 
     async def lease_status(self, job: workfence.Job) -> str:
         """The guard: what `work_lease_status` says of the job's token right now."""
@@ -157,9 +165,9 @@ class Jobs:
             row = await cur.fetchone()
         return str(row[0]) if row else "missing"
 
-    async def send(self, job: workfence.Job, message: str) -> tuple[bool, int]:
-        """Send `message` to the provider with the job's epoch; log and return its answer
-        (accepted, the epoch it holds for the message afterwards)."""
+    async def send(self, job: workfence.Job, message: str) -> bool:
+        """Send `message` to the provider with the job's epoch; log its answer and return whether
+        it accepted."""
         async with await psycopg.AsyncConnection.connect(
             self.settings.provider_dsn, autocommit=True
         ) as conn:
@@ -168,7 +176,8 @@ class Jobs:
                 (message, job.epoch, f"{message} from pid {os.getpid()}"),
             )
             row = await cur.fetchone()
-        assert row is not None  # deliver returns one row
+        if row is None:
+            raise RuntimeError("provider.deliver returned no row")
         accepted, held = bool(row[0]), int(row[1])
         if accepted:
             log.info("job send id=%d epoch=%d: the provider accepted %s", job.id, job.epoch, message)
@@ -180,7 +189,7 @@ class Jobs:
                 message,
                 held,
             )
-        return accepted, held
+        return accepted
 
 
 def main() -> int:

@@ -58,6 +58,7 @@ demo_dir() {
 
 UI_LOG="$ROOT/.demo/ui.log"
 UI_PID="$ROOT/.demo/ui.pid"
+UI_BUILD_LOG="$ROOT/.demo/ui-build.log"
 UI_EXE="$ROOT/target/release/workfence-ui"
 
 # stop_ui: stop the dashboard the last run started, if it still runs (the
@@ -145,7 +146,7 @@ case "${1:-run}" in
         stop_ui
         stop_cluster
         log "removing $DEMO_DIR"
-        rm -rf -- "$DEMO_DIR" "$UI_LOG"
+        rm -rf -- "$DEMO_DIR" "$UI_LOG" "$UI_BUILD_LOG"
         exit 0
         ;;
     -h | --help)
@@ -159,6 +160,16 @@ case "${1:-run}" in
 esac
 
 cd "$ROOT"
+# The dashboard needs nothing the set-up installs (Rust and a C compiler):
+# it builds in the background, beside apt and cargo-pgrx's build, and the
+# extension's build below waits for cargo's lock on target/ if it is not done.
+mkdir -p "$ROOT/.demo"
+log "building the dashboard (workfence-ui) in the background (log: $UI_BUILD_LOG)"
+cargo build --release -p workfence-ui >"$UI_BUILD_LOG" 2>&1 &
+ui_build_pid=$!
+# A set-up or install that fails ends the script: the build with it.
+trap 'kill "$ui_build_pid" 2>/dev/null || true' EXIT
+
 if [ "$(id -u)" -eq 0 ]; then
     # Only what the demo needs (scripts/test.sh installs the whole development set-up).
     "$ROOT/scripts/setup.sh" --demo
@@ -173,8 +184,15 @@ log "cargo pgrx install --release --pg-config $PG_CONFIG"
 rm -f "$("$PG_CONFIG" --pkglibdir)/pg_workfence.so"
 cargo pgrx install --release --pg-config "$PG_CONFIG"
 
-log "building the dashboard (workfence-ui)"
-cargo build --release -p workfence-ui
+ui_build_status=0
+wait "$ui_build_pid" || ui_build_status=$?
+trap - EXIT
+if [ "$ui_build_status" != 0 ]; then
+    log "building the dashboard failed; the end of its log ($UI_BUILD_LOG):"
+    tail -n 30 "$UI_BUILD_LOG" >&2
+    exit 2
+fi
+log "the dashboard (workfence-ui) is built"
 
 # A dashboard of a previous run watches the cluster this run replaces.
 stop_ui

@@ -2,7 +2,7 @@
 //! from outside the server, over real connections.
 //!
 //! - [`calls`]: one typed call per SQL function of the extension, used by
-//!   every client test, the benchmark driver and the demo; each wraps the
+//!   every client test and the benchmark driver; each wraps the
 //!   function's binding in [`calls::generated`], which `cargo run -p
 //!   workfence-surface` renders from `sql/functions.toml`.
 //! - [`cli`]: `--help` for every binary of the workspace.
@@ -13,8 +13,8 @@
 //! - [`protocol`]: the line protocol between [`Worker`] and `workfence-worker`.
 //! - [`pgbouncer`]: a throwaway PgBouncer in front of a [`Cluster`].
 //! - [`router`]: a PL/Proxy router database in front of shard databases.
-//! - [`scenario`]: the pieces of the bug report's scenario shared by the demo
-//!   and the tests (names, enqueue, waiting for a lease to lapse on the server).
+//! - [`scenario`]: the pieces of the bug report's scenario shared by the
+//!   tests (names, enqueue, waiting for a lease to lapse on the server).
 //! - [`testing`]: what every test crate shares: [`testing::ok`] and the
 //!   documentation's SQL blocks ([`testing::doc_sql_block`]).
 //!
