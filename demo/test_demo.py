@@ -139,6 +139,7 @@ class DemoTest(unittest.TestCase):
             finally:
                 ui.terminate()
                 ui.wait(timeout=30)
+                ui.stdout.close()
             failed = False
         finally:
             cluster.stop()
