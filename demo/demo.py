@@ -153,7 +153,8 @@ def as_server_user(argv: list[str]) -> list[str]:
 def run(argv: list[str], what: str) -> str:
     """Run a program; its output, or `CouldNotRun` with the output when it fails."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        # From /: the postgres OS user may not enter the caller's directory.
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd="/")
     except OSError as error:
         raise CouldNotRun(f"{what}: {error}") from error
     if done.returncode != 0:
@@ -181,14 +182,16 @@ class Cluster:
         if not (self.data_dir / "PG_VERSION").exists():
             return False
         argv = as_server_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "status"])
-        return subprocess.run(argv, capture_output=True, check=False).returncode == 0
+        return subprocess.run(argv, capture_output=True, check=False, cwd="/").returncode == 0
 
     def stop(self) -> None:
         """Stop the server (fast shutdown) if it runs."""
         if self.running():
             pg_ctl = str(self.bin_dir / "pg_ctl")
-            run(as_server_user([pg_ctl, "-D", str(self.data_dir), "-w", "-m", "fast", "stop"]),
-                "pg_ctl stop")
+            run(
+                as_server_user([pg_ctl, "-D", str(self.data_dir), "-w", "-m", "fast", "stop"]),
+                "pg_ctl stop",
+            )
 
     def create(self) -> bool:
         """A new cluster in the directory (a previous one stopped and removed); true when it
@@ -200,8 +203,20 @@ class Cluster:
         self.data_dir.mkdir(parents=True)
         if os.geteuid() == 0:
             shutil.chown(self.data_dir, SUPERUSER, SUPERUSER)
-        initdb = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-A", "trust",
-                  "-U", SUPERUSER, "-E", "UTF8", "--no-locale", "--no-sync", "--no-instructions"]
+        initdb = [
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(self.data_dir),
+            "-A",
+            "trust",
+            "-U",
+            SUPERUSER,
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--no-sync",
+            "--no-instructions",
+        ]
         run(as_server_user(initdb), "initdb")
         socket_dir = str(self.data_dir) if len(str(self.data_dir)) + 20 <= MAX_SOCKET_PATH else ""
         settings = (
@@ -223,9 +238,20 @@ class Cluster:
         last = ""
         for _ in range(5):
             port = free_port()
-            argv = as_server_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w",
-                                   "-l", str(log), "-o", f"-p {port}", "start"])
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            argv = as_server_user(
+                [
+                    str(self.bin_dir / "pg_ctl"),
+                    "-D",
+                    str(self.data_dir),
+                    "-w",
+                    "-l",
+                    str(log),
+                    "-o",
+                    f"-p {port}",
+                    "start",
+                ]
+            )
+            done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd="/")
             if done.returncode == 0:
                 self.port = port
                 return
@@ -258,7 +284,9 @@ class WorkerProc:
     ended: bool = False
 
     @classmethod
-    def start(cls, name: str, queue_name: str, owner: str, cluster: Cluster, stall: str) -> WorkerProc:
+    def start(
+        cls, name: str, queue_name: str, owner: str, cluster: Cluster, stall: str
+    ) -> WorkerProc:
         """Start demo/worker.py for `queue_name` with `owner`, stalling at `stall` (or not)."""
         env = dict(os.environ)
         env.update(
@@ -300,7 +328,9 @@ class WorkerProc:
                 raise DidNotHold(f"{self.name} did not log {what} within {timeout:.0f} s") from None
             if line is None:
                 self.ended = True
-                raise CouldNotRun(f"worker {self.name} ended (exit {self.proc.wait()}) before {what}")
+                raise CouldNotRun(
+                    f"worker {self.name} ended (exit {self.proc.wait()}) before {what}"
+                )
             print(f"{self.name} |      {line}", flush=True)
             if matches(line):
                 return line
@@ -315,11 +345,11 @@ class WorkerProc:
         found: list[dict[int, re.Match[str]]] = [{} for _ in regexes]
 
         def matches(line: str) -> bool:
-            for (regex, ids), got in zip(regexes, found):
+            for (regex, ids), got in zip(regexes, found, strict=True):
                 m = regex.search(line)
                 if m and int(m.group("id")) in ids:
                     got.setdefault(int(m.group("id")), m)
-            return all(ids <= got.keys() for (_, ids), got in zip(regexes, found))
+            return all(ids <= got.keys() for (_, ids), got in zip(regexes, found, strict=True))
 
         self.expect(matches, what)
         return found
@@ -365,6 +395,14 @@ class Checks:
         say("check", f"{what}  [{'ok' if ok else 'FAILED'}]")
 
 
+def one(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The one row `query` returns; `CouldNotRun` when it returns none."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise CouldNotRun(f"no row from {query!r} {params!r}")
+    return tuple(row)
+
+
 def show_epochs(found: dict[int, int]) -> str:
     """`id 1 epoch 1, id 2 epoch 2`."""
     return ", ".join(f"id {i} epoch {e}" for i, e in sorted(found.items()))
@@ -405,15 +443,20 @@ def part(
     keys = KEYS[queue_name]
     field_name = "invoice" if queue_name == "invoices" else "message"
     with app.transaction():
-        ids = {
-            key: app.execute(
+        ids: dict[str, int] = {
+            key: one(
+                app,
                 "SELECT id FROM workfence.work_enqueue(%s, %s, key => %s)",
                 (queue_name, Jsonb({field_name: key}), key),
-            ).fetchone()[0]  # type: ignore[index]
+            )[0]
             for key in keys
         }
-    say("enqueue", f"queue {queue_name}: " + ", ".join(f"{k} (id {i})" for k, i in ids.items())
-        + ", in one transaction")
+    say(
+        "enqueue",
+        f"queue {queue_name}: "
+        + ", ".join(f"{k} (id {i})" for k, i in ids.items())
+        + ", in one transaction",
+    )
 
     a = WorkerProc.start("A", queue_name, owner, cluster, stall)
     say("start", f"worker A: pid {a.proc.pid}, owner {owner!r}, lease 2 s, heartbeat every 0.7 s")
@@ -422,32 +465,55 @@ def part(
         [claimed] = a.expect_all("claims of all three items", (CLAIM, ids.values()))
         a_epochs = {i: int(m.group("epoch")) for i, m in claimed.items()}
         stall_line = a.expect(lambda line: line.startswith("job stall"), "its stall")
-        stalled_id = int(re.search(r"id=(\d+)", stall_line).group(1))  # type: ignore[union-attr]
+        stalled = re.search(r"id=(\d+)", stall_line)
+        if stalled is None:
+            raise CouldNotRun(f"A's stall line names no item: {stall_line!r}")
+        stalled_id = int(stalled.group(1))
         a.stopped()
-        say("STOP", f"A (pid {a.proc.pid}) is stopped (SIGSTOP) holding {show_epochs(a_epochs)};"
-            " nothing of it runs, its heartbeat neither")
+        say(
+            "STOP",
+            f"A (pid {a.proc.pid}) is stopped (SIGSTOP) holding {show_epochs(a_epochs)};"
+            " nothing of it runs, its heartbeat neither",
+        )
 
         b = WorkerProc.start("B", queue_name, owner, cluster, "")
+        b_pid = b.proc.pid
         say("start", f"worker B: pid {b.proc.pid}, the SAME owner {owner!r}")
         until = wait_for_lapse(app, a_epochs)
-        say("LAPSE", f"A's leases ran out at {until:%H:%M:%S.%f} by the server's clock"
-            if until else "A's leases ran out by the server's clock")
+        say(
+            "LAPSE",
+            (
+                f"A's leases ran out at {until:%H:%M:%S.%f} by the server's clock"
+                if until
+                else "A's leases ran out by the server's clock"
+            ),
+        )
 
         [b_claims] = b.expect_all("claims of the three lapsed items", (CLAIM, ids.values()))
         b_epochs = {i: int(m.group("epoch")) for i, m in b_claims.items()}
-        b.expect_all("finishes of all three", (r"^finish id=(?P<id>\d+) epoch=\d+ ok", ids.values()))
-        say("took", f"B holds the items anew, newer epochs: {show_epochs(b_epochs)}, and did the jobs")
+        b.expect_all(
+            "finishes of all three", (r"^finish id=(?P<id>\d+) epoch=\d+ ok", ids.values())
+        )
+        say(
+            "took",
+            f"B holds the items anew, newer epochs: {show_epochs(b_epochs)}, and did the jobs",
+        )
 
         os.kill(a.proc.pid, signal.SIGCONT)
         say("RESUME", f"A (pid {a.proc.pid}) continues (SIGCONT), still holding its old tokens")
-        wanted = [(r"^refused id=(?P<id>\d+) \(lease lost\)", ids.values())]
+        wanted: list[tuple[str, Iterable[int]]] = [
+            (r"^refused id=(?P<id>\d+) \(lease lost\)", ids.values())
+        ]
         if queue_name == "messages":
             # The job A stopped in (the first it ran) sends once it is resumed.
             wanted.append((r"^job send id=(?P<id>\d+) .*REJECTED", [stalled_id]))
         found = a.expect_all("a refusal for every item it held", *wanted)
         if queue_name == "messages":
-            say("REFUSED", "A's late send was rejected by the provider (it holds a newer epoch),"
-                f" and every one of A's {len(found[0])} tokens was refused by the queue")
+            say(
+                "REFUSED",
+                "A's late send was rejected by the provider (it holds a newer epoch),"
+                f" and every one of A's {len(found[0])} tokens was refused by the queue",
+            )
         else:
             say("REFUSED", f"every one of A's {len(found[0])} tokens was refused by the queue")
     finally:
@@ -457,49 +523,51 @@ def part(
 
     # The part's checks, on the databases.
     final = {
-        key: app.execute(
-            "SELECT state, epoch FROM workfence.items WHERE id = %s", (item_id,)
-        ).fetchone()
+        key: one(app, "SELECT state, epoch FROM workfence.items WHERE id = %s", (item_id,))
         for key, item_id in ids.items()
     }
     for key, item_id in ids.items():
-        state, epoch = final[key]  # type: ignore[misc]
+        state, epoch = final[key]
         checks.check(
             state == "done" and epoch == b_epochs.get(item_id),
-            f"item {key} done under B's epoch {b_epochs.get(item_id)} (state {state}, epoch {epoch})",
+            f"item {key} done under B's epoch {b_epochs.get(item_id)}"
+            f" (state {state}, epoch {epoch})",
         )
     if queue_name == "invoices":
         for key in keys:
             rows = app.execute(
                 "SELECT epoch, worker_pid FROM demo.invoices_sent WHERE invoice = %s", (key,)
             ).fetchall()
-            epoch = final[key][1]  # type: ignore[index]
+            epoch = final[key][1]
             checks.check(
-                len(rows) == 1 and rows[0][0] == epoch and rows[0][1] == b.proc.pid,  # type: ignore[union-attr]
+                len(rows) == 1 and rows[0][0] == epoch and rows[0][1] == b_pid,
                 f"demo.invoices_sent has exactly one row for {key}, with the final epoch {epoch}"
                 f" (rows: {[tuple(r) for r in rows]})",
             )
     else:
         with psycopg.connect(cluster.dsn(PROVIDER), autocommit=True) as provider:
             for key in keys:
-                epoch = final[key][1]  # type: ignore[index]
+                epoch = final[key][1]
                 accepted = provider.execute(
                     "SELECT epoch FROM provider.attempts WHERE message = %s AND accepted"
-                    " ORDER BY n", (key,)
+                    " ORDER BY n",
+                    (key,),
                 ).fetchall()
                 rejected = provider.execute(
                     "SELECT epoch FROM provider.attempts WHERE message = %s AND NOT accepted"
-                    " ORDER BY n", (key,)
+                    " ORDER BY n",
+                    (key,),
                 ).fetchall()
                 checks.check(
                     [r[0] for r in accepted] == [epoch],
                     f"the provider delivered {key} exactly once, with the final epoch {epoch}"
-                    f" (accepted: {[r[0] for r in accepted]}, rejected: {[r[0] for r in rejected]})",
+                    f" (accepted: {[r[0] for r in accepted]},"
+                    f" rejected: {[r[0] for r in rejected]})",
                 )
         rows = app.execute(
             "SELECT message, epoch, outcome FROM demo.messages_sent ORDER BY message"
         ).fetchall()
-        want = [(key, final[key][1], "accepted") for key in keys]  # type: ignore[index]
+        want = [(key, final[key][1], "accepted") for key in keys]
         checks.check(
             [tuple(r) for r in rows] == want,
             "demo.messages_sent: each message's accepted send, recorded under the final epoch;"
@@ -528,8 +596,12 @@ def setup(cluster: Cluster) -> psycopg.Connection[Any]:
     """Start the cluster, create the two databases; the application's connection (autocommit)."""
     replaced = cluster.create()
     cluster.start()
-    say("cluster", f"PostgreSQL 15 on {HOST}:{cluster.port}, pg_workfence preloaded,"
-        f" data dir {cluster.data_dir}" + (" (replaced the previous demo cluster)" if replaced else ""))
+    say(
+        "cluster",
+        f"PostgreSQL 15 on {HOST}:{cluster.port}, pg_workfence preloaded,"
+        f" data dir {cluster.data_dir}"
+        + (" (replaced the previous demo cluster)" if replaced else ""),
+    )
     with psycopg.connect(cluster.dsn("postgres"), autocommit=True) as admin:
         for database in (DATABASE, PROVIDER):
             admin.execute(f"CREATE DATABASE {database}")  # fixed names, no input
@@ -540,12 +612,21 @@ def setup(cluster: Cluster) -> psycopg.Connection[Any]:
     row = app.execute(
         "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_workfence'"
     ).fetchone()
-    say("database", f"{DATABASE}: CREATE EXTENSION pg_workfence (version {row[0] if row else '?'}),"
-        " business tables demo.invoices_sent and demo.messages_sent")
-    say("database", f"{PROVIDER}: the outside system, provider.deliver(message, epoch, body)"
-        " keeps the highest epoch per message and rejects older ones")
-    say("settings", "workfence.notify_lease_lost = off: a worker learns that its lease is lost"
-        " from a refused call (counted in work_queue_stats.refused)")
+    say(
+        "database",
+        f"{DATABASE}: CREATE EXTENSION pg_workfence (version {row[0] if row else '?'}),"
+        " business tables demo.invoices_sent and demo.messages_sent",
+    )
+    say(
+        "database",
+        f"{PROVIDER}: the outside system, provider.deliver(message, epoch, body)"
+        " keeps the highest epoch per message and rejects older ones",
+    )
+    say(
+        "settings",
+        "workfence.notify_lease_lost = off: a worker learns that its lease is lost"
+        " from a refused call (counted in work_queue_stats.refused)",
+    )
     return app
 
 
@@ -554,12 +635,16 @@ def verdict(cluster: Cluster, checks: Checks, completed: bool) -> bool:
     held = completed and not checks.failed
     print()
     if held:
-        print("VERDICT: PASS - the stopped worker A was fenced off: every call under its old"
-              " tokens was refused, each invoice was written once, each message delivered once,"
-              " all by B.")
+        print(
+            "VERDICT: PASS - the stopped worker A was fenced off: every call under its old"
+            " tokens was refused, each invoice was written once, each message delivered once,"
+            " all by B."
+        )
     else:
-        print("VERDICT: FAIL - the scenario does not hold: "
-              + ("; ".join(checks.failed) if checks.failed else "it could not be completed"))
+        print(
+            "VERDICT: FAIL - the scenario does not hold: "
+            + ("; ".join(checks.failed) if checks.failed else "it could not be completed")
+        )
     print()
     print("The cluster keeps running. Look around with:")
     print(f"  psql -h {HOST} -p {cluster.port} -U {SUPERUSER} -d {DATABASE}")
@@ -581,7 +666,9 @@ def main(argv: list[str]) -> int:
         " past its lease (scripts/demo.sh runs it).",
     )
     parser.add_argument(
-        "--dir", type=Path, default=None,
+        "--dir",
+        type=Path,
+        default=None,
         help="where the demo cluster lives (default: $WORKFENCE_DEMO_DIR, else"
         " <repo>/.demo/cluster); a previous demo cluster there is stopped and replaced",
     )
@@ -602,12 +689,16 @@ def main(argv: list[str]) -> int:
         app = setup(cluster)
         with app:
             print()
-            print("Part 1: a business table, written in the job's fenced transaction"
-                  " (work_assert ... work_finish, one commit)")
+            print(
+                "Part 1: a business table, written in the job's fenced transaction"
+                " (work_assert ... work_finish, one commit)"
+            )
             part("invoices", "before-write", cluster, app, owner, checks)
             print()
-            print("Part 2: a message to an outside system: the job checks its lease, then sends"
-                  " with its epoch; the provider rejects older epochs")
+            print(
+                "Part 2: a message to an outside system: the job checks its lease, then sends"
+                " with its epoch; the provider rejects older epochs"
+            )
             part("messages", "after-guard", cluster, app, owner, checks)
         completed = True
     except DidNotHold as error:

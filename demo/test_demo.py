@@ -31,7 +31,9 @@ import psycopg
 
 import demo
 
-UI_EXE = Path(os.environ.get("WORKFENCE_UI_EXE") or demo.REPO / "target" / "release" / "workfence-ui")
+UI_EXE = Path(
+    os.environ.get("WORKFENCE_UI_EXE") or demo.REPO / "target" / "release" / "workfence-ui"
+)
 
 
 def scratch() -> Path:
@@ -57,7 +59,9 @@ class DemoTest(unittest.TestCase):
 
     def test_the_demo_holds_and_its_dashboard_shows_the_refusals_and_lapses(self) -> None:
         """Run the demo and the dashboard as scripts/demo.sh does; check what they show."""
-        self.assertTrue(UI_EXE.is_file(), f"{UI_EXE} not found: cargo build --release -p workfence-ui")
+        self.assertTrue(
+            UI_EXE.is_file(), f"{UI_EXE} not found: cargo build --release -p workfence-ui"
+        )
         data_dir = scratch() / f"demo-test-{os.getpid()}"
         cluster = demo.Cluster(data_dir, Path(demo.run([demo.PG_CONFIG, "--bindir"], "").strip()))
         failed = True
@@ -65,10 +69,16 @@ class DemoTest(unittest.TestCase):
             env = {k: v for k, v in os.environ.items() if k != "WORKFENCE_PG_CONFIG"}
             out = subprocess.run(
                 [sys.executable, str(demo.HERE / "demo.py"), "--dir", str(data_dir)],
-                env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=300,
             )
             said = f"{out.stdout}\n{out.stderr}"
-            self.assertEqual(out.returncode, 0, f"demo/demo.py exited with {out.returncode}:\n{said}")
+            self.assertEqual(
+                out.returncode, 0, f"demo/demo.py exited with {out.returncode}:\n{said}"
+            )
             self.assertIn("VERDICT: PASS", out.stdout, said)
             self.assertIn("pg_workfence preloaded", out.stdout, said)
             # The port of the cluster the demo left up: line 4 of postmaster.pid.
@@ -100,7 +110,8 @@ class DemoTest(unittest.TestCase):
                 for key in demo.KEYS["messages"]:
                     item_id, epoch = items[key]
                     attempts = provider.execute(
-                        "SELECT epoch, accepted FROM provider.attempts WHERE message = %s ORDER BY n",
+                        "SELECT epoch, accepted FROM provider.attempts"
+                        " WHERE message = %s ORDER BY n",
                         (key,),
                     ).fetchall()
                     self.assertEqual(
@@ -110,36 +121,46 @@ class DemoTest(unittest.TestCase):
                     delivered = provider.execute(
                         "SELECT epoch FROM provider.deliveries WHERE message = %s", (key,)
                     ).fetchall()
-                    self.assertEqual([r[0] for r in delivered], [epoch], f"provider.deliveries of {key}")
+                    self.assertEqual(
+                        [r[0] for r in delivered], [epoch], f"provider.deliveries of {key}"
+                    )
                 self.assertEqual(late, 1, "A's one late send, rejected")
 
             # The dashboard, as scripts/demo.sh starts it.
             ui = subprocess.Popen(
-                [str(UI_EXE), "--dsn",
-                 f"host=127.0.0.1 port={cluster.port} user=postgres dbname={demo.DATABASE}",
-                 "--listen", "127.0.0.1:0"],
+                [
+                    str(UI_EXE),
+                    "--dsn",
+                    f"host=127.0.0.1 port={cluster.port} user=postgres dbname={demo.DATABASE}",
+                    "--listen",
+                    "127.0.0.1:0",
+                ],
                 env={k: v for k, v in os.environ.items() if k != "WORKFENCE_UI_BASIC_AUTH"},
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             try:
                 assert ui.stdout is not None
                 line = ui.stdout.readline()
                 prefix = "workfence-ui listening on http://"
                 self.assertTrue(line.startswith(prefix), f"workfence-ui printed {line!r}")
-                authority = line.strip()[len(prefix):].rstrip("/")
+                authority = line.strip()[len(prefix) :].rstrip("/")
                 with urllib.request.urlopen(f"http://{authority}/", timeout=60) as response:
                     self.assertEqual(response.status, 200)
                     page = response.read().decode()
                 for queue in demo.KEYS:
                     self.assertEqual(
-                        (cell(page, queue, "refused"), cell(page, queue, "lapsed")), ("3", "3"),
+                        (cell(page, queue, "refused"), cell(page, queue, "lapsed")),
+                        ("3", "3"),
                         f"the queues page's refused and lapsed of {queue}"
                         " ('—': not counted, the library not preloaded)",
                     )
             finally:
                 ui.terminate()
                 ui.wait(timeout=30)
-                ui.stdout.close()
+                if ui.stdout is not None:
+                    ui.stdout.close()
             failed = False
         finally:
             cluster.stop()

@@ -69,7 +69,9 @@ class Settings:
         if self.queue == "messages" and not self.provider_dsn:
             raise SystemExit("demo/worker.py: set WORKFENCE_PROVIDER_DSN for the messages queue")
         if self.queue not in ("invoices", "messages"):
-            raise SystemExit(f"demo/worker.py: no job for queue {self.queue!r} (invoices, messages)")
+            raise SystemExit(
+                f"demo/worker.py: no job for queue {self.queue!r} (invoices, messages)"
+            )
         self.stall = env.get("WORKFENCE_DEMO_STALL", "")
         if self.stall and self.stall not in STALL_POINTS:
             raise SystemExit(
@@ -111,7 +113,8 @@ class Jobs:
         try:
             async with job.transaction() as conn:
                 await conn.execute(
-                    "INSERT INTO demo.invoices_sent (invoice, epoch, worker_pid) VALUES (%s, %s, %s)",
+                    "INSERT INTO demo.invoices_sent (invoice, epoch, worker_pid)"
+                    " VALUES (%s, %s, %s)",
                     (invoice, job.epoch, os.getpid()),
                 )
                 job.result = {"invoice": invoice, "worker_pid": os.getpid()}
@@ -148,7 +151,9 @@ class Jobs:
             accepted = await asyncio.shield(self.send(job, message))
             outcome = "accepted" if accepted else "rejected"
         else:
-            log.info("job guard id=%d epoch=%d: the lease is %s: not sending", job.id, job.epoch, status)
+            log.info(
+                "job guard id=%d epoch=%d: the lease is %s: not sending", job.id, job.epoch, status
+            )
         async with job.transaction() as conn:
             await conn.execute(
                 "INSERT INTO demo.messages_sent (message, epoch, outcome) VALUES (%s, %s, %s)",
@@ -158,7 +163,9 @@ class Jobs:
 
     async def lease_status(self, job: workfence.Job) -> str:
         """The guard: what `work_lease_status` says of the job's token right now."""
-        async with await psycopg.AsyncConnection.connect(self.settings.dsn, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(
+            self.settings.dsn, autocommit=True
+        ) as conn:
             cur = await conn.execute(
                 "SELECT workfence.work_lease_status(%s, %s, %s)", (job.id, job.owner, job.epoch)
             )
@@ -180,7 +187,9 @@ class Jobs:
             raise RuntimeError("provider.deliver returned no row")
         accepted, held = bool(row[0]), int(row[1])
         if accepted:
-            log.info("job send id=%d epoch=%d: the provider accepted %s", job.id, job.epoch, message)
+            log.info(
+                "job send id=%d epoch=%d: the provider accepted %s", job.id, job.epoch, message
+            )
         else:
             log.info(
                 "job send id=%d epoch=%d: the provider REJECTED %s: it holds epoch %d, newer",
