@@ -126,10 +126,11 @@ stop_cluster() {
     fi
     # cluster_stop (stops a cluster as the postgres OS user; PostgreSQL
     # refuses to run as root). Sourced here, not at the top: it asks
-    # pg_config, which a fresh machine has only after the set-up.
+    # pg_config, which a fresh machine has only after the set-up. Run from
+    # /: the postgres OS user may not enter the checkout (under /root, say).
     # shellcheck source=cluster.sh
     . "$ROOT/scripts/cluster.sh"
-    cluster_stop "$DEMO_DIR"
+    (cd / && cluster_stop "$DEMO_DIR")
     log "the demo cluster in $DEMO_DIR is stopped"
 }
 
