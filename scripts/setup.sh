@@ -102,8 +102,8 @@ else
     if ! pkg-config --exists openssl 2>/dev/null; then
         # Its openssl-sys needs OpenSSL's headers found by pkg-config: those
         # two first (libpq-dev, below, depends on libssl-dev anyway), so that
-        # cargo-pgrx builds while apt installs the rest (on a fresh machine,
-        # 2 cores, this took the build's 80 s off the set-up's length).
+        # on a fresh machine too cargo-pgrx builds while apt installs the
+        # rest, not after it.
         log "apt: installing pkg-config libssl-dev (for cargo-pgrx's build)"
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
