@@ -60,7 +60,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG_MAJOR=15
 PG_CONFIG="$PG15_CONFIG"
 
-log() { printf '[setup] %s\n' "$*"; }
+# log: a step, with the seconds since the set-up started.
+log() { printf '[setup +%ss] %s\n' "$SECONDS" "$*"; }
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "scripts/setup.sh must run as root (it installs apt packages)" >&2
