@@ -1,8 +1,9 @@
 """The demo as scripts/demo.sh runs it (scripts/test.sh, tier 10b; CONTRIBUTING.md).
 
 `examples/python/.venv/bin/python demo/test_demo.py`: runs demo/demo.py on a throwaway cluster
-directory under `$WORKFENCE_SCRATCH`, then the dashboard (`target/release/workfence-ui`, or
-`$WORKFENCE_UI_EXE`) against the cluster the demo left up, as scripts/demo.sh starts it, and
+directory under `$WORKFENCE_SCRATCH`, then the dashboard (`target/release/workfence-ui`, which
+scripts/test.sh builds, or `$WORKFENCE_UI_EXE`; scripts/demo.sh builds the same crate with the
+`demo` profile) against the cluster the demo left up, as scripts/demo.sh starts it, and
 checks, apart from what the demo checks itself:
 - the exit status 0 and the verdict PASS;
 - the business table: exactly one row per invoice, with the item's final epoch, and that epoch

@@ -59,7 +59,7 @@ demo_dir() {
 UI_LOG="$ROOT/.demo/ui.log"
 UI_PID="$ROOT/.demo/ui.pid"
 UI_BUILD_LOG="$ROOT/.demo/ui-build.log"
-UI_EXE="$ROOT/target/release/workfence-ui"
+UI_EXE="$ROOT/target/demo/workfence-ui"
 
 # stop_ui: stop the dashboard the last run started, if it still runs (the
 # process id is checked to be a workfence-ui before it is signalled).
@@ -164,9 +164,10 @@ cd "$ROOT"
 # The dashboard needs nothing the set-up installs (Rust and a C compiler):
 # it builds in the background, beside apt and cargo-pgrx's build, and the
 # extension's build below waits for cargo's lock on target/ if it is not done.
+# Its profile, `demo` (Cargo.toml), is unoptimised: a quicker build.
 mkdir -p "$ROOT/.demo"
 log "building the dashboard (workfence-ui) in the background (log: $UI_BUILD_LOG)"
-cargo build --release -p workfence-ui >"$UI_BUILD_LOG" 2>&1 &
+cargo build --profile demo -p workfence-ui >"$UI_BUILD_LOG" 2>&1 &
 ui_build_pid=$!
 # A set-up or install that fails ends the script: the build with it.
 trap 'kill "$ui_build_pid" 2>/dev/null || true' EXIT
