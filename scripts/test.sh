@@ -41,8 +41,8 @@
 #                   the long poll's herd, the router's overhead and shards, and
 #                   the sustained load (3 "minutes" of 5 s)
 #  10b. binaries    every binary answers --help; the demo as scripts/demo.sh runs
-#                   it, its dashboard showing the refusals and the lapse it counted
-#                   (cargo test -p workfence-demo)
+#                   it, its dashboard showing the refusals and the lapses it counted
+#                   (demo/test_demo.py, on the Python example's venv)
 #  11. packages     scripts/package-test.sh: the .deb (dpkg -i, upgrade from the
 #                   previous release's .deb, golden files, dpkg -r) and the PG 18
 #                   tarball (install.sh, golden files, update, --uninstall)
@@ -185,12 +185,12 @@ cargo test -p workfence-harness --release --doc
 # half idle with two test threads): they run CLIENT_THREADS tests at a time,
 # and beside them, at idle priority, the tiers after them are prepared: the benchmark's
 # peers (bench/peers/*/install.sh: awa's build, npm ci, a venv) and the
-# builds of the dashboard's, the Rust library's, the benchmark's and the
-# demo's tests, each the command its tier runs (so that the tier finds it
-# built), and the previous release's .deb that the package tier installs
-# first (built from its commit: 0.11.0's crate at the dist profile). Cargo
-# holds its build lock only while it builds, not while tests run; none of
-# these builds the harness, whose binaries the client tests run.
+# builds of the dashboard's, the Rust library's and the benchmark's tests,
+# each the command its tier runs (so that the tier finds it built), and the
+# previous release's .deb that the package tier installs first (built from
+# its commit: 0.11.0's crate at the dist profile). Cargo holds its build lock
+# only while it builds, not while tests run; none of these builds the
+# harness, whose binaries the client tests run.
 # SCHED_IDLE (chrt --idle): they get a core only when the tests leave it idle
 # (niced by 10 instead, they took so much that the tier on 15 ran 50% longer).
 prepare_log="$(scratch_base "$ROOT")/prepare-later-tiers.log"
@@ -202,7 +202,6 @@ chrt --idle 0 bash -c 'set -e
     cargo test -p workfence -p workspace-hack --release --locked --no-run
     cargo test -p workfence-bench --release --no-run
     cargo build --release --locked -p workfence-bench -p workfence-ui
-    cargo test -p workfence-demo --release --no-run
     bash scripts/package-test.sh --prepare' >"$prepare_log" 2>&1 &
 prepare_pid=$!
 # --show-output: the soak's figures, the model's state count and the bad-input
@@ -343,9 +342,9 @@ for lang in python node rust; do
 done
 
 stage "every binary answers --help"
-cargo build --release --bins -p workfence-harness -p workfence-demo -p workfence-bench -p workfence-example \
+cargo build --release --bins -p workfence-harness -p workfence-bench -p workfence-example \
     -p workfence -p workfence-ui
-for binary in workfence-worker workfence-soak-worker workfence-demo workfence-bench \
+for binary in workfence-worker workfence-soak-worker workfence-bench \
     workfence-long-poll workfence-router-bench workfence-flow workfence-sustained \
     workfence-example-worker workfence-client-bench workfence-ui workfence-ui-bench; do
     # Read all of the output before matching: `grep -q` closing the pipe at
@@ -357,12 +356,14 @@ for binary in workfence-worker workfence-soak-worker workfence-demo workfence-be
     fi
 done
 
-stage "the demo as scripts/demo.sh runs it: cargo test -p workfence-demo (its counters on the dashboard)"
-# The demo binary on a throwaway cluster, then the dashboard against it: the
-# scenario holds, the preloaded library counted the refusals and the lapse,
-# and the dashboard's queues page shows them. It starts the worker and the
-# dashboard binaries built just above, from beside its own.
-WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/demo" cargo test -p workfence-demo --release
+stage "the demo as scripts/demo.sh runs it: demo/test_demo.py (its tables, its counters on the dashboard)"
+# demo/demo.py on a throwaway cluster, its two worker processes on the Python
+# library, then the dashboard built just above against it: the demo holds, the
+# business table has one row per invoice and the provider one delivery per
+# message, each with the final epoch, and the dashboard's queues page shows the
+# refusals and lapses the preloaded library counted. The venv is the Python
+# example's (scripts/setup.sh made it), as scripts/demo.sh uses it.
+WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/demo" examples/python/.venv/bin/python demo/test_demo.py -v
 
 stage "lane 2: benchmark smoke (its output follows)"
 lane2_status=0

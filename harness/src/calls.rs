@@ -2,7 +2,7 @@
 //! result rows, and its errors (a [`postgres::Error`] that carries the
 //! server's SQLSTATE; [`SqlState::sqlstate`] reads it).
 //!
-//! Every client test, the benchmark driver and the demo call the extension
+//! Every client test and the benchmark driver call the extension
 //! through these. Each is a thin wrapper in the harness's types ([`Token`],
 //! [`Enqueue`], [`Claim`], [`Item`], ...) over its function's binding in
 //! [`generated`], which `cargo run -p workfence-surface` renders from

@@ -81,7 +81,7 @@ impl ClusterBuilder {
     }
 
     /// When true, dropping the [`Cluster`] neither stops the server nor removes
-    /// the data directory (the demo leaves its cluster up to be explored).
+    /// the data directory (for a cluster left up to be explored).
     pub fn keep(mut self, keep: bool) -> Self {
         self.keep = keep;
         self

@@ -2,7 +2,7 @@
 //! from outside the server, over real connections.
 //!
 //! - [`calls`]: one typed call per SQL function of the extension, used by
-//!   every client test, the benchmark driver and the demo; each wraps the
+//!   every client test and the benchmark driver; each wraps the
 //!   function's binding in [`calls::generated`], which `cargo run -p
 //!   workfence-surface` renders from `sql/functions.toml`.
 //! - [`cli`]: `--help` for every binary of the workspace.
@@ -13,16 +13,17 @@
 //! - [`protocol`]: the line protocol between [`Worker`] and `workfence-worker`.
 //! - [`pgbouncer`]: a throwaway PgBouncer in front of a [`Cluster`].
 //! - [`router`]: a PL/Proxy router database in front of shard databases.
-//! - [`scenario`]: the pieces of the bug report's scenario shared by the demo
-//!   and the tests (names, enqueue, waiting for a lease to lapse on the server).
+//! - [`scenario`]: the pieces of the bug report's scenario shared by the
+//!   tests (names, enqueue, waiting for a lease to lapse on the server).
 //! - [`testing`]: what every test crate shares: [`testing::ok`] and the
 //!   documentation's SQL blocks ([`testing::doc_sql_block`]).
 //!
 //! The binaries `workfence-worker` (the worker process) and
 //! `workfence-soak-worker` (the autonomous worker of `tests/client/soak.rs`) live in
 //! `src/bin/`; the client tests in `tests/client/` (one binary, a module per topic, helpers in
-//! `tests/client/common/`). The demo, `workfence-demo`, is its own crate in `demo/`;
-//! the automated form of its scenario is `tests/client/seed_scenario.rs`.
+//! `tests/client/common/`). The bug report's scenario between two worker
+//! processes is `tests/client/seed_scenario.rs`; the demo (`scripts/demo.sh`,
+//! `demo/`) plays it with workers on the Python library.
 //!
 //! The extension must be installed into the PostgreSQL the cluster runs:
 //! Debian's PostgreSQL 15 by default, the one whose `pg_config` is

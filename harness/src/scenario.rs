@@ -1,7 +1,7 @@
 //! Building blocks of the scenario from the bug report (one routine firing;
 //! workers A and B both named `routines/laptop`; A's lease lapses; B claims),
-//! shared by `workfence-demo` and `harness/tests/client/seed_scenario.rs`. The checks
-//! themselves stay in those two, written out.
+//! shared by the client tests (`harness/tests/client/seed_scenario.rs`, `promises.rs`,
+//! `pgbouncer.rs`). The checks themselves stay in the tests, written out.
 //!
 //! Everything here runs on a direct connection (the scheduler's, or an
 //! observer's), never through a worker.
