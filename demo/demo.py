@@ -375,6 +375,11 @@ class WorkerProc:
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the process if it still runs, and reap it."""
+        if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
 
@@ -517,9 +522,14 @@ def part(
         else:
             say("REFUSED", f"every one of A's {len(found[0])} tokens was refused by the queue")
     finally:
-        for worker in (a, b):
-            if worker is not None:
+        started = [worker for worker in (a, b) if worker is not None]
+        try:
+            for worker in started:
                 worker.end()
+        finally:
+            # Ending one may raise (the demo's stdout closed, say): none is left running.
+            for worker in started:
+                worker.kill()
 
     # The part's checks, on the databases.
     final = {

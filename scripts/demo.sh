@@ -155,6 +155,7 @@ case "${1:-run}" in
         exit 0
         ;;
     *)
+        echo "scripts/demo.sh: unknown command '$1'" >&2
         usage >&2
         exit 2
         ;;
