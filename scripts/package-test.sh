@@ -63,7 +63,7 @@ deb="$packages/postgresql-15-pg-workfence_${version}_amd64.deb"
 tarball="$packages/pg_workfence-$version-pg18-linux-amd64.tar.gz"
 
 say() { printf '[package-test %s] %s\n' "$(date +%T)" "$*"; }
-fail() { printf '[package-test] FAILED: %s\n' "$*" >&2; exit 1; }
+fail() { printf '[package-test %s] FAILED: %s\n' "$(date +%T)" "$*" >&2; exit 1; }
 work="$(mktemp -d)"
 chmod 755 "$work"
 
