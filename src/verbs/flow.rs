@@ -93,14 +93,22 @@
 //! claims took turns on one advisory lock held to each claim's commit:
 //! 0.10-0.19x an unlimited queue's items/s whatever the limit, and a claim
 //! inside a long transaction stopped the queue. Now each limit is a set of
-//! rows in `workfence.queue_slots`, which claims take `FOR UPDATE SKIP
-//! LOCKED`, as they take items (Solid Queue keeps its concurrency
-//! semaphores in rows too, one per key with a count; here one row per slot,
-//! so that claims skip each other's rows instead of waiting on one):
-//! - **Concurrency**: slots `('c', 1..concurrency)`, rows that are never
-//!   written while the limit stands: a claim locks them, and the item it
-//!   claims records the slot it took (`items.slot`, in the claim's own
-//!   update of the item). A slot is *free* when no claimed item of the
+//! slots, which claims take without waiting, passing over the ones other
+//! claims hold, as they take items `SKIP LOCKED` (Solid Queue keeps its
+//! concurrency semaphores in rows, one per key with a count; here one lock
+//! per slot, so that claims skip each other's slots instead of waiting on
+//! one):
+//! - **Concurrency**: slots `1..concurrency` (rows `('c', n)` of
+//!   `workfence.queue_slots` list them, and are never written while the
+//!   limit stands). A claim takes a slot's *lock* (class
+//!   [`SLOT_LOCK_CLASS`], keys the queue's hash and the number) without
+//!   waiting and holds it to its transaction's end, and the item it claims
+//!   records the slot it took (`items.slot`, in the claim's own update of
+//!   the item). Until issue 33's last step the lock was the slot row's
+//!   `FOR UPDATE`: a heap write and WAL record per claim, and a statement
+//!   of its own before the claim's (0.6x an unlimited queue at
+//!   `concurrency => 100`, 16 pgbench clients on 2 cores; 0.85x with locks
+//!   in the lock manager and [`CLAIM_IN_SLOT`]). A slot is *free* when no claimed item of the
 //!   queue holds it; finishing, failing, releasing, cancelling or
 //!   dead-lettering the item frees it with no write beyond the item's own.
 //!   **Invariant**: no two claimed items of the queue hold one slot, and
@@ -126,12 +134,18 @@
 //! statements of [`crate::verbs::claim`], unchanged. Every flow claim first asks
 //! whether anything is due or lapsed (`take::ready`, one index probe
 //! each) and stops if not, so that nothing is locked or walked for nothing.
+//! 0. The queue's *slots lock* (slot number 0 of [`SLOT_LOCK_CLASS`]) in
+//!    share mode, without waiting, held to the end: `work_limit` takes it
+//!    exclusively, so it waits for the claims in flight and none starts
+//!    until it commits (a claim that finds it taken hands out nothing).
 //! 1. Slots ([`LOCK_SLOTS`]): up to as many free slots of each kind as the
-//!    claim wants, `FOR UPDATE SKIP LOCKED`: a slot another claim holds (in
-//!    flight, or claimed and not yet committed) is passed over, never
-//!    waited for.
-//! 2. The re-check ([`VERIFY_SLOTS`], or inside [`FAST_TAKE`]): a new
-//!    statement, so a snapshot taken after step 1's locks were granted,
+//!    claim wants: rate slot rows `FOR UPDATE SKIP LOCKED`, concurrency
+//!    slots' locks tried in turn ([`lock_slots`]): a slot another claim
+//!    holds (in flight, or claimed and not yet committed) is passed over,
+//!    never waited for.
+//! 2. The re-check ([`VERIFY_SLOTS`], or inside [`FAST_TAKE`] or
+//!    [`CLAIM_IN_SLOT`]): a new statement, so a snapshot taken after step
+//!    1's locks were granted,
 //!    keeps the concurrency slots that are free in it. Step 1 alone cannot
 //!    tell: a claim that took an item into one of those slots and committed
 //!    (releasing the slot) after step 1's snapshot was taken left the slot
@@ -161,8 +175,9 @@
 //!    claim's time.
 //!
 //! Why the invariant holds under SKIP LOCKED races: an item is given a
-//! slot only by a transaction that holds the slot's row lock (a claim), or
-//! by `work_limit`, which first locks every slot of the queue; a claim
+//! slot only by a transaction that holds the slot's lock (a claim), or
+//! by `work_limit`, which first waits out every claim of the queue (the
+//! slots lock); a claim
 //! gives a slot only if no claimed item held it in a snapshot taken after
 //! every earlier holder ended; two claims never hold one slot; and the
 //! item's claim and its slot are one transaction's writes, committed
@@ -172,9 +187,15 @@
 //!
 //! The common case, an ungrouped limited queue with no lapsed lease and
 //! no retired slot, runs steps 2 to 5 as one statement ([`FAST_TAKE`]).
+//! A one-item claim of a queue whose only limit is concurrency first tries
+//! the slot its backend's previous claim of the queue filled (a worker's
+//! own finish freed it), and steps 2 to 5 in [`CLAIM_IN_SLOT`], with no
+//! step 1 statement at all ([`claim_in_slot`]); when that slot is held or
+//! busy, or something lapsed, the steps above run.
 //!
-//! **Changing the limits** (`work_limit`, [`sync_slots`]): it locks every
-//! slot of the queue (waiting for the claims that hold some), then writes
+//! **Changing the limits** (`work_limit`, [`sync_slots`]): it takes the
+//! queue's slots lock exclusively and locks every slot row (waiting for
+//! the claims that hold some), then writes
 //! them as the new limits want: slot rows `1..concurrency`, and every
 //! claimed item that holds no slot of its own (it was claimed while the
 //! queue had no limit, or shares a number with an older item) gets a free
@@ -191,9 +212,9 @@
 //! until it leaves state claimed (0.10.0's count had the same window, one
 //! claim wide).
 //!
-//! Claims of a limited queue hold their slots' row locks to the end of
-//! their transaction, as they hold their items'; no other lock of the
-//! queue. Under REPEATABLE READ or SERIALIZABLE a snapshot cannot see
+//! Claims of a limited queue hold their slots' locks and the slots lock
+//! (share) to the end of their transaction, as they hold their items'; no
+//! lock one claim waits for. Under REPEATABLE READ or SERIALIZABLE a snapshot cannot see
 //! claims committed after the transaction began, so claims of such queues
 //! raise 25000. (A database whose schema predates 0.12.0, with the library
 //! installed and `ALTER EXTENSION ... UPDATE` not yet run, has no slot
@@ -663,23 +684,25 @@ macro_rules! claimed_slots {
     };
 }
 
-// Step 1 of a claim of a limited queue (0.12.0 on): the queue's limits,
-// and up to `$3` of its free slots of each kind, locked `FOR UPDATE SKIP
-// LOCKED` by the server's clock `$2`: concurrency slots at or below the
-// limit that no claimed item of the queue holds (`items.slot`, as this
-// statement's snapshot sees the items: see VERIFY_SLOTS), in slot order
-// from a slot of the backend's own (`$4`, its process id, modulo the
-// limit) round to it, so that claimers do not all look at the same busy
-// slots first, and as many more as claimed items hold retired slots
-// (above the limit, left by a lowered limit: the claim moves those items
-// into free slots before it takes new ones); rate slots whose last use
-// left the window (least recently used first). Columns: concurrency, rate, the concurrency slots, the rate
-// slots, whether a claimed item of the queue holds a slot above the limit
-// (a retired slot, left by a lowered limit), and `take::ready`'s two
-// answers (a lapsed lease, a due item): when there is neither, no slot is
-// locked (the slot columns are NULL; a CTE is run only as far as the query
-// reads it), and the claim ends having run this one statement. No row when
-// the queue has no limits.
+// Step 1 of a claim of a limited queue (0.12.0 on): the queue's limits;
+// the concurrency slots at or below the limit that no claimed item of the
+// queue holds (`items.slot`, as this statement's snapshot sees the items:
+// see VERIFY_SLOTS), in slot order from a slot of the backend's own (`$4`,
+// its process id, modulo the limit) round to it, so that claimers do not
+// all look at the same busy slots first: as many as the claim wants (`$3`)
+// and claimed items hold retired slots (above the limit, left by a lowered
+// limit: the claim moves those items into free slots before it takes new
+// ones), and 64 more, for the slots other claims in flight hold, which
+// [`lock_slots`] tries and passes over (their locks are in the lock
+// manager, not on these rows); and up to `$3` rate slots whose last use
+// left the window by the server's clock `$2` (least recently used first),
+// locked `FOR UPDATE SKIP LOCKED`. Columns: concurrency, rate, the
+// concurrency slots, the rate slots, how many claimed items of the queue
+// hold a retired slot, and `take::ready`'s two answers (a lapsed lease, a
+// due item): when there is neither, no slot is read or locked (the slot
+// columns are NULL; a CTE is run only as far as the query reads it), and
+// the claim ends having run this one statement. No row when the queue has
+// no limits.
 //
 // The slots that claimed items hold are read once (`busy`: one pass over
 // the queue's claimed items), and a full queue (as many claimed items at
@@ -717,8 +740,7 @@ WITH q AS (
        AND s.slot OPERATOR(pg_catalog.<=) (SELECT q.concurrency FROM q)
        AND s.slot OPERATOR(pg_catalog.<>) ALL (b.slots)
      ORDER BY s.slot
-     LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired)
-       FOR UPDATE OF s SKIP LOCKED
+     LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired) OPERATOR(pg_catalog.+) 64
 ), c_before AS (
     SELECT s.slot
       FROM workfence.queue_slots AS s, busy AS b
@@ -728,8 +750,7 @@ WITH q AS (
        AND b.low OPERATOR(pg_catalog.<) (SELECT q.concurrency FROM q)
        AND s.slot OPERATOR(pg_catalog.<>) ALL (b.slots)
      ORDER BY s.slot
-     LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired)
-       FOR UPDATE OF s SKIP LOCKED
+     LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired) OPERATOR(pg_catalog.+) 64
 ), r AS (
     SELECT s.slot
       FROM workfence.queue_slots AS s
@@ -748,10 +769,10 @@ SELECT q.concurrency, q.rate,
                          FROM (SELECT f.slot FROM c_from AS f
                                UNION ALL
                                SELECT b.slot FROM c_before AS b) AS c
-                        LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired)) END,
+                        LIMIT $3 OPERATOR(pg_catalog.+) (SELECT retired.n FROM retired) OPERATOR(pg_catalog.+) 64) END,
        CASE WHEN (ready.lapsed OR ready.due) AND q.rate IS NOT NULL
             THEN ARRAY(SELECT r.slot FROM r) END,
-       (SELECT retired.n FROM retired) OPERATOR(pg_catalog.>) 0,
+       (SELECT retired.n FROM retired),
        ready.lapsed, ready.due
   FROM q,
        (SELECT "#,
@@ -912,7 +933,8 @@ struct Locked {
     concurrency: Option<i32>,
     /// Its rate limit, if any.
     rate: Option<i32>,
-    /// Concurrency slots at or below the limit that looked free.
+    /// Concurrency slots at or below the limit that looked free, which
+    /// this claim holds (after [`lock_slots`] tried them).
     low: Vec<i32>,
     /// Free rate slots.
     rate_slots: Vec<i32>,
@@ -946,12 +968,25 @@ fn lock_slots(
                 return Ok(None);
             }
             let row = rows.first();
+            let retired = row.get::<i64>(5)?.unwrap_or(0);
+            // Lock the free-looking slots in order, passing over those
+            // other claims hold, until the claim has as many as it wants.
+            let want = usize::try_from(i64::from(max_items) + retired).unwrap_or(usize::MAX);
+            let mut low = Vec::new();
+            for slot in row.get::<Vec<i32>>(3)?.unwrap_or_default() {
+                if low.len() >= want {
+                    break;
+                }
+                if try_lock(&slot_lock(queue, slot)) {
+                    low.push(slot);
+                }
+            }
             Ok(Some(Locked {
                 concurrency: row.get::<i32>(1)?,
                 rate: row.get::<i32>(2)?,
-                low: row.get::<Vec<i32>>(3)?.unwrap_or_default(),
+                low,
                 rate_slots: row.get::<Vec<i32>>(4)?.unwrap_or_default(),
-                has_retired: row.get::<bool>(5)?.unwrap_or(false),
+                has_retired: retired > 0,
                 lapsed: row.get::<bool>(6)?.unwrap_or(false),
                 due: row.get::<bool>(7)?.unwrap_or(false),
             }))
@@ -1146,7 +1181,9 @@ params! {
 }
 
 /// [`FAST_TAKE`] for the slots step 1 `locked`: a claim of up to
-/// `max_items` pending items of `queue` for `owner` under `lease`.
+/// `max_items` pending items of `queue` for `owner` under `lease`; the
+/// slot of a one-item claim is kept for the next one's [`claim_in_slot`]
+/// if `remember`.
 fn fast_take(
     client: &mut pgrx::spi::SpiClient<'_>,
     queue: &str,
@@ -1154,6 +1191,7 @@ fn fast_take(
     lease: Option<Interval>,
     max_items: i32,
     locked: Locked,
+    remember: bool,
 ) -> Result<ClaimOutcome> {
     let most = match locked.rate {
         Some(_) => max_items.min(locked.rate_slots.len() as i32),
@@ -1161,6 +1199,9 @@ fn fast_take(
     };
     if most == 0 || (locked.concurrency.is_some() && locked.low.is_empty()) {
         return Ok(ClaimOutcome::default());
+    }
+    if let ([slot], Some(_), true) = (locked.low.as_slice(), locked.concurrency, remember) {
+        remember_slot(queue, *slot);
     }
     plans::run(
         client,
@@ -1320,6 +1361,246 @@ fn legacy_allowance(
     Ok((by_slots.min(by_rate) as i32, by_rate as i32, rate.is_some()))
 }
 
+/// `locktag_field4` of a concurrency slot's lock (ASCII "WS"), apart from
+/// the values 1 and 2 the SQL advisory lock functions use, so no
+/// `pg_advisory_lock` call can take it. Keys: the queue's hash and the slot
+/// number; number 0 is the queue's *slots lock*.
+pub const SLOT_LOCK_CLASS: u16 = 0x5753;
+
+/// The lock tag of concurrency slot `slot` of `queue` (from 1), or of the
+/// queue's slots lock (0): claims hold it in share mode, `work_limit`
+/// exclusively ([`sync_slots`]).
+fn slot_lock(queue: &str, slot: i32) -> pg_sys::LOCKTAG {
+    let mut tag = crate::pg::compat::advisory_tag(crate::pg::keys::queue_key(queue), slot);
+    tag.locktag_field4 = SLOT_LOCK_CLASS;
+    tag
+}
+
+/// Take the slots lock of `queue` in share mode to the end of the
+/// transaction if no `work_limit` of the queue holds or waits for it; false
+/// otherwise (the claim then hands out nothing, as while a pause changes).
+fn share_slots(queue: &str) -> bool {
+    // SAFETY: a transaction-scoped lock of the current transaction, taken
+    // without waiting.
+    unsafe {
+        pg_sys::LockAcquire(
+            &slot_lock(queue, 0),
+            pg_sys::ShareLock as pg_sys::LOCKMODE,
+            false,
+            true,
+        ) != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+    }
+}
+
+/// Release slot `slot` of `queue`, which this transaction took with
+/// [`try_lock`] and gave no item.
+fn unlock_slot(queue: &str, slot: i32) {
+    // SAFETY: a transaction-scoped lock this transaction holds; releasing
+    // it early is what `LockRelease` is for.
+    unsafe {
+        pg_sys::LockRelease(
+            &slot_lock(queue, slot),
+            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
+            false,
+        );
+    }
+}
+
+thread_local! {
+    /// Per limited queue of this backend's claims: its concurrency limit as
+    /// the last general claim read it (queues with no other limit; gone
+    /// when one had a rate limit, or none), and the slot this backend's
+    /// last claim of the queue gave an item (so a worker that claims,
+    /// finishes and claims again asks first for the slot its own finish
+    /// freed). A hint only: [`CLAIM_IN_SLOT`] checks both in its own
+    /// snapshot.
+    static HINTS: std::cell::RefCell<std::collections::HashMap<String, SlotHint>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// One queue's entry in [`HINTS`].
+#[derive(Clone, Copy)]
+struct SlotHint {
+    /// The queue's concurrency limit.
+    concurrency: i32,
+    /// The slot this backend last gave an item, if any.
+    last: Option<i32>,
+}
+
+/// After step 1 read `locked` of `queue`: keep its concurrency limit as a
+/// hint for the next claim's [`claim_in_slot`], or forget the queue.
+fn remember_limits(queue: &str, locked: Option<&Locked>) {
+    HINTS.with(|hints| {
+        let mut hints = hints.borrow_mut();
+        match locked {
+            Some(Locked {
+                concurrency: Some(concurrency),
+                rate: None,
+                ..
+            }) => {
+                hints
+                    .entry(queue.to_owned())
+                    .and_modify(|hint| hint.concurrency = *concurrency)
+                    .or_insert(SlotHint {
+                        concurrency: *concurrency,
+                        last: None,
+                    });
+            }
+            _ => {
+                hints.remove(queue);
+            }
+        }
+    });
+}
+
+// The claim of one pending item of queue `$1` into concurrency slot `$4`,
+// which this transaction holds ([`claim_in_slot`]): CLAIM_ONE's
+// ([`crate::verbs::claim`]), with the slot's checks as a one-time filter,
+// read in this statement's snapshot, taken after the slot's lock was
+// granted: the queue has a concurrency limit, at least `$4`, and no rate
+// limit; no claimed item of the queue holds a slot above the limit (left
+// by a lowered one) or slot `$4`. The item takes the slot (`items.slot`)
+// in the claim's own update. Three index probes more than a plain claim
+// (queues_pkey, and items_slot_idx twice). The claim's time (`claimed_at`,
+// the lease's start) is read inside the statement, as in FAST_TAKE: the
+// finish that freed the slot committed before it (`$5`, read before the
+// slot's lock, only says what is due). CLAIM's result columns.
+static CLAIM_IN_SLOT: Statement<SlotClaimParams> = Statement::new(
+    r#"
+WITH clock AS (
+    SELECT pg_catalog.clock_timestamp() AS t
+)
+UPDATE workfence.items AS i
+   SET state = 'claimed'::workfence.item_state,
+       epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
+       owner = $2,
+       attempts = i.attempts OPERATOR(pg_catalog.+) 1,
+       claimed_at = (SELECT clock.t FROM clock),
+       lease_until = LEAST((SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) $3,
+                           (SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) i.max_run),
+       slot = $4
+ WHERE i.ctid OPERATOR(pg_catalog.=) (
+    SELECT d.ctid
+      FROM workfence.items AS d
+     WHERE d.queue OPERATOR(pg_catalog.=) $1
+       AND d.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+       AND d.run_at OPERATOR(pg_catalog.<=) $5
+       AND EXISTS (SELECT FROM workfence.queues AS q
+                    WHERE q.queue OPERATOR(pg_catalog.=) $1
+                      AND q.rate IS NULL
+                      AND $4 OPERATOR(pg_catalog.<=) q.concurrency
+                      AND NOT EXISTS (SELECT FROM workfence.items AS r
+                                       WHERE r.queue OPERATOR(pg_catalog.=) $1
+                                         AND r.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                                         AND r.slot OPERATOR(pg_catalog.>) q.concurrency))
+       AND NOT EXISTS (SELECT FROM workfence.items AS b
+                        WHERE b.queue OPERATOR(pg_catalog.=) $1
+                          AND b.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                          AND b.slot OPERATOR(pg_catalog.=) $4)
+     ORDER BY d.priority, d.run_at, d.id
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED)
+RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
+          NULL::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.timestamptz,
+          false, i.priority, i.run_at
+"#,
+);
+
+params! {
+    /// `$1` queue, `$2` owner, `$3` lease, `$4` the slot, `$5` the server's
+    /// clock.
+    struct SlotClaimParams<'a> {
+        queue: &'a str = TEXTOID,
+        owner: &'a str = TEXTOID,
+        lease: Option<Interval> = INTERVALOID,
+        slot: i32 = INT4OID,
+        now: TimestampWithTimeZone = TIMESTAMPTZOID,
+    }
+}
+
+/// What [`claim_in_slot`] did.
+enum InSlot {
+    /// It decided the claim: claimed an item, or found nothing due.
+    Decided(ClaimOutcome),
+    /// It tried the slot its backend last filled, and found it held or
+    /// busy (the worker holds that item still, or another claim took the
+    /// slot since), or the limits changed: the general steps run, and the
+    /// slot they give is not remembered, so the next claim runs them too
+    /// (a worker that claims again before it finishes pays for one miss in
+    /// two claims, not one in each).
+    Missed,
+    /// It had no slot to try (no hint, or a lapsed lease is due).
+    NotTried,
+}
+
+/// The one-item claim of a queue whose only limit is its concurrency, in
+/// the common case (nothing lapsed, the slot this backend's previous claim
+/// of the queue filled is free again: its own finish freed it): the ready
+/// probe, that slot's lock tried, and [`CLAIM_IN_SLOT`]. A plain one-item
+/// claim runs the same probe and one statement of the same shape. Releases
+/// the slot's lock when it claims nothing.
+fn claim_in_slot(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    queue: &str,
+    owner: &str,
+    lease: Option<Interval>,
+) -> Result<InSlot> {
+    let Some((slot, concurrency)) = HINTS.with(|hints| {
+        hints
+            .borrow()
+            .get(queue)
+            .and_then(|hint| Some((hint.last?, hint.concurrency)))
+    }) else {
+        return Ok(InSlot::NotTried);
+    };
+    let now = crate::store::sql::server_clock()?;
+    match ready(client, queue, now)? {
+        (false, false) => return Ok(InSlot::Decided(ClaimOutcome::default())),
+        (true, _) => return Ok(InSlot::NotTried),
+        (false, true) => {}
+    }
+    if slot > concurrency || !try_lock(&slot_lock(queue, slot)) {
+        forget_slot(queue);
+        return Ok(InSlot::Missed);
+    }
+    let outcome = plans::run(
+        client,
+        &CLAIM_IN_SLOT,
+        SlotClaimParams {
+            queue,
+            owner,
+            lease,
+            slot,
+            now,
+        },
+        |rows| take::read_claim_result(queue, rows),
+    )?;
+    if outcome.claimed.is_empty() {
+        unlock_slot(queue, slot);
+        forget_slot(queue);
+        return Ok(InSlot::Missed);
+    }
+    Ok(InSlot::Decided(outcome))
+}
+
+/// After a miss of [`claim_in_slot`]: no slot to try next time.
+fn forget_slot(queue: &str) {
+    HINTS.with(|hints| {
+        if let Some(hint) = hints.borrow_mut().get_mut(queue) {
+            hint.last = None;
+        }
+    });
+}
+
+/// The slot this backend's claim of `queue` just gave an item.
+fn remember_slot(queue: &str, slot: i32) {
+    HINTS.with(|hints| {
+        if let Some(hint) = hints.borrow_mut().get_mut(queue) {
+            hint.last = Some(slot);
+        }
+    });
+}
+
 /// The claim of a queue with groups or limits (`settings`): what `pick`
 /// names, for `owner` under `lease`, by the steps of the module comment.
 /// The result as [`crate::verbs::claim`]'s statements give it.
@@ -1333,6 +1614,10 @@ pub(crate) fn claim(
     needs_read_committed(queue)?;
     let slotted = settings.limited && schema_has_slots();
     let legacy = settings.limited && !slotted;
+    if slotted && !share_slots(queue) {
+        // A `work_limit` of the queue is under way.
+        return Ok(ClaimOutcome::default());
+    }
     if legacy {
         if !try_lock(&limit_lock(queue)) {
             return Ok(ClaimOutcome::default());
@@ -1351,8 +1636,18 @@ pub(crate) fn claim(
         // is one the other claims of the queue skip), and no pick walks the
         // queue's future items.
         let mut slots = None;
+        let mut missed = false;
+        if slotted && !settings.grouped && matches!(pick, Pick::Queue(1)) {
+            match claim_in_slot(client, queue, owner, lease)? {
+                InSlot::Decided(outcome) => return Ok(outcome),
+                InSlot::Missed => missed = true,
+                InSlot::NotTried => {}
+            }
+        }
         let (due, items, rate) = if slotted {
-            match lock_slots(client, queue, max_items, crate::store::sql::server_clock()?)? {
+            let got = lock_slots(client, queue, max_items, crate::store::sql::server_clock()?)?;
+            remember_limits(queue, got.as_ref());
+            match got {
                 Some(locked) if !locked.lapsed && !locked.due => {
                     return Ok(ClaimOutcome::default());
                 }
@@ -1362,7 +1657,7 @@ pub(crate) fn claim(
                         && !settings.grouped
                         && matches!(pick, Pick::Queue(_)) =>
                 {
-                    return fast_take(client, queue, owner, lease, max_items, locked);
+                    return fast_take(client, queue, owner, lease, max_items, locked, !missed);
                 }
                 Some(locked) => {
                     let taken = verify_slots(client, queue, locked)?;
@@ -1711,9 +2006,9 @@ INSERT INTO workfence.queues AS q (queue, concurrency, rate, per) VALUES ($1, $2
     ),
 };
 
-// The slots of queue `$1`, all locked by `work_limit` before it rewrites
-// them: it waits for the claims that hold some, and the claims that come
-// after skip them until it commits.
+// The slot rows of queue `$1`, all locked by `work_limit` before it
+// rewrites them: it waits for the claims that hold a rate slot (the
+// concurrency slots' locks it waits out with the slots lock).
 static SYNC_LOCK: Statement<QueueOnly> = Statement::new(
     r#"
 SELECT FROM workfence.queue_slots AS s
@@ -1830,6 +2125,17 @@ fn sync_slots(
     concurrency: Option<i32>,
     rate: Option<i32>,
 ) -> Result<()> {
+    // Waits for the claims in flight (each holds the queue's slots lock in
+    // share mode to its end) and holds off new ones until this commits.
+    // SAFETY: a transaction-scoped lock of the current transaction.
+    unsafe {
+        pg_sys::LockAcquire(
+            &slot_lock(queue, 0),
+            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
+            false,
+            false,
+        );
+    }
     plans::run(client, &SYNC_LOCK, QueueOnly { queue }, |_| Ok(()))?;
     let sync = |client: &mut pgrx::spi::SpiClient<'_>, statement, limit| {
         plans::run(client, statement, SyncParams { queue, limit }, |_| Ok(()))
@@ -1883,11 +2189,13 @@ params! {
 ///
 /// Claimers never wait on each other: a claim that would exceed a limit
 /// returns fewer rows or none. From 0.12.0 each item a claim hands out
-/// takes a slot row (`workfence.queue_slots`, see the module comment),
-/// `FOR UPDATE SKIP LOCKED`, held to the claim's commit as its items are:
-/// claims of one queue run side by side, and a claim in a long or prepared
+/// takes a slot (a lock per concurrency slot, a row of
+/// `workfence.queue_slots` `FOR UPDATE SKIP LOCKED` per rate slot; see the
+/// module comment), held to the claim's commit as its items are: claims of
+/// one queue run side by side, and a claim in a long or prepared
 /// transaction holds only its own slots. The call itself waits for the
-/// claims that hold slots of the queue at that moment, then rewrites them
+/// claims of the queue in flight at that moment (and new ones hand out
+/// nothing until it commits), then rewrites the slots
 /// (lowering a limit takes nothing back: claims wait until fewer items than
 /// the new limit are claimed). (Oban's and River's queue limits are the
 /// model; per-key concurrency is Solid Queue's `limits_concurrency to:`,

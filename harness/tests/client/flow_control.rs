@@ -1961,6 +1961,87 @@ fn claims_beside_drained_index_pages_walk_the_index() {
     }
 }
 
+/// A worker's one-item claim of a queue limited by concurrency reads about
+/// what the same claim of an unlimited queue reads: it claims into the slot
+/// its previous claim filled, in one statement beside the ready probe, as a
+/// plain claim does (until issue 33's last step every limited claim ran a
+/// statement of its own first, reading the queue's slot rows and every
+/// claimed item's slot, and locking a slot row: 0.6x an unlimited queue's
+/// items/s at `concurrency => 100` in the flow benchmark).
+#[test]
+fn a_limited_one_item_claim_reads_what_a_plain_one_reads() {
+    let plain = buffers_per_item("one_item_plain", false, 1, 0);
+    let limited = buffers_per_item("one_item_limited", true, 1, 0);
+    eprintln!(
+        "buffers per item, one-item claims and their finishes beside 4,000 items: \
+         unlimited {plain:.1}, concurrency 10 {limited:.1}"
+    );
+    assert!(
+        limited <= plain + 8.0,
+        "a limited one-item claim and finish read {limited:.1} buffers, an unlimited one {plain:.1}"
+    );
+}
+
+/// `work_limit` waits for the claims of its queue in flight (each holds
+/// the queue's slots lock in share mode to its commit), and while it waits
+/// and until it commits the queue hands out nothing: a claim taking a slot
+/// then could give an item the slot `work_limit` gives an item claimed
+/// before the limit, or count against a limit that is being rewritten.
+#[test]
+fn work_limit_waits_for_claims_in_flight_and_the_queue_waits_for_it() {
+    let db = Db::new("flow_limit_waits");
+    let mut main = db.connect();
+    ok(
+        calls::work_limit(&mut main, QUEUE, Some(2), None, "1 second"),
+        "work_limit",
+    );
+    for n in 0..4 {
+        enqueue_new(&mut main, &Enqueue::new(QUEUE).key(format!("k{n}")));
+    }
+    let mut holder = db.connect();
+    ok(holder.batch_execute("BEGIN"), "BEGIN");
+    let held = claim(&mut holder, "holder", 1);
+    assert_eq!(keys(&held), ["k0"]);
+    let limiter = {
+        let mut c = db.connect();
+        thread::spawn(move || {
+            ok(
+                calls::work_limit(&mut c, QUEUE, Some(1), None, "1 second"),
+                "work_limit",
+            );
+        })
+    };
+    // The limiter waits for the holder's slots lock (objsubid 22355, the
+    // slots lock is slot number 0).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar::<i64>(
+        &mut main,
+        "SELECT count(*) FROM pg_catalog.pg_locks
+          WHERE locktype = 'advisory' AND objsubid = 22355 AND objid = 0 AND NOT granted",
+        &[],
+    ) == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "work_limit never waited for the claim in flight"
+        );
+        // Polls the lock table; the order comes from the lock itself.
+        thread::sleep(Duration::from_millis(5));
+    }
+    let mut other = db.connect();
+    assert_eq!(
+        keys(&claim(&mut other, "other", 1)),
+        Vec::<&str>::new(),
+        "a claim handed out an item while work_limit waited, with one of 2 slots free"
+    );
+    ok(holder.batch_execute("COMMIT"), "COMMIT");
+    limiter.join().expect("work_limit");
+    // The new limit counts the held item: nothing more until it is done.
+    assert_eq!(keys(&claim(&mut other, "other", 1)), Vec::<&str>::new());
+    finish(&mut holder, &held[0].token("holder"));
+    assert_eq!(keys(&claim(&mut other, "other", 1)), ["k1"]);
+}
+
 /// An enqueue whose snapshot saw its group's first item pending, and whose
 /// commit comes after a claim took that item (which did not see the new
 /// item, uncommitted), leaves its item claimable once the first is done:
