@@ -358,14 +358,19 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
         XACT_EVENT_PREPARE => {
             // Waiters asleep on these queues must learn that a prepared
             // transaction now holds wake-ups for them (they then re-check
-            // every PREPARED_POLL): wake them all, once. (Its lapses count
-            // now: COMMIT PREPARED runs no extension code.)
+            // every PREPARED_POLL): wake them all, once, but not yet.
+            // PostgreSQL 15 runs this callback before it moves the
+            // transaction's locks to the prepared transaction
+            // (`PostPrepare_Locks`), while they still belong to this backend,
+            // which has left the transaction: a waiter woken now could look
+            // for the prepared-wake lock, find no holder, and sleep to its
+            // deadline. The resource release after the move wakes them. (Its
+            // lapses count now: COMMIT PREPARED runs no extension code.)
             let wake = STATE.with(|s| std::mem::take(&mut s.borrow_mut().wake));
             count_lapses();
             clear();
-            for (key, _) in wake {
-                (hooks().wake)(key, usize::MAX);
-            }
+            let all = wake.into_iter().map(|(key, _)| (key, u32::MAX)).collect();
+            COMMITTED_WAKES.with(|c| *c.borrow_mut() = all);
         }
         XACT_EVENT_ABORT => clear(),
         _ => {}
@@ -435,8 +440,10 @@ fn count_lapses() {
 
 /// The resource release of a transaction: once a committed top-level
 /// transaction's locks are released (`RESOURCE_RELEASE_AFTER_LOCKS`, after
-/// its invalidation messages went out), wake the waiters its commit owes.
-/// Setting a latch cannot raise.
+/// its invalidation messages went out), wake the waiters its commit owes;
+/// once a prepared one's locks are the prepared transaction's (the same
+/// phase, which `PrepareTransaction` runs with `is_commit` true), every
+/// waiter of its queues. Setting a latch cannot raise.
 #[pg_guard]
 unsafe extern "C-unwind" fn on_resource_release(
     phase: pg_sys::ResourceReleasePhase::Type,
