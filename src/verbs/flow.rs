@@ -946,6 +946,20 @@ struct Locked {
     due: bool,
 }
 
+/// The most concurrency slots one claim holds: half of
+/// `max_locks_per_transaction` (32 by default). Each is an entry of the
+/// server's shared lock table, which holds about `max_locks_per_transaction`
+/// per connection for everything (every relation a query opens takes one
+/// too), so one batch claim of a queue limited to thousands must not fill
+/// it: a batch claim of a queue with a concurrency limit hands out at most
+/// this many new items (it returns fewer rows, as at a limit; raise
+/// `max_locks_per_transaction` for larger batches). Rate slots are rows and
+/// take no entry.
+fn slot_budget() -> i32 {
+    // SAFETY: a plain int GUC of the server, set at start.
+    (unsafe { pg_sys::max_locks_per_xact } / 2).max(1)
+}
+
 /// Step 1: [`LOCK_SLOTS`]. None when the queue has no limits.
 fn lock_slots(
     client: &mut pgrx::spi::SpiClient<'_>,
@@ -953,6 +967,7 @@ fn lock_slots(
     max_items: i32,
     now: TimestampWithTimeZone,
 ) -> Result<Option<Locked>> {
+    let budget = slot_budget();
     plans::run(
         client,
         &LOCK_SLOTS,
@@ -971,7 +986,7 @@ fn lock_slots(
             let retired = row.get::<i64>(5)?.unwrap_or(0);
             // Lock the free-looking slots in order, passing over those
             // other claims hold, until the claim has as many as it wants.
-            let want = usize::try_from(i64::from(max_items) + retired).unwrap_or(usize::MAX);
+            let want = (i64::from(max_items) + retired).min(i64::from(budget)) as usize;
             let mut low = Vec::new();
             for slot in row.get::<Vec<i32>>(3)?.unwrap_or_default() {
                 if low.len() >= want {
@@ -2193,7 +2208,10 @@ params! {
 /// `workfence.queue_slots` `FOR UPDATE SKIP LOCKED` per rate slot; see the
 /// module comment), held to the claim's commit as its items are: claims of
 /// one queue run side by side, and a claim in a long or prepared
-/// transaction holds only its own slots. The call itself waits for the
+/// transaction holds only its own slots, at most half of
+/// `max_locks_per_transaction` concurrency slots a call (32 by default:
+/// each is an entry of the server's shared lock table; a batch claim
+/// returns fewer rows beyond that). The call itself waits for the
 /// claims of the queue in flight at that moment (and new ones hand out
 /// nothing until it commits), then rewrites the slots
 /// (lowering a limit takes nothing back: claims wait until fewer items than

@@ -1982,6 +1982,46 @@ fn a_limited_one_item_claim_reads_what_a_plain_one_reads() {
     );
 }
 
+/// A batch claim of a queue with a concurrency limit holds at most half of
+/// `max_locks_per_transaction` slots (each slot is an entry of the shared
+/// lock table, which every connection's relation locks need too), and so
+/// hands out at most that many items a call; the next call takes the next
+/// ones.
+#[test]
+fn a_batch_claim_of_a_limited_queue_takes_at_most_its_share_of_the_lock_table() {
+    let db = Db::new("flow_slot_budget");
+    let mut c = db.connect();
+    ok(
+        calls::work_limit(&mut c, QUEUE, Some(10_000), None, "1 second"),
+        "work_limit",
+    );
+    enqueue_many(&mut c, QUEUE, 300);
+    let per_xact: String = scalar(&mut c, "SHOW max_locks_per_transaction", &[]);
+    let budget = per_xact.parse::<usize>().expect("an integer") / 2;
+    assert!(
+        budget < 100,
+        "the test needs a budget below its batch of 100"
+    );
+    ok(c.batch_execute("BEGIN"), "BEGIN");
+    let first = claim(&mut c, "w", 100);
+    let slots: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM pg_catalog.pg_locks
+          WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'advisory'
+            AND objsubid = 22355 AND objid <> 0",
+        &[],
+    );
+    ok(c.batch_execute("COMMIT"), "COMMIT");
+    assert_eq!(first.len(), budget, "items handed out by a claim of 100");
+    assert_eq!(slots, budget as i64, "slot locks the claim held");
+    let second = claim(&mut c, "w", 100);
+    assert_eq!(second.len(), budget, "the next call's items");
+    assert!(
+        second.iter().all(|b| first.iter().all(|a| a.id != b.id)),
+        "no item twice"
+    );
+}
+
 /// `work_limit` waits for the claims of its queue in flight (each holds
 /// the queue's slots lock in share mode to its commit), and while it waits
 /// and until it commits the queue hands out nothing: a claim taking a slot
