@@ -1096,6 +1096,22 @@ fn verify_slots(
     Ok(slots)
 }
 
+// The SET list of a claim whose time is the statement's CTE `clock`
+// (read inside the statement, after its snapshot: see FAST_TAKE), for
+// owner `$2` under lease `$3`: CLAIM_DUE's ([`crate::verbs::claim`]) with
+// that time.
+macro_rules! claimed_by_clock {
+    () => {
+        r#"state = 'claimed'::workfence.item_state,
+           epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
+           owner = $2,
+           attempts = i.attempts OPERATOR(pg_catalog.+) 1,
+           claimed_at = (SELECT clock.t FROM clock),
+           lease_until = LEAST((SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) $3,
+                               (SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) i.max_run)"#
+    };
+}
+
 // FAST_TAKE: steps 2 to 5 in one statement, for the common case: a claim of up to
 // `$7` pending items (no lapsed lease is due, the queue has no groups and
 // no retired slot) of queue `$1` for owner `$2` under lease `$3` by the
@@ -1153,13 +1169,9 @@ WITH clock AS (
                   FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(ctid, n)
 ), claimed AS (
     UPDATE workfence.items AS i
-       SET state = 'claimed'::workfence.item_state,
-           epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
-           owner = $2,
-           attempts = i.attempts OPERATOR(pg_catalog.+) 1,
-           claimed_at = (SELECT clock.t FROM clock),
-           lease_until = LEAST((SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) $3,
-                               (SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) i.max_run),
+       SET "#,
+    claimed_by_clock!(),
+    r#",
            slot = CASE WHEN $4 IS NULL THEN i.slot
                        ELSE (SELECT f.slot
                                FROM picked AS p
@@ -1480,19 +1492,15 @@ fn remember_limits(queue: &str, locked: Option<&Locked>) {
 // the lease's start) is read inside the statement, as in FAST_TAKE: the
 // finish that freed the slot committed before it (`$5`, read before the
 // slot's lock, only says what is due). CLAIM's result columns.
-static CLAIM_IN_SLOT: Statement<SlotClaimParams> = Statement::new(
+static CLAIM_IN_SLOT: Statement<SlotClaimParams> = Statement::new(concat!(
     r#"
 WITH clock AS (
     SELECT pg_catalog.clock_timestamp() AS t
 )
 UPDATE workfence.items AS i
-   SET state = 'claimed'::workfence.item_state,
-       epoch = pg_catalog.nextval('workfence.epoch_seq'::pg_catalog.regclass),
-       owner = $2,
-       attempts = i.attempts OPERATOR(pg_catalog.+) 1,
-       claimed_at = (SELECT clock.t FROM clock),
-       lease_until = LEAST((SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) $3,
-                           (SELECT clock.t FROM clock) OPERATOR(pg_catalog.+) i.max_run),
+   SET "#,
+    claimed_by_clock!(),
+    r#",
        slot = $4
  WHERE i.ctid OPERATOR(pg_catalog.=) (
     SELECT d.ctid
@@ -1518,8 +1526,8 @@ UPDATE workfence.items AS i
 RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
           NULL::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.timestamptz,
           false, i.priority, i.run_at
-"#,
-);
+"#
+));
 
 params! {
     /// `$1` queue, `$2` owner, `$3` lease, `$4` the slot, `$5` the server's

@@ -1976,8 +1976,12 @@ fn a_limited_one_item_claim_reads_what_a_plain_one_reads() {
         "buffers per item, one-item claims and their finishes beside 4,000 items: \
          unlimited {plain:.1}, concurrency 10 {limited:.1}"
     );
+    // Its claim makes three index probes more than a plain one (the
+    // queue's limits, a retired slot, the slot's holder), about 3 buffers
+    // each; measured 7.5 more on PostgreSQL 15 and 9.5 on 18, where the
+    // statement before this change read 16 more on 15 (49 against 33).
     assert!(
-        limited <= plain + 8.0,
+        limited <= plain + 12.0,
         "a limited one-item claim and finish read {limited:.1} buffers, an unlimited one {plain:.1}"
     );
 }
