@@ -133,11 +133,15 @@
 //! ([`crate::backend::paused::Settings`]); every other queue runs the plain
 //! statements of [`crate::verbs::claim`], unchanged. Every flow claim first asks
 //! whether anything is due or lapsed (`take::ready`, one index probe
-//! each) and stops if not, so that nothing is locked or walked for nothing.
+//! each) and stops if not, so that nothing is walked for nothing.
 //! 0. The queue's *slots lock* (slot number 0 of [`SLOT_LOCK_CLASS`]) in
-//!    share mode, without waiting, held to the end: `work_limit` takes it
-//!    exclusively, so it waits for the claims in flight and none starts
-//!    until it commits (a claim that finds it taken hands out nothing).
+//!    share mode, without waiting, held to the end if the claim gives a
+//!    slot: `work_limit` takes it exclusively, so it waits for the claims
+//!    in flight that gave slots and none starts until it commits (a claim
+//!    that finds it taken hands out nothing). Every slot lock a claim call
+//!    took and gave no item, and the slots lock if it gave none, are
+//!    released when the call ends ([`SlotLocks`]): a claim left open holds
+//!    the slots of its items and nothing else.
 //! 1. Slots ([`LOCK_SLOTS`]): up to as many free slots of each kind as the
 //!    claim wants: rate slot rows `FOR UPDATE SKIP LOCKED`, concurrency
 //!    slots' locks tried in turn ([`lock_slots`]): a slot another claim
@@ -1127,7 +1131,7 @@ macro_rules! claimed_by_clock {
 // That time (`claimed_at`, the lease's start) is read inside the statement,
 // after its snapshot was taken: whatever freed a slot it takes committed
 // before it (`$6`, read before the statement, only says what is due).
-// CLAIM's result columns. One statement where the general path runs four
+// CLAIM's result columns, and the slot each item took. One statement where the general path runs four
 // (VERIFY_SLOTS, PICK, TAKE, USE_SLOTS); what that saves was not measured
 // apart from the other changes of its commit: one-repetition runs of the
 // flow benchmark (20,000 pending, limits 10 and 100) gave 0.50x and 0.70x
@@ -1178,7 +1182,7 @@ WITH clock AS (
                                JOIN free AS f ON f.n OPERATOR(pg_catalog.=) p.n
                               WHERE p.ctid OPERATOR(pg_catalog.=) i.ctid) END
      WHERE i.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT p.ctid FROM picked AS p))
-    RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at
+    RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at, i.slot
 ), used AS (
     UPDATE workfence.queue_slots AS s
        SET used_at = (SELECT clock.t FROM clock)
@@ -1188,7 +1192,7 @@ WITH clock AS (
 )
 SELECT c.id, c.key, c.payload, c.epoch, c.attempts, c.lease_until,
        NULL::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.timestamptz,
-       false, c.priority, c.run_at
+       false, c.priority, c.run_at, c.slot
   FROM claimed AS c
 "#
 ));
@@ -1210,7 +1214,8 @@ params! {
 /// [`FAST_TAKE`] for the slots step 1 `locked`: a claim of up to
 /// `max_items` pending items of `queue` for `owner` under `lease`; the
 /// slot of a one-item claim is kept for the next one's [`claim_in_slot`]
-/// if `remember`.
+/// unless this call's try of [`claim_in_slot`] missed, and the slots the
+/// items took go to `held`.
 fn fast_take(
     client: &mut pgrx::spi::SpiClient<'_>,
     queue: &str,
@@ -1218,7 +1223,7 @@ fn fast_take(
     lease: Option<Interval>,
     max_items: i32,
     locked: Locked,
-    remember: bool,
+    held: &mut SlotLocks,
 ) -> Result<ClaimOutcome> {
     let most = match locked.rate {
         Some(_) => max_items.min(locked.rate_slots.len() as i32),
@@ -1227,7 +1232,7 @@ fn fast_take(
     if most == 0 || (locked.concurrency.is_some() && locked.low.is_empty()) {
         return Ok(ClaimOutcome::default());
     }
-    if let ([slot], Some(_), true) = (locked.low.as_slice(), locked.concurrency, remember) {
+    if let ([slot], Some(_), false) = (locked.low.as_slice(), locked.concurrency, held.missed) {
         remember_slot(queue, *slot);
     }
     plans::run(
@@ -1242,7 +1247,14 @@ fn fast_take(
             now: crate::store::sql::server_clock()?,
             most,
         },
-        |rows| take::read_claim_result(queue, rows),
+        |mut rows| {
+            for row in rows.by_ref() {
+                if let Some(slot) = row.get::<i32>(13)? {
+                    held.given.push(slot);
+                }
+            }
+            take::read_claim_result(queue, rows.rewind())
+        },
     )
 }
 
@@ -1258,6 +1270,7 @@ fn use_slots(
     claimed: &[i64],
     lapsed: &HashSet<i64>,
     now: TimestampWithTimeZone,
+    held: &mut SlotLocks,
 ) -> Result<()> {
     let (mut given, mut items): (Vec<i32>, Vec<i64>) = slots.moved.iter().copied().unzip();
     if let Some(free) = slots.free {
@@ -1274,6 +1287,7 @@ fn use_slots(
         .into_iter()
         .take(claimed.len())
         .collect();
+    held.given.extend(&given);
     if given.is_empty() && rate.is_empty() {
         return Ok(());
     }
@@ -1391,7 +1405,11 @@ fn legacy_allowance(
 /// `locktag_field4` of a concurrency slot's lock (ASCII "WS"), apart from
 /// the values 1 and 2 the SQL advisory lock functions use, so no
 /// `pg_advisory_lock` call can take it. Keys: the queue's hash and the slot
-/// number; number 0 is the queue's *slots lock*.
+/// number; number 0 is the queue's *slots lock*. Two queues whose names
+/// hash alike share these locks: a claim of one may pass over a slot of
+/// the other that a claim in flight holds, and a `work_limit` of one waits
+/// for claims of the other, never more (every check reads the queue by
+/// name), as for the group lock.
 pub const SLOT_LOCK_CLASS: u16 = 0x5753;
 
 /// The lock tag of concurrency slot `slot` of `queue` (from 1), or of the
@@ -1567,6 +1585,7 @@ fn claim_in_slot(
     queue: &str,
     owner: &str,
     lease: Option<Interval>,
+    held: &mut SlotLocks,
 ) -> Result<InSlot> {
     let Some((slot, concurrency)) = HINTS.with(|hints| {
         hints
@@ -1598,11 +1617,12 @@ fn claim_in_slot(
         },
         |rows| take::read_claim_result(queue, rows),
     )?;
+    held.taken.push(slot);
     if outcome.claimed.is_empty() {
-        unlock_slot(queue, slot);
         forget_slot(queue);
         return Ok(InSlot::Missed);
     }
+    held.given.push(slot);
     Ok(InSlot::Decided(outcome))
 }
 
@@ -1653,23 +1673,26 @@ pub(crate) fn claim(
         Pick::Queue(n) => n,
         Pick::Key(_) => 1,
     };
-    Spi::connect_mut(|client| {
+    let mut held = SlotLocks::default();
+    let outcome = Spi::connect_mut(|client| {
         // Nothing to take (LOCK_SLOTS or `take::ready` tells): no slot is
         // locked for nothing (a long poll re-checks often, and a locked slot
         // is one the other claims of the queue skip), and no pick walks the
         // queue's future items.
         let mut slots = None;
-        let mut missed = false;
         if slotted && !settings.grouped && matches!(pick, Pick::Queue(1)) {
-            match claim_in_slot(client, queue, owner, lease)? {
+            match claim_in_slot(client, queue, owner, lease, &mut held)? {
                 InSlot::Decided(outcome) => return Ok(outcome),
-                InSlot::Missed => missed = true,
+                InSlot::Missed => held.missed = true,
                 InSlot::NotTried => {}
             }
         }
         let (due, items, rate) = if slotted {
             let got = lock_slots(client, queue, max_items, crate::store::sql::server_clock()?)?;
             remember_limits(queue, got.as_ref());
+            if let Some(locked) = &got {
+                held.taken.extend(&locked.low);
+            }
             match got {
                 Some(locked) if !locked.lapsed && !locked.due => {
                     return Ok(ClaimOutcome::default());
@@ -1680,7 +1703,7 @@ pub(crate) fn claim(
                         && !settings.grouped
                         && matches!(pick, Pick::Queue(_)) =>
                 {
-                    return fast_take(client, queue, owner, lease, max_items, locked, !missed);
+                    return fast_take(client, queue, owner, lease, max_items, locked, &mut held);
                 }
                 Some(locked) => {
                     let taken = verify_slots(client, queue, locked)?;
@@ -1713,7 +1736,7 @@ pub(crate) fn claim(
                 .filter(|lost| !lost.dead_lettered)
                 .map(|lost| lost.id)
                 .collect();
-            use_slots(client, queue, slots, &claimed, &lapsed, now)?;
+            use_slots(client, queue, slots, &claimed, &lapsed, now, &mut held)?;
         }
         if legacy && !outcome.claimed.is_empty() {
             // Claims of a limited queue take turns on its limit lock, which
@@ -1737,7 +1760,49 @@ pub(crate) fn claim(
             )?;
         }
         Ok(outcome)
-    })
+    })?;
+    if slotted {
+        held.release(queue);
+    }
+    Ok(outcome)
+}
+
+/// The concurrency slots one claim call locked and gave items (or moved
+/// retired items into): what it took and did not give is released when
+/// the call ends, and the queue's slots lock too if it gave none, so that
+/// a claim that got nothing, or fewer items than slots, in a transaction
+/// left open (or prepared) holds no slot another claim could use and
+/// keeps no `work_limit` waiting. A lapsed lease claimed anew keeps the
+/// slot it holds and needs neither. Each release undoes this call's own
+/// acquisition only: a lock the transaction held before stays held.
+#[derive(Default)]
+struct SlotLocks {
+    /// Slots whose locks this call took.
+    taken: Vec<i32>,
+    /// Slots this call gave an item.
+    given: Vec<i32>,
+    /// Whether this call's [`claim_in_slot`] found its slot taken (the
+    /// slot the general steps give then is not kept as the next hint).
+    missed: bool,
+}
+
+impl SlotLocks {
+    /// Release what this call took and did not use (see the type).
+    fn release(self, queue: &str) {
+        for slot in self.taken.iter().filter(|slot| !self.given.contains(slot)) {
+            unlock_slot(queue, *slot);
+        }
+        if self.given.is_empty() {
+            // SAFETY: the share lock `share_slots` took in this call.
+            unsafe {
+                pg_sys::LockRelease(
+                    &slot_lock(queue, 0),
+                    pg_sys::ShareLock as pg_sys::LOCKMODE,
+                    false,
+                );
+            }
+        }
+    }
 }
 
 /// Steps 3 and 4 of a claim of `queue` for `owner` under `lease`: what
@@ -2030,8 +2095,8 @@ INSERT INTO workfence.queues AS q (queue, concurrency, rate, per) VALUES ($1, $2
 };
 
 // The slot rows of queue `$1`, all locked by `work_limit` before it
-// rewrites them: it waits for the claims that hold a rate slot (the
-// concurrency slots' locks it waits out with the slots lock).
+// rewrites them: it waits for the claims that hold rate slot rows (a claim
+// that gave no concurrency slot keeps no slots lock; see SlotLocks).
 static SYNC_LOCK: Statement<QueueOnly> = Statement::new(
     r#"
 SELECT FROM workfence.queue_slots AS s
@@ -2140,25 +2205,15 @@ params! {
     }
 }
 
-/// After `work_limit` set `concurrency` and `rate` on `queue`: its slots as
-/// the new limits want them (see the module comment).
+/// After `work_limit` set `concurrency` and `rate` on `queue`, holding the
+/// queue's slots lock exclusively: its slots as the new limits want them
+/// (see the module comment).
 fn sync_slots(
     client: &mut pgrx::spi::SpiClient<'_>,
     queue: &str,
     concurrency: Option<i32>,
     rate: Option<i32>,
 ) -> Result<()> {
-    // Waits for the claims in flight (each holds the queue's slots lock in
-    // share mode to its end) and holds off new ones until this commits.
-    // SAFETY: a transaction-scoped lock of the current transaction.
-    unsafe {
-        pg_sys::LockAcquire(
-            &slot_lock(queue, 0),
-            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
-            false,
-            false,
-        );
-    }
     plans::run(client, &SYNC_LOCK, QueueOnly { queue }, |_| Ok(()))?;
     let sync = |client: &mut pgrx::spi::SpiClient<'_>, statement, limit| {
         plans::run(client, statement, SyncParams { queue, limit }, |_| Ok(()))
@@ -2280,6 +2335,23 @@ fn limit(
     grants::check(Capability::Operate, &queue)?;
     paused::changing(&queue);
     let slotted = schema_has_slots();
+    if slotted {
+        // Waits for the claims in flight that gave slots (each holds the
+        // queue's slots lock in share mode to its end) and holds off new
+        // ones until this commits ([`sync_slots`]); taken before the
+        // queue's row is written, so that a transaction that claimed and
+        // then changes the queue's settings (a pause) waits for this call
+        // rather than deadlock with it.
+        // SAFETY: a transaction-scoped lock of the current transaction.
+        unsafe {
+            pg_sys::LockAcquire(
+                &slot_lock(&queue, 0),
+                pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
+                false,
+                false,
+            );
+        }
+    }
     Spi::connect_mut(|client| {
         plans::run(
             client,

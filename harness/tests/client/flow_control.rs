@@ -2026,6 +2026,59 @@ fn a_batch_claim_of_a_limited_queue_takes_at_most_its_share_of_the_lock_table() 
     );
 }
 
+/// A claim of a limited queue, in a transaction left open, holds only the
+/// slots of the items it took: the slots it locked and could not fill (2
+/// items due, a batch of 10) go back at once, so another worker claims the
+/// rest, and a claim that took nothing keeps no `work_limit` waiting.
+#[test]
+fn an_open_claim_holds_only_the_slots_of_its_items() {
+    let db = Db::new("flow_open_claim");
+    let mut main = db.connect();
+    ok(
+        calls::work_limit(&mut main, QUEUE, Some(10), None, "1 second"),
+        "work_limit",
+    );
+    for n in 0..2 {
+        enqueue_new(&mut main, &Enqueue::new(QUEUE).key(format!("first-{n}")));
+    }
+    let mut holder = db.connect();
+    ok(holder.batch_execute("BEGIN"), "BEGIN");
+    assert_eq!(claim(&mut holder, "holder", 10).len(), 2);
+    let held: i64 = scalar(
+        &mut holder,
+        "SELECT count(*) FROM pg_catalog.pg_locks
+          WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'advisory'
+            AND objsubid = 22355 AND objid <> 0",
+        &[],
+    );
+    assert_eq!(held, 2, "slot locks held by a claim of 2 items");
+    for n in 0..10 {
+        enqueue_new(&mut main, &Enqueue::new(QUEUE).key(format!("then-{n}")));
+    }
+    let mut other = db.connect();
+    assert_eq!(
+        claim(&mut other, "other", 10).len(),
+        8,
+        "the 8 slots the open claim could not fill"
+    );
+    ok(holder.batch_execute("COMMIT"), "COMMIT");
+
+    // A claim that got nothing (the queue is full), left open: work_limit
+    // does not wait for it.
+    let mut idle = db.connect();
+    ok(idle.batch_execute("BEGIN"), "BEGIN");
+    assert_eq!(claim(&mut idle, "idle", 1).len(), 0, "the queue is full");
+    ok(
+        main.batch_execute("SET statement_timeout = '10s'"),
+        "statement_timeout",
+    );
+    ok(
+        calls::work_limit(&mut main, QUEUE, Some(20), None, "1 second"),
+        "work_limit beside a claim that took nothing",
+    );
+    ok(idle.batch_execute("COMMIT"), "COMMIT");
+}
+
 /// `work_limit` waits for the claims of its queue in flight (each holds
 /// the queue's slots lock in share mode to its commit), and while it waits
 /// and until it commits the queue hands out nothing: a claim taking a slot
