@@ -250,13 +250,21 @@ pub const LOCK_SPACE: u16 = 0x5746;
 /// `pg_locks` shows it as `classid` = key1, `objid` = key2, `objsubid` =
 /// [`LOCK_SPACE`].
 pub fn advisory_tag(key1: i32, key2: i32) -> pg_sys::LOCKTAG {
+    advisory_tag_in(LOCK_SPACE, key1, key2)
+}
+
+/// [`advisory_tag`] in lock space `space` (`locktag_field4`, which
+/// `pg_locks` shows as `objsubid`): the extension's own spaces besides
+/// [`LOCK_SPACE`] (a group's lock, a concurrency slot's), never 1 or 2,
+/// which the SQL advisory lock functions make.
+pub fn advisory_tag_in(space: u16, key1: i32, key2: i32) -> pg_sys::LOCKTAG {
     pg_sys::LOCKTAG {
         // SAFETY: a plain global of the backend, set at connection start.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
         // The lock manager stores the signed keys' bits.
         locktag_field2: key1 as u32,
         locktag_field3: key2 as u32,
-        locktag_field4: LOCK_SPACE,
+        locktag_field4: space,
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
     }

@@ -106,9 +106,10 @@
 //!   records the slot it took (`items.slot`, in the claim's own update of
 //!   the item). Until issue 33's last step the lock was the slot row's
 //!   `FOR UPDATE`: a heap write and WAL record per claim, and a statement
-//!   of its own before the claim's (0.6x an unlimited queue at
-//!   `concurrency => 100`, 16 pgbench clients on 2 cores; 0.85x with locks
-//!   in the lock manager and [`CLAIM_IN_SLOT`]). A slot is *free* when no claimed item of the
+//!   of its own before the claim's: pgbench claim -> finish, 16 clients on
+//!   2 cores, `concurrency => 100` over an unlimited queue in the same run,
+//!   0.60-0.63x then, 0.80-0.87x with locks in the lock manager and
+//!   [`CLAIM_IN_SLOT`] (docs/benchmarks.md). A slot is *free* when no claimed item of the
 //!   queue holds it; finishing, failing, releasing, cancelling or
 //!   dead-lettering the item frees it with no write beyond the item's own.
 //!   **Invariant**: no two claimed items of the queue hold one slot, and
@@ -198,8 +199,9 @@
 //! busy, or something lapsed, the steps above run.
 //!
 //! **Changing the limits** (`work_limit`, [`sync_slots`]): it takes the
-//! queue's slots lock exclusively and locks every slot row (waiting for
-//! the claims that hold some), then writes
+//! queue's slots lock exclusively (waiting for the claims in flight that
+//! gave slots) and locks every slot row (waiting for the claims that hold
+//! rate slots), then writes
 //! them as the new limits want: slot rows `1..concurrency`, and every
 //! claimed item that holds no slot of its own (it was claimed while the
 //! queue had no limit, or shares a number with an older item) gets a free
@@ -216,9 +218,9 @@
 //! until it leaves state claimed (0.10.0's count had the same window, one
 //! claim wide).
 //!
-//! Claims of a limited queue hold their slots' locks and the slots lock
-//! (share) to the end of their transaction, as they hold their items'; no
-//! lock one claim waits for. Under REPEATABLE READ or SERIALIZABLE a snapshot cannot see
+//! Claims of a limited queue hold the locks of the slots they gave items,
+//! and then the slots lock (share), to the end of their transaction, as
+//! they hold their items'; no lock one claim waits for. Under REPEATABLE READ or SERIALIZABLE a snapshot cannot see
 //! claims committed after the transaction began, so claims of such queues
 //! raise 25000. (A database whose schema predates 0.12.0, with the library
 //! installed and `ALTER EXTENSION ... UPDATE` not yet run, has no slot
@@ -266,12 +268,11 @@ fn limit_lock(queue: &str) -> pg_sys::LOCKTAG {
 /// collide share a lock: a claim of one may pass the other over while it
 /// is claimed (never both held: step 4 checks the group by name).
 fn group_lock(queue: &str, group: &str) -> pg_sys::LOCKTAG {
-    let mut tag = crate::pg::compat::advisory_tag(
+    crate::pg::compat::advisory_tag_in(
+        GROUP_LOCK_CLASS,
         crate::pg::keys::queue_key(queue),
         crate::pg::keys::queue_key(group),
-    );
-    tag.locktag_field4 = GROUP_LOCK_CLASS;
-    tag
+    )
 }
 
 /// Take `tag` exclusively to the end of the transaction if it is free; false
@@ -1229,13 +1230,11 @@ fn fast_take(
         Some(_) => max_items.min(locked.rate_slots.len() as i32),
         None => max_items,
     };
-    if most == 0 || (locked.concurrency.is_some() && locked.low.is_empty()) {
+    let concurrency = locked.concurrency.is_some();
+    if most == 0 || (concurrency && locked.low.is_empty()) {
         return Ok(ClaimOutcome::default());
     }
-    if let ([slot], Some(_), false) = (locked.low.as_slice(), locked.concurrency, held.missed) {
-        remember_slot(queue, *slot);
-    }
-    plans::run(
+    let outcome = plans::run(
         client,
         &FAST_TAKE,
         FastParams {
@@ -1248,14 +1247,20 @@ fn fast_take(
             most,
         },
         |mut rows| {
+            // (Without a concurrency limit the column is the item's old
+            // slot, if any: nothing this claim gave.)
             for row in rows.by_ref() {
-                if let Some(slot) = row.get::<i32>(13)? {
+                if let (Some(slot), true) = (row.get::<i32>(13)?, concurrency) {
                     held.given.push(slot);
                 }
             }
             take::read_claim_result(queue, rows.rewind())
         },
-    )
+    )?;
+    if let ([slot], false) = (held.given.as_slice(), held.missed) {
+        remember_slot(queue, *slot);
+    }
+    Ok(outcome)
 }
 
 /// Step 5: record what the claim did with its slots: each pending item it
@@ -1416,10 +1421,14 @@ pub const SLOT_LOCK_CLASS: u16 = 0x5753;
 /// queue's slots lock (0): claims hold it in share mode, `work_limit`
 /// exclusively ([`sync_slots`]).
 fn slot_lock(queue: &str, slot: i32) -> pg_sys::LOCKTAG {
-    let mut tag = crate::pg::compat::advisory_tag(crate::pg::keys::queue_key(queue), slot);
-    tag.locktag_field4 = SLOT_LOCK_CLASS;
-    tag
+    crate::pg::compat::advisory_tag_in(SLOT_LOCK_CLASS, crate::pg::keys::queue_key(queue), slot)
 }
+
+/// The mode claims hold the slots lock in (`work_limit`: exclusive).
+const SLOTS_SHARED: pg_sys::LOCKMODE = pg_sys::ShareLock as pg_sys::LOCKMODE;
+
+/// The mode of a slot's lock, and of `work_limit`'s slots lock.
+const EXCLUSIVE: pg_sys::LOCKMODE = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
 
 /// Take the slots lock of `queue` in share mode to the end of the
 /// transaction if no `work_limit` of the queue holds or waits for it; false
@@ -1428,26 +1437,28 @@ fn share_slots(queue: &str) -> bool {
     // SAFETY: a transaction-scoped lock of the current transaction, taken
     // without waiting.
     unsafe {
-        pg_sys::LockAcquire(
-            &slot_lock(queue, 0),
-            pg_sys::ShareLock as pg_sys::LOCKMODE,
-            false,
-            true,
-        ) != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+        pg_sys::LockAcquire(&slot_lock(queue, 0), SLOTS_SHARED, false, true)
+            != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
     }
 }
 
-/// Release slot `slot` of `queue`, which this transaction took with
-/// [`try_lock`] and gave no item.
-fn unlock_slot(queue: &str, slot: i32) {
+/// `work_limit`'s hold on the slots lock of `queue`: exclusive, waiting for
+/// the claims in flight that hold it shared, to the end of the transaction.
+fn hold_slots(queue: &str) {
+    // SAFETY: a transaction-scoped lock of the current transaction.
+    unsafe {
+        pg_sys::LockAcquire(&slot_lock(queue, 0), EXCLUSIVE, false, false);
+    }
+}
+
+/// Undo one acquisition of slot lock `slot` of `queue` (0: the slots lock,
+/// in `mode`) that this claim call made and does not use; a lock the
+/// transaction took more than once stays held.
+fn unlock_slot(queue: &str, slot: i32, mode: pg_sys::LOCKMODE) {
     // SAFETY: a transaction-scoped lock this transaction holds; releasing
     // it early is what `LockRelease` is for.
     unsafe {
-        pg_sys::LockRelease(
-            &slot_lock(queue, slot),
-            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
-            false,
-        );
+        pg_sys::LockRelease(&slot_lock(queue, slot), mode, false);
     }
 }
 
@@ -1790,17 +1801,11 @@ impl SlotLocks {
     /// Release what this call took and did not use (see the type).
     fn release(self, queue: &str) {
         for slot in self.taken.iter().filter(|slot| !self.given.contains(slot)) {
-            unlock_slot(queue, *slot);
+            unlock_slot(queue, *slot, EXCLUSIVE);
         }
         if self.given.is_empty() {
-            // SAFETY: the share lock `share_slots` took in this call.
-            unsafe {
-                pg_sys::LockRelease(
-                    &slot_lock(queue, 0),
-                    pg_sys::ShareLock as pg_sys::LOCKMODE,
-                    false,
-                );
-            }
+            // The share lock `share_slots` took in this call.
+            unlock_slot(queue, 0, SLOTS_SHARED);
         }
     }
 }
@@ -2342,15 +2347,7 @@ fn limit(
         // queue's row is written, so that a transaction that claimed and
         // then changes the queue's settings (a pause) waits for this call
         // rather than deadlock with it.
-        // SAFETY: a transaction-scoped lock of the current transaction.
-        unsafe {
-            pg_sys::LockAcquire(
-                &slot_lock(&queue, 0),
-                pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
-                false,
-                false,
-            );
-        }
+        hold_slots(&queue);
     }
     Spi::connect_mut(|client| {
         plans::run(

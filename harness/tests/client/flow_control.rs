@@ -2114,7 +2114,9 @@ fn work_limit_waits_for_claims_in_flight_and_the_queue_waits_for_it() {
     while scalar::<i64>(
         &mut main,
         "SELECT count(*) FROM pg_catalog.pg_locks
-          WHERE locktype = 'advisory' AND objsubid = 22355 AND objid = 0 AND NOT granted",
+          WHERE locktype = 'advisory' AND objsubid = 22355 AND objid = 0 AND NOT granted
+            AND database = (SELECT d.oid FROM pg_catalog.pg_database AS d
+                             WHERE d.datname = pg_catalog.current_database())",
         &[],
     ) == 0
     {
