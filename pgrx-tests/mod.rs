@@ -20,3 +20,4 @@ mod operate;
 mod ops;
 mod plans;
 mod privileges;
+mod schedules;

@@ -21,6 +21,8 @@
 --                                    the rows put back in the arrays' order
 --   work_purge without a queue,
 --   work_queue_stats, work_grant,
+--   work_fire_schedules,
+--   work_schedules (from 0.12.0),
 --   work_revoke, work_enforce_grants every shard
 --   work_assert                      checks the token on the item's shard, but
 --                                    cannot hold the shard's row lock in the
@@ -686,6 +688,164 @@ COMMENT ON VIEW workfence.work_queue_grants IS
     'Every shard''s queue grants, one row per grant (the latest granted_at of any shard); '
     'not readable by PUBLIC, as on the shards.';
 
+-- ---- schedules (from 0.12.0) ----
+-- A schedule lives on its queue's shard, where its fires enqueue its items
+-- and where claims of the queue fire it. The calls that name only a
+-- schedule find it on every shard through the shard's work_schedules (so
+-- where queue grants are enforced, the role needs read on its queue too).
+
+CREATE FUNCTION workfence_router.schedule_on_queue_shard(name text, cron text, queue text,
+    payload jsonb, timezone text, catch_up text, priority integer, max_attempts integer,
+    group_key text)
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.schedule_on_queue_shard');
+    RUN ON workfence_router.queue_shard(queue);
+    SELECT workfence.work_schedule(name, cron, queue, payload, timezone, catch_up, priority,
+                                   max_attempts, group_key);
+$$;
+
+-- The queue of schedule `name` on each shard that has it.
+CREATE FUNCTION workfence_router.schedule_queues(name text) RETURNS SETOF text
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.schedule_queues');
+    RUN ON ALL;
+    SELECT s.queue FROM workfence.work_schedules AS s WHERE s.name OPERATOR(pg_catalog.=) $1;
+$$;
+
+-- One verb on the shard of `queue` (the schedule's): unschedule, pause, resume.
+CREATE FUNCTION workfence_router.unschedule_on(queue text, name text) RETURNS boolean
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.unschedule_on');
+    RUN ON workfence_router.queue_shard(queue);
+    SELECT workfence.work_unschedule(name);
+$$;
+
+CREATE FUNCTION workfence_router.pause_schedule_on(queue text, name text) RETURNS boolean
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.pause_schedule_on');
+    RUN ON workfence_router.queue_shard(queue);
+    SELECT workfence.work_pause_schedule(name);
+$$;
+
+CREATE FUNCTION workfence_router.resume_schedule_on(queue text, name text) RETURNS boolean
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.resume_schedule_on');
+    RUN ON workfence_router.queue_shard(queue);
+    SELECT workfence.work_resume_schedule(name);
+$$;
+
+CREATE FUNCTION workfence_router.fire_schedules_all() RETURNS SETOF integer
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.fire_schedules_all');
+    RUN ON ALL;
+    SELECT workfence.work_fire_schedules();
+$$;
+
+CREATE FUNCTION workfence_router.schedules()
+RETURNS TABLE(name text, cron text, timezone text, queue text, catch_up text, paused boolean,
+              next_slot timestamp with time zone, last_slot timestamp with time zone,
+              last_item_id bigint, last_fired_at timestamp with time zone, payload jsonb,
+              priority integer, max_attempts integer, group_key text)
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.schedules');
+    RUN ON ALL;
+    SELECT s.name, s.cron, s.timezone, s.queue, s.catch_up, s.paused, s.next_slot, s.last_slot,
+           s.last_item_id, s.last_fired_at, s.payload, s.priority, s.max_attempts, s.group_key
+      FROM workfence.work_schedules AS s;
+$$;
+
+CREATE VIEW workfence.work_schedules AS
+SELECT s.name, s.cron, s.timezone, s.queue, s.catch_up, s.paused, s.next_slot, s.last_slot,
+       s.last_item_id, s.last_fired_at, s.payload, s.priority, s.max_attempts, s.group_key
+  FROM workfence_router.schedules() AS s;
+COMMENT ON VIEW workfence.work_schedules IS
+    'Every shard''s work_schedules, as the calling role may read them there: a schedule is on its queue''s shard.';
+
+-- A schedule moved to a queue of another shard is removed from its old
+-- shard first (two commits: a call that fails between them leaves it
+-- removed; repeat it).
+CREATE FUNCTION workfence.work_schedule(name text, cron text, queue text,
+    payload jsonb DEFAULT '{}', timezone text DEFAULT 'UTC', catch_up text DEFAULT 'latest',
+    priority integer DEFAULT 0, max_attempts integer DEFAULT 25, group_key text DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $schedule$
+DECLARE
+    old_queue pg_catalog.text;
+    moved pg_catalog.bool := false;
+BEGIN
+    IF name IS NOT NULL AND queue IS NOT NULL THEN
+        FOR old_queue IN SELECT q FROM workfence_router.schedule_queues(name) AS q LOOP
+            IF workfence_router.queue_shard(old_queue)
+               OPERATOR(pg_catalog.<>) workfence_router.queue_shard(queue) THEN
+                PERFORM workfence_router.unschedule_on(old_queue, name);
+                moved := true;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN workfence_router.schedule_on_queue_shard(name, cron, queue, payload, timezone,
+                                                    catch_up, priority, max_attempts, group_key)
+           OR moved;
+END
+$schedule$;
+
+-- unschedule, pause and resume: on the shard that has the schedule; false
+-- (unschedule) or 42704 (pause, resume) when none has it, as on one server.
+CREATE FUNCTION workfence.work_unschedule(name text) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $unschedule$
+DECLARE
+    q pg_catalog.text;
+    found pg_catalog.bool := false;
+BEGIN
+    FOR q IN SELECT x FROM workfence_router.schedule_queues(name) AS x LOOP
+        found := workfence_router.unschedule_on(q, name) OR found;
+    END LOOP;
+    IF NOT found THEN
+        -- The shard's own checks (NULL or bad name) and answer.
+        RETURN workfence_router.unschedule_on('', name);
+    END IF;
+    RETURN found;
+END
+$unschedule$;
+
+CREATE FUNCTION workfence.work_pause_schedule(name text) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $pause$
+DECLARE
+    q pg_catalog.text;
+    seen pg_catalog.bool := false;
+    changed pg_catalog.bool := false;
+BEGIN
+    FOR q IN SELECT x FROM workfence_router.schedule_queues(name) AS x LOOP
+        seen := true;
+        changed := workfence_router.pause_schedule_on(q, name) OR changed;
+    END LOOP;
+    IF NOT seen THEN
+        RETURN workfence_router.pause_schedule_on('', name);
+    END IF;
+    RETURN changed;
+END
+$pause$;
+
+CREATE FUNCTION workfence.work_resume_schedule(name text) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $resume$
+DECLARE
+    q pg_catalog.text;
+    seen pg_catalog.bool := false;
+    changed pg_catalog.bool := false;
+BEGIN
+    FOR q IN SELECT x FROM workfence_router.schedule_queues(name) AS x LOOP
+        seen := true;
+        changed := workfence_router.resume_schedule_on(q, name) OR changed;
+    END LOOP;
+    IF NOT seen THEN
+        RETURN workfence_router.resume_schedule_on('', name);
+    END IF;
+    RETURN changed;
+END
+$resume$;
+
+CREATE FUNCTION workfence.work_fire_schedules() RETURNS integer
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS
+$$ SELECT COALESCE(pg_catalog.sum(n), 0)::integer FROM workfence_router.fire_schedules_all() AS n $$;
+
 -- ---- which shard is which ----
 
 -- The shard number shard `part` (the foreign server's option p<part>)
@@ -729,6 +889,17 @@ COMMENT ON FUNCTION workfence.work_finish_many(text, bigint[], bigint[], jsonb[]
     'arguments the extension refuses go to shard 0, which raises as the extension does.';
 COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
     'Router: runs work_purge on the queue''s shard, or on every shard (the sum) when queue is NULL.';
+COMMENT ON FUNCTION workfence.work_schedule(text, text, text, jsonb, text, text, integer, integer, text) IS
+    'Router: runs work_schedule on the queue''s shard, after removing the schedule from any other shard that has '
+    'it (a schedule moved to a queue of another shard; two commits).';
+COMMENT ON FUNCTION workfence.work_unschedule(text) IS
+    'Router: runs work_unschedule on the shard whose work_schedules lists the schedule.';
+COMMENT ON FUNCTION workfence.work_pause_schedule(text) IS
+    'Router: runs work_pause_schedule on the shard whose work_schedules lists the schedule (42704 when none does).';
+COMMENT ON FUNCTION workfence.work_resume_schedule(text) IS
+    'Router: runs work_resume_schedule on the shard whose work_schedules lists the schedule (42704 when none does).';
+COMMENT ON FUNCTION workfence.work_fire_schedules() IS
+    'Router: runs work_fire_schedules on every shard; the sum.';
 COMMENT ON FUNCTION workfence.work_grant(text, text, text) IS
     'Router: runs work_grant on every shard; true when any shard changed.';
 COMMENT ON FUNCTION workfence.work_revoke(text, text, text) IS
@@ -742,7 +913,7 @@ COMMENT ON FUNCTION workfence.work_enforce_grants(boolean) IS
 -- and so refuses a call from a role other than the session's.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence_router FROM PUBLIC;
-REVOKE ALL ON TABLE workfence.work_queue_stats, workfence.work_queue_grants FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.work_queue_stats, workfence.work_queue_grants, workfence.work_schedules FROM PUBLIC;
 REVOKE ALL ON SCHEMA workfence FROM PUBLIC;
 GRANT USAGE ON SCHEMA workfence_router TO PUBLIC;
 GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_shard(text),
@@ -758,6 +929,10 @@ GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_sha
     workfence_router.purge_all(interval), workfence_router.purge_one(interval, text),
     workfence_router.grant_all(text, text, text), workfence_router.revoke_all(text, text, text),
     workfence_router.enforce_grants_all(boolean), workfence_router.queue_stats(),
-    workfence_router.queue_grants()
+    workfence_router.queue_grants(),
+    workfence_router.schedule_on_queue_shard(text, text, text, jsonb, text, text, integer, integer, text),
+    workfence_router.schedule_queues(text), workfence_router.unschedule_on(text, text),
+    workfence_router.pause_schedule_on(text, text), workfence_router.resume_schedule_on(text, text),
+    workfence_router.fire_schedules_all(), workfence_router.schedules()
   TO PUBLIC;
 GRANT EXECUTE ON FUNCTION workfence.work_may(text, text) TO PUBLIC;

@@ -286,6 +286,53 @@ COMMENT ON INDEX workfence.queue_slots_pkey IS 'A queue''s slots of one kind in 
 CREATE INDEX queue_slots_used_idx ON workfence.queue_slots (queue, used_at NULLS FIRST) WHERE kind = 'r';
 COMMENT ON INDEX workfence.queue_slots_used_idx IS 'Rate slots, least recently used first: a claim finds a free one at the front.';
 
+-- Schedules (from 0.12.0, issue 34; src/verbs/schedule.rs): cron in the
+-- server. A fire enqueues the item of a slot (key '<name>@<slot>') and moves
+-- next_slot past it in one transaction, holding the row FOR UPDATE (firers
+-- skip a row another holds): a slot's item and its record commit together
+-- or not at all, and next_slot only moves forward past last_slot (the CHECK
+-- keeps it so), so no slot is fired twice.
+CREATE TABLE workfence.schedules (
+    name          text NOT NULL PRIMARY KEY,
+    cron          text NOT NULL,
+    timezone      text NOT NULL,
+    queue         text NOT NULL,
+    payload       jsonb NOT NULL,
+    catch_up      text NOT NULL CHECK (catch_up IN ('latest', 'all', 'none')),
+    priority      integer NOT NULL,
+    max_attempts  integer NOT NULL,
+    group_key     text,
+    paused        boolean NOT NULL DEFAULT false,
+    next_slot     timestamptz NOT NULL,
+    last_slot     timestamptz,
+    last_item_id  bigint,
+    last_fired_at timestamptz,
+    CONSTRAINT schedules_slots_forward CHECK (last_slot IS NULL OR next_slot > last_slot)
+);
+COMMENT ON TABLE workfence.schedules IS
+    'Schedules (from 0.12.0): written by work_schedule, work_unschedule, work_pause_schedule, work_resume_schedule '
+    'and by the fires (work_fire_schedules, the maintenance worker, claims of the queue). Read it through '
+    'workfence.work_schedules. Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.schedules.name IS 'The schedule''s name; its items'' keys are <name>@<slot>.';
+COMMENT ON COLUMN workfence.schedules.cron IS 'Cron expression: 5 fields, 6 with seconds first, or @hourly, @daily, ...';
+COMMENT ON COLUMN workfence.schedules.timezone IS 'IANA time zone the expression is read in.';
+COMMENT ON COLUMN workfence.schedules.queue IS 'Queue its items are enqueued in.';
+COMMENT ON COLUMN workfence.schedules.payload IS 'Payload of every item it enqueues.';
+COMMENT ON COLUMN workfence.schedules.catch_up IS 'latest, all or none: what a fire does with slots that passed unfired.';
+COMMENT ON COLUMN workfence.schedules.priority IS 'Priority of its items.';
+COMMENT ON COLUMN workfence.schedules.max_attempts IS 'max_attempts of its items.';
+COMMENT ON COLUMN workfence.schedules.group_key IS 'group_key of its items (NULL: none).';
+COMMENT ON COLUMN workfence.schedules.paused IS 'work_pause_schedule: fires nothing until work_resume_schedule.';
+COMMENT ON COLUMN workfence.schedules.next_slot IS 'The first slot not yet fired or skipped; due when it is at or before now; infinity when the expression names no more.';
+COMMENT ON COLUMN workfence.schedules.last_slot IS 'The last slot fired; NULL before the first fire.';
+COMMENT ON COLUMN workfence.schedules.last_item_id IS 'The id of the item the last slot fired (it may since be purged).';
+COMMENT ON COLUMN workfence.schedules.last_fired_at IS 'Server time of the last fire.';
+COMMENT ON INDEX workfence.schedules_pkey IS 'A schedule by name.';
+CREATE INDEX schedules_due_idx ON workfence.schedules (next_slot) WHERE NOT paused;
+COMMENT ON INDEX workfence.schedules_due_idx IS 'The schedules that are not paused, by next slot: a fire finds the due ones at the front.';
+CREATE INDEX schedules_queue_idx ON workfence.schedules (queue, next_slot) WHERE NOT paused;
+COMMENT ON INDEX workfence.schedules_queue_idx IS 'A queue''s schedules that are not paused, by next slot: a claim''s fire of its queue.';
+
 -- Queue grants (from 0.7.0): which role may use which capability on which
 -- queues, and whether they are enforced. Written only by work_grant,
 -- work_revoke and work_enforce_grants, which tell every session to read
@@ -361,6 +408,7 @@ SELECT s.system_identifier, c.timeline_id, d.oid, 1, pg_catalog.clock_timestamp(
 REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queues FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_slots FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.schedules FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grants FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grant_mode FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.generation FROM PUBLIC;
@@ -374,6 +422,7 @@ SELECT pg_catalog.pg_extension_config_dump('workfence.epoch_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.items_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_slots', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.schedules', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grant_mode', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.generation', '');

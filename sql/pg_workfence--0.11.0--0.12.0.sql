@@ -465,3 +465,155 @@ COMMENT ON FUNCTION workfence.work_cancel(text, text) IS
 'work_cancel(queue, key) -> boolean. Cancels the item if it is pending or claimed: state cancelled, finished_at = clock_timestamp(), not claimed again unless work_retry puts it back (under a new epoch); the holder''s token is refused from then on (work_assert: 55000, cancelled). False, changing nothing, when the item is missing or already done, failed or cancelled. Errors: 22004 NULL argument, 22023 bad queue/key, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamptz) IS
 'work_reschedule(queue, key, run_at) -> boolean. Moves a pending item''s run_at (run it now: now()); wakes long polls at commit. True if it changed the item; false for a missing item or one that is not pending. Errors: 22004 NULL argument, 22023 bad queue/key/run_at, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
+
+-- ---- issue 34: schedules ----
+-- Schedules (from 0.12.0, issue 34; src/verbs/schedule.rs): cron in the
+-- server. A fire enqueues the item of a slot (key '<name>@<slot>') and moves
+-- next_slot past it in one transaction, holding the row FOR UPDATE (firers
+-- skip a row another holds): a slot's item and its record commit together
+-- or not at all, and next_slot only moves forward past last_slot (the CHECK
+-- keeps it so), so no slot is fired twice.
+CREATE TABLE workfence.schedules (
+    name          text NOT NULL PRIMARY KEY,
+    cron          text NOT NULL,
+    timezone      text NOT NULL,
+    queue         text NOT NULL,
+    payload       jsonb NOT NULL,
+    catch_up      text NOT NULL CHECK (catch_up IN ('latest', 'all', 'none')),
+    priority      integer NOT NULL,
+    max_attempts  integer NOT NULL,
+    group_key     text,
+    paused        boolean NOT NULL DEFAULT false,
+    next_slot     timestamptz NOT NULL,
+    last_slot     timestamptz,
+    last_item_id  bigint,
+    last_fired_at timestamptz,
+    CONSTRAINT schedules_slots_forward CHECK (last_slot IS NULL OR next_slot > last_slot)
+);
+COMMENT ON TABLE workfence.schedules IS
+    'Schedules (from 0.12.0): written by work_schedule, work_unschedule, work_pause_schedule, work_resume_schedule '
+    'and by the fires (work_fire_schedules, the maintenance worker, claims of the queue). Read it through '
+    'workfence.work_schedules. Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.schedules.name IS 'The schedule''s name; its items'' keys are <name>@<slot>.';
+COMMENT ON COLUMN workfence.schedules.cron IS 'Cron expression: 5 fields, 6 with seconds first, or @hourly, @daily, ...';
+COMMENT ON COLUMN workfence.schedules.timezone IS 'IANA time zone the expression is read in.';
+COMMENT ON COLUMN workfence.schedules.queue IS 'Queue its items are enqueued in.';
+COMMENT ON COLUMN workfence.schedules.payload IS 'Payload of every item it enqueues.';
+COMMENT ON COLUMN workfence.schedules.catch_up IS 'latest, all or none: what a fire does with slots that passed unfired.';
+COMMENT ON COLUMN workfence.schedules.priority IS 'Priority of its items.';
+COMMENT ON COLUMN workfence.schedules.max_attempts IS 'max_attempts of its items.';
+COMMENT ON COLUMN workfence.schedules.group_key IS 'group_key of its items (NULL: none).';
+COMMENT ON COLUMN workfence.schedules.paused IS 'work_pause_schedule: fires nothing until work_resume_schedule.';
+COMMENT ON COLUMN workfence.schedules.next_slot IS 'The first slot not yet fired or skipped; due when it is at or before now; infinity when the expression names no more.';
+COMMENT ON COLUMN workfence.schedules.last_slot IS 'The last slot fired; NULL before the first fire.';
+COMMENT ON COLUMN workfence.schedules.last_item_id IS 'The id of the item the last slot fired (it may since be purged).';
+COMMENT ON COLUMN workfence.schedules.last_fired_at IS 'Server time of the last fire.';
+COMMENT ON INDEX workfence.schedules_pkey IS 'A schedule by name.';
+CREATE INDEX schedules_due_idx ON workfence.schedules (next_slot) WHERE NOT paused;
+COMMENT ON INDEX workfence.schedules_due_idx IS 'The schedules that are not paused, by next slot: a fire finds the due ones at the front.';
+CREATE INDEX schedules_queue_idx ON workfence.schedules (queue, next_slot) WHERE NOT paused;
+COMMENT ON INDEX workfence.schedules_queue_idx IS 'A queue''s schedules that are not paused, by next slot: a claim''s fire of its queue.';
+REVOKE ALL ON TABLE workfence.schedules FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('workfence.schedules', '');
+
+-- The schedules (from 0.12.0), as work_schedule made them, with what they
+-- last fired. Where queue grants are enforced, only the schedules of queues
+-- the reader may read (work_may), filtered before the reader's conditions.
+CREATE VIEW workfence.work_schedules WITH (security_barrier) AS
+SELECT s.name,
+       s.cron,
+       s.timezone,
+       s.queue,
+       s.catch_up,
+       s.paused,
+       s.next_slot,
+       s.last_slot,
+       s.last_item_id,
+       s.last_fired_at,
+       s.payload,
+       s.priority,
+       s.max_attempts,
+       s.group_key
+  FROM workfence.schedules AS s
+ WHERE workfence.work_may('read', s.queue);
+COMMENT ON VIEW workfence.work_schedules IS
+    'One row per schedule (work_schedule): its cron expression, time zone, queue and catch_up, whether it is paused, '
+    'its next slot, and the last slot it fired with that slot''s item. Where queue grants are enforced, only the '
+    'schedules of queues the reader may read (work_may). Not readable by PUBLIC; a reader needs EXECUTE on '
+    'workfence.work_may too.';
+COMMENT ON COLUMN workfence.work_schedules.name IS 'The schedule''s name; its items'' keys are <name>@<slot as UTC ISO 8601>.';
+COMMENT ON COLUMN workfence.work_schedules.cron IS 'Cron expression: 5 fields, 6 with seconds first, or @hourly, @daily, @weekly, @monthly, @yearly.';
+COMMENT ON COLUMN workfence.work_schedules.timezone IS 'IANA time zone the expression is read in.';
+COMMENT ON COLUMN workfence.work_schedules.queue IS 'Queue its items are enqueued in.';
+COMMENT ON COLUMN workfence.work_schedules.catch_up IS 'latest, all or none: what a fire does with slots that passed unfired.';
+COMMENT ON COLUMN workfence.work_schedules.paused IS 'Whether it is paused (work_pause_schedule): it fires nothing.';
+COMMENT ON COLUMN workfence.work_schedules.next_slot IS 'The first slot not yet fired or skipped (infinity: the expression names no more).';
+COMMENT ON COLUMN workfence.work_schedules.last_slot IS 'The last slot fired; NULL before the first.';
+COMMENT ON COLUMN workfence.work_schedules.last_item_id IS 'The item the last slot fired (it may since be purged).';
+COMMENT ON COLUMN workfence.work_schedules.last_fired_at IS 'Server time of the last fire.';
+COMMENT ON COLUMN workfence.work_schedules.payload IS 'Payload of its items.';
+COMMENT ON COLUMN workfence.work_schedules.priority IS 'Priority of its items.';
+COMMENT ON COLUMN workfence.work_schedules.max_attempts IS 'max_attempts of its items.';
+COMMENT ON COLUMN workfence.work_schedules.group_key IS 'group_key of its items (NULL: none).';
+REVOKE ALL ON TABLE workfence.work_schedules FROM PUBLIC;
+
+CREATE FUNCTION workfence."work_schedule"(
+	"name" TEXT,
+	"cron" TEXT,
+	"queue" TEXT,
+	"payload" jsonb DEFAULT '{}',
+	"timezone" TEXT DEFAULT 'UTC',
+	"catch_up" TEXT DEFAULT 'latest',
+	"priority" INT DEFAULT 0,
+	"max_attempts" INT DEFAULT 25,
+	"group_key" TEXT DEFAULT NULL
+) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_schedule_wrapper';
+CREATE FUNCTION workfence."work_unschedule"("name" TEXT) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_unschedule_wrapper';
+CREATE FUNCTION workfence."work_pause_schedule"("name" TEXT) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_pause_schedule_wrapper';
+CREATE FUNCTION workfence."work_resume_schedule"("name" TEXT) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_resume_schedule_wrapper';
+CREATE FUNCTION workfence."work_fire_schedules"() RETURNS INT
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_fire_schedules_wrapper';
+ALTER ROUTINE workfence.work_schedule(text, text, text, jsonb, text, text, integer, integer, text)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.work_schedule(text, text, text, jsonb, text, text, integer, integer, text) FROM PUBLIC;
+ALTER ROUTINE workfence.work_unschedule(text)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.work_unschedule(text) FROM PUBLIC;
+ALTER ROUTINE workfence.work_pause_schedule(text)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.work_pause_schedule(text) FROM PUBLIC;
+ALTER ROUTINE workfence.work_resume_schedule(text)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.work_resume_schedule(text) FROM PUBLIC;
+ALTER ROUTINE workfence.work_fire_schedules()
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.work_fire_schedules() FROM PUBLIC;
+
+COMMENT ON FUNCTION workfence.work_schedule(text, text, text, jsonb, text, text, integer, integer, text) IS
+'work_schedule(name, cron, queue, payload jsonb DEFAULT ''{}'', timezone DEFAULT ''UTC'', catch_up DEFAULT ''latest'', priority DEFAULT 0, max_attempts DEFAULT 25, group_key DEFAULT NULL) -> boolean. From 0.12.0: creates or replaces the schedule name; true if it is new or a setting changed. Each slot of cron (5 fields, 6 with seconds first, or @hourly, @daily, @weekly, @monthly, @yearly; parsed by croner) in timezone (IANA name) enqueues one item in queue with key <name>@<slot as UTC ISO 8601>, run_at = the slot, and the other arguments as work_enqueue''s, in the transaction that records the slot as fired: each slot fires at most once. A fixed local time skipped by a spring-forward fires once at the transition, a repeated one once; other expressions follow real time. catch_up: latest (after a gap fire the most recent missed slot), all (each, at most 100 per schedule per round), none (only a slot at most 60 seconds old). A new schedule starts at its first slot after now; a replace keeps the next slot if cron and timezone are unchanged, else starts after now and after the last slot fired; it keeps the pause. Errors: 22004 NULL argument, 22023 bad name (1..128 bytes, no control characters) or queue, cron not an expression or naming no time or over 256 bytes, unknown timezone, catch_up not latest/all/none, max_attempts out of 1..1000, bad group_key; 25006 on a hot standby; 42501 when queue grants are enforced and the role has no operate grant covering the queue (and the replaced schedule''s queue).';
+
+COMMENT ON FUNCTION workfence.work_unschedule(text) IS
+'work_unschedule(name) -> boolean. From 0.12.0: removes the schedule; true if it existed. The items it fired stay; a fire of it in flight is waited for, and none starts after. Errors: 22004 NULL name, 22023 bad name; 25006 on a hot standby; 42501 when queue grants are enforced and the role has no operate grant covering the schedule''s queue.';
+
+COMMENT ON FUNCTION workfence.work_pause_schedule(text) IS
+'work_pause_schedule(name) -> boolean. From 0.12.0: the schedule fires nothing until work_resume_schedule; true if it was not paused. A fire in flight is waited for. Errors: 22004 NULL name, 22023 bad name, 42704 no schedule of that name; 25006 on a hot standby; 42501 when queue grants are enforced and the role has no operate grant covering the schedule''s queue.';
+
+COMMENT ON FUNCTION workfence.work_resume_schedule(text) IS
+'work_resume_schedule(name) -> boolean. From 0.12.0: the schedule fires again; true if it was paused. The slots that passed while it was paused are missed slots: its catch_up decides (latest: the most recent, all: each, none: none). Errors: 22004 NULL name, 22023 bad name, 42704 no schedule of that name; 25006 on a hot standby; 42501 when queue grants are enforced and the role has no operate grant covering the schedule''s queue.';
+
+COMMENT ON FUNCTION workfence.work_fire_schedules() IS
+'work_fire_schedules() -> integer. From 0.12.0: fires every due slot of every schedule that is not paused and that no other transaction is firing (passed over, never waited for), in the caller''s transaction; returns how many items it enqueued (a slot whose key exists enqueues none). Safe to call from any number of sessions at once, as often as wanted: no slot is fired twice. At most 1000 schedules and 100 slots of each per call. No queue grant is checked: it does only what the schedules'' makers asked for, at the time they asked. Errors: 25006 on a hot standby or in a read-only transaction.';

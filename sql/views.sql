@@ -111,6 +111,47 @@ COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
 
+-- The schedules (from 0.12.0), as work_schedule made them, with what they
+-- last fired. Where queue grants are enforced, only the schedules of queues
+-- the reader may read (work_may), filtered before the reader's conditions.
+CREATE VIEW workfence.work_schedules WITH (security_barrier) AS
+SELECT s.name,
+       s.cron,
+       s.timezone,
+       s.queue,
+       s.catch_up,
+       s.paused,
+       s.next_slot,
+       s.last_slot,
+       s.last_item_id,
+       s.last_fired_at,
+       s.payload,
+       s.priority,
+       s.max_attempts,
+       s.group_key
+  FROM workfence.schedules AS s
+ WHERE workfence.work_may('read', s.queue);
+COMMENT ON VIEW workfence.work_schedules IS
+    'One row per schedule (work_schedule): its cron expression, time zone, queue and catch_up, whether it is paused, '
+    'its next slot, and the last slot it fired with that slot''s item. Where queue grants are enforced, only the '
+    'schedules of queues the reader may read (work_may). Not readable by PUBLIC; a reader needs EXECUTE on '
+    'workfence.work_may too.';
+COMMENT ON COLUMN workfence.work_schedules.name IS 'The schedule''s name; its items'' keys are <name>@<slot as UTC ISO 8601>.';
+COMMENT ON COLUMN workfence.work_schedules.cron IS 'Cron expression: 5 fields, 6 with seconds first, or @hourly, @daily, @weekly, @monthly, @yearly.';
+COMMENT ON COLUMN workfence.work_schedules.timezone IS 'IANA time zone the expression is read in.';
+COMMENT ON COLUMN workfence.work_schedules.queue IS 'Queue its items are enqueued in.';
+COMMENT ON COLUMN workfence.work_schedules.catch_up IS 'latest, all or none: what a fire does with slots that passed unfired.';
+COMMENT ON COLUMN workfence.work_schedules.paused IS 'Whether it is paused (work_pause_schedule): it fires nothing.';
+COMMENT ON COLUMN workfence.work_schedules.next_slot IS 'The first slot not yet fired or skipped (infinity: the expression names no more).';
+COMMENT ON COLUMN workfence.work_schedules.last_slot IS 'The last slot fired; NULL before the first.';
+COMMENT ON COLUMN workfence.work_schedules.last_item_id IS 'The item the last slot fired (it may since be purged).';
+COMMENT ON COLUMN workfence.work_schedules.last_fired_at IS 'Server time of the last fire.';
+COMMENT ON COLUMN workfence.work_schedules.payload IS 'Payload of its items.';
+COMMENT ON COLUMN workfence.work_schedules.priority IS 'Priority of its items.';
+COMMENT ON COLUMN workfence.work_schedules.max_attempts IS 'max_attempts of its items.';
+COMMENT ON COLUMN workfence.work_schedules.group_key IS 'group_key of its items (NULL: none).';
+REVOKE ALL ON TABLE workfence.work_schedules FROM PUBLIC;
+
 -- The queue grants as work_grant made them (from 0.7.0), with the role's
 -- name (pg_get_userbyid: "unknown (OID=n)" for a role dropped since).
 CREATE VIEW workfence.work_queue_grants AS

@@ -185,6 +185,7 @@ pub fn init() {
     // libraries; read on the main thread.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         pg_shmem_init!(STATUS = AtomicU32::new(STATUS_UNKNOWN));
+        crate::backend::schedules::init_shared();
         BackgroundWorkerBuilder::new(LAUNCHER_TYPE)
             .set_type(LAUNCHER_TYPE)
             .set_library("pg_workfence")
@@ -255,6 +256,7 @@ pub extern "C-unwind" fn workfence_maintenance_launcher_main(_arg: pg_sys::Datum
     // No database: the shared catalogs (pg_database) only.
     BackgroundWorker::connect_worker_to_spi(None, None);
     let mut last_round: Option<Instant> = None;
+    let mut last_fire: Option<Instant> = None;
     let mut naptime_in_force = naptime();
     loop {
         if reload_if_asked() && naptime() != naptime_in_force {
@@ -276,13 +278,27 @@ pub extern "C-unwind" fn workfence_maintenance_launcher_main(_arg: pg_sys::Datum
         let due = last_round.map_or(Instant::now(), |at| at + naptime());
         let now = Instant::now();
         if now < due {
+            if let Some(wait) = until_fire(last_fire) {
+                if wait.is_zero() {
+                    last_fire = Some(Instant::now());
+                    if let Some(oid) = database_oid(&database) {
+                        run_round_in(oid, &database, Round::Fire);
+                    }
+                    continue;
+                }
+                // A schedule's change lowers the next fire without a
+                // signal: look again within the second.
+                nap(Some((due - now).min(wait).min(FIRE_LOOK)));
+                continue;
+            }
             // A reload during the nap recomputes `due` at once.
             nap(Some(due - now));
             continue;
         }
         last_round = Some(Instant::now());
+        last_fire = last_round;
         match database_oid(&database) {
-            Some(oid) => run_round_in(oid, &database),
+            Some(oid) => run_round_in(oid, &database, Round::Full),
             None => log_on_change(STATUS_NO_DATABASE, || {
                 format!(
                     "{LAUNCHER_TYPE}: database \"{database}\" does not exist or does not accept \
@@ -344,15 +360,55 @@ fn database_oid(name: &str) -> Option<pg_sys::Oid> {
     }
 }
 
+/// What a round worker does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Fire the due schedules, then dead-letter and purge (every naptime).
+    Full,
+    /// Fire the due schedules only (at a schedule's next slot).
+    Fire,
+}
+
+/// The argument bit that says [`Round::Fire`] (above the database OID's 32
+/// bits).
+const FIRE_ONLY: u64 = 1 << 32;
+
+/// The launcher looks at the next fire at least this often (a schedule's
+/// change lowers it in shared memory, without a signal).
+const FIRE_LOOK: Duration = Duration::from_secs(1);
+
+/// Two fire rounds start at least this far apart (a due schedule another
+/// transaction holds stays due: no round can fire it until that ends).
+const FIRE_SPACING: Duration = Duration::from_millis(200);
+
+/// How long until the maintenance worker's next fire
+/// ([`crate::backend::schedules::next_fire`]); zero when due, `None` when
+/// nothing is scheduled (or not preloaded).
+fn until_fire(last_fire: Option<Instant>) -> Option<Duration> {
+    let next = crate::backend::schedules::next_fire()?;
+    if next == crate::base::cron::NEVER {
+        return None;
+    }
+    // SAFETY: reads the system clock; cannot fail.
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    let until = Duration::from_micros(u64::try_from(next.saturating_sub(now)).unwrap_or(0));
+    let spacing = last_fire
+        .map(|at| (at + FIRE_SPACING).saturating_duration_since(Instant::now()))
+        .unwrap_or(Duration::ZERO);
+    Some(until.max(spacing))
+}
+
 /// Start a round worker in database `oid` and wait for it to end.
-fn run_round_in(oid: pg_sys::Oid, database: &str) {
+fn run_round_in(oid: pg_sys::Oid, database: &str, kind: Round) {
     let started = BackgroundWorkerBuilder::new(WORKER_TYPE)
         .set_type(WORKER_TYPE)
         .set_library("pg_workfence")
         .set_function("workfence_maintenance_round_main")
         .enable_spi_access()
         .set_restart_time(None)
-        .set_argument(Some(pg_sys::Datum::from(oid)))
+        .set_argument(Some(pg_sys::Datum::from(
+            u64::from(u32::from(oid)) | if kind == Round::Fire { FIRE_ONLY } else { 0 },
+        )))
         // SAFETY: this process's pid.
         .set_notify_pid(unsafe { pg_sys::MyProcPid })
         .load_dynamic();
@@ -375,6 +431,11 @@ fn run_round_in(oid: pg_sys::Oid, database: &str) {
 pub extern "C-unwind" fn workfence_maintenance_round_main(arg: pg_sys::Datum) {
     standard_signals();
     let oid = pg_sys::Oid::from(arg.value() as u32);
+    let kind = if arg.value() as u64 & FIRE_ONLY != 0 {
+        Round::Fire
+    } else {
+        Round::Full
+    };
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(oid), None);
     // The statements name every object; pinning search_path as the SQL
     // functions do keeps it that way should one ever not.
@@ -395,7 +456,10 @@ pub extern "C-unwind" fn workfence_maintenance_round_main(arg: pg_sys::Datum) {
         pg_sys::CommitTransactionCommand();
         name
     };
-    round(&database);
+    fire_round(&database);
+    if kind == Round::Full {
+        round(&database);
+    }
 }
 
 /// `workfence.maintenance_naptime` as a duration.
@@ -449,33 +513,36 @@ struct Done {
     purged: i64,
 }
 
-/// One round in its own transaction. An ERROR (or an error of ours) aborts
-/// the transaction and is logged as a WARNING; the worker carries on.
-fn round(database: &str) {
-    // SAFETY (both blocks): the transaction calls of a background worker's
+/// `work` in a transaction of its own, shown in `pg_stat_activity` as
+/// `activity`. An ERROR (or an error of ours) aborts the transaction and
+/// comes back as its message with its SQLSTATE.
+fn in_transaction<T>(
+    activity: &std::ffi::CStr,
+    work: impl FnOnce(&mut SpiClient<'_>) -> Result<T>,
+) -> std::result::Result<T, String> {
+    // SAFETY (all blocks): the transaction calls of a background worker's
     // main loop, made on its main thread outside any transaction.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
         pg_sys::StartTransactionCommand();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        pg_sys::pgstat_report_activity(
-            pg_sys::BackendState::STATE_RUNNING,
-            c"pg_workfence maintenance round".as_ptr(),
-        );
+        pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, activity.as_ptr());
     }
-    let outcome = PgTryBuilder::new(|| match Spi::connect_mut(run_round) {
-        Ok(done) => {
-            unsafe {
-                pg_sys::PopActiveSnapshot();
-                pg_sys::CommitTransactionCommand();
+    let outcome = PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
+        match Spi::connect_mut(work) {
+            Ok(done) => {
+                unsafe {
+                    pg_sys::PopActiveSnapshot();
+                    pg_sys::CommitTransactionCommand();
+                }
+                Ok(done)
             }
-            Ok(done)
+            Err(err) => {
+                unsafe { pg_sys::AbortCurrentTransaction() };
+                Err(err.to_string())
+            }
         }
-        Err(err) => {
-            unsafe { pg_sys::AbortCurrentTransaction() };
-            Err(err.to_string())
-        }
-    })
+    }))
     .catch_others(|caught| {
         unsafe { pg_sys::AbortCurrentTransaction() };
         Err(caught_message(&caught))
@@ -484,6 +551,48 @@ fn round(database: &str) {
     unsafe {
         pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, std::ptr::null());
     }
+    outcome
+}
+
+/// Fire the due schedules ([`crate::verbs::schedule::fire`]) in a
+/// transaction of their own, before the round's others (a long purge
+/// does not delay the slots' items), then tell the launcher the next slot.
+fn fire_round(database: &str) {
+    let seen = crate::backend::schedules::changes().unwrap_or(0);
+    let outcome = in_transaction(c"pg_workfence maintenance: fire schedules", |client| {
+        let installed = plans::run(client, &INSTALLED, (), |rows| {
+            Ok(rows.first().get_one::<bool>()?.unwrap_or(false))
+        })?;
+        // Not installed, or not yet updated to 0.12.0: nothing to fire.
+        if !installed || plans::workfence_relation(c"schedules") == pg_sys::InvalidOid {
+            return Ok(None);
+        }
+        crate::verbs::schedule::fire(None).map(Some)
+    });
+    match outcome {
+        Ok(Some(fired)) => {
+            crate::backend::schedules::round_found(seen, fired.earliest);
+            if fired.slots > 0 {
+                debug1!(
+                    "{WORKER_TYPE}: fired {} slot(s) of schedules in database \"{database}\", {} new item(s)",
+                    fired.slots,
+                    fired.enqueued
+                );
+            }
+        }
+        Ok(None) => crate::backend::schedules::round_found(seen, None),
+        Err(message) => {
+            // Tried again at the next full round, not every few milliseconds.
+            crate::backend::schedules::round_found(seen, None);
+            warning!("{WORKER_TYPE}: firing schedules failed, retried next round: {message}")
+        }
+    }
+}
+
+/// One round in its own transaction. An ERROR (or an error of ours) aborts
+/// the transaction and is logged as a WARNING; the worker carries on.
+fn round(database: &str) {
+    let outcome = in_transaction(c"pg_workfence maintenance round", run_round);
     match outcome {
         Ok(Some(Done { failed, purged })) => {
             log_on_change(STATUS_MAINTAINED, || {

@@ -595,6 +595,52 @@ pub fn work_limit_per_group(
     generated::work_limit(c, queue, concurrency, rate, Some(per), per_group)
 }
 
+/// `work_schedule(name, cron, queue, payload, timezone, catch_up)` (from
+/// 0.12.0): creates or replaces a schedule; true if it is new or changed.
+/// The item settings keep their defaults (priority 0, max_attempts 25, no
+/// group).
+pub fn schedule(
+    c: &mut impl GenericClient,
+    name: &str,
+    cron: &str,
+    queue: &str,
+    timezone: &str,
+    catch_up: &str,
+) -> CallResult<bool> {
+    generated::work_schedule(
+        c,
+        name,
+        cron,
+        queue,
+        None,
+        Some(timezone),
+        Some(catch_up),
+        None,
+        None,
+        None,
+    )
+}
+
+/// `work_unschedule(name)` (from 0.12.0): true if the schedule existed.
+pub fn unschedule(c: &mut impl GenericClient, name: &str) -> CallResult<bool> {
+    generated::work_unschedule(c, name)
+}
+
+/// `work_pause_schedule(name)` (from 0.12.0): true if it was not paused.
+pub fn pause_schedule(c: &mut impl GenericClient, name: &str) -> CallResult<bool> {
+    generated::work_pause_schedule(c, name)
+}
+
+/// `work_resume_schedule(name)` (from 0.12.0): true if it was paused.
+pub fn resume_schedule(c: &mut impl GenericClient, name: &str) -> CallResult<bool> {
+    generated::work_resume_schedule(c, name)
+}
+
+/// `work_fire_schedules()` (from 0.12.0): the items it enqueued.
+pub fn fire_schedules(c: &mut impl GenericClient) -> CallResult<i32> {
+    generated::work_fire_schedules(c)
+}
+
 /// One row of `work_item`: an item as an operator sees it. Times and
 /// intervals as the server renders them.
 #[derive(Debug, Clone, PartialEq)]

@@ -152,6 +152,24 @@ pub fn queue(value: Option<String>) -> Result<String> {
     Ok(value)
 }
 
+/// A schedule's name (from 0.12.0, `work_schedule` and the calls that name
+/// one): non-empty, at most [`QUEUE_MAX_BYTES`], no control characters, as
+/// a queue name (its items' keys are `<name>@<slot>`, within
+/// [`KEY_MAX_BYTES`]).
+pub fn schedule_name(value: Option<String>) -> Result<String> {
+    let value = required("name", value)?;
+    if value.is_empty() {
+        return Err(WorkfenceError::invalid(
+            "name",
+            "must not be empty",
+            "The schedule name is ''.",
+            "Name the schedule, e.g. 'nightly-report'.",
+        ));
+    }
+    check_name("name", &value, QUEUE_MAX_BYTES)?;
+    Ok(value)
+}
+
 /// A `group_key` of `work_enqueue` (from 0.10.0): NULL (no group), or
 /// non-empty, at most [`QUEUE_MAX_BYTES`], no control characters, as a
 /// queue name.

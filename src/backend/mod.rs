@@ -13,3 +13,5 @@ pub(crate) mod paused;
 pub mod wait;
 // NOTIFY `work_enqueued` and `work_lease_lost`, and the settings that turn them off.
 pub mod notify;
+// Which queues have schedules, per backend; the maintenance worker's next fire (shared memory).
+pub mod schedules;

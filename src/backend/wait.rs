@@ -389,7 +389,9 @@ fn sleep_and_attempt<T>(
         // deadline, since PostgreSQL runs no extension code to wake it.
         let prepared_before = prepared_wakes_pending(key);
         let rows = attempt()?;
-        if !rows.is_empty() {
+        // An attempt that fired a schedule's slot and claimed nothing ends
+        // the wait, so that the statement commits the fire.
+        if !rows.is_empty() | crate::backend::schedules::take_fired() {
             return Ok(rows);
         }
         let now = Instant::now();
@@ -400,6 +402,9 @@ fn sleep_and_attempt<T>(
         let (next, locked_by_others) = next_due(queue)?;
         if let Some(next) = next {
             sleep = sleep.min(next);
+        }
+        if let Some(slot) = crate::backend::schedules::until_next_slot(queue)? {
+            sleep = sleep.min(slot);
         }
         if locked_by_others {
             sleep = sleep.min(backoff);

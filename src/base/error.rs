@@ -374,6 +374,14 @@ pub enum WorkfenceError {
         role: String,
     },
 
+    /// `work_pause_schedule` or `work_resume_schedule` named no schedule
+    /// (from 0.12.0). SQLSTATE 42704 (undefined_object).
+    #[error("schedule {name:?} does not exist")]
+    UnknownSchedule {
+        /// The schedule name as given.
+        name: String,
+    },
+
     /// A required array argument held a NULL element. SQLSTATE 22004.
     #[error("argument \"{arg}\" must not contain NULL elements")]
     NullElement {
@@ -430,7 +438,9 @@ impl WorkfenceError {
             WorkfenceError::QueueForbidden { .. } | WorkfenceError::NotGrantManager { .. } => {
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE
             }
-            WorkfenceError::UnknownRole { .. } => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            WorkfenceError::UnknownRole { .. } | WorkfenceError::UnknownSchedule { .. } => {
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT
+            }
             WorkfenceError::HotStandby { .. } => PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
             WorkfenceError::InvalidArgument { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
@@ -482,6 +492,11 @@ impl WorkfenceError {
                 capability.as_str()
             )),
             WorkfenceError::UnknownRole { .. } => None,
+            WorkfenceError::UnknownSchedule { .. } => Some(
+                "Where queue grants are enforced, workfence.work_schedules lists only the schedules \
+                 of queues the role may read."
+                    .to_string(),
+            ),
             WorkfenceError::HotStandby { .. } => Some(
                 "The server is in recovery (a standby): a claim writes the item and draws an epoch."
                     .to_string(),
@@ -559,6 +574,9 @@ impl WorkfenceError {
             }
             WorkfenceError::UnknownRole { .. } => Some(
                 "Create the role first, or check the spelling (role names are case-sensitive).",
+            ),
+            WorkfenceError::UnknownSchedule { .. } => Some(
+                "workfence.work_schedules lists the schedules; work_schedule makes one.",
             ),
             WorkfenceError::HotStandby { .. } => Some(
                 "Claim on the primary: with libpq, list every server in the connection string and \

@@ -6,3 +6,5 @@
 pub mod types;
 // Domain errors and their SQLSTATEs.
 pub mod error;
+// A schedule's slots: cron expressions in a time zone (croner, chrono-tz).
+pub mod cron;

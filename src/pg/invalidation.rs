@@ -1,10 +1,11 @@
 //! What keeps the backend's caches of the extension's settings fresh:
 //! PostgreSQL's shared invalidation.
 //!
-//! Two caches read a table once and keep what they read until it changes:
-//! the paused queues ([`crate::backend::paused`], table `workfence.queues`) and the
+//! The caches read a table once and keep what they read until it changes:
+//! the paused queues ([`crate::backend::paused`], table `workfence.queues`), the
 //! queue grants ([`crate::access::grants`], tables `workfence.queue_grants` and
-//! `workfence.queue_grant_mode`). The functions that change those tables
+//! `workfence.queue_grant_mode`) and the queues with schedules
+//! ([`crate::backend::schedules`], table `workfence.schedules`). The functions that change those tables
 //! register a relcache invalidation of the table they changed
 //! ([`invalidate`]), which PostgreSQL sends to every backend when their
 //! transaction commits (and applies in the changing backend at once, and
@@ -39,6 +40,9 @@ pub enum Watched {
     QueueGrants = 1,
     /// `workfence.queue_grant_mode`.
     QueueGrantMode = 2,
+    /// `workfence.schedules` (from 0.12.0: which queues have schedules,
+    /// [`crate::backend::schedules`]).
+    Schedules = 3,
 }
 
 impl Watched {
@@ -48,6 +52,7 @@ impl Watched {
             Watched::Queues => c"queues",
             Watched::QueueGrants => c"queue_grants",
             Watched::QueueGrantMode => c"queue_grant_mode",
+            Watched::Schedules => c"schedules",
         }
     }
 }
@@ -58,8 +63,9 @@ thread_local! {
     static GENERATION: Cell<u64> = const { Cell::new(0) };
     /// The OID of each watched table when a cache last read it
     /// (`InvalidOid`: not read yet), indexed by [`Watched`].
-    static OIDS: [Cell<pg_sys::Oid>; 3] = const {
+    static OIDS: [Cell<pg_sys::Oid>; 4] = const {
         [
+            Cell::new(pg_sys::InvalidOid),
             Cell::new(pg_sys::InvalidOid),
             Cell::new(pg_sys::InvalidOid),
             Cell::new(pg_sys::InvalidOid),

@@ -357,8 +357,11 @@ pub(crate) fn claim(
     generation::refuse_on_standby("work_claim")?;
     grants::check(Capability::Claim, &queue)?;
     let waiting = !wait.is_zero();
+    // Read before the long poll's attempts, each a subtransaction (in
+    // which every call is "in a transaction block").
+    let may_fire = crate::verbs::schedule::claim_may_fire();
     wait::until_claimed(&queue, wait, || {
-        claim_once(&queue, &owner, lease, max_items, waiting)
+        claim_once(&queue, &owner, lease, max_items, waiting, may_fire)
     })
 }
 
@@ -405,6 +408,7 @@ fn claim_once(
     lease: Option<Interval>,
     max_items: i32,
     waiting: bool,
+    may_fire: bool,
 ) -> Result<(Vec<ClaimedRow>, bool)> {
     if waiting {
         // A revoke that commits while the claim waits ends it at its next
@@ -420,9 +424,13 @@ fn claim_once(
     }
     generation::refuse_read_only(c"work_claim");
     generation::ensure()?;
+    // A due slot of the queue's schedules, fired here when nothing else
+    // did (crate::verbs::schedule): its item is claimable below.
+    let fired = may_fire && crate::verbs::schedule::fire_for_claim(queue)?;
+    crate::backend::schedules::set_fired(fired);
     if settings.grouped || settings.limited {
         let outcome = flow::claim(queue, owner, lease, flow::Pick::Queue(max_items), settings)?;
-        let changed = settle(&outcome)?;
+        let changed = settle(&outcome)? || fired;
         return Ok((durable(outcome.claimed), changed));
     }
     let now = server_clock()?;
@@ -448,7 +456,7 @@ fn claim_once(
             |rows| read_claim_result(queue, rows),
         )
     })?;
-    let changed = settle(&outcome)?;
+    let changed = settle(&outcome)? || fired;
     Ok((durable(outcome.claimed), changed))
 }
 

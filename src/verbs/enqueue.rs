@@ -328,8 +328,41 @@ fn enqueue(
     let max_attempts = validate::max_attempts(max_attempts)?;
     validate::max_run(max_run.map(Into::into))?;
     grants::check(Capability::Enqueue, &queue)?;
+    let (id, inserted) = insert(
+        &queue,
+        &key,
+        payload,
+        run_at,
+        priority,
+        max_attempts,
+        max_run,
+        group_key.as_deref(),
+    )?;
+    Ok((id, key, inserted))
+}
+
+/// Add the item (queue, key) unless it exists, with arguments already
+/// validated and the caller's right to enqueue settled (`work_enqueue`
+/// checks the queue grant; a schedule's fire was authorised when the
+/// schedule was made, [`crate::verbs::schedule`]): its id, and whether this
+/// call inserted it (false: the existing item of the key, left as it is).
+/// Wakes long polls of the queue at commit, and notifies if it is due.
+///
+/// Errors: 40001 (serialization_failure) when the existing item of the key
+/// was deleted three times while this ran (a purge racing it).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn insert(
+    queue: &str,
+    key: &str,
+    payload: RawJsonb,
+    run_at: Option<TimestampWithTimeZone>,
+    priority: i32,
+    max_attempts: i32,
+    max_run: Option<Interval>,
+    group_key: Option<&str>,
+) -> Result<(i64, bool)> {
     if group_key.is_some() {
-        crate::verbs::flow::enqueue_grouped(&queue)?;
+        crate::verbs::flow::enqueue_grouped(queue)?;
     }
 
     let heads = group_key.is_some() && crate::pg::plans::schema_has_heads();
@@ -345,14 +378,14 @@ fn enqueue(
                     (None, _) => INSERT.get(),
                 },
                 InsertParams {
-                    queue: &queue,
-                    key: &key,
+                    queue,
+                    key,
                     payload: payload.clone(),
                     priority,
                     run_at,
                     max_attempts,
                     max_run,
-                    group_key: group_key.as_deref(),
+                    group_key,
                 },
                 |rows| {
                     if rows.is_empty() {
@@ -367,30 +400,25 @@ fn enqueue(
                 },
             )?;
             if let Some((id, due, behind)) = inserted {
-                if let (true, Some(group)) = (behind, &group_key) {
-                    crate::backend::xact::behind_at_commit(&queue, group, id);
+                if let (true, Some(group)) = (behind, group_key) {
+                    crate::backend::xact::behind_at_commit(queue, group, id);
                 }
                 if due {
-                    notify::enqueued(client, &queue)?;
+                    notify::enqueued(client, queue)?;
                 }
                 // Claimers long-polling the queue re-check after commit
                 // (a future run_at too: it may be sooner than they sleep).
-                wait::wake_after_commit(&queue, 1);
-                return Ok((id, key, true));
+                wait::wake_after_commit(queue, 1);
+                return Ok((id, true));
             }
-            let existing = plans::run(
-                client,
-                &EXISTING,
-                QueueKey {
-                    queue: &queue,
-                    key: &key,
-                },
-                first_id,
-            )?;
+            let existing = plans::run(client, &EXISTING, QueueKey { queue, key }, first_id)?;
             if let Some(id) = existing {
-                return Ok((id, key, false));
+                return Ok((id, false));
             }
         }
-        Err(WorkfenceError::KeyChurn { queue, key })
+        Err(WorkfenceError::KeyChurn {
+            queue: queue.to_string(),
+            key: key.to_string(),
+        })
     })
 }

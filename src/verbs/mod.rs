@@ -25,3 +25,5 @@ pub mod listing;
 pub mod purge;
 // What a superseded lapsed lease leaves: its `errors` entry, `work_lease_lost`, the `lapsed` count.
 pub mod lapse;
+// Schedules (0.12.0): work_schedule and its verbs, the fires.
+pub mod schedule;

@@ -121,6 +121,8 @@ pub enum Group {
     Items,
     /// Flow control's `work_limit`.
     Flow,
+    /// Schedules (from 0.12.0).
+    Schedules,
     /// The reading calls.
     Reading,
     /// Queue grants.
@@ -129,13 +131,20 @@ pub enum Group {
 
 impl Group {
     /// Every group, in the page's order.
-    pub const ALL: [Group; 4] = [Group::Items, Group::Flow, Group::Reading, Group::Grants];
+    pub const ALL: [Group; 5] = [
+        Group::Items,
+        Group::Flow,
+        Group::Schedules,
+        Group::Reading,
+        Group::Grants,
+    ];
 
     /// The name of its region in `docs/reference.md`.
     pub fn region(self) -> &'static str {
         match self {
             Group::Items => "items",
             Group::Flow => "flow",
+            Group::Schedules => "schedules",
             Group::Reading => "reading",
             Group::Grants => "grants",
         }
@@ -160,6 +169,9 @@ pub enum Grant {
     Owner,
     /// Every role: `EXECUTE` is granted to `PUBLIC`.
     Public,
+    /// `EXECUTE` alone: no queue grant is checked (the call acts for
+    /// others who had one, e.g. `work_fire_schedules`).
+    Execute,
 }
 
 impl Grant {
@@ -171,7 +183,7 @@ impl Grant {
             Grant::Operate => Some("operate"),
             Grant::Read => Some("read"),
             Grant::Purge => Some("purge"),
-            Grant::Owner | Grant::Public => None,
+            Grant::Owner | Grant::Public | Grant::Execute => None,
         }
     }
 
@@ -182,6 +194,9 @@ impl Grant {
             ),
             None if self == Grant::Owner => {
                 "the extension's owner (or a member of it) or a superuser".to_string()
+            }
+            None if self == Grant::Execute => {
+                "`EXECUTE`; no queue grant is checked".to_string()
             }
             None => "any role (`EXECUTE` is granted to `PUBLIC`)".to_string(),
         }
@@ -561,7 +576,7 @@ impl Surface {
             sql.push('\n');
             if group == Execute::Monitor {
                 sql.push_str(&format!(
-                    "GRANT SELECT ON workfence.work_queue_stats TO {role};\n"
+                    "GRANT SELECT ON workfence.work_queue_stats, workfence.work_schedules TO {role};\n"
                 ));
             }
             sql.push_str(&format!(
@@ -598,6 +613,7 @@ impl Surface {
             let grant = match function.grant.capability() {
                 Some(capability) => capability,
                 None if function.grant == Grant::Owner => "owner",
+                None if function.grant == Grant::Execute => "EXECUTE",
                 None => "PUBLIC",
             };
             rows.push(format!(

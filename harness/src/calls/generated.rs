@@ -621,6 +621,105 @@ pub fn work_limit(
     call.void(c, ")")
 }
 
+/// `workfence.work_schedule`: creates or replaces a cron schedule: one item per slot, each slot
+/// fired once.
+///
+/// ```sql
+/// workfence.work_schedule(name text, cron text, queue text, payload jsonb DEFAULT '{}',
+///     timezone text DEFAULT 'UTC', catch_up text DEFAULT 'latest', priority integer DEFAULT 0,
+///     max_attempts integer DEFAULT 25, group_key text DEFAULT NULL)
+/// RETURNS boolean
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+#[allow(clippy::too_many_arguments)]
+pub fn work_schedule(
+    c: &mut impl GenericClient,
+    name: &str,
+    cron: &str,
+    queue: &str,
+    payload: Option<&Value>,
+    timezone: Option<&str>,
+    catch_up: Option<&str>,
+    priority: Option<i32>,
+    max_attempts: Option<i32>,
+    group_key: Option<&str>,
+) -> CallResult<bool> {
+    let mut call = Call::new("SELECT workfence.work_schedule(");
+    call.arg(&name, Type::TEXT, "");
+    call.arg(&cron, Type::TEXT, "");
+    call.arg(&queue, Type::TEXT, "");
+    call.named("payload", &payload, Type::JSONB, "");
+    call.named("timezone", &timezone, Type::TEXT, "");
+    call.named("catch_up", &catch_up, Type::TEXT, "");
+    call.named("priority", &priority, Type::INT4, "");
+    call.named("max_attempts", &max_attempts, Type::INT4, "");
+    call.named("group_key", &group_key, Type::TEXT, "");
+    call.value(c, ")")
+}
+
+/// `workfence.work_unschedule`: removes a schedule; the items it fired stay.
+///
+/// ```sql
+/// workfence.work_unschedule(name text)
+/// RETURNS boolean
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn work_unschedule(c: &mut impl GenericClient, name: &str) -> CallResult<bool> {
+    let mut call = Call::new("SELECT workfence.work_unschedule(");
+    call.arg(&name, Type::TEXT, "");
+    call.value(c, ")")
+}
+
+/// `workfence.work_pause_schedule`: stops a schedule's fires until `work_resume_schedule`.
+///
+/// ```sql
+/// workfence.work_pause_schedule(name text)
+/// RETURNS boolean
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn work_pause_schedule(c: &mut impl GenericClient, name: &str) -> CallResult<bool> {
+    let mut call = Call::new("SELECT workfence.work_pause_schedule(");
+    call.arg(&name, Type::TEXT, "");
+    call.value(c, ")")
+}
+
+/// `workfence.work_resume_schedule`: resumes a paused schedule; `catch_up` decides the slots it
+/// missed.
+///
+/// ```sql
+/// workfence.work_resume_schedule(name text)
+/// RETURNS boolean
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn work_resume_schedule(c: &mut impl GenericClient, name: &str) -> CallResult<bool> {
+    let mut call = Call::new("SELECT workfence.work_resume_schedule(");
+    call.arg(&name, Type::TEXT, "");
+    call.value(c, ")")
+}
+
+/// `workfence.work_fire_schedules`: fires every due slot of every schedule now (from pg_cron, a
+/// client, an operator).
+///
+/// ```sql
+/// workfence.work_fire_schedules()
+/// RETURNS integer
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn work_fire_schedules(c: &mut impl GenericClient) -> CallResult<i32> {
+    let call = Call::new("SELECT workfence.work_fire_schedules(");
+    call.value(c, ")")
+}
+
 /// A row of the result of [`work_item`] and [`work_item_by_id`] (its `RETURNS TABLE`), every column
 /// an `Option`: the catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]

@@ -37,6 +37,7 @@ mod queue_grants;
 mod races;
 mod recipe;
 mod router;
+mod schedules;
 mod seed_scenario;
 mod server_errors;
 mod server_major;
