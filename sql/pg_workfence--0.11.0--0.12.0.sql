@@ -584,7 +584,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'work_resume_schedule_wrapper';
 CREATE FUNCTION workfence."work_fire_schedules"() RETURNS INT
-VOLATILE PARALLEL UNSAFE
+STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'work_fire_schedules_wrapper';
 ALTER ROUTINE workfence.work_schedule(text, text, text, jsonb, text, text, integer, integer, text)
