@@ -296,6 +296,53 @@ COMMENT ON INDEX workfence.queue_slots_pkey IS 'A queue''s slots of one kind in 
 CREATE INDEX queue_slots_used_idx ON workfence.queue_slots (queue, used_at NULLS FIRST) WHERE kind = 'r';
 COMMENT ON INDEX workfence.queue_slots_used_idx IS 'Rate slots, least recently used first: a claim finds a free one at the front.';
 
+-- Schedules (from 0.12.0, issue 34; src/verbs/schedule.rs): cron in the
+-- server. A fire enqueues the item of a slot (key '<name>@<slot>') and moves
+-- next_slot past it in one transaction, holding the row FOR UPDATE (firers
+-- skip a row another holds): a slot's item and its record commit together
+-- or not at all, and next_slot only moves forward past last_slot (the CHECK
+-- keeps it so), so no slot is fired twice.
+CREATE TABLE workfence.schedules (
+    name          text NOT NULL PRIMARY KEY,
+    cron          text NOT NULL,
+    timezone      text NOT NULL,
+    queue         text NOT NULL,
+    payload       jsonb NOT NULL,
+    catch_up      text NOT NULL CHECK (catch_up IN ('latest', 'all', 'none')),
+    priority      integer NOT NULL,
+    max_attempts  integer NOT NULL,
+    group_key     text,
+    paused        boolean NOT NULL DEFAULT false,
+    next_slot     timestamptz NOT NULL,
+    last_slot     timestamptz,
+    last_item_id  bigint,
+    last_fired_at timestamptz,
+    CONSTRAINT schedules_slots_forward CHECK (last_slot IS NULL OR next_slot > last_slot)
+);
+COMMENT ON TABLE workfence.schedules IS
+    'Schedules (from 0.12.0): written by work_schedule, work_unschedule, work_pause_schedule, work_resume_schedule '
+    'and by the fires (work_fire_schedules, the maintenance worker, claims of the queue). Read it through '
+    'workfence.work_schedules. Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.schedules.name IS 'The schedule''s name; its items'' keys are <name>@<slot>.';
+COMMENT ON COLUMN workfence.schedules.cron IS 'Cron expression: 5 fields, 6 with seconds first, or @hourly, @daily, ...';
+COMMENT ON COLUMN workfence.schedules.timezone IS 'IANA time zone the expression is read in.';
+COMMENT ON COLUMN workfence.schedules.queue IS 'Queue its items are enqueued in.';
+COMMENT ON COLUMN workfence.schedules.payload IS 'Payload of every item it enqueues.';
+COMMENT ON COLUMN workfence.schedules.catch_up IS 'latest, all or none: what a fire does with slots that passed unfired.';
+COMMENT ON COLUMN workfence.schedules.priority IS 'Priority of its items.';
+COMMENT ON COLUMN workfence.schedules.max_attempts IS 'max_attempts of its items.';
+COMMENT ON COLUMN workfence.schedules.group_key IS 'group_key of its items (NULL: none).';
+COMMENT ON COLUMN workfence.schedules.paused IS 'work_pause_schedule: fires nothing until work_resume_schedule.';
+COMMENT ON COLUMN workfence.schedules.next_slot IS 'The first slot not yet fired or skipped; due when it is at or before now; infinity when the expression names no more.';
+COMMENT ON COLUMN workfence.schedules.last_slot IS 'The last slot fired; NULL before the first fire.';
+COMMENT ON COLUMN workfence.schedules.last_item_id IS 'The id of the item the last slot fired (it may since be purged).';
+COMMENT ON COLUMN workfence.schedules.last_fired_at IS 'Server time of the last fire.';
+COMMENT ON INDEX workfence.schedules_pkey IS 'A schedule by name.';
+CREATE INDEX schedules_due_idx ON workfence.schedules (next_slot) WHERE NOT paused;
+COMMENT ON INDEX workfence.schedules_due_idx IS 'The schedules that are not paused, by next slot: a fire finds the due ones at the front.';
+CREATE INDEX schedules_queue_idx ON workfence.schedules (queue, next_slot) WHERE NOT paused;
+COMMENT ON INDEX workfence.schedules_queue_idx IS 'A queue''s schedules that are not paused, by next slot: a claim''s fire of its queue.';
+
 -- Queue grants (from 0.7.0): which role may use which capability on which
 -- queues, and whether they are enforced. Written only by work_grant,
 -- work_revoke and work_enforce_grants, which tell every session to read
@@ -371,6 +418,7 @@ SELECT s.system_identifier, c.timeline_id, d.oid, 1, pg_catalog.clock_timestamp(
 REVOKE ALL ON TABLE workfence.items FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queues FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_slots FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.schedules FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grants FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grant_mode FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.generation FROM PUBLIC;
@@ -384,6 +432,7 @@ SELECT pg_catalog.pg_extension_config_dump('workfence.epoch_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.items_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_slots', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.schedules', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grant_mode', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.generation', '');
@@ -630,6 +679,16 @@ CREATE  FUNCTION "work_finish_many"(
 VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'work_finish_many_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::schedule::work_fire_schedules
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "work_fire_schedules"() RETURNS INT /* i32 */
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'work_fire_schedules_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -919,6 +978,47 @@ COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
 
+-- The schedules (from 0.12.0), as work_schedule made them, with what they
+-- last fired. Where queue grants are enforced, only the schedules of queues
+-- the reader may read (work_may), filtered before the reader's conditions.
+CREATE VIEW workfence.work_schedules WITH (security_barrier) AS
+SELECT s.name,
+       s.cron,
+       s.timezone,
+       s.queue,
+       s.catch_up,
+       s.paused,
+       s.next_slot,
+       s.last_slot,
+       s.last_item_id,
+       s.last_fired_at,
+       s.payload,
+       s.priority,
+       s.max_attempts,
+       s.group_key
+  FROM workfence.schedules AS s
+ WHERE workfence.work_may('read', s.queue);
+COMMENT ON VIEW workfence.work_schedules IS
+    'One row per schedule (work_schedule): its cron expression, time zone, queue and catch_up, whether it is paused, '
+    'its next slot, and the last slot it fired with that slot''s item. Where queue grants are enforced, only the '
+    'schedules of queues the reader may read (work_may). Not readable by PUBLIC; a reader needs EXECUTE on '
+    'workfence.work_may too.';
+COMMENT ON COLUMN workfence.work_schedules.name IS 'The schedule''s name; its items'' keys are <name>@<slot as UTC ISO 8601>.';
+COMMENT ON COLUMN workfence.work_schedules.cron IS 'Cron expression: 5 fields, 6 with seconds first, or @hourly, @daily, @weekly, @monthly, @yearly.';
+COMMENT ON COLUMN workfence.work_schedules.timezone IS 'IANA time zone the expression is read in.';
+COMMENT ON COLUMN workfence.work_schedules.queue IS 'Queue its items are enqueued in.';
+COMMENT ON COLUMN workfence.work_schedules.catch_up IS 'latest, all or none: what a fire does with slots that passed unfired.';
+COMMENT ON COLUMN workfence.work_schedules.paused IS 'Whether it is paused (work_pause_schedule): it fires nothing.';
+COMMENT ON COLUMN workfence.work_schedules.next_slot IS 'The first slot not yet fired or skipped (infinity: the expression names no more).';
+COMMENT ON COLUMN workfence.work_schedules.last_slot IS 'The last slot fired; NULL before the first.';
+COMMENT ON COLUMN workfence.work_schedules.last_item_id IS 'The item the last slot fired (it may since be purged).';
+COMMENT ON COLUMN workfence.work_schedules.last_fired_at IS 'Server time of the last fire.';
+COMMENT ON COLUMN workfence.work_schedules.payload IS 'Payload of its items.';
+COMMENT ON COLUMN workfence.work_schedules.priority IS 'Priority of its items.';
+COMMENT ON COLUMN workfence.work_schedules.max_attempts IS 'max_attempts of its items.';
+COMMENT ON COLUMN workfence.work_schedules.group_key IS 'group_key of its items (NULL: none).';
+REVOKE ALL ON TABLE workfence.work_schedules FROM PUBLIC;
+
 -- The queue grants as work_grant made them (from 0.7.0), with the role's
 -- name (pg_get_userbyid: "unknown (OID=n)" for a role dropped since).
 CREATE VIEW workfence.work_queue_grants AS
@@ -952,6 +1052,18 @@ CREATE  FUNCTION "work_pause"(
 VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'work_pause_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::schedule::work_pause_schedule
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "work_pause_schedule"(
+	"name" TEXT /* Option < String > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'work_pause_schedule_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1024,6 +1136,18 @@ AS 'MODULE_PATHNAME', 'work_resume_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_workfence::verbs::schedule::work_resume_schedule
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "work_resume_schedule"(
+	"name" TEXT /* Option < String > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'work_resume_schedule_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_workfence::verbs::operate::work_retry
 -- requires:
 --   bootstrap
@@ -1049,6 +1173,38 @@ CREATE  FUNCTION "work_revoke"(
 VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'work_revoke_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::schedule::work_schedule
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "work_schedule"(
+	"name" TEXT, /* Option < String > */
+	"cron" TEXT, /* Option < String > */
+	"queue" TEXT, /* Option < String > */
+	"payload" jsonb DEFAULT '{}', /* Option < RawJsonb > */
+	"timezone" TEXT DEFAULT 'UTC', /* Option < String > */
+	"catch_up" TEXT DEFAULT 'latest', /* Option < String > */
+	"priority" INT DEFAULT 0, /* Option < i32 > */
+	"max_attempts" INT DEFAULT 25, /* Option < i32 > */
+	"group_key" TEXT DEFAULT NULL /* Option < String > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'work_schedule_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::schedule::work_unschedule
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "work_unschedule"(
+	"name" TEXT /* Option < String > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'work_unschedule_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1113,6 +1269,21 @@ COMMENT ON FUNCTION workfence.work_resume(text) IS
 
 COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval, integer) IS
 'work_limit(queue, concurrency int DEFAULT NULL, rate int DEFAULT NULL, per interval DEFAULT ''1 second'', per_group int DEFAULT NULL) -> void. From 0.10.0: at most concurrency items of the queue claimed at once (a lapsed lease keeps its slot until claimed anew or dead-lettered), at most rate items handed out by claims in any window of length per (sliding, server clock); from 0.12.0 at most per_group items of one group_key claimed at once (NULL: 1, serial groups), the groups served round-robin (each group has one item in line at a time, and a group just served goes behind the others). A call sets them all: NULL lifts a limit, work_limit(queue) every one; shown in work_queue_stats. A claim that would exceed a limit returns fewer rows, never waits; from 0.12.0 each item it hands out takes a slot row of the queue (workfence.queue_slots) FOR UPDATE SKIP LOCKED, so claims of one queue run side by side; lowering a limit takes nothing back (claims wait until fewer items than it are claimed); claims of a limited queue run in READ COMMITTED only (see work_claim). Errors: 22004 NULL queue or per, 22023 bad queue, concurrency, rate or per_group outside 1..10000, per not in (0, 1 day]; 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
+
+COMMENT ON FUNCTION workfence.work_schedule(text, text, text, jsonb, text, text, integer, integer, text) IS
+'work_schedule(name, cron, queue, payload jsonb DEFAULT ''{}'', timezone DEFAULT ''UTC'', catch_up DEFAULT ''latest'', priority DEFAULT 0, max_attempts DEFAULT 25, group_key DEFAULT NULL) -> boolean. From 0.12.0: creates or replaces the schedule name; true if it is new or a setting changed. Each slot of cron (5 fields, 6 with seconds first, or @hourly, @daily, @weekly, @monthly, @yearly; parsed by croner) in timezone (IANA name) enqueues one item in queue with key <name>@<slot as UTC ISO 8601>, run_at = the slot, and the other arguments as work_enqueue''s, in the transaction that records the slot as fired: each slot fires at most once. A fixed local time skipped by a spring-forward fires once at the transition, a repeated one once; other expressions follow real time. catch_up: latest (after a gap fire the most recent missed slot), all (each, at most 100 per schedule per round), none (only a slot at most 60 seconds old). A new schedule starts at its first slot after now; a replace keeps the next slot if cron and timezone are unchanged, else starts after now and after the last slot fired; it keeps the pause. Errors: 22004 NULL argument, 22023 bad name (1..128 bytes, no control characters) or queue, cron not an expression or naming no time or over 256 bytes, unknown timezone, catch_up not latest/all/none, max_attempts out of 1..1000, bad group_key; 25006 on a hot standby; 42501 when queue grants are enforced and the role has no operate grant covering the queue (and the replaced schedule''s queue).';
+
+COMMENT ON FUNCTION workfence.work_unschedule(text) IS
+'work_unschedule(name) -> boolean. From 0.12.0: removes the schedule; true if it existed. The items it fired stay; a fire of it in flight is waited for, and none starts after. Errors: 22004 NULL name, 22023 bad name; 25006 on a hot standby; 42501 when queue grants are enforced and the role has no operate grant covering the schedule''s queue.';
+
+COMMENT ON FUNCTION workfence.work_pause_schedule(text) IS
+'work_pause_schedule(name) -> boolean. From 0.12.0: the schedule fires nothing until work_resume_schedule; true if it was not paused. A fire in flight is waited for. Errors: 22004 NULL name, 22023 bad name, 42704 no schedule of that name; 25006 on a hot standby; 42501 when queue grants are enforced and the role has no operate grant covering the schedule''s queue.';
+
+COMMENT ON FUNCTION workfence.work_resume_schedule(text) IS
+'work_resume_schedule(name) -> boolean. From 0.12.0: the schedule fires again; true if it was paused. The slots that passed while it was paused are missed slots: its catch_up decides (latest: the most recent, all: each, none: none). Errors: 22004 NULL name, 22023 bad name, 42704 no schedule of that name; 25006 on a hot standby; 42501 when queue grants are enforced and the role has no operate grant covering the schedule''s queue.';
+
+COMMENT ON FUNCTION workfence.work_fire_schedules() IS
+'work_fire_schedules() -> integer. From 0.12.0: fires every due slot of every schedule that is not paused and that no other transaction is firing (passed over, never waited for), in the caller''s transaction; returns how many items it enqueued (a slot whose key exists enqueues none). Safe to call from any number of sessions at once, as often as wanted: no slot is fired twice. At most 1000 schedules and 100 slots of each per call. No queue grant is checked: it does only what the schedules'' makers asked for, at the time they asked. Errors: 25006 on a hot standby or in a read-only transaction.';
 
 COMMENT ON FUNCTION workfence.work_item(text, text) IS
 'work_item(queue, key) -> zero or one (id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run, group_key). The item as an operator sees it; errors is its history of failed attempts and lapsed leases, oldest first (the newest 20 kept); group_key its serial group (NULL: none; from 0.12.0). Reads only: grant it to a role that may only look. Errors: 22004 NULL queue/key, 22023 bad queue/key, 42501 when queue grants are enforced and the role has no read grant covering the queue.';

@@ -407,7 +407,10 @@ pub fn work_pause_schedule(name: Option<String>) -> bool {
 /// slots: its `catch_up` decides which fire (`latest`: the most recent one,
 /// `all`: each, `none`: none).
 ///
-/// Errors: as `work_pause_schedule`.
+/// Errors: 22004 for a NULL name; 22023 for a bad name; 42704 when there is
+/// no schedule of that name; 42501 when queue grants are enforced and the
+/// role has no `operate` grant covering the schedule's queue; 25006 on a
+/// hot standby.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_resume_schedule(name: Option<String>) -> bool {
     (|| {

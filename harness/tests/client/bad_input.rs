@@ -197,6 +197,25 @@ fn kind_of(name: &str, f: &Fixture) -> Option<Kind> {
             ],
         ),
         "run_at" => kind(Some("2026-01-01 00:00:00+00"), vec![invalid("infinity")]),
+        "name" => kind(
+            Some("s"),
+            vec![invalid(""), invalid(&long('n', 129)), invalid("a\nb")],
+        ),
+        "cron" => kind(
+            Some("* * * * *"),
+            vec![
+                invalid(""),
+                invalid("61 * * * *"),
+                invalid("0 0 30 2 *"),
+                invalid("* * * *"),
+                invalid(&long('*', 257)),
+            ],
+        ),
+        "timezone" => kind(
+            Some("UTC"),
+            vec![invalid(""), invalid("Mars/Olympus"), invalid("CET+1")],
+        ),
+        "catch_up" => kind(Some("latest"), vec![invalid(""), invalid("some")]),
         "group_key" => kind(
             None,
             vec![
@@ -397,9 +416,10 @@ fn fixture(client: &mut Client) -> Fixture {
     ok(
         client.batch_execute(
             "SELECT workfence.work_enqueue('q', '{}', k)
-               FROM unnest(ARRAY['a', 'b', 'done', 'cancelled', 'pending']) AS k",
+               FROM unnest(ARRAY['a', 'b', 'done', 'cancelled', 'pending']) AS k;
+             SELECT workfence.work_schedule('s', '0 0 1 1 *', 'q')",
         ),
-        "enqueue",
+        "enqueue, and the schedule the schedule calls name",
     );
     let (a_id, a_epoch) = claim(client, "a");
     let (b_id, b_epoch) = claim(client, "b");

@@ -162,14 +162,37 @@ const FUNCTIONS: &[(&str, Kind)] = &[
             "reads the session role's grants, changing nothing (checked after every grant verb)",
         ),
     ),
+    (
+        "work_fire_schedules",
+        Kind::NotAVerb(
+            "fires schedules, which the generator does not make yet (issue 34's next step adds \
+             the schedule verbs to the model); changes no queue setting",
+        ),
+    ),
     ("work_pause", Kind::Verb),
+    (
+        "work_pause_schedule",
+        Kind::NotAVerb("changes a schedule, not yet in the generator's model (issue 34)"),
+    ),
     ("work_purge", Kind::Verb),
     ("work_release", Kind::Verb),
     ("work_renew", Kind::Verb),
     ("work_reschedule", Kind::Verb),
     ("work_resume", Kind::Verb),
+    (
+        "work_resume_schedule",
+        Kind::NotAVerb("changes a schedule, not yet in the generator's model (issue 34)"),
+    ),
     ("work_retry", Kind::Verb),
     ("work_revoke", Kind::Verb),
+    (
+        "work_schedule",
+        Kind::NotAVerb("changes a schedule, not yet in the generator's model (issue 34)"),
+    ),
+    (
+        "work_unschedule",
+        Kind::NotAVerb("changes a schedule, not yet in the generator's model (issue 34)"),
+    ),
 ];
 
 // ---------------------------------------------------------------------------
