@@ -5372,3 +5372,242 @@ fn pause_and_resume_in_the_model() {
         "after 0.11.0's resume, A passes the limit"
     );
 }
+
+/// Schedules (issue 34, 0.12.0): firing as a model of its own, explored
+/// exhaustively. One schedule whose slots are 0, 1, 2; an abstract clock
+/// (`now`) that may advance at any moment; two firers, each a transaction
+/// of `src/verbs/schedule.rs`'s steps, between any two of which anything
+/// else may happen:
+/// 1. `DUE` (`Lock`): the schedule's row `FOR UPDATE SKIP LOCKED`, due when
+///    its `next_slot <= now`. A row another firer holds is skipped (this
+///    firer ends, fires nothing); a row locked reads its newest committed
+///    version (READ COMMITTED's re-check).
+/// 2. One insert per slot the round fires (`catch_up => 'all'`, every slot
+///    from `next_slot` to `now`) (`Insert`), uncommitted.
+/// 3. `RECORD` and the commit (`Commit`), or an abort (`Abort`: a crash, a
+///    rollback, a claim's statement failing), which loses the inserts with
+///    the record.
+///
+/// And a server that may lose everything after a replica's last replay (a
+/// standby promoted, `Replicate` then `Lose`), which takes rows and items
+/// back together. The items are a list, not a set keyed by slot: the model
+/// proves the row protocol alone fires a slot once per history, without the
+/// items' unique key, which the extension keeps as a second guard.
+///
+/// Properties: `always`: no slot has two items in the committed history; a
+/// committed `next_slot` is after every slot with an item. `sometimes`:
+/// every slot fired (so the check is not vacuous), a fire lost and fired
+/// again. Broken variants the checker must catch: a fire that reads
+/// `next_slot` without locking the row (`FireSql::NoRowLock`), and one that
+/// commits its items before recording the slot (`FireSql::RecordApart`).
+mod firing {
+    use super::*;
+
+    /// The slots the schedule names: 0..SLOTS.
+    const SLOTS: u8 = 3;
+    /// Firers.
+    const FIRERS: usize = 2;
+
+    /// The extension's firing, or a broken variant of it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub(super) enum FireSql {
+        Extension,
+        /// `DUE` without `FOR UPDATE`: a firer reads the row in its snapshot
+        /// and goes on whether another holds it or not.
+        NoRowLock,
+        /// The items committed in a transaction of their own before the
+        /// record (a lost record then refires the slot).
+        RecordApart,
+    }
+
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    enum Firer {
+        Idle,
+        /// Holds the row (or, under `NoRowLock`, read it) with this
+        /// next_slot; `inserted` so far.
+        Firing {
+            next: u8,
+            inserted: Vec<u8>,
+        },
+    }
+
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    pub(super) struct FireState {
+        now: u8,
+        next_slot: u8,
+        items: Vec<u8>,
+        firers: [Firer; FIRERS],
+        /// A replica's copy of (next_slot, items), and whether the loss
+        /// happened (once).
+        replica: Option<(u8, Vec<u8>)>,
+        lost: bool,
+        refired_after_loss: bool,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub(super) enum FireAction {
+        Tick,
+        Lock(usize),
+        Insert(usize),
+        Commit(usize),
+        Abort(usize),
+        Replicate,
+        Lose,
+    }
+
+    pub(super) struct FireModel {
+        pub(super) sql: FireSql,
+    }
+
+    const ONE_ITEM_PER_SLOT: &str = "no slot has two items";
+    const NEXT_AFTER_FIRED: &str = "next_slot is after every fired slot";
+    const ALL_FIRED: &str = "every slot fired";
+    const REFIRED: &str = "a lost fire fired again";
+
+    impl Model for FireModel {
+        type State = FireState;
+        type Action = FireAction;
+
+        fn init_states(&self) -> Vec<FireState> {
+            vec![FireState {
+                now: 0,
+                next_slot: 0,
+                items: Vec::new(),
+                firers: [Firer::Idle, Firer::Idle],
+                replica: None,
+                lost: false,
+                refired_after_loss: false,
+            }]
+        }
+
+        fn actions(&self, s: &FireState, actions: &mut Vec<FireAction>) {
+            if s.now < SLOTS - 1 {
+                actions.push(FireAction::Tick);
+            }
+            for f in 0..FIRERS {
+                match &s.firers[f] {
+                    Firer::Idle => actions.push(FireAction::Lock(f)),
+                    Firer::Firing { next, inserted } => {
+                        let due = next + inserted.len() as u8;
+                        if due <= s.now {
+                            actions.push(FireAction::Insert(f));
+                        }
+                        actions.push(FireAction::Commit(f));
+                        actions.push(FireAction::Abort(f));
+                    }
+                }
+            }
+            if !s.lost {
+                actions.push(FireAction::Replicate);
+                if s.replica.is_some() {
+                    actions.push(FireAction::Lose);
+                }
+            }
+        }
+
+        fn next_state(&self, s: &FireState, action: FireAction) -> Option<FireState> {
+            let mut n = s.clone();
+            let held_by_other = |f: usize| {
+                (0..FIRERS).any(|o| o != f && matches!(s.firers[o], Firer::Firing { .. }))
+            };
+            match action {
+                FireAction::Tick => n.now += 1,
+                FireAction::Lock(f) => {
+                    let locked = self.sql != FireSql::NoRowLock && held_by_other(f);
+                    if locked || s.next_slot > s.now {
+                        return None; // skipped, or nothing due: nothing happens
+                    }
+                    n.firers[f] = Firer::Firing {
+                        next: s.next_slot,
+                        inserted: Vec::new(),
+                    };
+                }
+                FireAction::Insert(f) => {
+                    let Firer::Firing { next, inserted } = &mut n.firers[f] else {
+                        return None;
+                    };
+                    let slot = *next + inserted.len() as u8;
+                    inserted.push(slot);
+                    if self.sql == FireSql::RecordApart {
+                        // Committed at once, apart from the record.
+                        n.items.push(slot);
+                    }
+                }
+                FireAction::Commit(f) => {
+                    let Firer::Firing { next, inserted } =
+                        std::mem::replace(&mut n.firers[f], Firer::Idle)
+                    else {
+                        return None;
+                    };
+                    if self.sql != FireSql::RecordApart {
+                        n.items.extend(&inserted);
+                    }
+                    if s.lost && !inserted.is_empty() {
+                        n.refired_after_loss = true;
+                    }
+                    // RECORD: next_slot past the slots fired. (Without
+                    // the lock, this is the firer's own view, written over
+                    // whatever committed since.)
+                    n.next_slot = next + inserted.len() as u8;
+                }
+                FireAction::Abort(f) => n.firers[f] = Firer::Idle,
+                FireAction::Replicate => n.replica = Some((s.next_slot, s.items.clone())),
+                FireAction::Lose => {
+                    let (next_slot, items) = s.replica.clone()?;
+                    n.next_slot = next_slot;
+                    n.items = items;
+                    n.firers = [Firer::Idle, Firer::Idle];
+                    n.lost = true;
+                }
+            }
+            Some(n)
+        }
+
+        fn properties(&self) -> Vec<Property<Self>> {
+            vec![
+                Property::always(ONE_ITEM_PER_SLOT, |_, s: &FireState| {
+                    (0..SLOTS).all(|slot| s.items.iter().filter(|&&i| i == slot).count() <= 1)
+                }),
+                Property::always(NEXT_AFTER_FIRED, |_, s: &FireState| {
+                    s.items.iter().all(|&i| i < s.next_slot)
+                }),
+                Property::sometimes(ALL_FIRED, |_, s: &FireState| {
+                    (0..SLOTS).all(|slot| s.items.contains(&slot))
+                }),
+                Property::sometimes(REFIRED, |_, s: &FireState| s.refired_after_loss),
+            ]
+        }
+    }
+
+    fn check(sql: FireSql) -> impl Checker<FireModel> {
+        let started = Instant::now();
+        let checker = FireModel { sql }.checker().spawn_bfs().join();
+        println!(
+            "firing {sql:?}: {} unique states, max depth {}, {:.1?}",
+            checker.unique_state_count(),
+            checker.max_depth(),
+            started.elapsed()
+        );
+        checker
+    }
+
+    #[test]
+    fn each_slot_fires_once_in_every_history() {
+        let checker = check(FireSql::Extension);
+        checker.assert_properties();
+        assert!(checker.unique_state_count() > 100);
+    }
+
+    #[test]
+    fn a_fire_without_the_row_lock_or_with_the_record_apart_is_caught() {
+        for sql in [FireSql::NoRowLock, FireSql::RecordApart] {
+            let checker = check(sql);
+            let found = checker.discovery(ONE_ITEM_PER_SLOT);
+            assert!(found.is_some(), "{sql:?}: a slot fired twice is not found");
+            println!(
+                "{sql:?} fires a slot twice: {:?}",
+                found.unwrap().into_actions()
+            );
+        }
+    }
+}
