@@ -237,4 +237,142 @@ mod tests {
         );
         assert!(got.starts_with("23514"), "{got}");
     }
+
+    /// The first slots fired by a schedule started at `start`, as UTC text.
+    fn fired_from(name: &str, cron: &str, zone: &str, start: &str, n: i64) -> Vec<String> {
+        Spi::run_with_args(
+            "SELECT workfence.work_schedule($1, $2, $1, timezone => $3, catch_up => 'all')",
+            &[name.into(), cron.into(), zone.into()],
+        )
+        .unwrap();
+        Spi::run_with_args(
+            "UPDATE workfence.schedules SET next_slot = $2::timestamptz WHERE name = $1",
+            &[name.into(), start.into()],
+        )
+        .unwrap();
+        fire();
+        Spi::connect(|client| {
+            client
+                .select(
+                    "SELECT to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') FROM workfence.items \
+                      WHERE queue = $1 ORDER BY run_at LIMIT $2",
+                    None,
+                    &[name.into(), n.into()],
+                )
+                .unwrap()
+                .map(|row| row.get::<String>(1).unwrap().unwrap())
+                .collect()
+        })
+    }
+
+    #[pg_test]
+    fn daylight_saving_month_ends_and_the_leap_day_on_the_server() {
+        // Europe/Berlin: 2026-03-29 02:00 CET jumps to 03:00 CEST; 2026-10-25
+        // 03:00 CEST falls back to 02:00 CET.
+        assert_eq!(
+            fired_from(
+                "berlin-spring",
+                "30 2 * * *",
+                "Europe/Berlin",
+                "2026-03-28 01:30+00",
+                3
+            ),
+            ["2026-03-28 01:30", "2026-03-29 01:00", "2026-03-30 00:30"],
+            "02:30 skipped: fired once at 03:00 CEST"
+        );
+        assert_eq!(
+            fired_from(
+                "berlin-fall",
+                "30 2 * * *",
+                "Europe/Berlin",
+                "2026-10-24 00:30+00",
+                3
+            ),
+            ["2026-10-24 00:30", "2026-10-25 00:30", "2026-10-26 01:30"],
+            "02:30 repeated: fired once, at its first occurrence"
+        );
+        assert_eq!(
+            fired_from(
+                "berlin-hourly",
+                "0 * * * *",
+                "Europe/Berlin",
+                "2026-10-24 23:00+00",
+                4
+            ),
+            [
+                "2026-10-24 23:00",
+                "2026-10-25 00:00",
+                "2026-10-25 01:00",
+                "2026-10-25 02:00"
+            ],
+            "hourly keeps real time: both 02:00s fire"
+        );
+        // America/New_York: 2026-03-08 02:00 EST -> 03:00 EDT; 2026-11-01
+        // 02:00 EDT -> 01:00 EST.
+        assert_eq!(
+            fired_from(
+                "ny-spring",
+                "30 2 * * *",
+                "America/New_York",
+                "2026-03-07 07:30+00",
+                2
+            ),
+            ["2026-03-07 07:30", "2026-03-08 07:00"]
+        );
+        assert_eq!(
+            fired_from(
+                "ny-fall",
+                "30 1 * * *",
+                "America/New_York",
+                "2026-10-31 05:30+00",
+                3
+            ),
+            ["2026-10-31 05:30", "2026-11-01 05:30", "2026-11-02 06:30"]
+        );
+        // Month ends and the leap day.
+        assert_eq!(
+            fired_from("month-end", "0 12 L * *", "UTC", "2026-01-31 12:00+00", 3),
+            ["2026-01-31 12:00", "2026-02-28 12:00", "2026-03-31 12:00"]
+        );
+        assert_eq!(
+            fired_from("the-31st", "0 0 31 * *", "UTC", "2026-01-31 00:00+00", 3),
+            ["2026-01-31 00:00", "2026-03-31 00:00", "2026-05-31 00:00"]
+        );
+        assert_eq!(
+            fired_from("leap", "0 0 29 2 *", "UTC", "2024-02-29 00:00+00", 5),
+            ["2024-02-29 00:00"],
+            "the next 29 February after 2024 is in 2028, after now"
+        );
+    }
+
+    #[pg_test]
+    fn a_schedule_replaced_while_due_fires_its_due_slot_with_the_new_settings() {
+        schedule("due", "0 * * * *", "due-q", "latest");
+        run(
+            "UPDATE workfence.schedules SET next_slot = date_trunc('hour', clock_timestamp())",
+            &[],
+        );
+        // The same expression: the due slot is kept, and fires with the new payload.
+        assert!(Spi::get_one::<bool>(
+            "SELECT workfence.work_schedule('due', '0 * * * *', 'due-q', '{\"v\":2}')"
+        )
+        .unwrap()
+        .unwrap());
+        assert_eq!(fire(), 1);
+        assert_eq!(
+            count("SELECT count(*) FROM workfence.items WHERE queue = 'due-q' AND payload = '{\"v\":2}'"),
+            1
+        );
+        // A changed expression starts after now and after the last slot fired:
+        // nothing due, and no slot fired twice.
+        schedule("due", "30 * * * *", "due-q", "latest");
+        assert_eq!(fire(), 0);
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM workfence.schedules WHERE name = 'due' \
+                 AND next_slot > clock_timestamp() AND next_slot > last_slot"
+            ),
+            1
+        );
+    }
 }
