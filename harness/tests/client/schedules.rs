@@ -555,3 +555,58 @@ fn slots_agree_with_an_oracle_over_postgresqls_zone_data() {
         case.get()
     );
 }
+
+#[test]
+fn schedules_through_the_router_live_on_their_queues_shard_and_move_with_it() {
+    let cluster = common::shared_cluster();
+    let router = common::router(&cluster, "router_schedules");
+    let mut r = ok(cluster.connect_to(&router.database), "connecting to the router");
+    let mut shards = common::shard_connections(&cluster, &router);
+    // Two queues on two shards.
+    let names: Vec<String> = (0..32).map(|i| format!("cron-{i}")).collect();
+    let first = &names[0];
+    let first_shard = ok(router.shard_of_queue(&mut r, first), "a shard");
+    let (second, second_shard) = names
+        .iter()
+        .map(|q| (q, ok(router.shard_of_queue(&mut r, q), "a shard")))
+        .find(|(_, shard)| *shard != first_shard)
+        .expect("a queue on another shard");
+    let on = |shards: &mut [postgres::Client], shard: usize| -> i64 {
+        common::scalar(
+            &mut shards[shard],
+            "SELECT count(*) FROM workfence.schedules WHERE name = 'report'",
+            &[],
+        )
+    };
+
+    assert!(ok(calls::schedule(&mut r, "report", "0 * * * *", first, "UTC", "latest"), "schedule"));
+    assert_eq!(on(&mut shards, first_shard), 1, "on the queue's shard");
+    assert_eq!(on(&mut shards, second_shard), 0);
+    let listed: String = common::scalar(
+        &mut r,
+        "SELECT queue FROM workfence.work_schedules WHERE name = 'report'",
+        &[],
+    );
+    assert_eq!(&listed, first);
+    assert!(ok(calls::pause_schedule(&mut r, "report"), "pause"));
+    assert!(ok(calls::resume_schedule(&mut r, "report"), "resume"));
+    let unknown = calls::pause_schedule(&mut r, "no-such-schedule").expect_err("an unknown schedule");
+    assert!(format!("{unknown:?}").contains("42704"), "{unknown:?}");
+
+    ok(
+        shards[first_shard].batch_execute(
+            "UPDATE workfence.schedules SET next_slot = date_trunc('hour', clock_timestamp()) \
+              WHERE name = 'report'",
+        ),
+        "making a slot due on the shard",
+    );
+    assert_eq!(ok(calls::fire_schedules(&mut r), "work_fire_schedules"), 1);
+    assert_eq!(fired_slots(&mut shards[first_shard], first).len(), 1);
+
+    // Moved to a queue of another shard: it leaves the old shard.
+    assert!(ok(calls::schedule(&mut r, "report", "0 * * * *", second, "UTC", "latest"), "move"));
+    assert_eq!(on(&mut shards, first_shard), 0, "gone from the old shard");
+    assert_eq!(on(&mut shards, second_shard), 1, "on the new queue's shard");
+    assert!(ok(calls::unschedule(&mut r, "report"), "unschedule"));
+    assert!(!ok(calls::unschedule(&mut r, "report"), "unschedule again"));
+}
