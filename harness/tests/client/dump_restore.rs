@@ -206,3 +206,68 @@ fn a_dump_of_a_database_updated_from_0_11_0_restores_with_its_grants() {
     .expect("the restored item");
     assert_eq!(item.group_key.as_deref(), Some("g"));
 }
+
+/// Schedules (0.12.0) are dumped with the database. An older copy of the
+/// schedules restored over a newer history (`pg_dump --data-only -t
+/// workfence.schedules`, from before four slots fired) does not fire those
+/// slots again: their items are still there, and a fire whose key exists
+/// enqueues nothing. A whole dump restored into a new database keeps the
+/// schedule, paused or not, with its next slot.
+#[test]
+fn an_older_copy_of_the_schedules_restored_fires_no_slot_whose_item_exists() {
+    let (cluster, mut src) = common::own_cluster_with_database("scheduled");
+    assert!(ok(
+        calls::schedule(&mut src, "hourly", "0 * * * *", "reports", "UTC", "all"),
+        "work_schedule"
+    ));
+    ok(
+        src.batch_execute(
+            "UPDATE workfence.schedules SET next_slot = date_trunc('hour', clock_timestamp()) - interval '3 hours'",
+        ),
+        "four slots due",
+    );
+    let older = cluster.data_dir().with_extension("schedules.sql");
+    run_client(
+        &cluster,
+        "pg_dump",
+        "scheduled",
+        &["--data-only", "-t", "workfence.schedules", "-f"],
+        &older,
+    );
+    assert_eq!(ok(calls::fire_schedules(&mut src), "work_fire_schedules"), 4);
+    let fired = items(&mut src);
+
+    // The whole database, restored into a new one: the schedule and its items.
+    let dump = cluster.data_dir().with_extension("scheduled.sql");
+    run_client(&cluster, "pg_dump", "scheduled", &["-f"], &dump);
+    let mut admin = ok(cluster.connect(), "connecting");
+    admin.batch_execute("CREATE DATABASE scheduled_copy").unwrap();
+    let restore = ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"];
+    run_client(&cluster, "psql", "scheduled_copy", &restore, &dump);
+    let mut copy = ok(cluster.connect_to("scheduled_copy"), "connecting to the copy");
+    assert_eq!(items(&mut copy), fired);
+    let kept: bool = scalar(
+        &mut copy,
+        "SELECT next_slot = date_trunc('hour', clock_timestamp()) + interval '1 hour' \
+           FROM workfence.work_schedules WHERE name = 'hourly'",
+        &[],
+    );
+    assert!(kept, "the schedule's next slot came with it");
+    assert_eq!(ok(calls::fire_schedules(&mut copy), "work_fire_schedules"), 0);
+
+    // The older schedules over the newer history: next_slot goes back three
+    // hours, and the four slots it names again enqueue nothing.
+    ok(src.batch_execute("TRUNCATE workfence.schedules"), "emptying the schedules");
+    run_client(&cluster, "psql", "scheduled", &restore, &older);
+    std::fs::remove_file(&older).ok();
+    std::fs::remove_file(&dump).ok();
+    assert_eq!(ok(calls::fire_schedules(&mut src), "work_fire_schedules"), 0);
+    assert_eq!(items(&mut src), fired, "no slot fired twice");
+    let caught_up: bool = scalar(
+        &mut src,
+        "SELECT next_slot > clock_timestamp() AND last_item_id = (SELECT max(id) FROM workfence.items) \
+           FROM workfence.work_schedules WHERE name = 'hourly'",
+        &[],
+    );
+    assert!(caught_up, "the schedule moved on, recording the existing items");
+}
