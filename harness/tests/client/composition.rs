@@ -20,8 +20,12 @@
 //! - every setting equals the model's, read three ways: the queue's row of
 //!   `workfence.queues` (paused, paused_at, grouped, concurrency, rate, per,
 //!   the rate window's entries), `work_queue_stats` (paused, concurrency,
-//!   rate, per) and `work_queue_grants` with the grant mode; so a verb that
-//!   changed a setting it does not name fails here, at that verb;
+//!   rate, per) and `work_queue_grants` with the grant mode, and (from
+//!   0.12.0) the case's schedule in `workfence.schedules` (its expression,
+//!   catch_up, pause and queue; made, replaced, paused, resumed and removed
+//!   by the schedule verbs, never due during a case, so that
+//!   `work_fire_schedules` and the claims' lazy fire enqueue nothing); so a
+//!   verb that changed a setting it does not name fails here, at that verb;
 //! - every item of the queue equals the model's (state, attempts,
 //!   max_attempts, group, priority, run_at, epoch, owner, lease lapsed or
 //!   not), and each call's result is the model's (a claim returns exactly
@@ -162,37 +166,19 @@ const FUNCTIONS: &[(&str, Kind)] = &[
             "reads the session role's grants, changing nothing (checked after every grant verb)",
         ),
     ),
-    (
-        "work_fire_schedules",
-        Kind::NotAVerb(
-            "fires schedules, which the generator does not make yet (issue 34's next step adds \
-             the schedule verbs to the model); changes no queue setting",
-        ),
-    ),
+    ("work_fire_schedules", Kind::Verb),
     ("work_pause", Kind::Verb),
-    (
-        "work_pause_schedule",
-        Kind::NotAVerb("changes a schedule, not yet in the generator's model (issue 34)"),
-    ),
+    ("work_pause_schedule", Kind::Verb),
     ("work_purge", Kind::Verb),
     ("work_release", Kind::Verb),
     ("work_renew", Kind::Verb),
     ("work_reschedule", Kind::Verb),
     ("work_resume", Kind::Verb),
-    (
-        "work_resume_schedule",
-        Kind::NotAVerb("changes a schedule, not yet in the generator's model (issue 34)"),
-    ),
+    ("work_resume_schedule", Kind::Verb),
     ("work_retry", Kind::Verb),
     ("work_revoke", Kind::Verb),
-    (
-        "work_schedule",
-        Kind::NotAVerb("changes a schedule, not yet in the generator's model (issue 34)"),
-    ),
-    (
-        "work_unschedule",
-        Kind::NotAVerb("changes a schedule, not yet in the generator's model (issue 34)"),
-    ),
+    ("work_schedule", Kind::Verb),
+    ("work_unschedule", Kind::Verb),
 ];
 
 // ---------------------------------------------------------------------------
@@ -449,7 +435,25 @@ enum Verb {
         role: Role,
     },
     EnforceGrants(bool),
+    /// `work_schedule` of the case's schedule (from 0.12.0): one of
+    /// [`CRONS`] (yearly: never due during a case), one of [`CATCH_UPS`].
+    Schedule {
+        cron: u8,
+        catch_up: u8,
+    },
+    Unschedule,
+    PauseSchedule,
+    ResumeSchedule,
+    /// `work_fire_schedules()`, as the worker: nothing is due in a case.
+    FireSchedules,
 }
+
+/// The case schedule's expressions: yearly, so that no slot comes due
+/// while a case runs (a fire enqueues nothing the model does not know).
+const CRONS: [&str; 2] = ["0 0 1 1 *", "0 0 2 1 *"];
+
+/// The case schedule's `catch_up`s.
+const CATCH_UPS: [&str; 3] = ["latest", "all", "none"];
 
 impl Verb {
     /// The SQL function the verb calls.
@@ -476,6 +480,11 @@ impl Verb {
             Verb::Grant { .. } => "work_grant",
             Verb::Revoke { .. } => "work_revoke",
             Verb::EnforceGrants(_) => "work_enforce_grants",
+            Verb::Schedule { .. } => "work_schedule",
+            Verb::Unschedule => "work_unschedule",
+            Verb::PauseSchedule => "work_pause_schedule",
+            Verb::ResumeSchedule => "work_resume_schedule",
+            Verb::FireSchedules => "work_fire_schedules",
         }
     }
 }
@@ -603,6 +612,12 @@ fn verb() -> impl Strategy<Value = Verb> {
             role,
         }),
         1 => any::<bool>().prop_map(Verb::EnforceGrants),
+        2 => (0..CRONS.len() as u8, 0..CATCH_UPS.len() as u8)
+            .prop_map(|(cron, catch_up)| Verb::Schedule { cron, catch_up }),
+        1 => Just(Verb::Unschedule),
+        1 => Just(Verb::PauseSchedule),
+        1 => Just(Verb::ResumeSchedule),
+        1 => Just(Verb::FireSchedules),
     ]
 }
 
@@ -802,6 +817,17 @@ struct Model {
     max_epoch: i64,
     /// Lapsed final attempts a claim dead-letters `n` of, in no order.
     maybe_dead: Option<(Vec<i64>, usize)>,
+    /// The case's schedule (named `<queue>.tick`, on the queue), if any.
+    schedule: Option<Sched>,
+}
+
+/// A schedule as the model has it: its expression and catch_up (indexes
+/// into [`CRONS`] and [`CATCH_UPS`]), whether it is paused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sched {
+    cron: u8,
+    catch_up: u8,
+    paused: bool,
 }
 
 /// What a claim takes, by the model.
@@ -853,7 +879,13 @@ impl Model {
             now: 0,
             max_epoch: 0,
             maybe_dead: None,
+            schedule: None,
         }
+    }
+
+    /// The case schedule's name.
+    fn schedule_name(&self) -> String {
+        format!("{}.tick", self.queue)
     }
 
     fn pattern(&self, pat: Pat) -> String {
@@ -1303,6 +1335,20 @@ impl Model {
                 seen.enforced, self.enforced
             ));
         }
+        let schedule = self.schedule.map(|s| {
+            (
+                CRONS[s.cron as usize].to_string(),
+                CATCH_UPS[s.catch_up as usize].to_string(),
+                s.paused,
+                self.queue.clone(),
+            )
+        });
+        if seen.schedule != schedule {
+            diffs.push(format!(
+                "workfence.schedules: the server has {:?}, the model {schedule:?}",
+                seen.schedule
+            ));
+        }
         if let Some((candidates, n)) = self.maybe_dead.take() {
             let dead: Vec<i64> = candidates
                 .iter()
@@ -1397,6 +1443,9 @@ struct Observed {
     grants: BTreeSet<(Role, Cap, Pat)>,
     enforced: bool,
     items: Vec<Item>,
+    /// The case's schedule as `workfence.schedules` has it: cron, catch_up,
+    /// paused, queue.
+    schedule: Option<(String, String, bool, String)>,
 }
 
 /// The test's three connections to one database, and its figures.
@@ -1599,6 +1648,15 @@ impl Ctx {
                 behind: r.get(13),
             });
         }
+        let schedule = self
+            .admin
+            .query_opt(
+                "SELECT s.cron, s.catch_up, s.paused, s.queue FROM workfence.schedules AS s
+                  WHERE s.name = $1",
+                &[&m.schedule_name()],
+            )
+            .map_err(db)?
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
         Ok(Observed {
             now,
             row,
@@ -1606,6 +1664,7 @@ impl Ctx {
             grants,
             enforced,
             items,
+            schedule,
         })
     }
 
@@ -1637,6 +1696,9 @@ impl Ctx {
 #[derive(Debug)]
 enum Outcome {
     Bool(bool),
+    /// 42704: no schedule of that name (`work_pause_schedule`,
+    /// `work_resume_schedule`).
+    NoSchedule,
     Unit,
     Count(i64),
     Enqueued(Enqueued),
@@ -1660,7 +1722,11 @@ fn needs(verb: &Verb) -> Option<(Role, Cap)> {
         | Verb::Reschedule { .. }
         | Verb::Pause
         | Verb::Resume
-        | Verb::Limit { .. } => Some((Role::Operator, Cap::Operate)),
+        | Verb::Limit { .. }
+        | Verb::Schedule { .. }
+        | Verb::Unschedule
+        | Verb::PauseSchedule
+        | Verb::ResumeSchedule => Some((Role::Operator, Cap::Operate)),
         Verb::Purge { .. } => Some((Role::Operator, Cap::Purge)),
         _ => None,
     }
@@ -1772,6 +1838,29 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
             Outcome::Bool(calls::reschedule(o, q, &key_name(*key), &run_at.run_at())?)
         }
         Verb::Pause => Outcome::Bool(calls::pause(o, q)?),
+        Verb::Schedule { cron, catch_up } => Outcome::Bool(calls::schedule(
+            o,
+            &m.schedule_name(),
+            CRONS[*cron as usize],
+            q,
+            "UTC",
+            CATCH_UPS[*catch_up as usize],
+        )?),
+        Verb::Unschedule => Outcome::Bool(calls::unschedule(o, &m.schedule_name())?),
+        Verb::PauseSchedule | Verb::ResumeSchedule => {
+            let name = m.schedule_name();
+            let result = if *verb == Verb::PauseSchedule {
+                calls::pause_schedule(o, &name)
+            } else {
+                calls::resume_schedule(o, &name)
+            };
+            match result {
+                Ok(changed) => Outcome::Bool(changed),
+                Err(e) if e.sqlstate() == Some("42704") => Outcome::NoSchedule,
+                Err(e) => return Err(e),
+            }
+        }
+        Verb::FireSchedules => Outcome::Count(i64::from(calls::fire_schedules(w)?)),
         Verb::Resume => match ctx.resume {
             ResumeAs::Installed => Outcome::Bool(calls::resume(o, q)?),
             ResumeAs::Of0110 => {
@@ -1880,7 +1969,13 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
     }
     *ctx.calls.entry(verb.function()).or_default() += 1;
     ctx.verbs += 1;
-    let refused = needs(verb).is_some_and(|(role, cap)| !m.may(role, cap))
+    // A schedule verb naming no schedule knows no queue to judge: it answers
+    // (false, or 42704) without a grant.
+    let names_no_schedule = matches!(
+        verb,
+        Verb::Unschedule | Verb::PauseSchedule | Verb::ResumeSchedule
+    ) && m.schedule.is_none();
+    let refused = (needs(verb).is_some_and(|(role, cap)| !m.may(role, cap)) && !names_no_schedule)
         || (*verb == Verb::Purge { every_queue: true } && m.enforced);
     if refused {
         // Refused means unchanged (docs/contract.md, queue-scoped
@@ -2127,6 +2222,42 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 m.items[i].run_at = run_at.at();
             }
         }
+        (Verb::Schedule { cron, catch_up }, Outcome::Bool(changed)) => {
+            let was = m.schedule;
+            let expected = was.is_none_or(|s| s.cron != *cron || s.catch_up != *catch_up);
+            expect(*changed, expected, "work_schedule: true if new or changed")?;
+            m.schedule = Some(Sched {
+                cron: *cron,
+                catch_up: *catch_up,
+                paused: was.is_some_and(|s| s.paused),
+            });
+        }
+        (Verb::Unschedule, Outcome::Bool(existed)) => {
+            expect(
+                *existed,
+                m.schedule.is_some(),
+                "work_unschedule: true if it existed",
+            )?;
+            m.schedule = None;
+        }
+        (Verb::PauseSchedule | Verb::ResumeSchedule, Outcome::NoSchedule) => {
+            expect(
+                true,
+                m.schedule.is_none(),
+                "42704 only for a missing schedule",
+            )?;
+        }
+        (Verb::PauseSchedule | Verb::ResumeSchedule, Outcome::Bool(changed)) => {
+            let pause = *verb == Verb::PauseSchedule;
+            let Some(s) = m.schedule.as_mut() else {
+                return Err("a missing schedule was paused or resumed".into());
+            };
+            expect(*changed, s.paused != pause, "true if it changed")?;
+            s.paused = pause;
+        }
+        (Verb::FireSchedules, Outcome::Count(n)) => {
+            expect(*n, 0, "work_fire_schedules: nothing is due in a case")?;
+        }
         (Verb::Pause, Outcome::Bool(paused)) => {
             expect(
                 *paused,
@@ -2361,7 +2492,8 @@ fn run_case(ctx: &mut Ctx, case: &Case) -> Result<(), TestCaseError> {
     ctx.admin
         .execute(
             "WITH items AS (DELETE FROM workfence.items WHERE queue = $1),
-                  queues AS (DELETE FROM workfence.queues WHERE queue = $1)
+                  queues AS (DELETE FROM workfence.queues WHERE queue = $1),
+                  schedules AS (DELETE FROM workfence.schedules WHERE queue = $1)
              DELETE FROM workfence.queue_grants WHERE queues IN ($1, $2)",
             &[&m.queue, &m.prefix],
         )
