@@ -560,7 +560,10 @@ fn slots_agree_with_an_oracle_over_postgresqls_zone_data() {
 fn schedules_through_the_router_live_on_their_queues_shard_and_move_with_it() {
     let cluster = common::shared_cluster();
     let router = common::router(&cluster, "router_schedules");
-    let mut r = ok(cluster.connect_to(&router.database), "connecting to the router");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
     let mut shards = common::shard_connections(&cluster, &router);
     // Two queues on two shards.
     let names: Vec<String> = (0..32).map(|i| format!("cron-{i}")).collect();
@@ -579,7 +582,10 @@ fn schedules_through_the_router_live_on_their_queues_shard_and_move_with_it() {
         )
     };
 
-    assert!(ok(calls::schedule(&mut r, "report", "0 * * * *", first, "UTC", "latest"), "schedule"));
+    assert!(ok(
+        calls::schedule(&mut r, "report", "0 * * * *", first, "UTC", "latest"),
+        "schedule"
+    ));
     assert_eq!(on(&mut shards, first_shard), 1, "on the queue's shard");
     assert_eq!(on(&mut shards, second_shard), 0);
     let listed: String = common::scalar(
@@ -590,7 +596,8 @@ fn schedules_through_the_router_live_on_their_queues_shard_and_move_with_it() {
     assert_eq!(&listed, first);
     assert!(ok(calls::pause_schedule(&mut r, "report"), "pause"));
     assert!(ok(calls::resume_schedule(&mut r, "report"), "resume"));
-    let unknown = calls::pause_schedule(&mut r, "no-such-schedule").expect_err("an unknown schedule");
+    let unknown =
+        calls::pause_schedule(&mut r, "no-such-schedule").expect_err("an unknown schedule");
     assert!(format!("{unknown:?}").contains("42704"), "{unknown:?}");
 
     ok(
@@ -604,9 +611,117 @@ fn schedules_through_the_router_live_on_their_queues_shard_and_move_with_it() {
     assert_eq!(fired_slots(&mut shards[first_shard], first).len(), 1);
 
     // Moved to a queue of another shard: it leaves the old shard.
-    assert!(ok(calls::schedule(&mut r, "report", "0 * * * *", second, "UTC", "latest"), "move"));
+    assert!(ok(
+        calls::schedule(&mut r, "report", "0 * * * *", second, "UTC", "latest"),
+        "move"
+    ));
     assert_eq!(on(&mut shards, first_shard), 0, "gone from the old shard");
     assert_eq!(on(&mut shards, second_shard), 1, "on the new queue's shard");
     assert!(ok(calls::unschedule(&mut r, "report"), "unschedule"));
     assert!(!ok(calls::unschedule(&mut r, "report"), "unschedule again"));
+}
+
+/// Slot -> item latency of `queue`'s items, p50 and p99, in milliseconds.
+fn latency(c: &mut postgres::Client, queue: &str) -> (f64, f64) {
+    let row = ok(
+        c.query_one(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), \
+                    percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) \
+               FROM (SELECT extract(epoch FROM created_at - run_at) * 1000 AS ms \
+                       FROM workfence.items WHERE queue = $1) AS l",
+            &[&queue],
+        ),
+        "fire latency",
+    );
+    (row.get(0), row.get(1))
+}
+
+/// Each firer alone on a per-second schedule of its own database, side by
+/// side for 20 s: every slot fired once, and the latency from the slot to
+/// its item (printed: the figures of issue 34's closing note).
+#[test]
+fn each_firer_alone_fires_every_slot_once_and_its_latency_is_printed() {
+    const ALONE: Duration = Duration::from_secs(20);
+    let cluster = ok(
+        Cluster::builder(common::scratch_base())
+            .setting("shared_preload_libraries", "pg_workfence")
+            .setting("workfence.maintenance_naptime", "3600")
+            .setting("workfence.maintenance_database", "by_worker")
+            .start(),
+        "starting a cluster with the library preloaded",
+    );
+    for db in ["by_worker", "by_function", "by_claims"] {
+        ok(cluster.create_database(db), "creating a database");
+        let mut c = ok(cluster.connect_to(db), "connecting");
+        assert!(ok(
+            calls::schedule(&mut c, "tick", "* * * * * *", "ticks", "UTC", "all"),
+            "work_schedule"
+        ));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    {
+        let stop = stop.clone();
+        let mut c = ok(cluster.connect_to("by_function"), "connecting");
+        threads.push(std::thread::spawn(move || {
+            // A client's loop, as pg_cron would call it (every 100 ms here).
+            while !stop.load(Ordering::Relaxed) {
+                ok(calls::fire_schedules(&mut c), "work_fire_schedules");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }));
+    }
+    {
+        let stop = stop.clone();
+        let mut c = common::connect_long_poller(&cluster, "by_claims");
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for item in ok(
+                    calls::claim(
+                        &mut c,
+                        "ticks",
+                        "w",
+                        "30 seconds",
+                        Some(10),
+                        Some("1 second"),
+                    ),
+                    "work_claim",
+                ) {
+                    assert!(ok(
+                        calls::finish(&mut c, &item.token("w"), None),
+                        "work_finish"
+                    ));
+                }
+            }
+        }));
+    }
+    std::thread::sleep(ALONE);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("a firer panicked");
+    }
+    let mut figures = Vec::new();
+    for (db, firer) in [
+        ("by_worker", "the maintenance worker"),
+        ("by_function", "work_fire_schedules() every 100 ms"),
+        ("by_claims", "a long-polling worker's claims"),
+    ] {
+        let mut c = ok(cluster.connect_to(db), "connecting");
+        ok(calls::unschedule(&mut c, "tick"), "work_unschedule");
+        let slots = contiguous(&mut c, "ticks", firer);
+        assert!(
+            slots.len() as u64 >= ALONE.as_secs() - 2,
+            "{firer}: {} slots",
+            slots.len()
+        );
+        let (p50, p99) = latency(&mut c, "ticks");
+        figures.push(format!(
+            "{firer}: {} slots, p50 {p50:.1} ms, p99 {p99:.1} ms",
+            slots.len()
+        ));
+    }
+    println!(
+        "schedules fire latency (slot -> item), each firer alone: {}",
+        figures.join("; ")
+    );
 }
