@@ -34,7 +34,9 @@
 # with the backend's start and exit taken out. The same for a refused and a
 # current renew, with and without the counters (shared_preload_libraries);
 # and the head build's claim -> finish as a role that is not a superuser,
-# with queue grants off and on (the role granted `claim` on its queue).
+# with queue grants off and on (the role granted `claim` on its queue); and
+# (from 0.12.0) the head build's claim -> finish beside a schedule that is not
+# due, on the queue and on another queue (the cost of the lazy fire's check).
 #
 # Part four, queue grants: pgbench runs claim -> finish (two statements,
 # one transaction each) as a role granted `claim` on its queue, with
@@ -220,6 +222,17 @@ if part instructions; then
         done
         echo "$name,claim -> finish,$(( (cycle_$large - cycle_$small) / (large - small) ))" >> "$instructions_csv"
         [ "$name" = head ] || continue
+        # The schedules' lazy fire (from 0.12.0): the same cycle with a
+        # schedule on the queue whose next slot is a year away (each claim
+        # looks its queue up in the backend's map of next slots and finds
+        # it not due), and with one on another queue.
+        for on in q other; do
+            for n in "$small" "$large"; do
+                fresh_cluster "$cg/data" "SELECT workfence.work_schedule('yearly', '0 0 1 1 *', '$on'); SELECT count(*) FROM (SELECT workfence.work_enqueue('q') FROM pg_catalog.generate_series(1, 3000)) AS s"
+                eval "sched_$n=$(collected "$cg/data" "$cg/cycles-$n.sql")"
+            done
+            echo "head,claim -> finish (a schedule on queue $on not due),$(( (sched_$large - sched_$small) / (large - small) ))" >> "$instructions_csv"
+        done
         # The renews: item 1 claimed (epoch 1); a stale epoch 0 is refused.
         for preload in on off; do
             opts=()
