@@ -145,6 +145,14 @@ pub struct Session {
     pub lease_status: bool,
     /// EXECUTE on `work_limit` (whichever of its forms the database has).
     pub limit: bool,
+    /// EXECUTE on `work_pause_schedule` (from 0.12.0; false on an older database).
+    pub pause_schedule: bool,
+    /// EXECUTE on `work_resume_schedule` (from 0.12.0; false on an older database).
+    pub resume_schedule: bool,
+    /// The database has the view `work_schedules` (pg_workfence 0.12.0 or later).
+    pub schedules_exist: bool,
+    /// The role may read `work_schedules` (it exists, and SELECT on it).
+    pub schedules_readable: bool,
 }
 
 impl Session {
@@ -157,7 +165,9 @@ impl Session {
                 || self.retry
                 || self.reschedule
                 || self.cancel
-                || self.limit)
+                || self.limit
+                || self.pause_schedule
+                || self.resume_schedule)
     }
 }
 
@@ -321,6 +331,37 @@ impl ErrorEntry {
     }
 }
 
+/// One row of `work_schedules` (from 0.12.0), plus whether the role may operate its queue.
+#[derive(Debug, Clone)]
+pub struct ScheduleRow {
+    /// The schedule's name.
+    pub name: String,
+    /// Its cron expression.
+    pub cron: String,
+    /// The IANA time zone the expression is read in.
+    pub timezone: String,
+    /// The queue its items are enqueued in.
+    pub queue: String,
+    /// What a fire does with slots that passed unfired: `latest`, `all` or `none`.
+    pub catch_up: String,
+    /// Whether it is paused (`work_pause_schedule`).
+    pub paused: bool,
+    /// The first slot not yet fired or skipped (`infinity`: the expression names no more).
+    pub next_slot: Option<String>,
+    /// The last slot fired, if any.
+    pub last_slot: Option<String>,
+    /// The item the last slot fired (it may since be purged).
+    pub last_item_id: Option<i64>,
+    /// When the last slot was fired, by the server's clock.
+    pub last_fired_at: Option<String>,
+    /// `next_slot` in unix seconds; `None` when it is `infinity`.
+    pub next_slot_epoch: Option<f64>,
+    /// `last_fired_at` in unix seconds; `None` before the first fire.
+    pub last_fired_epoch: Option<f64>,
+    /// `work_may('operate', queue)`.
+    pub may_operate: bool,
+}
+
 /// The limits a `work_limit` call sets, every one of them (`None` lifts that limit).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -358,7 +399,59 @@ const SESSION: &str = "SELECT pg_catalog.pg_is_in_recovery(), CURRENT_USER::text
     COALESCE((SELECT pg_catalog.bool_or(pg_catalog.has_function_privilege(p.oid, 'EXECUTE')) \
         FROM pg_catalog.pg_proc AS p \
         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'workfence'::regnamespace \
-        AND p.proname OPERATOR(pg_catalog.=) 'work_limit'), false)";
+        AND p.proname OPERATOR(pg_catalog.=) 'work_limit'), false), \
+    COALESCE((SELECT pg_catalog.bool_or(pg_catalog.has_function_privilege(p.oid, 'EXECUTE')) \
+        FROM pg_catalog.pg_proc AS p \
+        WHERE p.pronamespace OPERATOR(pg_catalog.=) 'workfence'::regnamespace \
+        AND p.proname OPERATOR(pg_catalog.=) 'work_pause_schedule'), false), \
+    COALESCE((SELECT pg_catalog.bool_or(pg_catalog.has_function_privilege(p.oid, 'EXECUTE')) \
+        FROM pg_catalog.pg_proc AS p \
+        WHERE p.pronamespace OPERATOR(pg_catalog.=) 'workfence'::regnamespace \
+        AND p.proname OPERATOR(pg_catalog.=) 'work_resume_schedule'), false), \
+    pg_catalog.to_regclass('workfence.work_schedules') IS NOT NULL, \
+    COALESCE(pg_catalog.has_table_privilege( \
+        pg_catalog.to_regclass('workfence.work_schedules')::oid, 'SELECT'), false)";
+
+// Whether the role may read work_schedules (0.12.0): /metrics, which reads no session, asks
+// before reading the view, so that a 0.11.0 database or a role without SELECT on it still
+// gets the queues' metrics.
+const SCHEDULES_READABLE: &str = "SELECT COALESCE(pg_catalog.has_table_privilege( \
+    pg_catalog.to_regclass('workfence.work_schedules')::oid, 'SELECT'), false)";
+
+// The schedules (0.12.0), every one the role may read (the view shows, under queue grants,
+// those of the queues the role may read), or those of one queue ($1). The view names the
+// schedules table only: cheap however many items there are.
+macro_rules! schedules {
+    ($where:literal) => {
+        concat!(
+            "SELECT s.name::text, s.cron::text, s.timezone::text, s.queue::text, s.catch_up::text, s.paused, ",
+            ts!("s.next_slot"),
+            ", ",
+            ts!("s.last_slot"),
+            ", s.last_item_id::int8, ",
+            ts!("s.last_fired_at"),
+            ", CASE WHEN pg_catalog.isfinite(s.next_slot) ",
+            "THEN pg_catalog.date_part('epoch', s.next_slot)::float8 END, ",
+            "pg_catalog.date_part('epoch', s.last_fired_at)::float8, ",
+            "workfence.work_may('operate', s.queue) ",
+            "FROM workfence.work_schedules AS s ",
+            $where,
+            "ORDER BY s.name"
+        )
+    };
+}
+
+const SCHEDULES: &str = schedules!("");
+
+const QUEUE_SCHEDULES: &str = schedules!("WHERE s.queue OPERATOR(pg_catalog.=) $1::text ");
+
+// The schedule calls are not in the `workfence` client library (yet).
+const PAUSE_SCHEDULE: &str = "SELECT workfence.work_pause_schedule($1::text)";
+const RESUME_SCHEDULE: &str = "SELECT workfence.work_resume_schedule($1::text)";
+
+/// What to do when a schedule call meets a database whose extension has none (42883).
+pub const SCHEDULES_ADVICE: &str = "schedules need pg_workfence 0.12.0 or later in this \
+    database: update the extension (ALTER EXTENSION pg_workfence UPDATE)";
 
 // per_group (0.12.0) is read from the row as jsonb, so that a database still on 0.11.0, whose
 // view has no such column, shows its queues too (per_group NULL); whether the row has the
@@ -459,7 +552,45 @@ impl Conn {
             cancel: r.try_get(6)?,
             lease_status: r.try_get(7)?,
             limit: r.try_get(8)?,
+            pause_schedule: r.try_get(9)?,
+            resume_schedule: r.try_get(10)?,
+            schedules_exist: r.try_get(11)?,
+            schedules_readable: r.try_get(12)?,
         })
+    }
+
+    /// Whether the role may read `work_schedules` (the database has it, 0.12.0, and the role
+    /// SELECT on it).
+    pub async fn schedules_readable(&self) -> Result<bool, AppError> {
+        self.flag(SCHEDULES_READABLE, &[]).await
+    }
+
+    /// Every schedule the role may read, by name (`work_schedules`, 0.12.0: ask
+    /// [`Session::schedules_readable`] or [`Conn::schedules_readable`] first).
+    pub async fn schedules(&self) -> Result<Vec<ScheduleRow>, AppError> {
+        let rows = self.rows(SCHEDULES, &[]).await?;
+        rows.iter().map(schedule_row).collect()
+    }
+
+    /// The schedules that enqueue in `queue`, by name.
+    pub async fn queue_schedules(&self, queue: &str) -> Result<Vec<ScheduleRow>, AppError> {
+        let rows = self.rows(QUEUE_SCHEDULES, &[&queue]).await?;
+        rows.iter().map(schedule_row).collect()
+    }
+
+    /// `work_pause_schedule(name)`: true if it was not paused. An unknown name is the
+    /// server's 42704; a database older than 0.12.0 a 42883 that says schedules need it.
+    pub async fn pause_schedule(&self, name: &str) -> Result<bool, AppError> {
+        self.flag(PAUSE_SCHEDULE, &[&name])
+            .await
+            .map_err(schedule_call_error)
+    }
+
+    /// `work_resume_schedule(name)`: true if it was paused (errors as [`Conn::pause_schedule`]).
+    pub async fn resume_schedule(&self, name: &str) -> Result<bool, AppError> {
+        self.flag(RESUME_SCHEDULE, &[&name])
+            .await
+            .map_err(schedule_call_error)
     }
 
     /// Every queue the role may read, by name.
@@ -651,6 +782,36 @@ impl Conn {
     }
 }
 
+/// A row of [`SCHEDULES`] or [`QUEUE_SCHEDULES`].
+fn schedule_row(r: &Row) -> Result<ScheduleRow, AppError> {
+    Ok(ScheduleRow {
+        name: r.try_get(0)?,
+        cron: r.try_get(1)?,
+        timezone: r.try_get(2)?,
+        queue: r.try_get(3)?,
+        catch_up: r.try_get(4)?,
+        paused: r.try_get(5)?,
+        next_slot: r.try_get(6)?,
+        last_slot: r.try_get(7)?,
+        last_item_id: r.try_get(8)?,
+        last_fired_at: r.try_get(9)?,
+        next_slot_epoch: r.try_get(10)?,
+        last_fired_epoch: r.try_get(11)?,
+        may_operate: r.try_get(12)?,
+    })
+}
+
+/// An error of a schedule call: no schedule of that name (42704) is a 404, not the 500 an
+/// undefined object is elsewhere; a function that does not exist (42883) says schedules need
+/// 0.12.0.
+fn schedule_call_error(e: AppError) -> AppError {
+    match e.sqlstate() {
+        Some("42704") => e.with_status(axum::http::StatusCode::NOT_FOUND),
+        Some("42883") => e.with_advice(SCHEDULES_ADVICE),
+        _ => e,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -687,5 +848,10 @@ mod tests {
     fn timestamps_are_formatted_by_the_server() {
         assert!(ITEM.contains("pg_catalog.isfinite(i.lease_until)"));
         assert!(!ITEMS.contains("{"));
+        assert!(SCHEDULES.contains("pg_catalog.isfinite(s.next_slot)"));
+        assert!(SCHEDULES.ends_with("FROM workfence.work_schedules AS s ORDER BY s.name"));
+        assert!(
+            QUEUE_SCHEDULES.contains("AS s WHERE s.queue OPERATOR(pg_catalog.=) $1::text ORDER BY")
+        );
     }
 }

@@ -130,6 +130,29 @@ impl AppError {
         }
     }
 
+    /// This error with the HTTP status `status`, when the database server raised it, for a
+    /// call that knows what its SQLSTATE means there (no schedule of the name a schedule call
+    /// was given is a 42704: a 404, where an undefined object is otherwise a 500). Any other
+    /// error is returned as it is.
+    pub fn with_status(self, status: StatusCode) -> AppError {
+        match self {
+            AppError::Database {
+                code,
+                message,
+                detail,
+                hint,
+                ..
+            } => AppError::Database {
+                status,
+                code,
+                message,
+                detail,
+                hint,
+            },
+            other => other,
+        }
+    }
+
     /// This error as met while connecting as `who` (a role and database in
     /// words): a refused login or a missing database says who could not
     /// connect (503); any other error is returned as it is.
@@ -427,6 +450,19 @@ mod tests {
         assert_eq!(message, "bad (x)");
         assert_eq!(
             AppError::bad_request("b").with_advice("x").status(),
+            StatusCode::BAD_REQUEST
+        );
+    }
+
+    #[test]
+    fn a_calls_own_status_replaces_the_sqlstates() {
+        let err = database("42704", "no schedule named \"x\"").with_status(StatusCode::NOT_FOUND);
+        assert_eq!(err.status(), StatusCode::NOT_FOUND);
+        assert_eq!(err.sqlstate(), Some("42704"));
+        assert_eq!(
+            AppError::bad_request("b")
+                .with_status(StatusCode::NOT_FOUND)
+                .status(),
             StatusCode::BAD_REQUEST
         );
     }

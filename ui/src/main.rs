@@ -1,10 +1,11 @@
 //! `workfence-ui`: a small web dashboard for pg_workfence.
 //!
 //! Serves server-rendered pages of the queues (`/`), a queue's items
-//! (`/queues/NAME`), one item (`/items/ID`), operator actions as POST forms
-//! through the extension's functions (retry, run now, reschedule, cancel,
-//! pause, resume, a queue's limits), and `/metrics` in the Prometheus text
-//! format. It runs as the database role it connects with: a role without
+//! (`/queues/NAME`), one item (`/items/ID`), the schedules (`/schedules`,
+//! from 0.12.0), operator actions as POST forms through the extension's
+//! functions (retry, run now, reschedule, cancel, pause, resume, a queue's
+//! limits, pause and resume a schedule), and `/metrics` in the Prometheus
+//! text format. It runs as the database role it connects with: a role without
 //! the operating functions, or a hot standby, gets read-only pages. See
 //! `--help` and `ui/README.md`.
 

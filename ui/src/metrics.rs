@@ -7,6 +7,13 @@
 //! `workfence_refused_total` and `workfence_lapsed_total` (monotonic since
 //! the server started; absent otherwise).
 //!
+//! Per schedule (from 0.12.0, labels `schedule` and `queue`): the gauges
+//! `workfence_schedule_last_fire_seconds`, when it last fired (unix seconds,
+//! the server's clock; absent before its first fire), and
+//! `workfence_schedule_next_slot_seconds`, its next slot (unix seconds;
+//! absent when its expression names no more slots). A database older than
+//! 0.12.0, or a role that may not read `work_schedules`, has neither.
+//!
 //! Done, failed and cancelled are gauges, not counters: the server keeps no
 //! count of items ever finished, only the finished items still in the table,
 //! and that number falls when `work_purge` removes them or `work_retry`
@@ -17,7 +24,7 @@
 
 use std::fmt::Write;
 
-use crate::db::QueueStats;
+use crate::db::{QueueStats, ScheduleRow};
 
 /// The content type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -43,8 +50,8 @@ struct Family<'a> {
     help: &'a str,
 }
 
-/// Renders the statistics of every queue.
-pub fn render(stats: &[QueueStats]) -> String {
+/// Renders the statistics of every queue, and the fires of every schedule.
+pub fn render(stats: &[QueueStats], schedules: &[ScheduleRow]) -> String {
     let mut out = String::new();
     let mut family = |f: Family<'_>, samples: &mut dyn Iterator<Item = (String, f64)>| {
         let samples: Vec<_> = samples.collect();
@@ -123,6 +130,36 @@ pub fn render(stats: &[QueueStats]) -> String {
             .iter()
             .filter_map(|s| s.lapsed.map(|n| (q(s), n as f64))),
     );
+    let sq = |s: &ScheduleRow| {
+        format!(
+            "schedule=\"{}\",queue=\"{}\"",
+            escape_label(&s.name),
+            escape_label(&s.queue)
+        )
+    };
+    family(
+        Family {
+            name: "workfence_schedule_last_fire_seconds",
+            kind: "gauge",
+            help:
+                "When the schedule last fired a slot (enqueued its item), in unix seconds by the \
+                   server's clock (absent until its first fire).",
+        },
+        &mut schedules
+            .iter()
+            .filter_map(|s| s.last_fired_epoch.map(|t| (sq(s), t))),
+    );
+    family(
+        Family {
+            name: "workfence_schedule_next_slot_seconds",
+            kind: "gauge",
+            help: "The schedule's next slot, the first not yet fired or skipped, in unix seconds \
+                   (absent when its cron expression names no more slots).",
+        },
+        &mut schedules
+            .iter()
+            .filter_map(|s| s.next_slot_epoch.map(|t| (sq(s), t))),
+    );
     out
 }
 
@@ -162,6 +199,61 @@ mod tests {
         }
     }
 
+    fn schedule(name: &str, fired: Option<f64>, next: Option<f64>) -> ScheduleRow {
+        ScheduleRow {
+            name: name.into(),
+            cron: "0 2 * * *".into(),
+            timezone: "UTC".into(),
+            queue: "reports".into(),
+            catch_up: "latest".into(),
+            paused: false,
+            next_slot: None,
+            last_slot: None,
+            last_item_id: None,
+            last_fired_at: None,
+            next_slot_epoch: next,
+            last_fired_epoch: fired,
+            may_operate: true,
+        }
+    }
+
+    #[test]
+    fn schedules_are_unix_seconds_or_absent() {
+        let text = render(
+            &[],
+            &[
+                schedule("nightly", Some(1_767_225_601.25), Some(1_767_319_200.0)),
+                schedule("new\"one", None, Some(1_767_319_200.0)),
+                schedule("ended", Some(1_767_225_600.0), None),
+            ],
+        );
+        assert!(text.contains("# TYPE workfence_schedule_last_fire_seconds gauge\n"));
+        assert!(text.contains("# TYPE workfence_schedule_next_slot_seconds gauge\n"));
+        assert!(text.contains(
+            "workfence_schedule_last_fire_seconds{schedule=\"nightly\",queue=\"reports\"} 1767225601.25\n"
+        ));
+        assert!(text.contains(
+            "workfence_schedule_next_slot_seconds{schedule=\"nightly\",queue=\"reports\"} 1767319200\n"
+        ));
+        assert!(text.contains(
+            "workfence_schedule_next_slot_seconds{schedule=\"new\\\"one\",queue=\"reports\"} 1767319200\n"
+        ));
+        assert!(!text.contains("workfence_schedule_last_fire_seconds{schedule=\"new"));
+        assert!(text.contains("workfence_schedule_last_fire_seconds{schedule=\"ended\""));
+        assert!(!text.contains("workfence_schedule_next_slot_seconds{schedule=\"ended\""));
+        for family in [
+            "workfence_schedule_last_fire_seconds",
+            "workfence_schedule_next_slot_seconds",
+        ] {
+            for what in ["HELP", "TYPE"] {
+                let line = format!("# {what} {family} ");
+                assert_eq!(text.matches(&line).count(), 1, "{line}");
+            }
+        }
+        // No schedule: neither family.
+        assert!(!render(&[stats("q")], &[]).contains("workfence_schedule_"));
+    }
+
     #[test]
     fn labels_are_escaped() {
         assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
@@ -169,7 +261,7 @@ mod tests {
 
     #[test]
     fn renders_every_family() {
-        let text = render(&[stats("q\"1")]);
+        let text = render(&[stats("q\"1")], &[]);
         assert!(text.contains("# TYPE workfence_items gauge\n"));
         assert!(text.contains("workfence_items{queue=\"q\\\"1\",state=\"pending\"} 3\n"));
         assert!(text.contains("workfence_oldest_due_age_seconds{queue=\"q\\\"1\"} 1.5\n"));
@@ -180,7 +272,7 @@ mod tests {
         assert!(!text.contains("_done_total") && !text.contains("_failed_total"));
         assert!(!text.contains("workfence_refused_total{"));
         // One HELP and one TYPE line per family, however many queues.
-        let text = render(&[stats("a"), stats("b")]);
+        let text = render(&[stats("a"), stats("b")], &[]);
         for family in [
             "workfence_items",
             "workfence_oldest_due_age_seconds",

@@ -6,7 +6,7 @@ use maud::{html, Markup, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
-use crate::db::{Item, ItemRow, QueueStats, Session, DEFAULT_PER, ITEM_STATES};
+use crate::db::{Item, ItemRow, QueueStats, ScheduleRow, Session, DEFAULT_PER, ITEM_STATES};
 use crate::security::TOKEN_FIELD;
 use crate::throughput::Rate;
 
@@ -27,11 +27,16 @@ td.num,th.num{text-align:right}pre{background:#f6f6f6;padding:.5em;overflow:auto
 form.inline{display:inline}nav a{margin-right:1em}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}\
 dt{font-weight:bold}dd{margin:0}.muted{color:#777}\
 details.set-limits summary{cursor:pointer;color:#0645ad}details.set-limits label{display:block;margin:.2em 0}\
-details.set-limits input[type=number]{width:6em}";
+details.set-limits input[type=number]{width:6em}#schedules td.name,#schedules td.cron,#queue-schedules td.cron{white-space:nowrap}";
 
 /// `/queues/NAME` for a queue name (percent-encoded).
 pub fn queue_href(queue: &str) -> String {
     format!("/queues/{}", utf8_percent_encode(queue, SEGMENT))
+}
+
+/// `/schedules/NAME` for a schedule name (percent-encoded): the actions' base.
+pub fn schedule_href(name: &str) -> String {
+    format!("/schedules/{}", utf8_percent_encode(name, SEGMENT))
 }
 
 /// `/items/ID`.
@@ -77,6 +82,7 @@ pub fn page(frame: &Frame<'_>, body: Markup) -> Markup {
             body {
                 nav {
                     a href="/" { "queues" }
+                    a href="/schedules" { "schedules" }
                     a href="/metrics" { "metrics" }
                     @if let Some(role) = frame.role {
                         span.muted { "as role " code { (role) } }
@@ -284,6 +290,9 @@ pub struct ItemsView<'a> {
     pub after_left: Option<String>,
     /// `work_may('operate', queue)`.
     pub may_operate: bool,
+    /// The schedules that enqueue in the queue (none where the role may not read
+    /// `work_schedules`, or before 0.12.0).
+    pub schedules: &'a [ScheduleRow],
 }
 
 /// The order `work_items` lists a state filter's items in, in words.
@@ -393,6 +402,120 @@ pub fn items(session: &Session, view: &ItemsView<'_>, csrf: &str) -> Markup {
             @if let Some(after) = view.next_after {
                 a #next href=(items_link(view.queue, view.state, Some(after))) { "next page" }
             }
+        }
+        @if !view.schedules.is_empty() {
+            h2 { "Schedules" }
+            table #queue-schedules {
+                thead { tr {
+                    th { "schedule" } th { "cron" } th { "time zone" } th { "paused" }
+                    th { "next slot" } th { "last fired" }
+                } }
+                tbody {
+                    @for s in view.schedules {
+                        tr data-schedule=(s.name) {
+                            td.name { a href="/schedules" { (s.name) } }
+                            td.cron { code { (s.cron) } }
+                            td.timezone { (s.timezone) }
+                            td.paused { @if s.paused { "paused" } @else { "no" } }
+                            td.next-slot { (s.next_slot.as_deref().unwrap_or("")) }
+                            td.last-fired { (s.last_fired_at.as_deref().unwrap_or("—")) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(&frame, body)
+}
+
+/// Why no schedule can be paused or resumed from this dashboard, if none can.
+pub fn schedules_read_only(session: &Session) -> Option<&'static str> {
+    if session.in_recovery {
+        Some("the server is a hot standby (in recovery): nothing can be changed")
+    } else if !(session.pause_schedule || session.resume_schedule) {
+        Some("this role may not call work_pause_schedule or work_resume_schedule")
+    } else {
+        None
+    }
+}
+
+/// The schedules page (`work_schedules`, from 0.12.0): one row per schedule
+/// the role may read, with pause or resume where the role may operate its
+/// queue. `rows` is `None` for a database without schedules (older than
+/// 0.12.0).
+pub fn schedules(
+    session: &Session,
+    rows: Option<&[ScheduleRow]>,
+    csrf: &str,
+    flash: Option<String>,
+) -> Markup {
+    let read_only = schedules_read_only(session);
+    let frame = Frame {
+        title: "Schedules".into(),
+        read_only,
+        role: Some(&session.role),
+        flash,
+        csrf: Some(csrf),
+    };
+    let body = html! {
+        @match rows {
+            None => p #no-schedules-view {
+                "This database has no schedules: they need pg_workfence 0.12.0 or later "
+                "(ALTER EXTENSION pg_workfence UPDATE)."
+            },
+            Some([]) => p #no-schedules { "No schedule that this role may read." },
+            Some(rows) => table #schedules {
+                thead { tr {
+                    th { "schedule" } th { "cron" } th { "time zone" } th { "queue" }
+                    th title="what a fire does with slots that passed unfired: latest, all or none" { "catch up" }
+                    th { "paused" } th { "next slot" } th { "last slot" }
+                    th.num { "last item" } th { "last fired" } th { "actions" }
+                } }
+                tbody {
+                    @for s in rows {
+                        tr data-schedule=(s.name) {
+                            td.name { (s.name) }
+                            td.cron { code { (s.cron) } }
+                            td.timezone { (s.timezone) }
+                            td.queue { a href=(queue_href(&s.queue)) { (s.queue) } }
+                            td.catch-up { (s.catch_up) }
+                            td.paused { @if s.paused { "paused" } @else { "no" } }
+                            td.next-slot { (s.next_slot.as_deref().unwrap_or("")) }
+                            td.last-slot { (s.last_slot.as_deref().unwrap_or("—")) }
+                            td.num.last-item {
+                                @match s.last_item_id {
+                                    Some(id) => a href=(item_href(id)) { (id) },
+                                    None => "—",
+                                }
+                            }
+                            td.last-fired { (s.last_fired_at.as_deref().unwrap_or("—")) }
+                            td.actions {
+                                @if read_only.is_none() && s.may_operate {
+                                    @if s.paused && session.resume_schedule {
+                                        form.inline method="post" action={ (schedule_href(&s.name)) "/resume" } {
+                                            (token(csrf))
+                                            button type="submit" data-action="resume-schedule" { "resume" }
+                                        }
+                                    } @else if !s.paused && session.pause_schedule {
+                                        form.inline method="post" action={ (schedule_href(&s.name)) "/pause" } {
+                                            (token(csrf))
+                                            button type="submit" data-action="pause-schedule" { "pause" }
+                                        }
+                                    }
+                                } @else {
+                                    span.muted { "read-only" }
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+        }
+        p.muted #schedules-note {
+            "Times are UTC, by the server's clock. A paused schedule fires nothing; when it is resumed, "
+            "its catch up decides which of the slots it missed fire (latest: the most recent, all: each, "
+            "none: none). Pausing a schedule leaves its queue and items as they are. The last item may "
+            "have been purged since."
         }
     };
     page(&frame, body)
@@ -759,6 +882,7 @@ mod tests {
             after,
             after_left,
             may_operate: true,
+            schedules: &[],
         };
         let html = items(
             &session,
@@ -779,6 +903,65 @@ mod tests {
         let html = items(&session, &view(None, None), "tok").into_string();
         assert!(html.contains("<p id=\"no-items\">No items.</p>"), "{html}");
         assert!(html.contains("Claim order"), "{html}");
+    }
+
+    fn schedule_row(name: &str, paused: bool, may_operate: bool) -> ScheduleRow {
+        ScheduleRow {
+            name: name.into(),
+            cron: "0 2 * * *".into(),
+            timezone: "Europe/Berlin".into(),
+            queue: "team/a b".into(),
+            catch_up: "latest".into(),
+            paused,
+            next_slot: Some("2026-01-02 01:00:00.000 UTC".into()),
+            last_slot: None,
+            last_item_id: None,
+            last_fired_at: None,
+            next_slot_epoch: None,
+            last_fired_epoch: None,
+            may_operate,
+        }
+    }
+
+    #[test]
+    fn the_schedules_page_offers_what_the_role_may_do() {
+        let mut session = Session {
+            role: "r".into(),
+            pause_schedule: true,
+            resume_schedule: true,
+            schedules_exist: true,
+            schedules_readable: true,
+            ..Session::default()
+        };
+        let mut fired = schedule_row("b", true, true);
+        fired.last_item_id = Some(42);
+        fired.last_fired_at = Some("2026-01-01 01:00:00.123 UTC".into());
+        let rows = [
+            schedule_row("a<b>/c", false, true),
+            fired,
+            schedule_row("other", false, false),
+        ];
+        let html = schedules(&session, Some(&rows), "tok", None).into_string();
+        assert!(html.contains("a&lt;b&gt;/c"), "{html}");
+        assert!(!html.contains("a<b>"), "{html}");
+        assert!(
+            html.contains("action=\"/schedules/a%3Cb%3E%2Fc/pause\""),
+            "{html}"
+        );
+        assert!(html.contains("action=\"/schedules/b/resume\""), "{html}");
+        assert!(html.contains("href=\"/queues/team%2Fa%20b\""), "{html}");
+        assert!(html.contains("<a href=\"/items/42\">42</a>"), "{html}");
+        assert!(!html.contains("/schedules/other/"), "queue grants: {html}");
+        assert!(!html.contains("id=\"read-only\""), "{html}");
+        session.pause_schedule = false;
+        session.resume_schedule = false;
+        let html = schedules(&session, Some(&rows), "tok", None).into_string();
+        assert!(html.contains("id=\"read-only\""), "{html}");
+        assert!(!html.contains("method=\"post\""), "{html}");
+        let html = schedules(&session, Some(&[]), "tok", None).into_string();
+        assert!(html.contains("id=\"no-schedules\""), "{html}");
+        let html = schedules(&session, None, "tok", None).into_string();
+        assert!(html.contains("0.12.0"), "{html}");
     }
 
     #[test]

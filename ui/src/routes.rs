@@ -58,6 +58,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/queues/{queue}/pause", post(pause))
         .route("/queues/{queue}/resume", post(resume))
         .route("/queues/{queue}/limits", post(limits))
+        .route("/schedules", get(schedules))
+        .route("/schedules/{name}/pause", post(pause_schedule))
+        .route("/schedules/{name}/resume", post(resume_schedule))
         .route("/items/{id}", get(item))
         .route("/items/{id}/{action}", post(item_action))
         .fallback(not_found)
@@ -95,6 +98,17 @@ fn queue_name(text: String) -> Result<String, AppError> {
     Ok(text)
 }
 
+/// A schedule name from the path: not empty, not absurdly long (the server
+/// checks the rest: 22023).
+fn schedule_name(text: String) -> Result<String, AppError> {
+    if text.is_empty() || text.len() > MAX_NAME_BYTES {
+        return Err(AppError::bad_request(format!(
+            "A schedule name is 1 to {MAX_NAME_BYTES} bytes long."
+        )));
+    }
+    Ok(text)
+}
+
 /// An item id from the path: a whole number from 1 to 2^63 - 1.
 pub fn item_id(text: &str) -> Result<i64, AppError> {
     match text.parse::<i64>() {
@@ -109,7 +123,13 @@ pub fn item_id(text: &str) -> Result<i64, AppError> {
 /// The message of a flash code (`?done=...`), for a queue if one is named.
 fn flash(params: &HashMap<String, String>) -> Option<String> {
     let queue = params.get("queue");
+    let schedule = params.get("schedule");
     let text = match (params.get("done")?.as_str(), queue) {
+        ("schedule-paused", _) => format!(
+            "Paused schedule {}: it fires nothing until it is resumed.",
+            schedule?
+        ),
+        ("schedule-resumed", _) => format!("Resumed schedule {}.", schedule?),
         ("paused", Some(q)) => {
             format!("Paused queue {q}: claims return nothing until it is resumed.")
         }
@@ -148,6 +168,8 @@ async fn queues(
                 row.filter(|s| s.paused == (done == "paused")).map(|_| text)
             }
             Some("limits") => row.map(|s| format!("{text} Now: {}.", pages::limits(s))),
+            // The schedules page's, which checks them against the schedules.
+            Some("schedule-paused" | "schedule-resumed") => None,
             _ => Some(text),
         }
     });
@@ -178,11 +200,100 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Result<Response, AppError>
         Instant::now(),
         stats.iter().map(|s| (s.queue.as_str(), s.done + s.failed)),
     );
+    // A database older than 0.12.0, or a role that may not read work_schedules: no
+    // schedule metrics, the queues' all the same.
+    let schedules = if conn.schedules_readable().await? {
+        conn.schedules().await?
+    } else {
+        Vec::new()
+    };
     Ok((
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-        metrics::render(&stats),
+        metrics::render(&stats, &schedules),
     )
         .into_response())
+}
+
+/// `GET /schedules`: every schedule the role may read (`work_schedules`, 0.12.0).
+async fn schedules(
+    State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
+) -> Result<Markup, AppError> {
+    let params = query_pairs(query.as_deref());
+    let conn = app.db.conn().await?;
+    let session = conn.session().await?;
+    // A database older than 0.12.0 has no schedules; a role without SELECT on the view is
+    // refused by the server (42501), as any other read.
+    let rows = if session.schedules_exist {
+        Some(conn.schedules().await?)
+    } else {
+        None
+    };
+    // A pause or resume flash only where the schedule is in that state now.
+    let flash = flash(&params).filter(|_| {
+        let paused = match params.get("done").map(String::as_str) {
+            Some("schedule-paused") => true,
+            Some("schedule-resumed") => false,
+            _ => return false,
+        };
+        rows.iter()
+            .flatten()
+            .any(|s| Some(&s.name) == params.get("schedule") && s.paused == paused)
+    });
+    Ok(pages::schedules(
+        &session,
+        rows.as_deref(),
+        &app.csrf_token,
+        flash,
+    ))
+}
+
+async fn pause_schedule(
+    State(app): State<Arc<App>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, AppError> {
+    schedule_action(app, path, true).await
+}
+
+async fn resume_schedule(
+    State(app): State<Arc<App>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, AppError> {
+    schedule_action(app, path, false).await
+}
+
+/// `POST /schedules/NAME/pause|resume`: `work_pause_schedule` or
+/// `work_resume_schedule`; back to the schedules page, whose flash says so.
+/// The server's refusals are its pages: 42704 (no such schedule, 404), 42501
+/// (no EXECUTE, or queue grants), 25006 (a standby).
+async fn schedule_action(
+    app: Arc<App>,
+    path: Result<Path<String>, PathRejection>,
+    pausing: bool,
+) -> Result<Response, AppError> {
+    let name = schedule_name(path_param(path)?)?;
+    let conn = app.db.conn().await?;
+    let (changed, done, nothing) = if pausing {
+        (
+            conn.pause_schedule(&name).await?,
+            "schedule-paused",
+            format!("work_pause_schedule changed nothing: schedule {name:?} is paused already."),
+        )
+    } else {
+        (
+            conn.resume_schedule(&name).await?,
+            "schedule-resumed",
+            format!("work_resume_schedule changed nothing: schedule {name:?} is not paused."),
+        )
+    };
+    if !changed {
+        return Err(AppError::conflict(nothing));
+    }
+    Ok(Redirect::to(&format!(
+        "/schedules?done={done}&schedule={}",
+        pages::query_value(&name)
+    ))
+    .into_response())
 }
 
 fn unknown_queue(queue: &str) -> AppError {
@@ -219,6 +330,14 @@ async fn items(
         })?),
     };
     let conn = app.db.conn().await?;
+    let session = conn.session().await?;
+    // The queue's schedules (0.12.0): a few rows of the schedules table, whatever the items.
+    let schedules = if session.schedules_readable {
+        conn.queue_schedules(&queue).await?
+    } else {
+        Vec::new()
+    };
+    // A queue that only a schedule names (it has not fired yet) is a queue too.
     if let Some(key) = params.get("key").filter(|k| !k.is_empty()) {
         if key.len() > MAX_NAME_BYTES {
             return Err(AppError::bad_request(format!(
@@ -227,14 +346,16 @@ async fn items(
         }
         return match conn.item_id_by_key(&queue, key).await? {
             Some(id) => Ok(Redirect::to(&pages::item_href(id)).into_response()),
-            None if !conn.queue_known(&queue).await? => Err(unknown_queue(&queue)),
+            None if schedules.is_empty() && !conn.queue_known(&queue).await? => {
+                Err(unknown_queue(&queue))
+            }
             None => Err(AppError::not_found(format!(
                 "There is no item with key {key:?} in queue {queue:?}."
             ))),
         };
     }
     let mut rows = conn.items(&queue, state, after, PAGE_SIZE + 1).await?;
-    if rows.is_empty() && !conn.queue_known(&queue).await? {
+    if rows.is_empty() && schedules.is_empty() && !conn.queue_known(&queue).await? {
         return Err(unknown_queue(&queue));
     }
     let next_after = if rows.len() > PAGE_SIZE as usize {
@@ -257,7 +378,6 @@ async fn items(
         },
         _ => None,
     };
-    let session = conn.session().await?;
     let may_operate = conn.may_operate(&queue).await?;
     Ok(pages::items(
         &session,
@@ -269,6 +389,7 @@ async fn items(
             after,
             after_left,
             may_operate,
+            schedules: &schedules,
         },
         &app.csrf_token,
     )
@@ -589,6 +710,11 @@ mod tests {
             "Paused queue a<b: claims return nothing until it is resumed."
         );
         assert_eq!(flash(&query_pairs(Some("done=bogus"))), None);
+        assert_eq!(
+            flash(&query_pairs(Some("done=schedule-paused&schedule=a%26b"))).unwrap(),
+            "Paused schedule a&b: it fires nothing until it is resumed."
+        );
+        assert_eq!(flash(&query_pairs(Some("done=schedule-resumed"))), None);
         assert_eq!(flash(&query_pairs(Some("%ff=%fe"))), None);
     }
 }

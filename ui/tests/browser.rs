@@ -4,8 +4,9 @@
 //! extension.
 //!
 //! What a person does with the pages: load each of them (the queues, a
-//! queue's items with a state filter and the next page, an item), retry a
-//! failed item by clicking, pause and resume a queue by clicking; each time
+//! queue's items with a state filter and the next page, an item, the
+//! schedules), retry a failed item by clicking, pause and resume a queue and
+//! a schedule by clicking; each time
 //! the database is checked to have changed and the page to show it. And what
 //! must not happen: a payload with a `<script>` runs no script (it stays
 //! text), and a form posted from another site changes nothing.
@@ -1039,6 +1040,102 @@ fn pause_and_resume_by_click() {
     });
     assert!(
         !is_paused(&mut f.db, "imports"),
+        "the resume reached the database"
+    );
+}
+
+/// Whether schedule `name` is paused (`work_schedules.paused`).
+fn schedule_paused(db: &mut postgres::Client, name: &str) -> bool {
+    ok(
+        db.query_one(
+            "SELECT s.paused FROM workfence.work_schedules AS s WHERE s.name = $1",
+            &[&name],
+        ),
+        "work_schedules",
+    )
+    .get(0)
+}
+
+/// The schedules page (from 0.12.0) lists the schedules, its pause button
+/// pauses one (`work_schedules.paused`) and its resume button resumes it; the
+/// page shows each. The README's screenshot of the page.
+#[test]
+fn pause_and_resume_a_schedule_by_click() {
+    let mut f = fixture("schedules");
+    for (name, cron, queue, timezone) in [
+        ("nightly-report", "0 2 * * *", "reports", "Europe/Berlin"),
+        ("hourly-sync", "0 * * * *", "sync", "UTC"),
+        ("weekly-digest", "0 8 * * 1", "emails", "America/New_York"),
+    ] {
+        assert!(ok(
+            calls::schedule(&mut f.db, name, cron, queue, timezone, "latest"),
+            "work_schedule"
+        ));
+    }
+    // One of them has fired (as the superuser: its next slot a second ago).
+    ok(
+        f.db.execute(
+            "UPDATE workfence.schedules \
+                SET next_slot = pg_catalog.date_trunc('second', pg_catalog.clock_timestamp()) \
+                                - interval '1 second' \
+              WHERE name = 'hourly-sync'",
+            &[],
+        ),
+        "moving a next slot",
+    );
+    assert_eq!(
+        ok(calls::fire_schedules(&mut f.db), "work_fire_schedules"),
+        1
+    );
+    let (b, ui) = (&f.browser, &f.ui);
+    let row = "#schedules tr[data-schedule=\"nightly-report\"]";
+    b.run(async {
+        let c = b.client();
+        goto(c, &ui.url("/")).await;
+        let link = wait_for(c, "nav a[href=\"/schedules\"]").await;
+        ok(link.click().await, "clicking schedules in the navigation");
+        wait_for(c, "#schedules").await;
+        assert_eq!(count(c, "#schedules tr[data-schedule]").await, 3);
+        assert_eq!(
+            count(
+                c,
+                "#schedules tr[data-schedule=\"hourly-sync\"] td.last-item a"
+            )
+            .await,
+            1,
+            "the fired schedule links its item"
+        );
+        screenshot(c, "schedules", true).await;
+        let pause = wait_for(c, &format!("{row} button[data-action=\"pause-schedule\"]")).await;
+        assert_eq!(text_of(c, &format!("{row} td.paused")).await, "no");
+        ok(pause.click().await, "clicking pause");
+        wait_for(c, &format!("{row} button[data-action=\"resume-schedule\"]")).await;
+        wait_for(c, "#flash").await;
+        assert_eq!(response_status(c).await, 200);
+        assert_eq!(text_of(c, &format!("{row} td.paused")).await, "paused");
+        // The others are untouched.
+        assert_eq!(
+            count(c, "#schedules button[data-action=\"pause-schedule\"]").await,
+            2
+        );
+    });
+    assert!(
+        schedule_paused(&mut f.db, "nightly-report"),
+        "the pause reached the database"
+    );
+    assert!(!schedule_paused(&mut f.db, "hourly-sync"));
+    b.run(async {
+        let c = b.client();
+        goto(c, &ui.url("/schedules")).await;
+        let resume = wait_for(c, &format!("{row} button[data-action=\"resume-schedule\"]")).await;
+        ok(resume.click().await, "clicking resume");
+        wait_for(c, &format!("{row} button[data-action=\"pause-schedule\"]")).await;
+        wait_for(c, "#flash").await;
+        assert_eq!(response_status(c).await, 200);
+        assert_eq!(text_of(c, &format!("{row} td.paused")).await, "no");
+    });
+    assert!(
+        !schedule_paused(&mut f.db, "nightly-report"),
         "the resume reached the database"
     );
 }

@@ -1369,6 +1369,7 @@ fn a_hot_standby_is_shown_read_only() {
     let cluster = cluster();
     let mut db = database(&cluster, "ui_standby");
     let id = failed_item(&mut db, "s", "k", "boom");
+    schedule(&mut db, "s-nightly", "s");
     let standby = ok(cluster.standby(scratch()), "starting a hot standby");
     let ui = Ui::on(&standby.connection_string("ui_standby"));
     let page = ui.get("/");
@@ -1380,16 +1381,26 @@ fn a_hot_standby_is_shown_read_only() {
         format!("/items/{id}"),
         "/metrics".to_owned(),
         "/queues/s".to_owned(),
+        "/schedules".to_owned(),
     ];
     for path in &paths {
         let page = ui.get(path);
         assert_eq!(page.status, 200, "{path}: {}", page.body);
         assert!(!page.body.contains("method=\"post\""), "{path}");
     }
-    let reply = ui.submit(&format!("/items/{id}/retry"), &[]);
-    assert_eq!(reply.status, 409, "{}", reply.body);
-    assert!(reply.error().contains("25006"), "{}", reply.error());
+    let page = ui.get("/schedules").body;
+    assert!(page.contains("data-schedule=\"s-nightly\""), "{page}");
+    assert!(page.contains("hot standby"), "{page}");
+    for path in [
+        format!("/items/{id}/retry"),
+        "/schedules/s-nightly/pause".into(),
+    ] {
+        let reply = ui.submit(&path, &[]);
+        assert_eq!(reply.status, 409, "{path}: {}", reply.body);
+        assert!(reply.error().contains("25006"), "{}", reply.error());
+    }
     assert_eq!(state_of(&mut db, id), "failed");
+    assert!(!schedule_paused(&mut db, "s-nightly"));
 }
 
 #[test]
@@ -1968,4 +1979,460 @@ fn the_limits_form_on_a_0110_database_sets_the_other_three() {
     );
     assert!(!error.contains("0.11.0"), "{error}");
     assert_eq!(limits(&mut old), (Some(3), None, None));
+}
+
+// --- schedules (0.12.0) ------------------------------------------------------
+
+/// Creates schedule `name`, `0 2 * * *` in UTC, enqueueing in `queue`.
+fn schedule(db: &mut postgres::Client, name: &str, queue: &str) {
+    assert!(ok(
+        calls::schedule(db, name, "0 2 * * *", queue, "UTC", "latest"),
+        "work_schedule"
+    ));
+}
+
+/// Makes schedule `name` fire now (as the superuser: its next slot a second
+/// ago, no slot fired yet) and returns the item its fire enqueued.
+fn fire_now(db: &mut postgres::Client, name: &str) -> i64 {
+    let moved = ok(
+        db.execute(
+            "UPDATE workfence.schedules \
+                SET next_slot = pg_catalog.date_trunc('second', pg_catalog.clock_timestamp()) \
+                                - interval '1 second', \
+                    last_slot = NULL \
+              WHERE name = $1",
+            &[&name],
+        ),
+        "moving the next slot",
+    );
+    assert_eq!(moved, 1, "schedule {name}");
+    assert!(ok(calls::fire_schedules(db), "work_fire_schedules") >= 1);
+    let row = ok(
+        db.query_one(
+            "SELECT s.last_item_id FROM workfence.work_schedules AS s WHERE s.name = $1",
+            &[&name],
+        ),
+        "work_schedules",
+    );
+    row.get::<_, Option<i64>>(0).expect("the fire's item")
+}
+
+/// `work_schedules.paused` of `name`.
+fn schedule_paused(db: &mut postgres::Client, name: &str) -> bool {
+    ok(
+        db.query_one(
+            "SELECT s.paused FROM workfence.work_schedules AS s WHERE s.name = $1",
+            &[&name],
+        ),
+        "work_schedules",
+    )
+    .get(0)
+}
+
+/// The text of the cell `<td class="CLASS">` of `row`, tags removed.
+fn cell(row: &str, class: &str) -> String {
+    strip_tags(section(row, &format!("<td class=\"{class}\">"), "</td>"))
+}
+
+/// The schedules page lists `work_schedules`, each column as the view has
+/// it (times as the dashboard writes them: UTC, milliseconds), the queue and
+/// the last item linked; its pause and resume buttons call
+/// `work_pause_schedule` and `work_resume_schedule` (a second pause is a
+/// 409, an unknown name the server's 42704); a queue's page shows the
+/// queue's schedules, also when the queue has no item yet.
+#[test]
+fn the_schedules_page_lists_work_schedules_and_pauses_and_resumes_them() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_schedules");
+    assert!(ok(
+        calls::schedule(
+            &mut db,
+            "nightly",
+            "0 2 * * *",
+            "reports",
+            "Europe/Berlin",
+            "latest"
+        ),
+        "work_schedule"
+    ));
+    let item = fire_now(&mut db, "nightly");
+    let odd = "team/a <b>";
+    assert!(ok(
+        calls::schedule(&mut db, odd, "*/15 * * * *", "ingest", "UTC", "all"),
+        "work_schedule"
+    ));
+    let ui = Ui::on(&cluster.connection_string("ui_schedules"));
+
+    // Linked from the navigation, as the queues page is.
+    let page = ui.get("/").body;
+    assert!(
+        page.contains("<a href=\"/schedules\">schedules</a>"),
+        "{page}"
+    );
+    let page = ui.get("/schedules");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(!page.body.contains("id=\"read-only\""), "{}", page.body);
+    let utc = |col: &str| {
+        format!(
+            "CASE WHEN pg_catalog.isfinite({col}) THEN pg_catalog.to_char({col} AT TIME ZONE 'UTC', \
+             'YYYY-MM-DD HH24:MI:SS.MS') || ' UTC' ELSE {col}::text END"
+        )
+    };
+    let expected = ok(
+        db.query_one(
+            &format!(
+                "SELECT s.cron, s.timezone, s.queue, s.catch_up, {}, {}, s.last_item_id, {} \
+                   FROM workfence.work_schedules AS s WHERE s.name = 'nightly'",
+                utc("s.next_slot"),
+                utc("s.last_slot"),
+                utc("s.last_fired_at"),
+            ),
+            &[],
+        ),
+        "work_schedules",
+    );
+    let row = section(&page.body, "data-schedule=\"nightly\"", "</tr>");
+    assert_eq!(cell(row, "name"), "nightly");
+    assert_eq!(cell(row, "cron"), expected.get::<_, String>(0));
+    assert_eq!(cell(row, "timezone"), "Europe/Berlin");
+    assert_eq!(expected.get::<_, String>(1), "Europe/Berlin");
+    assert_eq!(cell(row, "queue"), "reports");
+    assert!(
+        row.contains("<a href=\"/queues/reports\">reports</a>"),
+        "{row}"
+    );
+    assert_eq!(cell(row, "catch-up"), expected.get::<_, String>(3));
+    assert_eq!(cell(row, "paused"), "no");
+    assert_eq!(cell(row, "next-slot"), expected.get::<_, String>(4));
+    assert_eq!(cell(row, "last-slot"), expected.get::<_, String>(5));
+    assert_eq!(expected.get::<_, Option<i64>>(6), Some(item));
+    assert_eq!(cell(row, "num last-item"), item.to_string());
+    assert!(
+        row.contains(&format!("<a href=\"/items/{item}\">{item}</a>")),
+        "{row}"
+    );
+    assert_eq!(cell(row, "last-fired"), expected.get::<_, String>(7));
+    assert!(row.contains("data-action=\"pause-schedule\""), "{row}");
+    // The item the fire enqueued, behind its link.
+    let item_page = ui.get(&format!("/items/{item}")).body;
+    assert!(
+        section(&item_page, "<dd id=\"key\">", "</dd>").starts_with("nightly@"),
+        "{item_page}"
+    );
+    // Never fired: no last slot, item or fire; its name escaped.
+    let row = section(&page.body, "data-schedule=\"team/a &lt;b&gt;\"", "</tr>");
+    assert_eq!(cell(row, "name"), "team/a &lt;b&gt;");
+    assert!(!page.body.contains("<b>"), "{}", page.body);
+    assert_eq!(cell(row, "catch-up"), "all");
+    assert_eq!(cell(row, "last-slot"), "—");
+    assert_eq!(cell(row, "num last-item"), "—");
+    assert_eq!(cell(row, "last-fired"), "—");
+
+    // Pause, then resume, by the page's forms.
+    let reply = ui.submit("/schedules/nightly/pause", &[]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    let back = reply.location.expect("a redirect");
+    assert_eq!(back, "/schedules?done=schedule-paused&schedule=nightly");
+    assert!(schedule_paused(&mut db, "nightly"));
+    let page = ui.get(&back).body;
+    assert!(
+        page.contains(
+            "<p id=\"flash\">Paused schedule nightly: it fires nothing until it is resumed.</p>"
+        ),
+        "{page}"
+    );
+    let row = section(&page, "data-schedule=\"nightly\"", "</tr>");
+    assert_eq!(cell(row, "paused"), "paused");
+    assert!(row.contains("data-action=\"resume-schedule\""), "{row}");
+    assert!(!row.contains("data-action=\"pause-schedule\""), "{row}");
+    let reply = ui.submit("/schedules/nightly/pause", &[]);
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(
+        reply.error().contains("paused already"),
+        "{}",
+        reply.error()
+    );
+    assert!(schedule_paused(&mut db, "nightly"));
+    let reply = ui.submit("/schedules/nightly/resume", &[]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    let back = reply.location.expect("a redirect");
+    assert_eq!(back, "/schedules?done=schedule-resumed&schedule=nightly");
+    assert!(!schedule_paused(&mut db, "nightly"));
+    let page = ui.get(&back).body;
+    assert!(
+        page.contains("<p id=\"flash\">Resumed schedule nightly.</p>"),
+        "{page}"
+    );
+    // A crafted flash claims no pause that is not so.
+    let page = ui
+        .get("/schedules?done=schedule-paused&schedule=nightly")
+        .body;
+    assert!(!page.contains("id=\"flash\""), "{page}");
+    // A name with a slash and markup: the form's action, percent-encoded.
+    let page = ui.get("/schedules").body;
+    let row = section(&page, "data-schedule=\"team/a &lt;b&gt;\"", "</tr>");
+    let action = section(row, "action=\"", "\"").to_owned();
+    assert_eq!(action, "/schedules/team%2Fa%20%3Cb%3E/pause");
+    let reply = ui.submit(&action, &[]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert!(schedule_paused(&mut db, odd));
+    assert!(!schedule_paused(&mut db, "nightly"));
+
+    // No such schedule: the server's 42704, and nothing changes.
+    for path in ["/schedules/nope/pause", "/schedules/nope/resume"] {
+        let reply = ui.submit(path, &[]);
+        assert_eq!(reply.status, 404, "{path}: {}", reply.body);
+        let error = reply.error();
+        assert!(error.starts_with("SQLSTATE 42704: "), "{path}: {error}");
+        assert!(error.contains("nope"), "{path}: {error}");
+    }
+    // A name the server refuses (longer than 128 bytes): its 22023.
+    let long = format!("/schedules/{}/pause", "n".repeat(200));
+    let reply = ui.submit(&long, &[]);
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(
+        reply.error().starts_with("SQLSTATE 22023: "),
+        "{}",
+        reply.error()
+    );
+    let count: i64 = ok(
+        db.query_one("SELECT count(*) FROM workfence.work_schedules", &[]),
+        "count",
+    )
+    .get(0);
+    assert_eq!(count, 2);
+
+    // A queue's page shows its schedules; a queue only a schedule names is one.
+    let page = ui.get("/queues/reports");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let table = section(&page.body, "<table id=\"queue-schedules\">", "</table>");
+    assert!(table.contains("data-schedule=\"nightly\""), "{table}");
+    assert!(!table.contains("team/a"), "{table}");
+    let page = ui.get("/queues/ingest");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let table = section(&page.body, "<table id=\"queue-schedules\">", "</table>");
+    let row = section(table, "data-schedule=\"team/a &lt;b&gt;\"", "</tr>");
+    assert_eq!(cell(row, "paused"), "paused");
+    assert!(page.body.contains("<p id=\"no-items\">No items.</p>"));
+    assert_eq!(ui.get("/queues/nothing").status, 404);
+    // A queue without schedules has no such table.
+    enqueue(&mut db, Enqueue::new("plain").key("k"));
+    let page = ui.get("/queues/plain").body;
+    assert!(!page.contains("queue-schedules"), "{page}");
+}
+
+/// A role that may only read (workfence_monitor) sees the schedules and no
+/// buttons, and the server refuses its pause with 42501; under queue grants
+/// an operator has buttons only for the schedules of queues it may operate,
+/// and the server refuses the others.
+#[test]
+fn schedule_buttons_follow_the_roles_grants() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_schedule_grants");
+    schedule(&mut db, "sa", "team.a");
+    schedule(&mut db, "sb", "team.b");
+
+    let ui = Ui::on(&dsn_as(&cluster, "ui_schedule_grants", "ui_watcher"));
+    let page = ui.get("/schedules");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("data-schedule=\"sa\""), "{}", page.body);
+    assert!(page.body.contains("id=\"read-only\""), "{}", page.body);
+    assert!(!page.body.contains("method=\"post\""), "{}", page.body);
+    let reply = ui.submit("/schedules/sa/pause", &[]);
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    let error = reply.error();
+    assert!(error.starts_with("SQLSTATE 42501: "), "{error}");
+    assert!(error.contains("work_pause_schedule"), "{error}");
+    assert!(!schedule_paused(&mut db, "sa"));
+    drop(ui);
+
+    ok(
+        db.batch_execute(
+            "SELECT workfence.work_grant('read', 'team.*', 'ui_operator');
+             SELECT workfence.work_grant('operate', 'team.a', 'ui_operator');
+             SELECT workfence.work_enforce_grants(true);",
+        ),
+        "queue grants",
+    );
+    let ui = Ui::on(&dsn_as(&cluster, "ui_schedule_grants", "ui_operator"));
+    let page = ui.get("/schedules").body;
+    assert!(!page.contains("id=\"read-only\""), "{page}");
+    let row = section(&page, "data-schedule=\"sa\"", "</tr>");
+    assert!(row.contains("data-action=\"pause-schedule\""), "{row}");
+    let row = section(&page, "data-schedule=\"sb\"", "</tr>");
+    assert!(!row.contains("data-action"), "{row}");
+    assert_eq!(cell(row, "actions"), "read-only");
+    let reply = ui.submit("/schedules/sb/pause", &[]);
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    let error = reply.error();
+    assert!(error.starts_with("SQLSTATE 42501: "), "{error}");
+    assert!(error.contains("team.b"), "{error}");
+    assert!(!schedule_paused(&mut db, "sb"));
+    let reply = ui.submit("/schedules/sa/pause", &[]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert!(schedule_paused(&mut db, "sa"));
+}
+
+/// `/metrics` has, per schedule, the unix seconds of its last fire (none
+/// before the first) and of its next slot (none when that is infinity),
+/// labelled by schedule and queue, each family with one HELP and one TYPE.
+#[test]
+fn schedule_metrics_are_the_unix_seconds_of_work_schedules() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_schedule_metrics");
+    let now = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs_f64()
+    };
+    schedule(&mut db, "nightly", "reports");
+    schedule(&mut db, "fresh", "reports");
+    schedule(&mut db, "ended", "archive");
+    let before = now();
+    fire_now(&mut db, "nightly");
+    fire_now(&mut db, "ended");
+    let after = now();
+    // An expression that names no more slots ends at infinity.
+    ok(
+        db.execute(
+            "UPDATE workfence.schedules SET next_slot = 'infinity' WHERE name = 'ended'",
+            &[],
+        ),
+        "next_slot infinity",
+    );
+    let ui = Ui::on(&cluster.connection_string("ui_schedule_metrics"));
+    let reply = ui.get("/metrics");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let lines: Vec<std::io::Result<String>> =
+        reply.body.lines().map(|l| Ok(l.to_owned())).collect();
+    let scrape = ok(
+        prometheus_parse::Scrape::parse(lines.into_iter()),
+        "parsing /metrics",
+    );
+    let value = |name: &str, schedule: &str| -> Option<f64> {
+        let samples: Vec<_> = scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == name && s.labels.get("schedule") == Some(schedule))
+            .collect();
+        assert!(samples.len() <= 1, "{name} {schedule}: {samples:?}");
+        samples.first().map(|s| {
+            let queue = if schedule == "ended" {
+                "archive"
+            } else {
+                "reports"
+            };
+            assert_eq!(s.labels.get("queue"), Some(queue), "{name} {schedule}");
+            match s.value {
+                prometheus_parse::Value::Gauge(v) => v,
+                ref other => panic!("{name} is a gauge: {other:?}"),
+            }
+        })
+    };
+    for family in [
+        "workfence_schedule_last_fire_seconds",
+        "workfence_schedule_next_slot_seconds",
+    ] {
+        let help = format!("# HELP {family} ");
+        let type_line = format!("# TYPE {family} gauge");
+        assert_eq!(
+            reply.body.lines().filter(|l| l.starts_with(&help)).count(),
+            1,
+            "{help}: {}",
+            reply.body
+        );
+        assert_eq!(
+            reply.body.lines().filter(|l| *l == type_line).count(),
+            1,
+            "{type_line}: {}",
+            reply.body
+        );
+    }
+    let rows = ok(
+        db.query(
+            "SELECT s.name, pg_catalog.date_part('epoch', s.last_fired_at)::float8, \
+                    CASE WHEN pg_catalog.isfinite(s.next_slot) \
+                         THEN pg_catalog.date_part('epoch', s.next_slot)::float8 END \
+               FROM workfence.work_schedules AS s",
+            &[],
+        ),
+        "work_schedules",
+    );
+    assert_eq!(rows.len(), 3);
+    for row in rows {
+        let name: String = row.get(0);
+        let (fired, next): (Option<f64>, Option<f64>) = (row.get(1), row.get(2));
+        assert_eq!(
+            value("workfence_schedule_last_fire_seconds", &name),
+            fired,
+            "{name}"
+        );
+        assert_eq!(
+            value("workfence_schedule_next_slot_seconds", &name),
+            next,
+            "{name}"
+        );
+    }
+    // Fired between the test's two readings of the clock (the same host's).
+    for name in ["nightly", "ended"] {
+        let fired = value("workfence_schedule_last_fire_seconds", name).expect("fired");
+        assert!(
+            before - 1.0 <= fired && fired <= after + 1.0,
+            "{name}: {before} <= {fired} <= {after}"
+        );
+    }
+    assert_eq!(value("workfence_schedule_last_fire_seconds", "fresh"), None);
+    assert_eq!(value("workfence_schedule_next_slot_seconds", "ended"), None);
+    // 0 2 * * * in UTC: the next slots are at 02:00:00 of a day after now.
+    for name in ["nightly", "fresh"] {
+        let next = value("workfence_schedule_next_slot_seconds", name).expect("a next slot");
+        assert_eq!(next.rem_euclid(86_400.0), 7_200.0, "{name}: {next}");
+        assert!(next > before && next <= after + 86_400.0, "{name}: {next}");
+    }
+}
+
+/// A database still on 0.11.0 has no schedules: the schedules page says so,
+/// `/metrics` and a queue's page are as before, and a pause sent by hand is
+/// a 42883 that says schedules need 0.12.0.
+#[test]
+fn a_database_before_0120_has_no_schedules_and_its_pages_still_work() {
+    let cluster = cluster();
+    ok(
+        cluster.create_database("ui_schedules_0110"),
+        "create database",
+    );
+    let mut old = ok(cluster.connect_to("ui_schedules_0110"), "connect");
+    ok(
+        old.batch_execute(
+            "DROP EXTENSION pg_workfence;
+             CREATE EXTENSION pg_workfence VERSION '0.11.0';",
+        ),
+        "pg_workfence 0.11.0",
+    );
+    enqueue(&mut old, Enqueue::new("q").key("k"));
+    let ui = Ui::on(&cluster.connection_string("ui_schedules_0110"));
+    let page = ui.get("/schedules");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        section(&page.body, "<p id=\"no-schedules-view\">", "</p>").contains("0.12.0"),
+        "{}",
+        page.body
+    );
+    let metrics = ui.get("/metrics");
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    assert!(metrics.body.contains("workfence_items{queue=\"q\""));
+    assert!(!metrics.body.contains("workfence_schedule_"));
+    let page = ui.get("/queues/q");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(!page.body.contains("queue-schedules"));
+    let reply = ui.submit("/schedules/nightly/pause", &[]);
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    let error = reply.error();
+    assert!(error.starts_with("SQLSTATE 42883: "), "{error}");
+    assert!(
+        error.contains("schedules need pg_workfence 0.12.0"),
+        "{error}"
+    );
 }

@@ -234,17 +234,25 @@ fn an_older_copy_of_the_schedules_restored_fires_no_slot_whose_item_exists() {
         &["--data-only", "-t", "workfence.schedules", "-f"],
         &older,
     );
-    assert_eq!(ok(calls::fire_schedules(&mut src), "work_fire_schedules"), 4);
+    assert_eq!(
+        ok(calls::fire_schedules(&mut src), "work_fire_schedules"),
+        4
+    );
     let fired = items(&mut src);
 
     // The whole database, restored into a new one: the schedule and its items.
     let dump = cluster.data_dir().with_extension("scheduled.sql");
     run_client(&cluster, "pg_dump", "scheduled", &["-f"], &dump);
     let mut admin = ok(cluster.connect(), "connecting");
-    admin.batch_execute("CREATE DATABASE scheduled_copy").unwrap();
+    admin
+        .batch_execute("CREATE DATABASE scheduled_copy")
+        .unwrap();
     let restore = ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"];
     run_client(&cluster, "psql", "scheduled_copy", &restore, &dump);
-    let mut copy = ok(cluster.connect_to("scheduled_copy"), "connecting to the copy");
+    let mut copy = ok(
+        cluster.connect_to("scheduled_copy"),
+        "connecting to the copy",
+    );
     assert_eq!(items(&mut copy), fired);
     let kept: bool = scalar(
         &mut copy,
@@ -253,15 +261,24 @@ fn an_older_copy_of_the_schedules_restored_fires_no_slot_whose_item_exists() {
         &[],
     );
     assert!(kept, "the schedule's next slot came with it");
-    assert_eq!(ok(calls::fire_schedules(&mut copy), "work_fire_schedules"), 0);
+    assert_eq!(
+        ok(calls::fire_schedules(&mut copy), "work_fire_schedules"),
+        0
+    );
 
     // The older schedules over the newer history: next_slot goes back three
     // hours, and the four slots it names again enqueue nothing.
-    ok(src.batch_execute("TRUNCATE workfence.schedules"), "emptying the schedules");
+    ok(
+        src.batch_execute("TRUNCATE workfence.schedules"),
+        "emptying the schedules",
+    );
     run_client(&cluster, "psql", "scheduled", &restore, &older);
     std::fs::remove_file(&older).ok();
     std::fs::remove_file(&dump).ok();
-    assert_eq!(ok(calls::fire_schedules(&mut src), "work_fire_schedules"), 0);
+    assert_eq!(
+        ok(calls::fire_schedules(&mut src), "work_fire_schedules"),
+        0
+    );
     assert_eq!(items(&mut src), fired, "no slot fired twice");
     let caught_up: bool = scalar(
         &mut src,
@@ -269,5 +286,8 @@ fn an_older_copy_of_the_schedules_restored_fires_no_slot_whose_item_exists() {
            FROM workfence.work_schedules WHERE name = 'hourly'",
         &[],
     );
-    assert!(caught_up, "the schedule moved on, recording the existing items");
+    assert!(
+        caught_up,
+        "the schedule moved on, recording the existing items"
+    );
 }
