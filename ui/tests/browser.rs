@@ -1072,12 +1072,12 @@ fn pause_and_resume_a_schedule_by_click() {
             "work_schedule"
         ));
     }
-    // One of them has fired (as the superuser: its next slot a second ago).
+    // One of them has fired (as the superuser: its next slot the start of
+    // this hour, a slot of its expression).
     ok(
         f.db.execute(
             "UPDATE workfence.schedules \
-                SET next_slot = pg_catalog.date_trunc('second', pg_catalog.clock_timestamp()) \
-                                - interval '1 second' \
+                SET next_slot = pg_catalog.date_trunc('hour', pg_catalog.clock_timestamp()) \
               WHERE name = 'hourly-sync'",
             &[],
         ),
