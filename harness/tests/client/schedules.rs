@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::ok;
-use workfence_harness::calls;
+use workfence_harness::calls::{self, SqlState};
 use workfence_harness::Cluster;
 
 /// How long the firers race (the issue asks for a minute).
@@ -724,4 +724,104 @@ fn each_firer_alone_fires_every_slot_once_and_its_latency_is_printed() {
         "schedules fire latency (slot -> item), each firer alone: {}",
         figures.join("; ")
     );
+}
+
+/// Where queue grants are enforced, managing a schedule needs `operate` on
+/// its queue: a team may schedule into its own queues, and can neither
+/// schedule into another team's queue nor take over, pause or remove
+/// another team's schedule by its name (42501, nothing changed).
+#[test]
+fn a_team_manages_only_the_schedules_of_its_own_queues() {
+    let cluster = common::shared_cluster();
+    let db = "schedule_grants";
+    ok(cluster.create_database(db), "creating the database");
+    let mut admin = ok(cluster.connect_to(db), "connecting");
+    ok(
+        admin.batch_execute(
+            "DO $$ BEGIN
+                 CREATE ROLE sched_billing LOGIN;
+                 CREATE ROLE sched_search LOGIN;
+             EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+             GRANT USAGE ON SCHEMA workfence TO sched_billing, sched_search;
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA workfence TO sched_billing, sched_search;
+             GRANT SELECT ON workfence.work_schedules TO sched_billing, sched_search;
+             SELECT workfence.work_grant('operate', 'billing.*', 'sched_billing');
+             SELECT workfence.work_grant('read', 'billing.*', 'sched_billing');
+             SELECT workfence.work_grant('operate', 'search.*', 'sched_search');
+             SELECT workfence.work_grant('read', 'search.*', 'sched_search');
+             SELECT workfence.work_enforce_grants(true);",
+        ),
+        "two teams' roles and grants",
+    );
+    let mut billing = common::connect_as(&cluster, db, "sched_billing", "billing");
+    let mut search = common::connect_as(&cluster, db, "sched_search", "search");
+    assert!(ok(
+        calls::schedule(
+            &mut billing,
+            "invoices",
+            "0 2 * * *",
+            "billing.run",
+            "UTC",
+            "latest"
+        ),
+        "billing's own schedule"
+    ));
+    let before = common::snapshot(&mut admin);
+    let schedules = || {
+        "SELECT count(*) FROM workfence.schedules WHERE name = 'invoices' AND queue = 'billing.run' AND NOT paused"
+    };
+    for (what, refused) in [
+        (
+            "scheduling into billing's queue",
+            calls::schedule(
+                &mut search,
+                "mine",
+                "0 2 * * *",
+                "billing.run",
+                "UTC",
+                "latest",
+            )
+            .err(),
+        ),
+        (
+            "taking billing's schedule over",
+            calls::schedule(
+                &mut search,
+                "invoices",
+                "0 3 * * *",
+                "search.run",
+                "UTC",
+                "latest",
+            )
+            .err(),
+        ),
+        (
+            "pausing billing's schedule",
+            calls::pause_schedule(&mut search, "invoices").err(),
+        ),
+        (
+            "removing billing's schedule",
+            calls::unschedule(&mut search, "invoices").err(),
+        ),
+    ] {
+        let e = refused.unwrap_or_else(|| panic!("{what} was allowed"));
+        assert_eq!(e.sqlstate(), Some("42501"), "{what}: {e:?}");
+    }
+    assert_eq!(
+        common::snapshot(&mut admin),
+        before,
+        "the refused calls changed nothing"
+    );
+    assert_eq!(common::scalar::<i64>(&mut admin, schedules(), &[]), 1);
+    // Each team sees only its own schedules.
+    let seen: i64 = common::scalar(
+        &mut search,
+        "SELECT count(*) FROM workfence.work_schedules",
+        &[],
+    );
+    assert_eq!(seen, 0, "search does not see billing's schedule");
+    assert!(ok(
+        calls::pause_schedule(&mut billing, "invoices"),
+        "billing pauses its own"
+    ));
 }
