@@ -38,7 +38,7 @@ export class WorkfenceError extends Error {
 }
 /** 22004: a NULL where a value is required. */
 export class NullArgument extends WorkfenceError {}
-/** 22023: a bad queue, key, owner, lease, interval or `max_items`. */
+/** 22023: a bad queue, key, owner, lease, interval or `max_items`; a schedule's bad cron, time zone or catchUp. */
 export class InvalidArgument extends WorkfenceError {}
 /** 25006: a write on a hot standby. */
 export class ReadOnly extends WorkfenceError {}
@@ -48,7 +48,7 @@ export class NoTransaction extends WorkfenceError {}
 export class SerializationFailure extends WorkfenceError {}
 /** 42501: a queue grant is missing. */
 export class NotPermitted extends WorkfenceError {}
-/** 42704: a grant naming an unknown role or capability. */
+/** 42704: a grant naming an unknown role or capability; pause/resume of an unknown schedule. */
 export class UndefinedObject extends WorkfenceError {}
 /**
  * 55000: the token is not current (`work_assert`, also at `COMMIT`); also the `reason` of a job's
@@ -172,6 +172,89 @@ export interface Item {
 /** `workfence.work_item` by queue and key, or by id; null when there is no such item (or no read grant). */
 export function item(client: Queryable, queue: string, key: string): Promise<Item | null>;
 export function item(client: Queryable, id: string | bigint | number): Promise<Item | null>;
+
+// ---------------------------------------------------------------------------------------------
+// Schedules (from 0.12.0): cron in the server, one item per slot
+
+/** A schedule's `catchUp`: what a fire does with slots that passed unfired. */
+export type CatchUp = 'latest' | 'all' | 'none';
+
+export interface ScheduleOptions {
+  /** The IANA time zone the expression is read in (e.g. 'Europe/Berlin'); default 'UTC'. */
+  timezone?: string;
+  /**
+   * Slots that passed unfired (downtime, a pause): 'latest' fires the most recent one, 'all'
+   * each one (oldest first, at most 100 per schedule per round), 'none' only one at most 60 s
+   * old. Default 'latest'.
+   */
+  catchUp?: CatchUp;
+  /** The items' priority, lower first; default 0. */
+  priority?: number;
+  /** The items' max_attempts, 1..1000; default 25. */
+  maxAttempts?: number;
+  /** The items' serial group (as `EnqueueOptions.groupKey`); default none. */
+  groupKey?: string;
+}
+
+/**
+ * `workfence.work_schedule`: creates or replaces the schedule `name`; each slot of `cron` (five
+ * fields, six with seconds first, or `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`) read
+ * in `timezone` enqueues one item in `queue` with key `<name>@<slot as UTC ISO 8601>` and
+ * `run_at` the slot. Resolves true if the schedule is new or one of its settings changed.
+ * @throws NullArgument (22004), InvalidArgument (22023: a bad name, queue, cron expression, time
+ *   zone, catchUp, maxAttempts or groupKey), ReadOnly (25006), NotPermitted (42501: no `operate`
+ *   grant)
+ */
+export function schedule(
+  client: Queryable, name: string, cron: string, queue: string, payload?: unknown,
+  options?: ScheduleOptions,
+): Promise<boolean>;
+/** `workfence.work_unschedule`: true if the schedule existed; the items it fired stay. */
+export function unschedule(client: Queryable, name: string): Promise<boolean>;
+/**
+ * `workfence.work_pause_schedule`: true if it was not paused; it fires nothing until resumed.
+ * @throws UndefinedObject (42704) when there is no schedule of that name
+ */
+export function pauseSchedule(client: Queryable, name: string): Promise<boolean>;
+/**
+ * `workfence.work_resume_schedule`: true if it was paused; missed slots fire as its catchUp says.
+ * @throws UndefinedObject (42704) when there is no schedule of that name
+ */
+export function resumeSchedule(client: Queryable, name: string): Promise<boolean>;
+/**
+ * `workfence.work_fire_schedules`: fires every due slot of every schedule that is not paused, in
+ * the caller's transaction; resolves to the number of items enqueued. Safe to call concurrently.
+ * @throws ReadOnly (25006: a hot standby or a read-only transaction)
+ */
+export function fireSchedules(client: Queryable): Promise<number>;
+
+/** A row of the view `workfence.work_schedules`. */
+export interface Schedule {
+  name: string;
+  cron: string;
+  /** The IANA time zone the expression is read in. */
+  timezone: string;
+  /** The queue its items go to. */
+  queue: string;
+  catch_up: CatchUp;
+  paused: boolean;
+  /** The first slot not yet fired or skipped; null when the expression names no more. */
+  next_slot: Date | null;
+  /** The last slot fired; null before the first. */
+  last_slot: Date | null;
+  /** The id of the last slot's item (a decimal string; it may since be purged); null before the first. */
+  last_item_id: string | null;
+  /** Server time of the last fire; null before the first. */
+  last_fired_at: Date | null;
+  /** The items' payload. */
+  payload: Json;
+  priority: number;
+  max_attempts: number;
+  group_key: string | null;
+}
+
+/** The view `workfence.work_schedules`, by name (where grants are enforced, readable queues only). */
+export function schedules(client: Queryable): Promise<Schedule[]>;
 
 // ---------------------------------------------------------------------------------------------
 // The worker runner

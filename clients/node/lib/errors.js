@@ -25,7 +25,10 @@ export class WorkfenceError extends Error {
 export class NullArgument extends WorkfenceError {}
 NullArgument.sqlstate = '22004';
 
-/** 22023: a bad queue, key, owner, lease, interval or `max_items`. */
+/**
+ * 22023: a bad queue, key, owner, lease, interval or `max_items`; from 0.12.0 also a schedule's
+ * bad cron expression, time zone or `catchUp`.
+ */
 export class InvalidArgument extends WorkfenceError {}
 InvalidArgument.sqlstate = '22023';
 
@@ -45,7 +48,10 @@ SerializationFailure.sqlstate = '40001';
 export class NotPermitted extends WorkfenceError {}
 NotPermitted.sqlstate = '42501';
 
-/** 42704: a grant naming an unknown role or capability. */
+/**
+ * 42704: a grant naming an unknown role or capability, or (from 0.12.0) `pauseSchedule` /
+ * `resumeSchedule` of a schedule that does not exist.
+ */
 export class UndefinedObject extends WorkfenceError {}
 UndefinedObject.sqlstate = '42704';
 

@@ -182,6 +182,120 @@ export async function item(client, queueOrId, key) {
   return rows[0] ?? null;
 }
 
+/**
+ * `workfence.work_schedule` (from 0.12.0): creates or replaces the schedule `name`. Each slot of
+ * `cron`, read in `options.timezone`, enqueues one item in `queue` with key
+ * `<name>@<slot as UTC ISO 8601>` (`nightly@2026-12-07T01:00:00Z`), `run_at` the slot, and the
+ * payload, priority, maxAttempts and groupKey given here (as `enqueue`'s). A worker of the queue
+ * needs nothing more: its long poll fires the queue's due slots itself.
+ *
+ * @param {{query: Function}} client a `pg.Client`, `pg.Pool` or pool client
+ * @param {string} name the schedule's name, 1..128 bytes
+ * @param {string} cron five fields (minute, hour, day of month, month, day of week), six with
+ *   seconds first, or `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`
+ * @param {string} queue the queue its items go to
+ * @param {unknown} [payload] any JSON value, every item's payload (default `{}`)
+ * @param {object} [options]
+ * @param {string} [options.timezone] the IANA time zone `cron` is read in (default 'UTC')
+ * @param {'latest'|'all'|'none'} [options.catchUp] what a fire does with slots that passed
+ *   unfired: the most recent one, each one, or only one at most 60 s old (default 'latest')
+ * @param {number} [options.priority] the items' priority (default 0)
+ * @param {number} [options.maxAttempts] the items' max_attempts, 1..1000 (default 25)
+ * @param {string} [options.groupKey] the items' serial group (default none)
+ * @returns {Promise<boolean>} true if the schedule is new or one of its settings changed
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023 (a bad name or queue, a cron
+ *   expression that does not parse or names no time, an unknown time zone, catchUp not 'latest',
+ *   'all' or 'none', maxAttempts out of range, a bad groupKey), {@link ReadOnly} 25006,
+ *   {@link NotPermitted} 42501 (no `operate` grant)
+ */
+export async function schedule(client, name, cron, queue, payload = {}, options = {}) {
+  const args = ['name => $1::text', 'cron => $2::text', 'queue => $3::text', 'payload => $4::jsonb'];
+  const values = [name, cron, queue, jsonText(payload)];
+  const add = (argument, value, cast) => {
+    if (value === undefined || value === null) return;
+    values.push(value);
+    args.push(`${argument} => $${values.length}::${cast}`);
+  };
+  add('timezone', options.timezone, 'text');
+  add('catch_up', options.catchUp, 'text');
+  add('priority', options.priority, 'integer');
+  add('max_attempts', options.maxAttempts, 'integer');
+  add('group_key', options.groupKey, 'text');
+  return bool(client, `SELECT workfence.work_schedule(${args.join(', ')}) AS ok`, values);
+}
+
+/**
+ * `workfence.work_unschedule` (from 0.12.0): removes the schedule; the items it fired stay.
+ * @param {{query: Function}} client
+ * @param {string} name
+ * @returns {Promise<boolean>} true if it existed
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
+ */
+export async function unschedule(client, name) {
+  return bool(client, 'SELECT workfence.work_unschedule($1::text) AS ok', [name]);
+}
+
+/**
+ * `workfence.work_pause_schedule` (from 0.12.0): the schedule fires nothing from the commit on,
+ * until resumed. Its queue and items are untouched (`pause` stops the queue).
+ * @param {{query: Function}} client
+ * @param {string} name
+ * @returns {Promise<boolean>} true if it was not paused
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link UndefinedObject} 42704 (no
+ *   schedule of that name), {@link NotPermitted} 42501
+ */
+export async function pauseSchedule(client, name) {
+  return bool(client, 'SELECT workfence.work_pause_schedule($1::text) AS ok', [name]);
+}
+
+/**
+ * `workfence.work_resume_schedule` (from 0.12.0): the schedule fires again from the commit on;
+ * the slots missed while it was paused are fired as its `catch_up` says.
+ * @param {{query: Function}} client
+ * @param {string} name
+ * @returns {Promise<boolean>} true if it was paused
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link UndefinedObject} 42704 (no
+ *   schedule of that name), {@link NotPermitted} 42501
+ */
+export async function resumeSchedule(client, name) {
+  return bool(client, 'SELECT workfence.work_resume_schedule($1::text) AS ok', [name]);
+}
+
+/**
+ * `workfence.work_fire_schedules` (from 0.12.0): fires every due slot of every schedule that is
+ * not paused, now, in the caller's transaction. Any number of sessions may call it at once: a
+ * schedule another transaction is firing is passed over, and no slot is fired twice. Not needed
+ * where workers long-poll the schedules' queues, or the maintenance worker runs.
+ * @param {{query: Function}} client
+ * @returns {Promise<number>} how many items it enqueued
+ * @throws {ReadOnly} 25006 (a hot standby, or a read-only transaction)
+ */
+export async function fireSchedules(client) {
+  const { rows: [{ fired }] } = await query(client,
+    'SELECT workfence.work_fire_schedules() AS fired', []);
+  return fired;
+}
+
+// next_slot is NULL for `infinity` (the expression names no more slots), which no Date holds.
+const SCHEDULE_COLUMNS = `name, cron, timezone, queue, catch_up, paused,
+  CASE WHEN pg_catalog.isfinite(next_slot) THEN next_slot END AS next_slot, last_slot,
+  last_item_id::text AS last_item_id, last_fired_at, payload, priority, max_attempts, group_key`;
+
+/**
+ * The view `workfence.work_schedules` (from 0.12.0): every schedule, by name (where queue grants
+ * are enforced, those of queues the role may read).
+ * @param {{query: Function}} client
+ * @returns {Promise<object[]>} rows with the view's columns: `next_slot`, `last_slot` and
+ *   `last_fired_at` as `Date`s or null (`next_slot` null when the expression names no more slots),
+ *   `last_item_id` as a decimal string or null
+ * @throws {NotPermitted} 42501 (no privilege on the view)
+ */
+export async function schedules(client) {
+  const { rows } = await query(client,
+    `SELECT ${SCHEDULE_COLUMNS} FROM workfence.work_schedules ORDER BY name`, []);
+  return rows;
+}
+
 async function bool(client, text, values) {
   const { rows: [{ ok }] } = await query(client, text, values);
   return ok;

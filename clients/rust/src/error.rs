@@ -71,8 +71,9 @@ pub enum Error {
     /// A bug in the caller: do not retry the same call.
     #[error("null argument: {0}")]
     NullArgument(ServerError, #[source] Option<tokio_postgres::Error>),
-    /// 22023 invalid_parameter_value: a bad queue, key, owner, lease, interval or `max_items`
-    /// (DETAIL and HINT say which). A configuration error: never retry.
+    /// 22023 invalid_parameter_value: a bad queue, key, owner, lease, interval or `max_items`,
+    /// or (from 0.12.0) a schedule's bad cron expression or time zone (DETAIL and HINT say
+    /// which). A configuration error: never retry.
     #[error("invalid argument: {0}")]
     InvalidArgument(ServerError, #[source] Option<tokio_postgres::Error>),
     /// 25006 read_only_sql_transaction: a write on a hot standby (a claim after a failover to a
@@ -89,7 +90,8 @@ pub enum Error {
     /// (docs/operations.md). A deployment error: retrying does not help.
     #[error("not permitted: {0}")]
     NotPermitted(ServerError, #[source] Option<tokio_postgres::Error>),
-    /// 42704 undefined_object: a grant naming an unknown role or capability.
+    /// 42704 undefined_object: a grant naming an unknown role or capability, or (from 0.12.0)
+    /// [`crate::pause_schedule`] / [`crate::resume_schedule`] of a schedule that does not exist.
     #[error("undefined object: {0}")]
     UndefinedObject(ServerError, #[source] Option<tokio_postgres::Error>),
     /// 55000 object_not_in_prerequisite_state: `work_assert` (or the `COMMIT` after it) for a

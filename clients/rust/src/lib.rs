@@ -8,6 +8,9 @@
 //! - [`enqueue`] (with [`EnqueueOptions::group_key`] for serial groups) and the operator's calls
 //!   ([`retry`], [`reschedule`], [`reschedule_in`], [`cancel`], [`pause`], [`resume`], [`limit`], [`item`],
 //!   [`item_by_id`]) on a connection you pass;
+//! - the schedules (from 0.12.0; cron in the server, one item per slot): [`schedule`] with
+//!   [`ScheduleOptions`], [`unschedule`], [`pause_schedule`], [`resume_schedule`],
+//!   [`fire_schedules`] and [`schedules`] (each a [`Schedule`]), on a connection you pass;
 //! - [`Worker`], the runner: long-poll claims, a heartbeat renewing every held item and
 //!   listening on `work_lease_lost`, your [`Handler`] run per [`Job`] and cancelled when its
 //!   lease is lost, the job's [`FencedTransaction`], failures with a retry policy, release on
@@ -45,6 +48,7 @@ mod error;
 mod job;
 mod ops;
 mod registry;
+mod schedules;
 mod worker;
 
 pub use error::{Error, Result, ServerError};
@@ -52,6 +56,10 @@ pub use job::{FencedTransaction, Job};
 pub use ops::{
     cancel, enqueue, item, item_by_id, limit, pause, reschedule, reschedule_in, resume, retry,
     EnqueueOptions, Enqueued, Item, Limits,
+};
+pub use schedules::{
+    fire_schedules, pause_schedule, resume_schedule, schedule, schedules, unschedule, CatchUp,
+    Schedule, ScheduleOptions,
 };
 pub use worker::{
     Handle, Handler, HandlerError, HandlerResult, RetryPolicy, Worker, WorkerBuilder,

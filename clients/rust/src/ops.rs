@@ -171,7 +171,7 @@ pub async fn enqueue(
 }
 
 /// Runs `sql`, a call of one boolean SQL function, with `params`.
-async fn call_bool(
+pub(crate) async fn call_bool(
     client: &impl GenericClient,
     sql: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],

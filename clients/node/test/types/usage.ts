@@ -2,7 +2,9 @@
 // type-check, and the marked misuses must not.
 import {
   Worker, Job, LeaseLost, WorkfenceError, NotPermitted, enqueue, item, limit, pause, resume, retry,
-  reschedule, cancel, connectionConfig, fromPgError, defaultOwner, type Queryable, type Logger,
+  reschedule, cancel, connectionConfig, fromPgError, defaultOwner, schedule, unschedule,
+  pauseSchedule, resumeSchedule, fireSchedules, schedules, UndefinedObject, type Queryable,
+  type Logger, type Schedule,
 } from 'workfence';
 
 declare const client: Queryable;
@@ -31,6 +33,25 @@ async function usage(): Promise<void> {
   await limit(client, 'q', { rate: 1, per: '1 minute' });
   // @ts-expect-error the group key is text
   await enqueue(client, 'q', {}, { groupKey: 42 });
+
+  const changed: boolean = await schedule(client, 'nightly', '0 2 * * *', 'reports', { kind: 'daily' },
+    { timezone: 'Europe/Berlin', catchUp: 'all', priority: 1, maxAttempts: 3, groupKey: 'g' });
+  await schedule(client, 'hourly', '@hourly', 'reports');
+  const toggled: boolean[] = [await pauseSchedule(client, 'nightly'), await resumeSchedule(client, 'nightly'),
+    await unschedule(client, 'nightly')];
+  const fired: number = await fireSchedules(client);
+  const listed: Schedule[] = await schedules(client);
+  for (const s of listed) {
+    const next: Date | null = s.next_slot; const lastItem: string | null = s.last_item_id;
+    const paused: boolean = s.paused; void next; void lastItem; void paused;
+  }
+  void changed; void toggled; void fired;
+  // @ts-expect-error catchUp is 'latest', 'all' or 'none'
+  await schedule(client, 'n', '@daily', 'q', {}, { catchUp: 'sometimes' });
+  // @ts-expect-error the cron expression is text
+  await schedule(client, 'n', 5, 'q');
+  const unknown = fromPgError(new Error('x'));
+  if (unknown instanceof UndefinedObject) { void unknown.code; }
 
   const logger: Logger = console;
   const worker = new Worker<Payload>({

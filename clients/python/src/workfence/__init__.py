@@ -3,10 +3,12 @@
 The runner (`Worker`) claims with the long poll, renews leases from a heartbeat that also
 listens on `work_lease_lost`, cancels a handler whose lease is lost, runs the handler's writes
 in a fenced transaction (`job.transaction()`), records failures, and releases what it holds on
-shutdown. The enqueue and operator helpers (`enqueue`, `retry`, ...) run on a connection the
-caller passes (asyncio here, synchronous twins in `workfence.sync`); `workfence.errors` maps
-every SQLSTATE the functions raise to a class. Logs go to `logging.getLogger("workfence")`.
-See clients/README.md (the common spec) and clients/python/README.md.
+shutdown. The enqueue and operator helpers (`enqueue`, `retry`, ..., and from 0.12.0 the
+schedules: `schedule`, `unschedule`, `pause_schedule`, `resume_schedule`, `fire_schedules`,
+`schedules`) run on a connection the caller passes (asyncio here, synchronous twins in
+`workfence.sync`); `workfence.errors` maps every SQLSTATE the functions raise to a class. Logs
+go to `logging.getLogger("workfence")`. See clients/README.md (the common spec) and
+clients/python/README.md.
 """
 
 from . import errors, sync
@@ -23,16 +25,24 @@ from .errors import (
     WorkfenceError,
 )
 from .operations import (
+    CatchUp,
     Enqueued,
     ItemInfo,
+    Schedule,
     cancel,
     enqueue,
+    fire_schedules,
     item,
     limit,
     pause,
+    pause_schedule,
     reschedule,
     resume,
+    resume_schedule,
     retry,
+    schedule,
+    schedules,
+    unschedule,
 )
 from .worker import CancelFlag, Handler, Job, RetryPolicy, Worker, default_owner
 
@@ -55,6 +65,14 @@ __all__ = [
     "resume",
     "limit",
     "item",
+    "CatchUp",
+    "Schedule",
+    "schedule",
+    "unschedule",
+    "pause_schedule",
+    "resume_schedule",
+    "fire_schedules",
+    "schedules",
     "errors",
     "sync",
     "WorkfenceError",

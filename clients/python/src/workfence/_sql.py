@@ -45,6 +45,23 @@ LIMIT_PER_GROUP = """
 SELECT workfence.work_limit(%s::text, %s::integer, %s::integer, %s::interval,
                             per_group => %s::integer)
 """
+# Schedules (from 0.12.0): every argument positional, each one a parameter.
+SCHEDULE = """
+SELECT workfence.work_schedule(%s::text, %s::text, %s::text, %s::jsonb, %s::text, %s::text,
+                               %s::integer, %s::integer, %s::text)
+"""
+UNSCHEDULE = "SELECT workfence.work_unschedule(%s::text)"
+PAUSE_SCHEDULE = "SELECT workfence.work_pause_schedule(%s::text)"
+RESUME_SCHEDULE = "SELECT workfence.work_resume_schedule(%s::text)"
+FIRE_SCHEDULES = "SELECT workfence.work_fire_schedules()"
+# The view's columns; next_slot NULL for `infinity` (no slot left), which no datetime holds.
+SCHEDULES = """
+SELECT name, cron, timezone, queue, catch_up, paused,
+       CASE WHEN pg_catalog.isfinite(next_slot) THEN next_slot END AS next_slot,
+       last_slot, last_item_id, last_fired_at, payload, priority, max_attempts, group_key
+  FROM workfence.work_schedules
+ ORDER BY name
+"""
 ITEM_COLUMNS = """id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch,
        claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run"""
 ITEM_BY_KEY = f"SELECT {ITEM_COLUMNS} FROM workfence.work_item(%s::text, %s::text)"

@@ -74,7 +74,8 @@ class NullArgument(WorkfenceError):
 
 
 class InvalidArgument(WorkfenceError):
-    """22023: a bad queue, key, owner, lease, interval or `max_items` (a configuration error)."""
+    """22023: a bad queue, key, owner, lease, interval or `max_items` (a configuration error);
+    from 0.12.0 also a schedule's bad cron expression, time zone or `catch_up`."""
 
     SQLSTATE = "22023"
 
@@ -105,7 +106,8 @@ class NotPermitted(WorkfenceError):
 
 
 class UndefinedObject(WorkfenceError):
-    """42704: a grant naming an unknown role or capability."""
+    """42704: a grant naming an unknown role or capability, or (from 0.12.0)
+    `pause_schedule`/`resume_schedule` of a schedule that does not exist."""
 
     SQLSTATE = "42704"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -31,7 +31,20 @@ __all__ = [
     "resume",
     "limit",
     "item",
+    "CatchUp",
+    "Schedule",
+    "schedule",
+    "unschedule",
+    "pause_schedule",
+    "resume_schedule",
+    "fire_schedules",
+    "schedules",
 ]
+
+#: A schedule's `catch_up`: what a fire does with slots that passed unfired (downtime, a pause):
+#: `latest` fires the most recent one, `all` each one (oldest first, at most 100 per schedule per
+#: round), `none` only a slot at most 60 seconds old.
+CatchUp = Literal["latest", "all", "none"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,61 @@ class ItemInfo:
     finished_at: datetime | None
     payload: Any
     max_run: timedelta | None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One row of the view `workfence.work_schedules` (from 0.12.0): a schedule as
+    `work_schedule` made it, and what it last fired.
+
+    `name`; `cron` (its expression); `timezone` (the IANA zone it is read in); `queue`;
+    `catch_up` (`latest`, `all` or `none`); `paused`; `next_slot` (aware datetime, server time:
+    the first slot not yet fired or skipped; None when the expression names no more);
+    `last_slot` and `last_item_id` (the last slot fired and the id of its item, which may since be
+    purged; None before the first fire); `last_fired_at` (server time of that fire); then
+    `payload`, `priority`, `max_attempts` and `group_key` (None: no group) of the items it
+    enqueues. The item of a slot has key `<name>@<slot as UTC ISO 8601>`
+    (`nightly@2026-12-07T01:00:00Z`) and `run_at` the slot."""
+
+    name: str
+    cron: str
+    timezone: str
+    queue: str
+    catch_up: CatchUp
+    paused: bool
+    next_slot: datetime | None
+    last_slot: datetime | None
+    last_item_id: int | None
+    last_fired_at: datetime | None
+    payload: Any
+    priority: int
+    max_attempts: int
+    group_key: str | None
+
+
+def schedule_params(
+    name: str,
+    cron: str,
+    queue: str,
+    payload: Any,
+    timezone: str,
+    catch_up: str,
+    priority: int,
+    max_attempts: int,
+    group_key: str | None,
+) -> tuple[Any, ...]:
+    """The parameters of `_sql.SCHEDULE` (shared with `workfence.sync`). Internal."""
+    return (
+        name,
+        cron,
+        queue,
+        Jsonb({} if payload is None else payload),
+        timezone,
+        catch_up,
+        priority,
+        max_attempts,
+        group_key,
+    )
 
 
 def enqueue_call(
@@ -258,3 +326,97 @@ def item_query(queue_or_id: str | int, key: str | None) -> tuple[str, tuple[Any,
     if key is None:
         raise TypeError("item(conn, queue, key) needs a key")
     return _sql.ITEM_BY_KEY, (queue_or_id, key)
+
+
+async def schedule(
+    conn: psycopg.AsyncConnection[Any],
+    name: str,
+    cron: str,
+    queue: str,
+    payload: Any = None,
+    *,
+    timezone: str = "UTC",
+    catch_up: CatchUp = "latest",
+    priority: int = 0,
+    max_attempts: int = 25,
+    group_key: str | None = None,
+) -> bool:
+    """Create or replace the schedule `name` (`workfence.work_schedule`, from 0.12.0), in the
+    caller's transaction: each slot of `cron`, read in `timezone`, enqueues one item in `queue`
+    with key `<name>@<slot as UTC ISO 8601>` (`nightly@2026-12-07T01:00:00Z`), `run_at` the slot,
+    and `payload`, `priority`, `max_attempts` and `group_key` as `enqueue`'s. The items are
+    claimed like any other: a `Worker` of the queue needs nothing more (its long poll fires due
+    slots itself).
+
+    Arguments: `name` 1..128 bytes; `cron` five fields (minute, hour, day of month, month, day of
+    week), six with seconds first, or `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`;
+    `payload` any JSON-serialisable value (None: `{}`); `timezone` an IANA zone name
+    (`Europe/Berlin`); `catch_up` what a fire does with slots that passed unfired (`latest`: the
+    most recent one, `all`: each, `none`: only one at most 60 s old); `max_attempts` 1..1000;
+    `group_key` the items' serial group (None: none). A new schedule starts at its first slot
+    after now; a replace with the same `cron` and `timezone` keeps its next slot, and keeps a
+    paused schedule paused. Result: true if the schedule is new or one of its settings changed.
+    Errors: `NullArgument` (22004), `InvalidArgument` (22023: a bad name or queue, a cron
+    expression that does not parse or names no time, an unknown time zone, `catch_up` not
+    `latest`, `all` or `none`, `max_attempts` out of range, a bad `group_key`), `ReadOnly`
+    (25006), `NotPermitted` (42501: no `operate` grant covering the queue, or, when replacing,
+    the schedule's current queue).
+    """
+    params = schedule_params(
+        name, cron, queue, payload, timezone, catch_up, priority, max_attempts, group_key
+    )
+    row = await _one(conn, _sql.SCHEDULE, params)
+    return bool(row[0])
+
+
+async def unschedule(conn: psycopg.AsyncConnection[Any], name: str) -> bool:
+    """Remove the schedule `name` (`workfence.work_unschedule`, from 0.12.0); the items it fired
+    stay. Result: true if it existed (false changes nothing). Errors: `NullArgument` (22004),
+    `InvalidArgument` (22023: a bad name), `ReadOnly` (25006), `NotPermitted` (42501)."""
+    row = await _one(conn, _sql.UNSCHEDULE, (name,))
+    return bool(row[0])
+
+
+async def pause_schedule(conn: psycopg.AsyncConnection[Any], name: str) -> bool:
+    """Pause the schedule `name` (`workfence.work_pause_schedule`, from 0.12.0): it fires
+    nothing from the commit on, until `resume_schedule`; its queue and items are untouched (to
+    stop the work itself, `pause` the queue). Result: true if it was not paused. Errors:
+    `NullArgument` (22004), `InvalidArgument` (22023), `UndefinedObject` (42704: no schedule of
+    that name), `ReadOnly` (25006), `NotPermitted` (42501)."""
+    row = await _one(conn, _sql.PAUSE_SCHEDULE, (name,))
+    return bool(row[0])
+
+
+async def resume_schedule(conn: psycopg.AsyncConnection[Any], name: str) -> bool:
+    """Resume the schedule `name` (`workfence.work_resume_schedule`, from 0.12.0): it fires
+    again from the commit on; the slots that passed while it was paused are missed slots, which
+    its `catch_up` decides on. Result: true if it was paused. Errors: `NullArgument` (22004),
+    `InvalidArgument` (22023), `UndefinedObject` (42704: no schedule of that name), `ReadOnly`
+    (25006), `NotPermitted` (42501)."""
+    row = await _one(conn, _sql.RESUME_SCHEDULE, (name,))
+    return bool(row[0])
+
+
+async def fire_schedules(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Fire every due slot of every schedule that is not paused, now, in the caller's
+    transaction (`workfence.work_fire_schedules`, from 0.12.0). Safe to call from any number of
+    sessions at once, as often as wanted: a schedule another transaction is firing is passed
+    over, and no slot is fired twice. Not needed where workers long-poll the schedules' queues or
+    the maintenance worker runs: both fire due slots themselves. Result: the number of items
+    enqueued (a slot whose key already exists enqueues none). Errors: `ReadOnly` (25006: a hot
+    standby, or a read-only transaction)."""
+    row = await _one(conn, _sql.FIRE_SCHEDULES, ())
+    return int(row[0])
+
+
+async def schedules(conn: psycopg.AsyncConnection[Any]) -> list[Schedule]:
+    """Every schedule, by name, as the view `workfence.work_schedules` shows it (from 0.12.0);
+    where queue grants are enforced, only those of queues the role may `read`. Result: a list of
+    `Schedule`. Errors: `NotPermitted` (42501: no privilege on the view, which PUBLIC lacks)."""
+    try:
+        cur = await conn.execute(_sql.SCHEDULES)
+        rows = await cur.fetchall()
+    except psycopg.Error as error:
+        _raise(error)
+        raise  # unreachable: _raise always raises
+    return [Schedule(*row) for row in rows]

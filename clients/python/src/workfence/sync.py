@@ -11,9 +11,33 @@ import psycopg
 
 from . import _sql
 from .errors import translate
-from .operations import Enqueued, ItemInfo, enqueue_call, item_query, limit_call
+from .operations import (
+    CatchUp,
+    Enqueued,
+    ItemInfo,
+    Schedule,
+    enqueue_call,
+    item_query,
+    limit_call,
+    schedule_params,
+)
 
-__all__ = ["enqueue", "retry", "reschedule", "cancel", "pause", "resume", "limit", "item"]
+__all__ = [
+    "enqueue",
+    "retry",
+    "reschedule",
+    "cancel",
+    "pause",
+    "resume",
+    "limit",
+    "item",
+    "schedule",
+    "unschedule",
+    "pause_schedule",
+    "resume_schedule",
+    "fire_schedules",
+    "schedules",
+]
 
 
 def _one(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...]) -> Any:
@@ -94,3 +118,55 @@ def item(
     query, params = item_query(queue_or_id, key)
     row = _one(conn, query, params)
     return None if row is None else ItemInfo(*row)
+
+
+def schedule(
+    conn: psycopg.Connection[Any],
+    name: str,
+    cron: str,
+    queue: str,
+    payload: Any = None,
+    *,
+    timezone: str = "UTC",
+    catch_up: CatchUp = "latest",
+    priority: int = 0,
+    max_attempts: int = 25,
+    group_key: str | None = None,
+) -> bool:
+    """`workfence.operations.schedule` on a synchronous connection (see there)."""
+    params = schedule_params(
+        name, cron, queue, payload, timezone, catch_up, priority, max_attempts, group_key
+    )
+    return bool(_one(conn, _sql.SCHEDULE, params)[0])
+
+
+def unschedule(conn: psycopg.Connection[Any], name: str) -> bool:
+    """`workfence.operations.unschedule` on a synchronous connection (see there)."""
+    return bool(_one(conn, _sql.UNSCHEDULE, (name,))[0])
+
+
+def pause_schedule(conn: psycopg.Connection[Any], name: str) -> bool:
+    """`workfence.operations.pause_schedule` on a synchronous connection (see there)."""
+    return bool(_one(conn, _sql.PAUSE_SCHEDULE, (name,))[0])
+
+
+def resume_schedule(conn: psycopg.Connection[Any], name: str) -> bool:
+    """`workfence.operations.resume_schedule` on a synchronous connection (see there)."""
+    return bool(_one(conn, _sql.RESUME_SCHEDULE, (name,))[0])
+
+
+def fire_schedules(conn: psycopg.Connection[Any]) -> int:
+    """`workfence.operations.fire_schedules` on a synchronous connection (see there)."""
+    return int(_one(conn, _sql.FIRE_SCHEDULES, ())[0])
+
+
+def schedules(conn: psycopg.Connection[Any]) -> list[Schedule]:
+    """`workfence.operations.schedules` on a synchronous connection (see there)."""
+    try:
+        rows = conn.execute(_sql.SCHEDULES).fetchall()
+    except psycopg.Error as error:
+        translated = translate(error)
+        if translated is error:
+            raise
+        raise translated from error
+    return [Schedule(*row) for row in rows]
