@@ -141,18 +141,20 @@ DELETE FROM workfence.schedules AS s WHERE s.name OPERATOR(pg_catalog.=) $1 RETU
 "#,
 );
 
-static PAUSE: Statement<NameParams> = Statement::new(
-    r#"
-UPDATE workfence.schedules AS s SET paused = true
- WHERE s.name OPERATOR(pg_catalog.=) $1 AND NOT s.paused
-RETURNING true
-"#,
-);
+params! {
+    /// `$1` name, `$2` paused.
+    struct PausedParams<'a> {
+        name: &'a str = TEXTOID,
+        paused: bool = BOOLOID,
+    }
+}
 
-static RESUME: Statement<NameParams> = Statement::new(
+// Pause or resume a schedule (locked by LOCK in this transaction): its next
+// slot if that changed it.
+static SET_PAUSED: Statement<PausedParams> = Statement::new(
     r#"
-UPDATE workfence.schedules AS s SET paused = false
- WHERE s.name OPERATOR(pg_catalog.=) $1 AND s.paused
+UPDATE workfence.schedules AS s SET paused = $2
+ WHERE s.name OPERATOR(pg_catalog.=) $1 AND s.paused OPERATOR(pg_catalog.<>) $2
 RETURNING s.next_slot
 "#,
 );
@@ -319,29 +321,20 @@ pub fn work_schedule(
     .or_report()
 }
 
-/// The schedule of `name`, locked, after checking the role's `operate`
-/// grant on its queue: its next slot and whether it is paused; `None` if
-/// there is none.
-fn lock_for_operator(
-    client: &mut pgrx::spi::SpiClient<'_>,
-    name: &str,
-) -> Result<Option<(Option<Micros>, bool)>> {
-    let found = plans::run(client, &LOCK, NameParams { name }, |rows| {
+/// Lock the schedule `name` (waiting for a fire of it in flight) and check
+/// the role's `operate` grant on its queue: false if there is none.
+fn lock_for_operator(client: &mut pgrx::spi::SpiClient<'_>, name: &str) -> Result<bool> {
+    let queue = plans::run(client, &LOCK, NameParams { name }, |rows| {
         if rows.is_empty() {
             return Ok(None);
         }
-        let row = rows.first();
-        Ok(Some((
-            row.get::<String>(1)?.unwrap_or_default(),
-            row.get::<TimestampWithTimeZone>(5)?.map(|t| t.into_inner()),
-            row.get::<bool>(6)?.unwrap_or(false),
-        )))
+        Ok(rows.first().get::<String>(1)?)
     })?;
-    let Some((queue, next_slot, paused)) = found else {
-        return Ok(None);
+    let Some(queue) = queue else {
+        return Ok(false);
     };
     grants::check(Capability::Operate, &queue)?;
-    Ok(Some((next_slot, paused)))
+    Ok(true)
 }
 
 /// Remove a schedule.
@@ -359,7 +352,7 @@ pub fn work_unschedule(name: Option<String>) -> bool {
         let name = validate::schedule_name(name)?;
         generation::refuse_on_standby("work_unschedule")?;
         Spi::connect_mut(|client| {
-            if lock_for_operator(client, &name)?.is_none() {
+            if !lock_for_operator(client, &name)? {
                 return Ok(false);
             }
             plans::run(client, &DELETE, NameParams { name: &name }, |_| Ok(()))?;
@@ -381,23 +374,7 @@ pub fn work_unschedule(name: Option<String>) -> bool {
 /// hot standby.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_pause_schedule(name: Option<String>) -> bool {
-    (|| {
-        let name = validate::schedule_name(name)?;
-        generation::refuse_on_standby("work_pause_schedule")?;
-        Spi::connect_mut(|client| {
-            if lock_for_operator(client, &name)?.is_none() {
-                return Err(WorkfenceError::UnknownSchedule { name: name.clone() });
-            }
-            let paused = plans::run(client, &PAUSE, NameParams { name: &name }, |rows| {
-                Ok(!rows.is_empty())
-            })?;
-            if paused {
-                schedules::changed(None);
-            }
-            Ok(paused)
-        })
-    })()
-    .or_report()
+    set_paused(name, true, "work_pause_schedule").or_report()
 }
 
 /// Resume a paused schedule.
@@ -413,33 +390,40 @@ pub fn work_pause_schedule(name: Option<String>) -> bool {
 /// hot standby.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn work_resume_schedule(name: Option<String>) -> bool {
-    (|| {
-        let name = validate::schedule_name(name)?;
-        generation::refuse_on_standby("work_resume_schedule")?;
-        Spi::connect_mut(|client| {
-            if lock_for_operator(client, &name)?.is_none() {
-                return Err(WorkfenceError::UnknownSchedule { name: name.clone() });
+    set_paused(name, false, "work_resume_schedule").or_report()
+}
+
+/// Pause (`paused`) or resume the schedule `name`: true if that changed it.
+/// A resume tells the maintenance worker its next slot.
+fn set_paused(name: Option<String>, paused: bool, function: &'static str) -> Result<bool> {
+    let name = validate::schedule_name(name)?;
+    generation::refuse_on_standby(function)?;
+    Spi::connect_mut(|client| {
+        if !lock_for_operator(client, &name)? {
+            return Err(WorkfenceError::UnknownSchedule { name: name.clone() });
+        }
+        let params = PausedParams {
+            name: &name,
+            paused,
+        };
+        let changed = plans::run(client, &SET_PAUSED, params, |rows| {
+            if rows.is_empty() {
+                return Ok(None);
             }
-            let resumed = plans::run(client, &RESUME, NameParams { name: &name }, |rows| {
-                if rows.is_empty() {
-                    return Ok(None);
-                }
-                Ok(Some(
-                    rows.first()
-                        .get_one::<TimestampWithTimeZone>()?
-                        .map(|t| t.into_inner()),
-                ))
-            })?;
-            match resumed {
-                Some(next) => {
-                    schedules::changed(next);
-                    Ok(true)
-                }
-                None => Ok(false),
+            Ok(Some(
+                rows.first()
+                    .get_one::<TimestampWithTimeZone>()?
+                    .map(|t| t.into_inner()),
+            ))
+        })?;
+        match changed {
+            Some(next) => {
+                schedules::changed(if paused { None } else { next });
+                Ok(true)
             }
-        })
-    })()
-    .or_report()
+            None => Ok(false),
+        }
+    })
 }
 
 /// Fire every due slot of every schedule now.
