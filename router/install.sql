@@ -690,9 +690,13 @@ COMMENT ON VIEW workfence.work_queue_grants IS
 
 -- ---- schedules (from 0.12.0) ----
 -- A schedule lives on its queue's shard, where its fires enqueue its items
--- and where claims of the queue fire it. The calls that name only a
--- schedule find it on every shard through the shard's work_schedules (so
--- where queue grants are enforced, the role needs read on its queue too).
+-- and where claims of the queue fire it. work_schedule and work_unschedule
+-- run work_unschedule on every shard but the queue's (each shard judges the
+-- role's operate grant on its own copy, and answers false where it has
+-- none), so that a schedule moved to a queue of another shard leaves no copy
+-- behind. Pause and resume find the schedule's shard through the shards'
+-- work_schedules (so the role needs SELECT on it, and, where queue grants
+-- are enforced, read on the queue).
 
 CREATE FUNCTION workfence_router.schedule_on_queue_shard(name text, cron text, queue text,
     payload jsonb, timezone text, catch_up text, priority integer, max_attempts integer,
@@ -712,14 +716,15 @@ LANGUAGE plproxy AS $$
     SELECT s.queue FROM workfence.work_schedules AS s WHERE s.name OPERATOR(pg_catalog.=) $1;
 $$;
 
--- One verb on the shard of `queue` (the schedule's): unschedule, pause, resume.
-CREATE FUNCTION workfence_router.unschedule_on(queue text, name text) RETURNS boolean
+-- work_unschedule on shard `part`.
+CREATE FUNCTION workfence_router.unschedule_on_part(part integer, name text) RETURNS boolean
 LANGUAGE plproxy AS $$
-    CLUSTER workfence_router.cluster('workfence_router.unschedule_on');
-    RUN ON workfence_router.queue_shard(queue);
+    CLUSTER workfence_router.cluster('workfence_router.unschedule_on_part');
+    RUN ON part;
     SELECT workfence.work_unschedule(name);
 $$;
 
+-- Pause or resume on the shard of `queue` (the schedule's).
 CREATE FUNCTION workfence_router.pause_schedule_on(queue text, name text) RETURNS boolean
 LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.pause_schedule_on');
@@ -769,15 +774,15 @@ CREATE FUNCTION workfence.work_schedule(name text, cron text, queue text,
     priority integer DEFAULT 0, max_attempts integer DEFAULT 25, group_key text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $schedule$
 DECLARE
-    old_queue pg_catalog.text;
+    n pg_catalog.int4 := workfence_router.shard_count();
+    part pg_catalog.int4;
     moved pg_catalog.bool := false;
 BEGIN
     IF name IS NOT NULL AND queue IS NOT NULL THEN
-        FOR old_queue IN SELECT q FROM workfence_router.schedule_queues(name) AS q LOOP
-            IF workfence_router.queue_shard(old_queue)
-               OPERATOR(pg_catalog.<>) workfence_router.queue_shard(queue) THEN
-                PERFORM workfence_router.unschedule_on(old_queue, name);
-                moved := true;
+        FOR part IN 0 .. n OPERATOR(pg_catalog.-) 1 LOOP
+            IF part OPERATOR(pg_catalog.<>)
+               (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) (n OPERATOR(pg_catalog.-) 1)) THEN
+                moved := workfence_router.unschedule_on_part(part, name) OR moved;
             END IF;
         END LOOP;
     END IF;
@@ -787,21 +792,17 @@ BEGIN
 END
 $schedule$;
 
--- unschedule, pause and resume: on the shard that has the schedule; false
--- (unschedule) or 42704 (pause, resume) when none has it, as on one server.
+-- unschedule: on every shard (true if any had it); pause and resume: on
+-- the shard that has the schedule, 42704 when none has it, as on one server.
 CREATE FUNCTION workfence.work_unschedule(name text) RETURNS boolean
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $unschedule$
 DECLARE
-    q pg_catalog.text;
+    part pg_catalog.int4;
     found pg_catalog.bool := false;
 BEGIN
-    FOR q IN SELECT x FROM workfence_router.schedule_queues(name) AS x LOOP
-        found := workfence_router.unschedule_on(q, name) OR found;
+    FOR part IN 0 .. workfence_router.shard_count() OPERATOR(pg_catalog.-) 1 LOOP
+        found := workfence_router.unschedule_on_part(part, name) OR found;
     END LOOP;
-    IF NOT found THEN
-        -- The shard's own checks (NULL or bad name) and answer.
-        RETURN workfence_router.unschedule_on('', name);
-    END IF;
     RETURN found;
 END
 $unschedule$;
@@ -890,10 +891,11 @@ COMMENT ON FUNCTION workfence.work_finish_many(text, bigint[], bigint[], jsonb[]
 COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
     'Router: runs work_purge on the queue''s shard, or on every shard (the sum) when queue is NULL.';
 COMMENT ON FUNCTION workfence.work_schedule(text, text, text, jsonb, text, text, integer, integer, text) IS
-    'Router: runs work_schedule on the queue''s shard, after removing the schedule from any other shard that has '
-    'it (a schedule moved to a queue of another shard; two commits).';
+    'Router: runs work_unschedule on every shard but the queue''s (a schedule moved to a queue of another shard '
+    'leaves no copy; each shard judges the operate grant on its own copy), then work_schedule on the queue''s '
+    'shard: separate commits.';
 COMMENT ON FUNCTION workfence.work_unschedule(text) IS
-    'Router: runs work_unschedule on the shard whose work_schedules lists the schedule.';
+    'Router: runs work_unschedule on every shard; true if any had the schedule.';
 COMMENT ON FUNCTION workfence.work_pause_schedule(text) IS
     'Router: runs work_pause_schedule on the shard whose work_schedules lists the schedule (42704 when none does).';
 COMMENT ON FUNCTION workfence.work_resume_schedule(text) IS
@@ -931,7 +933,7 @@ GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_sha
     workfence_router.enforce_grants_all(boolean), workfence_router.queue_stats(),
     workfence_router.queue_grants(),
     workfence_router.schedule_on_queue_shard(text, text, text, jsonb, text, text, integer, integer, text),
-    workfence_router.schedule_queues(text), workfence_router.unschedule_on(text, text),
+    workfence_router.schedule_queues(text), workfence_router.unschedule_on_part(integer, text),
     workfence_router.pause_schedule_on(text, text), workfence_router.resume_schedule_on(text, text),
     workfence_router.fire_schedules_all(), workfence_router.schedules()
   TO PUBLIC;

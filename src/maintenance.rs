@@ -257,6 +257,7 @@ pub extern "C-unwind" fn workfence_maintenance_launcher_main(_arg: pg_sys::Datum
     BackgroundWorker::connect_worker_to_spi(None, None);
     let mut last_round: Option<Instant> = None;
     let mut last_fire: Option<Instant> = None;
+    let mut spacing = FIRE_SPACING;
     let mut naptime_in_force = naptime();
     loop {
         if reload_if_asked() && naptime() != naptime_in_force {
@@ -278,21 +279,33 @@ pub extern "C-unwind" fn workfence_maintenance_launcher_main(_arg: pg_sys::Datum
         let due = last_round.map_or(Instant::now(), |at| at + naptime());
         let now = Instant::now();
         if now < due {
-            if let Some(wait) = until_fire(last_fire) {
-                if wait.is_zero() {
+            match until_fire(last_fire, spacing) {
+                Some(wait) if wait.is_zero() => {
+                    let before = crate::backend::schedules::firing_rounds();
                     last_fire = Some(Instant::now());
                     if let Some(oid) = database_oid(&database) {
                         run_round_in(oid, &database, Round::Fire);
                     }
-                    continue;
+                    // A round that fired nothing (a due schedule held by a
+                    // transaction, or passed over for a key in flight) backs
+                    // off, so that a session left open does not start a
+                    // round worker every few milliseconds.
+                    spacing = if crate::backend::schedules::firing_rounds() == before {
+                        (spacing * 2).min(FIRE_SPACING_MAX)
+                    } else {
+                        FIRE_SPACING
+                    };
                 }
                 // A schedule's change lowers the next fire without a
-                // signal: look again within the second.
-                nap(Some((due - now).min(wait).min(FIRE_LOOK)));
-                continue;
+                // signal (and a round that found none left it at "never"):
+                // look again within the second. A reload during the nap
+                // recomputes `due` at once.
+                Some(wait) => nap(Some((due - now).min(wait).min(FIRE_LOOK))),
+                None if crate::backend::schedules::next_fire().is_some() => {
+                    nap(Some((due - now).min(FIRE_LOOK)))
+                }
+                None => nap(Some(due - now)),
             }
-            // A reload during the nap recomputes `due` at once.
-            nap(Some(due - now));
             continue;
         }
         last_round = Some(Instant::now());
@@ -378,13 +391,17 @@ const FIRE_ONLY: u64 = 1 << 32;
 const FIRE_LOOK: Duration = Duration::from_secs(1);
 
 /// Two fire rounds start at least this far apart (a due schedule another
-/// transaction holds stays due: no round can fire it until that ends).
+/// transaction holds stays due: no round can fire it until that ends),
+/// doubling up to [`FIRE_SPACING_MAX`] while rounds move no schedule on.
 const FIRE_SPACING: Duration = Duration::from_millis(200);
+
+/// The longest spacing of fire rounds that move no schedule on.
+const FIRE_SPACING_MAX: Duration = Duration::from_secs(5);
 
 /// How long until the maintenance worker's next fire
 /// ([`crate::backend::schedules::next_fire`]); zero when due, `None` when
 /// nothing is scheduled (or not preloaded).
-fn until_fire(last_fire: Option<Instant>) -> Option<Duration> {
+fn until_fire(last_fire: Option<Instant>, spacing: Duration) -> Option<Duration> {
     let next = crate::backend::schedules::next_fire()?;
     if next == crate::base::cron::NEVER {
         return None;
@@ -393,7 +410,7 @@ fn until_fire(last_fire: Option<Instant>) -> Option<Duration> {
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
     let until = Duration::from_micros(u64::try_from(next.saturating_sub(now)).unwrap_or(0));
     let spacing = last_fire
-        .map(|at| (at + FIRE_SPACING).saturating_duration_since(Instant::now()))
+        .map(|at| (at + spacing).saturating_duration_since(Instant::now()))
         .unwrap_or(Duration::ZERO);
     Some(until.max(spacing))
 }
@@ -567,11 +584,11 @@ fn fire_round(database: &str) {
         if !installed || plans::workfence_relation(c"schedules") == pg_sys::InvalidOid {
             return Ok(None);
         }
-        crate::verbs::schedule::fire(None).map(Some)
+        crate::verbs::schedule::fire(None, true).map(Some)
     });
     match outcome {
         Ok(Some(fired)) => {
-            crate::backend::schedules::round_found(seen, fired.earliest);
+            crate::backend::schedules::round_found(seen, fired.earliest, fired.slots > 0);
             if fired.slots > 0 {
                 debug1!(
                     "{WORKER_TYPE}: fired {} slot(s) of schedules in database \"{database}\", {} new item(s)",
@@ -580,10 +597,10 @@ fn fire_round(database: &str) {
                 );
             }
         }
-        Ok(None) => crate::backend::schedules::round_found(seen, None),
+        Ok(None) => crate::backend::schedules::round_found(seen, None, false),
         Err(message) => {
             // Tried again at the next full round, not every few milliseconds.
-            crate::backend::schedules::round_found(seen, None);
+            crate::backend::schedules::round_found(seen, None, false);
             warning!("{WORKER_TYPE}: firing schedules failed, retried next round: {message}")
         }
     }

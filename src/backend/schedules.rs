@@ -25,7 +25,7 @@ use pgrx::prelude::*;
 use pgrx::PgAtomic;
 
 use crate::base::cron::{Micros, NEVER};
-use crate::base::error::Result;
+use crate::base::error::{OrReport, Result};
 use crate::pg::invalidation::{self, Watched};
 use crate::pg::plans::{self, Statement};
 
@@ -118,7 +118,10 @@ pub fn until_next_slot(queue: &str) -> Result<Option<std::time::Duration>> {
 pub const DUE_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// After this backend ran a fire of `queue`: its earliest next slot as the
-/// fire read it (`None`: it has no schedule that is not paused).
+/// fire read it (`None`: it has no schedule that is not paused). The fire
+/// is not committed yet: if its transaction aborts (the claim's statement
+/// fails after it), the map is dropped and read again, so that a slot the
+/// aborted fire had moved past is not taken for fired.
 pub fn fired(queue: &str, next: Option<Micros>) {
     NEXT.with(|cache| {
         if let Some((_, map)) = &mut *cache.borrow_mut() {
@@ -128,6 +131,9 @@ pub fn fired(queue: &str, next: Option<Micros>) {
             };
         }
     });
+    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, || {
+        NEXT.with(|cache| *cache.borrow_mut() = None);
+    });
 }
 
 /// After a verb changed `workfence.schedules` (not a fire): every backend
@@ -136,6 +142,11 @@ pub fn fired(queue: &str, next: Option<Micros>) {
 /// earlier than what it knew.
 pub fn changed(next: Option<Micros>) {
     invalidation::invalidate(Watched::Schedules);
+    // The maintenance worker learns of a change at its commit, which a
+    // prepared transaction's COMMIT PREPARED runs no code of ours for.
+    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::PrePrepare, || {
+        Err::<(), _>(crate::base::error::WorkfenceError::SchedulePrepared).or_report();
+    });
     if let (Some(at), true) = (next, SHARED.load(Ordering::Relaxed)) {
         // After the commit is visible to other snapshots, so that a round
         // that counts this change sees the schedule (see `round_found`).
@@ -155,6 +166,11 @@ static NEXT_FIRE: PgAtomic<AtomicI64> = unsafe { PgAtomic::new(c"workfence_next_
 /// memory, when preloaded): a round that began before one may have missed it.
 static CHANGES: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"workfence_schedule_changes") };
 
+/// How many maintenance rounds fired a slot since the server started
+/// (shared memory, when preloaded): the launcher backs off from rounds that
+/// fire nothing while a schedule stays due.
+static FIRING_ROUNDS: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"workfence_firing_rounds") };
+
 /// Whether [`NEXT_FIRE`] was set aside (the library is preloaded).
 static SHARED: AtomicBool = AtomicBool::new(false);
 
@@ -163,6 +179,7 @@ static SHARED: AtomicBool = AtomicBool::new(false);
 pub fn init_shared() {
     pg_shmem_init!(NEXT_FIRE = AtomicI64::new(i64::MIN));
     pg_shmem_init!(CHANGES = AtomicU64::new(0));
+    pg_shmem_init!(FIRING_ROUNDS = AtomicU64::new(0));
     SHARED.store(true, Ordering::Relaxed);
 }
 
@@ -183,14 +200,27 @@ pub fn changes() -> Option<u64> {
         .then(|| CHANGES.get().load(Ordering::Acquire))
 }
 
+/// How many maintenance rounds fired a slot (0 when not preloaded).
+pub fn firing_rounds() -> u64 {
+    if SHARED.load(Ordering::Relaxed) {
+        FIRING_ROUNDS.get().load(Ordering::Acquire)
+    } else {
+        0
+    }
+}
+
 /// A round that read [`changes`] as `seen` before its statements found
-/// `next` as the earliest next slot of all schedules. A change counted
+/// `next` as the earliest next slot of all schedules, and fired a slot or
+/// not (`fired`). A change counted
 /// after `seen` lowers the value after this store (its callback runs after
 /// its count), or, counted before this check, makes the next round due at
 /// once: so no change's slot waits for the naptime.
-pub fn round_found(seen: u64, next: Option<Micros>) {
+pub fn round_found(seen: u64, next: Option<Micros>, fired: bool) {
     if !SHARED.load(Ordering::Relaxed) {
         return;
+    }
+    if fired {
+        FIRING_ROUNDS.get().fetch_add(1, Ordering::AcqRel);
     }
     NEXT_FIRE
         .get()

@@ -44,7 +44,7 @@ use crate::base::error::{Result, WorkfenceError};
 pub type Micros = i64;
 
 /// `timestamptz 'infinity'`: the next slot of an expression that names no
-/// more (none before year 9999).
+/// more (croner searches up to the year 5000).
 pub const NEVER: Micros = i64::MAX;
 
 /// Seconds from 1970-01-01 to 2000-01-01 (the PostgreSQL epoch).
@@ -171,8 +171,8 @@ pub fn zone(timezone: &str) -> Result<Tz> {
             "timezone",
             "is not a known time zone",
             format!("The time zone is {timezone:?}."),
-            "Name an IANA time zone, e.g. 'Europe/Berlin', 'America/New_York' or 'UTC' (not an \
-             abbreviation such as 'CET', nor an offset).",
+            "Name an IANA time zone as the tz database spells it, case included, e.g. \
+             'Europe/Berlin', 'America/New_York' or 'UTC' (not an offset such as '+02:00').",
         )
     })
 }

@@ -307,6 +307,13 @@ pub enum WorkfenceError {
         queue: String,
     },
 
+    /// `PREPARE TRANSACTION` of a transaction that made, replaced,
+    /// removed, paused or resumed a schedule (from 0.12.0): the maintenance
+    /// worker learns of the change at its commit, which `COMMIT PREPARED`
+    /// would not tell it. SQLSTATE 0A000 (feature_not_supported).
+    #[error("a transaction that changed a schedule cannot be prepared")]
+    SchedulePrepared,
+
     /// `PREPARE TRANSACTION` of a transaction that claimed from a queue
     /// with a limit while the database's schema is older than the library's
     /// (before `ALTER EXTENSION pg_workfence UPDATE` to 0.12.0): such a
@@ -454,9 +461,8 @@ impl WorkfenceError {
                 PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE
             }
             WorkfenceError::SettingsPrepared { .. }
-            | WorkfenceError::LimitedClaimPrepared { .. } => {
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
-            }
+            | WorkfenceError::LimitedClaimPrepared { .. }
+            | WorkfenceError::SchedulePrepared => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             WorkfenceError::AssertOutsideTransaction => {
                 PgSqlErrorCode::ERRCODE_NO_ACTIVE_SQL_TRANSACTION
             }
@@ -529,6 +535,11 @@ impl WorkfenceError {
                  until COMMIT PREPARED, and every other claim of the queue would get nothing."
                     .to_string(),
             ),
+            WorkfenceError::SchedulePrepared => Some(
+                "The maintenance worker is told of a schedule's change when its transaction \
+                 commits; COMMIT PREPARED runs no extension code to tell it."
+                    .to_string(),
+            ),
             WorkfenceError::SettingsPrepared { .. } => Some(
                 "A queue's settings change at commit under the queue's pause lock; a prepared \
                  transaction would hold that lock, and so keep every claim of the queue from handing \
@@ -596,6 +607,9 @@ impl WorkfenceError {
                  slot and can be prepared), or claim in a transaction of its own, committed at once, \
                  and prepare only the transaction that writes the job's effects.",
             ),
+            WorkfenceError::SchedulePrepared => {
+                Some("Change schedules in an ordinary transaction.")
+            }
             WorkfenceError::SettingsPrepared { .. } => Some(
                 "Pause, resume or limit the queue, or enqueue its first grouped item, in an ordinary \
                  transaction; later grouped enqueues of the queue can be prepared.",

@@ -410,6 +410,9 @@ fn claim_once(
     waiting: bool,
     may_fire: bool,
 ) -> Result<(Vec<ClaimedRow>, bool)> {
+    // No fire yet in this attempt (a flag left by an earlier claim of this
+    // backend must not end this one's wait).
+    crate::backend::schedules::set_fired(false);
     if waiting {
         // A revoke that commits while the claim waits ends it at its next
         // attempt (the first was checked by `claim`).

@@ -72,11 +72,14 @@ params! {
 }
 
 params! {
-    /// `$1` now, `$2` the most rows to fire, `$3` the queue (NULL: all).
+    /// `$1` now, `$2` the most rows to fire, `$3` the queue (NULL: all),
+    /// `$4` whether every queue is the caller's (else only the queues the
+    /// session's role holds a queue grant on, where grants are enforced).
     struct DueParams<'a> {
         now: TimestampWithTimeZone = TIMESTAMPTZOID,
         limit: i64 = INT8OID,
         queue: Option<&'a str> = TEXTOID,
+        every_queue: bool = BOOLOID,
     }
 }
 
@@ -161,7 +164,10 @@ RETURNING s.next_slot
 
 // The due schedules that no other transaction holds, earliest first,
 // locked: each row's re-check reads its newest version, so a fire that
-// committed since the snapshot moved it out of the WHERE.
+// committed since the snapshot moved it out of the WHERE. A caller of
+// `work_fire_schedules` locks only the schedules of queues its role holds
+// a grant on (where grants are enforced), so that a role left in an open
+// transaction holds no other team's schedules.
 static DUE: Statement<DueParams> = Statement::new(
     r#"
 SELECT s.name, s.cron, s.timezone, s.catch_up, s.next_slot, s.queue, s.payload, s.priority,
@@ -170,6 +176,10 @@ SELECT s.name, s.cron, s.timezone, s.catch_up, s.next_slot, s.queue, s.payload, 
  WHERE NOT s.paused
    AND s.next_slot OPERATOR(pg_catalog.<=) $1
    AND ($3::pg_catalog.text IS NULL OR s.queue OPERATOR(pg_catalog.=) $3)
+   AND ($4
+        OR workfence.work_may('enqueue', s.queue)
+        OR workfence.work_may('claim', s.queue)
+        OR workfence.work_may('operate', s.queue))
  ORDER BY s.next_slot
  LIMIT $2
    FOR UPDATE SKIP LOCKED
@@ -234,9 +244,9 @@ fn now() -> Micros {
 /// `work_enqueue`'s queue), a cron expression croner does not read or that
 /// names no time, an unknown time zone, catch_up not 'latest', 'all' or
 /// 'none', max_attempts outside 1..1000, a bad group_key; 42501 when queue
-/// grants are enforced and the role has no `operate` grant covering the
-/// queue (and, when replacing, the schedule's current queue); 25006 on a
-/// hot standby.
+/// grants are enforced and the role has no `operate` and `enqueue` grants
+/// covering the queue (and, when replacing, no `operate` grant covering the
+/// schedule's current queue); 25006 on a hot standby.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 #[allow(clippy::too_many_arguments)]
 pub fn work_schedule(
@@ -262,7 +272,10 @@ pub fn work_schedule(
         let group_key = validate::group_key(group_key)?;
         let expression = cron::parse(&cron_text, &timezone)?;
         generation::refuse_on_standby("work_schedule")?;
+        // Managing a schedule is operating the queue; its items are
+        // enqueues, which a role without `enqueue` may not make.
         grants::check(Capability::Operate, &queue)?;
+        grants::check(Capability::Enqueue, &queue)?;
         let now = now();
         let define = |next_slot: Micros| -> Result<DefineParams<'_>> {
             Ok(DefineParams {
@@ -382,7 +395,7 @@ pub fn work_pause_schedule(name: Option<String>) -> bool {
 /// SQL: `workfence.work_resume_schedule(name text) RETURNS boolean`: true
 /// if it was paused. The slots that passed while it was paused are missed
 /// slots: its `catch_up` decides which fire (`latest`: the most recent one,
-/// `all`: each, `none`: none).
+/// `all`: each, `none`: only one at most 60 seconds old).
 ///
 /// Errors: 22004 for a NULL name; 22023 for a bad name; 42704 when there is
 /// no schedule of that name; 42501 when queue grants are enforced and the
@@ -444,7 +457,7 @@ pub fn work_fire_schedules() -> i32 {
     (|| {
         generation::refuse_on_standby("work_fire_schedules")?;
         generation::refuse_read_only(c"work_fire_schedules");
-        let fired = fire(None)?;
+        let fired = fire(None, false)?;
         Ok(i32::try_from(fired.enqueued).unwrap_or(i32::MAX))
     })()
     .or_report()
@@ -460,13 +473,87 @@ pub struct Fired {
     /// The earliest next slot of the schedules it looked at afterwards
     /// (of the queue, or of all), as this transaction sees them.
     pub earliest: Option<Micros>,
+    /// Due schedules passed over: a lock they needed was taken (their
+    /// item's key being inserted by another transaction).
+    pub passed_over: i64,
+}
+
+/// How long a fire waits for a lock (`lock_timeout`, milliseconds) before
+/// it passes the schedule over.
+const NO_WAIT: &std::ffi::CStr = c"1";
+
+/// Run `work` in a subtransaction whose `lock_timeout` is [`NO_WAIT`]:
+/// `Some` of its result, committed into the caller's transaction, or `None`
+/// when it met a lock another transaction held (55P03), rolled back. Any
+/// other error rolls it back and goes on up. (The pattern of PL/pgSQL's
+/// `BEGIN ... EXCEPTION` block, and of the long poll's attempts,
+/// [`crate::backend::wait`].)
+fn without_waiting<T>(work: impl FnOnce() -> Result<T>) -> Result<Option<T>> {
+    // SAFETY: an internal subtransaction begun, run in the caller's memory
+    // context, then released or rolled back, restoring the caller's memory
+    // context and resource owner, on every path; the GUC nest level made
+    // inside it is popped before its release (its rollback pops it too).
+    unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        let restore = || {
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+        };
+        let nest = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"lock_timeout".as_ptr(),
+            NO_WAIT.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        let outcome = PgTryBuilder::new(std::panic::AssertUnwindSafe(|| work().map(Some)))
+            .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, |_| {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                restore();
+                Ok(None)
+            })
+            .catch_others(|caught| {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                restore();
+                caught.rethrow()
+            })
+            .execute();
+        match &outcome {
+            Ok(Some(_)) => {
+                pg_sys::AtEOXact_GUC(true, nest);
+                pg_sys::ReleaseCurrentSubTransaction();
+                restore();
+            }
+            // Rolled back above.
+            Ok(None) => {}
+            Err(_) => {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                restore();
+            }
+        }
+        outcome
+    }
 }
 
 /// Fire the due schedules (of `queue`, or all): see [`work_fire_schedules`].
 /// Runs as the caller (inside a SECURITY DEFINER function: the extension's
-/// owner), with no queue grant check: the schedule's maker had `operate` on
-/// its queue.
-pub fn fire(queue: Option<&str>) -> Result<Fired> {
+/// owner); the schedule's maker had `operate` and `enqueue` on its queue.
+/// `every_queue`: every schedule (the maintenance worker, a claim of the
+/// queue); else, where queue grants are enforced, only those of queues the
+/// session's role holds a grant on.
+///
+/// Each schedule fires in a subtransaction that waits for no lock
+/// ([`without_waiting`]): one whose item's key another transaction is
+/// inserting (an uncommitted `work_enqueue` of `<name>@<slot>`) is passed
+/// over and stays due, instead of stopping every schedule behind it.
+pub fn fire(queue: Option<&str>, every_queue: bool) -> Result<Fired> {
     let now = now();
     Spi::connect_mut(|client| {
         let due = plans::run(
@@ -476,6 +563,7 @@ pub fn fire(queue: Option<&str>) -> Result<Fired> {
                 now: timestamp(now)?,
                 limit: SCHEDULES_PER_ROUND,
                 queue,
+                every_queue,
             },
             |rows| {
                 let mut due = Vec::with_capacity(rows.len());
@@ -500,9 +588,13 @@ pub fn fire(queue: Option<&str>) -> Result<Fired> {
         )?;
         let mut fired = Fired::default();
         for row in &due {
-            let (slots, enqueued) = fire_one(client, row, now)?;
-            fired.slots += slots;
-            fired.enqueued += enqueued;
+            match without_waiting(|| fire_one(client, row, now))? {
+                Some((slots, enqueued)) => {
+                    fired.slots += slots;
+                    fired.enqueued += enqueued;
+                }
+                None => fired.passed_over += 1,
+            }
         }
         fired.earliest = plans::run(client, &EARLIEST, QueueOrAll { queue }, |rows| {
             Ok(rows
@@ -592,7 +684,7 @@ pub fn fire_for_claim(queue: &str) -> Result<bool> {
     if next > now() {
         return Ok(false);
     }
-    let fired = fire(Some(queue))?;
+    let fired = fire(Some(queue), true)?;
     schedules::fired(queue, fired.earliest);
     Ok(fired.enqueued > 0)
 }

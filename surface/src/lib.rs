@@ -579,6 +579,13 @@ impl Surface {
                     "GRANT SELECT ON workfence.work_queue_stats, workfence.work_schedules TO {role};\n"
                 ));
             }
+            if group == Execute::Operator {
+                // The schedules it manages (and, through a router, how pause
+                // and resume find a schedule's shard).
+                sql.push_str(&format!(
+                    "GRANT SELECT ON workfence.work_schedules TO {role};\n"
+                ));
+            }
             sql.push_str(&format!(
                 "GRANT EXECUTE ON FUNCTION\n    {}\n  TO {role};\n",
                 functions.join(",\n    ")

@@ -514,7 +514,7 @@ pub fn schedules(
         p.muted #schedules-note {
             "Times are UTC, by the server's clock. A paused schedule fires nothing; when it is resumed, "
             "its catch up decides which of the slots it missed fire (latest: the most recent, all: each, "
-            "none: none). Pausing a schedule leaves its queue and items as they are. The last item may "
+            "none: only one at most 60 s old). Pausing a schedule leaves its queue and items as they are. The last item may "
             "have been purged since."
         }
     };

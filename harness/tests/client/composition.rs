@@ -686,6 +686,7 @@ impl Case {
             grant(Cap::Enqueue, Pat::Name, Role::Worker),
             grant(Cap::Claim, Pat::Prefix, Role::Worker),
             grant(Cap::Operate, Pat::Name, Role::Operator),
+            grant(Cap::Enqueue, Pat::Name, Role::Operator),
             grant(Cap::Purge, Pat::Prefix, Role::Operator),
             grant(Cap::Read, Pat::Name, Role::Operator),
             Verb::EnforceGrants(true),
@@ -1975,7 +1976,13 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
         verb,
         Verb::Unschedule | Verb::PauseSchedule | Verb::ResumeSchedule
     ) && m.schedule.is_none();
-    let refused = (needs(verb).is_some_and(|(role, cap)| !m.may(role, cap)) && !names_no_schedule)
+    // `work_schedule` needs `enqueue` on the queue as well (its items are
+    // enqueues).
+    let schedule_unenqueued =
+        matches!(verb, Verb::Schedule { .. }) && !m.may(Role::Operator, Cap::Enqueue);
+    let refused = ((needs(verb).is_some_and(|(role, cap)| !m.may(role, cap))
+        || schedule_unenqueued)
+        && !names_no_schedule)
         || (*verb == Verb::Purge { every_queue: true } && m.enforced);
     if refused {
         // Refused means unchanged (docs/contract.md, queue-scoped

@@ -746,8 +746,10 @@ fn a_team_manages_only_the_schedules_of_its_own_queues() {
              GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA workfence TO sched_billing, sched_search;
              GRANT SELECT ON workfence.work_schedules TO sched_billing, sched_search;
              SELECT workfence.work_grant('operate', 'billing.*', 'sched_billing');
+             SELECT workfence.work_grant('enqueue', 'billing.*', 'sched_billing');
              SELECT workfence.work_grant('read', 'billing.*', 'sched_billing');
              SELECT workfence.work_grant('operate', 'search.*', 'sched_search');
+             SELECT workfence.work_grant('enqueue', 'search.*', 'sched_search');
              SELECT workfence.work_grant('read', 'search.*', 'sched_search');
              SELECT workfence.work_enforce_grants(true);",
         ),
@@ -813,6 +815,31 @@ fn a_team_manages_only_the_schedules_of_its_own_queues() {
         "the refused calls changed nothing"
     );
     assert_eq!(common::scalar::<i64>(&mut admin, schedules(), &[]), 1);
+    // Review of issue 34: search's fire, left in an open transaction, holds
+    // only schedules of queues search has a grant on, so billing's own
+    // pause of its due schedule does not wait for it.
+    ok(
+        admin.batch_execute(
+            "UPDATE workfence.schedules SET next_slot = date_trunc('hour', clock_timestamp()) \
+              WHERE name = 'invoices'",
+        ),
+        "billing's schedule due",
+    );
+    ok(search.batch_execute("BEGIN"), "BEGIN");
+    assert_eq!(ok(calls::fire_schedules(&mut search), "search's fire"), 0);
+    ok(
+        billing.batch_execute("SET lock_timeout = '5s'"),
+        "a bound on waiting",
+    );
+    assert!(ok(
+        calls::pause_schedule(&mut billing, "invoices"),
+        "billing's pause, not held"
+    ));
+    ok(search.batch_execute("ROLLBACK"), "ROLLBACK");
+    assert!(ok(
+        calls::resume_schedule(&mut billing, "invoices"),
+        "resumed"
+    ));
     // Each team sees only its own schedules.
     let seen: i64 = common::scalar(
         &mut search,
@@ -824,4 +851,160 @@ fn a_team_manages_only_the_schedules_of_its_own_queues() {
         calls::pause_schedule(&mut billing, "invoices"),
         "billing pauses its own"
     ));
+    // A role that may operate a queue but not enqueue into it cannot make
+    // a schedule there: its items would be enqueues.
+    ok(
+        admin
+            .batch_execute("SELECT workfence.work_revoke('enqueue', 'billing.*', 'sched_billing')"),
+        "billing loses enqueue",
+    );
+    let e = calls::schedule(
+        &mut billing,
+        "more",
+        "0 4 * * *",
+        "billing.run",
+        "UTC",
+        "latest",
+    )
+    .expect_err("no enqueue grant");
+    assert_eq!(e.sqlstate(), Some("42501"), "{e:?}");
+}
+
+/// Review of issue 34: an uncommitted enqueue of a schedule's next key (any
+/// role that may enqueue into the queue can predict it) held every fire,
+/// and so every other schedule, until it ended. Now that schedule is passed
+/// over, the others fire at once, and it fires once the enqueue ends.
+#[test]
+fn a_slots_key_enqueued_by_an_open_transaction_holds_up_no_other_schedule() {
+    let cluster = common::shared_cluster();
+    let db = "schedule_key_in_flight";
+    ok(cluster.create_database(db), "creating the database");
+    let mut admin = ok(cluster.connect_to(db), "connecting");
+    for (name, queue) in [("held", "held-q"), ("free", "free-q")] {
+        assert!(ok(
+            calls::schedule(&mut admin, name, "0 * * * *", queue, "UTC", "latest"),
+            "schedule"
+        ));
+    }
+    ok(
+        admin.batch_execute(
+            "UPDATE workfence.schedules SET next_slot = date_trunc('hour', clock_timestamp())",
+        ),
+        "both due",
+    );
+    let key: String = common::scalar(
+        &mut admin,
+        "SELECT 'held@' || to_char(date_trunc('hour', clock_timestamp()) AT TIME ZONE 'UTC', \
+                'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+        &[],
+    );
+    let mut producer = ok(cluster.connect_to(db), "connecting the producer");
+    ok(producer.batch_execute("BEGIN"), "BEGIN");
+    ok(
+        producer.execute("SELECT workfence.work_enqueue('held-q', '{}', $1)", &[&key]),
+        "the key enqueued, not committed",
+    );
+    let mut firer = ok(cluster.connect_to(db), "connecting the firer");
+    ok(
+        firer.batch_execute("SET statement_timeout = '10s'"),
+        "a bound on waiting",
+    );
+    let started = Instant::now();
+    assert_eq!(
+        ok(calls::fire_schedules(&mut firer), "work_fire_schedules"),
+        1,
+        "only 'free' fired"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the fire waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(fired_slots(&mut firer, "free-q").len(), 1);
+    ok(producer.batch_execute("COMMIT"), "COMMIT");
+    // 'held' is still due: its slot's key now exists, so it records it and
+    // enqueues nothing more.
+    assert_eq!(
+        ok(calls::fire_schedules(&mut firer), "work_fire_schedules"),
+        0
+    );
+    let recorded: bool = common::scalar(
+        &mut firer,
+        "SELECT last_item_id = (SELECT id FROM workfence.items WHERE key = $1) \
+           FROM workfence.schedules WHERE name = 'held'",
+        &[&key],
+    );
+    assert!(
+        recorded,
+        "the held schedule moved on past the existing item's slot"
+    );
+}
+
+/// Review of issue 34: a claim's fire that its statement then rolled back
+/// left the backend believing the slot fired, so its later claims never
+/// fired it. Now the next claim of the same session fires it.
+#[test]
+fn a_claims_fire_rolled_back_with_its_statement_is_fired_by_the_next_claim() {
+    let (_cluster, mut c) = common::own_cluster_with_database("rolled_back");
+    assert!(ok(
+        calls::schedule(&mut c, "y", "0 0 1 1 *", "rb", "UTC", "latest"),
+        "schedule"
+    ));
+    ok(
+        c.batch_execute(
+            "UPDATE workfence.schedules SET next_slot = date_trunc('year', clock_timestamp() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'",
+        ),
+        "this year's slot due",
+    );
+    // A replace (another catch_up) makes the session read the schedules again.
+    assert!(ok(
+        calls::schedule(&mut c, "y", "0 0 1 1 *", "rb", "UTC", "all"),
+        "replace"
+    ));
+    let failed = c.query(
+        "SELECT 1 / (id - id) FROM workfence.work_claim('rb', 'w', '1 minute')",
+        &[],
+    );
+    assert_eq!(
+        failed
+            .expect_err("the statement fails after its claim fired")
+            .sqlstate(),
+        Some("22012")
+    );
+    let claimed = ok(
+        calls::claim(&mut c, "rb", "w", "1 minute", None, None),
+        "work_claim",
+    );
+    assert_eq!(
+        claimed.len(),
+        1,
+        "the slot the failed statement fired is fired again"
+    );
+    assert!(claimed[0].key.starts_with("y@"), "{}", claimed[0].key);
+}
+
+/// Review of issue 34: a schedule changed in a prepared transaction was
+/// told to the maintenance worker only at the preparing session's next
+/// commit. Now such a transaction cannot be prepared (0A000).
+#[test]
+fn a_transaction_that_changed_a_schedule_cannot_be_prepared() {
+    let cluster = common::shared_cluster_built(
+        |builder| builder.setting("max_prepared_transactions", "4"),
+        |_| {},
+    );
+    let db = "schedule_prepared";
+    ok(cluster.create_database(db), "creating the database");
+    let mut c = ok(cluster.connect_to(db), "connecting");
+    ok(c.batch_execute("BEGIN"), "BEGIN");
+    assert!(ok(
+        calls::schedule(&mut c, "p", "0 * * * *", "pq", "UTC", "latest"),
+        "schedule"
+    ));
+    let refused = c
+        .batch_execute("PREPARE TRANSACTION 'schedule'")
+        .expect_err("refused");
+    assert_eq!(refused.sqlstate(), Some("0A000"), "{refused:?}");
+    let mut other = ok(cluster.connect_to(db), "connecting");
+    let none: i64 = common::scalar(&mut other, "SELECT count(*) FROM workfence.schedules", &[]);
+    assert_eq!(none, 0, "nothing was prepared or committed");
 }
