@@ -766,9 +766,12 @@ SELECT s.name, s.cron, s.timezone, s.queue, s.catch_up, s.paused, s.next_slot, s
 COMMENT ON VIEW workfence.work_schedules IS
     'Every shard''s work_schedules, as the calling role may read them there: a schedule is on its queue''s shard.';
 
--- A schedule moved to a queue of another shard is removed from its old
--- shard first (two commits: a call that fails between them leaves it
--- removed; repeat it).
+-- A schedule moved to a queue of another shard: made on the new queue's
+-- shard first (which checks the arguments and grants, so a refused call
+-- changes nothing), then removed from every other shard (separate commits:
+-- a call refused there, a role without operate on the old copy's queue,
+-- leaves both; the old copy's owner removes it, or the call is repeated by
+-- a role that may).
 CREATE FUNCTION workfence.work_schedule(name text, cron text, queue text,
     payload jsonb DEFAULT '{}', timezone text DEFAULT 'UTC', catch_up text DEFAULT 'latest',
     priority integer DEFAULT 0, max_attempts integer DEFAULT 25, group_key text DEFAULT NULL)
@@ -776,19 +779,20 @@ RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $sched
 DECLARE
     n pg_catalog.int4 := workfence_router.shard_count();
     part pg_catalog.int4;
-    moved pg_catalog.bool := false;
+    changed pg_catalog.bool;
 BEGIN
-    IF name IS NOT NULL AND queue IS NOT NULL THEN
-        FOR part IN 0 .. n OPERATOR(pg_catalog.-) 1 LOOP
-            IF part OPERATOR(pg_catalog.<>)
-               (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) (n OPERATOR(pg_catalog.-) 1)) THEN
-                moved := workfence_router.unschedule_on_part(part, name) OR moved;
-            END IF;
-        END LOOP;
-    END IF;
-    RETURN workfence_router.schedule_on_queue_shard(name, cron, queue, payload, timezone,
-                                                    catch_up, priority, max_attempts, group_key)
-           OR moved;
+    -- First on the queue's shard, which checks every argument and grant: a
+    -- refused call changes nothing anywhere. Then any copy elsewhere goes.
+    changed := workfence_router.schedule_on_queue_shard(name, cron, queue, payload, timezone,
+                                                        catch_up, priority, max_attempts,
+                                                        group_key);
+    FOR part IN 0 .. n OPERATOR(pg_catalog.-) 1 LOOP
+        IF part OPERATOR(pg_catalog.<>)
+           (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) (n OPERATOR(pg_catalog.-) 1)) THEN
+            changed := workfence_router.unschedule_on_part(part, name) OR changed;
+        END IF;
+    END LOOP;
+    RETURN changed;
 END
 $schedule$;
 
@@ -891,9 +895,9 @@ COMMENT ON FUNCTION workfence.work_finish_many(text, bigint[], bigint[], jsonb[]
 COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
     'Router: runs work_purge on the queue''s shard, or on every shard (the sum) when queue is NULL.';
 COMMENT ON FUNCTION workfence.work_schedule(text, text, text, jsonb, text, text, integer, integer, text) IS
-    'Router: runs work_unschedule on every shard but the queue''s (a schedule moved to a queue of another shard '
-    'leaves no copy; each shard judges the operate grant on its own copy), then work_schedule on the queue''s '
-    'shard: separate commits.';
+    'Router: runs work_schedule on the queue''s shard (a refused call changes nothing), then work_unschedule on '
+    'every other shard (a schedule moved to a queue of another shard leaves no copy; each shard judges the '
+    'operate grant on its own copy): separate commits.';
 COMMENT ON FUNCTION workfence.work_unschedule(text) IS
     'Router: runs work_unschedule on every shard; true if any had the schedule.';
 COMMENT ON FUNCTION workfence.work_pause_schedule(text) IS

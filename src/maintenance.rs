@@ -398,21 +398,33 @@ const FIRE_SPACING: Duration = Duration::from_millis(200);
 /// The longest spacing of fire rounds that move no schedule on.
 const FIRE_SPACING_MAX: Duration = Duration::from_secs(5);
 
-/// How long until the maintenance worker's next fire
-/// ([`crate::backend::schedules::next_fire`]); zero when due, `None` when
-/// nothing is scheduled (or not preloaded).
+/// How long until the maintenance worker's next fire: the earliest next
+/// slot after the last round ([`crate::backend::schedules::next_fire`]),
+/// and, when that round left a schedule due (held by a transaction, or
+/// passed over), a retry `spacing` after the last fire round; zero when
+/// due, `None` when nothing is scheduled (or not preloaded). The retry's
+/// back-off never delays the other schedules' next slot.
 fn until_fire(last_fire: Option<Instant>, spacing: Duration) -> Option<Duration> {
     let next = crate::backend::schedules::next_fire()?;
-    if next == crate::base::cron::NEVER {
-        return None;
+    let retry = crate::backend::schedules::due_left().then(|| {
+        last_fire
+            .map(|at| (at + spacing).saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::ZERO)
+    });
+    let slot = (next != crate::base::cron::NEVER).then(|| {
+        // SAFETY: reads the system clock; cannot fail.
+        let now = unsafe { pg_sys::GetCurrentTimestamp() };
+        let until = Duration::from_micros(u64::try_from(next.saturating_sub(now)).unwrap_or(0));
+        // A slot just fired is not started again within FIRE_SPACING.
+        let spaced = last_fire
+            .map(|at| (at + FIRE_SPACING).saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::ZERO);
+        until.max(spaced)
+    });
+    match (slot, retry) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
-    // SAFETY: reads the system clock; cannot fail.
-    let now = unsafe { pg_sys::GetCurrentTimestamp() };
-    let until = Duration::from_micros(u64::try_from(next.saturating_sub(now)).unwrap_or(0));
-    let spacing = last_fire
-        .map(|at| (at + spacing).saturating_duration_since(Instant::now()))
-        .unwrap_or(Duration::ZERO);
-    Some(until.max(spacing))
 }
 
 /// Start a round worker in database `oid` and wait for it to end.
@@ -588,7 +600,12 @@ fn fire_round(database: &str) {
     });
     match outcome {
         Ok(Some(fired)) => {
-            crate::backend::schedules::round_found(seen, fired.earliest, fired.slots > 0);
+            crate::backend::schedules::round_found(
+                seen,
+                fired.next_future,
+                fired.due_left,
+                fired.slots > 0,
+            );
             if fired.slots > 0 {
                 debug1!(
                     "{WORKER_TYPE}: fired {} slot(s) of schedules in database \"{database}\", {} new item(s)",
@@ -597,10 +614,10 @@ fn fire_round(database: &str) {
                 );
             }
         }
-        Ok(None) => crate::backend::schedules::round_found(seen, None, false),
+        Ok(None) => crate::backend::schedules::round_found(seen, None, false, false),
         Err(message) => {
             // Tried again at the next full round, not every few milliseconds.
-            crate::backend::schedules::round_found(seen, None, false);
+            crate::backend::schedules::round_found(seen, None, false, false);
             warning!("{WORKER_TYPE}: firing schedules failed, retried next round: {message}")
         }
     }

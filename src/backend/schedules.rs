@@ -171,6 +171,11 @@ static CHANGES: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"workfence_schedul
 /// fire nothing while a schedule stays due.
 static FIRING_ROUNDS: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"workfence_firing_rounds") };
 
+/// Whether the last round left a schedule due (held by another
+/// transaction, or passed over): the launcher retries it, backing off,
+/// apart from the next slot of the others (shared memory, when preloaded).
+static DUE_LEFT: PgAtomic<AtomicBool> = unsafe { PgAtomic::new(c"workfence_schedules_due_left") };
+
 /// Whether [`NEXT_FIRE`] was set aside (the library is preloaded).
 static SHARED: AtomicBool = AtomicBool::new(false);
 
@@ -180,6 +185,7 @@ pub fn init_shared() {
     pg_shmem_init!(NEXT_FIRE = AtomicI64::new(i64::MIN));
     pg_shmem_init!(CHANGES = AtomicU64::new(0));
     pg_shmem_init!(FIRING_ROUNDS = AtomicU64::new(0));
+    pg_shmem_init!(DUE_LEFT = AtomicBool::new(false));
     SHARED.store(true, Ordering::Relaxed);
 }
 
@@ -200,6 +206,11 @@ pub fn changes() -> Option<u64> {
         .then(|| CHANGES.get().load(Ordering::Acquire))
 }
 
+/// Whether the last round left a schedule due (false when not preloaded).
+pub fn due_left() -> bool {
+    SHARED.load(Ordering::Relaxed) && DUE_LEFT.get().load(Ordering::Acquire)
+}
+
 /// How many maintenance rounds fired a slot (0 when not preloaded).
 pub fn firing_rounds() -> u64 {
     if SHARED.load(Ordering::Relaxed) {
@@ -210,15 +221,16 @@ pub fn firing_rounds() -> u64 {
 }
 
 /// A round that read [`changes`] as `seen` before its statements found
-/// `next` as the earliest next slot of all schedules, and fired a slot or
-/// not (`fired`). A change counted
+/// `next` as the earliest next slot after now of all schedules, some still
+/// due or not (`due_left`), and fired a slot or not (`fired`). A change counted
 /// after `seen` lowers the value after this store (its callback runs after
 /// its count), or, counted before this check, makes the next round due at
 /// once: so no change's slot waits for the naptime.
-pub fn round_found(seen: u64, next: Option<Micros>, fired: bool) {
+pub fn round_found(seen: u64, next: Option<Micros>, due_left: bool, fired: bool) {
     if !SHARED.load(Ordering::Relaxed) {
         return;
     }
+    DUE_LEFT.get().store(due_left, Ordering::Release);
     if fired {
         FIRING_ROUNDS.get().fetch_add(1, Ordering::AcqRel);
     }

@@ -95,9 +95,10 @@ params! {
 }
 
 params! {
-    /// `$1` queue (NULL: every queue).
-    struct QueueOrAll<'a> {
+    /// `$1` queue (NULL: every queue), `$2` now.
+    struct QueueOrAllAt<'a> {
         queue: Option<&'a str> = TEXTOID,
+        now: TimestampWithTimeZone = TIMESTAMPTZOID,
     }
 }
 
@@ -179,7 +180,9 @@ SELECT s.name, s.cron, s.timezone, s.catch_up, s.next_slot, s.queue, s.payload, 
    AND ($4
         OR workfence.work_may('enqueue', s.queue)
         OR workfence.work_may('claim', s.queue)
-        OR workfence.work_may('operate', s.queue))
+        OR workfence.work_may('operate', s.queue)
+        OR workfence.work_may('read', s.queue)
+        OR workfence.work_may('purge', s.queue))
  ORDER BY s.next_slot
  LIMIT $2
    FOR UPDATE SKIP LOCKED
@@ -199,11 +202,15 @@ UPDATE workfence.schedules AS s
 "#,
 );
 
-// The earliest next slot of a queue's schedules that are not paused (of
-// all schedules when `$1` is NULL), committed or this transaction's.
-static EARLIEST: Statement<QueueOrAll> = Statement::new(
+// Of a queue's schedules that are not paused (of all schedules when `$1`
+// is NULL), committed or this transaction's: the earliest next slot, the
+// earliest one after `$2` (now), and whether any is still due (held by
+// another transaction, or passed over).
+static EARLIEST: Statement<QueueOrAllAt> = Statement::new(
     r#"
-SELECT pg_catalog.min(s.next_slot)
+SELECT pg_catalog.min(s.next_slot),
+       pg_catalog.min(s.next_slot) FILTER (WHERE s.next_slot OPERATOR(pg_catalog.>) $2),
+       COALESCE(pg_catalog.bool_or(s.next_slot OPERATOR(pg_catalog.<=) $2), false)
   FROM workfence.schedules AS s
  WHERE NOT s.paused
    AND ($1::pg_catalog.text IS NULL OR s.queue OPERATOR(pg_catalog.=) $1)
@@ -473,8 +480,14 @@ pub struct Fired {
     /// The earliest next slot of the schedules it looked at afterwards
     /// (of the queue, or of all), as this transaction sees them.
     pub earliest: Option<Micros>,
+    /// The earliest next slot after now of those schedules.
+    pub next_future: Option<Micros>,
+    /// Whether any of them is still due afterwards (held by another
+    /// transaction, passed over, or past the catch-up cap).
+    pub due_left: bool,
     /// Due schedules passed over: a lock they needed was taken (their
-    /// item's key being inserted by another transaction).
+    /// item's key being inserted by another transaction), or their fire
+    /// failed (a WARNING names the schedule and the SQLSTATE).
     pub passed_over: i64,
 }
 
@@ -482,13 +495,33 @@ pub struct Fired {
 /// it passes the schedule over.
 const NO_WAIT: &std::ffi::CStr = c"1";
 
-/// Run `work` in a subtransaction whose `lock_timeout` is [`NO_WAIT`]:
-/// `Some` of its result, committed into the caller's transaction, or `None`
-/// when it met a lock another transaction held (55P03), rolled back. Any
-/// other error rolls it back and goes on up. (The pattern of PL/pgSQL's
-/// `BEGIN ... EXCEPTION` block, and of the long poll's attempts,
+/// Whether an error of a schedule's fire ends the whole call (a cancel, a
+/// timeout, a shutdown, a resource or internal error) rather than passing
+/// the one schedule over: classes 53, 57, 58 and XX.
+fn ends_the_call(code: PgSqlErrorCode) -> bool {
+    matches!(&sqlstate(code)[..2], "53" | "57" | "58" | "XX")
+}
+
+/// The five-character SQLSTATE of `code` (six bits per character, first
+/// character lowest: PostgreSQL's MAKE_SQLSTATE).
+fn sqlstate(code: PgSqlErrorCode) -> String {
+    let packed = code as i32;
+    (0..5)
+        .map(|i| char::from(((packed >> (6 * i)) & 0x3F) as u8 + b'0'))
+        .collect()
+}
+
+/// Run the fire of schedule `name` (`work`) in a subtransaction whose
+/// `lock_timeout` is [`NO_WAIT`]: `Some` of its result, committed into the
+/// caller's transaction; or `None`, rolled back, when it met a lock another
+/// transaction held (55P03) or failed (a WARNING names the schedule and
+/// the SQLSTATE): one schedule that cannot fire (an expression a newer
+/// parser refuses, a trigger on the items) holds up no other, nor the claims
+/// of its queue. A cancel, a timeout, a shutdown or a resource or internal
+/// error goes on up ([`ends_the_call`]). (The pattern of PL/pgSQL's `BEGIN
+/// ... EXCEPTION` block, and of the long poll's attempts,
 /// [`crate::backend::wait`].)
-fn without_waiting<T>(work: impl FnOnce() -> Result<T>) -> Result<Option<T>> {
+fn without_waiting<T>(name: &str, work: impl FnOnce() -> Result<T>) -> Result<Option<T>> {
     // SAFETY: an internal subtransaction begun, run in the caller's memory
     // context, then released or rolled back, restoring the caller's memory
     // context and resource owner, on every path; the GUC nest level made
@@ -522,23 +555,43 @@ fn without_waiting<T>(work: impl FnOnce() -> Result<T>) -> Result<Option<T>> {
             .catch_others(|caught| {
                 pg_sys::RollbackAndReleaseCurrentSubTransaction();
                 restore();
-                caught.rethrow()
+                let report = match &caught {
+                    pg_sys::panic::CaughtError::PostgresError(report)
+                    | pg_sys::panic::CaughtError::ErrorReport(report)
+                    | pg_sys::panic::CaughtError::RustPanic {
+                        ereport: report, ..
+                    } => report,
+                };
+                if ends_the_call(report.sql_error_code()) {
+                    caught.rethrow()
+                }
+                warning!(
+                    "schedule {name:?} was not fired, and stays due: {} (SQLSTATE {})",
+                    report.message(),
+                    sqlstate(report.sql_error_code())
+                );
+                Ok(None)
             })
             .execute();
-        match &outcome {
-            Ok(Some(_)) => {
+        match outcome {
+            Ok(Some(value)) => {
                 pg_sys::AtEOXact_GUC(true, nest);
                 pg_sys::ReleaseCurrentSubTransaction();
                 restore();
+                Ok(Some(value))
             }
             // Rolled back above.
-            Ok(None) => {}
-            Err(_) => {
+            Ok(None) => Ok(None),
+            Err(err) => {
                 pg_sys::RollbackAndReleaseCurrentSubTransaction();
                 restore();
+                warning!(
+                    "schedule {name:?} was not fired, and stays due: {err} (SQLSTATE {})",
+                    sqlstate(err.sqlstate())
+                );
+                Ok(None)
             }
         }
-        outcome
     }
 }
 
@@ -588,7 +641,7 @@ pub fn fire(queue: Option<&str>, every_queue: bool) -> Result<Fired> {
         )?;
         let mut fired = Fired::default();
         for row in &due {
-            match without_waiting(|| fire_one(client, row, now))? {
+            match without_waiting(&row.name, || fire_one(client, row, now))? {
                 Some((slots, enqueued)) => {
                     fired.slots += slots;
                     fired.enqueued += enqueued;
@@ -596,12 +649,19 @@ pub fn fire(queue: Option<&str>, every_queue: bool) -> Result<Fired> {
                 None => fired.passed_over += 1,
             }
         }
-        fired.earliest = plans::run(client, &EARLIEST, QueueOrAll { queue }, |rows| {
-            Ok(rows
-                .first()
-                .get_one::<TimestampWithTimeZone>()?
-                .map(|t| t.into_inner()))
-        })?;
+        let at = QueueOrAllAt {
+            queue,
+            now: timestamp(now)?,
+        };
+        (fired.earliest, fired.next_future, fired.due_left) =
+            plans::run(client, &EARLIEST, at, |rows| {
+                let row = rows.first();
+                Ok((
+                    row.get::<TimestampWithTimeZone>(1)?.map(|t| t.into_inner()),
+                    row.get::<TimestampWithTimeZone>(2)?.map(|t| t.into_inner()),
+                    row.get::<bool>(3)?.unwrap_or(false),
+                ))
+            })?;
         Ok(fired)
     })
 }
@@ -685,6 +745,13 @@ pub fn fire_for_claim(queue: &str) -> Result<bool> {
         return Ok(false);
     }
     let fired = fire(Some(queue), true)?;
-    schedules::fired(queue, fired.earliest);
+    // A schedule passed over stays due; this backend's claims look again
+    // in a second, not at every call (each would warn again).
+    let recheck = now() + 1_000_000;
+    let earliest = match fired.earliest {
+        Some(at) if fired.passed_over > 0 && at < recheck => Some(recheck),
+        other => other,
+    };
+    schedules::fired(queue, earliest);
     Ok(fired.enqueued > 0)
 }

@@ -524,6 +524,11 @@ const SHADOWS: &[Shadow] = &[
         logged: "array_agg(integer)",
         probe: "SELECT array_agg(x) FROM (VALUES (1)) AS v(x)",
     },
+    Shadow {
+        function: "bool_or",
+        logged: "bool_or(boolean)",
+        probe: "SELECT bool_or(x) FROM (VALUES (true)) AS v(x)",
+    },
 ];
 
 /// What the would-be hijacker creates in its own schema `evil`: a table that
@@ -595,6 +600,10 @@ CREATE FUNCTION evil.array_agg_step(a integer[], v integer) RETURNS integer[] LA
 SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('array_agg(integer)'); RETURN pg_catalog.array_append(a, v); END $$;
 CREATE AGGREGATE evil.array_agg(integer) (SFUNC = evil.array_agg_step, STYPE = integer[]);
+CREATE FUNCTION evil.bool_or_step(a boolean, v boolean) RETURNS boolean LANGUAGE plpgsql
+SET search_path = pg_catalog
+AS $$ BEGIN PERFORM evil.log('bool_or(boolean)'); RETURN COALESCE(a, false) OR v; END $$;
+CREATE AGGREGATE evil.bool_or(boolean) (SFUNC = evil.bool_or_step, STYPE = boolean);
 "#;
 
 /// Shadows every binary `pg_catalog` operator named `=`, `<>`, `<`, `<=`,

@@ -610,6 +610,13 @@ fn schedules_through_the_router_live_on_their_queues_shard_and_move_with_it() {
     assert_eq!(ok(calls::fire_schedules(&mut r), "work_fire_schedules"), 1);
     assert_eq!(fired_slots(&mut shards[first_shard], first).len(), 1);
 
+    // A move refused by the new queue's shard (a bad expression) changes
+    // nothing: the schedule stays where it was.
+    let refused = calls::schedule(&mut r, "report", "61 * * * *", second, "UTC", "latest")
+        .expect_err("a bad expression");
+    assert!(format!("{refused:?}").contains("22023"), "{refused:?}");
+    assert_eq!(on(&mut shards, first_shard), 1, "still on its shard");
+    assert_eq!(on(&mut shards, second_shard), 0);
     // Moved to a queue of another shard: it leaves the old shard.
     assert!(ok(
         calls::schedule(&mut r, "report", "0 * * * *", second, "UTC", "latest"),
@@ -1007,4 +1014,51 @@ fn a_transaction_that_changed_a_schedule_cannot_be_prepared() {
     let mut other = ok(cluster.connect_to(db), "connecting");
     let none: i64 = common::scalar(&mut other, "SELECT count(*) FROM workfence.schedules", &[]);
     assert_eq!(none, 0, "nothing was prepared or committed");
+}
+
+/// Review of issue 34: one schedule whose fire fails (here an expression
+/// the parser now refuses, written into the table by hand) stopped every
+/// fire in the database and every claim of its queue. Now it is passed
+/// over with a WARNING naming it, and stays due; the others fire and the
+/// queue's items are claimed.
+#[test]
+fn a_schedule_that_cannot_fire_holds_up_no_other_nor_its_queues_claims() {
+    let cluster = common::shared_cluster();
+    let db = "schedule_broken";
+    ok(cluster.create_database(db), "creating the database");
+    let mut c = ok(cluster.connect_to(db), "connecting");
+    for (name, queue) in [("good", "good-q"), ("bad", "bad-q")] {
+        assert!(ok(
+            calls::schedule(&mut c, name, "0 * * * *", queue, "UTC", "latest"),
+            "schedule"
+        ));
+    }
+    ok(
+        c.batch_execute(
+            "UPDATE workfence.schedules SET next_slot = date_trunc('hour', clock_timestamp()); \
+             UPDATE workfence.schedules SET cron = '* * * * * * * *' WHERE name = 'bad';",
+        ),
+        "both due, one unreadable",
+    );
+    assert_eq!(
+        ok(calls::fire_schedules(&mut c), "work_fire_schedules"),
+        1,
+        "good fired"
+    );
+    let still_due: bool = common::scalar(
+        &mut c,
+        "SELECT next_slot <= clock_timestamp() FROM workfence.schedules WHERE name = 'bad'",
+        &[],
+    );
+    assert!(still_due, "the broken schedule stays due");
+    common::enqueue_new(
+        &mut c,
+        &workfence_harness::calls::Enqueue::new("bad-q").key("plain"),
+    );
+    let claimed = ok(
+        calls::claim(&mut c, "bad-q", "w", "1 minute", None, None),
+        "work_claim",
+    );
+    assert_eq!(claimed.len(), 1, "the queue's own item is claimed");
+    assert_eq!(claimed[0].key, "plain");
 }
