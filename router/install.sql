@@ -811,8 +811,11 @@ BEGIN
 END
 $unschedule$;
 
-CREATE FUNCTION workfence.work_pause_schedule(name text) RETURNS boolean
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $pause$
+-- Pause (`paused`) or resume the schedule `name` on the shard whose
+-- work_schedules lists it; the shard's own answer (42704, or 22004/22023 for
+-- a bad name) when none does.
+CREATE FUNCTION workfence_router.set_schedule_paused(name text, paused boolean) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $paused$
 DECLARE
     q pg_catalog.text;
     seen pg_catalog.bool := false;
@@ -820,32 +823,24 @@ DECLARE
 BEGIN
     FOR q IN SELECT x FROM workfence_router.schedule_queues(name) AS x LOOP
         seen := true;
-        changed := workfence_router.pause_schedule_on(q, name) OR changed;
+        changed := CASE WHEN paused THEN workfence_router.pause_schedule_on(q, name)
+                        ELSE workfence_router.resume_schedule_on(q, name) END OR changed;
     END LOOP;
     IF NOT seen THEN
-        RETURN workfence_router.pause_schedule_on('', name);
+        RETURN CASE WHEN paused THEN workfence_router.pause_schedule_on('', name)
+                    ELSE workfence_router.resume_schedule_on('', name) END;
     END IF;
     RETURN changed;
 END
-$pause$;
+$paused$;
+
+CREATE FUNCTION workfence.work_pause_schedule(name text) RETURNS boolean
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS
+$$ SELECT workfence_router.set_schedule_paused(name, true) $$;
 
 CREATE FUNCTION workfence.work_resume_schedule(name text) RETURNS boolean
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $resume$
-DECLARE
-    q pg_catalog.text;
-    seen pg_catalog.bool := false;
-    changed pg_catalog.bool := false;
-BEGIN
-    FOR q IN SELECT x FROM workfence_router.schedule_queues(name) AS x LOOP
-        seen := true;
-        changed := workfence_router.resume_schedule_on(q, name) OR changed;
-    END LOOP;
-    IF NOT seen THEN
-        RETURN workfence_router.resume_schedule_on('', name);
-    END IF;
-    RETURN changed;
-END
-$resume$;
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS
+$$ SELECT workfence_router.set_schedule_paused(name, false) $$;
 
 CREATE FUNCTION workfence.work_fire_schedules() RETURNS integer
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS
@@ -939,6 +934,7 @@ GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_sha
     workfence_router.schedule_on_queue_shard(text, text, text, jsonb, text, text, integer, integer, text),
     workfence_router.schedule_queues(text), workfence_router.unschedule_on_part(integer, text),
     workfence_router.pause_schedule_on(text, text), workfence_router.resume_schedule_on(text, text),
+    workfence_router.set_schedule_paused(text, boolean),
     workfence_router.fire_schedules_all(), workfence_router.schedules()
   TO PUBLIC;
 GRANT EXECUTE ON FUNCTION workfence.work_may(text, text) TO PUBLIC;

@@ -703,15 +703,6 @@ fn current_database() -> String {
     }
 }
 
-/// The five-character SQLSTATE of `code` (PostgreSQL's MAKE_SQLSTATE
-/// packing: six bits per character, first character lowest).
-fn sqlstate(code: PgSqlErrorCode) -> String {
-    let packed = code as i32;
-    (0..5)
-        .map(|i| char::from(((packed >> (6 * i)) & 0x3F) as u8 + b'0'))
-        .collect()
-}
-
 /// The message of an error caught by [`PgTryBuilder`], with its SQLSTATE.
 fn caught_message(caught: &pg_sys::panic::CaughtError) -> String {
     let report = match caught {
@@ -724,6 +715,6 @@ fn caught_message(caught: &pg_sys::panic::CaughtError) -> String {
     format!(
         "{} (SQLSTATE {})",
         report.message(),
-        sqlstate(report.sql_error_code())
+        crate::base::error::sqlstate_text(report.sql_error_code())
     )
 }

@@ -205,6 +205,17 @@ fn interval_text(parts: IntervalParts) -> String {
     }
 }
 
+/// The five-character SQLSTATE of `code` (`"55P03"`): PostgreSQL's
+/// MAKE_SQLSTATE packing, six bits per character, first character lowest.
+/// For messages that name a caught error's SQLSTATE (the maintenance
+/// worker's WARNINGs, a schedule passed over).
+pub fn sqlstate_text(code: PgSqlErrorCode) -> String {
+    let packed = code as i32;
+    (0..5)
+        .map(|i| char::from(((packed >> (6 * i)) & 0x3F) as u8 + b'0'))
+        .collect()
+}
+
 /// Every error the extension raises on purpose.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkfenceError {

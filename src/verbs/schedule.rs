@@ -117,7 +117,7 @@ RETURNING true
 // it): its queue, cron, time zone, last slot and next slot.
 static LOCK: Statement<NameParams> = Statement::new(
     r#"
-SELECT s.queue, s.cron, s.timezone, s.last_slot, s.next_slot, s.paused
+SELECT s.queue, s.cron, s.timezone, s.last_slot, s.next_slot
   FROM workfence.schedules AS s
  WHERE s.name OPERATOR(pg_catalog.=) $1
    FOR UPDATE
@@ -499,16 +499,10 @@ const NO_WAIT: &std::ffi::CStr = c"1";
 /// timeout, a shutdown, a resource or internal error) rather than passing
 /// the one schedule over: classes 53, 57, 58 and XX.
 fn ends_the_call(code: PgSqlErrorCode) -> bool {
-    matches!(&sqlstate(code)[..2], "53" | "57" | "58" | "XX")
-}
-
-/// The five-character SQLSTATE of `code` (six bits per character, first
-/// character lowest: PostgreSQL's MAKE_SQLSTATE).
-fn sqlstate(code: PgSqlErrorCode) -> String {
-    let packed = code as i32;
-    (0..5)
-        .map(|i| char::from(((packed >> (6 * i)) & 0x3F) as u8 + b'0'))
-        .collect()
+    matches!(
+        &crate::base::error::sqlstate_text(code)[..2],
+        "53" | "57" | "58" | "XX"
+    )
 }
 
 /// Run the fire of schedule `name` (`work`) in a subtransaction whose
@@ -568,7 +562,7 @@ fn without_waiting<T>(name: &str, work: impl FnOnce() -> Result<T>) -> Result<Op
                 warning!(
                     "schedule {name:?} was not fired, and stays due: {} (SQLSTATE {})",
                     report.message(),
-                    sqlstate(report.sql_error_code())
+                    crate::base::error::sqlstate_text(report.sql_error_code())
                 );
                 Ok(None)
             })
@@ -587,7 +581,7 @@ fn without_waiting<T>(name: &str, work: impl FnOnce() -> Result<T>) -> Result<Op
                 restore();
                 warning!(
                     "schedule {name:?} was not fired, and stays due: {err} (SQLSTATE {})",
-                    sqlstate(err.sqlstate())
+                    crate::base::error::sqlstate_text(err.sqlstate())
                 );
                 Ok(None)
             }
