@@ -103,12 +103,26 @@ export interface EnqueueOptions {
    * (then the enqueue also works against a 0.9.0 database).
    */
   groupKey?: string;
+  /**
+   * What an existing item of the key becomes (from 0.12.0; default 'keep'). 'keep': unchanged.
+   * 'replace' (debounce): a pending item takes the new payload and runAt (none: now).
+   * 'preserve_run_at' (throttle): a pending item takes the new payload, keeps its run_at. With
+   * either, a done, failed or cancelled item runs again (pending, new payload, runAt or now,
+   * attempts counted afresh, its errors kept), and a claimed one takes the new payload at once
+   * (its holder keeps its token and old payload) and runs exactly once more after the current
+   * run. Sent only when set (then the enqueue also works against 0.11.0).
+   */
+  onConflict?: OnConflict;
 }
 
+/** `EnqueueOptions.onConflict`: what an enqueue does to an existing item of its key. */
+export type OnConflict = 'keep' | 'replace' | 'preserve_run_at';
+
 /**
- * `workfence.work_enqueue`. A repeated key returns the existing item with `inserted: false`.
- * @throws NullArgument (22004), InvalidArgument (22023), NotPermitted (42501),
- *   SerializationFailure (40001: retry)
+ * `workfence.work_enqueue`. A repeated key returns the existing item with `inserted: false`
+ * (changed as `onConflict` says); `inserted` is true only when a new item was made.
+ * @throws NullArgument (22004), InvalidArgument (22023, also an unknown onConflict),
+ *   NotPermitted (42501), SerializationFailure (40001: retry)
  */
 export function enqueue(
   client: Queryable, queue: string, payload?: unknown, options?: EnqueueOptions,
@@ -167,11 +181,47 @@ export interface Item {
   payload: Json;
   /** Seconds, or null for no limit. */
   max_run: number | null;
+  /**
+   * The last checkpoint stored with `job.progress()` under a current lease (from 0.12.0); null
+   * before the first, after a rerun by onConflict, and on an older server.
+   */
+  progress: Json;
 }
 
 /** `workfence.work_item` by queue and key, or by id; null when there is no such item (or no read grant). */
 export function item(client: Queryable, queue: string, key: string): Promise<Item | null>;
 export function item(client: Queryable, id: string | bigint | number): Promise<Item | null>;
+
+/** What `awaitResult` resolves to for an item that exists. */
+export interface AwaitedResult {
+  /**
+   * `done`, `failed` or `cancelled` when the run is over; after the timeout, the state then
+   * (`pending` or `claimed`).
+   */
+  state: Item['state'];
+  /** What `work_finish` stored (the handler's result) when done; else null. */
+  result: Json;
+  /** The last failure's text, if any. */
+  lastError: string | null;
+}
+
+export interface AwaitOptions {
+  /** Seconds to wait at most: 0 (one look) to Infinity; default 30. */
+  timeout?: number;
+}
+
+/**
+ * Waits for the item (queue, key) to be done, failed or cancelled, calling
+ * `workfence.work_await(queue, key, wait)` (from 0.12.0) until it is or `timeout` passes (the
+ * server caps one call at `workfence.long_poll_max`, 3 s by default, and wakes it at the settle's
+ * commit). Resolves null when there is no such item; after the timeout, to the item's state then.
+ * Occupies the connection while it waits; autocommit or READ COMMITTED only.
+ * @throws InvalidArgument (22023: bad queue, key or timeout), NullArgument (22004),
+ *   NotPermitted (42501: no `read` grant)
+ */
+export function awaitResult(
+  client: Queryable, queue: string, key: string, options?: AwaitOptions,
+): Promise<AwaitedResult | null>;
 
 // ---------------------------------------------------------------------------------------------
 // Schedules (from 0.12.0): cron in the server, one item per slot
@@ -275,6 +325,18 @@ export class Job<P = any> {
   readonly epoch: string;
   /** The lease's end as of the claim (server clock). */
   readonly leaseUntil: Date;
+  /**
+   * The claim row's `progress` (from 0.12.0): the last value an earlier attempt stored with
+   * `progress()` under a current lease, to resume from; null on a first attempt, after a rerun by
+   * onConflict, and on an older server. The value at claim time (this attempt's `progress()`
+   * calls do not change it).
+   */
+  readonly checkpoint: Json;
+  /**
+   * `<id>:<epoch>`: this claim's fencing token as one stable string, the idempotency key to pass
+   * to an external API (the same for repeats within this attempt, different for every claim).
+   */
+  readonly fencingToken: string;
   readonly queue: string;
   readonly owner: string;
   /**
@@ -291,13 +353,31 @@ export class Job<P = any> {
    * `client` is the transaction's connection, a `pg.PoolClient` of the runner's pool.
    */
   transaction<T>(fn: (client: Queryable) => Promise<T>): Promise<T>;
+  /**
+   * Stores a checkpoint with `workfence.work_progress` (from 0.12.0), fenced: resolves true when
+   * stored, false when the lease is lost (then handled as a refused renew: the signal aborts with
+   * LeaseLost and nothing more is sent for the item). In `transaction()` or `guard()`, written in
+   * that transaction.
+   * @throws NullArgument (22004: null or undefined), InvalidArgument (22023: over 64 KiB)
+   */
+  progress(value: unknown): Promise<boolean>;
+  /**
+   * Runs `fn` (an external side effect) while the lease is checked and held: BEGIN,
+   * `work_assert` (no re-claim of the item until this ends), `work_renew`, `fn(client)`, COMMIT.
+   * A stalled copy whose item was claimed anew is refused here and never runs `fn`. Does not
+   * finish the job. One guard or transaction of a job at a time.
+   * @throws LeaseLost (55000) when the token is not current (`fn` did not run); whatever `fn`
+   *   throws, after a ROLLBACK
+   */
+  guard<T>(fn: (client: Queryable) => Promise<T>): Promise<T>;
   /** Stops renewing this job's lease (a hook for tests and for jobs that should run into their lease). */
   stopRenewing(): void;
 }
 
 /**
- * The user's work: resolves to the result (JSON) to finish with, or rejects to fail the item. A
- * result `JSON.stringify` refuses (a BigInt, a cycle) fails the item with `result is not JSON: ...`.
+ * The user's work: resolves to the result (JSON) to finish with, or rejects to fail the item (the
+ * error recorded as `<type>: <message>`, its stack frames and causes, at most 4 KiB). A result
+ * `JSON.stringify` refuses (a BigInt, a cycle) fails the item with `Error: result is not JSON: ...`.
  */
 export type Handler<P = any> = (job: Job<P>) => Promise<unknown> | unknown;
 

@@ -8,7 +8,7 @@ export {
 export { connectionConfig } from './lib/dsn.js';
 export { leaseLostToken } from './lib/notify.js';
 export {
-  enqueue, retry, reschedule, cancel, pause, resume, limit, item, schedule, unschedule, pauseSchedule,
-  resumeSchedule, fireSchedules, schedules,
+  enqueue, retry, reschedule, cancel, pause, resume, limit, item, awaitResult, schedule, unschedule,
+  pauseSchedule, resumeSchedule, fireSchedules, schedules,
 } from './lib/operations.js';
 export { Worker, Job, defaultOwner } from './lib/worker.js';

@@ -1,7 +1,7 @@
 // The enqueue helper and the operator's calls of clients/README.md, one SQL function each, on a
 // connection the caller passes, so that they can be part of the caller's own transaction.
 
-import { fromPgError } from './errors.js';
+import { InvalidArgument, fromPgError } from './errors.js';
 
 /**
  * Runs one statement on `client`, turning a pg_workfence SQLSTATE into its named error.
@@ -25,7 +25,8 @@ export function jsonText(value) {
 
 /**
  * Adds an item to `queue` with `workfence.work_enqueue` (docs/contract.md). Repeating an enqueue
- * with the same key returns the existing item with `inserted: false`.
+ * with the same key returns the existing item with `inserted: false`, changed as `onConflict`
+ * says.
  *
  * @param {{query: Function}} client a `pg.Client`, `pg.Pool` or pool client
  * @param {string} queue the queue's name (at most 128 bytes)
@@ -39,10 +40,19 @@ export function jsonText(value) {
  * @param {string} [options.groupKey] the item's serial group (from 0.10.0): at most one item of a
  *   (queue, groupKey) is claimed at a time, in claim order (default none). Sent only when set, so
  *   that an enqueue without it also works against a 0.9.0 database
+ * @param {'keep'|'replace'|'preserve_run_at'} [options.onConflict] what an existing item of the
+ *   key becomes (from 0.12.0; default 'keep'): 'keep' leaves it unchanged; 'replace' (debounce)
+ *   gives a pending item the new payload and runAt (none: now), 'preserve_run_at' (throttle) the
+ *   new payload and keeps its run_at; with either, a done, failed or cancelled item runs again
+ *   (pending with the new payload, runAt or now, attempts counted afresh, its errors kept), and
+ *   a claimed one takes the new payload at once (its holder keeps its token and old payload) and
+ *   runs exactly once more after the current run. Sent (as `on_conflict`) only when set, so that
+ *   an enqueue without it also works against a 0.11.0 database
  * @returns {Promise<{id: string, key: string, inserted: boolean}>} `id` is the bigint as a
- *   decimal string
- * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501,
- *   {@link SerializationFailure} 40001 (raced a purge: retry)
+ *   decimal string; `inserted` true only when a new item was made (false whenever the key
+ *   existed, kept or changed)
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023 (also an unknown onConflict),
+ *   {@link NotPermitted} 42501, {@link SerializationFailure} 40001 (raced a purge: retry)
  */
 export async function enqueue(client, queue, payload = {}, options = {}) {
   const args = ['queue => $1', 'payload => $2::jsonb'];
@@ -58,6 +68,7 @@ export async function enqueue(client, queue, payload = {}, options = {}) {
   add('max_attempts', options.maxAttempts, '$::integer');
   add('max_run', options.maxRun, 'make_interval(secs => $::double precision)');
   add('group_key', options.groupKey, '$::text');
+  add('on_conflict', options.onConflict, '$::text');
   const { rows: [row] } = await query(client,
     `SELECT id::text AS id, key, inserted FROM workfence.work_enqueue(${args.join(', ')})`, values);
   return row;
@@ -159,9 +170,12 @@ export async function limit(client, queue, options = {}) {
     values);
 }
 
-const ITEM_COLUMNS = `id::text AS id, queue, key, state, priority, run_at, attempts, max_attempts,
-  owner, epoch::text AS epoch, claimed_at, lease_until, errors, result, created_at, finished_at,
-  payload, extract(epoch FROM max_run)::double precision AS max_run`;
+// `progress` (from 0.12.0) read from the row as JSON, so that a server without the column
+// answers null instead of an error.
+const ITEM_COLUMNS = `w.id::text AS id, w.queue, w.key, w.state, w.priority, w.run_at, w.attempts,
+  w.max_attempts, w.owner, w.epoch::text AS epoch, w.claimed_at, w.lease_until, w.errors, w.result,
+  w.created_at, w.finished_at, w.payload, extract(epoch FROM w.max_run)::double precision AS max_run,
+  pg_catalog.to_jsonb(w) -> 'progress' AS progress`;
 
 /**
  * `workfence.work_item`: the item as an operator sees it, by (queue, key) or by id.
@@ -170,16 +184,72 @@ const ITEM_COLUMNS = `id::text AS id, queue, key, state, priority, run_at, attem
  *   string when `key` is left out)
  * @param {string} [key] the item's key (with a queue name)
  * @returns {Promise<object|null>} the row (ids and epochs as decimal strings, `max_run` in seconds,
- *   times as `Date`s) or null
+ *   times as `Date`s, `progress` the last checkpoint stored with `job.progress()`, null before
+ *   one or on a server before 0.12.0) or null
  * @throws {NullArgument} 22004, {@link InvalidArgument} 22023, {@link NotPermitted} 42501
  */
 export async function item(client, queueOrId, key) {
   const { rows } = key === undefined
-    ? await query(client, `SELECT ${ITEM_COLUMNS} FROM workfence.work_item($1::bigint)`,
+    ? await query(client, `SELECT ${ITEM_COLUMNS} FROM workfence.work_item($1::bigint) AS w`,
       [String(queueOrId)])
-    : await query(client, `SELECT ${ITEM_COLUMNS} FROM workfence.work_item($1::text, $2::text)`,
+    : await query(client, `SELECT ${ITEM_COLUMNS} FROM workfence.work_item($1::text, $2::text) AS w`,
       [queueOrId, key]);
   return rows[0] ?? null;
+}
+
+/** The states in which an item's run is over: `awaitResult` returns at once for them. */
+const FINAL_STATES = new Set(['done', 'failed', 'cancelled']);
+
+/** The longest `wait` one `work_await` call takes (1 hour; the server caps it lower). */
+const AWAIT_CALL_MAX = 3600;
+
+/**
+ * Waits for the item (queue, key) to be done, failed or cancelled, with
+ * `workfence.work_await(queue, key, wait)` (from 0.12.0): the server answers at once for a
+ * finished item, else sleeps until the item's settle commits (woken at that commit) or the call's
+ * wait ends, which the server caps at `workfence.long_poll_max` (3 s by default). This calls it
+ * again until the item is over or `timeout` has passed, each call waiting at most what is left.
+ *
+ * Call it on a connection in autocommit or a READ COMMITTED transaction (under REPEATABLE READ or
+ * SERIALIZABLE the server refuses a wait with 25000). It occupies the connection while it waits:
+ * pass a `pg.Pool`, or a client of its own, not a connection other work is waiting for.
+ *
+ * @param {{query: Function}} client
+ * @param {string} queue
+ * @param {string} key
+ * @param {object} [options]
+ * @param {number} [options.timeout] seconds to wait at most, 0 (one look, no wait) to
+ *   `Infinity` (default 30)
+ * @returns {Promise<{state: string, result: unknown, lastError: string|null}|null>} the item's
+ *   state (`done`, `failed`, `cancelled`), its `result` (what `work_finish` stored; null unless
+ *   done) and `lastError` (the last failure's text, if any); after `timeout`, the item's state
+ *   then (`pending` or `claimed`, result null), so the caller tells a timeout by the state; null
+ *   when there is no such item (never enqueued, purged, or where queue grants are enforced, in
+ *   a queue the role may not read)
+ * @throws {InvalidArgument} 22023 (a bad queue or key; `timeout` negative or not a number, raised
+ *   before anything is sent), {@link NullArgument} 22004, {@link NotPermitted} 42501 (no `read`
+ *   grant), 25000 from the server in a REPEATABLE READ or SERIALIZABLE transaction
+ */
+export async function awaitResult(client, queue, key, options = {}) {
+  const timeout = options.timeout ?? 30;
+  if (typeof timeout !== 'number' || Number.isNaN(timeout) || timeout < 0) {
+    throw new InvalidArgument(`timeout must be a number of seconds, 0 or more (Infinity: no limit), got ${String(timeout)}`,
+      { code: '22023' });
+  }
+  const deadline = performance.now() + timeout * 1000;
+  for (;;) {
+    const left = Math.max(0, (deadline - performance.now()) / 1000);
+    const wait = Math.min(left, AWAIT_CALL_MAX);
+    const { rows } = await query(client,
+      `SELECT state::text AS state, result, last_error
+         FROM workfence.work_await($1::text, $2::text, make_interval(secs => $3::double precision))`,
+      [queue, key, wait]);
+    if (rows.length === 0) return null;
+    const [{ state, result, last_error: lastError }] = rows;
+    if (FINAL_STATES.has(state) || performance.now() >= deadline) {
+      return { state, result: result ?? null, lastError: lastError ?? null };
+    }
+  }
 }
 
 /**

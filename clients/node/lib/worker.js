@@ -12,13 +12,15 @@ import pg from 'pg';
 
 import { connectionConfig } from './dsn.js';
 import {
-  Cancelled, InvalidArgument, LeaseLost, WorkfenceError, fromPgError,
+  Cancelled, InvalidArgument, LeaseLost, NotPermitted, WorkfenceError, fromPgError,
 } from './errors.js';
 import { leaseLostToken } from './notify.js';
 import { jsonText } from './operations.js';
 
-const CLAIM_SQL = `SELECT id::text AS id, key, payload, epoch::text AS epoch, attempt, lease_until
-  FROM workfence.work_claim($1, $2, make_interval(secs => $3), $4, make_interval(secs => $5))`;
+// Every column of the claim row (`c.*`), so that the last one, `progress` (from 0.12.0), is read
+// when the server has it and simply absent before; the bigints again as exact text.
+const CLAIM_SQL = `SELECT c.*, c.id::text AS id_text, c.epoch::text AS epoch_text
+  FROM workfence.work_claim($1, $2, make_interval(secs => $3), $4, make_interval(secs => $5)) AS c`;
 
 const RENEW_SQL = `SELECT t.id::text AS id,
        workfence.work_renew(t.id, $1, t.epoch, make_interval(secs => $2)) AS renewed
@@ -37,17 +39,25 @@ export function defaultOwner() {
  * from buffered/running to `releasing`.
  */
 class Held {
-  constructor(row) {
-    this.id = row.id;
+  /**
+   * @param {object} row a claim row
+   * @param {number} leaseEnd when the lease ends at the latest, on this process's monotonic clock
+   *   (`performance.now()` when the claim was sent, plus the lease)
+   */
+  constructor(row, leaseEnd) {
+    this.id = row.id_text ?? String(row.id);
     this.key = row.key;
     this.payload = row.payload;
-    this.epoch = row.epoch;
+    this.epoch = row.epoch_text ?? String(row.epoch);
     this.attempt = row.attempt;
     this.leaseUntil = row.lease_until;
+    this.checkpoint = row.progress ?? null; // absent before 0.12.0
+    this.leaseEnd = leaseEnd;
     this.status = 'buffered';
     this.renewing = true;
     this.inTransaction = false;
     this.transactionUsed = false;
+    this.txClient = null; // the connection of the job's transaction or guard, while one runs
     this.controller = new AbortController();
     this.done = null; // the promise of its run, once started
   }
@@ -63,9 +73,10 @@ class Held {
  *
  * `id` and `epoch` are bigints as decimal strings (exact, as node-postgres returns them);
  * `attempt` counts claims of the item, from 1; `payload` is the item's JSON payload;
- * `leaseUntil` the lease's end at claim time (server clock); `signal` aborts when the lease is
- * lost (reason: a {@link LeaseLost}) or when the shutdown grace is over (reason: a
- * {@link Cancelled}).
+ * `leaseUntil` the lease's end at claim time (server clock); `checkpoint` the last progress an
+ * earlier attempt stored with {@link Job#progress} (null on a first attempt); `fencingToken`
+ * the string `<id>:<epoch>`; `signal` aborts when the lease is lost (reason: a
+ * {@link LeaseLost}) or when the shutdown grace is over (reason: a {@link Cancelled}).
  */
 export class Job {
   /** @param {Worker} worker @param {Held} held */
@@ -76,11 +87,82 @@ export class Job {
     this.attempt = held.attempt;
     this.epoch = held.epoch;
     this.leaseUntil = held.leaseUntil;
+    /**
+     * The claim row's `progress` (from 0.12.0): the last value an earlier attempt of this item
+     * stored with {@link Job#progress} while its lease was current, so that a retried job resumes
+     * from it; null on a first attempt, after a rerun by `enqueue(..., { onConflict })`, and
+     * against a server before 0.12.0. It is the value at claim time: this attempt's own
+     * `progress()` calls do not change it.
+     */
+    this.checkpoint = held.checkpoint;
+    /**
+     * `<id>:<epoch>`, e.g. `"7:42"`: this claim's fencing token as one stable string, to pass as
+     * the idempotency key (or fencing token) of a call to an external API. It is the same for
+     * every repeat of a call within this attempt and different for every other claim of the item,
+     * so a service that keeps the highest epoch it saw per id can refuse a stale holder's call.
+     */
+    this.fencingToken = `${held.id}:${held.epoch}`;
     this.queue = worker.queue;
     this.owner = worker.owner;
     this.signal = held.controller.signal;
     Object.defineProperty(this, '_worker', { value: worker });
     Object.defineProperty(this, '_held', { value: held });
+  }
+
+  /**
+   * Stores a checkpoint: `workfence.work_progress(id, owner, epoch, value)` (from 0.12.0). The
+   * server keeps it only under this job's current token (fenced like a renew: a stale holder's
+   * write changes nothing), shows it in `item()`, and hands it to the next claim of the item as
+   * {@link Job#checkpoint}, so that a retried job resumes from it.
+   *
+   * Inside {@link Job#transaction} or {@link Job#guard} it is written in that transaction (on its
+   * connection: the transaction holds the item's row lock), and commits or rolls back with it.
+   *
+   * @param {unknown} value any JSON value, at most 64 KiB as JSON text
+   * @returns {Promise<boolean>} true when stored; false when the lease is lost (the job's token is
+   *   not current any more), which the runner then handles as a refused renew: the job's signal
+   *   aborts with {@link LeaseLost}, `progress id=<id> refused` and `refused id=<id> (lease lost)`
+   *   are logged, and nothing more is sent for the item. Also false, with no statement sent, once
+   *   the runner has stopped acting for the token (lost, or being settled).
+   * @throws {NullArgument} 22004 for `undefined` or `null`; {@link InvalidArgument} 22023 over
+   *   64 KiB; `TypeError` for a value `JSON.stringify` refuses (a BigInt, a cycle); a connection
+   *   error as node-postgres raises it (nothing is known then: call again)
+   */
+  progress(value) {
+    return this._worker._progress(this._held, value);
+  }
+
+  /**
+   * Runs `fn(client)` while this job's lease is checked and held: the way to make a side effect
+   * outside the database (an email, a payment, a call to another service) safe against a stalled
+   * copy of this job. In one transaction on a pool connection: `BEGIN; SELECT
+   * workfence.work_assert(id, owner, epoch)` (raises {@link LeaseLost} unless the token is current,
+   * and row-locks the item, so that no re-claim of it can happen until this transaction ends);
+   * `work_renew` (the lease runs a full `lease` from here); `fn(client)`; `COMMIT`.
+   *
+   * So a copy that was stopped (SIGSTOP, a long GC pause, a suspended VM) past its lease, while
+   * another worker claimed the item anew, is refused here and never runs `fn`, even when its
+   * heartbeat has not noticed the loss yet; and while `fn` runs nobody else can claim the item.
+   * Writes `fn` makes on `client` commit with the guard (record there that the effect happened,
+   * so that a later attempt can skip it). A guard does not finish the job: the handler goes on
+   * and returns its result. For the last effect of a job, {@link Job#transaction} holds the lock
+   * from before the effect through the finish. Pass {@link Job#fencingToken} to the external
+   * service as the call's idempotency key. The heartbeat does not renew this job while a guard
+   * runs (the guard's own renew covers it).
+   *
+   * One guard or transaction of a job at a time (a second one while one runs throws: it would
+   * wait on the first one's row lock).
+   *
+   * @template T
+   * @param {(client: import('pg').PoolClient) => Promise<T>} fn the side effect
+   * @returns {Promise<T>} what `fn` returned, after the COMMIT
+   * @throws {LeaseLost} 55000 when the token is not current (from the runner at once when it
+   *   already knows, else from `work_assert`): `fn` did not run, and the job's signal aborts
+   * @throws whatever `fn` throws (after a ROLLBACK); a connection error at the COMMIT (`fn` ran;
+   *   its writes on `client` may or may not have committed)
+   */
+  guard(fn) {
+    return this._worker._guard(this._held, fn);
   }
 
   /**
@@ -91,7 +173,16 @@ export class Job {
    * (docs/contract.md, `work_assert`; docs/writing-workers.md, "The loop" step 3). The lease is
    * no longer renewed from the moment this is called (a renew would wait on the row lock).
    * Callable once per job; the handler should return what this returns (the runner sends no
-   * further finish).
+   * further finish). {@link Job#progress} inside `fn` is written in this transaction.
+   *
+   * The last side effect of a job outside the database belongs here too (see
+   * {@link Job#guard}): made inside `fn`, after `work_assert`, it runs only under the current
+   * token, and the row lock keeps the item from being claimed anew until the finish commits.
+   *
+   * A connection lost at the `COMMIT` leaves its outcome unknown: the runner then asks
+   * `work_lease_status` on a new connection (until the lease's end) and returns normally when the
+   * transaction had committed (the item is done under this token), so a committed job is not
+   * run again.
    *
    * @template T
    * @param {(client: import('pg').PoolClient) => Promise<T>} fn the handler's writes, on the
@@ -115,6 +206,9 @@ export class Job {
     this._held.renewing = false;
   }
 }
+
+/** An event listener that does nothing. */
+function ignore() {}
 
 /** A promise and its resolve function. */
 function deferred() {
@@ -326,6 +420,7 @@ export class Worker {
     this._beatDown = null; // the error that broke the heartbeat connection, until it is replaced
     this._beatRestoring = null; // promise of the heartbeat's reconnect loop, while it runs
     this._connected = false; // the first connections are up
+    this._graceEnd = Infinity; // performance.now() at which the shutdown grace ends, once stopping
   }
 
   /**
@@ -391,6 +486,7 @@ export class Worker {
       this._stopEarly = true; // run() will shut down as soon as it has connected
     } else if (this._state === 'running') {
       this._state = 'stopping';
+      this._graceEnd = performance.now() + this.shutdownGrace * 1000;
       this._stopSignal.resolve();
       this._room?.resolve();
       if (this._polling && !this._cancel && this._beat) {
@@ -575,6 +671,7 @@ export class Worker {
         continue;
       }
       let rows;
+      const sent = performance.now();
       try {
         if (this._claimerDown) throw this._claimerDown;
         rows = await this._claim();
@@ -586,7 +683,7 @@ export class Worker {
       }
       delay = BACKOFF_FIRST;
       for (const row of rows) {
-        const held = new Held(row);
+        const held = new Held(row, sent + this.lease * 1000);
         this._held.set(held.id, held);
         this._buffer.push(held);
         this.logger.info(`claim id=${held.id} epoch=${held.epoch} attempt=${held.attempt}`);
@@ -660,11 +757,11 @@ export class Worker {
     }
     try {
       if (!threw) await this._finish(held, json);
-      else if (held.controller.signal.reason instanceof Cancelled) await this._release(held, this._pool);
+      else if (held.controller.signal.reason instanceof Cancelled) await this._release(held);
       else await this._fail(held, error);
     } catch (err) {
-      // The outcome is unknown (a lost connection) or the call was refused with an error: the
-      // item stays claimed until its lease lapses, then a claim takes it again (next attempt).
+      // Refused with an error, or sent again until the lease's end without an answer: the item
+      // stays claimed until its lease lapses, then a claim takes it again (next attempt).
       held.status = 'abandoned';
       this.logger.error(`settle id=${held.id} epoch=${held.epoch} error=${describe(err)}`);
     } finally {
@@ -673,9 +770,9 @@ export class Worker {
   }
 
   /**
-   * One settling statement (finish or fail). It runs on the claim connection when that one is
-   * parked (the claim loop waits for room, no long poll in flight, no other settle on it, no
-   * shutdown begun): one connection then carries a concurrency-1 worker's whole loop, as a
+   * One settling statement (finish, fail or release). It runs on the claim connection when that
+   * one is parked (the claim loop waits for room, no long poll in flight, no other settle on it,
+   * no shutdown begun): one connection then carries a concurrency-1 worker's whole loop, as a
    * hand-written loop would, which saves the wake-up of a second backend per item (about half
    * the throughput at concurrency 1). Otherwise a pool connection.
    */
@@ -695,17 +792,106 @@ export class Worker {
     }
   }
 
+  /**
+   * Sends one settling call (`verb`: finish, fail or release; `text` a statement answering one
+   * row with a boolean `ok`) for `held`'s token, and sends it again after an error that
+   * {@link heals} (a dropped connection, a server restart: the first call's outcome is unknown)
+   * on a new connection: once at once, then after 0.1 s doubling to 2 s until its lease ends (on
+   * this process's clock, from the last renew; during a shutdown at the end of the grace at the
+   * latest). A finish, fail or release is safe to repeat under one token: the server settles the
+   * item once.
+   *
+   * A repeat can be refused although the first call settled the item (a `work_finish` repeated
+   * returns true, but a repeated `work_fail` or `work_release` finds the lease handed back and
+   * returns false): after a lost reply, a refusal is checked with {@link Worker#_tokenFate}
+   * before it counts as a lost lease.
+   *
+   * @param {Held} held
+   * @param {'finish'|'fail'|'release'} verb for the log lines
+   * @param {string} text
+   * @param {unknown[]} values
+   * @param {{query: Function}|null} [first] the connection for the first call (default: as
+   *   {@link Worker#_settleQuery} chooses)
+   * @returns {Promise<'ok'|'refused'|'unknown'>} `unknown`: refused after a lost reply, and the
+   *   role may not read the item (no `read` grant) to tell whether the first call settled it
+   * @throws an error that does not heal, or the last error when the lease ended meanwhile
+   */
+  async _send(held, verb, text, values, first = null) {
+    let lost = null; // the first error after which the outcome was unknown
+    let delay = 0;
+    let resent = 0;
+    for (;;) {
+      try {
+        const via = lost === null && first ? first : null;
+        const { rows: [{ ok }] } = via
+          ? await via.query(text, values).catch((err) => { throw fromPgError(err); })
+          : await this._settleQuery(text, values);
+        if (ok) return 'ok';
+        if (lost === null) return 'refused';
+        const fate = await this._tokenFate(held);
+        return fate === 'ours' ? 'ok' : fate === 'unknown' ? 'unknown' : 'refused';
+      } catch (err) {
+        if (!heals(err)) throw err;
+        lost ??= err;
+        // Once at least, at once; then while the lease (and a shutdown's grace) lasts.
+        const bound = Math.min(held.leaseEnd, this._graceEnd);
+        if (resent > 0 && performance.now() + delay * 1000 >= bound) throw err;
+        this.logger.warn(`resend ${verb} id=${held.id} epoch=${held.epoch} in ${delay}s error=${describe(err)}`);
+        if (delay > 0) await new Promise((resolve) => { setTimeout(resolve, delay * 1000); });
+        delay = delay === 0 ? 0.1 : Math.min(delay * 2, 2);
+        resent += 1;
+      }
+    }
+  }
+
+  /**
+   * What became of `held`'s token, asked after its connection dropped with a settle in flight:
+   * `ours` when this token settled the item (`work_lease_status` says `finished`: done or failed
+   * under it; or `superseded` while the item still carries this epoch and owner: handed back by
+   * it, a release or a failure with attempts left, or a finish after which `onConflict` sent the
+   * item round once more); `current` when nothing settled it yet; `lost` when the item was
+   * claimed anew, cancelled or is gone; `unknown` when the item cannot be read to tell (no `read`
+   * grant on its queue).
+   * @returns {Promise<'ours'|'current'|'lost'|'unknown'>}
+   */
+  async _tokenFate(held) {
+    const { rows: [{ status }] } = await this._settleQuery(
+      'SELECT workfence.work_lease_status($1, $2, $3) AS status', [held.id, this.owner, held.epoch]);
+    if (status === 'finished') return 'ours';
+    if (status === 'current') return 'current';
+    if (status !== 'superseded') return 'lost';
+    try {
+      const { rows } = await this._settleQuery(
+        'SELECT epoch::text AS epoch, owner FROM workfence.work_item($1::bigint)', [held.id]);
+      const ours = rows.length === 1 && rows[0].epoch === held.epoch && rows[0].owner === this.owner;
+      return ours ? 'ours' : 'lost';
+    } catch (err) {
+      if (err instanceof NotPermitted) return 'unknown';
+      throw err;
+    }
+  }
+
+  /** Logs an answer of {@link Worker#_send} that is not ok; loses the token when refused. */
+  _notSettled(held, verb, outcome) {
+    if (outcome === 'refused') {
+      this._lose(held);
+    } else {
+      held.status = 'abandoned';
+      this.logger.warn(`settle id=${held.id} epoch=${held.epoch} refused after a lost reply; `
+        + `unknown whether the first ${verb} settled it (no read grant)`);
+    }
+  }
+
   /** `work_finish` with `json`, the result's JSON text (from {@link resultJson}). */
   async _finish(held, json) {
-    const { rows: [{ finished }] } = await this._settleQuery(
-      'SELECT workfence.work_finish($1, $2, $3, $4::jsonb) AS finished',
-      [held.id, this.owner, held.epoch, json],
-    );
-    if (finished) {
+    const outcome = await this._send(held, 'finish',
+      'SELECT workfence.work_finish($1, $2, $3, $4::jsonb) AS ok',
+      [held.id, this.owner, held.epoch, json]);
+    if (outcome === 'ok') {
       held.status = 'finished';
       this.logger.info(`finish id=${held.id} epoch=${held.epoch} ok`);
     } else {
-      this._lose(held);
+      this._notSettled(held, 'finish', outcome);
     }
   }
 
@@ -719,28 +905,27 @@ export class Worker {
         this.logger.error(`error in the retry policy for id=${held.id}: ${err.message}; using the server's backoff`);
       }
     }
-    const text = errorText(error);
-    const { rows: [{ failed }] } = await this._settleQuery(
-      'SELECT workfence.work_fail($1, $2, $3, $4, make_interval(secs => $5::double precision)) AS failed',
-      [held.id, this.owner, held.epoch, text, retryIn],
-    );
-    if (failed) {
+    const text = failureText(error);
+    const outcome = await this._send(held, 'fail',
+      'SELECT workfence.work_fail($1, $2, $3, $4, make_interval(secs => $5::double precision)) AS ok',
+      [held.id, this.owner, held.epoch, text, retryIn]);
+    if (outcome === 'ok') {
       held.status = 'failed';
-      this.logger.info(`fail id=${held.id} epoch=${held.epoch} error=${text}`);
+      this.logger.info(`fail id=${held.id} epoch=${held.epoch} error=${text.split('\n', 1)[0]}`);
     } else {
-      this._lose(held);
+      this._notSettled(held, 'fail', outcome);
     }
   }
 
-  async _release(held, client) {
-    const { rows: [{ released }] } = await client.query(
-      'SELECT workfence.work_release($1, $2, $3) AS released', [held.id, this.owner, held.epoch],
-    ).catch((err) => { throw fromPgError(err); });
-    if (released) {
+  /** `work_release`, first on `client` when given (the heartbeat's, at shutdown). */
+  async _release(held, client = null) {
+    const outcome = await this._send(held, 'release',
+      'SELECT workfence.work_release($1, $2, $3) AS ok', [held.id, this.owner, held.epoch], client);
+    if (outcome === 'ok') {
       held.status = 'released';
       this.logger.info(`release id=${held.id} epoch=${held.epoch}`);
     } else {
-      this._lose(held);
+      this._notSettled(held, 'release', outcome);
     }
   }
 
@@ -773,6 +958,7 @@ export class Worker {
       return;
     }
     const beat = this._beat;
+    const sent = performance.now();
     this._renewing = beat.query(RENEW_SQL,
       [this.owner, this.lease, items.map((h) => h.id), items.map((h) => h.epoch)])
       .then(({ rows }) => {
@@ -780,6 +966,7 @@ export class Worker {
           const held = items[i];
           if (!held.live) return; // settled (or lost) meanwhile: a false here means nothing
           if (renewed) {
+            held.leaseEnd = Math.max(held.leaseEnd, sent + this.lease * 1000);
             this.logger.debug(`renew id=${held.id} ok`);
           } else {
             this.logger.warn(`renew id=${held.id} refused`);
@@ -822,11 +1009,16 @@ export class Worker {
     if (held.status !== 'running') {
       throw held.controller.signal.reason ?? new LeaseLost('the job is no longer held');
     }
+    if (held.inTransaction) throw new Error(ONE_AT_A_TIME);
     held.inTransaction = true;
     try {
       // A renew of this item in flight would wait on work_assert's row lock: let it answer first.
       if (this._renewing) await this._renewing;
       const client = await this._pool.connect();
+      // A checked-out client has no listener of the pool's: a connection lost meanwhile would be
+      // an unhandled 'error' event. Its query rejects with the error, which is what counts.
+      client.on('error', ignore);
+      held.txClient = client;
       let broken;
       try {
         await client.query('BEGIN');
@@ -841,13 +1033,28 @@ export class Worker {
             [held.id, this.owner, held.epoch, json],
           );
           if (!finished) throw new LeaseLost('work_finish refused the token', { code: '55000' });
-          await client.query('COMMIT');
+          try {
+            await client.query('COMMIT');
+          } catch (err) {
+            if (!heals(err)) throw err;
+            // The connection dropped at the COMMIT: it may have committed. The finish was in
+            // it, so the token's fate tells (a committed transaction is never run again).
+            broken = err;
+            const fate = await this._fateAfterLoss(held, err);
+            if (fate === 'lost') {
+              this._lose(held);
+              throw new LeaseLost('lease lost (the connection dropped at COMMIT, which did not commit)',
+                { code: '55000', cause: err });
+            }
+            if (fate !== 'ours') throw err; // not committed (or unknown): the runner fails the item
+            this.logger.warn(`commit id=${held.id} epoch=${held.epoch} error=${describe(err)}; it had committed`);
+          }
           held.status = 'finished';
           this._forget(held);
           this.logger.info(`finish id=${held.id} epoch=${held.epoch} ok`);
           return value;
         } catch (err) {
-          await client.query('ROLLBACK').catch((rollbackErr) => { broken = rollbackErr; });
+          if (!broken) await client.query('ROLLBACK').catch((rollbackErr) => { broken = rollbackErr; });
           const mapped = fromPgError(err);
           if (mapped instanceof LeaseLost) {
             this._lose(held, mapped.message);
@@ -857,11 +1064,112 @@ export class Worker {
           throw mapped;
         }
       } finally {
+        held.txClient = null;
+        client.removeListener('error', ignore);
         client.release(broken);
       }
     } finally {
       held.inTransaction = false;
     }
+  }
+
+  /**
+   * After the connection of a COMMIT dropped: what became of `held`'s token (see
+   * {@link Worker#_tokenFate}), asked on new connections until the lease's end; `unknown` when
+   * that ran out too.
+   * @returns {Promise<'ours'|'current'|'lost'|'unknown'>}
+   */
+  async _fateAfterLoss(held, err) {
+    let delay = 0;
+    let last = err;
+    for (;;) {
+      if (performance.now() + delay * 1000 >= Math.min(held.leaseEnd, this._graceEnd)) {
+        this.logger.warn(`commit id=${held.id} epoch=${held.epoch} outcome unknown error=${describe(last)}`);
+        return 'unknown';
+      }
+      if (delay > 0) await new Promise((resolve) => { setTimeout(resolve, delay * 1000); });
+      try {
+        return await this._tokenFate(held);
+      } catch (checkErr) {
+        if (!heals(checkErr)) throw checkErr;
+        last = checkErr;
+        delay = delay === 0 ? 0.1 : Math.min(delay * 2, 2);
+      }
+    }
+  }
+
+  /** Job.guard: see its doc comment. */
+  async _guard(held, fn) {
+    if (held.status !== 'running') {
+      throw held.controller.signal.reason ?? new LeaseLost('the job is no longer held');
+    }
+    if (held.inTransaction) throw new Error(ONE_AT_A_TIME);
+    held.inTransaction = true;
+    try {
+      // A renew of this item in flight would wait on work_assert's row lock: let it answer first.
+      if (this._renewing) await this._renewing;
+      const client = await this._pool.connect();
+      // A checked-out client has no listener of the pool's: a connection lost meanwhile would be
+      // an unhandled 'error' event. Its query rejects with the error, which is what counts.
+      client.on('error', ignore);
+      held.txClient = client;
+      let broken;
+      let step = 'assert';
+      try {
+        await client.query('BEGIN');
+        try {
+          const token = [held.id, this.owner, held.epoch];
+          await client.query('SELECT workfence.work_assert($1, $2, $3)', token);
+          let renewed = false;
+          const sent = performance.now();
+          if (held.renewing) {
+            ({ rows: [{ renewed }] } = await client.query(
+              'SELECT workfence.work_renew($1, $2, $3, make_interval(secs => $4)) AS renewed',
+              [...token, this.lease]));
+          }
+          step = 'fn';
+          const value = await fn(client);
+          step = 'commit';
+          await client.query('COMMIT');
+          if (renewed) held.leaseEnd = Math.max(held.leaseEnd, sent + this.lease * 1000);
+          return value;
+        } catch (err) {
+          await client.query('ROLLBACK').catch((rollbackErr) => { broken = rollbackErr; });
+          const mapped = fromPgError(err);
+          // The token's refusal (at work_assert, or at a COMMIT after a rolled-back savepoint),
+          // not a LeaseLost that fn threw for reasons of its own.
+          if (mapped instanceof LeaseLost && step !== 'fn' && held.status === 'running') {
+            this._lose(held, mapped.message);
+          }
+          throw mapped;
+        }
+      } finally {
+        held.txClient = null;
+        client.removeListener('error', ignore);
+        client.release(broken);
+      }
+    } finally {
+      held.inTransaction = false;
+    }
+  }
+
+  /** Job.progress: see its doc comment. */
+  async _progress(held, value) {
+    const json = jsonText(value); // a BigInt or a cycle: TypeError, nothing sent
+    if (held.status !== 'running') return false;
+    let ok;
+    try {
+      ({ rows: [{ ok }] } = await (held.txClient ?? this._pool).query(
+        'SELECT workfence.work_progress($1, $2, $3, $4::jsonb) AS ok',
+        [held.id, this.owner, held.epoch, json]));
+    } catch (err) {
+      throw fromPgError(err);
+    }
+    if (!ok && held.status === 'running') {
+      this.logger.warn(`progress id=${held.id} refused`);
+      this._lose(held, 'progress refused');
+    }
+    return ok;
   }
 
   /** Buffered items released; running handlers get the grace, then are cancelled and released. */
@@ -899,7 +1207,7 @@ export class Worker {
 
   async _settleAtShutdown(held, client) {
     try {
-      await this._release(held, client ?? this._pool);
+      await this._release(held, client);
     } catch (err) {
       held.status = 'abandoned';
       this.logger.error(`release id=${held.id} epoch=${held.epoch} error=${describe(err)}`);
@@ -917,8 +1225,92 @@ export class Worker {
   }
 }
 
-/** The text recorded by work_fail for what a handler threw. */
+/** An error's message for a log line (its name when the message is empty). */
 function errorText(error) {
   if (error instanceof Error) return error.message || error.name;
   return String(error);
+}
+
+/** Two guards, or a guard and the transaction, of one job at once. */
+const ONE_AT_A_TIME = 'one job.guard() or job.transaction() of a job at a time: a second one '
+  + 'would wait on the first one\'s row lock';
+
+/**
+ * The most bytes (UTF-8) of the error text {@link failureText} makes for `work_fail`. (The server
+ * stores at most 2048 bytes of it, cut with `[truncated: N bytes in all]`: docs/reference.md,
+ * `work_fail`.)
+ */
+export const ERROR_TEXT_MAX_BYTES = 4096;
+
+/** How many causes (`err.cause`, and theirs) {@link failureText} names. */
+const CAUSES_NAMED = 3;
+
+/**
+ * The type name of a thrown error: its `name` unless that is the generic `Error` (or
+ * node-postgres's `error`), then its class's name (`class InvoiceMissing extends Error {}` names
+ * `InvoiceMissing`).
+ */
+function typeName(error) {
+  const name = typeof error.name === 'string' ? error.name : '';
+  if (name && name !== 'Error' && name !== 'error') return name;
+  const cls = error.constructor?.name;
+  return cls && cls !== 'Object' ? cls : (name || 'Error');
+}
+
+/** `<type>: <message>`, with ` (<SQLSTATE>)` for a server error. */
+function headLine(error) {
+  if (!(error instanceof Error)) {
+    if (error !== null && typeof error === 'object') {
+      try {
+        return JSON.stringify(error) ?? String(error);
+      } catch {
+        return String(error);
+      }
+    }
+    return String(error);
+  }
+  const code = sqlstateOf(error);
+  const message = error.message ? `: ${error.message}` : '';
+  return `${typeName(error)}${message}${code ? ` (${code})` : ''}`;
+}
+
+/**
+ * The text `work_fail` records for what a handler threw: the error's type and message on the
+ * first line (`TypeError: x is not a function`, `DatabaseError: ... (23505)`), then its stack
+ * frames as V8 prints them (`    at render (file:///app/jobs.js:12:5)`), then one line per cause
+ * (`caused by: <type>: <message>`, at most 3). A value that is not an Error is recorded as its
+ * JSON or its `String()`. Bounded to {@link ERROR_TEXT_MAX_BYTES} (4 KiB) of UTF-8: whole lines
+ * are kept while they fit, then `[cut: N more lines]`; a first line longer than that alone is
+ * cut at a character boundary and ended with `...`.
+ * @param {unknown} error
+ * @returns {string}
+ */
+export function failureText(error) {
+  const head = headLine(error);
+  const rest = [];
+  if (error instanceof Error) {
+    const stack = typeof error.stack === 'string' ? error.stack : '';
+    for (const line of stack.split('\n')) if (/^\s+at /.test(line)) rest.push(line);
+    let cause = error.cause;
+    for (let n = 0; n < CAUSES_NAMED && cause !== undefined && cause !== null; n += 1) {
+      rest.push(`caused by: ${headLine(cause).split('\n', 1)[0]}`);
+      cause = cause instanceof Error ? cause.cause : undefined;
+    }
+  }
+  const max = ERROR_TEXT_MAX_BYTES;
+  const bytes = (text) => Buffer.byteLength(text, 'utf8');
+  let text = head;
+  if (bytes(text) > max) {
+    // Cut at a character boundary: drop the bytes past the bound, then a partial character.
+    const cut = Buffer.from(text, 'utf8').subarray(0, max - 3).toString('utf8').replace(/\uFFFD+$/u, '');
+    return `${cut}...`;
+  }
+  for (let i = 0; i < rest.length; i += 1) {
+    const left = rest.length - i;
+    const note = `\n[cut: ${left} more lines]`;
+    const room = i === rest.length - 1 ? max : max - bytes(note);
+    if (bytes(text) + 1 + bytes(rest[i]) > room) return `${text}${note}`;
+    text += `\n${rest[i]}`;
+  }
+  return text;
 }

@@ -2,6 +2,7 @@
 // waiting on a condition with a deadline (never a bare sleep).
 
 import { randomBytes } from 'node:crypto';
+import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 
@@ -71,4 +72,66 @@ export function gate() {
   let open;
   const promise = new Promise((resolve) => { open = resolve; });
   return { promise, open };
+}
+
+/**
+ * A TCP proxy in front of the test cluster that can lose one reply: after `cutAfter(pattern)`,
+ * the first connection that sends a message containing `pattern` (the statement's text) has it
+ * forwarded to the server, and is then cut once the server's answer has ended (its
+ * ReadyForQuery, sent after the statement committed), without that answer reaching the client:
+ * a reply lost to a dropped connection after the commit, exactly. Other traffic passes through.
+ * @returns {Promise<{port: number, cutAfter(pattern: string): Promise<void>, close(): Promise<void>}>}
+ *   `cutAfter` resolves once the cut is done
+ */
+export async function replyCuttingProxy() {
+  const { host, port } = connectionConfig(testDsn());
+  let armed = null; // { pattern: Buffer, done: () => void }
+  const sockets = new Set();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(port, host);
+    sockets.add(client);
+    sockets.add(upstream);
+    let cutting = null; // the armed cut this connection took
+    let tail = Buffer.alloc(0); // the end of the last chunk, for a pattern split across chunks
+    let answer = Buffer.alloc(0);
+    client.on('data', (chunk) => {
+      const seen = Buffer.concat([tail, chunk]);
+      tail = seen.subarray(Math.max(0, seen.length - 64));
+      if (armed && !cutting && seen.includes(armed.pattern)) {
+        cutting = armed;
+        armed = null;
+      }
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => {
+      if (!cutting) {
+        client.write(chunk);
+        return;
+      }
+      answer = Buffer.concat([answer, chunk]);
+      const end = answer.subarray(-6);
+      // ReadyForQuery: 'Z', length 5, status 'I' (idle: the statement's transaction committed).
+      if (end.length === 6 && end[0] === 0x5a && end.readInt32BE(1) === 5 && end[5] === 0x49) {
+        client.destroy();
+        upstream.destroy();
+        cutting.done();
+      }
+    });
+    const end = () => { client.destroy(); upstream.destroy(); };
+    client.on('error', end);
+    upstream.on('error', end);
+    client.on('close', () => { sockets.delete(client); end(); });
+    upstream.on('close', () => { sockets.delete(upstream); end(); });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: server.address().port,
+    cutAfter(pattern) {
+      return new Promise((done) => { armed = { pattern: Buffer.from(pattern), done }; });
+    },
+    async close() {
+      for (const s of sockets) s.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
 }

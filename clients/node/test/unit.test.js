@@ -9,9 +9,9 @@ import pg from 'pg';
 import {
   Cancelled, ERRORS_BY_SQLSTATE, InvalidArgument, LeaseLost, NoTransaction, NotPermitted,
   NullArgument, ReadOnly, SerializationFailure, UndefinedObject, Worker, WorkfenceError,
-  connectionConfig, defaultOwner, enqueue, fromPgError, leaseLostToken, limit,
+  awaitResult, connectionConfig, defaultOwner, enqueue, fromPgError, leaseLostToken, limit,
 } from '../index.js';
-import { heals } from '../lib/worker.js';
+import { ERROR_TEXT_MAX_BYTES, failureText, heals } from '../lib/worker.js';
 
 test('every SQLSTATE of clients/README.md maps to its named error class', () => {
   const expected = {
@@ -228,4 +228,110 @@ test('limit sends per_group (by name) only when perGroup is set, so 0.11.0 datab
   assert.match(client.calls[2].text, /per => make_interval\(secs => \$4::double precision\), per_group => \$5::integer\)/);
   await limit(client, 'q', { perGroup: null });
   assert.doesNotMatch(client.calls[3].text, /per_group/);
+});
+
+test('enqueue sends on_conflict (by name) only when onConflict is set, so 0.11.0 databases still take it', async () => {
+  const client = recordingClient({ id: '1', key: 'k', inserted: false });
+  await enqueue(client, 'q', { n: 1 }, { key: 'k' });
+  assert.doesNotMatch(client.calls[0].text, /on_conflict/);
+  await enqueue(client, 'q', { n: 2 }, { key: 'k', onConflict: 'replace' });
+  assert.match(client.calls[1].text, /on_conflict => \$4::text/);
+  assert.deepEqual(client.calls[1].values, ['q', '{"n":2}', 'k', 'replace']);
+  await enqueue(client, 'q', {}, { key: 'k', groupKey: 'g', onConflict: 'preserve_run_at' });
+  assert.match(client.calls[2].text, /group_key => \$4::text, on_conflict => \$5::text/);
+});
+
+/** A client answering each statement with the next of `answers` (rows), recording the calls. */
+function scriptedClient(answers) {
+  const calls = [];
+  return {
+    calls,
+    async query(text, values) {
+      calls.push({ text, values });
+      return { rows: answers.shift() ?? [] };
+    },
+  };
+}
+
+test('awaitResult calls work_await again until the item is over, and answers null for no item', async () => {
+  const pending = { state: 'pending', result: null, last_error: null };
+  const client = scriptedClient([[pending], [{ ...pending, state: 'claimed' }],
+    [{ state: 'done', result: { n: 1 }, last_error: 'Error: first try' }]]);
+  assert.deepEqual(await awaitResult(client, 'q', 'k', { timeout: Infinity }),
+    { state: 'done', result: { n: 1 }, lastError: 'Error: first try' });
+  assert.equal(client.calls.length, 3);
+  for (const call of client.calls) {
+    assert.match(call.text, /workfence\.work_await\(\$1::text, \$2::text, make_interval\(secs => \$3::double precision\)\)/);
+    assert.deepEqual(call.values.slice(0, 2), ['q', 'k']);
+    assert.equal(call.values[2], 3600, 'each call may wait an hour; the server caps it');
+  }
+  assert.equal(await awaitResult(scriptedClient([[]]), 'q', 'missing'), null);
+  for (const state of ['failed', 'cancelled']) {
+    const once = scriptedClient([[{ state, result: null, last_error: null }]]);
+    assert.equal((await awaitResult(once, 'q', 'k')).state, state);
+    assert.equal(once.calls.length, 1);
+  }
+});
+
+test('awaitResult with timeout 0 looks once without waiting and returns the state then', async () => {
+  const client = scriptedClient([[{ state: 'claimed', result: null, last_error: null }]]);
+  assert.deepEqual(await awaitResult(client, 'q', 'k', { timeout: 0 }),
+    { state: 'claimed', result: null, lastError: null });
+  assert.equal(client.calls.length, 1);
+  assert.equal(client.calls[0].values[2], 0);
+  // The default timeout is 30 s: the first call waits at most that.
+  const byDefault = scriptedClient([[{ state: 'done', result: 1, last_error: null }]]);
+  await awaitResult(byDefault, 'q', 'k');
+  assert.ok(byDefault.calls[0].values[2] <= 30 && byDefault.calls[0].values[2] > 29);
+  for (const bad of [-1, Number.NaN, '5']) {
+    await assert.rejects(awaitResult(client, 'q', 'k', { timeout: bad }), InvalidArgument);
+  }
+  assert.equal(client.calls.length, 1, 'a bad timeout sends nothing');
+});
+
+test('failureText records the error\'s type, message, stack frames and causes', () => {
+  class InvoiceMissing extends Error {}
+  function lookup() { throw new InvoiceMissing('invoice', { cause: new TypeError('x is not a function') }); }
+  let thrown;
+  try { lookup(); } catch (err) { thrown = err; }
+  const lines = failureText(thrown).split('\n');
+  assert.equal(lines[0], 'InvoiceMissing: invoice');
+  assert.match(lines[1], /^ {4}at lookup \(.*unit\.test\.js:\d+:\d+\)$/);
+  assert.equal(lines.at(-1), 'caused by: TypeError: x is not a function');
+  assert.ok(lines.slice(1, -1).every((l) => /^\s+at /.test(l)), lines.join('\n'));
+  try { null.f(); } catch (err) { thrown = err; }
+  assert.match(failureText(thrown), /^TypeError: Cannot read properties of null \(reading 'f'\)\n {4}at /);
+  // A server error names its SQLSTATE; a name of its own is kept; no message, no colon.
+  const server = Object.assign(new pg.DatabaseError('duplicate key', 0, 'error'), { code: '23505' });
+  assert.match(failureText(server), /^DatabaseError: duplicate key \(23505\)\n/);
+  assert.match(failureText(fromPgError(Object.assign(new pg.DatabaseError('lease lost', 0, 'error'),
+    { code: '55000' }))), /^LeaseLost: lease lost \(55000\)/);
+  assert.match(failureText(new RangeError()), /^RangeError\n/);
+  // Values that are not Errors: their JSON or String().
+  assert.equal(failureText('plain text'), 'plain text');
+  assert.equal(failureText({ code: 7 }), '{"code":7}');
+  assert.equal(failureText(undefined), 'undefined');
+});
+
+test('failureText is bounded to 4 KiB of UTF-8, cutting whole lines, then a long message', () => {
+  assert.equal(ERROR_TEXT_MAX_BYTES, 4096);
+  const deep = (n) => (n === 0 ? new Error('deep') : deep(n - 1));
+  const saved = Error.stackTraceLimit;
+  Error.stackTraceLimit = 500;
+  let text;
+  try {
+    text = failureText(deep(400));
+  } finally {
+    Error.stackTraceLimit = saved;
+  }
+  assert.ok(Buffer.byteLength(text) <= 4096, `${Buffer.byteLength(text)} bytes`);
+  const lines = text.split('\n');
+  assert.equal(lines[0], 'Error: deep');
+  assert.match(lines.at(-1), /^\[cut: \d+ more lines\]$/);
+  assert.ok(lines.slice(1, -1).every((l) => /^\s+at /.test(l)), 'only whole frames are kept');
+  // A message alone over the bound: cut at a character boundary (no broken UTF-8), then "...".
+  const long = failureText(new Error('\u00e9'.repeat(3000)));
+  assert.ok(Buffer.byteLength(long) <= 4096);
+  assert.ok(long.startsWith('Error: \u00e9\u00e9') && long.endsWith('\u00e9...'), long.slice(-10));
+  assert.ok(!long.includes('\uFFFD'));
 });

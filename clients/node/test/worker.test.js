@@ -140,11 +140,12 @@ test('a transaction whose token is no longer current writes nothing and abandons
   assert.ok(!logger.has(/^(finish|fail|release) /), logger.messages().join('\n'));
 });
 
-test('a handler that throws fails the item with its message and the retry policy\'s delay', async () => {
+test('a handler that throws fails the item with its type, message and stack, and the retry policy\'s delay', async () => {
   const queue = freshQueue();
   const { id } = await enqueue(db, queue, {}, { maxAttempts: 2 });
   const policy = [];
-  const { w, logger } = worker(queue, async (job) => {
+  const { w, logger } = worker(queue, async function throwingHandler(job) {
+    if (job.attempt === 2) job.payload.missing.call(); // a TypeError of the runtime's own
     throw new Error(`boom on attempt ${job.attempt}`);
   }, {
     retry: (attempt, error) => { policy.push([attempt, error.message]); return 0.2; },
@@ -153,11 +154,21 @@ test('a handler that throws fails the item with its message and the retry policy
   await waitFor('the item dead-lettered', async () => (await itemRow(db, id)).state === 'failed');
   await w.stop();
   await running;
-  assert.deepEqual(policy, [[1, 'boom on attempt 1'], [2, 'boom on attempt 2']]);
+  assert.deepEqual(policy, [[1, 'boom on attempt 1'],
+    [2, "Cannot read properties of undefined (reading 'call')"]]);
   const row = await itemRow(db, id);
   assert.equal(row.attempts, 2);
-  assert.deepEqual(row.errors.map((e) => e.error), ['boom on attempt 1', 'boom on attempt 2']);
-  assert.ok(logger.has(new RegExp(`^fail id=${id} epoch=\\d+ error=boom on attempt 1$`)));
+  // The stored text: `<type>: <message>`, then the stack's frames (the handler's own first).
+  const [first, second] = row.errors.map((e) => e.error.split('\n'));
+  assert.equal(first[0], 'Error: boom on attempt 1');
+  assert.equal(second[0], "TypeError: Cannot read properties of undefined (reading 'call')");
+  for (const lines of [first, second]) {
+    assert.match(lines[1], /^ {4}at (Worker\.)?throwingHandler (\[as _handler\] )?\(file:.*worker\.test\.js:\d+:\d+\)$/, lines.join('\n'));
+    assert.ok(lines.slice(1).every((l) => /^ {4}at /.test(l)), lines.join('\n'));
+  }
+  // The log line has the first line only.
+  assert.ok(logger.has(new RegExp(`^fail id=${id} epoch=\\d+ error=Error: boom on attempt 1$`)), logger.messages().join('\n'));
+  assert.ok(logger.has(new RegExp(`^fail id=${id} epoch=\\d+ error=TypeError: Cannot read properties of undefined \\(reading 'call'\\)$`)));
 });
 
 test('the retry policy\'s delay is passed to work_fail (the item waits that long)', async () => {
@@ -482,8 +493,8 @@ test('a result that is not JSON (a BigInt, a cycle) fails the item with the seri
     const row = await itemRow(db, id);
     assert.equal(row.state, 'failed');
     assert.equal(row.errors.length, 1);
-    assert.match(row.errors[0].error, /^result is not JSON: /);
-    assert.ok(logger.has(new RegExp(`^fail id=${id} epoch=${row.epoch} error=result is not JSON: `)),
+    assert.match(row.errors[0].error, /^Error: result is not JSON: /);
+    assert.ok(logger.has(new RegExp(`^fail id=${id} epoch=${row.epoch} error=Error: result is not JSON: `)),
       logger.messages().join('\n'));
   }
   assert.match((await itemRow(db, big.id)).errors[0].error, /BigInt/);
@@ -512,7 +523,7 @@ test('a transaction whose result is not JSON rolls back its writes and fails the
   await running;
   assert.match(thrown?.message, /^result is not JSON: .*BigInt/);
   const row = await itemRow(db, id);
-  assert.match(row.errors[0].error, /^result is not JSON: .*BigInt/);
+  assert.match(row.errors[0].error, /^Error: result is not JSON: .*BigInt/);
   const { rows } = await db.query(`SELECT count(*)::int AS n FROM ${table} WHERE item_id = $1`, [id]);
   assert.equal(rows[0].n, 0, 'the write was rolled back');
   assert.ok(!logger.has(/^error /), logger.messages().join('\n'));

@@ -4,7 +4,7 @@ import {
   Worker, Job, LeaseLost, WorkfenceError, NotPermitted, enqueue, item, limit, pause, resume, retry,
   reschedule, cancel, connectionConfig, fromPgError, defaultOwner, schedule, unschedule,
   pauseSchedule, resumeSchedule, fireSchedules, schedules, UndefinedObject, type Queryable,
-  type Logger, type Schedule,
+  type Logger, type Schedule, awaitResult, type AwaitedResult, type Json,
 } from 'workfence';
 
 declare const client: Queryable;
@@ -53,6 +53,22 @@ async function usage(): Promise<void> {
   const unknown = fromPgError(new Error('x'));
   if (unknown instanceof UndefinedObject) { void unknown.code; }
 
+  await enqueue(client, 'q', { n: 3 }, { key: 'k', onConflict: 'replace' });
+  await enqueue(client, 'q', { n: 3 }, { key: 'k', onConflict: 'preserve_run_at', runAt: new Date() });
+  // @ts-expect-error onConflict is 'keep', 'replace' or 'preserve_run_at'
+  await enqueue(client, 'q', {}, { key: 'k', onConflict: 'update' });
+  const awaited: AwaitedResult | null = await awaitResult(client, 'q', 'k', { timeout: 10 });
+  if (awaited) {
+    const st: 'pending' | 'claimed' | 'done' | 'failed' | 'cancelled' = awaited.state;
+    const res: Json = awaited.result; const le: string | null = awaited.lastError;
+    void st; void res; void le;
+  }
+  await awaitResult(client, 'q', 'k');
+  // @ts-expect-error the timeout is a number of seconds
+  await awaitResult(client, 'q', 'k', { timeout: '10s' });
+  const progressed = await item(client, 'q', 'k');
+  if (progressed) { const p: Json = progressed.progress; void p; }
+
   const logger: Logger = console;
   const worker = new Worker<Payload>({
     dsn: 'host=localhost', queue: 'q', owner: defaultOwner(), concurrency: 2, batchSize: 4,
@@ -65,6 +81,17 @@ async function usage(): Promise<void> {
       job.stopRenewing();
       const e: string = job.epoch;
       void e;
+      const token: string = job.fencingToken;
+      const resumeFrom: Json = job.checkpoint;
+      const stored: boolean = await job.progress({ step: 1 });
+      void resumeFrom; void stored;
+      const sent: number = await job.guard(async (c) => {
+        await c.query('INSERT INTO sent (token) VALUES ($1)', [token]);
+        return 202;
+      });
+      void sent;
+      // @ts-expect-error guard takes a callback
+      await job.guard();
       return job.transaction(async (c) => {
         await c.query('INSERT INTO t VALUES ($1)', [n]);
         return { output: n * n };
