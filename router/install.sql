@@ -158,12 +158,13 @@ COMMENT ON FUNCTION workfence_router.cluster(text) IS
 -- surface:queue:begin (generated from sql/functions.toml by `cargo run -p workfence-surface`: edit the table)
 CREATE FUNCTION workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}',
     key text DEFAULT NULL, run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
-    max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL)
+    max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL,
+    on_conflict text DEFAULT 'keep')
 RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_enqueue');
     RUN ON workfence_router.queue_shard(queue);
 $$;
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text) IS
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text) IS
     'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it '
     'returns carries the shard number (id >> 48). A queue''s items, and so each of its groups '
     '(group_key), are on its one shard, which keeps the group serial (or within work_limit''s '
@@ -172,7 +173,7 @@ COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integ
 CREATE FUNCTION workfence.work_claim(queue text, owner text, lease interval,
     max_items integer DEFAULT 1, wait interval DEFAULT '00:00:00')
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, progress jsonb) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_claim');
     RUN ON workfence_router.queue_shard(queue);
 $$;
@@ -181,7 +182,7 @@ COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval
 
 CREATE FUNCTION workfence.work_claim_key(queue text, key text, owner text, lease interval)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, progress jsonb) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_claim_key');
     RUN ON workfence_router.queue_shard(queue);
 $$;
@@ -246,12 +247,20 @@ RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
               epoch bigint, claimed_at timestamp with time zone,
               lease_until timestamp with time zone, errors jsonb, result jsonb,
               created_at timestamp with time zone, finished_at timestamp with time zone,
-              payload jsonb, max_run interval, group_key text) LANGUAGE plproxy AS $$
+              payload jsonb, max_run interval, group_key text, progress jsonb) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_item');
     RUN ON workfence_router.queue_shard(queue);
 $$;
 COMMENT ON FUNCTION workfence.work_item(text, text) IS
     'Router: runs work_item(queue, key) on the queue''s shard.';
+
+CREATE FUNCTION workfence.work_await(queue text, key text, wait interval DEFAULT '00:00:00')
+RETURNS TABLE(state text, result jsonb, last_error text) LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.work_await');
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+COMMENT ON FUNCTION workfence.work_await(text, text, interval) IS
+    'Router: runs work_await on the queue''s shard, where it waits.';
 
 CREATE FUNCTION workfence.work_items(queue text, state text DEFAULT NULL, after bigint DEFAULT NULL,
     max integer DEFAULT 50)
@@ -322,6 +331,14 @@ $$;
 COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
     'Router: runs work_fail on the item''s shard (id >> 48).';
 
+CREATE FUNCTION workfence.work_progress(id bigint, owner text, epoch bigint, progress jsonb)
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.work_progress');
+    RUN ON workfence_router.id_shard(id);
+$$;
+COMMENT ON FUNCTION workfence.work_progress(bigint, text, bigint, jsonb) IS
+    'Router: runs work_progress on the item''s shard (id >> 48).';
+
 CREATE FUNCTION workfence.work_lease_status(id bigint, owner text, epoch bigint)
 RETURNS text LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_lease_status');
@@ -336,7 +353,7 @@ RETURNS TABLE(id bigint, queue text, key text, state text, priority integer,
               epoch bigint, claimed_at timestamp with time zone,
               lease_until timestamp with time zone, errors jsonb, result jsonb,
               created_at timestamp with time zone, finished_at timestamp with time zone,
-              payload jsonb, max_run interval, group_key text) LANGUAGE plproxy AS $$
+              payload jsonb, max_run interval, group_key text, progress jsonb) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_item');
     RUN ON workfence_router.id_shard(id);
 $$;
@@ -368,7 +385,7 @@ COMMENT ON FUNCTION workfence.work_item(bigint) IS
 CREATE FUNCTION workfence_router.work_finish_and_claim(queue text, owner text, lease interval,
     last_id bigint, last_epoch bigint, result jsonb, max_items integer)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, settled boolean, progress jsonb) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.work_finish_and_claim');
     RUN ON workfence_router.id_shard(last_id);
     TARGET workfence.work_finish_and_claim;
@@ -379,7 +396,7 @@ COMMENT ON FUNCTION workfence_router.work_finish_and_claim(text, text, interval,
 CREATE FUNCTION workfence_router.work_fail_and_claim(queue text, owner text, lease interval,
     last_id bigint, last_epoch bigint, error text, retry_in interval, max_items integer)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, settled boolean, progress jsonb) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.work_fail_and_claim');
     RUN ON workfence_router.id_shard(last_id);
     TARGET workfence.work_fail_and_claim;
@@ -390,7 +407,7 @@ COMMENT ON FUNCTION workfence_router.work_fail_and_claim(text, text, interval, b
 CREATE FUNCTION workfence_router.claim_on_queue_shard(queue text, owner text, lease interval,
     max_items integer)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, progress jsonb) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.claim_on_queue_shard');
     RUN ON workfence_router.queue_shard(queue);
     TARGET workfence.work_claim;
@@ -406,7 +423,7 @@ COMMENT ON FUNCTION workfence_router.claim_on_queue_shard(text, text, interval, 
 CREATE FUNCTION workfence_router.second_half(queue text, owner text, lease interval,
     last_id bigint, max_items integer, was_settled boolean)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean)
+              lease_until timestamp with time zone, settled boolean, progress jsonb)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $second$
 DECLARE
     -- N - 1: the mask PL/Proxy maps a hash to a shard with.
@@ -415,7 +432,7 @@ BEGIN
     IF (workfence_router.id_shard(last_id) OPERATOR(pg_catalog.&) mask)
        OPERATOR(pg_catalog.<>) (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) mask) THEN
         RETURN QUERY
-            SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until, was_settled
+            SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until, was_settled, c.progress
               FROM workfence_router.claim_on_queue_shard(queue, owner, lease, max_items) AS c;
         IF FOUND THEN
             RETURN;
@@ -434,7 +451,7 @@ COMMENT ON FUNCTION workfence_router.second_half(text, text, interval, bigint, i
 CREATE FUNCTION workfence.work_finish_and_claim(queue text, owner text, lease interval,
     last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items integer DEFAULT 1)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean)
+              lease_until timestamp with time zone, settled boolean, progress jsonb)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fused$
 DECLARE
     r record;
@@ -444,7 +461,7 @@ BEGIN
     -- The extension's fused call on the token's shard: the finish, and the
     -- claim of what that shard holds of the queue (all of it when it is the
     -- queue's shard), in one transaction.
-    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled
+    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled, f.progress
                FROM workfence_router.work_finish_and_claim(queue, owner, lease, last_id, last_epoch,
                                                            result, max_items) AS f LOOP
         was_settled := r.settled;
@@ -452,6 +469,7 @@ BEGIN
             claimed := true;
             id := r.id; key := r.key; payload := r.payload; epoch := r.epoch;
             attempt := r.attempt; lease_until := r.lease_until; settled := r.settled;
+            progress := r.progress;
             RETURN NEXT;
         END IF;
     END LOOP;
@@ -466,7 +484,7 @@ CREATE FUNCTION workfence.work_fail_and_claim(queue text, owner text, lease inte
     last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT NULL,
     max_items integer DEFAULT 1)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean)
+              lease_until timestamp with time zone, settled boolean, progress jsonb)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fused$
 DECLARE
     r record;
@@ -476,7 +494,7 @@ BEGIN
     -- The extension's fused call on the token's shard: the failure, and the
     -- claim of what that shard holds of the queue (all of it when it is the
     -- queue's shard), in one transaction.
-    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled
+    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled, f.progress
                FROM workfence_router.work_fail_and_claim(queue, owner, lease, last_id, last_epoch,
                                                          error, retry_in, max_items) AS f LOOP
         was_settled := r.settled;
@@ -484,6 +502,7 @@ BEGIN
             claimed := true;
             id := r.id; key := r.key; payload := r.payload; epoch := r.epoch;
             attempt := r.attempt; lease_until := r.lease_until; settled := r.settled;
+            progress := r.progress;
             RETURN NEXT;
         END IF;
     END LOOP;

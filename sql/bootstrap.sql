@@ -71,6 +71,9 @@ CREATE TABLE workfence.items (
     slot          integer,
     behind        boolean NOT NULL DEFAULT false,
     turn          timestamptz,
+    progress      jsonb,
+    rerun_after   bigint,
+    rerun_at      timestamptz,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -121,6 +124,14 @@ COMMENT ON COLUMN workfence.items.turn IS
     'From 0.12.0: for a group''s first pending item, when a claim of its group made it so (at the earliest its run_at): '
     'claims serve group heads in (priority, turn or else run_at) order, so a group just served waits its turn '
     'behind the others (round-robin). NULL otherwise.';
+COMMENT ON COLUMN workfence.items.progress IS
+    'From 0.12.0: the newest checkpoint written by work_progress under a current lease (at most 64 KiB), handed to '
+    'the next claim of the item so that a retried run resumes from it; cleared when on_conflict makes the item run again.';
+COMMENT ON COLUMN workfence.items.rerun_after IS
+    'From 0.12.0: the epoch of a run after whose finish (or final failure) the item runs once more, set by a '
+    'work_enqueue with on_conflict replace or preserve_run_at while the item was claimed; NULL otherwise.';
+COMMENT ON COLUMN workfence.items.rerun_at IS
+    'From 0.12.0: when that run once more is due (NULL: at once), with rerun_after.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).

@@ -5,7 +5,10 @@
 -- released version and checks the result is object for object a fresh
 -- 0.12.0 install.
 --
--- What 0.12.0 changes so far. Issue 30 (features that compose): work_item
+-- What 0.12.0 changes so far. Issue 35 (a job's life): the items'
+-- columns progress, rerun_after and rerun_at, work_enqueue's on_conflict,
+-- work_progress, work_await, and the checkpoint as the last column of the
+-- claim functions' rows (the old functions renamed *_retired_0_11_0). Issue 30 (features that compose): work_item
 -- shows the item's group_key; the resume that kept a queue's other
 -- settings and the locks out of SQL's reach are in the library alone.
 -- Issue 33 (claims that never walk the backlog): the index items_ready_idx
@@ -47,7 +50,8 @@ CREATE FUNCTION workfence."work_item"(
 	"finished_at" timestamp with time zone,
 	"payload" jsonb,
 	"max_run" interval,
-	"group_key" TEXT
+	"group_key" TEXT,
+	"progress" jsonb
 )
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c
@@ -74,7 +78,8 @@ CREATE FUNCTION workfence."work_item"(
 	"finished_at" timestamp with time zone,
 	"payload" jsonb,
 	"max_run" interval,
-	"group_key" TEXT
+	"group_key" TEXT,
+	"progress" jsonb
 )
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c
@@ -82,7 +87,7 @@ AS 'MODULE_PATHNAME', 'work_item_of_id_wrapper';
 
 -- ---- documentation ----
 COMMENT ON FUNCTION workfence.work_item(text, text) IS
-'work_item(queue, key) -> zero or one (id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run, group_key). The item as an operator sees it; errors is its history of failed attempts and lapsed leases, oldest first (the newest 20 kept); group_key its serial group (NULL: none; from 0.12.0). Reads only: grant it to a role that may only look. Errors: 22004 NULL queue/key, 22023 bad queue/key, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
+'work_item(queue, key) -> zero or one (id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run, group_key, progress). The item as an operator sees it; errors is its history of failed attempts and lapsed leases, oldest first (the newest 20 kept); group_key its serial group (NULL: none; from 0.12.0); progress its checkpoint (work_progress; from 0.12.0). Reads only: grant it to a role that may only look. Errors: 22004 NULL queue/key, 22023 bad queue/key, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_item(bigint) IS
 'work_item(id) -> zero or one row, the columns of work_item(queue, key): the item with this id. Reads only. Where queue grants are enforced, an item of a queue the role may not read is answered with zero rows, as if missing. Errors: 22004 NULL id.';
@@ -219,6 +224,210 @@ END
 $grants$;
 
 
+-- ---- a job's life (issue 35) ----
+-- work_enqueue gains on_conflict; work_claim, work_claim_key and the fused
+-- calls return the checkpoint (progress) as their last column. Renamed, not
+-- dropped, as work_item above: a call that resolved an old one before this
+-- update commits still finds it (the C symbols work_enqueue_with_group_wrapper,
+-- work_claim_wait_wrapper, work_claim_key_wrapper,
+-- work_finish_and_claim_wrapper and work_fail_and_claim_wrapper stay in the
+-- library). Each new one keeps the old one's grants (below).
+ALTER FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text)
+    RENAME TO work_enqueue_retired_0_11_0;
+ALTER FUNCTION workfence.work_claim(text, text, interval, integer, interval)
+    RENAME TO work_claim_retired_0_11_0;
+ALTER FUNCTION workfence.work_claim_key(text, text, text, interval)
+    RENAME TO work_claim_key_retired_0_11_0;
+ALTER FUNCTION workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer)
+    RENAME TO work_finish_and_claim_retired_0_11_0;
+ALTER FUNCTION workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer)
+    RENAME TO work_fail_and_claim_retired_0_11_0;
+
+CREATE FUNCTION workfence."work_enqueue"(
+	"queue" TEXT,
+	"payload" jsonb DEFAULT '{}',
+	"key" TEXT DEFAULT NULL,
+	"run_at" timestamp with time zone DEFAULT NULL,
+	"priority" INT DEFAULT 0,
+	"max_attempts" INT DEFAULT 25,
+	"max_run" interval DEFAULT NULL,
+	"group_key" TEXT DEFAULT NULL,
+	"on_conflict" TEXT DEFAULT 'keep'
+) RETURNS TABLE (
+	"id" bigint,
+	"key" TEXT,
+	"inserted" bool
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_enqueue_on_conflict_wrapper';
+
+CREATE FUNCTION workfence."work_claim"(
+	"queue" TEXT,
+	"owner" TEXT,
+	"lease" interval,
+	"max_items" INT DEFAULT 1,
+	"wait" interval DEFAULT '0'
+) RETURNS TABLE (
+	"id" bigint,
+	"key" TEXT,
+	"payload" jsonb,
+	"epoch" bigint,
+	"attempt" INT,
+	"lease_until" timestamp with time zone,
+	"progress" jsonb
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_claim_progress_wrapper';
+
+CREATE FUNCTION workfence."work_claim_key"(
+	"queue" TEXT,
+	"key" TEXT,
+	"owner" TEXT,
+	"lease" interval
+) RETURNS TABLE (
+	"id" bigint,
+	"key" TEXT,
+	"payload" jsonb,
+	"epoch" bigint,
+	"attempt" INT,
+	"lease_until" timestamp with time zone,
+	"progress" jsonb
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_claim_key_progress_wrapper';
+
+CREATE FUNCTION workfence."work_finish_and_claim"(
+	"queue" TEXT,
+	"owner" TEXT,
+	"lease" interval,
+	"last_id" bigint,
+	"last_epoch" bigint,
+	"result" jsonb DEFAULT NULL,
+	"max_items" INT DEFAULT 1
+) RETURNS TABLE (
+	"id" bigint,
+	"key" TEXT,
+	"payload" jsonb,
+	"epoch" bigint,
+	"attempt" INT,
+	"lease_until" timestamp with time zone,
+	"settled" bool,
+	"progress" jsonb
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_finish_and_claim_progress_wrapper';
+
+CREATE FUNCTION workfence."work_fail_and_claim"(
+	"queue" TEXT,
+	"owner" TEXT,
+	"lease" interval,
+	"last_id" bigint,
+	"last_epoch" bigint,
+	"error" TEXT,
+	"retry_in" interval DEFAULT NULL,
+	"max_items" INT DEFAULT 1
+) RETURNS TABLE (
+	"id" bigint,
+	"key" TEXT,
+	"payload" jsonb,
+	"epoch" bigint,
+	"attempt" INT,
+	"lease_until" timestamp with time zone,
+	"settled" bool,
+	"progress" jsonb
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_fail_and_claim_progress_wrapper';
+
+CREATE FUNCTION workfence."work_progress"(
+	"id" bigint,
+	"owner" TEXT,
+	"epoch" bigint,
+	"progress" jsonb
+) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_progress_wrapper';
+
+CREATE FUNCTION workfence."work_await"(
+	"queue" TEXT,
+	"key" TEXT,
+	"wait" interval DEFAULT '0'
+) RETURNS TABLE (
+	"state" TEXT,
+	"result" jsonb,
+	"last_error" TEXT
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_await_wrapper';
+
+DO $life$
+DECLARE
+    routine pg_catalog.text;
+BEGIN
+    FOREACH routine IN ARRAY ARRAY[
+        'workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text)',
+        'workfence.work_claim(text, text, interval, integer, interval)',
+        'workfence.work_claim_key(text, text, text, interval)',
+        'workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer)',
+        'workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer)',
+        'workfence.work_progress(bigint, text, bigint, jsonb)',
+        'workfence.work_await(text, text, interval)'
+    ] LOOP
+        -- Function signatures written above, not user data.
+        EXECUTE pg_catalog.format(
+            'ALTER ROUTINE %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', routine);
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', routine);
+    END LOOP;
+END
+$life$;
+
+-- The new functions keep the grants of the ones they replace: a role that
+-- could enqueue, claim or run the fused calls before the update can after
+-- it, with the grant option if it had it.
+DO $grants$
+DECLARE
+    pair pg_catalog.text[];
+    grant_to pg_catalog.text;
+BEGIN
+    FOREACH pair SLICE 1 IN ARRAY ARRAY[
+        ['workfence.work_enqueue_retired_0_11_0(text, jsonb, text, timestamptz, integer, integer, interval, text)',
+         'workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text)'],
+        ['workfence.work_claim_retired_0_11_0(text, text, interval, integer, interval)',
+         'workfence.work_claim(text, text, interval, integer, interval)'],
+        ['workfence.work_claim_key_retired_0_11_0(text, text, text, interval)',
+         'workfence.work_claim_key(text, text, text, interval)'],
+        ['workfence.work_finish_and_claim_retired_0_11_0(text, text, interval, bigint, bigint, jsonb, integer)',
+         'workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer)'],
+        ['workfence.work_fail_and_claim_retired_0_11_0(text, text, interval, bigint, bigint, text, interval, integer)',
+         'workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer)']
+    ] LOOP
+        FOR grant_to IN
+            SELECT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                        ELSE pg_catalog.quote_ident(r.rolname::pg_catalog.text) END
+                   || CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END
+              FROM pg_catalog.pg_proc AS p
+             CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
+              LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+             WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(pair[1])
+               AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+               AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+        LOOP
+            -- A signature written above and a role name quoted by
+            -- quote_ident, not user data.
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', pair[2], grant_to);
+        END LOOP;
+    END LOOP;
+END
+$grants$;
+
+
 -- ---- the retired functions keep no grants ----
 -- Their grants went to the new work_item above. Left on the retired ones,
 -- pg_dump would write GRANTs for functions a restore's CREATE EXTENSION does
@@ -235,7 +444,12 @@ BEGIN
         SELECT pg_catalog.unnest(ARRAY[
             'workfence.work_item_retired_0_11_0(text, text)',
             'workfence.work_item_retired_0_11_0(bigint)',
-            'workfence.work_limit_retired_0_11_0(text, integer, integer, interval)'
+            'workfence.work_limit_retired_0_11_0(text, integer, integer, interval)',
+            'workfence.work_enqueue_retired_0_11_0(text, jsonb, text, timestamptz, integer, integer, interval, text)',
+            'workfence.work_claim_retired_0_11_0(text, text, interval, integer, interval)',
+            'workfence.work_claim_key_retired_0_11_0(text, text, text, interval)',
+            'workfence.work_finish_and_claim_retired_0_11_0(text, text, interval, bigint, bigint, jsonb, integer)',
+            'workfence.work_fail_and_claim_retired_0_11_0(text, text, interval, bigint, bigint, text, interval, integer)'
         ]::pg_catalog.regprocedure[])
     LOOP
         FOR grantee IN
@@ -296,6 +510,19 @@ COMMENT ON COLUMN workfence.items.turn IS
     'From 0.12.0: for a group''s first pending item, when a claim of its group made it so (at the earliest its run_at): '
     'claims serve group heads in (priority, turn or else run_at) order, so a group just served waits its turn '
     'behind the others (round-robin). NULL otherwise.';
+-- A job's life (issue 35): the checkpoint and the run once more of
+-- on_conflict, in the same moment's lock (nullable, no default: no rewrite).
+ALTER TABLE workfence.items ADD COLUMN progress jsonb;
+ALTER TABLE workfence.items ADD COLUMN rerun_after bigint;
+ALTER TABLE workfence.items ADD COLUMN rerun_at timestamptz;
+COMMENT ON COLUMN workfence.items.progress IS
+    'From 0.12.0: the newest checkpoint written by work_progress under a current lease (at most 64 KiB), handed to '
+    'the next claim of the item so that a retried run resumes from it; cleared when on_conflict makes the item run again.';
+COMMENT ON COLUMN workfence.items.rerun_after IS
+    'From 0.12.0: the epoch of a run after whose finish (or final failure) the item runs once more, set by a '
+    'work_enqueue with on_conflict replace or preserve_run_at while the item was claimed; NULL otherwise.';
+COMMENT ON COLUMN workfence.items.rerun_at IS
+    'From 0.12.0: when that run once more is due (NULL: at once), with rerun_after.';
 
 -- ---- issue 33: anything due, and the next run_at, in one probe ----
 CREATE INDEX items_ready_idx ON workfence.items (queue, run_at)
@@ -617,3 +844,25 @@ COMMENT ON FUNCTION workfence.work_resume_schedule(text) IS
 
 COMMENT ON FUNCTION workfence.work_fire_schedules() IS
 'work_fire_schedules() -> integer. From 0.12.0: fires every due slot of every schedule that is not paused and that no other transaction is firing (passed over, never waited for), in the caller''s transaction; returns how many items it enqueued (a slot whose key exists enqueues none). Safe to call from any number of sessions at once, as often as wanted: no slot is fired twice. At most 1000 schedules and 100 slots of each per call. No queue grant is checked: it does only what the schedules'' makers asked for, at the time they asked; but where queue grants are enforced it fires (and so holds, until the caller''s transaction ends) only the schedules of queues the session''s role holds a grant of any capability on. Each schedule fires without waiting for a lock: one whose slot''s item key another transaction is inserting is passed over and stays due, as is one whose fire fails (a WARNING names it). Errors: 25006 on a hot standby or in a read-only transaction.';
+
+-- ---- a job's life (issue 35): documentation ----
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text) IS
+'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL, group_key DEFAULT NULL, on_conflict DEFAULT ''keep'') -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned with inserted = false, unchanged under on_conflict keep. From 0.12.0, on_conflict replace (debounce): a pending item takes the new payload and run_at; preserve_run_at (throttle): the new payload only; with either, a done, failed or cancelled item runs again (pending, attempts afresh, result and checkpoint cleared, errors history kept) and a claimed one takes the new payload and runs once more after its current run ends with a finish or a final failure (its holder''s token keeps working). run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). group_key (from 0.10.0): the item''s serial group, at most one item of a (queue, group_key) claimed at a time, claimed in claim order (NULL: no group). Errors: 22004 NULL argument, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days], group_key empty, over 128 bytes or with control characters, on_conflict not keep, replace or preserve_run_at; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue; 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
+
+COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
+'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until, progress). progress (from 0.12.0): the item''s checkpoint, the last work_progress of an earlier run under its lease (NULL on a first attempt). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';
+
+COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
+'work_claim_key(queue, key, owner, lease interval) -> zero or one (id, key, payload, epoch, attempt, lease_until, progress), progress as work_claim''s. Claims the named item if it is claimable and its queue is not paused, under the rules of work_claim (its group and its queue''s limits too, from 0.10.0). Errors: 22004 NULL argument, 22023 bad queue/key/owner/lease, 25000 a queue with groups or limits under REPEATABLE READ or SERIALIZABLE, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
+
+COMMENT ON FUNCTION workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer) IS
+'work_finish_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled, progress). From 0.9.0: a worker''s cycle in one statement and one commit: work_finish(last_id, owner, last_epoch, result), then work_claim(queue, owner, lease, max_items) without a wait, each judged exactly as those functions judge it. One row per claimed item, in claim order; exactly one row with NULL item columns when nothing was claimed. settled is what work_finish would have returned (false: the token was refused, nothing changed for that item). Both halves commit together; an error rolls back both. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch, 22023 bad queue/owner, lease not in (0, 7 days], max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
+
+COMMENT ON FUNCTION workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer) IS
+'work_fail_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled, progress). From 0.9.0: work_fail(last_id, owner, last_epoch, error, retry_in), then work_claim(queue, owner, lease, max_items) without a wait, in one statement and one commit, rows as work_finish_and_claim returns them; settled is what work_fail would have returned. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch/error, 22023 bad queue/owner, lease not in (0, 7 days], retry_in negative or over 365 days (real length from now), max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
+
+COMMENT ON FUNCTION workfence.work_progress(bigint, text, bigint, jsonb) IS
+'work_progress(id, owner, epoch, progress jsonb) -> boolean. From 0.12.0: true and progress stored as the item''s checkpoint only under the current token (owner AND epoch, state claimed; a lapsed lease nobody re-claimed still counts, as for work_renew); false and nothing changed for any other token. The checkpoint is shown by work_item and returned by the item''s next claim (the progress column), so a retried run resumes from it; a superseded token can never overwrite a newer run''s checkpoint. At most 64 KiB of jsonb. Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner or progress over 64 KiB.';
+
+COMMENT ON FUNCTION workfence.work_await(text, text, interval) IS
+'work_await(queue, key, wait interval DEFAULT ''0'') -> zero or one (state, result, last_error). From 0.12.0: zero rows when the queue has no item of that key; at once the item''s state, result and newest error when it is done, failed or cancelled; otherwise sleeps in the server until the commit of a transaction that settles the item wakes it, or wait (at most workfence.long_poll_max, default 3 s) passes, then returns the item''s state (pending or claimed, result NULL: call again). A settle by COMMIT PREPARED or a dead letter of a lapsed final attempt wakes nobody (seen when wait ends). Ends the session if the client disconnects. Errors: 22004 NULL argument, 22023 bad queue/key, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no read grant covering the queue; 57014 when cancelled while waiting.';

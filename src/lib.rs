@@ -70,6 +70,7 @@ pub extern "C-unwind" fn _PG_init() {
         fence: lease::fence_at_commit,
         hold_for_prepared: wait::hold_for_prepared,
         wake: wait::wake,
+        wake_awaiters: wait::wake_awaiters,
     });
     notify::init();
     wait::init();

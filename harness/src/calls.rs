@@ -253,6 +253,9 @@ pub struct Enqueue {
     /// (queue, group_key) is claimed at a time, in claim order; `None` for
     /// an item in no group.
     pub group_key: Option<String>,
+    /// What an enqueue of an existing key does (from 0.12.0): `keep`,
+    /// `replace` or `preserve_run_at`; `None` sends nothing (keep).
+    pub on_conflict: Option<String>,
 }
 
 impl Enqueue {
@@ -305,6 +308,12 @@ impl Enqueue {
         self.group_key = Some(group_key.into());
         self
     }
+
+    /// With `on_conflict` (0.12.0): `keep`, `replace`, `preserve_run_at`.
+    pub fn on_conflict(mut self, mode: impl Into<String>) -> Enqueue {
+        self.on_conflict = Some(mode.into());
+        self
+    }
 }
 
 /// What `work_enqueue` returned.
@@ -332,6 +341,7 @@ pub fn enqueue(c: &mut impl GenericClient, item: &Enqueue) -> CallResult<Enqueue
         item.max_attempts,
         item.max_run.as_deref(),
         item.group_key.as_deref(),
+        item.on_conflict.as_deref(),
     )?;
     let row = one(rows, "work_enqueue");
     Ok(Enqueued {

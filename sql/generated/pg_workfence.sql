@@ -81,6 +81,9 @@ CREATE TABLE workfence.items (
     slot          integer,
     behind        boolean NOT NULL DEFAULT false,
     turn          timestamptz,
+    progress      jsonb,
+    rerun_after   bigint,
+    rerun_at      timestamptz,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -131,6 +134,14 @@ COMMENT ON COLUMN workfence.items.turn IS
     'From 0.12.0: for a group''s first pending item, when a claim of its group made it so (at the earliest its run_at): '
     'claims serve group heads in (priority, turn or else run_at) order, so a group just served waits its turn '
     'behind the others (round-robin). NULL otherwise.';
+COMMENT ON COLUMN workfence.items.progress IS
+    'From 0.12.0: the newest checkpoint written by work_progress under a current lease (at most 64 KiB), handed to '
+    'the next claim of the item so that a retried run resumes from it; cleared when on_conflict makes the item run again.';
+COMMENT ON COLUMN workfence.items.rerun_after IS
+    'From 0.12.0: the epoch of a run after whose finish (or final failure) the item runs once more, set by a '
+    'work_enqueue with on_conflict replace or preserve_run_at while the item was claimed; NULL otherwise.';
+COMMENT ON COLUMN workfence.items.rerun_at IS
+    'From 0.12.0: when that run once more is due (NULL: at once), with rerun_after.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).
@@ -472,6 +483,24 @@ AS 'MODULE_PATHNAME', 'work_assert_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_workfence::verbs::life::work_await
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "work_await"(
+	"queue" TEXT, /* Option < String > */
+	"key" TEXT, /* Option < String > */
+	"wait" interval DEFAULT '0' /* Option < Interval > */
+) RETURNS TABLE (
+	"state" TEXT,  /* String */
+	"result" jsonb,  /* Option < RawJsonb > */
+	"last_error" TEXT  /* Option < String > */
+)
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'work_await_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_workfence::verbs::cancel::work_cancel
 -- requires:
 --   bootstrap
@@ -505,11 +534,17 @@ CREATE  FUNCTION "work_claim"(
 	"payload" jsonb,  /* RawJsonb */
 	"epoch" bigint,  /* i64 */
 	"attempt" INT,  /* i32 */
-	"lease_until" timestamp with time zone  /* TimestampWithTimeZone */
+	"lease_until" timestamp with time zone,  /* TimestampWithTimeZone */
+	"progress" jsonb  /* Option < RawJsonb > */
 )
 VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'work_claim_wait_wrapper';
+AS 'MODULE_PATHNAME', 'work_claim_progress_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::claim::work_claim_key
+-- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -527,11 +562,17 @@ CREATE  FUNCTION "work_claim_key"(
 	"payload" jsonb,  /* RawJsonb */
 	"epoch" bigint,  /* i64 */
 	"attempt" INT,  /* i32 */
-	"lease_until" timestamp with time zone  /* TimestampWithTimeZone */
+	"lease_until" timestamp with time zone,  /* TimestampWithTimeZone */
+	"progress" jsonb  /* Option < RawJsonb > */
 )
-VOLATILE PARALLEL UNSAFE 
+VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'work_claim_key_wrapper';
+AS 'MODULE_PATHNAME', 'work_claim_key_progress_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::claim::work_claim_wait
+-- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -563,7 +604,8 @@ CREATE  FUNCTION "work_enqueue"(
 	"priority" INT DEFAULT 0, /* Option < i32 > */
 	"max_attempts" INT DEFAULT 25, /* Option < i32 > */
 	"max_run" interval DEFAULT NULL, /* Option < Interval > */
-	"group_key" TEXT DEFAULT NULL /* Option < String > */
+	"group_key" TEXT DEFAULT NULL, /* Option < String > */
+	"on_conflict" TEXT DEFAULT 'keep' /* Option < String > */
 ) RETURNS TABLE (
 	"id" bigint,  /* i64 */
 	"key" TEXT,  /* String */
@@ -571,7 +613,12 @@ CREATE  FUNCTION "work_enqueue"(
 )
 VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'work_enqueue_with_group_wrapper';
+AS 'MODULE_PATHNAME', 'work_enqueue_on_conflict_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::enqueue::work_enqueue_with_group
+-- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -597,6 +644,11 @@ AS 'MODULE_PATHNAME', 'work_fail_wrapper';
 
 /* <begin connected objects> */
 -- pg_workfence::verbs::cycle::work_fail_and_claim
+-- Skipped due to `#[pgrx(sql = false)]`
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::cycle::work_fail_and_claim
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_fail_and_claim"(
@@ -615,11 +667,12 @@ CREATE  FUNCTION "work_fail_and_claim"(
 	"epoch" bigint,  /* Option < i64 > */
 	"attempt" INT,  /* Option < i32 > */
 	"lease_until" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"settled" bool  /* bool */
+	"settled" bool,  /* bool */
+	"progress" jsonb  /* Option < RawJsonb > */
 )
-VOLATILE PARALLEL UNSAFE 
+VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'work_fail_and_claim_wrapper';
+AS 'MODULE_PATHNAME', 'work_fail_and_claim_progress_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -635,6 +688,11 @@ CREATE  FUNCTION "work_finish"(
 VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'work_finish_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::cycle::work_finish_and_claim
+-- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -656,11 +714,12 @@ CREATE  FUNCTION "work_finish_and_claim"(
 	"epoch" bigint,  /* Option < i64 > */
 	"attempt" INT,  /* Option < i32 > */
 	"lease_until" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"settled" bool  /* bool */
+	"settled" bool,  /* bool */
+	"progress" jsonb  /* Option < RawJsonb > */
 )
-VOLATILE PARALLEL UNSAFE 
+VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'work_finish_and_claim_wrapper';
+AS 'MODULE_PATHNAME', 'work_finish_and_claim_progress_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -730,7 +789,8 @@ CREATE  FUNCTION "work_item"(
 	"finished_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"payload" jsonb,  /* RawJsonb */
 	"max_run" interval,  /* Option < Interval > */
-	"group_key" TEXT  /* Option < String > */
+	"group_key" TEXT,  /* Option < String > */
+	"progress" jsonb  /* Option < RawJsonb > */
 )
 VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
@@ -763,7 +823,8 @@ CREATE  FUNCTION "work_item"(
 	"finished_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"payload" jsonb,  /* RawJsonb */
 	"max_run" interval,  /* Option < Interval > */
-	"group_key" TEXT  /* Option < String > */
+	"group_key" TEXT,  /* Option < String > */
+	"progress" jsonb  /* Option < RawJsonb > */
 )
 VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
@@ -1067,6 +1128,21 @@ AS 'MODULE_PATHNAME', 'work_pause_schedule_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_workfence::verbs::lease::work_progress
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "work_progress"(
+	"id" bigint, /* Option < i64 > */
+	"owner" TEXT, /* Option < String > */
+	"epoch" bigint, /* Option < i64 > */
+	"progress" jsonb /* Option < RawJsonb > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'work_progress_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_workfence::verbs::purge::work_purge
 -- requires:
 --   bootstrap
@@ -1213,14 +1289,14 @@ AS 'MODULE_PATHNAME', 'work_unschedule_wrapper';
 -- Runs last in the install script (pgrx `finalize`), after every function exists.
 
 -- surface:comments:begin (generated from sql/functions.toml by `cargo run -p workfence-surface`: edit the table)
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text) IS
-'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL, group_key DEFAULT NULL) -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned unchanged with inserted = false. run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). group_key (from 0.10.0): the item''s serial group, at most one item of a (queue, group_key) claimed at a time, claimed in claim order (NULL: no group). Errors: 22004 NULL argument, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days], group_key empty, over 128 bytes or with control characters; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue; 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text) IS
+'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL, group_key DEFAULT NULL, on_conflict DEFAULT ''keep'') -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned with inserted = false, unchanged under on_conflict keep. From 0.12.0, on_conflict replace (debounce): a pending item takes the new payload and run_at; preserve_run_at (throttle): the new payload only; with either, a done, failed or cancelled item runs again (pending, attempts afresh, result and checkpoint cleared, errors history kept) and a claimed one takes the new payload and runs once more after its current run ends with a finish or a final failure (its holder''s token keeps working). run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). group_key (from 0.10.0): the item''s serial group, at most one item of a (queue, group_key) claimed at a time, claimed in claim order (NULL: no group). Errors: 22004 NULL argument, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days], group_key empty, over 128 bytes or with control characters, on_conflict not keep, replace or preserve_run_at; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue; 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
 
 COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
-'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';
+'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until, progress). progress (from 0.12.0): the item''s checkpoint, the last work_progress of an earlier run under its lease (NULL on a first attempt). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';
 
 COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
-'work_claim_key(queue, key, owner, lease interval) -> zero or one (id, key, payload, epoch, attempt, lease_until). Claims the named item if it is claimable and its queue is not paused, under the rules of work_claim (its group and its queue''s limits too, from 0.10.0). Errors: 22004 NULL argument, 22023 bad queue/key/owner/lease, 25000 a queue with groups or limits under REPEATABLE READ or SERIALIZABLE, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
+'work_claim_key(queue, key, owner, lease interval) -> zero or one (id, key, payload, epoch, attempt, lease_until, progress), progress as work_claim''s. Claims the named item if it is claimable and its queue is not paused, under the rules of work_claim (its group and its queue''s limits too, from 0.10.0). Errors: 22004 NULL argument, 22023 bad queue/key/owner/lease, 25000 a queue with groups or limits under REPEATABLE READ or SERIALIZABLE, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_renew(bigint, text, bigint, interval) IS
 'work_renew(id, owner, epoch, lease interval) -> boolean. True and lease_until = clock_timestamp() + lease, capped at claimed_at + max_run, only if the item is claimed under exactly this owner AND epoch and its max_run is not used up; false otherwise (stop the job). Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner or lease.';
@@ -1232,16 +1308,19 @@ COMMENT ON FUNCTION workfence.work_finish_many(text, bigint[], bigint[], jsonb[]
 'work_finish_many(owner, ids bigint[], epochs bigint[], results jsonb[] DEFAULT NULL) -> setof (id, finished). The batch form of work_finish in one statement; each (id, epoch) judged as work_finish would (queue grants included). Errors: 22004 NULL argument or element, 22023 bad owner or arrays of unequal length.';
 
 COMMENT ON FUNCTION workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer) IS
-'work_finish_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled). From 0.9.0: a worker''s cycle in one statement and one commit: work_finish(last_id, owner, last_epoch, result), then work_claim(queue, owner, lease, max_items) without a wait, each judged exactly as those functions judge it. One row per claimed item, in claim order; exactly one row with NULL item columns when nothing was claimed. settled is what work_finish would have returned (false: the token was refused, nothing changed for that item). Both halves commit together; an error rolls back both. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch, 22023 bad queue/owner, lease not in (0, 7 days], max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
+'work_finish_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled, progress). From 0.9.0: a worker''s cycle in one statement and one commit: work_finish(last_id, owner, last_epoch, result), then work_claim(queue, owner, lease, max_items) without a wait, each judged exactly as those functions judge it. One row per claimed item, in claim order; exactly one row with NULL item columns when nothing was claimed. settled is what work_finish would have returned (false: the token was refused, nothing changed for that item). Both halves commit together; an error rolls back both. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch, 22023 bad queue/owner, lease not in (0, 7 days], max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer) IS
-'work_fail_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled). From 0.9.0: work_fail(last_id, owner, last_epoch, error, retry_in), then work_claim(queue, owner, lease, max_items) without a wait, in one statement and one commit, rows as work_finish_and_claim returns them; settled is what work_fail would have returned. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch/error, 22023 bad queue/owner, lease not in (0, 7 days], retry_in negative or over 365 days (real length from now), max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
+'work_fail_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled, progress). From 0.9.0: work_fail(last_id, owner, last_epoch, error, retry_in), then work_claim(queue, owner, lease, max_items) without a wait, in one statement and one commit, rows as work_finish_and_claim returns them; settled is what work_fail would have returned. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch/error, 22023 bad queue/owner, lease not in (0, 7 days], retry_in negative or over 365 days (real length from now), max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
 'work_release(id, owner, epoch, delay interval DEFAULT ''0'') -> boolean. Hands a claimed item back unfinished: pending again from clock_timestamp() + delay (with no delay it keeps its run_at, so its place in claim order, from 0.10.0), attempt given back, token dead. False for any token but the current one. Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner, delay negative or over 365 days (its real length from now: months count as the calendar months that follow).';
 
 COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
 'work_fail(id, owner, epoch, error text, retry_in interval DEFAULT NULL) -> boolean. Records error (in last_error and the errors history; a text over 2048 bytes is cut there); pending again after retry_in (NULL: exponential backoff with jitter, 2^n/2..2^n s, at most 1 h) or failed once attempts are used up. False (nothing recorded) for any token but the current one. Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL id/owner/epoch/error, 22023 bad owner, retry_in negative or over 365 days (real length from now).';
+
+COMMENT ON FUNCTION workfence.work_progress(bigint, text, bigint, jsonb) IS
+'work_progress(id, owner, epoch, progress jsonb) -> boolean. From 0.12.0: true and progress stored as the item''s checkpoint only under the current token (owner AND epoch, state claimed; a lapsed lease nobody re-claimed still counts, as for work_renew); false and nothing changed for any other token. The checkpoint is shown by work_item and returned by the item''s next claim (the progress column), so a retried run resumes from it; a superseded token can never overwrite a newer run''s checkpoint. At most 64 KiB of jsonb. Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner or progress over 64 KiB.';
 
 COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
 'work_assert(id, owner, epoch) -> void. Call inside a transaction block (after BEGIN). Raises SQLSTATE 55000 (lease lost; DETAIL says why, HINT what to do) unless the token is current, and holds the item''s row lock (FOR NO KEY UPDATE) to the end of the transaction, so the worker''s own writes in that transaction commit only while it holds the lease. If a savepoint or exception block that held the lock rolls back, COMMIT re-checks the token and fails with 55000 (lease lost before commit) when it is no longer current. Where queue grants are enforced, an item in a queue the role may not claim is missing to it. Errors: 55000 lease lost, 25P01 a current token outside a transaction block (autocommit, also a DO block or function run by one autocommit statement: the lock would end with the statement), 22004 NULL argument, 22023 bad owner.';
@@ -1286,10 +1365,13 @@ COMMENT ON FUNCTION workfence.work_fire_schedules() IS
 'work_fire_schedules() -> integer. From 0.12.0: fires every due slot of every schedule that is not paused and that no other transaction is firing (passed over, never waited for), in the caller''s transaction; returns how many items it enqueued (a slot whose key exists enqueues none). Safe to call from any number of sessions at once, as often as wanted: no slot is fired twice. At most 1000 schedules and 100 slots of each per call. No queue grant is checked: it does only what the schedules'' makers asked for, at the time they asked; but where queue grants are enforced it fires (and so holds, until the caller''s transaction ends) only the schedules of queues the session''s role holds a grant of any capability on. Each schedule fires without waiting for a lock: one whose slot''s item key another transaction is inserting is passed over and stays due, as is one whose fire fails (a WARNING names it). Errors: 25006 on a hot standby or in a read-only transaction.';
 
 COMMENT ON FUNCTION workfence.work_item(text, text) IS
-'work_item(queue, key) -> zero or one (id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run, group_key). The item as an operator sees it; errors is its history of failed attempts and lapsed leases, oldest first (the newest 20 kept); group_key its serial group (NULL: none; from 0.12.0). Reads only: grant it to a role that may only look. Errors: 22004 NULL queue/key, 22023 bad queue/key, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
+'work_item(queue, key) -> zero or one (id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run, group_key, progress). The item as an operator sees it; errors is its history of failed attempts and lapsed leases, oldest first (the newest 20 kept); group_key its serial group (NULL: none; from 0.12.0); progress its checkpoint (work_progress; from 0.12.0). Reads only: grant it to a role that may only look. Errors: 22004 NULL queue/key, 22023 bad queue/key, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_item(bigint) IS
 'work_item(id) -> zero or one row, the columns of work_item(queue, key): the item with this id. Reads only. Where queue grants are enforced, an item of a queue the role may not read is answered with zero rows, as if missing. Errors: 22004 NULL id.';
+
+COMMENT ON FUNCTION workfence.work_await(text, text, interval) IS
+'work_await(queue, key, wait interval DEFAULT ''0'') -> zero or one (state, result, last_error). From 0.12.0: zero rows when the queue has no item of that key; at once the item''s state, result and newest error when it is done, failed or cancelled; otherwise sleeps in the server until the commit of a transaction that settles the item wakes it, or wait (at most workfence.long_poll_max, default 3 s) passes, then returns the item''s state (pending or claimed, result NULL: call again). A settle by COMMIT PREPARED or a dead letter of a lapsed final attempt wakes nobody (seen when wait ends). Ends the session if the client disconnects. Errors: 22004 NULL argument, 22023 bad queue/key, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no read grant covering the queue; 57014 when cancelled while waiting.';
 
 COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS
 'work_items(queue, state DEFAULT NULL, after bigint DEFAULT NULL, max int DEFAULT 50) -> setof (id, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, created_at, finished_at, group_key, last_error). From 0.11.0: a page of at most max (1..1000) of the queue''s items, keyset-paged along an index the claims keep: state NULL every item by key descending (generated keys are UUIDv7: newest first); pending in claim order (priority, run_at, id; a pending item not yet due is claimed once due); claimed soonest lease end first (lease_until, id; lapsed leases on top); done, failed, cancelled newest finish first (finished_at, id descending). after: the id of the last row of the previous page (NULL: the first page); the page continues after that item''s place in the order as it is now (its sort key, even after it left the listed state), and is empty when that sort key is gone (purged; a claimed item no longer claimed; a finished one retried). last_error: the newest error of the item''s history. Reads only (also on a hot standby): grant it with work_item. Errors: 22004 NULL queue or max, 22023 bad queue, state not one of pending, claimed, done, failed, cancelled, max outside 1..1000; 42501 when queue grants are enforced and the role has no read grant covering the queue.';

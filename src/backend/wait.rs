@@ -173,6 +173,76 @@ pub fn wake(key: i32, n: usize) -> usize {
     woken
 }
 
+/// The lock space (`objsubid` in `pg_locks`) of the locks `work_await`
+/// callers hold while they sleep: one per awaited item, keys (high and
+/// low 32 bits of the item's id), shared ([`crate::verbs::life`]).
+pub const AWAIT_SPACE: u16 = 0x5761;
+
+/// The lock tag of item `id`'s awaiters.
+fn await_tag(id: i64) -> pg_sys::LOCKTAG {
+    compat::advisory_tag_in(AWAIT_SPACE, (id >> 32) as i32, id as i32)
+}
+
+/// Take item `id`'s await lock (shared, transaction-scoped, never waits):
+/// while held, a commit that settles the item sets this backend's latch
+/// ([`wake_awaiters`]). False if it could not be had at once (the caller
+/// then re-checks on a timer).
+pub fn register_awaiter(id: i64) -> bool {
+    let tag = await_tag(id);
+    // SAFETY: a transaction-scoped lock of the current transaction, taken
+    // without waiting.
+    let result =
+        unsafe { pg_sys::LockAcquire(&tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false, true) };
+    result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
+
+/// Release the lock [`register_awaiter`] took.
+pub fn unregister_awaiter(id: i64) {
+    let tag = await_tag(id);
+    // SAFETY: releases a transaction-scoped lock this backend holds.
+    unsafe {
+        pg_sys::LockRelease(&tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false);
+    }
+}
+
+/// Sleep, for `work_await`, until this backend's latch is set (a settle
+/// of the awaited item committed, [`wake_awaiters`]), `wake_at` passes, or
+/// someone queues for a lock on `workfence.items` that conflicts with this
+/// statement's (then it gives way, as a long poll does): true in that last
+/// case. Resets the latch first only if the caller did (it must, before
+/// its look at the item, so that a settle committing in between is not
+/// lost). The client's going away ends the session, and cancels end the
+/// sleep with 57014, as for a long poll.
+pub fn sleep_awaiting(wake_at: Instant) -> Result<bool> {
+    let items = ItemsLock::take(plans::workfence_relation(c"items"));
+    sleep_until(wake_at, items)
+}
+
+/// Reset this backend's latch (before a look whose outcome decides
+/// whether to sleep).
+pub fn reset_latch() {
+    // SAFETY: MyLatch is this backend's own latch.
+    unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) }
+}
+
+/// Set the latch of every backend holding item `id`'s await lock. Runs
+/// after commit: one look-up in the lock manager's table (its partition
+/// lock, shared), no SQL; cannot raise.
+pub fn wake_awaiters(id: i64) {
+    let tag = await_tag(id);
+    // SAFETY: as in `wake`.
+    unsafe {
+        compat::for_each_conflicting_proc(
+            &tag,
+            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
+            |proc| {
+                compat::set_latch_if_clear(proc);
+                true
+            },
+        );
+    }
+}
+
 /// At `PREPARE TRANSACTION`: hold the prepared-wake lock of queue key `key`
 /// (shared, so prepared transactions never wait on each other), which the
 /// prepared transaction keeps until it is committed or rolled back.

@@ -69,6 +69,9 @@ pub struct CommitHooks {
     /// Wake up to `n` waiters of a queue key; how many were woken
     /// (`wait::wake`).
     pub wake: fn(i32, usize) -> usize,
+    /// Wake every `work_await` caller waiting on an item
+    /// (`wait::wake_awaiters`). Must not raise.
+    pub wake_awaiters: fn(i64),
 }
 
 static HOOKS: OnceLock<CommitHooks> = OnceLock::new();
@@ -110,10 +113,17 @@ struct XactState {
     /// (queue, group): checked again at commit ([`crate::verbs::flow`], group
     /// heads).
     behind: Vec<((String, String), Vec<i64>)>,
+    /// Items this transaction settled (finished, failed, cancelled, or
+    /// sent to run once more): their `work_await` callers are woken after
+    /// it commits ([`crate::verbs::life`]).
+    awaited: Vec<i64>,
 }
 
 thread_local! {
     static STATE: RefCell<XactState> = RefCell::new(XactState::default());
+    /// The items whose `work_await` callers a committed transaction wakes
+    /// (see [`awaited_at_commit`]), kept as `COMMITTED_WAKES` is.
+    static COMMITTED_AWAITED: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
     /// The wake-ups of a transaction that has committed, kept from its
     /// `XACT_EVENT_COMMIT` to the end of its resource release, when its
     /// locks are gone and its invalidation messages sent (see
@@ -152,6 +162,19 @@ pub fn wake_at_commit(key: i32, items: u32) {
         match wake.iter_mut().find(|(k, _)| *k == key) {
             Some((_, n)) => *n = n.saturating_add(items),
             None => wake.push((key, items)),
+        }
+    });
+}
+
+/// Wake the `work_await` callers of item `id` when this transaction
+/// commits (nothing if it aborts; a prepared transaction's are dropped, and
+/// its awaiters see the settle at their next look, at the latest when their
+/// call's wait ends).
+pub fn awaited_at_commit(id: i64) {
+    STATE.with(|state| {
+        let awaited = &mut state.borrow_mut().awaited;
+        if !awaited.contains(&id) {
+            awaited.push(id);
         }
     });
 }
@@ -351,9 +374,11 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
             // could look before either and sleep on; the wake-ups go out at
             // the end of the resource release instead.
             let wake = STATE.with(|s| std::mem::take(&mut s.borrow_mut().wake));
+            let awaited = STATE.with(|s| std::mem::take(&mut s.borrow_mut().awaited));
             count_lapses();
             clear();
             COMMITTED_WAKES.with(|c| *c.borrow_mut() = wake);
+            COMMITTED_AWAITED.with(|c| *c.borrow_mut() = awaited);
         }
         XACT_EVENT_PREPARE => {
             // Waiters asleep on these queues must learn that a prepared
@@ -455,10 +480,14 @@ unsafe extern "C-unwind" fn on_resource_release(
         return;
     }
     let wake = COMMITTED_WAKES.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    let awaited = COMMITTED_AWAITED.with(|c| std::mem::take(&mut *c.borrow_mut()));
     if !is_commit {
         return;
     }
     for (key, items) in wake {
         (hooks().wake)(key, items as usize);
+    }
+    for id in awaited {
+        (hooks().wake_awaiters)(id);
     }
 }

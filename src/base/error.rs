@@ -278,6 +278,12 @@ pub enum WorkfenceError {
     #[error("work_claim cannot wait (\"wait\" > 0) under REPEATABLE READ or SERIALIZABLE")]
     WaitNeedsFreshSnapshots,
 
+    /// `work_await` was asked to wait in a transaction whose snapshot is
+    /// fixed (REPEATABLE READ or SERIALIZABLE): no look could see the
+    /// settle it waits for. SQLSTATE 25000 (invalid_transaction_state).
+    #[error("work_await cannot wait (\"wait\" > 0) under REPEATABLE READ or SERIALIZABLE")]
+    AwaitNeedsFreshSnapshots,
+
     /// A claim of a queue with serial groups or a limit (from 0.10.0) in a
     /// transaction whose snapshot is fixed (REPEATABLE READ or
     /// SERIALIZABLE): it could not see the claims other transactions
@@ -467,6 +473,7 @@ impl WorkfenceError {
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
             WorkfenceError::WaitNeedsFreshSnapshots
+            | WorkfenceError::AwaitNeedsFreshSnapshots
             | WorkfenceError::FlowNeedsReadCommitted { .. }
             | WorkfenceError::GroupChangeNeedsReadCommitted { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE
@@ -557,6 +564,11 @@ impl WorkfenceError {
                  out anything, until COMMIT PREPARED."
                     .to_string(),
             ),
+            WorkfenceError::AwaitNeedsFreshSnapshots => Some(
+                "The transaction's snapshot was taken at its first statement, so a waiting \
+                 work_await would never see the item's settle commit."
+                    .to_string(),
+            ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "The transaction's snapshot was taken at its first statement, so a waiting claim \
                  would never see an item enqueued after it."
@@ -624,6 +636,9 @@ impl WorkfenceError {
             WorkfenceError::SettingsPrepared { .. } => Some(
                 "Pause, resume or limit the queue, or enqueue its first grouped item, in an ordinary \
                  transaction; later grouped enqueues of the queue can be prepared.",
+            ),
+            WorkfenceError::AwaitNeedsFreshSnapshots => Some(
+                "Await in READ COMMITTED (the default isolation level), or pass wait => '0'.",
             ),
             WorkfenceError::WaitNeedsFreshSnapshots => Some(
                 "Long-poll in READ COMMITTED (the default isolation level), or pass wait => '0'.",

@@ -82,6 +82,8 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
         crate::verbs::flow::regroup(&queue, id, true)?;
         // A cancelled claimed item frees its group or its slot.
         crate::verbs::flow::freed(&queue)?;
+        // Its `work_await` callers learn of it at commit.
+        crate::backend::xact::awaited_at_commit(id);
     }
     Ok(cancelled.is_some())
 }

@@ -282,12 +282,70 @@ fn settle(outcome: &ClaimOutcome) -> Result<bool> {
 /// enforced and the session's role has no claim grant covering the queue
 /// (see `crate::access::grants`), checked again at every attempt of a
 /// waiting claim; 57014 when cancelled while waiting.
+///
+/// From 0.12.0 each row ends with `progress`: the item's checkpoint, the
+/// last `work_progress` an earlier run stored under its lease (NULL on a
+/// first attempt), so a retried run resumes from it
+/// ([`crate::verbs::life::with_progress`]).
 #[pg_extern(
     name = "work_claim",
     volatile,
     parallel_unsafe,
     requires = ["bootstrap"]
 )]
+pub fn work_claim_progress(
+    queue: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+    max_items: default!(Option<i32>, 1),
+    wait: default!(Option<Interval>, "'0'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(key, String),
+        name!(payload, RawJsonb),
+        name!(epoch, i64),
+        name!(attempt, i32),
+        name!(lease_until, TimestampWithTimeZone),
+        name!(progress, Option<RawJsonb>),
+    ),
+> {
+    (|| {
+        let wait = validate::wait(wait.map(Into::into))?;
+        claim(queue, owner, lease, max_items, wait).and_then(crate::verbs::life::with_progress)
+    })()
+    .map(|rows| TableIterator::new(rows.into_iter().map(flatten)))
+    .or_report()
+}
+
+/// A claim row of the claim functions of 0.12.0: the columns of
+/// [`ClaimedRow`], then `progress`.
+type ClaimRowWithProgress = (
+    i64,
+    String,
+    RawJsonb,
+    i64,
+    i32,
+    TimestampWithTimeZone,
+    Option<RawJsonb>,
+);
+
+/// A claimed row and its checkpoint as one result row.
+fn flatten(
+    ((id, key, payload, epoch, attempt, lease_until), progress): crate::verbs::life::ClaimedWithProgress,
+) -> ClaimRowWithProgress {
+    (id, key, payload, epoch, attempt, lease_until, progress)
+}
+
+/// The 5-argument `work_claim` of versions 0.2.0 to 0.11.0 (rows without
+/// `progress`), kept as the C symbol `work_claim_wait_wrapper` that their
+/// install scripts bind, so that a database not yet updated keeps working
+/// with this library, and a call that resolved the old function before
+/// `ALTER EXTENSION pg_workfence UPDATE` renamed it
+/// (`work_claim_retired_0_11_0`) still runs. Not part of this version's
+/// SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
 pub fn work_claim_wait(
     queue: Option<String>,
     owner: Option<String>,
@@ -479,7 +537,43 @@ fn claim_once(
 /// SERIALIZABLE; 25006 on a hot standby; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no claim grant covering the queue
 /// (see `crate::access::grants`).
-#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+///
+/// From 0.12.0 the row ends with `progress`, as `work_claim`'s.
+#[pg_extern(
+    name = "work_claim_key",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
+pub fn work_claim_key_progress(
+    queue: Option<String>,
+    key: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(key, String),
+        name!(payload, RawJsonb),
+        name!(epoch, i64),
+        name!(attempt, i32),
+        name!(lease_until, TimestampWithTimeZone),
+        name!(progress, Option<RawJsonb>),
+    ),
+> {
+    claim_key(queue, key, owner, lease)
+        .and_then(crate::verbs::life::with_progress)
+        .map(|rows| TableIterator::new(rows.into_iter().map(flatten)))
+        .or_report()
+}
+
+/// `work_claim_key` of versions 0.3.0 to 0.11.0 (a row without
+/// `progress`), kept as the C symbol `work_claim_key_wrapper` that their
+/// install scripts bind (see [`work_claim_wait`]); renamed
+/// `work_claim_key_retired_0_11_0` by the update. Not part of this
+/// version's SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
 pub fn work_claim_key(
     queue: Option<String>,
     key: Option<String>,

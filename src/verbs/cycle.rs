@@ -27,7 +27,7 @@ use pgrx::prelude::*;
 use crate::access::validate;
 use crate::base::error::{OrReport, Result};
 use crate::pg::jsonb::RawJsonb;
-use crate::verbs::claim::{self, ClaimedRow};
+use crate::verbs::claim;
 use crate::verbs::generation;
 use crate::verbs::lease;
 
@@ -53,50 +53,83 @@ type ClaimArgs = (
     Option<i32>,
 );
 
+/// A row of a fused call of 0.12.0: a [`CycleRow`], then the claimed
+/// item's checkpoint (`progress`, see [`crate::verbs::life::with_progress`]).
+type CycleRowWithProgress = (
+    Option<i64>,
+    Option<String>,
+    Option<RawJsonb>,
+    Option<i64>,
+    Option<i32>,
+    Option<TimestampWithTimeZone>,
+    bool,
+    Option<RawJsonb>,
+);
+
 /// A fused call: on a primary only, `settle` the previous item's token
 /// (`last_id`, `last_epoch`, checked under the fused call's own argument
 /// names: a function returning `id` and `epoch` columns cannot take
 /// arguments of those names), then claim without a wait, in the call's one
-/// transaction; the rows of [`rows`]. Errors are reported with their
-/// SQLSTATE (see the two functions).
+/// transaction; the rows of [`rows`], with each claimed item's checkpoint
+/// when `progress` (the functions of 0.12.0, whose schema has it). Errors
+/// are reported with their SQLSTATE (see the functions).
 fn cycle(
     function: &'static str,
     (queue, owner, lease, max_items): ClaimArgs,
     (last_id, last_epoch): (Option<i64>, Option<i64>),
     settle: impl FnOnce(Option<i64>, Option<String>, Option<i64>) -> Result<bool>,
-) -> TableIterator<'static, CycleRow> {
-    (|| -> Result<Vec<CycleRow>> {
-        generation::refuse_on_standby(function)?;
-        let id = validate::required("last_id", last_id)?;
-        let epoch = validate::required("last_epoch", last_epoch)?;
-        let settled = settle(Some(id), owner.clone(), Some(epoch))?;
-        let claimed = claim::claim(queue, owner, lease, max_items, std::time::Duration::ZERO)?;
-        Ok(rows(settled, claimed))
-    })()
-    .map(TableIterator::new)
-    .or_report()
+    progress: bool,
+) -> Result<Vec<CycleRowWithProgress>> {
+    generation::refuse_on_standby(function)?;
+    let id = validate::required("last_id", last_id)?;
+    let epoch = validate::required("last_epoch", last_epoch)?;
+    let settled = settle(Some(id), owner.clone(), Some(epoch))?;
+    let claimed = claim::claim(queue, owner, lease, max_items, std::time::Duration::ZERO)?;
+    let claimed = if progress {
+        crate::verbs::life::with_progress(claimed)?
+    } else {
+        claimed.into_iter().map(|row| (row, None)).collect()
+    };
+    Ok(rows(settled, claimed))
 }
 
-/// The rows of a fused call: one per claimed item, each carrying `settled`;
-/// one row of NULLs and `settled` when nothing was claimed, so that the
-/// caller always learns how its previous item stands.
-fn rows(settled: bool, claimed: Vec<ClaimedRow>) -> Vec<CycleRow> {
+/// The rows of a fused call: one per claimed item, each carrying `settled`
+/// and its checkpoint; one row of NULLs and `settled` when nothing was
+/// claimed, so that the caller always learns how its previous item stands.
+fn rows(
+    settled: bool,
+    claimed: Vec<crate::verbs::life::ClaimedWithProgress>,
+) -> Vec<CycleRowWithProgress> {
     if claimed.is_empty() {
-        return vec![(None, None, None, None, None, None, settled)];
+        return vec![(None, None, None, None, None, None, settled, None)];
     }
     claimed
         .into_iter()
-        .map(|(id, key, payload, epoch, attempt, lease_until)| {
-            (
-                Some(id),
-                Some(key),
-                Some(payload),
-                Some(epoch),
-                Some(attempt),
-                Some(lease_until),
-                settled,
-            )
-        })
+        .map(
+            |((id, key, payload, epoch, attempt, lease_until), progress)| {
+                (
+                    Some(id),
+                    Some(key),
+                    Some(payload),
+                    Some(epoch),
+                    Some(attempt),
+                    Some(lease_until),
+                    settled,
+                    progress,
+                )
+            },
+        )
+        .collect()
+}
+
+/// The rows of a fused call of 0.2.0 to 0.11.0: without `progress`.
+fn without_progress(rows: Vec<CycleRowWithProgress>) -> Vec<CycleRow> {
+    rows.into_iter()
+        .map(
+            |(id, key, payload, epoch, attempt, lease_until, settled, _)| {
+                (id, key, payload, epoch, attempt, lease_until, settled)
+            },
+        )
         .collect()
 }
 
@@ -123,7 +156,54 @@ fn rows(settled: bool, claimed: Vec<ClaimedRow>) -> Vec<CycleRow> {
 /// bad queue or owner, a lease not in (0, 7 days], `max_items` outside
 /// 1..1000; 25006 on a hot standby; 42501 when queue grants are enforced and
 /// the session's role has no claim grant covering `queue`.
-#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+///
+/// From 0.12.0 each row ends with `progress`, the claimed item's
+/// checkpoint, as in `work_claim` (NULL in the row of a call that claimed
+/// nothing).
+#[pg_extern(
+    name = "work_finish_and_claim",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn work_finish_and_claim_progress(
+    queue: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+    last_id: Option<i64>,
+    last_epoch: Option<i64>,
+    result: default!(Option<RawJsonb>, "NULL"),
+    max_items: default!(Option<i32>, 1),
+) -> TableIterator<
+    'static,
+    (
+        name!(id, Option<i64>),
+        name!(key, Option<String>),
+        name!(payload, Option<RawJsonb>),
+        name!(epoch, Option<i64>),
+        name!(attempt, Option<i32>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(settled, bool),
+        name!(progress, Option<RawJsonb>),
+    ),
+> {
+    cycle(
+        "work_finish_and_claim",
+        (queue, owner, lease, max_items),
+        (last_id, last_epoch),
+        |id, owner, epoch| lease::finish(id, owner, epoch, result),
+        true,
+    )
+    .map(TableIterator::new)
+    .or_report()
+}
+
+/// `work_finish_and_claim` of versions 0.9.0 to 0.11.0 (rows without
+/// `progress`), kept as the C symbol `work_finish_and_claim_wrapper` that
+/// their install scripts bind; renamed `work_finish_and_claim_retired_0_11_0`
+/// by the update. Not part of this version's SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn work_finish_and_claim(
     queue: Option<String>,
@@ -150,7 +230,11 @@ pub fn work_finish_and_claim(
         (queue, owner, lease, max_items),
         (last_id, last_epoch),
         |id, owner, epoch| lease::finish(id, owner, epoch, result),
+        false,
     )
+    .map(without_progress)
+    .map(TableIterator::new)
+    .or_report()
 }
 
 /// Record the previous item's failure and claim the next, in one statement
@@ -175,7 +259,53 @@ pub fn work_finish_and_claim(
 /// `retry_in` or one over 365 days, `max_items` outside 1..1000; 25006 on a
 /// hot standby; 42501 when queue grants are enforced and the session's role
 /// has no claim grant covering `queue`.
-#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+///
+/// From 0.12.0 each row ends with `progress`, as `work_finish_and_claim`'s.
+#[pg_extern(
+    name = "work_fail_and_claim",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn work_fail_and_claim_progress(
+    queue: Option<String>,
+    owner: Option<String>,
+    lease: Option<Interval>,
+    last_id: Option<i64>,
+    last_epoch: Option<i64>,
+    error: Option<String>,
+    retry_in: default!(Option<Interval>, "NULL"),
+    max_items: default!(Option<i32>, 1),
+) -> TableIterator<
+    'static,
+    (
+        name!(id, Option<i64>),
+        name!(key, Option<String>),
+        name!(payload, Option<RawJsonb>),
+        name!(epoch, Option<i64>),
+        name!(attempt, Option<i32>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(settled, bool),
+        name!(progress, Option<RawJsonb>),
+    ),
+> {
+    cycle(
+        "work_fail_and_claim",
+        (queue, owner, lease, max_items),
+        (last_id, last_epoch),
+        |id, owner, epoch| lease::fail(id, owner, epoch, error, retry_in),
+        true,
+    )
+    .map(TableIterator::new)
+    .or_report()
+}
+
+/// `work_fail_and_claim` of versions 0.9.0 to 0.11.0 (rows without
+/// `progress`), kept as the C symbol `work_fail_and_claim_wrapper`; renamed
+/// `work_fail_and_claim_retired_0_11_0` by the update. Not part of this
+/// version's SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn work_fail_and_claim(
     queue: Option<String>,
@@ -203,5 +333,9 @@ pub fn work_fail_and_claim(
         (queue, owner, lease, max_items),
         (last_id, last_epoch),
         |id, owner, epoch| lease::fail(id, owner, epoch, error, retry_in),
+        false,
     )
+    .map(without_progress)
+    .map(TableIterator::new)
+    .or_report()
 }

@@ -11,6 +11,7 @@ use crate::base::error::{OrReport, Result, WorkfenceError};
 use crate::pg::jsonb::RawJsonb;
 use crate::pg::plans::{self, params, Statement};
 use crate::store::sql::QueueKey;
+use crate::verbs::life::OnConflict;
 
 // Insert the item unless (queue, key) exists; the id, and whether it is due.
 // (A schema before 0.6.0 has no `max_run`; `$7` is then NULL and unused.)
@@ -171,7 +172,8 @@ SELECT i.id
 /// SQL: `workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key
 /// text DEFAULT NULL, run_at timestamptz DEFAULT NULL, priority int DEFAULT 0,
 /// max_attempts int DEFAULT 25, max_run interval DEFAULT NULL, group_key
-/// text DEFAULT NULL) RETURNS TABLE (id bigint, key text, inserted bool)`.
+/// text DEFAULT NULL, on_conflict text DEFAULT 'keep') RETURNS TABLE (id
+/// bigint, key text, inserted bool)`.
 ///
 /// - `key` NULL: a UUIDv7 is generated (time-ordered, so the key index stays
 ///   compact). An existing (queue, key) is left exactly as it is and returned
@@ -188,6 +190,17 @@ SELECT i.id
 ///   most one item of a (queue, group_key) is claimed at a time, and a
 ///   group's items are claimed in claim order (see [`crate::verbs::flow`]). NULL:
 ///   in no group. An existing (queue, key) keeps its group.
+/// - `on_conflict` (from 0.12.0, see [`crate::verbs::life`]): `keep`
+///   leaves an existing (queue, key) as it is; `replace` (debounce) gives a
+///   pending item the new payload and `run_at`, `preserve_run_at`
+///   (throttle) the new payload only; with either, a `done`, `failed` or
+///   `cancelled` item runs again (pending, due at `run_at`, attempts
+///   counted afresh, its result, last error and checkpoint cleared, its
+///   `errors` history kept), and a claimed one takes the new payload at
+///   once and runs once more after the current run ends with a finish or a
+///   final failure (its holder's token keeps working). Its priority,
+///   max_attempts, max_run and group stay the first enqueue's. `inserted`
+///   is true only for a new row.
 /// - An inserted item that is due (`run_at` NULL or not after
 ///   `clock_timestamp()`) runs `pg_notify('work_enqueued', queue)`: listeners
 ///   hear of it when the transaction commits (one notification per queue per
@@ -198,7 +211,8 @@ SELECT i.id
 /// 22023 for an empty, oversized (> 128 bytes) or control-character queue, an
 /// empty or oversized (> 512 bytes) key, `run_at` = 'infinity',
 /// `max_attempts` outside 1..1000, `max_run` not in (0, 365 days], a
-/// `group_key` empty, over 128 bytes or with control characters; 42501 (insufficient_privilege) when queue grants are
+/// `group_key` empty, over 128 bytes or with control characters, an
+/// `on_conflict` other than keep, replace, preserve_run_at; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no enqueue grant covering the queue
 /// (see `crate::access::grants`); 40001
 /// (serialization_failure) when the existing item of the key was deleted
@@ -210,6 +224,45 @@ SELECT i.id
     parallel_unsafe,
     requires = ["bootstrap"]
 )]
+#[allow(clippy::too_many_arguments)]
+pub fn work_enqueue_on_conflict(
+    queue: Option<String>,
+    payload: default!(Option<RawJsonb>, "'{}'"),
+    key: default!(Option<String>, "NULL"),
+    run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
+    priority: default!(Option<i32>, 0),
+    max_attempts: default!(Option<i32>, 25),
+    max_run: default!(Option<Interval>, "NULL"),
+    group_key: default!(Option<String>, "NULL"),
+    on_conflict: default!(Option<String>, "'keep'"),
+) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
+    (|| {
+        let group_key = validate::group_key(group_key)?;
+        let on_conflict = OnConflict::parse(on_conflict)?;
+        enqueue(
+            queue,
+            payload,
+            key,
+            run_at,
+            priority,
+            max_attempts,
+            max_run,
+            group_key,
+            on_conflict,
+        )
+    })()
+    .map(TableIterator::once)
+    .or_report()
+}
+
+/// The 8-argument `work_enqueue` of versions 0.10.0 and 0.11.0 (no
+/// `on_conflict`), kept as the C symbol `work_enqueue_with_group_wrapper`
+/// that their install scripts bind, so that a database not yet updated
+/// keeps working with this library, and a call that resolved the old
+/// function before `ALTER EXTENSION pg_workfence UPDATE` renamed it
+/// (`work_enqueue_retired_0_11_0`) still runs. Not part of this version's
+/// SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
 #[allow(clippy::too_many_arguments)]
 pub fn work_enqueue_with_group(
     queue: Option<String>,
@@ -232,6 +285,7 @@ pub fn work_enqueue_with_group(
             max_attempts,
             max_run,
             group_key,
+            OnConflict::Keep,
         )
     })()
     .map(TableIterator::once)
@@ -264,6 +318,7 @@ pub fn work_enqueue_with_max_run(
         max_attempts,
         max_run,
         None,
+        OnConflict::Keep,
     )
     .map(TableIterator::once)
     .or_report()
@@ -293,6 +348,7 @@ pub fn work_enqueue(
         max_attempts,
         None,
         None,
+        OnConflict::Keep,
     )
     .map(TableIterator::once)
     .or_report()
@@ -316,6 +372,7 @@ fn enqueue(
     max_attempts: Option<i32>,
     max_run: Option<Interval>,
     group_key: Option<String>,
+    on_conflict: OnConflict,
 ) -> Result<(i64, String, bool)> {
     let queue = validate::queue(queue)?;
     let payload = validate::required("payload", payload)?;
@@ -337,6 +394,7 @@ fn enqueue(
         max_attempts,
         max_run,
         group_key.as_deref(),
+        on_conflict,
     )?;
     Ok((id, key, inserted))
 }
@@ -360,6 +418,7 @@ pub(crate) fn insert(
     max_attempts: i32,
     max_run: Option<Interval>,
     group_key: Option<&str>,
+    on_conflict: OnConflict,
 ) -> Result<(i64, bool)> {
     if group_key.is_some() {
         crate::verbs::flow::enqueue_grouped(queue)?;
@@ -411,7 +470,18 @@ pub(crate) fn insert(
                 wait::wake_after_commit(queue, 1);
                 return Ok((id, true));
             }
-            let existing = plans::run(client, &EXISTING, QueueKey { queue, key }, first_id)?;
+            let existing = if on_conflict == OnConflict::Keep {
+                plans::run(client, &EXISTING, QueueKey { queue, key }, first_id)?
+            } else {
+                crate::verbs::life::conflict(
+                    client,
+                    queue,
+                    key,
+                    on_conflict,
+                    payload.clone(),
+                    run_at,
+                )?
+            };
             if let Some(id) = existing {
                 return Ok((id, false));
             }

@@ -82,6 +82,23 @@ macro_rules! fenced {
     };
 }
 
+/// The forms of a token statement built by `$sql!(current, scope, $more)`
+/// for a schema of 0.12.0 or later ([`crate::verbs::life::schema_has_life`]):
+/// `$more` adds columns to its `RETURNING` that name what 0.12.0 added
+/// (`rerun_after`). Its `legacy` form is never chosen (such a schema has
+/// no `rerun_after`) and is the current one.
+macro_rules! fenced_life {
+    ($sql:ident, $more:literal) => {
+        Fenced {
+            open: plans::Versioned {
+                current: Statement::new($sql!(current, open, $more)),
+                legacy: Statement::new($sql!(current, open, $more)),
+            },
+            scoped: Statement::new($sql!(current, scoped, $more)),
+        }
+    };
+}
+
 /// What a guarded statement binds after the token: nothing (`()`), one
 /// value, or two (a pair), each a [`Value`].
 trait Then: 'static {
@@ -202,6 +219,9 @@ static RENEW: Fenced<Guarded<Option<Interval>>> = fenced!(renew_sql);
 // Mark the item of the current token done, with its result `$4`.
 macro_rules! finish_sql {
     ($mode:ident, $scope:ident) => {
+        finish_sql!($mode, $scope, "")
+    };
+    ($mode:ident, $scope:ident, $more:literal) => {
         concat!(
             r#"
 UPDATE workfence.items AS i
@@ -214,14 +234,22 @@ UPDATE workfence.items AS i
    AND i.epoch OPERATOR(pg_catalog.=) $3
    AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
             scope_filter!($scope, "$5"),
-            r#"
-RETURNING i.queue
-"#
+            "\nRETURNING i.queue",
+            $more,
+            "\n"
         )
     };
 }
 
 static FINISH: Fenced<Guarded<Option<RawJsonb>>> = fenced!(finish_sql);
+
+// FINISH from 0.12.0: also whether the item is to run once more
+// (`rerun_after` is this run's epoch: a `work_enqueue` with `on_conflict`
+// replaced it while it ran, [`crate::verbs::life`]).
+static FINISH_LIFE: Fenced<Guarded<Option<RawJsonb>>> = fenced_life!(
+    finish_sql,
+    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false)"
+);
 
 // After a token-guarded statement matched nothing: how the item stands
 // towards the token, read with a fresh snapshot (its own statement, so in
@@ -234,18 +262,36 @@ static FINISH: Fenced<Guarded<Option<RawJsonb>>> = fenced!(finish_sql);
 // whether the item is done under this token (a finish repeated with the
 // same token, after a lost reply). Never locks, never waits. (`$4`, the
 // scope, is not used: the caller checks the queue it reads.)
-static AFTER_REFUSAL: Statement<Guarded<()>> = Statement::new(
-    r#"
+macro_rules! after_refusal_sql {
+    ($done:literal) => {
+        concat!(
+            r#"
 SELECT i.queue,
        i.owner OPERATOR(pg_catalog.=) $2 AND i.epoch OPERATOR(pg_catalog.=) $3
          AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
          OR i.epoch IS NULL OR $3 OPERATOR(pg_catalog.>) i.epoch,
        i.owner OPERATOR(pg_catalog.=) $2 AND i.epoch OPERATOR(pg_catalog.=) $3
-         AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state
+         AND ("#,
+            $done,
+            r#")
   FROM workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) $1
-"#,
-);
+"#
+        )
+    };
+}
+
+static AFTER_REFUSAL: Statement<Guarded<()>> = Statement::new(after_refusal_sql!(
+    "i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state"
+));
+
+// AFTER_REFUSAL from 0.12.0: an item this token finished and a replace
+// sent to run once more (`rerun_after` = minus the epoch,
+// [`crate::verbs::life`]) counts as done by the token too, so that a finish
+// repeated after a lost reply is still answered true.
+static AFTER_REFUSAL_LIFE: Statement<Guarded<()>> = Statement::new(after_refusal_sql!(
+    "i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state OR i.rerun_after OPERATOR(pg_catalog.=) OPERATOR(pg_catalog.-) $3"
+));
 
 /// How an item stands towards a token a guarded statement did not match
 /// (see [`AFTER_REFUSAL`]).
@@ -265,6 +311,9 @@ struct AfterRefusal {
 // (`$5`: the scope, see `Fenced`.)
 macro_rules! finish_many_sql {
     ($mode:ident, $scope:ident) => {
+        finish_many_sql!($mode, $scope, "")
+    };
+    ($mode:ident, $scope:ident, $more:literal) => {
         concat!(
             r#"
 UPDATE workfence.items AS i
@@ -279,14 +328,21 @@ UPDATE workfence.items AS i
    AND i.epoch OPERATOR(pg_catalog.=) r.epoch
    AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
             scope_filter!($scope, "$5"),
-            r#"
-RETURNING i.id, i.epoch, i.queue
-"#
+            "\nRETURNING i.id, i.epoch, i.queue",
+            $more,
+            "\n"
         )
     };
 }
 
 static FINISH_MANY: Fenced<FinishManyParams> = fenced!(finish_many_sql);
+
+// FINISH_MANY from 0.12.0: also whether each item is to run once more (see
+// FINISH_LIFE).
+static FINISH_MANY_LIFE: Fenced<FinishManyParams> = fenced_life!(
+    finish_many_sql,
+    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false)"
+);
 
 params! {
     /// `$1` owner, `$2` ids, `$3` epochs, `$4` results (one per id), `$5`
@@ -355,6 +411,82 @@ RETURNING i.queue
 
 static RELEASE: Fenced<Guarded<Option<Interval>>> = fenced!(release_sql);
 
+// Store the checkpoint `$4` of the current token (from 0.12.0; `$more` is
+// empty: the macro's third argument makes it a `fenced_life!` statement,
+// whose schema always has `progress`).
+macro_rules! progress_sql {
+    ($mode:ident, $scope:ident, $more:literal) => {
+        concat!(
+            r#"
+UPDATE workfence.items AS i
+   SET progress = $4
+ WHERE i.id OPERATOR(pg_catalog.=) $1
+   AND i.owner OPERATOR(pg_catalog.=) $2
+   AND i.epoch OPERATOR(pg_catalog.=) $3
+   AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
+            scope_filter!($scope, "$5"),
+            "\nRETURNING i.id",
+            $more,
+            "\n"
+        )
+    };
+}
+
+static PROGRESS: Fenced<Guarded<Option<RawJsonb>>> = fenced_life!(progress_sql, "");
+
+/// The largest checkpoint `work_progress` stores: 64 KiB of jsonb in its
+/// binary form (what `pg_column_size` reports before compression). A
+/// checkpoint is rewritten with its row at every call, and handed out with
+/// every claim of a retried item: a cursor, a page number, the ids done so
+/// far, not the work's data (keep that in a table of your own).
+pub const PROGRESS_MAX_BYTES: usize = 64 * 1024;
+
+/// Store a checkpoint of the current run, for a retry to resume from.
+///
+/// SQL: `workfence.work_progress(id bigint, owner text, epoch bigint,
+/// progress jsonb) RETURNS boolean` (from 0.12.0). True when the item is
+/// claimed under exactly this owner AND epoch (an expired lease nobody
+/// re-claimed still counts, as for `work_renew`): `progress` is stored in
+/// the item's `progress`, replacing the one before, shown by `work_item`
+/// and `work_items` and returned by the item's next claim (its `progress`
+/// column), so a run after a failure, a release or a lapsed lease resumes
+/// from it. False for any other token, which changes nothing: the token
+/// check and the write are one `UPDATE` under the row lock, so a stale
+/// writer (a zombie whose lease was re-claimed) can never overwrite a newer
+/// run's checkpoint, and no reader sees an older checkpoint after a newer
+/// one (docs/contract.md, promise 12). The idea of a checkpoint is River's
+/// `JobUpdate` and awa's ADR-014; the fence is this extension's.
+///
+/// Errors: 22004 for a NULL argument; 22023 for a blank, oversized or
+/// control-character owner, or a `progress` over 64 KiB
+/// ([`PROGRESS_MAX_BYTES`]).
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn work_progress(
+    id: Option<i64>,
+    owner: Option<String>,
+    epoch: Option<i64>,
+    progress: Option<RawJsonb>,
+) -> bool {
+    (|| {
+        let token = Token::new(id, owner, epoch)?;
+        let progress = validate::required("progress", progress)?;
+        if progress.0.len() > PROGRESS_MAX_BYTES {
+            return Err(WorkfenceError::invalid(
+                "progress",
+                "must be at most 64 KiB",
+                format!("The checkpoint is {} bytes as jsonb.", progress.0.len()),
+                "Store a cursor or the ids done so far, and keep bulky state in a table of your own.",
+            ));
+        }
+        let scope = grants::scope(Capability::Claim)?;
+        Ok(
+            run_guarded(form(&PROGRESS, &scope), token.then(Some(progress), &scope))?
+                || after_refusal(&token, false, &scope)?,
+        )
+    })()
+    .or_report()
+}
+
 // Record the failure `$4` (the error) of the current token: retry after
 // `$5` (retry_in), or after an exponential backoff with equal jitter
 // (OPERATOR(...) binds like any user operator, left to right, hence the
@@ -364,6 +496,9 @@ static RELEASE: Fenced<Guarded<Option<Interval>>> = fenced!(release_sql);
 // into the item's `errors` history too (not in a schema before 0.6.0).
 macro_rules! fail_sql {
     ($mode:ident, $scope:ident) => {
+        fail_sql!($mode, $scope, "")
+    };
+    ($mode:ident, $scope:ident, $more:literal) => {
         concat!(
             r#"
 UPDATE workfence.items AS i
@@ -403,14 +538,21 @@ UPDATE workfence.items AS i
    AND i.epoch OPERATOR(pg_catalog.=) $3
    AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
             scope_filter!($scope, "$6"),
-            r#"
-RETURNING i.queue
-"#
+            "\nRETURNING i.queue",
+            $more,
+            "\n"
         )
     };
 }
 
 static FAIL: Fenced<Guarded<(String, Option<Interval>)>> = fenced!(fail_sql);
+
+// FAIL from 0.12.0: also whether the item, failed for good, is to run
+// once more (see FINISH_LIFE).
+static FAIL_LIFE: Fenced<Guarded<(String, Option<Interval>)>> = fenced_life!(
+    fail_sql,
+    ", i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state AND COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false)"
+);
 
 // Lock the row of the current token. FOR NO KEY UPDATE: the row lock an
 // UPDATE takes, held to the end of the caller's transaction, so no claim,
@@ -534,6 +676,25 @@ fn run_returning_queue<P: Params>(
     })
 }
 
+/// Run FINISH_LIFE or FAIL_LIFE (`RETURNING i.queue, <rerun>`): the queue
+/// and whether the item is to run once more, if it matched the row.
+fn run_returning_queue_rerun<P: Params>(
+    stmt: &'static Statement<P::Family>,
+    params: P,
+) -> Result<Option<(String, bool)>> {
+    Spi::connect_mut(|client| {
+        plans::run(client, stmt, params, |rows| {
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let row = rows.first();
+            Ok(row
+                .get::<String>(1)?
+                .map(|queue| (queue, row.get::<bool>(2).ok().flatten().unwrap_or(false))))
+        })
+    })
+}
+
 /// Run a token-guarded statement that hands the item back to its queue
 /// (`RETURNING i.queue`); when it matched, claimers long-polling that queue
 /// are woken once the transaction commits.
@@ -572,7 +733,12 @@ fn after_refusal(token: &Token, finishing: bool, scope: &Scope) -> Result<bool> 
         return Ok(false);
     }
     let after = Spi::connect_mut(|client| {
-        plans::run(client, &AFTER_REFUSAL, token.params(scope), |rows| {
+        let stmt = if crate::verbs::life::schema_has_life() {
+            &AFTER_REFUSAL_LIFE
+        } else {
+            &AFTER_REFUSAL
+        };
+        plans::run(client, stmt, token.params(scope), |rows| {
             if rows.is_empty() {
                 return Ok(AfterRefusal::default());
             }
@@ -672,6 +838,16 @@ pub(crate) fn finish(
 ) -> Result<bool> {
     let token = Token::new(id, owner, epoch)?;
     let scope = grants::scope(Capability::Claim)?;
+    if crate::verbs::life::schema_has_life() {
+        let ended =
+            run_returning_queue_rerun(form(&FINISH_LIFE, &scope), token.then(result, &scope))?;
+        if let Some((queue, rerun)) = &ended {
+            crate::verbs::flow::freed(queue)?;
+            crate::verbs::life::ended(token.id, queue, *rerun, true)?;
+            return Ok(true);
+        }
+        return after_refusal(&token, true, &scope);
+    }
     Ok(
         run_freeing(form(&FINISH, &scope), token.then(result, &scope))?
             || after_refusal(&token, true, &scope)?,
@@ -741,13 +917,19 @@ fn finish_many(
     }
     let scope = grants::scope(Capability::Claim)?;
     let mut queues = Vec::new();
+    let life = crate::verbs::life::schema_has_life();
+    let mut ended = Vec::new();
     let mut pairs_done = |rows: pgrx::spi::SpiTupleTable<'_>| -> Result<HashSet<(i64, i64)>> {
         let mut set = HashSet::with_capacity(rows.len());
         for row in rows {
+            let queue = row.get::<String>(3)?;
             if let (Some(id), Some(epoch)) = (row.get::<i64>(1)?, row.get::<i64>(2)?) {
                 set.insert((id, epoch));
+                if let (true, Some(queue)) = (life, &queue) {
+                    ended.push((id, queue.clone(), row.get::<bool>(4)?.unwrap_or(false)));
+                }
             }
-            if let Some(queue) = row.get::<String>(3)? {
+            if let Some(queue) = queue {
                 if !queues.contains(&queue) {
                     queues.push(queue);
                 }
@@ -758,7 +940,14 @@ fn finish_many(
     let mut finished = Spi::connect_mut(|client| {
         plans::run(
             client,
-            form(&FINISH_MANY, &scope),
+            form(
+                if life {
+                    &FINISH_MANY_LIFE
+                } else {
+                    &FINISH_MANY
+                },
+                &scope,
+            ),
             FinishManyParams {
                 owner: &owner,
                 ids: ids.clone(),
@@ -771,6 +960,9 @@ fn finish_many(
     })?;
     for queue in &queues {
         crate::verbs::flow::freed(queue)?;
+    }
+    for (id, queue, rerun) in &ended {
+        crate::verbs::life::ended(*id, queue, *rerun, true)?;
     }
     if finished.len() < ids.len() {
         // Pairs the UPDATE did not take may be finishes repeated with the same token.
@@ -912,6 +1104,18 @@ pub(crate) fn fail(
         validate::delay("retry_in", retry.into(), server_now())?;
     }
     let scope = grants::scope(Capability::Claim)?;
+    if crate::verbs::life::schema_has_life() {
+        let ended = run_returning_queue_rerun(
+            form(&FAIL_LIFE, &scope),
+            token.then((error, retry_in), &scope),
+        )?;
+        if let Some((queue, rerun)) = &ended {
+            wait::wake_after_commit(queue, 1);
+            crate::verbs::life::ended(token.id, queue, *rerun, false)?;
+            return Ok(true);
+        }
+        return after_refusal(&token, false, &scope);
+    }
     Ok(
         run_handing_back(form(&FAIL, &scope), token.then((error, retry_in), &scope))?
             || after_refusal(&token, false, &scope)?,

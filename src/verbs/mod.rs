@@ -25,5 +25,7 @@ pub mod listing;
 pub mod purge;
 // What a superseded lapsed lease leaves: its `errors` entry, `work_lease_lost`, the `lapsed` count.
 pub mod lapse;
+// A job's life (0.12.0): on_conflict's run once more, checkpoints in claims, `work_await`.
+pub mod life;
 // Schedules (0.12.0): work_schedule and its verbs, the fires.
 pub mod schedule;

@@ -179,6 +179,13 @@ static ITEM_BY_ID: plans::Versioned<ItemId> = plans::Versioned {
     legacy: Statement::new(concat!(item_columns!("NULL::pg_catalog.text"), by_id!())),
 };
 
+// ITEM_BY_KEY and ITEM_BY_ID from 0.12.0 (the schema has `progress`,
+// [`crate::verbs::life::schema_has_life`]): the checkpoint too.
+static ITEM_BY_KEY_LIFE: Statement<QueueKey> =
+    Statement::new(concat!(item_columns!("i.group_key, i.progress"), by_key!()));
+static ITEM_BY_ID_LIFE: Statement<ItemId> =
+    Statement::new(concat!(item_columns!("i.group_key, i.progress"), by_id!()));
+
 params! {
     /// `$1` item id.
     struct ItemId {
@@ -384,9 +391,11 @@ type ItemRow = (
     RawJsonb,
     Option<Interval>,
     Option<String>,
+    Option<RawJsonb>,
 );
 
-/// A row of 0.11.0's `work_item`: [`ItemRow`] without `group_key`.
+/// A row of 0.11.0's `work_item`: [`ItemRow`] without `group_key` (and
+/// `progress`).
 type ItemRowBefore0_12 = (
     i64,
     String,
@@ -410,7 +419,7 @@ type ItemRowBefore0_12 = (
 
 /// [`ItemRow`] as 0.11.0's `work_item` returned it (no `group_key`).
 fn before_0_12(row: ItemRow) -> ItemRowBefore0_12 {
-    let (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, _group_key) = row;
+    let (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, _group_key, _progress) = row;
     (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r)
 }
 
@@ -441,6 +450,12 @@ fn read_item(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ItemRow>> {
             row.get::<RawJsonb>(17)?.ok_or_else(|| missing("payload"))?,
             row.get::<Interval>(18)?,
             row.get::<String>(19)?,
+            // Only the LIFE forms read it (the 0.12.0 schema).
+            if row.columns() >= 20 {
+                row.get::<RawJsonb>(20)?
+            } else {
+                None
+            },
         ));
     }
     Ok(out)
@@ -454,7 +469,11 @@ fn item_by_key(queue: Option<String>, key: Option<String>) -> Result<Vec<ItemRow
     Spi::connect_mut(|client| {
         plans::run(
             client,
-            crate::pg::plans::for_schema(&ITEM_BY_KEY),
+            if crate::verbs::life::schema_has_life() {
+                &ITEM_BY_KEY_LIFE
+            } else {
+                crate::pg::plans::for_schema(&ITEM_BY_KEY)
+            },
             QueueKey {
                 queue: &queue,
                 key: &key,
@@ -470,7 +489,11 @@ fn item_by_id(id: Option<i64>) -> Result<Vec<ItemRow>> {
     let mut rows = Spi::connect_mut(|client| {
         plans::run(
             client,
-            crate::pg::plans::for_schema(&ITEM_BY_ID),
+            if crate::verbs::life::schema_has_life() {
+                &ITEM_BY_ID_LIFE
+            } else {
+                crate::pg::plans::for_schema(&ITEM_BY_ID)
+            },
             ItemId { id },
             read_item,
         )
@@ -540,6 +563,7 @@ pub fn work_item_of_key(
         name!(payload, RawJsonb),
         name!(max_run, Option<Interval>),
         name!(group_key, Option<String>),
+        name!(progress, Option<RawJsonb>),
     ),
 > {
     item_by_key(queue, key).map(TableIterator::new).or_report()
@@ -584,6 +608,7 @@ pub fn work_item_of_id(
         name!(payload, RawJsonb),
         name!(max_run, Option<Interval>),
         name!(group_key, Option<String>),
+        name!(progress, Option<RawJsonb>),
     ),
 > {
     item_by_id(id).map(TableIterator::new).or_report()

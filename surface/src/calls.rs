@@ -29,6 +29,14 @@
 
 use crate::{split_top_level, Error, Function};
 
+/// Result columns (jsonb) that a later version added to a function the
+/// harness also calls on databases of earlier versions (the upgrade tests
+/// claim before they update): read as `to_jsonb(r) -> 'name'`, which is
+/// NULL where the row has no such column, rather than `r.name`, which an
+/// older function's row cannot answer. `progress`: 0.12.0's claim rows
+/// and `work_item`.
+const LATER_COLUMNS: &[&str] = &["progress"];
+
 /// The generated file, relative to the repository's root.
 pub const PATH: &str = "harness/src/calls/generated.rs";
 
@@ -578,7 +586,13 @@ fn function(binding: &Binding) -> String {
             let select: Vec<String> = columns
                 .iter()
                 .map(|(name, _, _, as_text)| {
-                    format!("r.{name}{}", if *as_text { "::text" } else { "" })
+                    if LATER_COLUMNS.contains(&&**name) {
+                        // Read by name from the row, NULL where the
+                        // function's version has no such column.
+                        format!("pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) '{name}'")
+                    } else {
+                        format!("r.{name}{}", if *as_text { "::text" } else { "" })
+                    }
                 })
                 .collect();
             text.push_str(&format!("    {binding_mut} = Call::new(\n"));

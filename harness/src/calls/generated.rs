@@ -55,13 +55,14 @@ impl WorkEnqueueRow {
     }
 }
 
-/// `workfence.work_enqueue`: adds an item (idempotent by key), due at `run_at`, optionally in a
-/// serial group.
+/// `workfence.work_enqueue`: adds an item (idempotent by key, or debounced and re-run with
+/// `on_conflict`), due at `run_at`, optionally in a serial group.
 ///
 /// ```sql
 /// workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key text DEFAULT NULL,
 ///     run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
-///     max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL)
+///     max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL,
+///     on_conflict text DEFAULT 'keep')
 /// RETURNS TABLE(id bigint, key text, inserted boolean)
 /// ```
 ///
@@ -78,6 +79,7 @@ pub fn work_enqueue(
     max_attempts: Option<i32>,
     max_run: Option<&str>,
     group_key: Option<&str>,
+    on_conflict: Option<&str>,
 ) -> CallResult<Vec<WorkEnqueueRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.key, r.inserted \
@@ -91,6 +93,7 @@ pub fn work_enqueue(
     call.named("max_attempts", &max_attempts, Type::INT4, "");
     call.named("max_run", &max_run, Type::TEXT, "::interval");
     call.named("group_key", &group_key, Type::TEXT, "");
+    call.named("on_conflict", &on_conflict, Type::TEXT, "");
     call.rows(c, ") AS r", WorkEnqueueRow::read)
 }
 
@@ -110,6 +113,8 @@ pub struct WorkClaimRow {
     pub attempt: Option<i32>,
     /// `lease_until timestamp with time zone`, as the server renders it (`::text`).
     pub lease_until: Option<String>,
+    /// `progress jsonb`.
+    pub progress: Option<Value>,
 }
 
 impl WorkClaimRow {
@@ -122,6 +127,7 @@ impl WorkClaimRow {
             epoch: row.try_get(3)?,
             attempt: row.try_get(4)?,
             lease_until: row.try_get(5)?,
+            progress: row.try_get(6)?,
         })
     }
 }
@@ -133,7 +139,7 @@ impl WorkClaimRow {
 /// workfence.work_claim(queue text, owner text, lease interval, max_items integer DEFAULT 1,
 ///     wait interval DEFAULT '00:00:00')
 /// RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-///     lease_until timestamp with time zone)
+///     lease_until timestamp with time zone, progress jsonb)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -147,7 +153,8 @@ pub fn work_claim(
     wait: Option<&str>,
 ) -> CallResult<Vec<WorkClaimRow>> {
     let mut call = Call::new(
-        "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text \
+        "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
          FROM workfence.work_claim(",
     );
     call.arg(&queue, Type::TEXT, "");
@@ -163,7 +170,7 @@ pub fn work_claim(
 /// ```sql
 /// workfence.work_claim_key(queue text, key text, owner text, lease interval)
 /// RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-///     lease_until timestamp with time zone)
+///     lease_until timestamp with time zone, progress jsonb)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -176,7 +183,8 @@ pub fn work_claim_key(
     lease: &str,
 ) -> CallResult<Vec<WorkClaimRow>> {
     let mut call = Call::new(
-        "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text \
+        "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
          FROM workfence.work_claim_key(",
     );
     call.arg(&queue, Type::TEXT, "");
@@ -300,6 +308,8 @@ pub struct WorkFinishAndClaimRow {
     pub lease_until: Option<String>,
     /// `settled boolean`.
     pub settled: Option<bool>,
+    /// `progress jsonb`.
+    pub progress: Option<Value>,
 }
 
 impl WorkFinishAndClaimRow {
@@ -313,6 +323,7 @@ impl WorkFinishAndClaimRow {
             attempt: row.try_get(4)?,
             lease_until: row.try_get(5)?,
             settled: row.try_get(6)?,
+            progress: row.try_get(7)?,
         })
     }
 }
@@ -324,7 +335,7 @@ impl WorkFinishAndClaimRow {
 /// workfence.work_finish_and_claim(queue text, owner text, lease interval, last_id bigint,
 ///     last_epoch bigint, result jsonb DEFAULT NULL, max_items integer DEFAULT 1)
 /// RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-///     lease_until timestamp with time zone, settled boolean)
+///     lease_until timestamp with time zone, settled boolean, progress jsonb)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -341,7 +352,8 @@ pub fn work_finish_and_claim(
     max_items: Option<i32>,
 ) -> CallResult<Vec<WorkFinishAndClaimRow>> {
     let mut call = Call::new(
-        "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, r.settled \
+        "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, r.settled, \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
          FROM workfence.work_finish_and_claim(",
     );
     call.arg(&queue, Type::TEXT, "");
@@ -361,7 +373,7 @@ pub fn work_finish_and_claim(
 /// workfence.work_fail_and_claim(queue text, owner text, lease interval, last_id bigint,
 ///     last_epoch bigint, error text, retry_in interval DEFAULT NULL, max_items integer DEFAULT 1)
 /// RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-///     lease_until timestamp with time zone, settled boolean)
+///     lease_until timestamp with time zone, settled boolean, progress jsonb)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -379,7 +391,8 @@ pub fn work_fail_and_claim(
     max_items: Option<i32>,
 ) -> CallResult<Vec<WorkFinishAndClaimRow>> {
     let mut call = Call::new(
-        "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, r.settled \
+        "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, r.settled, \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
          FROM workfence.work_fail_and_claim(",
     );
     call.arg(&queue, Type::TEXT, "");
@@ -441,6 +454,31 @@ pub fn work_fail(
     call.arg(&epoch, Type::INT8, "");
     call.arg(&error, Type::TEXT, "");
     call.named("retry_in", &retry_in, Type::TEXT, "::interval");
+    call.value(c, ")")
+}
+
+/// `workfence.work_progress`: stores a checkpoint of the current run under its token; the next
+/// claim of the item returns it.
+///
+/// ```sql
+/// workfence.work_progress(id bigint, owner text, epoch bigint, progress jsonb)
+/// RETURNS boolean
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn work_progress(
+    c: &mut impl GenericClient,
+    id: i64,
+    owner: &str,
+    epoch: i64,
+    progress: &Value,
+) -> CallResult<bool> {
+    let mut call = Call::new("SELECT workfence.work_progress(");
+    call.arg(&id, Type::INT8, "");
+    call.arg(&owner, Type::TEXT, "");
+    call.arg(&epoch, Type::INT8, "");
+    call.arg(&progress, Type::JSONB, "");
     call.value(c, ")")
 }
 
@@ -762,6 +800,8 @@ pub struct WorkItemRow {
     pub max_run: Option<String>,
     /// `group_key text`.
     pub group_key: Option<String>,
+    /// `progress jsonb`.
+    pub progress: Option<Value>,
 }
 
 impl WorkItemRow {
@@ -787,6 +827,7 @@ impl WorkItemRow {
             payload: row.try_get(16)?,
             max_run: row.try_get(17)?,
             group_key: row.try_get(18)?,
+            progress: row.try_get(19)?,
         })
     }
 }
@@ -799,7 +840,8 @@ impl WorkItemRow {
 ///     run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
 ///     epoch bigint, claimed_at timestamp with time zone, lease_until timestamp with time zone,
 ///     errors jsonb, result jsonb, created_at timestamp with time zone,
-///     finished_at timestamp with time zone, payload jsonb, max_run interval, group_key text)
+///     finished_at timestamp with time zone, payload jsonb, max_run interval, group_key text,
+///     progress jsonb)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -813,7 +855,7 @@ pub fn work_item(
         "SELECT r.id, r.queue, r.key, r.state, r.priority, r.run_at::text, r.attempts, \
          r.max_attempts, r.owner, r.epoch, r.claimed_at::text, r.lease_until::text, r.errors, \
          r.result, r.created_at::text, r.finished_at::text, r.payload, r.max_run::text, \
-         r.group_key \
+         r.group_key, pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
          FROM workfence.work_item(",
     );
     call.arg(&queue, Type::TEXT, "");
@@ -829,7 +871,8 @@ pub fn work_item(
 ///     run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
 ///     epoch bigint, claimed_at timestamp with time zone, lease_until timestamp with time zone,
 ///     errors jsonb, result jsonb, created_at timestamp with time zone,
-///     finished_at timestamp with time zone, payload jsonb, max_run interval, group_key text)
+///     finished_at timestamp with time zone, payload jsonb, max_run interval, group_key text,
+///     progress jsonb)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -839,11 +882,60 @@ pub fn work_item_by_id(c: &mut impl GenericClient, id: i64) -> CallResult<Vec<Wo
         "SELECT r.id, r.queue, r.key, r.state, r.priority, r.run_at::text, r.attempts, \
          r.max_attempts, r.owner, r.epoch, r.claimed_at::text, r.lease_until::text, r.errors, \
          r.result, r.created_at::text, r.finished_at::text, r.payload, r.max_run::text, \
-         r.group_key \
+         r.group_key, pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
          FROM workfence.work_item(",
     );
     call.arg(&id, Type::INT8, "");
     call.rows(c, ") AS r", WorkItemRow::read)
+}
+
+/// A row of the result of [`work_await`] (its `RETURNS TABLE`), every column an `Option`: the
+/// catalog does not say which are never NULL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkAwaitRow {
+    /// `state text`.
+    pub state: Option<String>,
+    /// `result jsonb`.
+    pub result: Option<Value>,
+    /// `last_error text`.
+    pub last_error: Option<String>,
+}
+
+impl WorkAwaitRow {
+    /// The row's columns, in the order of the select list.
+    fn read(row: &Row) -> CallResult<WorkAwaitRow> {
+        Ok(WorkAwaitRow {
+            state: row.try_get(0)?,
+            result: row.try_get(1)?,
+            last_error: row.try_get(2)?,
+        })
+    }
+}
+
+/// `workfence.work_await`: waits in the server for an item's outcome: done, failed or cancelled, or
+/// `wait` passes.
+///
+/// ```sql
+/// workfence.work_await(queue text, key text, wait interval DEFAULT '00:00:00')
+/// RETURNS TABLE(state text, result jsonb, last_error text)
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn work_await(
+    c: &mut impl GenericClient,
+    queue: &str,
+    key: &str,
+    wait: Option<&str>,
+) -> CallResult<Vec<WorkAwaitRow>> {
+    let mut call = Call::new(
+        "SELECT r.state, r.result, r.last_error \
+         FROM workfence.work_await(",
+    );
+    call.arg(&queue, Type::TEXT, "");
+    call.arg(&key, Type::TEXT, "");
+    call.named("wait", &wait, Type::TEXT, "::interval");
+    call.rows(c, ") AS r", WorkAwaitRow::read)
 }
 
 /// A row of the result of [`work_items`] (its `RETURNS TABLE`), every column an `Option`: the

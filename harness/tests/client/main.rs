@@ -20,6 +20,7 @@ mod failover;
 mod first_use;
 mod flow_control;
 mod layers;
+mod life;
 mod listing;
 mod locks;
 mod long_poll;

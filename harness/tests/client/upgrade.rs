@@ -458,6 +458,13 @@ fn upgrade_from(previous: &str) {
         // 0.11.0's work_limit (0.10.0 brought it; the same update renames
         // it for per_group), kept likewise.
         ("work_limit_retired_0_11_0", true),
+        // 0.11.0's functions whose rows or arguments a job's life (issue
+        // 35) changed: every release has them on its way to 0.12.0.
+        ("work_enqueue_retired_0_11_0", true),
+        ("work_claim_retired_0_11_0", true),
+        ("work_claim_key_retired_0_11_0", true),
+        ("work_finish_and_claim_retired_0_11_0", true),
+        ("work_fail_and_claim_retired_0_11_0", true),
     ] {
         let before = updated.len();
         updated.retain(|l| !l.contains(retired));

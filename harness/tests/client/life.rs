@@ -1,0 +1,371 @@
+//! A job's life (0.12.0, issue 35), from real client connections:
+//! `on_conflict` (debounce and the run once more of a claimed item),
+//! fenced checkpoints (`work_progress` and the claim's `progress`), and
+//! `work_await`'s wake-up at the settle's commit.
+//!
+//! Orderings are explicit: a zombie's lease is superseded by a real
+//! re-claim (its lapse awaited by polling the server's clock, not slept
+//! for), and an awaiter is known to be asleep when `pg_locks` shows its
+//! await lock.
+
+use crate::common;
+
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{ok, poll_until};
+use postgres::Client;
+use serde_json::{json, Value};
+use workfence_harness::Cluster;
+
+const QUEUE: &str = "life";
+
+fn database(cluster: &Cluster, name: &str) -> Client {
+    ok(cluster.create_database(name), "creating the database");
+    ok(cluster.connect_to(name), "connecting")
+}
+
+/// `work_enqueue(QUEUE, payload, key, run_at => now() + delay, on_conflict)`:
+/// (id, inserted).
+fn enqueue(c: &mut Client, key: &str, payload: &Value, delay_ms: i64, mode: &str) -> (i64, bool) {
+    let row = ok(
+        c.query_one(
+            "SELECT id, inserted FROM workfence.work_enqueue($1, $2, $3,
+                 run_at => pg_catalog.clock_timestamp() + $4 * interval '1 millisecond',
+                 on_conflict => $5)",
+            &[&QUEUE, payload, &key, &(delay_ms as f64), &mode],
+        ),
+        "work_enqueue",
+    );
+    (row.get(0), row.get(1))
+}
+
+/// One claim of QUEUE by `owner`: (id, epoch, attempt, payload, progress).
+type Claimed = (i64, i64, i32, Value, Option<Value>);
+
+fn claim(c: &mut Client, owner: &str, lease: &str) -> Option<Claimed> {
+    let rows = ok(
+        c.query(
+            "SELECT id, epoch, attempt, payload, progress
+               FROM workfence.work_claim($1, $2, $3::text::interval)",
+            &[&QUEUE, &owner, &lease],
+        ),
+        "work_claim",
+    );
+    rows.first()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+}
+
+fn finish(c: &mut Client, id: i64, owner: &str, epoch: i64, result: &Value) -> bool {
+    ok(
+        c.query_one(
+            "SELECT workfence.work_finish($1, $2, $3, $4)",
+            &[&id, &owner, &epoch, result],
+        ),
+        "work_finish",
+    )
+    .get(0)
+}
+
+fn progress(c: &mut Client, id: i64, owner: &str, epoch: i64, value: &Value) -> bool {
+    ok(
+        c.query_one(
+            "SELECT workfence.work_progress($1, $2, $3, $4)",
+            &[&id, &owner, &epoch, value],
+        ),
+        "work_progress",
+    )
+    .get(0)
+}
+
+#[test]
+fn fifty_replaces_within_the_window_leave_one_item_with_the_last_payload_run_once() {
+    let cluster = common::shared_cluster();
+    let mut c = database(&cluster, "life_debounce");
+    let mut ids = Vec::new();
+    for n in 0..50 {
+        // Each enqueue pushes the item 2 s out: the debounce window.
+        let (id, inserted) = enqueue(&mut c, "digest", &json!({ "n": n }), 2_000, "replace");
+        assert_eq!(inserted, n == 0, "only the first enqueue inserts");
+        ids.push(id);
+    }
+    assert!(ids.iter().all(|id| *id == ids[0]), "one item: {ids:?}");
+    assert!(
+        claim(&mut c, "w", "1 minute").is_none(),
+        "not due inside the window"
+    );
+    // Run it now, as the window's end would.
+    ok(
+        c.execute(
+            "SELECT workfence.work_reschedule($1, 'digest', pg_catalog.clock_timestamp())",
+            &[&QUEUE],
+        ),
+        "reschedule",
+    );
+    let (id, epoch, attempt, payload, _) = claim(&mut c, "w", "1 minute").expect("claimed");
+    assert_eq!((id, attempt, &payload), (ids[0], 1, &json!({ "n": 49 })));
+    assert!(finish(&mut c, id, "w", epoch, &json!("sent")));
+    assert!(claim(&mut c, "w", "1 minute").is_none(), "it ran once");
+}
+
+#[test]
+fn a_replace_while_claimed_runs_exactly_once_more_after_the_current_run() {
+    let cluster = common::shared_cluster();
+    let mut a = database(&cluster, "life_rerun");
+    let mut b = ok(cluster.connect_to("life_rerun"), "second worker");
+    enqueue(&mut a, "sync", &json!({ "v": 1 }), 0, "keep");
+    let (id, epoch, _, payload, _) = claim(&mut a, "a", "1 minute").expect("claimed");
+    assert_eq!(payload, json!({ "v": 1 }));
+
+    // Two replaces while it runs: one more run, with the last payload.
+    for v in [2, 3] {
+        let (same, inserted) = enqueue(&mut b, "sync", &json!({ "v": v }), 0, "replace");
+        assert_eq!((same, inserted), (id, false));
+    }
+    // Nothing runs beside the current run.
+    assert!(
+        claim(&mut b, "b", "1 minute").is_none(),
+        "claimed twice at once"
+    );
+    // The holder's token still works; repeating its finish too.
+    assert!(progress(&mut a, id, "a", epoch, &json!({ "page": 1 })));
+    assert!(finish(&mut a, id, "a", epoch, &json!("first")));
+    assert!(
+        finish(&mut a, id, "a", epoch, &json!("first")),
+        "a repeated finish"
+    );
+
+    let (again, epoch2, attempt, payload, checkpoint) =
+        claim(&mut b, "b", "1 minute").expect("the run once more");
+    assert_eq!((again, attempt), (id, 1), "attempts counted afresh");
+    assert!(epoch2 > epoch);
+    assert_eq!(payload, json!({ "v": 3 }));
+    assert_eq!(
+        checkpoint, None,
+        "a new run starts without the old checkpoint"
+    );
+    assert!(
+        !finish(&mut a, id, "a", epoch, &json!("stale")),
+        "the old token is dead"
+    );
+    assert!(finish(&mut b, id, "b", epoch2, &json!("second")));
+    assert!(
+        claim(&mut b, "b", "1 minute").is_none(),
+        "exactly once more"
+    );
+    let state: String = ok(
+        b.query_one(
+            "SELECT state FROM workfence.work_item($1, 'sync')",
+            &[&QUEUE],
+        ),
+        "work_item",
+    )
+    .get(0);
+    assert_eq!(state, "done");
+}
+
+#[test]
+fn a_stale_checkpoint_changes_nothing_and_a_retry_resumes_from_the_last_current_one() {
+    let cluster = common::shared_cluster();
+    let mut zombie = database(&cluster, "life_progress");
+    let mut fresh = ok(cluster.connect_to("life_progress"), "second worker");
+    enqueue(&mut zombie, "import", &json!({}), 0, "keep");
+    let (id, old, ..) = claim(&mut zombie, "z", "100 milliseconds").expect("claimed");
+    assert!(progress(&mut zombie, id, "z", old, &json!({ "row": 100 })));
+    // The zombie's lease lapses (the server's clock says so) and another
+    // worker claims the item anew, under a newer epoch.
+    poll_until(
+        &mut fresh,
+        "SELECT lease_until < pg_catalog.clock_timestamp() FROM workfence.items WHERE id = $1",
+        &[&id],
+        "the zombie's lease to lapse",
+    );
+    let (same, new, attempt, _, checkpoint) =
+        claim(&mut fresh, "f", "1 minute").expect("re-claimed");
+    assert_eq!((same, attempt), (id, 2));
+    assert_eq!(
+        checkpoint,
+        Some(json!({ "row": 100 })),
+        "resumes from the zombie's checkpoint"
+    );
+    assert!(progress(&mut fresh, id, "f", new, &json!({ "row": 500 })));
+    // The zombie wakes up and writes an older checkpoint: refused.
+    assert!(!progress(&mut zombie, id, "z", old, &json!({ "row": 200 })));
+    let seen: Value = ok(
+        fresh.query_one("SELECT progress FROM workfence.work_item($1)", &[&id]),
+        "work_item",
+    )
+    .get(0);
+    assert_eq!(seen, json!({ "row": 500 }));
+    // The fresh run fails; its retry resumes from the newest checkpoint.
+    ok(
+        fresh.execute(
+            "SELECT workfence.work_fail($1, 'f', $2, 'boom', '0')",
+            &[&id, &new],
+        ),
+        "work_fail",
+    );
+    let (_, _, attempt, _, checkpoint) = claim(&mut fresh, "f", "1 minute").expect("retried");
+    assert_eq!(attempt, 3);
+    assert_eq!(checkpoint, Some(json!({ "row": 500 })));
+}
+
+/// Starts `work_await(QUEUE, key, '3 s')` on a new connection and returns
+/// once its backend holds the item's await lock (asleep, or about to sleep
+/// with its latch reset before its last look).
+fn awaiter<'s>(
+    scope: &'s thread::Scope<'s, '_>,
+    cluster: &Cluster,
+    db: &str,
+    observer: &mut Client,
+    key: &'static str,
+) -> thread::ScopedJoinHandle<'s, (String, Instant)> {
+    let mut c = ok(cluster.connect_to(db), "awaiter");
+    let pid = common::backend_pid(&mut c);
+    let handle = scope.spawn(move || {
+        let row = ok(
+            c.query_one(
+                "SELECT state FROM workfence.work_await($1, $2, '3 seconds')",
+                &[&QUEUE, &key],
+            ),
+            "work_await",
+        );
+        (row.get::<_, String>(0), Instant::now())
+    });
+    poll_until(
+        observer,
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_locks
+                         WHERE pid = $1 AND locktype = 'advisory' AND objsubid = 22369 AND granted)",
+        &[&pid],
+        &format!("backend {pid} awaiting"),
+    );
+    handle
+}
+
+#[test]
+fn an_awaiter_wakes_within_100_ms_of_the_finish_commit() {
+    let cluster = common::shared_cluster();
+    let db = "life_await";
+    let mut main = database(&cluster, db);
+    let mut observer = ok(cluster.connect_to(db), "observer");
+    let trials: usize = std::env::var("WORKFENCE_WAKE_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let mut latencies = Vec::with_capacity(trials);
+    for trial in 0..trials {
+        // Connection churn before each trial, as the long poll's tests do.
+        let churned: Vec<Client> = (0..1 + trial % 4)
+            .map(|_| ok(cluster.connect_to(db), "churn"))
+            .collect();
+        drop(churned);
+        ok(
+            main.execute("DELETE FROM workfence.items WHERE queue = $1", &[&QUEUE]),
+            "clear",
+        );
+        enqueue(&mut main, "report", &json!({}), 0, "keep");
+        let (id, epoch, ..) = claim(&mut main, "w", "1 minute").expect("claimed");
+        let (state, latency) = thread::scope(|s| {
+            let handle = awaiter(s, &cluster, db, &mut observer, "report");
+            assert!(finish(&mut main, id, "w", epoch, &json!({ "ok": trial })));
+            let committed = Instant::now();
+            let (state, at) = handle.join().expect("awaiter");
+            (state, at.saturating_duration_since(committed))
+        });
+        assert_eq!(state, "done");
+        latencies.push(latency);
+    }
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    eprintln!(
+        "work_await after the finish's commit: n={} p50={:.2} ms p99={:.2} ms max={:.2} ms",
+        latencies.len(),
+        at(0.5).as_secs_f64() * 1e3,
+        at(0.99).as_secs_f64() * 1e3,
+        at(1.0).as_secs_f64() * 1e3,
+    );
+    assert!(at(0.99) < Duration::from_millis(100), "p99 {:?}", at(0.99));
+}
+
+#[test]
+fn an_awaiter_whose_client_goes_away_ends_its_session() {
+    let cluster = common::shared_cluster();
+    let db = "life_await_gone";
+    let mut main = database(&cluster, db);
+    enqueue(&mut main, "slow", &json!({}), 60_000, "keep");
+    let name = "pg_workfence gone awaiter";
+    let conninfo = format!(
+        "host={} port={} dbname={db} user=postgres application_name='{name}'",
+        cluster.host(),
+        cluster.port()
+    );
+    let mut psql = ok(
+        Command::new(cluster.bin_dir().join("psql"))
+            .arg(&conninfo)
+            .args([
+                "-X",
+                "-c",
+                "SET workfence.long_poll_max = '1h'",
+                "-c",
+                "SELECT * FROM workfence.work_await('life', 'slow', '10 minutes')",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn(),
+        "starting psql",
+    );
+    poll_until(
+        &mut main,
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity AS a
+                          JOIN pg_catalog.pg_locks AS l ON l.pid = a.pid
+                         WHERE a.application_name = $1 AND l.locktype = 'advisory'
+                           AND l.objsubid = 22369)",
+        &[&name],
+        "the psql session awaiting",
+    );
+    let pid: i32 = common::scalar(
+        &mut main,
+        "SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name = $1",
+        &[&name],
+    );
+    ok(psql.kill(), "killing psql");
+    ok(psql.wait(), "reaping psql");
+    let killed = Instant::now();
+    poll_until(
+        &mut main,
+        "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1)",
+        &[&pid],
+        "the awaiting backend ending after its client went away",
+    );
+    let ended = killed.elapsed();
+    println!("life: an await ended {ended:?} after its client was killed");
+    assert!(ended < Duration::from_secs(5), "ended after {ended:?}");
+}
+
+#[test]
+fn waiting_needs_read_committed_and_a_missing_key_returns_nothing() {
+    let cluster = common::shared_cluster();
+    let mut c = database(&cluster, "life_await_rr");
+    assert!(ok(
+        c.query(
+            "SELECT * FROM workfence.work_await($1, 'none', '1 second')",
+            &[&QUEUE]
+        ),
+        "await of a missing key"
+    )
+    .is_empty());
+    enqueue(&mut c, "k", &json!({}), 0, "keep");
+    ok(
+        c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ"),
+        "BEGIN",
+    );
+    let err = c
+        .query(
+            "SELECT * FROM workfence.work_await($1, 'k', '1 second')",
+            &[&QUEUE],
+        )
+        .expect_err("25000");
+    assert_eq!(err.code().map(|code| code.code()), Some("25000"), "{err}");
+    ok(c.batch_execute("ROLLBACK"), "ROLLBACK");
+}
