@@ -376,7 +376,7 @@ export class Job<P = any> {
 
 /**
  * The user's work: resolves to the result (JSON) to finish with, or rejects to fail the item (the
- * error recorded as `<type>: <message>`, its stack frames and causes, at most 4 KiB). A result
+ * error recorded as `<type>: <message>`, its stack frames and causes, at most 2048 bytes). A result
  * `JSON.stringify` refuses (a BigInt, a cycle) fails the item with `Error: result is not JSON: ...`.
  */
 export type Handler<P = any> = (job: Job<P>) => Promise<unknown> | unknown;

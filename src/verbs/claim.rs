@@ -293,6 +293,7 @@ fn settle(outcome: &ClaimOutcome) -> Result<bool> {
     parallel_unsafe,
     requires = ["bootstrap"]
 )]
+#[allow(clippy::type_complexity)]
 pub fn work_claim_progress(
     queue: Option<String>,
     owner: Option<String>,
@@ -545,6 +546,7 @@ fn claim_once(
     parallel_unsafe,
     requires = ["bootstrap"]
 )]
+#[allow(clippy::type_complexity)]
 pub fn work_claim_key_progress(
     queue: Option<String>,
     key: Option<String>,

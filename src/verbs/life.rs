@@ -415,12 +415,7 @@ pub fn work_await(
         let wait = wait.min(Duration::from_secs(wait::LONG_POLL_MAX.get().max(1) as u64));
         await_outcome(&queue, &key, wait)
     })()
-    .map(|row| {
-        TableIterator::new(
-            row.map(|(_, state, result, error)| (state, result, error))
-                .into_iter(),
-        )
-    })
+    .map(|row| TableIterator::new(row.map(|(_, state, result, error)| (state, result, error))))
     .or_report()
 }
 

@@ -210,6 +210,16 @@ export class Job {
 /** An event listener that does nothing. */
 function ignore() {}
 
+/** Waits `seconds` (none for 0). */
+async function pauseFor(seconds) {
+  if (seconds > 0) await new Promise((resolve) => { setTimeout(resolve, seconds * 1000); });
+}
+
+/** The delay before the next resend of a settle: at once, then 0.1 s doubling to 1 s. */
+function nextResendDelay(delay) {
+  return delay === 0 ? 0.1 : Math.min(delay * 2, 1);
+}
+
 /** A promise and its resolve function. */
 function deferred() {
   let resolve;
@@ -796,10 +806,10 @@ export class Worker {
    * Sends one settling call (`verb`: finish, fail or release; `text` a statement answering one
    * row with a boolean `ok`) for `held`'s token, and sends it again after an error that
    * {@link heals} (a dropped connection, a server restart: the first call's outcome is unknown)
-   * on a new connection: once at once, then after 0.1 s doubling to 2 s until its lease ends (on
-   * this process's clock, from the last renew; during a shutdown at the end of the grace at the
-   * latest). A finish, fail or release is safe to repeat under one token: the server settles the
-   * item once.
+   * on a new connection (logged `resend <verb> id=<id> epoch=<epoch> error=<text>` at warn): once
+   * at once, then after 0.1 s doubling to 1 s while its lease lasts (on this process's clock,
+   * from the last renew; during a shutdown until the end of the grace at the latest). A finish,
+   * fail or release is safe to repeat under one token: the server settles the item once.
    *
    * A repeat can be refused although the first call settled the item (a `work_finish` repeated
    * returns true, but a repeated `work_fail` or `work_release` finds the lease handed back and
@@ -836,9 +846,9 @@ export class Worker {
         // Once at least, at once; then while the lease (and a shutdown's grace) lasts.
         const bound = Math.min(held.leaseEnd, this._graceEnd);
         if (resent > 0 && performance.now() + delay * 1000 >= bound) throw err;
-        this.logger.warn(`resend ${verb} id=${held.id} epoch=${held.epoch} in ${delay}s error=${describe(err)}`);
-        if (delay > 0) await new Promise((resolve) => { setTimeout(resolve, delay * 1000); });
-        delay = delay === 0 ? 0.1 : Math.min(delay * 2, 2);
+        this.logger.warn(`resend ${verb} id=${held.id} epoch=${held.epoch} error=${describe(err)}`);
+        await pauseFor(delay);
+        delay = nextResendDelay(delay);
         resent += 1;
       }
     }
@@ -850,8 +860,9 @@ export class Worker {
    * under it; or `superseded` while the item still carries this epoch and owner: handed back by
    * it, a release or a failure with attempts left, or a finish after which `onConflict` sent the
    * item round once more); `current` when nothing settled it yet; `lost` when the item was
-   * claimed anew, cancelled or is gone; `unknown` when the item cannot be read to tell (no `read`
-   * grant on its queue).
+   * claimed anew, cancelled or is gone. Where the role may not read the item (no `read` grant
+   * on its queue), `superseded` counts as `ours` while the lease the runner is sure of lasts
+   * (nobody else can have claimed the item), else `unknown`.
    * @returns {Promise<'ours'|'current'|'lost'|'unknown'>}
    */
   async _tokenFate(held) {
@@ -866,8 +877,8 @@ export class Worker {
       const ours = rows.length === 1 && rows[0].epoch === held.epoch && rows[0].owner === this.owner;
       return ours ? 'ours' : 'lost';
     } catch (err) {
-      if (err instanceof NotPermitted) return 'unknown';
-      throw err;
+      if (!(err instanceof NotPermitted)) throw err;
+      return performance.now() < held.leaseEnd ? 'ours' : 'unknown';
     }
   }
 
@@ -877,8 +888,8 @@ export class Worker {
       this._lose(held);
     } else {
       held.status = 'abandoned';
-      this.logger.warn(`settle id=${held.id} epoch=${held.epoch} refused after a lost reply; `
-        + `unknown whether the first ${verb} settled it (no read grant)`);
+      this.logger.warn(`settle id=${held.id} epoch=${held.epoch} outcome unknown `
+        + `(${verb} refused after a lost reply; no read grant to tell)`);
     }
   }
 
@@ -1047,7 +1058,6 @@ export class Worker {
                 { code: '55000', cause: err });
             }
             if (fate !== 'ours') throw err; // not committed (or unknown): the runner fails the item
-            this.logger.warn(`commit id=${held.id} epoch=${held.epoch} error=${describe(err)}; it had committed`);
           }
           held.status = 'finished';
           this._forget(held);
@@ -1074,26 +1084,40 @@ export class Worker {
   }
 
   /**
-   * After the connection of a COMMIT dropped: what became of `held`'s token (see
-   * {@link Worker#_tokenFate}), asked on new connections until the lease's end; `unknown` when
-   * that ran out too.
+   * After the connection of a COMMIT dropped (logged `resend commit id=<id> epoch=<epoch>
+   * error=<text>`): whether that transaction committed, asked on new connections while the lease
+   * lasts. First with a renew, which waits for the row lock of a transaction still ending on the
+   * old backend (a network cut leaves it running) and is true while the token is current: then
+   * it did not commit (`current`); a refused renew is read with {@link Worker#_tokenFate}
+   * (`ours`: it committed; `lost`). `unknown` when no answer came within the lease.
    * @returns {Promise<'ours'|'current'|'lost'|'unknown'>}
    */
   async _fateAfterLoss(held, err) {
+    this.logger.warn(`resend commit id=${held.id} epoch=${held.epoch} error=${describe(err)}`);
     let delay = 0;
     let last = err;
-    for (;;) {
-      if (performance.now() + delay * 1000 >= Math.min(held.leaseEnd, this._graceEnd)) {
+    for (let asked = 0; ; asked += 1) {
+      if (asked > 0 && performance.now() + delay * 1000 >= Math.min(held.leaseEnd, this._graceEnd)) {
         this.logger.warn(`commit id=${held.id} epoch=${held.epoch} outcome unknown error=${describe(last)}`);
         return 'unknown';
       }
-      if (delay > 0) await new Promise((resolve) => { setTimeout(resolve, delay * 1000); });
+      await pauseFor(delay);
+      delay = nextResendDelay(delay);
       try {
+        if (held.renewing) {
+          const sent = performance.now();
+          const { rows: [{ ok }] } = await this._settleQuery(
+            'SELECT workfence.work_renew($1, $2, $3, make_interval(secs => $4)) AS ok',
+            [held.id, this.owner, held.epoch, this.lease]);
+          if (ok) {
+            held.leaseEnd = Math.max(held.leaseEnd, sent + this.lease * 1000);
+            return 'current';
+          }
+        }
         return await this._tokenFate(held);
       } catch (checkErr) {
         if (!heals(checkErr)) throw checkErr;
         last = checkErr;
-        delay = delay === 0 ? 0.1 : Math.min(delay * 2, 2);
       }
     }
   }
@@ -1236,11 +1260,14 @@ const ONE_AT_A_TIME = 'one job.guard() or job.transaction() of a job at a time: 
   + 'would wait on the first one\'s row lock';
 
 /**
- * The most bytes (UTF-8) of the error text {@link failureText} makes for `work_fail`. (The server
- * stores at most 2048 bytes of it, cut with `[truncated: N bytes in all]`: docs/reference.md,
- * `work_fail`.)
+ * The most bytes (UTF-8) of the error text {@link failureText} makes for `work_fail`: the server's
+ * own bound (it stores at most 2048 bytes, cutting a longer text mid-line with `[truncated: N
+ * bytes in all]`: docs/reference.md, `work_fail`), so that the cut is made here, between lines.
  */
-export const ERROR_TEXT_MAX_BYTES = 4096;
+export const ERROR_TEXT_MAX_BYTES = 2048;
+
+/** The most bytes of the first line (`<type>: <message>`), so that frames have room. */
+export const ERROR_HEAD_MAX_BYTES = 1024;
 
 /** How many causes (`err.cause`, and theirs) {@link failureText} names. */
 const CAUSES_NAMED = 3;
@@ -1279,9 +1306,10 @@ function headLine(error) {
  * first line (`TypeError: x is not a function`, `DatabaseError: ... (23505)`), then its stack
  * frames as V8 prints them (`    at render (file:///app/jobs.js:12:5)`), then one line per cause
  * (`caused by: <type>: <message>`, at most 3). A value that is not an Error is recorded as its
- * JSON or its `String()`. Bounded to {@link ERROR_TEXT_MAX_BYTES} (4 KiB) of UTF-8: whole lines
- * are kept while they fit, then `[cut: N more lines]`; a first line longer than that alone is
- * cut at a character boundary and ended with `...`.
+ * JSON or its `String()`. Bounded to {@link ERROR_TEXT_MAX_BYTES} (2048, the server's bound) of
+ * UTF-8: the first line is cut at a character boundary to {@link ERROR_HEAD_MAX_BYTES} (1024,
+ * ended with `...`), then whole lines are kept while they fit (V8 prints the newest frame
+ * first, so the frames nearest the error stay), then `[cut: N more lines]`.
  * @param {unknown} error
  * @returns {string}
  */
@@ -1300,10 +1328,11 @@ export function failureText(error) {
   const max = ERROR_TEXT_MAX_BYTES;
   const bytes = (text) => Buffer.byteLength(text, 'utf8');
   let text = head;
-  if (bytes(text) > max) {
+  if (bytes(text) > ERROR_HEAD_MAX_BYTES) {
     // Cut at a character boundary: drop the bytes past the bound, then a partial character.
-    const cut = Buffer.from(text, 'utf8').subarray(0, max - 3).toString('utf8').replace(/\uFFFD+$/u, '');
-    return `${cut}...`;
+    const cut = Buffer.from(text, 'utf8').subarray(0, ERROR_HEAD_MAX_BYTES - 3).toString('utf8')
+      .replace(/\uFFFD+$/u, '');
+    text = `${cut}...`;
   }
   for (let i = 0; i < rest.length; i += 1) {
     const left = rest.length - i;

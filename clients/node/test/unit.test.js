@@ -11,7 +11,7 @@ import {
   NullArgument, ReadOnly, SerializationFailure, UndefinedObject, Worker, WorkfenceError,
   awaitResult, connectionConfig, defaultOwner, enqueue, fromPgError, leaseLostToken, limit,
 } from '../index.js';
-import { ERROR_TEXT_MAX_BYTES, failureText, heals } from '../lib/worker.js';
+import { ERROR_HEAD_MAX_BYTES, ERROR_TEXT_MAX_BYTES, failureText, heals } from '../lib/worker.js';
 
 test('every SQLSTATE of clients/README.md maps to its named error class', () => {
   const expected = {
@@ -313,8 +313,9 @@ test('failureText records the error\'s type, message, stack frames and causes', 
   assert.equal(failureText(undefined), 'undefined');
 });
 
-test('failureText is bounded to 4 KiB of UTF-8, cutting whole lines, then a long message', () => {
-  assert.equal(ERROR_TEXT_MAX_BYTES, 4096);
+test('failureText is bounded to the server\'s 2048 bytes of UTF-8, cutting whole lines, and its first line to 1024', () => {
+  assert.equal(ERROR_TEXT_MAX_BYTES, 2048);
+  assert.equal(ERROR_HEAD_MAX_BYTES, 1024);
   const deep = (n) => (n === 0 ? new Error('deep') : deep(n - 1));
   const saved = Error.stackTraceLimit;
   Error.stackTraceLimit = 500;
@@ -324,14 +325,20 @@ test('failureText is bounded to 4 KiB of UTF-8, cutting whole lines, then a long
   } finally {
     Error.stackTraceLimit = saved;
   }
-  assert.ok(Buffer.byteLength(text) <= 4096, `${Buffer.byteLength(text)} bytes`);
+  assert.ok(Buffer.byteLength(text) <= 2048, `${Buffer.byteLength(text)} bytes`);
+  assert.ok(Buffer.byteLength(text) > 1900, 'the room is used');
   const lines = text.split('\n');
   assert.equal(lines[0], 'Error: deep');
+  assert.match(lines[1], /^ {4}at deep /, 'the newest frame first');
   assert.match(lines.at(-1), /^\[cut: \d+ more lines\]$/);
   assert.ok(lines.slice(1, -1).every((l) => /^\s+at /.test(l)), 'only whole frames are kept');
-  // A message alone over the bound: cut at a character boundary (no broken UTF-8), then "...".
+  // A long message: its line cut at a character boundary (no broken UTF-8) to 1024 bytes, then
+  // "...", and the frames after it.
   const long = failureText(new Error('\u00e9'.repeat(3000)));
-  assert.ok(Buffer.byteLength(long) <= 4096);
-  assert.ok(long.startsWith('Error: \u00e9\u00e9') && long.endsWith('\u00e9...'), long.slice(-10));
+  const [head, ...frames] = long.split('\n');
+  assert.ok(Buffer.byteLength(head) <= 1024 && Buffer.byteLength(head) > 1015, `${Buffer.byteLength(head)}`);
+  assert.ok(head.startsWith('Error: \u00e9\u00e9') && head.endsWith('\u00e9...'), head.slice(-10));
   assert.ok(!long.includes('\uFFFD'));
+  assert.ok(frames.length > 0 && frames.every((l) => /^\s+at /.test(l)));
+  assert.ok(Buffer.byteLength(long) <= 2048);
 });

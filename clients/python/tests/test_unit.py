@@ -235,3 +235,112 @@ def test_limit_counts_must_be_ints(value: object) -> None:
     with pytest.raises(errors.InvalidArgument, match="rate"):
         limit_params("q", None, value, 1)  # type: ignore[arg-type]
     assert limit_params("q", 5, None, 60) == ("q", 5, None, timedelta(seconds=60))
+
+
+# ------------------------------------------------------------------ a job's life (0.12.0)
+
+
+def test_on_conflict_is_sent_by_name_and_only_when_set() -> None:
+    # Without on_conflict the statement is the one an older server takes; with it,
+    # `on_conflict => ` is added by name (after group_key when both are set).
+    from workfence.operations import enqueue_call
+
+    plain, params = enqueue_call("q", None, None, None, 0, 25, None, None)
+    assert "on_conflict" not in plain and len(params) == 7
+    query, params = enqueue_call("q", None, "k", None, 0, 25, None, None, "replace")
+    assert "on_conflict => %s::text" in query and "group_key" not in query
+    assert len(params) == 8 and params[-1] == "replace"
+    both, params = enqueue_call("q", None, "k", None, 0, 25, None, "g", "preserve_run_at")
+    assert both.index("group_key =>") < both.index("on_conflict =>")
+    assert params[-2:] == ("g", "preserve_run_at")
+
+
+def _job(row: tuple[object, ...]) -> workfence.Job:
+    return workfence.Job(workfence.Worker("dbname=x", "q", handler), row)
+
+
+def test_a_job_reads_its_checkpoint_and_names_its_token() -> None:
+    base = (7, "k", {"a": 1}, 42, 2, None)
+    job = _job((*base, {"step": 3}))
+    assert job.checkpoint == {"step": 3}
+    assert job.fencing_token == "7:42"
+    assert _job(base).checkpoint is None  # a server older than 0.12.0: no progress column
+
+
+def test_await_result_waits_at_most_three_seconds_per_call() -> None:
+    from time import monotonic
+
+    from workfence.operations import await_call_wait, await_wait
+
+    assert await_call_wait(None) == timedelta(seconds=3)
+    assert await_call_wait(monotonic() + 60) == timedelta(seconds=3)
+    assert await_call_wait(monotonic() - 1) == timedelta(0)
+    assert timedelta(0) < await_call_wait(monotonic() + 1) <= timedelta(seconds=1)
+    assert await_wait(None) is None and await_wait(timedelta(seconds=2)) == 2.0
+    for bad in (-1, "3", True):
+        with pytest.raises(errors.InvalidArgument):
+            await_wait(bad)  # type: ignore[arg-type]
+
+
+def _ping(n: int) -> None:
+    if n == 0:
+        raise KeyError("invoice")
+    _pong(n - 1)
+
+
+def _pong(n: int) -> None:
+    _ping(n - 1)  # two functions by turns: Python collapses only a frame repeated in a row
+
+
+def test_an_error_text_has_its_type_then_the_newest_frames_within_2048_bytes() -> None:
+    try:
+        _ping(2)
+    except KeyError as error:
+        short = worker_module._failure_text(error)
+    lines = short.splitlines()
+    assert lines[0] == "KeyError: 'invoice'"
+    assert lines[1] == "Traceback (most recent call last):"
+    assert sum(line.endswith((", in _ping", ", in _pong")) for line in lines) == 3
+    try:
+        _ping(200)
+    except KeyError as error:
+        deep = worker_module._failure_text(error)
+    assert len(deep.encode()) <= 2048
+    first, title = deep.splitlines()[:2]
+    assert first == "KeyError: 'invoice'"
+    assert title.startswith("Traceback (most recent call last, ") and "earlier frames cut" in title
+    cut = int(title.split(", ")[1].split()[0])
+    kept = sum(line.endswith((", in _ping", ", in _pong")) for line in deep.splitlines())
+    assert kept > 5 and cut + kept == 202  # this test's frame, then 201 of _ping and _pong
+    assert deep.rstrip().endswith('raise KeyError("invoice")')  # the newest frame kept
+
+
+def test_an_error_text_bounds_a_long_message_and_names_the_module() -> None:
+    class Declined(Exception):
+        pass
+
+    text = worker_module._failure_text(Declined("é" * 2000))  # never raised: no traceback
+    assert text.startswith("tests.test_unit.test_an_error_text_bounds_a_long_message_and_names_")
+    assert len(text.encode()) <= 1024 and "\n" not in text and text.endswith("é...")
+    assert worker_module._failure_text(RuntimeError()) == "RuntimeError"
+
+
+def test_an_error_text_names_its_causes() -> None:
+    try:
+        try:
+            {}["invoice"]
+        except KeyError as inner:
+            raise RuntimeError("cannot bill") from inner
+    except RuntimeError as error:
+        text = worker_module._failure_text(error)
+    lines = text.splitlines()
+    assert lines[0] == "RuntimeError: cannot bill"
+    assert lines[-1] == "caused by: KeyError: 'invoice'"
+    assert lines[1] == "Traceback (most recent call last):"
+    try:
+        try:
+            raise ValueError("first")
+        except ValueError:
+            raise OSError("while handling") from None  # the context suppressed: no cause line
+    except OSError as error:
+        assert "caused by" not in worker_module._failure_text(error)

@@ -100,7 +100,12 @@ async def test_an_error_in_the_block_rolls_back_and_fails_the_item(
     cur = await db.execute(f"SELECT count(*) FROM {table}")
     assert await cur.fetchone() == (0,)
     info = await workfence.item(db, made.id)
-    assert info is not None and info.errors[-1]["error"] == "broken after the write"
+    assert info is not None
+    # Stored with its type, then the traceback's last frames (the handler's among them).
+    first, _, frames = info.errors[-1]["error"].partition("\n")
+    assert first == "ValueError: broken after the write"
+    assert frames.startswith("Traceback (most recent call last):\n")
+    assert 'raise ValueError("broken after the write")' in frames and ", in handle\n" in frames
 
 
 async def test_a_raising_handler_fails_with_the_retry_policys_delay(
@@ -121,9 +126,11 @@ async def test_a_raising_handler_fails_with_the_retry_policys_delay(
     assert asked == [(1, "attempt 1 fails"), (2, "attempt 2 fails"), (3, "attempt 3 fails")]
     info = await workfence.item(db, made.id)
     assert info is not None and info.attempts == 3
-    assert [e["error"] for e in info.errors] == [f"attempt {n} fails" for n in (1, 2, 3)]
+    assert [e["error"].partition("\n")[0] for e in info.errors] == [
+        f"RuntimeError: attempt {n} fails" for n in (1, 2, 3)
+    ]
     assert sum(line.startswith(f"fail id={made.id} epoch=") for line in lines) == 3
-    assert any(line.endswith("error=attempt 3 fails") for line in lines)
+    assert any(line.endswith("error=RuntimeError: attempt 3 fails") for line in lines)
 
 
 async def test_a_plain_function_handler_runs_in_a_thread(
@@ -685,7 +692,8 @@ async def test_a_result_that_is_not_json_fails_the_item(
     async with running(worker(dsn, queue, handle)):
         await eventually(lambda: _state_is(db, made.id, "failed"), "the item failed")
     info = await workfence.item(db, made.id)
-    assert info is not None and info.errors[-1]["error"].startswith("result is not JSON: ")
+    assert info is not None
+    assert info.errors[-1]["error"].startswith("ValueError: result is not JSON: ")
     assert any(line.startswith(f"fail id={made.id} ") for line in lines)
 
 
@@ -702,7 +710,8 @@ async def test_a_fenced_result_that_is_not_json_rolls_back_and_fails(
     async with running(worker(dsn, queue, handle)):
         await eventually(lambda: _state_is(db, made.id, "failed"), "the item failed")
     info = await workfence.item(db, made.id)
-    assert info is not None and info.errors[-1]["error"].startswith("result is not JSON: ")
+    assert info is not None
+    assert info.errors[-1]["error"].startswith("ValueError: result is not JSON: ")
     cur = await db.execute(f"SELECT count(*) FROM {table}")
     assert await cur.fetchone() == (0,)
 

@@ -3,9 +3,12 @@
 The runner (`Worker`) claims with the long poll, renews leases from a heartbeat that also
 listens on `work_lease_lost`, cancels a handler whose lease is lost, runs the handler's writes
 in a fenced transaction (`job.transaction()`), records failures, and releases what it holds on
-shutdown. The enqueue and operator helpers (`enqueue`, `retry`, ..., and from 0.12.0 the
-schedules: `schedule`, `unschedule`, `pause_schedule`, `resume_schedule`, `fire_schedules`,
-`schedules`) run on a connection the caller passes (asyncio here, synchronous twins in
+shutdown, and sends a settle whose answer was lost again with the same token. A job can store
+a checkpoint (`job.progress(value)`, read back by the next attempt as `job.checkpoint`), guard an
+external side effect (`job.guard()`) and name its attempt to other systems
+(`job.fencing_token`). The enqueue and operator helpers (`enqueue`, `retry`, ..., from 0.12.0
+the schedules: `schedule`, `unschedule`, `pause_schedule`, `resume_schedule`, `fire_schedules`,
+`schedules`, and `await_result`) run on a connection the caller passes (asyncio here, synchronous twins in
 `workfence.sync`); `workfence.errors` maps every SQLSTATE the functions raise to a class. Logs
 go to `logging.getLogger("workfence")`. See clients/README.md (the common spec) and
 clients/python/README.md.
@@ -28,7 +31,10 @@ from .operations import (
     CatchUp,
     Enqueued,
     ItemInfo,
+    OnConflict,
+    Outcome,
     Schedule,
+    await_result,
     cancel,
     enqueue,
     fire_schedules,
@@ -57,7 +63,10 @@ __all__ = [
     "default_owner",
     "Enqueued",
     "ItemInfo",
+    "OnConflict",
+    "Outcome",
     "enqueue",
+    "await_result",
     "retry",
     "reschedule",
     "cancel",

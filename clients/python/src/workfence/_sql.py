@@ -8,9 +8,10 @@ from datetime import timedelta
 
 from .errors import InvalidArgument
 
+# Every column of the claim row, read by name (`Job`): from 0.12.0 the row ends with `progress`,
+# which an older server does not have.
 CLAIM = """
-SELECT id, key, payload, epoch, attempt, lease_until
-  FROM workfence.work_claim(%s::text, %s::text, %s::interval, %s::integer, %s::interval)
+SELECT * FROM workfence.work_claim(%s::text, %s::text, %s::interval, %s::integer, %s::interval)
 """
 RENEW = "SELECT workfence.work_renew(%s::bigint, %s::text, %s::bigint, %s::interval)"
 ASSERT = "SELECT workfence.work_assert(%s::bigint, %s::text, %s::bigint)"
@@ -19,6 +20,10 @@ FAIL = """
 SELECT workfence.work_fail(%s::bigint, %s::text, %s::bigint, %s::text, retry_in => %s::interval)
 """
 RELEASE = "SELECT workfence.work_release(%s::bigint, %s::text, %s::bigint)"
+# From 0.12.0: a checkpoint, fenced like a renew.
+PROGRESS = "SELECT workfence.work_progress(%s::bigint, %s::text, %s::bigint, %s::jsonb)"
+# Why a token is (not) honoured: read after a settle whose reply was lost.
+LEASE_STATUS = "SELECT workfence.work_lease_status(%s::bigint, %s::text, %s::bigint)"
 LISTEN = "LISTEN work_lease_lost"
 
 ENQUEUE = """
@@ -26,12 +31,20 @@ SELECT id, key, inserted
   FROM workfence.work_enqueue(%s::text, %s::jsonb, %s::text, %s::timestamptz, %s::integer,
                               %s::integer, %s::interval)
 """
-# With a group (from 0.10.0): `group_key` by name, so that ENQUEUE, without it, still calls a
-# 0.9.0 database's seven-argument work_enqueue.
-ENQUEUE_GROUPED = """
+# The optional arguments added later, each passed by name and only when set, so that ENQUEUE
+# without them still calls an older database's work_enqueue: `group_key` (from 0.10.0; 0.9.0 has
+# the seven arguments above) and `on_conflict` (from 0.12.0).
+ENQUEUE_GROUP_KEY = "group_key => %s::text"
+ENQUEUE_ON_CONFLICT = "on_conflict => %s::text"
+ENQUEUE_NAMED = """
 SELECT id, key, inserted
   FROM workfence.work_enqueue(%s::text, %s::jsonb, %s::text, %s::timestamptz, %s::integer,
-                              %s::integer, %s::interval, group_key => %s::text)
+                              %s::integer, %s::interval, {named})
+"""
+# From 0.12.0: the item's outcome, waiting in the server at most `wait` (capped by the server's
+# workfence.long_poll_max).
+AWAIT = """
+SELECT state, result, last_error FROM workfence.work_await(%s::text, %s::text, %s::interval)
 """
 RETRY = "SELECT workfence.work_retry(%s::text, %s::text, %s::timestamptz)"
 RESCHEDULE = "SELECT workfence.work_reschedule(%s::text, %s::text, %s::timestamptz)"
@@ -62,10 +75,10 @@ SELECT name, cron, timezone, queue, catch_up, paused,
   FROM workfence.work_schedules
  ORDER BY name
 """
-ITEM_COLUMNS = """id, queue, key, state, priority, run_at, attempts, max_attempts, owner, epoch,
-       claimed_at, lease_until, errors, result, created_at, finished_at, payload, max_run"""
-ITEM_BY_KEY = f"SELECT {ITEM_COLUMNS} FROM workfence.work_item(%s::text, %s::text)"
-ITEM_BY_ID = f"SELECT {ITEM_COLUMNS} FROM workfence.work_item(%s::bigint)"
+# Every column, read by name (`ItemInfo`): from 0.12.0 the row ends with `progress`, which an
+# older server does not have.
+ITEM_BY_KEY = "SELECT * FROM workfence.work_item(%s::text, %s::text)"
+ITEM_BY_ID = "SELECT * FROM workfence.work_item(%s::bigint)"
 
 
 def interval(value: float | timedelta | None, what: str) -> timedelta | None:

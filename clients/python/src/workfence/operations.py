@@ -10,20 +10,24 @@ here. Server errors are raised as `workfence.errors` classes; the synchronous tw
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from time import monotonic
 from typing import Any, Literal
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from . import _sql
-from .errors import translate
+from .errors import InvalidArgument, translate
 
 __all__ = [
     "Enqueued",
     "ItemInfo",
+    "OnConflict",
+    "Outcome",
     "enqueue",
+    "await_result",
     "retry",
     "reschedule",
     "cancel",
@@ -47,10 +51,27 @@ __all__ = [
 CatchUp = Literal["latest", "all", "none"]
 
 
+#: What an enqueue does with a key the queue already has (from 0.12.0, `on_conflict=`): `keep`
+#: returns the item unchanged (the server's default); `replace` (debounce) gives a pending item
+#: the new payload and run_at; `preserve_run_at` (throttle) gives it the new payload and keeps its
+#: run_at. With either of the last two, a finished item (done, failed, cancelled) runs again
+#: (pending, attempts counted afresh, its errors kept), and a claimed one takes the new payload
+#: and runs exactly once more after its current run (its holder's token keeps working).
+OnConflict = Literal["keep", "replace", "preserve_run_at"]
+
+#: The states in which an item's outcome is known: `await_result` stops waiting there.
+FINAL_STATES = frozenset({"done", "failed", "cancelled"})
+# The longest single `work_await` call `await_result` makes, in seconds (the server caps each
+# call at workfence.long_poll_max, 3 s by default, anyway).
+AWAIT_CALL_MAX = 3.0
+
+
 @dataclass(frozen=True)
 class Enqueued:
     """What an enqueue returns: the item's `id`, its `key` (given or generated, a UUIDv7), and
-    `inserted` (false when the queue already had an item with this key, returned unchanged)."""
+    `inserted`: true only when a new item was inserted; false whenever the queue already had an
+    item with this key, whether it was returned unchanged (`on_conflict="keep"`, the default) or
+    updated (`replace`, `preserve_run_at`)."""
 
     id: int
     key: str
@@ -81,6 +102,35 @@ class ItemInfo:
     finished_at: datetime | None
     payload: Any
     max_run: timedelta | None
+    #: From 0.12.0: the last checkpoint written under a current lease (`job.progress(value)`);
+    #: None when there is none, and from an older server.
+    progress: Any = None
+
+
+def item_info(names: list[str], row: tuple[Any, ...]) -> ItemInfo:
+    """An `ItemInfo` from a row of `work_item` read by column name, so that a column an older
+    server lacks (`progress` before 0.12.0) is None and one this library does not know is
+    passed over. Internal (shared with `workfence.sync`)."""
+    by_name = dict(zip(names, row, strict=True))
+    return ItemInfo(**{f.name: by_name[f.name] for f in fields(ItemInfo) if f.name in by_name})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What `await_result` returns: the item's `state` (`done`, `failed`, `cancelled`, or, when
+    the timeout passed first, `pending` or `claimed`), its `result` (the JSON value it finished
+    with; None unless `done`) and `last_error` (the text of its last failure, None when it never
+    failed)."""
+
+    state: str
+    result: Any
+    last_error: str | None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the outcome is known: the state is done, failed or cancelled (false when
+        `await_result` timed out first)."""
+        return self.state in FINAL_STATES
 
 
 @dataclass(frozen=True)
@@ -147,12 +197,14 @@ def enqueue_call(
     max_attempts: int,
     max_run: float | timedelta | None,
     group_key: str | None,
+    on_conflict: str | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
     """The statement and parameters of `enqueue` (shared with `workfence.sync`). Internal.
 
-    `group_key` is passed (by name) only when it is set, so that an enqueue without one also
-    works against a 0.9.0 database, whose `work_enqueue` has no such argument."""
-    params = (
+    `group_key` and `on_conflict` are passed (by name) only when they are set, so that an
+    enqueue without them also works against an older database, whose `work_enqueue` has no such
+    argument (0.9.0: no `group_key`; 0.11.0: no `on_conflict`)."""
+    params: tuple[Any, ...] = (
         queue,
         Jsonb({} if payload is None else payload),
         key,
@@ -161,9 +213,36 @@ def enqueue_call(
         max_attempts,
         _sql.interval(max_run, "max_run"),
     )
-    if group_key is None:
+    named: list[str] = []
+    if group_key is not None:
+        named.append(_sql.ENQUEUE_GROUP_KEY)
+        params = (*params, group_key)
+    if on_conflict is not None:
+        named.append(_sql.ENQUEUE_ON_CONFLICT)
+        params = (*params, on_conflict)
+    if not named:
         return _sql.ENQUEUE, params
-    return _sql.ENQUEUE_GROUPED, (*params, group_key)
+    return _sql.ENQUEUE_NAMED.format(named=", ".join(named)), params
+
+
+def await_wait(timeout: float | timedelta | None) -> float | None:
+    """`await_result`'s timeout in seconds (None: no limit). Raises `InvalidArgument` (22023)
+    for a negative one or another type. Internal (shared with `workfence.sync`)."""
+    seconds = _sql.interval(timeout, "timeout")
+    if seconds is None:
+        return None
+    total = seconds.total_seconds()
+    if total < 0:
+        raise InvalidArgument(f"timeout must not be negative, not {timeout!r}")
+    return total
+
+
+def await_call_wait(deadline: float | None) -> timedelta:
+    """The `wait` of the next `work_await` call: what is left until `deadline` (a `monotonic()`
+    time; None: no limit), at most `AWAIT_CALL_MAX`, never negative. Internal."""
+    if deadline is None:
+        return timedelta(seconds=AWAIT_CALL_MAX)
+    return timedelta(seconds=max(0.0, min(deadline - monotonic(), AWAIT_CALL_MAX)))
 
 
 def limit_params(
@@ -224,21 +303,28 @@ async def enqueue(
     max_attempts: int = 25,
     max_run: float | timedelta | None = None,
     group_key: str | None = None,
+    on_conflict: OnConflict | None = None,
 ) -> Enqueued:
     """Add an item to `queue` with `workfence.work_enqueue`, in the caller's transaction.
 
     Arguments: `payload` any JSON-serialisable value (None: `{}`); `key` unique in the queue
-    (None: a generated UUIDv7; an existing key returns that item unchanged, `inserted` false);
-    `run_at` an aware datetime before which it is not claimed (None: now, server time);
-    `priority` lower first; `max_attempts` 1..1000; `max_run` a run-time limit in seconds or a
-    timedelta (None: none); `group_key` (from 0.10.0) the item's serial group: at most one item
-    of a (queue, group_key) is claimed at a time, in claim order (None: no group; only then does
-    the call also work against a 0.9.0 database). Result: `Enqueued(id, key, inserted)`.
-    Errors: `NullArgument` (22004), `InvalidArgument` (22023), `NotPermitted` (42501),
+    (None: a generated UUIDv7; an existing key: see `on_conflict`); `run_at` an aware datetime
+    before which it is not claimed (None: now, server time); `priority` lower first;
+    `max_attempts` 1..1000; `max_run` a run-time limit in seconds or a timedelta (None: none);
+    `group_key` (from 0.10.0) the item's serial group: at most one item of a (queue, group_key)
+    is claimed at a time, in claim order (None: no group; only then does the call also work
+    against a 0.9.0 database); `on_conflict` (from 0.12.0) what to do with an existing key:
+    `"keep"` returns the item unchanged (the server's default), `"replace"` (debounce) gives a
+    pending item this payload and run_at (None: now), `"preserve_run_at"` (throttle) this
+    payload and its old run_at; with either, a finished item runs again and a claimed one runs
+    exactly once more after its current run (`OnConflict`). None sends nothing, so that the call
+    also works against a 0.11.0 database. Result: `Enqueued(id, key, inserted)`, `inserted`
+    false whenever the key existed. Errors: `NullArgument` (22004), `InvalidArgument` (22023,
+    also an `on_conflict` the server does not know), `NotPermitted` (42501),
     `SerializationFailure` (40001: a purge raced the enqueue; retry).
     """
     query, params = enqueue_call(
-        queue, payload, key, run_at, priority, max_attempts, max_run, group_key
+        queue, payload, key, run_at, priority, max_attempts, max_run, group_key, on_conflict
     )
     row = await _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])
@@ -313,8 +399,51 @@ async def item(
     such item (or, with queue grants enforced, none the role may read). Errors: 22004, 22023,
     42501."""
     query, params = item_query(queue_or_id, key)
-    row = await _one(conn, query, params)
-    return None if row is None else ItemInfo(*row)
+    try:
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+    except psycopg.Error as error:
+        _raise(error)
+        raise  # unreachable: _raise always raises
+    if row is None:
+        return None
+    return item_info([column.name for column in cur.description or ()], row)
+
+
+async def await_result(
+    conn: psycopg.AsyncConnection[Any],
+    queue: str,
+    key: str,
+    *,
+    timeout: float | timedelta | None = 30.0,
+) -> Outcome | None:
+    """Wait for the outcome of the item `(queue, key)` (`workfence.work_await`, from 0.12.0).
+
+    Returns at once when the item is done, failed or cancelled; else waits in the server, woken
+    when the item's settle commits, calling `work_await` again (each call waiting at most 3 s,
+    the server's `workfence.long_poll_max` by default) until the outcome is known or `timeout`
+    (seconds or a timedelta; None: no limit) has passed. Result: `Outcome(state, result,
+    last_error)`; on a timeout the item's state then (`pending` or `claimed`, result None:
+    `outcome.finished` is false); None when there is no such item (or, with queue grants
+    enforced, none the role may read). An item that runs again (`retry`, an `on_conflict`
+    rerun) after it finished is reported finished: the first outcome seen is returned.
+
+    Use an autocommit connection (or one in READ COMMITTED whose transaction you do not mind
+    holding open while it waits): a wait needs READ COMMITTED (25000 otherwise). Errors:
+    `NullArgument` (22004), `InvalidArgument` (22023: a bad queue or key, a negative timeout),
+    `NotPermitted` (42501: no `read` grant), `WorkfenceError` 25000 (REPEATABLE READ or
+    SERIALIZABLE), 42883 from a server older than 0.12.0.
+    """
+    seconds = await_wait(timeout)
+    deadline = None if seconds is None else monotonic() + seconds
+    while True:
+        wait = await_call_wait(deadline)
+        row = await _one(conn, _sql.AWAIT, (queue, key, wait))
+        if row is None:
+            return None
+        outcome = Outcome(state=row[0], result=row[1], last_error=row[2])
+        if outcome.finished or (deadline is not None and monotonic() >= deadline):
+            return outcome
 
 
 def item_query(queue_or_id: str | int, key: str | None) -> tuple[str, tuple[Any, ...]]:

@@ -5,6 +5,7 @@ web request handler enqueueing in its own transaction. Nothing is committed here
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from time import monotonic
 from typing import Any
 
 import psycopg
@@ -15,8 +16,13 @@ from .operations import (
     CatchUp,
     Enqueued,
     ItemInfo,
+    OnConflict,
+    Outcome,
     Schedule,
+    await_call_wait,
+    await_wait,
     enqueue_call,
+    item_info,
     item_query,
     limit_call,
     schedule_params,
@@ -24,6 +30,7 @@ from .operations import (
 
 __all__ = [
     "enqueue",
+    "await_result",
     "retry",
     "reschedule",
     "cancel",
@@ -62,10 +69,11 @@ def enqueue(
     max_attempts: int = 25,
     max_run: float | timedelta | None = None,
     group_key: str | None = None,
+    on_conflict: OnConflict | None = None,
 ) -> Enqueued:
     """`workfence.operations.enqueue` on a synchronous connection (see there)."""
     query, params = enqueue_call(
-        queue, payload, key, run_at, priority, max_attempts, max_run, group_key
+        queue, payload, key, run_at, priority, max_attempts, max_run, group_key, on_conflict
     )
     row = _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])
@@ -116,8 +124,37 @@ def item(
 ) -> ItemInfo | None:
     """`workfence.operations.item` on a synchronous connection (see there)."""
     query, params = item_query(queue_or_id, key)
-    row = _one(conn, query, params)
-    return None if row is None else ItemInfo(*row)
+    try:
+        cur = conn.execute(query, params)
+        row = cur.fetchone()
+    except psycopg.Error as error:
+        translated = translate(error)
+        if translated is error:
+            raise
+        raise translated from error
+    if row is None:
+        return None
+    return item_info([column.name for column in cur.description or ()], row)
+
+
+def await_result(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    key: str,
+    *,
+    timeout: float | timedelta | None = 30.0,
+) -> Outcome | None:
+    """`workfence.operations.await_result` on a synchronous connection (see there): blocks the
+    calling thread until the item's outcome is known or `timeout` passes."""
+    seconds = await_wait(timeout)
+    deadline = None if seconds is None else monotonic() + seconds
+    while True:
+        row = _one(conn, _sql.AWAIT, (queue, key, await_call_wait(deadline)))
+        if row is None:
+            return None
+        outcome = Outcome(state=row[0], result=row[1], last_error=row[2])
+        if outcome.finished or (deadline is not None and monotonic() >= deadline):
+            return outcome
 
 
 def schedule(

@@ -25,6 +25,7 @@ import re
 import signal
 import socket
 import threading
+import traceback
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -66,6 +67,22 @@ _CANCEL_WAIT = 1.0
 _COMMIT_WAIT = 5.0
 # The bound on each connect and `work_release` made while shutting down, in seconds.
 _EXIT_CALL_WAIT = 5.0
+# A settle (finish, fail, release, a fenced COMMIT) whose reply was lost is sent again on a new
+# connection after these waits (the first at once, then doubling), until the lease ends, in
+# seconds; each connect is bounded by `_RESEND_CONNECT_WAIT`.
+_RESEND_FIRST = 0.0
+_RESEND_NEXT = 0.1
+_RESEND_MAX = 1.0
+_RESEND_CONNECT_WAIT = 10.0
+# The text `work_fail` is sent for a handler's error: its type and message, then the last frames
+# of its traceback, then its causes, at most `_ERROR_TEXT_MAX` bytes (the server keeps 2048 and
+# cuts the rest from the end, where the newest frames are: cut here from the top instead), the
+# first line at most `_ERROR_HEAD_MAX` bytes of them.
+_ERROR_TEXT_MAX = 2048
+_ERROR_HEAD_MAX = 1024
+# ... and at most `_CAUSES_NAMED` lines `caused by: ...`, each at most `_CAUSE_MAX` bytes.
+_CAUSES_NAMED = 3
+_CAUSE_MAX = 256
 
 # The SQLSTATEs of claim errors that retrying can fix (the claim is retried with backoff): the
 # connection class 08, admin shutdown / crash / not yet accepting connections (57P0x), a
@@ -84,6 +101,9 @@ _NO_EXTENSION_HINT = (
 # A JSON text holding the escape \u0000 (an odd number of backslashes before u0000), which
 # PostgreSQL's jsonb cannot store.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+# The columns of a claim row the runner reads, by name, in the order `Job` takes them.
+_CLAIM_COLUMNS = ("id", "key", "payload", "epoch", "attempt", "lease_until", "progress")
 
 LEASE_LOST = "lease lost"
 SHUTDOWN = "shutdown"
@@ -131,23 +151,35 @@ class Job:
 
     Attributes: `id`, `key`, `payload` (the decoded JSON), `epoch` (the fencing token: pass it
     to other systems the job writes to, docs/writing-workers.md), `attempt` (1 on the first
-    claim), `lease_until` (server time at the claim), `queue`, `owner`, `cancelled` (a
-    `CancelFlag`), and `result`, the JSON value `job.transaction()` finishes the item with.
+    claim), `lease_until` (server time at the claim), `checkpoint` (from 0.12.0: the last
+    progress an earlier attempt stored with `job.progress(value)`, None on a first attempt and
+    from an older server), `queue`, `owner`, `cancelled` (a `CancelFlag`), and `result`, the JSON
+    value `job.transaction()` (or `job.guard()`) finishes the item with; `fencing_token` is the
+    string `"<id>:<epoch>"`, the idempotency key to give an external API.
     """
 
-    def __init__(self, worker: Worker, row: tuple[Any, ...]) -> None:
-        """The job for one row of `work_claim` (id, key, payload, epoch, attempt, lease_until)."""
+    def __init__(
+        self, worker: Worker, row: tuple[Any, ...], claimed_at: float | None = None
+    ) -> None:
+        """The job for one row of `work_claim` (id, key, payload, epoch, attempt, lease_until,
+        and from 0.12.0 progress); `claimed_at` is the `monotonic()` time the claim was sent
+        (default: now), from which the runner counts the lease it is sure of."""
         self.id: int = row[0]
         self.key: str = row[1]
         self.payload: Any = row[2]
         self.epoch: int = row[3]
         self.attempt: int = row[4]
         self.lease_until: datetime = row[5]
+        self.checkpoint: Any = row[6] if len(row) > 6 else None
         self.queue = worker.queue
         self.owner = worker.owner
         self.cancelled = CancelFlag()
         self.result: Any = None
         self._worker = worker
+        # Until when (monotonic) the lease surely holds: the time the claim or the last accepted
+        # renew was sent, plus the lease. Before it no other claim can take the item.
+        sent = monotonic() if claimed_at is None else claimed_at
+        self._lease_end = sent + worker.lease
         self._renewing = True  # the heartbeat renews it (stop_renewing() turns it off)
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._task: asyncio.Future[Any] | None = None  # the handler's task while it runs
@@ -160,6 +192,58 @@ class Job:
     def __repr__(self) -> str:
         """`Job(id=.., epoch=.., attempt=..)`."""
         return f"Job(id={self.id}, epoch={self.epoch}, attempt={self.attempt})"
+
+    @property
+    def fencing_token(self) -> str:
+        """The job's fencing token as one stable string, `"<id>:<epoch>"` (e.g. `"7:42"`): pass
+        it as the idempotency key of a call to an external API (a payment, an email), so that
+        the API itself drops a second call made under the same token. A later attempt has a
+        newer epoch, hence another token: an idempotency key for one attempt, not for the item
+        (use the item's `key`, or `id`, for that)."""
+        return f"{self.id}:{self.epoch}"
+
+    async def progress(self, value: Any) -> bool:
+        """Store a checkpoint: `workfence.work_progress(id, owner, epoch, value)` (from 0.12.0),
+        fenced like a renew. Result: true when it was stored (the lease is current); the next
+        attempt's claim returns it as `job.checkpoint`, and `work_item` shows it. False when the
+        token is stale (nothing stored): the lease is lost, and the runner treats it as a
+        refused renew: `job.cancelled` is set, an async handler is cancelled at its next
+        `await`, nothing is settled for the item. Also false, without a call, when the runner
+        already lost the lease or let the job go.
+
+        `value` is any JSON value (at most 64 KiB of JSON text: the server's bound). It is sent
+        on the job's connection, at once (autocommit); inside `job.transaction()` it is part of
+        that transaction. Async handlers only. Errors: `ValueError` ("progress is not JSON:
+        ...") for a value that is not JSON, `InvalidArgument` (22023: over 64 KiB), other server
+        errors as `workfence.errors` classes, `psycopg.OperationalError` for a lost connection;
+        42883 from a server older than 0.12.0.
+        """
+        if self._lost or self._abandoned:
+            return False
+        if self._settled:
+            raise RuntimeError(f"job {self.id} is already settled")
+        text = _json_text(value, "progress", null=True)
+        conn = await self._connection()
+        ok = await _fetch_bool(conn, _sql.PROGRESS, (self.id, self.owner, self.epoch, text))
+        if ok:
+            log.debug("progress id=%d ok", self.id)
+            return True
+        log.warning("progress id=%d refused", self.id)
+        self._worker._heartbeat.discard(self)
+        self._worker._lose(self)
+        return False
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        """The job's connection, replaced by a new one when it broke while idle (a terminated
+        backend): nothing of the job was open on it."""
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("the job's calls are only available while the handler runs")
+        if conn.closed or conn.broken:
+            self._conn = await self._worker._connect()
+            await conn.close()
+            return self._conn
+        return conn
 
     def stop_renewing(self) -> None:
         """Stop renewing this job's lease: the lease then lapses `lease` after the last renew,
@@ -180,13 +264,20 @@ class Job:
         propagates (the item is failed if the handler lets it through). A `job.result` that
         is not JSON raises `ValueError` ("result is not JSON: ...") after a rollback.
 
+        A `COMMIT` whose reply is lost (the connection dropped) is resolved before the block
+        exits: the runner asks the server on a new connection, within the lease, whether this
+        token finished the item. If it did, the block exits cleanly (the writes and the finish
+        committed); if the token is still current (rolled back), the connection error
+        propagates; if the lease is lost meanwhile, `LeaseLost`.
+
         The heartbeat stops renewing the item before `work_assert` (which holds its row lock
-        until the commit). Async handlers only. Errors: `LeaseLost` (55000: `work_assert`
-        refused the token, `COMMIT` found it superseded, or `work_finish` returned false) after
-        a rollback, and the item is abandoned; also `LeaseLost`, before anything is sent, when
-        the runner already lost the lease or let the job go at shutdown (the item released);
-        other server errors of these three statements as
-        `workfence.errors` classes; errors of the block's own statements unchanged.
+        until the commit). A job's connection that broke while idle is replaced first. Async
+        handlers only. Errors: `LeaseLost` (55000: `work_assert` refused the token, `COMMIT`
+        found it superseded, or `work_finish` returned false) after a rollback, and the item is
+        abandoned; also `LeaseLost`, before anything is sent, when the runner already lost the
+        lease or let the job go at shutdown (the item released); other server errors of these
+        three statements as `workfence.errors` classes; errors of the block's own statements
+        unchanged.
         """
         if self._abandoned:
             raise LeaseLost(
@@ -196,11 +287,11 @@ class Job:
             )
         if self._lost:
             raise LeaseLost("lease lost", sqlstate="55000", detail="the runner lost the lease")
-        conn = self._conn
-        if conn is None:
+        if self._conn is None:
             raise RuntimeError("job.transaction() is only available while the handler runs")
         if self._settled:
             raise RuntimeError(f"job {self.id} is already settled")
+        conn = await self._connection()
         worker = self._worker
         await worker._heartbeat.drop(self)
         token = (self.id, worker.owner, self.epoch)
@@ -228,13 +319,24 @@ class Job:
                 if not (self._lost or self._abandoned):
                     worker._heartbeat.add(self)
                 raise
-            self._settling = False
             translated = translate(error)
-            if isinstance(translated, LeaseLost):
-                self._lost = True
-            if translated is error:
-                raise
-            raise translated from error
+            if phase == "commit" and translated is error and _heals(error):
+                # The COMMIT's answer was lost: did it commit? The server knows.
+                try:
+                    committed = await worker._committed(self, error)
+                except BaseException:
+                    self._settling = False
+                    raise
+                if not committed:
+                    self._settling = False
+                    raise
+            else:
+                self._settling = False
+                if isinstance(translated, LeaseLost):
+                    self._lost = True
+                if translated is error:
+                    raise
+                raise translated from error
         except LeaseLost:
             self._settling = False
             self._lost = True
@@ -248,23 +350,123 @@ class Job:
         self._settling = False
         log.info("finish id=%d epoch=%d ok", self.id, self.epoch)
 
+    @asynccontextmanager
+    async def guard(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """Guard an external side effect (an email, a payment, a call to another service):
+        `async with job.guard() as conn:` enters only while the job's token is current, and
+        holds it current until the block ends; do the side effect inside, then the item is
+        finished with `job.result` as the block exits.
 
-def _result_json(value: Any) -> str | None:
-    """A handler's result as the JSON text `work_finish` stores (None stays SQL NULL).
+        It is the job's fenced transaction (`job.transaction()`): it begins with
+        `work_assert(id, owner, epoch)`, which raises `LeaseLost` (55000) instead of entering
+        when the token is stale (the item was claimed again, or cancelled, while this worker
+        stalled), and otherwise takes the item's row lock until the block's `COMMIT`. A claim
+        of the item waits for that lock, so a worker stalled past its lease (a GC pause, a
+        SIGSTOP, a laptop lid) and then resumed either holds the lock (and nobody else runs
+        the side effect meanwhile) or is refused at the door. Give the external API
+        `job.fencing_token` as the idempotency key as well: a side effect done inside whose
+        `COMMIT` is lost with the connection leaves the item to run again (the runner
+        resolves a lost `COMMIT` when it can, see `transaction()`).
 
-    Raises `ValueError` ("result is not JSON: ...") for a value `json.dumps` cannot write (an
+        Keep the block short: the row lock also holds off the heartbeat's renews (they are
+        stopped for it). Yields the job's connection (the block may record the side effect
+        in the same transaction). Errors: as `transaction()`.
+        """
+        async with self.transaction() as conn:
+            yield conn
+
+
+def _json_text(value: Any, what: str, *, null: bool = False) -> str | None:
+    """`value` as the JSON text a jsonb argument takes (None: SQL NULL, unless `null`, when it
+    is the JSON `null`).
+
+    Raises `ValueError` ("<what> is not JSON: ...") for a value `json.dumps` cannot write (an
     object, a set, a circular or too deeply nested structure), for NaN and infinities (not
-    JSON), and for a string holding U+0000 (which PostgreSQL's jsonb cannot store); the runner
-    then fails the item with that text, as if the handler had raised it."""
-    if value is None:
+    JSON), and for a string holding U+0000 (which PostgreSQL's jsonb cannot store)."""
+    if value is None and not null:
         return None
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as error:
-        raise ValueError(f"result is not JSON: {error}") from error
+        raise ValueError(f"{what} is not JSON: {error}") from error
     if _JSON_NUL.search(text):
-        raise ValueError("result is not JSON: PostgreSQL's jsonb cannot store the character U+0000")
+        raise ValueError(f"{what} is not JSON: PostgreSQL's jsonb cannot store the character U+0000")
     return text
+
+
+def _result_json(value: Any) -> str | None:
+    """A handler's result as the JSON text `work_finish` stores (None stays SQL NULL).
+
+    Raises `ValueError` ("result is not JSON: ...") for a value that is not JSON (see
+    `_json_text`); the runner then fails the item with that text, as if the handler had raised
+    it."""
+    return _json_text(value, "result")
+
+
+def _failure_text(error: BaseException) -> str:
+    """The text `work_fail` stores for a handler's error: its type and message on the first
+    line, as Python prints them (`KeyError: 'invoice'`, `myapp.errors.Declined: card expired`),
+    then `Traceback (most recent call last):` and its frames, newest last, then one line
+    `caused by: <type>: <message>` per exception it was raised from (`__cause__`, or the one it
+    was raised while handling), at most `_CAUSES_NAMED` (3). At most `_ERROR_TEXT_MAX` (2048)
+    bytes of UTF-8 in all, the server's bound: the first line is cut at a character boundary to
+    `_ERROR_HEAD_MAX` (1024) bytes, ended with `...`, a cause line to `_CAUSE_MAX` (256); frames
+    that do not fit are cut from the top (the oldest, the runner's own), which the title line
+    then says (`Traceback (most recent call last, 3 earlier frames cut):`), so the frames
+    nearest the error are kept. An error without a traceback has no frames."""
+    head = _cut_utf8(_error_line(error), _ERROR_HEAD_MAX)
+    causes: list[str] = []
+    seen = error
+    for _ in range(_CAUSES_NAMED):
+        cause = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+        if cause is None:
+            break
+        line = _error_line(cause).partition("\n")[0]
+        causes.append(_cut_utf8(f"caused by: {line}", _CAUSE_MAX))
+        seen = cause
+    tail = "".join(f"\n{line}" for line in causes)
+    frames = traceback.format_tb(error.__traceback__)
+    # The room for the title and the frames, after the head, its newline, and the causes.
+    room = _ERROR_TEXT_MAX - len(head.encode()) - 1 - len(tail.encode())
+    sizes = [len(frame.encode()) for frame in frames]
+    title = "Traceback (most recent call last):\n"
+    if frames and len(title.encode()) + sum(sizes) > room:
+        # Keep the newest frames that fit beside the longest title this can need.
+        used = len(_cut_title(len(frames)).encode())
+        kept = 0
+        while kept < len(frames) and used + sizes[-1 - kept] <= room:
+            used += sizes[-1 - kept]
+            kept += 1
+        title = _cut_title(len(frames) - kept)
+        frames = frames[len(frames) - kept :]
+    if not frames or len(title.encode()) > room:
+        return head + tail
+    return (head + "\n" + title + "".join(frames)).rstrip("\n") + tail
+
+
+def _error_line(error: BaseException) -> str:
+    """`<type>: <message>` as Python prints an exception's last line: the type qualified by its
+    module unless a builtin (or `__main__`), the type alone when the message is empty."""
+    cls = type(error)
+    name = cls.__qualname__
+    if cls.__module__ not in ("builtins", "__main__"):
+        name = f"{cls.__module__}.{name}"
+    message = str(error)
+    return f"{name}: {message}" if message else name
+
+
+def _cut_title(cut: int) -> str:
+    """The traceback's title line when its `cut` oldest frames were left out."""
+    return f"Traceback (most recent call last, {cut} earlier frames cut):\n"
+
+
+def _cut_utf8(text: str, most: int) -> str:
+    """`text` cut to at most `most` bytes of UTF-8, at a character boundary, ended with `...`
+    when cut."""
+    data = text.encode()
+    if len(data) <= most:
+        return text
+    return data[: most - 3].decode(errors="ignore") + "..."
 
 
 def _heals(error: BaseException) -> bool:
@@ -422,6 +624,7 @@ class Worker:
         self._claim_conn: psycopg.AsyncConnection[Any] | None = None
         self._tasks_aux: set[asyncio.Task[None]] = set()  # stop()'s poll cancellers
         self._heartbeat = _Heartbeat(self)
+        self._claim_sent = 0.0  # monotonic time the last claim was sent
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -549,7 +752,7 @@ class Worker:
                 continue
             backoff = _BACKOFF_FIRST
             for row in rows:
-                job = Job(self, row)
+                job = Job(self, row, self._claim_sent)
                 log.info("claim id=%d epoch=%d attempt=%d", job.id, job.epoch, job.attempt)
                 self._held[job.id] = job
                 self._buffer.append(job)
@@ -557,7 +760,9 @@ class Worker:
             self._dispatch()
 
     async def _claim(self) -> list[tuple[Any, ...]]:
-        """One long poll for `batch_size` items; none when stopped (the poll is cancelled)."""
+        """One long poll for `batch_size` items; none when stopped (the poll is cancelled).
+        Each row is (id, key, payload, epoch, attempt, lease_until, progress), read by column
+        name: progress None from a server older than 0.12.0, which has no such column."""
         conn = self._claim_conn
         assert conn is not None
         params = (
@@ -571,8 +776,12 @@ class Worker:
         try:
             if self._stopping.is_set():
                 return []
+            self._claim_sent = monotonic()
             cur = await conn.execute(_sql.CLAIM, params)
-            return await cur.fetchall()
+            rows = await cur.fetchall()
+            names = [column.name for column in cur.description or ()]
+            at = [names.index(name) if name in names else None for name in _CLAIM_COLUMNS]
+            return [tuple(None if i is None else row[i] for i in at) for row in rows]
         except pg_errors.QueryCanceled:
             if self._stopping.is_set():
                 return []  # cancelled by stop(): the claim took nothing
@@ -648,6 +857,24 @@ class Worker:
                 return conn
         return await self._connect()
 
+    async def _job_start_conn(self, job: Job) -> psycopg.AsyncConnection[Any]:
+        """A connection for a job about to start: an idle one, or a new one; a connect that
+        fails is tried again (at once, then every 0.1 s doubling to 1 s) until the lease the
+        runner was sure of when the job started ends, so that a dropped connection does not
+        leave the item to its lease."""
+        deadline = job._lease_end
+        delay = _RESEND_FIRST
+        while True:
+            try:
+                return await asyncio.wait_for(self._acquire_conn(), _RESEND_CONNECT_WAIT)
+            except (psycopg.Error, TimeoutError) as error:
+                if monotonic() >= deadline or self._cancelling:
+                    raise
+                log.warning("connect error=%s (id=%d: trying again)", _error_text(error), job.id)
+            if delay:
+                await asyncio.sleep(delay)
+            delay = min(max(delay * 2, _RESEND_NEXT), _RESEND_MAX)
+
     async def _release_conn(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Give a handler connection back (closed instead when broken or left in a transaction)."""
         idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -659,10 +886,10 @@ class Worker:
     async def _run_job(self, job: Job) -> None:
         """Run one job's handler and settle its item (clients/README.md, runner step 4)."""
         try:
-            conn = await self._acquire_conn()
-        except psycopg.Error as error:
+            conn = await self._job_start_conn(job)
+        except (psycopg.Error, TimeoutError) as error:
             # The item stays claimed; its lease lapses and another claim takes it.
-            log.error("connect error=%s (abandoning id=%d)", error, job.id)
+            log.error("connect error=%s (abandoning id=%d)", _error_text(error), job.id)
             self._forget(job)
             return
         job._conn = conn
@@ -702,8 +929,11 @@ class Worker:
                 value, outcome = None, asyncio.CancelledError()
             except Exception as error:
                 value, outcome = None, error
-            await self._settle(job, conn, value, outcome)
+            await self._settle(job, job._conn or conn, value, outcome)
         finally:
+            # The job's connection may have been replaced (a broken one, by job.progress(),
+            # job.transaction() or a settle sent again); the replaced one is closed.
+            current = job._conn if job._conn is not None else conn
             job._task = None
             job._conn = None
             self._forget(job)
@@ -712,8 +942,10 @@ class Worker:
                 # cancel request reach the next job's statements on this connection. A
                 # connection a let-go handler may still use is cancelled and closed too (which
                 # also rolls back its fenced transaction and frees the item's row lock).
-                await _close_now(conn)
-            await self._release_conn(conn)
+                await _close_now(current)
+            await self._release_conn(current)
+            if conn is not current and not conn.closed:
+                await conn.close()
 
     def _in_thread(self, job: Job) -> asyncio.Future[Any]:
         """Run the plain-function handler in a daemon thread of its own (with the caller's
@@ -752,7 +984,8 @@ class Worker:
         value: Any,
         outcome: BaseException | None,
     ) -> None:
-        """Finish, fail, release or abandon the item after its handler ended."""
+        """Finish, fail, release or abandon the item after its handler ended. A call whose
+        reply is lost is sent again with the same token (`_send`)."""
         if job._lost or isinstance(outcome, LeaseLost):
             job._lost = True
             self._abandon(job)
@@ -778,22 +1011,23 @@ class Worker:
                 await self._fail(conn, job, outcome)
             else:
                 job._settling = True
-                ok = await _fetch_bool(conn, _sql.FINISH, (*token, result))
+                ok = await self._send(conn, job, "finish", _sql.FINISH, (*token, result))
                 job._settled = True
                 if ok:
                     log.info("finish id=%d epoch=%d ok", job.id, job.epoch)
                 else:
                     self._abandon(job)
         except (psycopg.Error, WorkfenceError) as error:
-            # The outcome is unknown (a lost connection) or the call was rejected: the item
-            # stays claimed until its lease lapses, then another claim takes it.
+            # The outcome is unknown (no answer within the lease) or the call was rejected:
+            # the item stays claimed until its lease lapses, then another claim takes it.
             log.error("settle id=%d epoch=%d error=%s", job.id, job.epoch, error)
 
     async def _fail(
         self, conn: psycopg.AsyncConnection[Any], job: Job, error: BaseException
     ) -> None:
-        """Record the handler's error with `work_fail` and the retry policy's delay."""
-        text = str(error) or type(error).__name__
+        """Record the handler's error with `work_fail` (its type, message and last frames:
+        `_failure_text`) and the retry policy's delay."""
+        text = _failure_text(error)
         delay: float | timedelta | None = None
         if self.retry is not None:
             try:
@@ -801,29 +1035,187 @@ class Worker:
             except Exception as policy_error:
                 log.error("retry policy error=%r (using the server's backoff)", policy_error)
         retry_in = _sql.interval(delay, "retry delay")
-        ok = await _fetch_bool(conn, _sql.FAIL, (job.id, self.owner, job.epoch, text, retry_in))
+        args = (job.id, self.owner, job.epoch, text, retry_in)
+        ok = await self._send(conn, job, "fail", _sql.FAIL, args)
         job._settled = True
         if ok:
-            log.info("fail id=%d epoch=%d error=%s", job.id, job.epoch, text)
+            log.info("fail id=%d epoch=%d error=%s", job.id, job.epoch, text.partition("\n")[0])
         else:
             self._abandon(job)
 
     async def _release(self, conn: psycopg.AsyncConnection[Any], job: Job) -> None:
         """Hand the item back with `work_release` (shutdown); a refusal abandons it."""
         args = (job.id, self.owner, job.epoch)
-        try:
-            ok = await _fetch_bool(conn, _sql.RELEASE, args)
-        except WorkfenceError as error:
-            if error.sqlstate != "57014":
-                raise
-            # A stop's cancel meant for the long poll landed on this statement: it changed
-            # nothing, so it is repeated.
-            ok = await _fetch_bool(conn, _sql.RELEASE, args)
+        ok = await self._send(conn, job, "release", _sql.RELEASE, args)
         job._settled = True
         if ok:
             log.info("release id=%d epoch=%d", job.id, job.epoch)
         else:
             self._abandon(job)
+
+    async def _send(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        job: Job,
+        verb: str,
+        query: str,
+        params: tuple[Any, ...],
+    ) -> bool:
+        """Send a settle (`work_finish`, `work_fail`, `work_release`) and return its answer; when
+        the answer is lost, send it again with the same token until one comes, within the lease.
+
+        A call that fails with an error retrying can fix (`_heals`: a dropped connection, a
+        terminated backend, a cancelled statement) may or may not have committed. It is sent
+        again (logged `resend <verb> id=.. epoch=.. in <s>s error=..`) on a new connection when
+        the job's is broken, at once and then after 0.1 s doubling to 1 s, while the lease the
+        runner is sure of lasts (at least once). A repeated `work_finish` of a token that
+        already finished returns true; a repeated fail or release is refused, so a refusal
+        after a lost answer is read with `_settled_by`, and counts as this token's settle when
+        it says so. Raises the last error when no answer came in time (the item is left to its
+        lease), and errors retrying cannot fix at once.
+        """
+        try:
+            if conn.closed or conn.broken:
+                conn = await self._job_conn(job)  # nothing was sent on the broken one
+            return await _fetch_bool(conn, query, params)
+        except (psycopg.Error, WorkfenceError, TimeoutError) as error:
+            if not _heals(error):
+                raise
+            last: BaseException = error
+        delay = _RESEND_FIRST
+        while True:
+            log.warning(
+                "resend %s id=%d epoch=%d in %gs error=%s",
+                verb,
+                job.id,
+                job.epoch,
+                delay,
+                _error_text(last),
+            )
+            if delay:
+                await asyncio.sleep(delay)
+            delay = min(max(delay * 2, _RESEND_NEXT), _RESEND_MAX)
+            try:
+                if conn.closed or conn.broken:
+                    conn = await self._job_conn(job)
+                if await _fetch_bool(conn, query, params):
+                    return True
+                settled = await self._settled_by(conn, job)
+                if settled is None:
+                    job._refusal_logged = True  # not known to be lost: no "refused" line
+                    log.warning(
+                        "settle id=%d epoch=%d refused after a lost reply; unknown whether the "
+                        "first %s settled it (no read grant)",
+                        job.id,
+                        job.epoch,
+                        verb,
+                    )
+                return bool(settled)
+            except (psycopg.Error, WorkfenceError, TimeoutError) as error:
+                if not _heals(error):
+                    raise
+                last = error
+            if monotonic() + delay >= job._lease_end:
+                raise last
+
+    async def _job_conn(self, job: Job) -> psycopg.AsyncConnection[Any]:
+        """A new connection for `job` in place of its broken one (closed), bounded by
+        `_RESEND_CONNECT_WAIT`; it becomes the job's connection (released after the job)."""
+        conn = await asyncio.wait_for(self._connect(), _RESEND_CONNECT_WAIT)
+        old, job._conn = job._conn, conn
+        if old is not None and old is not conn:
+            await old.close()
+        return conn
+
+    async def _settled_by(self, conn: psycopg.AsyncConnection[Any], job: Job) -> bool | None:
+        """After a settle was refused, its earlier sending having lost its answer: whether that
+        earlier one settled the item with this token. `work_lease_status` says `finished` (done
+        or failed under it): yes. `superseded` (the item left this epoch): yes while the lease
+        the runner is sure of still held, since no other claim could take the item before it
+        ended (a cancel says `cancelled`), even if the settle sent it round again
+        (`on_conflict`) and it was claimed at once; after that, yes when `work_item` shows the
+        item still under this epoch and owner (handed back by it, not claimed anew), None when
+        the item cannot be read (no `read` grant where queue grants are enforced). Any other
+        status: no (the lease was lost)."""
+        cur = await conn.execute(_sql.LEASE_STATUS, (job.id, self.owner, job.epoch))
+        row = await cur.fetchone()
+        status = None if row is None else row[0]
+        if status == "finished":
+            return True
+        if status != "superseded":
+            return False
+        if monotonic() < job._lease_end:
+            return True
+        try:
+            cur = await conn.execute(_sql.ITEM_BY_ID, (job.id,))
+            item = await cur.fetchone()
+        except pg_errors.InsufficientPrivilege:
+            return None
+        if item is None:
+            return None  # hidden (no read grant) or purged
+        names = [column.name for column in cur.description or ()]
+        by_name = dict(zip(names, item, strict=True))
+        return bool(by_name.get("epoch") == job.epoch and by_name.get("owner") == self.owner)
+
+    async def _committed(self, job: Job, error: BaseException) -> bool:
+        """Whether the fenced transaction of `job`, whose `COMMIT` lost its answer with `error`,
+        committed: asked on a new connection (the job's, in place of the broken one) with a
+        renew, which waits for the row lock a transaction still ending holds and then answers
+        true while the token is current, so the transaction rolled back: false. A refused renew
+        is read with `_settled_by`: this token's settle: it committed (logged `commit id=..
+        epoch=.. error=..; it had committed`): true. Tried again as `_send` does while the lease
+        lasts. Raises `LeaseLost` when the token was lost otherwise, and `error` when no answer
+        came within the lease (logged `commit id=.. epoch=.. outcome unknown error=..`)."""
+        args = (job.id, self.owner, job.epoch, timedelta(seconds=self.lease))
+        last = error
+        delay = _RESEND_FIRST
+        while True:
+            if delay:
+                await asyncio.sleep(delay)
+            delay = min(max(delay * 2, _RESEND_NEXT), _RESEND_MAX)
+            try:
+                conn = job._conn
+                if conn is None or conn.closed or conn.broken:
+                    conn = await self._job_conn(job)
+                if await _fetch_bool(conn, _sql.RENEW, args):
+                    return False
+                settled = await self._settled_by(conn, job)
+            except (psycopg.Error, WorkfenceError, TimeoutError) as retry_error:
+                if not _heals(retry_error):
+                    raise
+                last = retry_error
+                if monotonic() + delay >= job._lease_end:
+                    log.warning(
+                        "commit id=%d epoch=%d outcome unknown error=%s",
+                        job.id,
+                        job.epoch,
+                        _error_text(last),
+                    )
+                    raise error from last
+                continue
+            if settled is None:
+                log.warning(
+                    "commit id=%d epoch=%d outcome unknown error=%s",
+                    job.id,
+                    job.epoch,
+                    _error_text(error),
+                )
+                raise error
+            if settled:
+                log.warning(
+                    "commit id=%d epoch=%d error=%s; it had committed",
+                    job.id,
+                    job.epoch,
+                    _error_text(error),
+                )
+                return True
+            job._lost = True
+            raise LeaseLost(
+                "lease lost",
+                sqlstate="55000",
+                detail="the COMMIT lost its answer and did not commit; the token is no longer "
+                "current",
+            ) from error
 
     def _abandon(self, job: Job) -> None:
         """Log the refusal once; nothing is sent for the item (its token is dead)."""
@@ -922,6 +1314,11 @@ class Worker:
             await asyncio.wait_for(self._release(conn, job), _EXIT_CALL_WAIT)
         except (psycopg.Error, WorkfenceError, TimeoutError) as error:
             log.error("release id=%d epoch=%d error=%s", job.id, job.epoch, _error_text(error))
+        finally:
+            # A connection a release sent again opened for the job (the job runs no more).
+            extra, job._conn = job._conn, None
+            if extra is not None and extra is not self._claim_conn:
+                await extra.close()
 
 
 def _ignore_late(job: Job) -> Callable[[asyncio.Future[Any]], None]:
@@ -1050,6 +1447,7 @@ class _Heartbeat:
         """Renew one item; a refusal loses it, an error is logged (the next round retries)."""
         conn = self.conn
         args = (job.id, self.worker.owner, job.epoch, timedelta(seconds=self.worker.lease))
+        sent = monotonic()
         try:
             if conn is None or conn.closed or conn.broken:
                 raise psycopg.OperationalError("the heartbeat connection is closed")
@@ -1059,6 +1457,7 @@ class _Heartbeat:
             await self._reconnect()
             return
         if ok:
+            job._lease_end = sent + self.worker.lease
             log.debug("renew id=%d ok", job.id)
             return
         log.warning("renew id=%d refused", job.id)
