@@ -328,7 +328,8 @@ def test_an_error_text_bounds_a_long_message_and_names_the_module() -> None:
 def test_an_error_text_names_its_causes() -> None:
     try:
         try:
-            {}["invoice"]
+            invoices: dict[str, int] = {}
+            invoices["invoice"]
         except KeyError as inner:
             raise RuntimeError("cannot bill") from inner
     except RuntimeError as error:

@@ -390,7 +390,9 @@ def _json_text(value: Any, what: str, *, null: bool = False) -> str | None:
     except (TypeError, ValueError, RecursionError) as error:
         raise ValueError(f"{what} is not JSON: {error}") from error
     if _JSON_NUL.search(text):
-        raise ValueError(f"{what} is not JSON: PostgreSQL's jsonb cannot store the character U+0000")
+        raise ValueError(
+            f"{what} is not JSON: PostgreSQL's jsonb cannot store the character U+0000"
+        )
     return text
 
 
