@@ -1068,7 +1068,7 @@ class Worker:
 
         A call that fails with an error retrying can fix (`_heals`: a dropped connection, a
         terminated backend, a cancelled statement) may or may not have committed. It is sent
-        again (logged `resend <verb> id=.. epoch=.. in <s>s error=..`) on a new connection when
+        again (logged `resend <verb> id=.. epoch=.. error=..`) on a new connection when
         the job's is broken, at once and then after 0.1 s doubling to 1 s, while the lease the
         runner is sure of lasts (at least once). A repeated `work_finish` of a token that
         already finished returns true; a repeated fail or release is refused, so a refusal
@@ -1087,12 +1087,7 @@ class Worker:
         delay = _RESEND_FIRST
         while True:
             log.warning(
-                "resend %s id=%d epoch=%d in %gs error=%s",
-                verb,
-                job.id,
-                job.epoch,
-                delay,
-                _error_text(last),
+                "resend %s id=%d epoch=%d error=%s", verb, job.id, job.epoch, _error_text(last)
             )
             if delay:
                 await asyncio.sleep(delay)
@@ -1106,8 +1101,8 @@ class Worker:
                 if settled is None:
                     job._refusal_logged = True  # not known to be lost: no "refused" line
                     log.warning(
-                        "settle id=%d epoch=%d refused after a lost reply; unknown whether the "
-                        "first %s settled it (no read grant)",
+                        "settle id=%d epoch=%d outcome unknown (%s refused after a lost reply; "
+                        "no read grant to tell)",
                         job.id,
                         job.epoch,
                         verb,
@@ -1129,7 +1124,9 @@ class Worker:
             await old.close()
         return conn
 
-    async def _settled_by(self, conn: psycopg.AsyncConnection[Any], job: Job) -> bool | None:
+    async def _settled_by(
+        self, conn: psycopg.AsyncConnection[Any], job: Job, status: str | None = None
+    ) -> bool | None:
         """After a settle was refused, its earlier sending having lost its answer: whether that
         earlier one settled the item with this token. `work_lease_status` says `finished` (done
         or failed under it): yes. `superseded` (the item left this epoch): yes while the lease
@@ -1138,10 +1135,10 @@ class Worker:
         (`on_conflict`) and it was claimed at once; after that, yes when `work_item` shows the
         item still under this epoch and owner (handed back by it, not claimed anew), None when
         the item cannot be read (no `read` grant where queue grants are enforced). Any other
-        status: no (the lease was lost)."""
-        cur = await conn.execute(_sql.LEASE_STATUS, (job.id, self.owner, job.epoch))
-        row = await cur.fetchone()
-        status = None if row is None else row[0]
+        status: no (the lease was lost, or, `current`, nothing settled it). `status`: the
+        token's status when already read."""
+        if status is None:
+            status = await self._token_status(conn, job)
         if status == "finished":
             return True
         if status != "superseded":
@@ -1159,15 +1156,25 @@ class Worker:
         by_name = dict(zip(names, item, strict=True))
         return bool(by_name.get("epoch") == job.epoch and by_name.get("owner") == self.owner)
 
+    async def _token_status(self, conn: psycopg.AsyncConnection[Any], job: Job) -> str | None:
+        """`work_lease_status` of the job's token."""
+        cur = await conn.execute(_sql.LEASE_STATUS, (job.id, self.owner, job.epoch))
+        row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
     async def _committed(self, job: Job, error: BaseException) -> bool:
         """Whether the fenced transaction of `job`, whose `COMMIT` lost its answer with `error`,
         committed: asked on a new connection (the job's, in place of the broken one) with a
-        renew, which waits for the row lock a transaction still ending holds and then answers
-        true while the token is current, so the transaction rolled back: false. A refused renew
-        is read with `_settled_by`: this token's settle: it committed (logged `commit id=..
-        epoch=.. error=..; it had committed`): true. Tried again as `_send` does while the lease
-        lasts. Raises `LeaseLost` when the token was lost otherwise, and `error` when no answer
-        came within the lease (logged `commit id=.. epoch=.. outcome unknown error=..`)."""
+        renew, which waits for the row lock a transaction still ending holds (a network cut
+        leaves it running on the old backend) and then answers true while the token is current,
+        so the transaction rolled back: false (the lease is then longer). A job that stopped
+        renewing is asked with `work_lease_status` instead (`current`: false). A refused renew
+        is read with `_settled_by`: this token's settle: it committed: true. Logged `resend
+        commit id=.. epoch=.. error=..`, tried again as `_send` does while the lease lasts.
+        Raises `LeaseLost` when the token was lost otherwise, and `error` when no answer came
+        within the lease or the outcome cannot be told (logged `commit id=.. epoch=.. outcome
+        unknown error=..`)."""
+        log.warning("resend commit id=%d epoch=%d error=%s", job.id, job.epoch, _error_text(error))
         args = (job.id, self.owner, job.epoch, timedelta(seconds=self.lease))
         last = error
         delay = _RESEND_FIRST
@@ -1179,9 +1186,17 @@ class Worker:
                 conn = job._conn
                 if conn is None or conn.closed or conn.broken:
                     conn = await self._job_conn(job)
-                if await _fetch_bool(conn, _sql.RENEW, args):
-                    return False
-                settled = await self._settled_by(conn, job)
+                status = None
+                if job._renewing:
+                    sent = monotonic()
+                    if await _fetch_bool(conn, _sql.RENEW, args):
+                        job._lease_end = max(job._lease_end, sent + self.lease)
+                        return False
+                else:
+                    status = await self._token_status(conn, job)
+                    if status == "current":
+                        return False
+                settled = await self._settled_by(conn, job, status)
             except (psycopg.Error, WorkfenceError, TimeoutError) as retry_error:
                 if not _heals(retry_error):
                     raise
@@ -1204,12 +1219,6 @@ class Worker:
                 )
                 raise error
             if settled:
-                log.warning(
-                    "commit id=%d epoch=%d error=%s; it had committed",
-                    job.id,
-                    job.epoch,
-                    _error_text(error),
-                )
                 return True
             job._lost = True
             raise LeaseLost(
