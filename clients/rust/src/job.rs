@@ -12,12 +12,15 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::error::{Error, Result, ServerError};
 use crate::registry::{Fate, Registry};
+use crate::settle::{commit_outcome, Committed};
 
 /// Raises 55000 unless the token is current; holds the item's row lock to the end of the
 /// transaction, so that nobody can claim the item before the commit.
 pub(crate) const ASSERT_SQL: &str = "SELECT workfence.work_assert($1, $2, $3)";
 /// Marks the item done with its result.
 pub(crate) const FINISH_SQL: &str = "SELECT workfence.work_finish($1, $2, $3, $4)";
+/// Stores the job's progress under its token (from 0.12.0); false for a token not current.
+const PROGRESS_SQL: &str = "SELECT workfence.work_progress($1, $2, $3, $4)";
 
 /// What every job of one worker shares: the held tokens, the pool, the owner name.
 pub(crate) struct Shared {
@@ -27,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) pool: deadpool_postgres::Pool,
     /// The owner name of every claim.
     pub(crate) owner: String,
+    /// The lease every claim and renew asks for.
+    pub(crate) lease: std::time::Duration,
 }
 
 /// One claimed item, handed to the handler. The public fields are the claim's row of
@@ -50,6 +55,8 @@ pub struct Job {
     /// and have that system refuse older epochs (docs/writing-workers.md, *Fencing writes to
     /// other systems with the epoch*).
     pub epoch: i64,
+    /// The claim row's `progress` (from 0.12.0): the last checkpoint an earlier attempt stored.
+    progress: Option<Value>,
     /// Cancelled on lease loss or at the end of the shutdown grace.
     cancel: CancellationToken,
     /// The worker's shared state.
@@ -64,28 +71,100 @@ impl fmt::Debug for Job {
             .field("payload", &self.payload)
             .field("attempt", &self.attempt)
             .field("epoch", &self.epoch)
+            .field("checkpoint", &self.progress)
             .field("owner", &self.shared.owner)
             .finish()
     }
 }
 
 impl Job {
-    /// Made by the runner for each claimed row.
+    /// Made by the runner for each claimed row. The row's `progress` column (its last, from
+    /// 0.12.0) is read by name when the row has it: a server without it gives `None`.
     pub(crate) fn new(
         row: &Row,
         cancel: CancellationToken,
         shared: Arc<Shared>,
     ) -> std::result::Result<Self, tokio_postgres::Error> {
         let Json(payload) = row.try_get::<_, Json<Value>>("payload")?;
+        let progress = if row.columns().iter().any(|c| c.name() == "progress") {
+            row.try_get::<_, Option<Json<Value>>>("progress")?
+                .map(|Json(v)| v)
+        } else {
+            None
+        };
         Ok(Job {
             id: row.try_get("id")?,
             key: row.try_get("key")?,
             payload,
             attempt: row.try_get("attempt")?,
             epoch: row.try_get("epoch")?,
+            progress,
             cancel,
             shared,
         })
+    }
+
+    /// The job's **fencing token** as one stable string, `"<id>:<epoch>"` (e.g. `"7:42"`): pass
+    /// it as the idempotency key of a call to an external API (a payment, an email provider), so
+    /// that the API drops a repeat of the same attempt's call (a retry after a lost reply, or a
+    /// call made again after the guard's commit failed: see [`Job::guard`]). Every claim of the
+    /// item hands out a new epoch, so each attempt has its own token; a system that must refuse a
+    /// stale attempt (not only a repeat) compares epochs instead (docs/writing-workers.md,
+    /// *Fencing writes to other systems with the epoch*).
+    pub fn fencing_token(&self) -> String {
+        format!("{}:{}", self.id, self.epoch)
+    }
+
+    /// The last checkpoint an earlier attempt stored with [`Job::progress`] (the claim row's
+    /// `progress`, from 0.12.0), to resume from; `None` on a first attempt, after a rerun by
+    /// [`crate::OnConflict`], when no attempt stored one, or against a server older than 0.12.0.
+    /// Only progress stored under a lease that was current at the time counts (a stale copy's
+    /// write is refused). It is the value at the claim: this attempt's own [`Job::progress`]
+    /// calls do not change it.
+    pub fn checkpoint(&self) -> Option<&Value> {
+        self.progress.as_ref()
+    }
+
+    /// Stores `progress` as the item's checkpoint (`work_progress(id, owner, epoch, progress)`,
+    /// from 0.12.0), on a connection of the runner's pool, committed at once: `work_item`,
+    /// `work_items` and the dashboard show it, and the next claim of the item hands it to that
+    /// attempt's [`Job::checkpoint`], so that a retried job resumes from it. At most 64 KiB of
+    /// JSON text (else [`Error::InvalidArgument`], 22023).
+    ///
+    /// Fenced like a renew: `Ok(true)` when stored under the job's current token; **`Ok(false)`
+    /// when the lease is lost** (the item was claimed anew, cancelled or finished): nothing was
+    /// stored, and the runner treats it as a refused renew (logged `progress id=.. refused`,
+    /// warn): the job is cancelled and its item abandoned. No write is made for a job already
+    /// known lost.
+    ///
+    /// While the job's fenced transaction ([`Job::transaction`], [`Job::guard`]) is open, call
+    /// [`FencedTransaction::progress`] instead: this call would wait for that transaction's row
+    /// lock, so it is refused with [`Error::Config`]. Other errors: [`Error::Connection`] /
+    /// [`Error::Pool`] (nothing known to be stored; the job goes on), 42883 in
+    /// [`Error::Database`] against a server older than 0.12.0.
+    pub async fn progress(&self, progress: &Value) -> Result<bool> {
+        let (id, epoch) = (self.id, self.epoch);
+        let registry = &self.shared.registry;
+        if registry.fate(id, epoch) != Some(Fate::Held) {
+            return Ok(false);
+        }
+        if registry.is_quiet(id, epoch) {
+            return Err(Error::config(
+                "progress",
+                "the job's fenced transaction is open: call FencedTransaction::progress",
+            ));
+        }
+        let conn = self.shared.pool.get().await?;
+        let stmt = conn.prepare_cached(PROGRESS_SQL).await?;
+        let stored: bool = conn
+            .query_one(&stmt, &[&id, &self.shared.owner, &epoch, &Json(progress)])
+            .await?
+            .try_get(0)?;
+        if !stored {
+            tracing::warn!(target: "workfence", "progress id={id} refused");
+            registry.lose(id, epoch, true);
+        }
+        Ok(stored)
     }
 
     /// The owner name the item was claimed under (the worker's `owner` setting).
@@ -165,11 +244,50 @@ impl Job {
         }
         Ok(tx)
     }
+
+    /// Checks and holds the job's lease around a **side effect outside the database** (an email,
+    /// a call to another API): the job's fenced transaction ([`Job::transaction`]) under the name
+    /// of what it is for here. Make the effect while the returned guard is open, then end it with
+    /// [`FencedTransaction::finish`] (the item done, with whatever the guard's own writes) or
+    /// [`FencedTransaction::commit`] (the job goes on):
+    ///
+    /// ```no_run
+    /// # async fn send_email(_to: &str, _idempotency_key: &str) {}
+    /// # async fn handler(job: workfence::Job) -> workfence::HandlerResult {
+    /// let guard = job.guard().await?;          // Error::LeaseLost if this copy is stale
+    /// send_email(job.payload["to"].as_str().unwrap_or(""), &job.fencing_token()).await;
+    /// guard.finish(Some(serde_json::json!({"sent": true}))).await?;
+    /// Ok(None)
+    /// # }
+    /// ```
+    ///
+    /// Why it works: `work_assert` refuses a token that is not current and holds the item's row
+    /// lock until the guard ends, and a claim skips a locked item, so **no other worker can claim
+    /// the item while the guard is held**, even past the lease. A copy of this job that lost its
+    /// lease without knowing it yet — a process stopped past its lease (SIGSTOP, a long GC pause)
+    /// and resumed, whose timer fires before its heartbeat notices — is refused here with
+    /// [`Error::LeaseLost`] (55000) before it makes the effect; a guard taken first holds the new
+    /// claim off until it ends. Checking the lease without holding it (a renew, then the effect)
+    /// does not do this: the item can be claimed anew between the check and the effect.
+    ///
+    /// What it does not do: make the effect happen exactly once. If this process dies, or its
+    /// connection is lost, after the effect and before the guard's commit, the item is claimed
+    /// again and the effect made again: pass [`Job::fencing_token`] as the external system's
+    /// idempotency key so that it drops the repeat. Keep the effect short: the guard holds a
+    /// pool connection, a transaction and the row lock (the heartbeat does not renew the item
+    /// meanwhile; a lease that lapses under the guard is not claimed anew, and the finish still
+    /// counts).
+    ///
+    /// Errors: as [`Job::transaction`].
+    pub async fn guard(&self) -> Result<FencedTransaction> {
+        self.transaction().await
+    }
 }
 
 /// The job's fenced transaction: a transaction on a connection of the runner's pool that began
 /// with `work_assert` and ends with [`finish`](FencedTransaction::finish) (`work_finish`, then
-/// `COMMIT`) or a rollback. Run the job's own writes through its query methods (or
+/// `COMMIT`), [`commit`](FencedTransaction::commit) (the job goes on) or a rollback. Also what
+/// [`Job::guard`] returns, to hold the lease around a side effect outside the database. Run the job's own writes through its query methods (or
 /// [`client`](FencedTransaction::client)); they commit only while the lease is held.
 ///
 /// Dropped without `finish` or `rollback` (an error returned with `?`, the handler cancelled),
@@ -262,8 +380,16 @@ impl FencedTransaction {
     /// Errors: [`Error::LeaseLost`] (55000) when `work_finish` returns false (only possible
     /// through a PL/Proxy router, where `work_assert` holds no lock) or the `COMMIT` raises
     /// 55000 (a savepoint rolled back and the item was claimed anew): nothing was committed, and
-    /// the runner abandons the item. Any other error: the outcome of the `COMMIT` may be
-    /// unknown (a lost connection): ask `work_lease_status` (docs/writing-workers.md).
+    /// the runner abandons the item.
+    ///
+    /// A `COMMIT` whose reply is lost (its connection broke) is resolved before this returns,
+    /// on a new connection within the lease: a renew, which waits for a transaction still ending,
+    /// then `work_lease_status`. Committed: logged `commit id=.. epoch=.. error=..; it had
+    /// committed` (warn), and `Ok(())`. Not committed (the transaction rolled back with its
+    /// connection; the token is still current, its lease renewed): the connection error (return
+    /// it: the item is failed with it and retried). The lease lost: [`Error::LeaseLost`]. No
+    /// answer within the lease: logged `commit id=.. epoch=.. outcome unknown error=..`, and the
+    /// connection error. Any other error: the `COMMIT` failed and nothing was committed.
     pub async fn finish(mut self, result: Option<Value>) -> Result<()> {
         let (id, epoch) = (self.id, self.epoch);
         let registry = Arc::clone(&self.shared.registry);
@@ -287,6 +413,34 @@ impl FencedTransaction {
         let conn = self.conn.take().expect("checked open above");
         if let Err(e) = conn.batch_execute("COMMIT").await {
             let e = Error::from(e);
+            if e.needs_new_connection() {
+                // The reply is lost: ask the server on a new connection what became of it.
+                drop(deadpool_postgres::Object::take(conn));
+                let lease = self.shared.lease;
+                match commit_outcome(&self.shared, id, epoch, lease).await {
+                    Committed::Yes => {
+                        tracing::warn!(
+                            target: "workfence",
+                            "commit id={id} epoch={epoch} error={e}; it had committed"
+                        );
+                        registry.settle(id, epoch);
+                        tracing::info!(target: "workfence", "finish id={id} epoch={epoch} ok");
+                        return Ok(());
+                    }
+                    Committed::LeaseLost => {
+                        registry.lose(id, epoch, false);
+                        registry.set_quiet(id, epoch, false);
+                        return Err(Error::LeaseLost(
+                            ServerError::lease_lost(format!(
+                                "the COMMIT of item {id} epoch {epoch} lost its connection, and \
+                                 the token is no longer current: nothing was committed"
+                            )),
+                            None,
+                        ));
+                    }
+                    Committed::No | Committed::Unknown => {}
+                }
+            }
             if e.is_lease_lost() {
                 registry.lose(id, epoch, false);
             }
@@ -295,6 +449,55 @@ impl FencedTransaction {
         }
         registry.settle(id, epoch);
         tracing::info!(target: "workfence", "finish id={id} epoch={epoch} ok");
+        Ok(())
+    }
+
+    /// Stores `progress` as the item's checkpoint (`work_progress`, from 0.12.0) in the
+    /// transaction: it commits with the transaction's writes, or not at all, so a retried job
+    /// resumes from a checkpoint that matches what was committed. `Ok(true)` when stored (under
+    /// `work_assert`'s lock the token is current); `Ok(false)` only through a PL/Proxy router,
+    /// where `work_assert` holds no lock (the job's lease is then lost: commit nothing). As
+    /// [`Job::progress`] otherwise.
+    pub async fn progress(&self, progress: &Value) -> Result<bool> {
+        let conn = self.conn()?;
+        let stmt = conn.prepare_cached(PROGRESS_SQL).await?;
+        let stored: bool = conn
+            .query_one(
+                &stmt,
+                &[&self.id, &self.shared.owner, &self.epoch, &Json(progress)],
+            )
+            .await?
+            .try_get(0)?;
+        if !stored {
+            tracing::warn!(target: "workfence", "progress id={} refused", self.id);
+            self.shared.registry.lose(self.id, self.epoch, false);
+        }
+        Ok(stored)
+    }
+
+    /// Commits the transaction's writes **without finishing the item**: the job goes on (its
+    /// lease is renewed again) and may begin another fenced transaction; the runner settles the
+    /// item when the handler returns. The end of a [`Job::guard`] whose job has more to do.
+    ///
+    /// Errors: [`Error::LeaseLost`] when the `COMMIT` raises 55000 (a savepoint rolled back and
+    /// the item was claimed anew meanwhile): nothing was committed, and the runner abandons the
+    /// item. Any other error: the outcome of the `COMMIT` may be unknown (a lost connection).
+    pub async fn commit(mut self) -> Result<()> {
+        let (id, epoch) = (self.id, self.epoch);
+        let conn = self
+            .conn
+            .take()
+            .ok_or_else(|| Error::config("transaction", "the fenced transaction has ended"))?;
+        let committed = conn.batch_execute("COMMIT").await;
+        let registry = &self.shared.registry;
+        registry.set_quiet(id, epoch, false);
+        if let Err(e) = committed {
+            let e = Error::from(e);
+            if e.is_lease_lost() {
+                registry.lose(id, epoch, false);
+            }
+            return Err(e);
+        }
         Ok(())
     }
 

@@ -21,24 +21,24 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Row};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::job::{Job, Shared, FINISH_SQL};
+use crate::failure::{error_text, first_line, Panicked};
+use crate::job::{Job, Shared};
 use crate::registry::{Fate, Registry};
+use crate::settle::{settle, Settle, Settled};
 
 /// The long poll: up to `$4` items under a lease of `$3` seconds, waiting up to `$5` seconds.
+/// Every column of the claim row (from 0.12.0 the last one is `progress`, read by name when
+/// present, so that an older server works too), and what is left of the lease (less than the
+/// lease when `max_run` cuts it short).
 const CLAIM_SQL: &str = r#"
-SELECT id, key, payload, epoch, attempt
-  FROM workfence.work_claim($1, $2, make_interval(secs => $3), $4, make_interval(secs => $5))
+SELECT c.*, extract(epoch FROM c.lease_until - clock_timestamp())::float8 AS lease_left
+  FROM workfence.work_claim($1, $2, make_interval(secs => $3), $4, make_interval(secs => $5)) AS c
 "#;
 /// Renews every held token in one statement (one round trip per heartbeat).
 const RENEW_SQL: &str = r#"
 SELECT t.id, t.epoch, workfence.work_renew(t.id, $1, t.epoch, make_interval(secs => $4)) AS renewed
   FROM unnest($2::bigint[], $3::bigint[]) AS t(id, epoch)
 "#;
-/// Records a job's error; `$5` NULL (no retry policy) leaves `retry_in` NULL: the server's backoff.
-const FAIL_SQL: &str =
-    "SELECT workfence.work_fail($1, $2, $3, $4, retry_in => make_interval(secs => $5))";
-/// Hands an item back unfinished (shutdown).
-const RELEASE_SQL: &str = "SELECT workfence.work_release($1, $2, $3)";
 /// The channel on which a claim that supersedes a lapsed lease names the old token.
 const LEASE_LOST_CHANNEL: &str = "work_lease_lost";
 
@@ -78,7 +78,9 @@ impl Backoff {
     }
 }
 
-/// The error a handler returns; its `Display` text is what `work_fail` records.
+/// The error a handler returns. `work_fail` records its type (when one is known) and its
+/// `Display`, then the type and `Display` of each error of its `source()` chain, one `caused by:`
+/// line each, within the 2048 bytes the server keeps.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a handler returns: `Ok(value)` finishes the item with `value` as its result (`None`:
@@ -480,6 +482,7 @@ impl Runner {
             registry,
             pool,
             owner: settings.owner.clone(),
+            lease: settings.lease,
         });
         let heartbeat_stop = CancellationToken::new();
         let heartbeat = tokio::spawn(heartbeat(
@@ -500,31 +503,37 @@ impl Runner {
     }
 
     /// Starts one long-poll claim on `client` as a task of its own.
-    fn claim(
-        &self,
-        client: Arc<Client>,
-        n: i32,
-    ) -> JoinHandle<std::result::Result<Vec<Row>, tokio_postgres::Error>> {
+    fn claim(&self, client: Arc<Client>, n: i32) -> JoinHandle<Claimed> {
         let settings = Arc::clone(&self.settings);
         tokio::spawn(async move {
             let lease = settings.lease.as_secs_f64();
             let wait = settings.poll_wait.as_secs_f64();
-            client
+            let sent = Instant::now();
+            let rows = client
                 .query(
                     CLAIM_SQL,
                     &[&settings.queue, &settings.owner, &lease, &n, &wait],
                 )
-                .await
+                .await;
+            (sent, rows)
         })
     }
 
-    /// Registers and logs the claimed `rows`, appending them to `buffer`.
-    fn take(&self, rows: Vec<Row>, buffer: &mut VecDeque<Buffered>) -> Result<()> {
+    /// Registers and logs the `rows` claimed by a statement sent at `sent`, appending them to
+    /// `buffer`.
+    fn take(&self, sent: Instant, rows: Vec<Row>, buffer: &mut VecDeque<Buffered>) -> Result<()> {
         for row in rows {
             let id: i64 = row.try_get("id")?;
             let epoch: i64 = row.try_get("epoch")?;
             let attempt: i32 = row.try_get("attempt")?;
-            let cancel = self.shared.registry.add(id, epoch);
+            let left: Option<f64> = row.try_get("lease_left")?;
+            let left = left
+                .filter(|s| s.is_finite())
+                .map(|s| Duration::from_secs_f64(s.max(0.0)));
+            let cancel = self
+                .shared
+                .registry
+                .add(id, epoch, sent, self.settings.lease, left);
             tracing::info!(target: "workfence", "claim id={id} epoch={epoch} attempt={attempt}");
             buffer.push_back(Buffered {
                 row,
@@ -630,14 +639,14 @@ impl Runner {
                 rows = async { claiming.as_mut().expect("guarded").await }, if claiming.is_some() => {
                     claiming = None;
                     match rows {
-                        Ok(Ok(rows)) => {
+                        Ok((sent, Ok(rows))) => {
                             backoff.reset();
-                            if let Err(e) = self.take(rows, &mut buffer) {
+                            if let Err(e) = self.take(sent, rows, &mut buffer) {
                                 failure = Some(e);
                                 break;
                             }
                         }
-                        Ok(Err(e)) => {
+                        Ok((_, Err(e))) => {
                             let e = Error::from(e);
                             if !e.is_transient() {
                                 tracing::error!(target: "workfence", "claim error={e}");
@@ -715,7 +724,7 @@ impl Runner {
         mut self,
         mut buffer: VecDeque<Buffered>,
         mut running: JoinSet<()>,
-        claiming: Option<JoinHandle<std::result::Result<Vec<Row>, tokio_postgres::Error>>>,
+        claiming: Option<JoinHandle<Claimed>>,
         failed: bool,
     ) {
         if let Some(claim) = claiming {
@@ -727,14 +736,14 @@ impl Runner {
                 }
             }
             match claim.await {
-                Ok(Ok(rows)) => {
-                    if let Err(e) = self.take(rows, &mut buffer) {
+                Ok((sent, Ok(rows))) => {
+                    if let Err(e) = self.take(sent, rows, &mut buffer) {
                         tracing::error!(target: "workfence", "error={e}");
                     }
                 }
-                Ok(Err(e))
+                Ok((_, Err(e)))
                     if e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) => {}
-                Ok(Err(e)) => tracing::warn!(target: "workfence", "claim error={e}"),
+                Ok((_, Err(e))) => tracing::warn!(target: "workfence", "claim error={e}"),
                 Err(e) => tracing::error!(target: "workfence", "the claim task failed: {e}"),
             }
         }
@@ -775,6 +784,12 @@ impl Runner {
 
 /// The claims' connection and a token cancelled when it ends.
 type Claimer = (Arc<Client>, CancellationToken);
+
+/// A claim's outcome, with the time its statement was sent (the lease counts from after it).
+type Claimed = (
+    Instant,
+    std::result::Result<Vec<Row>, tokio_postgres::Error>,
+);
 
 /// Connects the claims' connection.
 async fn connect_claimer(config: &tokio_postgres::Config) -> Result<Claimer> {
@@ -880,6 +895,7 @@ async fn heartbeat(
         if ids.is_empty() {
             continue;
         }
+        let sent = Instant::now();
         let rows = match current
             .client
             .query(&current.renew, &[&settings.owner, &ids, &epochs, &lease])
@@ -909,6 +925,7 @@ async fn heartbeat(
             let (id, epoch, renewed): (i64, i64, bool) =
                 (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
             if renewed {
+                shared.registry.renewed(id, epoch, sent, settings.lease);
                 tracing::debug!(target: "workfence", "renew id={id} ok");
             } else {
                 tracing::warn!(target: "workfence", "renew id={id} refused");
@@ -919,28 +936,17 @@ async fn heartbeat(
 }
 
 /// `work_release` of a held item (shutdown), logged; on a pool connection, never on the claims'
-/// one, where a late cancel request could land on it.
+/// one, where a late cancel request could land on it. Sent again after a lost reply
+/// ([`settle`]).
 async fn release(shared: &Shared, id: i64, epoch: i64) {
-    let released = async {
-        let conn = shared.pool.get().await?;
-        let stmt = conn.prepare_cached(RELEASE_SQL).await?;
-        let released: bool = conn
-            .query_one(&stmt, &[&id, &shared.owner, &epoch])
-            .await?
-            .try_get(0)?;
-        Ok::<bool, Error>(released)
-    };
-    match released.await {
-        Ok(true) => tracing::info!(target: "workfence", "release id={id} epoch={epoch}"),
-        Ok(false) => tracing::warn!(target: "workfence", "refused id={id} (lease lost)"),
+    match settle(shared, id, epoch, &Settle::Release).await {
+        Ok(Settled::Yes | Settled::Before) => {
+            tracing::info!(target: "workfence", "release id={id} epoch={epoch}");
+        }
+        Ok(Settled::Refused) => tracing::warn!(target: "workfence", "refused id={id} (lease lost)"),
         Err(e) => tracing::error!(target: "workfence", "release id={id} epoch={epoch} error={e}"),
     }
 }
-
-/// A handler that panicked, as the error `work_fail` records.
-#[derive(Debug, thiserror::Error)]
-#[error("handler panicked: {0}")]
-struct Panicked(String);
 
 /// One job: runs the handler as a task of its own, aborting it when the job is cancelled, then
 /// settles the item (finish, fail, release on shutdown; nothing when the lease was lost or the
@@ -1014,25 +1020,22 @@ async fn run_job<H: Handler>(
     registry.forget(id, epoch);
 }
 
-/// `work_finish(id, owner, epoch, value)` in autocommit; logs `finish .. ok` or the refusal.
+/// `work_finish(id, owner, epoch, value)` in autocommit, sent again after a lost reply
+/// ([`settle`]); logs `finish .. ok` or the refusal.
 async fn finish(shared: &Shared, id: i64, epoch: i64, value: Option<Value>) -> Result<()> {
-    let conn = shared.pool.get().await?;
-    let stmt = conn.prepare_cached(FINISH_SQL).await?;
     let value = value.map(Json);
-    let finished: bool = conn
-        .query_one(&stmt, &[&id, &shared.owner, &epoch, &value])
-        .await?
-        .try_get(0)?;
-    if finished {
-        tracing::info!(target: "workfence", "finish id={id} epoch={epoch} ok");
-    } else {
-        tracing::warn!(target: "workfence", "refused id={id} (lease lost)");
+    match settle(shared, id, epoch, &Settle::Finish(&value)).await? {
+        Settled::Yes | Settled::Before => {
+            tracing::info!(target: "workfence", "finish id={id} epoch={epoch} ok");
+        }
+        Settled::Refused => tracing::warn!(target: "workfence", "refused id={id} (lease lost)"),
     }
     Ok(())
 }
 
-/// `work_fail(id, owner, epoch, error, retry_in)` with the retry policy's delay; logs `fail ..`
-/// or the refusal.
+/// `work_fail(id, owner, epoch, error, retry_in)` with the error's text ([`error_text`]: its
+/// type, message and `source()` chain, at most 2048 bytes) and the retry policy's delay, sent
+/// again after a lost reply ([`settle`]); logs `fail .. error=<its first line>` or the refusal.
 async fn fail(
     shared: &Shared,
     settings: &Settings,
@@ -1041,22 +1044,21 @@ async fn fail(
     attempt: i32,
     error: &(dyn std::error::Error + Send + Sync + 'static),
 ) -> Result<()> {
-    let text = error.to_string();
+    let text = error_text(error);
     let retry_in = settings
         .retry
         .as_ref()
         .and_then(|policy| policy(attempt, error))
         .map(|d| d.as_secs_f64());
-    let conn = shared.pool.get().await?;
-    let stmt = conn.prepare_cached(FAIL_SQL).await?;
-    let recorded: bool = conn
-        .query_one(&stmt, &[&id, &shared.owner, &epoch, &text, &retry_in])
-        .await?
-        .try_get(0)?;
-    if recorded {
-        tracing::info!(target: "workfence", "fail id={id} epoch={epoch} error={text}");
-    } else {
-        tracing::warn!(target: "workfence", "refused id={id} (lease lost)");
+    match settle(shared, id, epoch, &Settle::Fail(&text, retry_in)).await? {
+        Settled::Yes | Settled::Before => {
+            tracing::info!(
+                target: "workfence",
+                "fail id={id} epoch={epoch} error={}",
+                first_line(&text)
+            );
+        }
+        Settled::Refused => tracing::warn!(target: "workfence", "refused id={id} (lease lost)"),
     }
     Ok(())
 }

@@ -196,6 +196,66 @@ async fn a_failing_handler_is_failed_with_its_error_and_the_retry_policys_delay(
     );
 }
 
+/// A handler's error with a type and a cause.
+#[derive(Debug, thiserror::Error)]
+enum InvoiceError {
+    #[error("invoice {id} could not be read")]
+    Unreadable {
+        id: i64,
+        #[source]
+        cause: std::io::Error,
+    },
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_is_stored_with_its_type_and_its_causes() {
+    let c = common::connect().await;
+    let queue = common::unique("w_error_text");
+    common::enqueue_n(&c, &queue, 2, 1).await;
+    let (handle, task) = spawn(
+        common::worker(&queue).build().expect("build"),
+        |job: Job| async move {
+            if job.key == "k1" {
+                return Err(InvoiceError::Unreadable {
+                    id: 7,
+                    cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+                }
+                .into());
+            }
+            // Longer than a line may be.
+            Err::<Option<Value>, _>("x".repeat(5000).into())
+        },
+    );
+    common::wait_for_all(&c, &queue, "failed", 2).await;
+    stop(handle, task).await;
+    let k1 = workfence::item(&c, &queue, "k1")
+        .await
+        .expect("item")
+        .expect("exists");
+    let want = "Unreadable: invoice 7 could not be read\n\
+                caused by: std::io::Error(NotFound): no such file";
+    assert_eq!(k1.errors.expect("errors")[0]["error"], json!(want));
+    let last_error: String = c
+        .query_one(
+            "SELECT last_error FROM workfence.items WHERE id = $1",
+            &[&k1.id],
+        )
+        .await
+        .expect("last_error")
+        .get(0);
+    assert_eq!(last_error, want);
+    let k2 = workfence::item(&c, &queue, "k2")
+        .await
+        .expect("item")
+        .expect("exists");
+    let stored = k2.errors.expect("errors")[0]["error"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    // A line is cut at 1024 bytes by the runner (the text within the server's 2048).
+    assert_eq!(stored, format!("{}...", "x".repeat(1021)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_retry_policy_the_server_backs_off() {
     let c = common::connect().await;
