@@ -5,16 +5,19 @@
 //! strictly increasing `epoch` (a fencing token), and only an item's newest epoch can renew,
 //! finish, release, fail or assert it.
 //!
-//! - [`enqueue`] (with [`EnqueueOptions::group_key`] for serial groups) and the operator's calls
-//!   ([`retry`], [`reschedule`], [`reschedule_in`], [`cancel`], [`pause`], [`resume`], [`limit`], [`item`],
+//! - [`enqueue`] (with [`EnqueueOptions::group_key`] for serial groups and, from 0.12.0,
+//!   [`EnqueueOptions::on_conflict`] for debounce and throttle: [`OnConflict`]), [`await_result`]
+//!   (from 0.12.0: wait for an item's [`Outcome`]) and the operator's calls ([`retry`],
+//!   [`reschedule`], [`reschedule_in`], [`cancel`], [`pause`], [`resume`], [`limit`], [`item`],
 //!   [`item_by_id`]) on a connection you pass;
 //! - the schedules (from 0.12.0; cron in the server, one item per slot): [`schedule`] with
 //!   [`ScheduleOptions`], [`unschedule`], [`pause_schedule`], [`resume_schedule`],
 //!   [`fire_schedules`] and [`schedules`] (each a [`Schedule`]), on a connection you pass;
 //! - [`Worker`], the runner: long-poll claims, a heartbeat renewing every held item and
 //!   listening on `work_lease_lost`, your [`Handler`] run per [`Job`] and cancelled when its
-//!   lease is lost, the job's [`FencedTransaction`], failures with a retry policy, release on
-//!   SIGTERM/SIGINT;
+//!   lease is lost, the job's [`FencedTransaction`] (and [`Job::guard`] around a side effect
+//!   outside the database), checkpoints ([`Job::progress`], [`Job::checkpoint`]), failures with
+//!   a retry policy, settles sent again after a lost connection, release on SIGTERM/SIGINT;
 //! - [`Error`], one variant per SQLSTATE.
 //!
 //! The behaviour, settings and log lines are those every pg_workfence library shares
@@ -45,17 +48,19 @@
 //! ```
 
 mod error;
+mod failure;
 mod job;
 mod ops;
 mod registry;
 mod schedules;
+mod settle;
 mod worker;
 
 pub use error::{Error, Result, ServerError};
 pub use job::{FencedTransaction, Job};
 pub use ops::{
-    cancel, enqueue, item, item_by_id, limit, pause, reschedule, reschedule_in, resume, retry,
-    EnqueueOptions, Enqueued, Item, Limits,
+    await_result, cancel, enqueue, item, item_by_id, limit, pause, reschedule, reschedule_in,
+    resume, retry, EnqueueOptions, Enqueued, Item, Limits, OnConflict, Outcome,
 };
 pub use schedules::{
     fire_schedules, pause_schedule, resume_schedule, schedule, schedules, unschedule, CatchUp,

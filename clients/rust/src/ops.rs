@@ -10,23 +10,29 @@ use tokio_postgres::{GenericClient, Row};
 
 use crate::error::Result;
 
-/// `work_enqueue`; the durations go as seconds through `make_interval` (docs/writing-workers.md,
-/// *Passing intervals*); NULL `max_run` is no limit, NULL `run_at` now, NULL `key` a UUIDv7.
-const ENQUEUE_SQL: &str = r#"
-SELECT id, key, inserted
-  FROM workfence.work_enqueue($1, $2, key => $3, run_at => $4, priority => $5,
-                              max_attempts => $6, max_run => make_interval(secs => $7))
-"#;
+/// `work_enqueue` with its optional named arguments after `max_run`: the durations go as seconds
+/// through `make_interval` (docs/writing-workers.md, *Passing intervals*); NULL `max_run` is no
+/// limit, NULL `run_at` now, NULL `key` a UUIDv7.
+macro_rules! enqueue_sql {
+    ($($named:literal),*) => {
+        concat!(
+            "SELECT id, key, inserted\n",
+            "  FROM workfence.work_enqueue($1, $2, key => $3, run_at => $4, priority => $5,\n",
+            "                              max_attempts => $6, max_run => make_interval(secs => $7)",
+            $(",\n                              ", $named,)*
+            ")\n"
+        )
+    };
+}
 
-/// [`ENQUEUE_SQL`] with `group_key` (from 0.10.0), used only when the options set one, so that
-/// an enqueue without a group also works against a 0.9.0 database (whose `work_enqueue` has no
-/// such argument).
-const ENQUEUE_GROUPED_SQL: &str = r#"
-SELECT id, key, inserted
-  FROM workfence.work_enqueue($1, $2, key => $3, run_at => $4, priority => $5,
-                              max_attempts => $6, max_run => make_interval(secs => $7),
-                              group_key => $8)
-"#;
+/// The enqueue without `group_key` or `on_conflict`: the call a 0.9.0 database takes.
+const ENQUEUE_SQL: &str = enqueue_sql!();
+/// With `group_key` (from 0.10.0).
+const ENQUEUE_GROUPED_SQL: &str = enqueue_sql!("group_key => $8");
+/// With `on_conflict` (from 0.12.0).
+const ENQUEUE_ON_CONFLICT_SQL: &str = enqueue_sql!("on_conflict => $8");
+/// With both.
+const ENQUEUE_GROUPED_ON_CONFLICT_SQL: &str = enqueue_sql!("group_key => $8", "on_conflict => $9");
 
 /// `work_limit` (from 0.10.0); `per` as seconds through `make_interval`.
 const LIMIT_SQL: &str = "SELECT workfence.work_limit($1, concurrency => $2, rate => $3, \
@@ -38,10 +44,10 @@ const LIMIT_SQL: &str = "SELECT workfence.work_limit($1, concurrency => $2, rate
 const LIMIT_PER_GROUP_SQL: &str = "SELECT workfence.work_limit($1, concurrency => $2, \
      rate => $3, per => make_interval(secs => $4), per_group => $5)";
 
-/// The columns of `work_item`, `max_run` as seconds (tokio-postgres has no interval type).
-const ITEM_COLUMNS: &str = "id, queue, key, state, priority, run_at, attempts, max_attempts, \
-     owner, epoch, claimed_at, lease_until, errors, result, created_at, finished_at, payload, \
-     extract(epoch FROM max_run)::float8 AS max_run_seconds";
+/// The columns of `work_item`'s row `i`: all of them (read by name, so that a column a
+/// version added, such as 0.12.0's `progress`, is read where there is one), and `max_run` as
+/// seconds (tokio-postgres has no interval type).
+const ITEM_COLUMNS: &str = "i.*, extract(epoch FROM i.max_run)::float8 AS max_run_seconds";
 
 /// The optional arguments of [`enqueue`]; `EnqueueOptions::default()` gives the server's
 /// defaults (docs/contract.md, `work_enqueue`).
@@ -49,7 +55,8 @@ const ITEM_COLUMNS: &str = "id, queue, key, state, priority, run_at, attempts, m
 pub struct EnqueueOptions {
     /// The item's key, unique within its queue (at most 512 bytes). `None`: the server generates
     /// a UUIDv7. An enqueue with a key the queue already has returns that item unchanged
-    /// (`inserted = false`), so a submit can be repeated safely.
+    /// (`inserted = false`), so a submit can be repeated safely; unless
+    /// [`EnqueueOptions::on_conflict`] says otherwise.
     pub key: Option<String>,
     /// Not claimable before this time. `None`: now, by the server's clock.
     pub run_at: Option<SystemTime>,
@@ -65,6 +72,39 @@ pub struct EnqueueOptions {
     /// Non-empty, at most 128 bytes, no control characters. `None`: no group (and then the
     /// enqueue also works against a 0.9.0 database: the argument is sent only when set).
     pub group_key: Option<String>,
+    /// What an enqueue of a key the queue already has does (from 0.12.0; [`OnConflict`]).
+    /// `None`: the server's default, [`OnConflict::Keep`] (and then the enqueue also works
+    /// against a 0.11.0 database: the argument is sent only when set).
+    pub on_conflict: Option<OnConflict>,
+}
+
+/// What [`enqueue`] does when the queue already has an item with the key (`work_enqueue`'s
+/// `on_conflict`, from 0.12.0; docs/reference.md, `work_enqueue`). [`Enqueued::inserted`] is
+/// true only when a new item was inserted: false whenever the key existed, kept or updated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnConflict {
+    /// `keep`, the server's default: the existing item is returned unchanged.
+    Keep,
+    /// `replace` (debounce): a pending item takes the new payload and `run_at` (none: now).
+    /// A finished item (done, failed, cancelled) is pending again with them, its attempts
+    /// counted afresh (its errors kept, its result cleared); a claimed item takes the new
+    /// payload at once and runs exactly once more after its current run ends (the holder's
+    /// token keeps working, with the old payload in hand).
+    Replace,
+    /// `preserve_run_at` (throttle): as [`OnConflict::Replace`], but a pending item keeps its
+    /// `run_at`.
+    PreserveRunAt,
+}
+
+impl OnConflict {
+    /// The server's name: `keep`, `replace` or `preserve_run_at`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnConflict::Keep => "keep",
+            OnConflict::Replace => "replace",
+            OnConflict::PreserveRunAt => "preserve_run_at",
+        }
+    }
 }
 
 impl Default for EnqueueOptions {
@@ -76,6 +116,7 @@ impl Default for EnqueueOptions {
             max_attempts: 25,
             max_run: None,
             group_key: None,
+            on_conflict: None,
         }
     }
 }
@@ -116,17 +157,24 @@ impl EnqueueOptions {
         self.group_key = Some(group_key.into());
         self
     }
+
+    /// The options with `on_conflict` set (from 0.12.0; sent only when set).
+    pub fn on_conflict(mut self, on_conflict: OnConflict) -> Self {
+        self.on_conflict = Some(on_conflict);
+        self
+    }
 }
 
 /// What [`enqueue`] returns: the item's id and key, and whether this call inserted it (false:
-/// the queue already had an item with that key, returned unchanged).
+/// the queue already had an item with that key, returned unchanged or, with
+/// [`EnqueueOptions::on_conflict`] `Replace` or `PreserveRunAt`, updated).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Enqueued {
     /// The item's id (unique across shards).
     pub id: i64,
     /// The item's key (the generated one when none was given).
     pub key: String,
-    /// True if this call added the item.
+    /// True only if this call inserted a new item.
     pub inserted: bool,
 }
 
@@ -137,7 +185,8 @@ pub struct Enqueued {
 /// [`crate::Error::InvalidArgument`] (22023: bad queue, key or run_at, `max_attempts` out of
 /// 1..1000, `max_run` out of range, bad `group_key`), [`crate::Error::NotPermitted`] (42501: no
 /// `enqueue` grant), [`crate::Error::SerializationFailure`] (40001: raced a purge three times;
-/// retry).
+/// retry). A `group_key` against a 0.9.0 database, or an `on_conflict` against one older than
+/// 0.12.0, is [`crate::Error::Database`] 42883 (no such function).
 pub async fn enqueue(
     client: &impl GenericClient,
     queue: &str,
@@ -155,12 +204,18 @@ pub async fn enqueue(
         &options.max_attempts,
         &max_run,
     ];
-    let sql = match &options.group_key {
-        Some(group_key) => {
-            params.push(group_key);
-            ENQUEUE_GROUPED_SQL
-        }
-        None => ENQUEUE_SQL,
+    if let Some(group_key) = &options.group_key {
+        params.push(group_key);
+    }
+    let on_conflict = options.on_conflict.map(OnConflict::as_str);
+    if let Some(on_conflict) = &on_conflict {
+        params.push(on_conflict);
+    }
+    let sql = match (options.group_key.is_some(), on_conflict.is_some()) {
+        (false, false) => ENQUEUE_SQL,
+        (true, false) => ENQUEUE_GROUPED_SQL,
+        (false, true) => ENQUEUE_ON_CONFLICT_SQL,
+        (true, true) => ENQUEUE_GROUPED_ON_CONFLICT_SQL,
     };
     let row = client.query_one(sql, &params).await?;
     Ok(Enqueued {
@@ -381,6 +436,9 @@ pub struct Item {
     pub payload: Value,
     /// The run-time limit, if any.
     pub max_run: Option<Duration>,
+    /// The last checkpoint stored with `work_progress` under a current lease (from 0.12.0;
+    /// `None` when none was, or from an older server).
+    pub progress: Option<Value>,
 }
 
 impl Item {
@@ -390,6 +448,12 @@ impl Item {
         let result: Option<Json<Value>> = row.try_get("result")?;
         let Json(payload): Json<Value> = row.try_get("payload")?;
         let max_run: Option<f64> = row.try_get("max_run_seconds")?;
+        let progress: Option<Json<Value>> = if row.columns().iter().any(|c| c.name() == "progress")
+        {
+            row.try_get("progress")?
+        } else {
+            None
+        };
         Ok(Item {
             id: row.try_get("id")?,
             queue: row.try_get("queue")?,
@@ -411,6 +475,7 @@ impl Item {
             max_run: max_run
                 .filter(|s| s.is_finite() && *s >= 0.0)
                 .map(Duration::from_secs_f64),
+            progress: progress.map(|Json(v)| v),
         })
     }
 }
@@ -418,7 +483,7 @@ impl Item {
 /// The item of `queue` with `key` (`work_item(queue, key)`), or `None` if there is none. Only
 /// reads. Errors: 22004, 22023 (bad queue or key), 42501 (no `read` grant).
 pub async fn item(client: &impl GenericClient, queue: &str, key: &str) -> Result<Option<Item>> {
-    let sql = format!("SELECT {ITEM_COLUMNS} FROM workfence.work_item($1, $2)");
+    let sql = format!("SELECT {ITEM_COLUMNS} FROM workfence.work_item($1, $2) AS i");
     match client.query_opt(&sql, &[&queue, &key]).await? {
         Some(row) => Ok(Some(Item::from_row(&row)?)),
         None => Ok(None),
@@ -428,10 +493,91 @@ pub async fn item(client: &impl GenericClient, queue: &str, key: &str) -> Result
 /// The item with id `id` (`work_item(id)`), or `None` if there is none (or, with queue grants
 /// enforced, if the role may not read its queue). Errors: 22004.
 pub async fn item_by_id(client: &impl GenericClient, id: i64) -> Result<Option<Item>> {
-    let sql = format!("SELECT {ITEM_COLUMNS} FROM workfence.work_item($1::bigint)");
+    let sql = format!("SELECT {ITEM_COLUMNS} FROM workfence.work_item($1::bigint) AS i");
     match client.query_opt(&sql, &[&id]).await? {
         Some(row) => Ok(Some(Item::from_row(&row)?)),
         None => Ok(None),
+    }
+}
+
+/// `work_await` (from 0.12.0): one wait of up to `$3` seconds (the server caps it at
+/// `workfence.long_poll_max`, 3 s by default).
+const AWAIT_SQL: &str = r#"
+SELECT state, result, last_error
+  FROM workfence.work_await($1, $2, make_interval(secs => $3))
+"#;
+
+/// The longest `wait` one `work_await` call takes (the server refuses more: 22023).
+const MAX_AWAIT_WAIT: Duration = Duration::from_secs(3600);
+
+/// An item's state as [`await_result`] last saw it (`work_await`'s row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// `done`, `failed` or `cancelled` when the item finished; `pending` or `claimed` when the
+    /// timeout ran out first.
+    pub state: String,
+    /// The result `work_finish` stored (`None` unless `done`, and for a NULL result).
+    pub result: Option<Value>,
+    /// The item's last error (`work_fail`'s text), if any.
+    pub last_error: Option<String>,
+}
+
+impl Outcome {
+    /// Whether the item finished: `done`, `failed` or `cancelled`.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.state.as_str(), "done" | "failed" | "cancelled")
+    }
+
+    /// Reads `work_await`'s row.
+    fn from_row(row: &Row) -> Result<Self> {
+        let result: Option<Json<Value>> = row.try_get("result")?;
+        Ok(Outcome {
+            state: row.try_get("state")?,
+            result: result.map(|Json(v)| v),
+            last_error: row.try_get("last_error")?,
+        })
+    }
+}
+
+/// Waits up to `timeout` for the item of `queue` with `key` to finish (`work_await`, from
+/// 0.12.0), and returns its [`Outcome`]: at once for an item that is done, failed or cancelled;
+/// else as soon as its finish commits (the server wakes the call at that commit, the long poll's
+/// machinery); **after `timeout`, the item's last state** (`pending` or `claimed`, no result:
+/// check [`Outcome::is_finished`]). `None` when the queue has no item with that key (never
+/// enqueued, or purged). `Duration::ZERO` asks once, without waiting.
+///
+/// The server caps one call's wait at `workfence.long_poll_max` (3 s by default): this loops over
+/// calls until the item finishes or `timeout` passes, so a long timeout costs one short statement
+/// every 3 s. Each call holds `client` busy for its wait; a dropped future does not stop the call
+/// in flight (the server ends it at its wait, or when the connection closes). Call it on a
+/// connection in autocommit (or READ COMMITTED): a wait under REPEATABLE READ or SERIALIZABLE is
+/// refused (25000), as the long poll is.
+///
+/// Errors: [`crate::Error::NullArgument`] (22004), [`crate::Error::InvalidArgument`] (22023: bad
+/// queue or key), [`crate::Error::NotPermitted`] (42501: no `read` grant on the queue), 25000 in
+/// [`crate::Error::Database`] (a wait outside READ COMMITTED), 42883 against a database older than
+/// 0.12.0.
+pub async fn await_result(
+    client: &impl GenericClient,
+    queue: &str,
+    key: &str,
+    timeout: Duration,
+) -> Result<Option<Outcome>> {
+    // No deadline for a timeout past the clock's range: wait until the item finishes.
+    let deadline = std::time::Instant::now().checked_add(timeout);
+    loop {
+        let left = deadline.map_or(MAX_AWAIT_WAIT, |deadline| {
+            deadline.saturating_duration_since(std::time::Instant::now())
+        });
+        let wait = left.min(MAX_AWAIT_WAIT).as_secs_f64();
+        let Some(row) = client.query_opt(AWAIT_SQL, &[&queue, &key, &wait]).await? else {
+            return Ok(None);
+        };
+        let outcome = Outcome::from_row(&row)?;
+        let expired = deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline);
+        if outcome.is_finished() || expired {
+            return Ok(Some(outcome));
+        }
     }
 }
 
@@ -458,10 +604,29 @@ mod tests {
     }
 
     #[test]
-    fn group_key_is_sent_only_with_a_group() {
+    fn group_key_and_on_conflict_are_sent_only_when_set() {
         // Without a group the call is the one a 0.9.0 database takes.
         assert!(!ENQUEUE_SQL.contains("group_key"));
-        assert!(ENQUEUE_GROUPED_SQL.contains("group_key => $8"));
+        assert!(!ENQUEUE_SQL.contains("on_conflict"));
+        assert!(ENQUEUE_GROUPED_SQL.contains("group_key => $8)"));
+        assert!(!ENQUEUE_GROUPED_SQL.contains("on_conflict"));
+        assert!(ENQUEUE_ON_CONFLICT_SQL.contains("on_conflict => $8)"));
+        assert!(!ENQUEUE_ON_CONFLICT_SQL.contains("group_key"));
+        assert!(ENQUEUE_GROUPED_ON_CONFLICT_SQL.contains("group_key => $8,"));
+        assert!(ENQUEUE_GROUPED_ON_CONFLICT_SQL.contains("on_conflict => $9)"));
+        assert_eq!(
+            [
+                OnConflict::Keep,
+                OnConflict::Replace,
+                OnConflict::PreserveRunAt
+            ]
+            .map(OnConflict::as_str),
+            ["keep", "replace", "preserve_run_at"]
+        );
+        let o = EnqueueOptions::default();
+        assert_eq!(o.on_conflict, None);
+        let o = o.on_conflict(OnConflict::Replace);
+        assert_eq!(o.on_conflict, Some(OnConflict::Replace));
     }
 
     #[test]

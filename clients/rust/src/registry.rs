@@ -3,10 +3,17 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::Deserialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+/// How much shorter than the lease what a claim row says is left of it must be for the runner to
+/// take it for `max_run`'s end.
+const MAX_RUN_MARGIN: Duration = Duration::from_secs(1);
 
 /// What became of a held token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +43,13 @@ struct Entry {
     quiet: bool,
     /// What became of it.
     fate: Fate,
+    /// When its lease ends at the earliest, as far as the runner knows: the send time of the
+    /// claim plus what the claim row said was left of the lease, or of the last renew that
+    /// returned true plus the lease (at most `cap`).
+    lease_end: Instant,
+    /// The end of the run that `max_run` sets (`claimed_at + max_run`), when the claim showed
+    /// it: no renew moves the lease past it.
+    cap: Option<Instant>,
 }
 
 /// The part of a `work_lease_lost` payload matched on (the others are ignored; the owner never
@@ -67,9 +81,22 @@ impl Registry {
         self.items.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts holding (`id`, `epoch`); returns the job's cancellation token.
-    pub(crate) fn add(&self, id: i64, epoch: i64) -> CancellationToken {
+    /// Starts holding (`id`, `epoch`), claimed by a statement sent at `sent` for a `lease`, of
+    /// which the claim row said `left` remained (`None`: not known); returns the job's
+    /// cancellation token.
+    pub(crate) fn add(
+        &self,
+        id: i64,
+        epoch: i64,
+        sent: Instant,
+        lease: Duration,
+        left: Option<Duration>,
+    ) -> CancellationToken {
         let cancel = CancellationToken::new();
+        let left = left.map_or(lease, |left| left.min(lease));
+        // Over a second short of the lease (more than the time between the claim and the
+        // reading of what is left): `max_run` ends the run there, renews or not.
+        let cap = (left + MAX_RUN_MARGIN < lease).then(|| sent + left);
         self.lock().insert(
             id,
             Entry {
@@ -78,9 +105,35 @@ impl Registry {
                 renew: true,
                 quiet: false,
                 fate: Fate::Held,
+                lease_end: sent + left,
+                cap,
             },
         );
         cancel
+    }
+
+    /// A renew sent at `sent` for `lease` returned true for (`id`, `epoch`).
+    pub(crate) fn renewed(&self, id: i64, epoch: i64, sent: Instant, lease: Duration) {
+        self.update(id, epoch, |e| {
+            let until = sent + lease;
+            e.lease_end = e.cap.map_or(until, |cap| cap.min(until));
+        });
+    }
+
+    /// When the lease of (`id`, `epoch`) ends at the earliest, as far as the runner knows (see
+    /// `Entry::lease_end`); `None` if it is not held.
+    pub(crate) fn lease_end(&self, id: i64, epoch: i64) -> Option<Instant> {
+        self.lock()
+            .get(&id)
+            .filter(|e| e.epoch == epoch)
+            .map(|e| e.lease_end)
+    }
+
+    /// Whether (`id`, `epoch`) is in a fenced transaction or a settling call.
+    pub(crate) fn is_quiet(&self, id: i64, epoch: i64) -> bool {
+        self.lock()
+            .get(&id)
+            .is_some_and(|e| e.epoch == epoch && e.quiet)
     }
 
     /// Stops holding (`id`, `epoch`), if it is still the held token of `id`.
@@ -196,10 +249,47 @@ impl Registry {
 mod tests {
     use super::*;
 
+    /// Holds (`id`, `epoch`) under a 30 s lease claimed now.
+    fn add(r: &Registry, id: i64, epoch: i64) -> CancellationToken {
+        r.add(id, epoch, Instant::now(), Duration::from_secs(30), None)
+    }
+
+    #[test]
+    fn the_lease_end_is_the_last_confirmation_plus_the_lease_within_max_run() {
+        let r = Registry::default();
+        let lease = Duration::from_secs(30);
+        let t0 = Instant::now();
+        r.add(1, 10, t0, lease, Some(Duration::from_millis(29_500)));
+        assert_eq!(
+            r.lease_end(1, 10),
+            Some(t0 + Duration::from_millis(29_500)),
+            "what is left counts"
+        );
+        r.add(2, 20, t0, lease, Some(Duration::from_secs(10)));
+        assert_eq!(r.lease_end(2, 20), Some(t0 + Duration::from_secs(10)));
+        let t1 = t0 + Duration::from_secs(5);
+        r.renewed(1, 10, t1, lease);
+        r.renewed(2, 20, t1, lease);
+        assert_eq!(
+            r.lease_end(1, 10),
+            Some(t1 + lease),
+            "29.5 s of 30: not max_run"
+        );
+        assert_eq!(
+            r.lease_end(2, 20),
+            Some(t0 + Duration::from_secs(10)),
+            "max_run's end holds"
+        );
+        assert_eq!(r.lease_end(1, 11), None);
+        assert!(!r.is_quiet(1, 10));
+        r.set_quiet(1, 10, true);
+        assert!(r.is_quiet(1, 10) && !r.is_quiet(1, 11));
+    }
+
     #[test]
     fn a_notification_matches_by_id_and_epoch_only() {
         let r = Registry::default();
-        let token = r.add(7, 42);
+        let token = add(&r, 7, 42);
         assert_eq!(r.notified(r#"{"id": 7, "epoch": 41, "owner": "x"}"#), None);
         assert_eq!(r.notified(r#"{"id": 8, "epoch": 42}"#), None);
         assert_eq!(r.notified("not json"), None);
@@ -218,10 +308,10 @@ mod tests {
     #[test]
     fn the_heartbeat_renews_only_held_renewing_and_not_quiet_tokens() {
         let r = Registry::default();
-        r.add(1, 10);
-        r.add(2, 20);
-        r.add(3, 30);
-        r.add(4, 40);
+        add(&r, 1, 10);
+        add(&r, 2, 20);
+        add(&r, 3, 30);
+        add(&r, 4, 40);
         r.stop_renewing(2, 20);
         r.set_quiet(3, 30, true);
         r.lose(4, 40, false);
@@ -236,7 +326,7 @@ mod tests {
     #[test]
     fn settled_and_forgotten_tokens_are_not_lost_or_cancelled() {
         let r = Registry::default();
-        let token = r.add(5, 50);
+        let token = add(&r, 5, 50);
         assert!(r.settle(5, 50));
         assert!(!r.lose(5, 50, true));
         r.cancel_all();
@@ -252,8 +342,8 @@ mod tests {
     #[test]
     fn shutdown_cancels_held_jobs_for_release() {
         let r = Registry::default();
-        let held = r.add(1, 1);
-        let lost = r.add(2, 2);
+        let held = add(&r, 1, 1);
+        let lost = add(&r, 2, 2);
         r.lose(2, 2, false);
         r.cancel_all();
         assert!(held.is_cancelled());
