@@ -2,8 +2,9 @@
 5 a second (WORKFENCE_CHAOS_KILLS, default 5) for 20 s (WORKFENCE_CHAOS_SECONDS), while the test
 feeds the queue. Half the jobs return their result (`work_finish` after the handler), half write
 a business row in the fenced transaction. Every item ends done, every fenced item has exactly
-one business row, and no job runs again after a run that completed because its settle was lost
-(a settle whose answer was lost is sent again with the same token). The figures are printed.
+one business row, no job runs again after a run that completed because its settle was lost (a
+settle whose answer was lost is sent again with the same token), and none waits out a lease to
+run again. The figures are printed.
 
 WORKFENCE_CHAOS_LIBRARY, when set, is a directory put first on the workers' PYTHONPATH (an
 older `workfence` package, to measure it with the same test)."""
@@ -189,6 +190,7 @@ async def test_no_job_runs_again_because_a_settle_was_lost(
     assert kills >= 0.8 * KILLS_PER_SECOND * SECONDS
     assert (rows, distinct) == (fenced, fenced)  # one business row per fenced item
     assert len(again) == 0, sorted(again)[:20]
+    assert late_reruns == 0  # nor was any job delayed by a lease
 
 
 async def _read(proc: asyncio.subprocess.Process) -> bytes:
