@@ -383,13 +383,14 @@ impl FencedTransaction {
     /// the runner abandons the item.
     ///
     /// A `COMMIT` whose reply is lost (its connection broke) is resolved before this returns,
-    /// on a new connection within the lease: a renew, which waits for a transaction still ending,
-    /// then `work_lease_status`. Committed: logged `commit id=.. epoch=.. error=..; it had
-    /// committed` (warn), and `Ok(())`. Not committed (the transaction rolled back with its
-    /// connection; the token is still current, its lease renewed): the connection error (return
-    /// it: the item is failed with it and retried). The lease lost: [`Error::LeaseLost`]. No
-    /// answer within the lease: logged `commit id=.. epoch=.. outcome unknown error=..`, and the
-    /// connection error. Any other error: the `COMMIT` failed and nothing was committed.
+    /// logged `resend commit id=.. epoch=.. error=..` (warn): on a new connection within the
+    /// lease, a renew, which waits for a transaction still ending on the old backend (unless the
+    /// job stopped renewing), then `work_lease_status`. Committed: `finish .. ok` and `Ok(())`.
+    /// Not committed (the transaction rolled back with its connection; the token is still
+    /// current): the connection error (return it: the item is failed with it and retried). The
+    /// lease lost: [`Error::LeaseLost`]. No answer within the lease: logged `commit id=..
+    /// epoch=.. outcome unknown error=..`, and the connection error. Any other error: the
+    /// `COMMIT` failed and nothing was committed.
     pub async fn finish(mut self, result: Option<Value>) -> Result<()> {
         let (id, epoch) = (self.id, self.epoch);
         let registry = Arc::clone(&self.shared.registry);
@@ -416,13 +417,10 @@ impl FencedTransaction {
             if e.needs_new_connection() {
                 // The reply is lost: ask the server on a new connection what became of it.
                 drop(deadpool_postgres::Object::take(conn));
+                tracing::warn!(target: "workfence", "resend commit id={id} epoch={epoch} error={e}");
                 let lease = self.shared.lease;
                 match commit_outcome(&self.shared, id, epoch, lease).await {
                     Committed::Yes => {
-                        tracing::warn!(
-                            target: "workfence",
-                            "commit id={id} epoch={epoch} error={e}; it had committed"
-                        );
                         registry.settle(id, epoch);
                         tracing::info!(target: "workfence", "finish id={id} epoch={epoch} ok");
                         return Ok(());

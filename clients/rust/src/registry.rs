@@ -129,6 +129,14 @@ impl Registry {
             .map(|e| e.lease_end)
     }
 
+    /// Whether the heartbeat renews (`id`, `epoch`): held, and not stopped by
+    /// `Job::stop_renewing`.
+    pub(crate) fn renews(&self, id: i64, epoch: i64) -> bool {
+        self.lock()
+            .get(&id)
+            .is_some_and(|e| e.epoch == epoch && e.renew)
+    }
+
     /// Whether (`id`, `epoch`) is in a fenced transaction or a settling call.
     pub(crate) fn is_quiet(&self, id: i64, epoch: i64) -> bool {
         self.lock()
@@ -317,6 +325,7 @@ mod tests {
         r.lose(4, 40, false);
         r.stop_renewing(1, 11); // another epoch: ignored
         assert_eq!(r.renewable(), (vec![1], vec![10]));
+        assert!(r.renews(1, 10) && !r.renews(2, 20) && !r.renews(1, 11));
         r.set_quiet(3, 30, false);
         let (mut ids, _) = r.renewable();
         ids.sort_unstable();

@@ -93,7 +93,7 @@ async fn send_settle(shared: &Shared, id: i64, epoch: i64, call: &Settle<'_>) ->
 /// Sends a settling call of (`id`, `epoch`) until it is answered. After an error that retrying
 /// can fix ([`Error::is_transient`]: a connection lost or terminated, a server restarting, a
 /// deadlock, ...) it is sent again with the same token, on a new connection where the old one
-/// broke, logged `resend <verb> id=.. epoch=.. in <s>s error=..` (warn): at once, then after
+/// broke, logged `resend <verb> id=.. epoch=.. error=..` (warn): at once, then after
 /// 0.1 s doubling to 1 s, while the lease the runner is sure of lasts (the send time of the
 /// claim or of the last accepted renew plus the lease, or `max_run`'s end), and at least once:
 /// a killed connection then neither runs the job again nor delays it by a lease. Past that, the
@@ -128,9 +128,8 @@ pub(crate) async fn settle(
                 unanswered = true;
                 tracing::warn!(
                     target: "workfence",
-                    "resend {} id={id} epoch={epoch} in {}s error={e}",
-                    call.name(),
-                    pause.as_secs_f64()
+                    "resend {} id={id} epoch={epoch} error={e}",
+                    call.name()
                 );
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).clamp(PAUSE_FIRST, PAUSE_MAX);
@@ -176,8 +175,8 @@ async fn settled_before(
         None => {
             tracing::warn!(
                 target: "workfence",
-                "settle id={id} epoch={epoch} refused after a lost reply; unknown whether the \
-                 first {} settled it (no read grant)",
+                "settle id={id} epoch={epoch} outcome unknown ({} refused after a lost reply; \
+                 no read grant to tell)",
                 call.name()
             );
             false
@@ -248,12 +247,13 @@ pub(crate) enum Committed {
 }
 
 /// After the reply of a fenced transaction's `COMMIT` was lost: asks the server on a new
-/// connection, again after a transient error while the lease lasts (at least once), with a
-/// renew (`work_renew`), which waits for the row lock of a transaction still ending before it
-/// answers: true, the transaction did not commit (and the lease is renewed); false, then
-/// `work_lease_status`: `finished` (or `superseded` within the lease: a finish after which
-/// `on_conflict` put the item back) is [`Committed::Yes`], anything else
-/// [`Committed::LeaseLost`].
+/// connection, again after a transient error while the lease lasts (at least once). First with
+/// a renew (`work_renew`), which waits for the row lock of a transaction still ending on the old
+/// backend before it answers (unless the job stopped renewing: then `work_lease_status` alone,
+/// which does not wait): true, the transaction did not commit (and the lease is renewed); false,
+/// then `work_lease_status`: `current` is [`Committed::No`], `finished` (or `superseded` within
+/// the lease: a finish after which `on_conflict` put the item back) [`Committed::Yes`], anything
+/// else [`Committed::LeaseLost`].
 pub(crate) async fn commit_outcome(
     shared: &Shared,
     id: i64,
@@ -265,7 +265,11 @@ pub(crate) async fn commit_outcome(
     let mut tried = false;
     loop {
         let sent = Instant::now();
+        let renews = shared.registry.renews(id, epoch);
         let answer = async {
+            if !renews {
+                return lease_status(shared, id, epoch).await.map(Some);
+            }
             let conn = shared.pool.get().await?;
             let stmt = conn.prepare_cached(RENEW_SQL).await?;
             let renewed: bool = conn
@@ -282,6 +286,9 @@ pub(crate) async fn commit_outcome(
         match answer {
             Ok(None) => {
                 shared.registry.renewed(id, epoch, sent, lease);
+                return Committed::No;
+            }
+            Ok(Some(status)) if status == "current" || status == "uncommitted" => {
                 return Committed::No;
             }
             Ok(Some(status)) => {

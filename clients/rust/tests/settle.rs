@@ -179,7 +179,7 @@ async fn a_finish_and_a_fail_whose_connections_are_killed_are_sent_again_and_run
             assert_eq!(item.result, Some(json!({ "epoch": epoch })));
         }
         let again = format!(
-            "resend {} id={id} epoch={epoch} in 0s error=",
+            "resend {} id={id} epoch={epoch} error=",
             &function["work_".len()..]
         );
         assert!(
@@ -364,6 +364,20 @@ async fn a_settle_that_committed_before_its_reply_was_lost_is_not_taken_for_a_lo
                     lines.lines().contains(&want).then_some(())
                 })
                 .await;
+                let resent = format!(
+                    "resend {} id={id} epoch={epoch} error=",
+                    if key == "t" {
+                        "commit"
+                    } else if key == "x" {
+                        "fail"
+                    } else {
+                        "finish"
+                    }
+                );
+                assert!(
+                    lines.lines().iter().any(|l| l.starts_with(&resent)),
+                    "no line {resent:?}"
+                );
                 let refused = format!("refused id={id} (lease lost)");
                 assert!(!lines.lines().contains(&refused), "{key}: {refused:?}");
             }
@@ -390,6 +404,138 @@ async fn a_settle_that_committed_before_its_reply_was_lost_is_not_taken_for_a_lo
         ]),
         "each job ran once"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_commit_killed_before_it_committed_is_the_connection_error_and_a_retry() {
+    let lines = capture();
+    let c = common::connect().await;
+    let holder = common::connect().await;
+    let queue = common::unique("s_rolled_back");
+    let name = common::unique("wfr");
+    let table = common::unique("settle_rows");
+    // The job's business table: its commit waits (a deferred trigger) for a lock the test holds.
+    c.batch_execute(&format!(
+        "CREATE TABLE {table} (item_id bigint, epoch bigint);
+         CREATE FUNCTION {table}_wait() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_advisory_xact_lock_shared(hashtext(TG_TABLE_NAME)); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER wait AFTER INSERT ON {table} DEFERRABLE INITIALLY DEFERRED
+           FOR EACH ROW EXECUTE FUNCTION {table}_wait();"
+    ))
+    .await
+    .expect("the business table");
+    holder
+        .execute("SELECT pg_advisory_lock(hashtext($1))", &[&table])
+        .await
+        .expect("hold the lock");
+    let (outcome_tx, mut outcome) = mpsc::unbounded_channel::<Result<(), (bool, String)>>();
+    let w = Worker::builder(dsn_named(&name), &queue)
+        .owner("tests/settle")
+        .poll_wait(Duration::from_secs(1))
+        .lease(Duration::from_secs(5))
+        .retry(|_, _| Some(Duration::from_secs(60)))
+        .build()
+        .expect("build");
+    let handle = w.handle();
+    let insert = format!("INSERT INTO {table} VALUES ($1, $2)");
+    let task = tokio::spawn(async move {
+        w.run(
+            move |job: Job| {
+                let (outcome_tx, insert) = (outcome_tx.clone(), insert.clone());
+                async move {
+                    let tx = job.transaction().await?;
+                    tx.execute(insert.as_str(), &[&job.id, &job.epoch]).await?;
+                    let finished = tx.finish(Some(json!({ "epoch": job.epoch }))).await;
+                    outcome_tx
+                        .send(
+                            finished
+                                .as_ref()
+                                .map(|_| ())
+                                .map_err(|e| (e.is_lease_lost(), e.to_string())),
+                        )
+                        .map_err(|e| e.to_string())?;
+                    finished?;
+                    Ok(None)
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+    });
+    let e = workfence::enqueue(
+        &c,
+        &queue,
+        &json!({}),
+        &EnqueueOptions::default().key("t").max_attempts(3),
+    )
+    .await
+    .expect("enqueue");
+    // The COMMIT waits in its deferred trigger, not committed; its backend is terminated.
+    let pid = common::wait_for("the COMMIT waiting on the test's lock", || async {
+        c.query_opt(
+            "SELECT pid FROM pg_stat_activity
+              WHERE application_name = $1 AND wait_event_type = 'Lock' AND query = 'COMMIT'",
+            &[&name],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .map(|r| r.get::<_, i32>(0))
+    })
+    .await;
+    let terminated: bool = c
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .expect("terminate")
+        .get(0);
+    assert!(terminated);
+    holder
+        .execute("SELECT pg_advisory_unlock(hashtext($1))", &[&table])
+        .await
+        .expect("let go");
+    let finished = tokio::time::timeout(common::DEADLINE, outcome.recv())
+        .await
+        .expect("tx.finish returned")
+        .expect("an outcome");
+    let item = common::wait_for("t failed once", || async {
+        let item = workfence::item(&c, &queue, "t")
+            .await
+            .expect("item")
+            .expect("exists");
+        (item.errors.as_ref().and_then(Value::as_array).map(Vec::len) == Some(1)).then_some(item)
+    })
+    .await;
+    handle.stop();
+    tokio::time::timeout(common::DEADLINE, task)
+        .await
+        .expect("run returns after stop")
+        .expect("the run task")
+        .expect("run returns Ok");
+    let rows: i64 = c
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .expect("rows")
+        .get(0);
+    c.batch_execute(&format!("DROP TABLE {table}; DROP FUNCTION {table}_wait()"))
+        .await
+        .expect("drop");
+    match finished {
+        Err((lease_lost, text)) => assert!(!lease_lost, "not a lost lease: {text}"),
+        Ok(()) => panic!("a COMMIT that did not commit came out as Ok"),
+    }
+    assert_eq!(rows, 0, "nothing of the transaction committed");
+    assert_eq!(
+        (item.state.as_str(), item.attempts, item.epoch.is_some()),
+        ("pending", 1, true),
+        "failed with the connection error, to run again"
+    );
+    let lines = lines.lines();
+    let resent = format!("resend commit id={} epoch=", e.id);
+    assert!(
+        lines.iter().any(|l| l.starts_with(&resent)),
+        "no line {resent:?}"
+    );
+    let refused = format!("refused id={} (lease lost)", e.id);
+    assert!(!lines.contains(&refused), "{refused:?}");
 }
 
 /// One run of an item's handler: whether it returned (a value: the runner then finishes it).
