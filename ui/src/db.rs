@@ -288,6 +288,9 @@ pub struct Item {
     pub lease_live: bool,
     /// `work_may('operate', queue)`.
     pub may_operate: bool,
+    /// Its checkpoint, the last `work_progress` stored under a current lease (from 0.12.0);
+    /// `None`: none stored, or a database older than 0.12.0.
+    pub progress: Option<Value>,
 }
 
 /// One entry of an item's error history.
@@ -488,6 +491,9 @@ const QUEUE_HAS_ITEMS: &str =
 const QUEUE_HAS_SETTINGS: &str = "SELECT EXISTS (SELECT 1 FROM workfence.work_queue_stats AS s \
     WHERE s.queue OPERATOR(pg_catalog.=) $1::text)";
 
+// progress (0.12.0) is read from the row by name, so that a database still on 0.11.0, whose
+// work_item has no such column, shows its items too (no checkpoint). The row as jsonb holds a
+// NULL column as JSON null, as it does a JSON null stored as the checkpoint: both show as none.
 const ITEM: &str = concat!(
     "SELECT i.id::int8, i.queue::text, i.key::text, i.state::text, i.priority::int8, ",
     ts!("i.run_at"),
@@ -501,7 +507,8 @@ const ITEM: &str = concat!(
     ts!("i.finished_at"),
     ", i.payload::jsonb, i.max_run::text, ",
     "COALESCE(i.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false), ",
-    "workfence.work_may('operate', i.queue) ",
+    "workfence.work_may('operate', i.queue), ",
+    "pg_catalog.to_jsonb(i) OPERATOR(pg_catalog.->) 'progress' ",
     "FROM workfence.work_item($1::int8) AS i"
 );
 
@@ -702,6 +709,7 @@ impl Conn {
             max_run: r.try_get(17)?,
             lease_live: r.try_get(18)?,
             may_operate: r.try_get(19)?,
+            progress: r.try_get::<_, Option<Value>>(20)?.filter(|p| !p.is_null()),
         }))
     }
 

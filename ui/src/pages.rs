@@ -702,6 +702,11 @@ pub fn item(
             Some(text) => pre #payload { (text) },
             None => p #payload .muted { "— (no payload)" },
         }
+        h2 title="the last work_progress stored under a current lease: the next claim resumes from it" { "Checkpoint" }
+        @match json(&item.progress) {
+            Some(text) => pre #progress { (text) },
+            None => p #progress .muted { "none" },
+        }
         h2 { "Result" }
         @match json(&item.result) {
             Some(text) => pre #result { (text) },
@@ -780,6 +785,7 @@ mod tests {
             max_run: None,
             lease_live: live,
             may_operate: true,
+            progress: None,
         }
     }
 
@@ -836,10 +842,16 @@ mod tests {
             role: "r".into(),
             ..Session::default()
         };
-        let html = super::item(&session, &item("claimed", true), "x", "tok", None).into_string();
+        let mut it = item("claimed", true);
+        it.progress = Some(serde_json::json!({"step": "</pre><script>alert(2)</script>"}));
+        let html = super::item(&session, &it, "x", "tok", None).into_string();
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;"));
         assert!(html.contains("w&lt;1&gt;"));
+        assert!(
+            html.contains("&lt;/pre&gt;&lt;script&gt;alert(2)&lt;/script&gt;"),
+            "{html}"
+        );
     }
 
     #[test]
@@ -854,6 +866,10 @@ mod tests {
         assert!(html.contains("No failed attempt or lapsed lease."));
         assert!(html.contains("— (no result)"), "{html}");
         assert!(!html.contains("<pre id=\"result\">"), "{html}");
+        assert!(
+            html.contains("<p class=\"muted\" id=\"progress\">none</p>"),
+            "{html}"
+        );
         it.errors = vec![crate::db::ErrorEntry {
             attempt: "1".into(),
             epoch: "7".into(),
@@ -862,8 +878,14 @@ mod tests {
             error: "boom".into(),
         }];
         it.result = Some(Value::Null);
+        it.progress = Some(serde_json::json!({"page": 3}));
         let html = super::item(&session, &it, "x", "tok", None).into_string();
         assert!(html.contains("<table id=\"errors\">"), "{html}");
+        assert!(
+            html.contains("<pre id=\"progress\">{\n  &quot;page&quot;: 3\n}</pre>"),
+            "{html}"
+        );
+        assert!(!html.contains(">none<"), "{html}");
         assert!(!html.contains("No failed attempt"), "{html}");
         assert!(html.contains("<pre id=\"result\">null</pre>"), "{html}");
     }

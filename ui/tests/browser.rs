@@ -653,6 +653,12 @@ fn dead_letter(
     id
 }
 
+/// The checkpoint of the item the item page shows: the send's message id,
+/// kept so that a run after this one sends under the same id.
+fn tour_checkpoint() -> Value {
+    json!({ "step": "rendered", "message_id": "<welcome-ada@mail.example.com>" })
+}
+
 /// The README's scene: a few queues with items in every state. Returns the
 /// id of the item the item page shows (claimed, after a failed attempt).
 fn seed_tour(db: &mut postgres::Client) -> i64 {
@@ -706,7 +712,17 @@ fn seed_tour(db: &mut postgres::Client) -> i64 {
         ),
         "work_fail"
     ));
-    claim(db, "emails", "welcome-ada", "mailer-2", "10 minutes");
+    let second = claim(db, "emails", "welcome-ada", "mailer-2", "10 minutes");
+    assert!(ok(
+        calls::generated::work_progress(
+            db,
+            second.id,
+            &second.owner,
+            second.epoch,
+            &tour_checkpoint()
+        ),
+        "work_progress"
+    ));
     for (n, person) in people.iter().enumerate().take(3) {
         enqueue(
             db,
@@ -760,7 +776,7 @@ fn seed_tour(db: &mut postgres::Client) -> i64 {
 /// Each page loads and shows what the database holds: the queues page its
 /// counts, a queue's items page every item over its pages (following the
 /// next link) and the failed ones under the state filter, and an item's page
-/// its payload, error history and lease. The README's screenshots.
+/// its payload, checkpoint, error history and lease. The README's screenshots.
 #[test]
 fn every_page_shows_what_the_database_holds() {
     let mut f = fixture("tour");
@@ -905,6 +921,11 @@ fn every_page_shows_what_the_database_holds() {
             "#payload is the payload's JSON",
         );
         assert_eq!(payload, item.payload);
+        let checkpoint: Value = ok(
+            serde_json::from_str(&text_of(c, "#progress").await),
+            "#progress is the checkpoint's JSON",
+        );
+        assert_eq!(checkpoint, tour_checkpoint());
         let errors = text_of(c, "#errors").await;
         assert!(
             errors.contains("connection reset by smtp.example.com:587")
@@ -940,6 +961,11 @@ fn retry_by_click() {
         goto(c, &ui.url(&format!("/items/{id}"))).await;
         wait_for(c, "#state").await;
         assert_eq!(text_of(c, "#state").await.trim(), "failed");
+        assert_eq!(
+            text_of(c, "#progress").await.trim(),
+            "none",
+            "no checkpoint was stored"
+        );
         assert_eq!(count(c, "#flash").await, 0);
         screenshot(c, "item-failed", false).await;
         let retry = wait_for(c, "button[data-action=\"retry\"]").await;
@@ -1140,7 +1166,7 @@ fn pause_and_resume_a_schedule_by_click() {
     );
 }
 
-/// A payload, a key and an error message made of HTML stay text: shown
+/// A payload, a checkpoint, a key and an error message made of HTML stay text: shown
 /// literally, no element made of them, no script run.
 #[test]
 fn html_from_the_database_stays_text() {
@@ -1156,6 +1182,17 @@ fn html_from_the_database_stays_text() {
             .max_attempts(3),
     );
     let token = claim(&mut f.db, "xss", key, "<i>owner</i>", "5 minutes");
+    let checkpoint = json!({ "step": "<script>alert(4)</script>" });
+    assert!(ok(
+        calls::generated::work_progress(
+            &mut f.db,
+            token.id,
+            &token.owner,
+            token.epoch,
+            &checkpoint
+        ),
+        "work_progress"
+    ));
     assert!(ok(
         calls::fail(&mut f.db, &token, error, Some("0 seconds")),
         "work_fail"
@@ -1201,6 +1238,11 @@ fn html_from_the_database_stays_text() {
             "#payload is the payload's JSON",
         );
         assert_eq!(shown, payload);
+        let shown: Value = ok(
+            serde_json::from_str(&text_of(c, "#progress").await),
+            "#progress is the checkpoint's JSON, kept by the failed attempt",
+        );
+        assert_eq!(shown, checkpoint);
         let body = text_of(c, "body").await;
         assert!(body.contains(key), "the key as text: {body}");
         assert!(

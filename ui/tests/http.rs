@@ -995,10 +995,24 @@ fn the_item_page_explains_the_lease() {
         "claim",
     )
     .expect("claimable");
+    // A checkpoint stored under the claim's token (docs/contract.md, promise 11).
+    // (Its keys in the same order in jsonb, by length, as in serde_json's map, by name.)
+    let checkpoint = json!({"at": "<b>row 3</b>", "of": 10, "sent": 3});
+    assert!(ok(
+        calls::generated::work_progress(&mut db, id, "worker-7", claim.epoch, &checkpoint),
+        "work_progress"
+    ));
     let fresh = enqueue(&mut db, Enqueue::new("l").key("fresh"));
     let ui = Ui::on(&cluster.connection_string("ui_lease"));
     let page = ui.get(&format!("/items/{id}")).body;
     assert!(page.contains("<span id=\"state\">claimed</span>"), "{page}");
+    // The checkpoint, indented and escaped.
+    assert_eq!(
+        section(&page, "<pre id=\"progress\">", "</pre>"),
+        "{\n  &quot;at&quot;: &quot;&lt;b&gt;row 3&lt;/b&gt;&quot;,\n  &quot;of&quot;: 10,\n  \
+         &quot;sent&quot;: 3\n}",
+        "{page}"
+    );
     let lease = section(&page, "<p id=\"lease-status\">", "</p>");
     assert!(lease.starts_with("current: the holder's token"), "{lease}");
     assert!(lease.contains(&format!("epoch {}", claim.epoch)), "{lease}");
@@ -1011,6 +1025,11 @@ fn the_item_page_explains_the_lease() {
         section(&page, "id=\"result\"", "</p>").contains("no result"),
         "{page}"
     );
+    assert!(
+        page.contains("<p class=\"muted\" id=\"progress\">none</p>"),
+        "{page}"
+    );
+    assert!(!page.contains("<pre id=\"progress\">"), "{page}");
     assert!(!page.contains("<table id=\"errors\">"), "{page}");
     assert!(
         page.contains("No failed attempt or lapsed lease."),
@@ -2394,8 +2413,9 @@ fn schedule_metrics_are_the_unix_seconds_of_work_schedules() {
 }
 
 /// A database still on 0.11.0 has no schedules: the schedules page says so,
-/// `/metrics` and a queue's page are as before, and a pause sent by hand is
-/// a 42883 that says schedules need 0.12.0.
+/// `/metrics`, a queue's page and an item's page are as before (its
+/// `work_item` has no checkpoint: none), and a pause sent by hand is a 42883
+/// that says schedules need 0.12.0.
 #[test]
 fn a_database_before_0120_has_no_schedules_and_its_pages_still_work() {
     let cluster = cluster();
@@ -2411,7 +2431,12 @@ fn a_database_before_0120_has_no_schedules_and_its_pages_still_work() {
         ),
         "pg_workfence 0.11.0",
     );
-    enqueue(&mut old, Enqueue::new("q").key("k"));
+    let id = enqueue(&mut old, Enqueue::new("q").key("k"));
+    ok(
+        calls::claim_key(&mut old, "q", "k", "worker-1", "1 hour"),
+        "work_claim_key on 0.11.0",
+    )
+    .expect("claimable");
     let ui = Ui::on(&cluster.connection_string("ui_schedules_0110"));
     let page = ui.get("/schedules");
     assert_eq!(page.status, 200, "{}", page.body);
@@ -2427,6 +2452,15 @@ fn a_database_before_0120_has_no_schedules_and_its_pages_still_work() {
     let page = ui.get("/queues/q");
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(!page.body.contains("queue-schedules"));
+    let page = ui.get(&format!("/items/{id}"));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("<span id=\"state\">claimed</span>"));
+    assert!(
+        page.body
+            .contains("<p class=\"muted\" id=\"progress\">none</p>"),
+        "{}",
+        page.body
+    );
     let reply = ui.submit("/schedules/nightly/pause", &[]);
     assert_eq!(reply.status, 503, "{}", reply.body);
     let error = reply.error();
