@@ -594,6 +594,21 @@ async fn under_five_kills_a_second_no_job_runs_again_because_of_a_lost_settle() 
         .await
     });
 
+    // Once the worker is up (a failure of its first connections ends `run`, as documented):
+    // its claims' connection has sent a claim.
+    common::wait_for("the worker's first claim", || async {
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = $1 AND query LIKE '%work_claim%'",
+                &[&format!("{name} claim")],
+            )
+            .await
+            .expect("pg_stat_activity")
+            .get(0);
+        (n > 0).then_some(())
+    })
+    .await;
     // Five times a second, one of the worker's backends (claims, heartbeat or pool) at random.
     let started = Instant::now();
     let mut kills: HashMap<String, u32> = HashMap::new();
