@@ -5611,3 +5611,208 @@ mod firing {
         }
     }
 }
+
+/// Checkpoints (0.12.0, issue 35; docs/contract.md, promise 12): workers
+/// that all claim as one owner name write `work_progress` with whatever
+/// token they last got, a superseded one included, while leases lapse and
+/// the item is claimed anew or fails and is retried at any moment; a reader
+/// (`work_item`, or the next claim's `progress`) looks at any moment.
+/// Each action is one statement of `src/verbs/lease.rs` or
+/// `src/verbs/claim.rs`, atomic under the item's row lock. A write is
+/// named (epoch, n): the n-th write of the run with that epoch, so the
+/// writes a worker makes are ordered by real time, and a run's writes all
+/// come after the writes of the runs before it (a claim supersedes the
+/// token before its holder's next statement).
+mod checkpoints {
+    use super::*;
+
+    /// Workers (one owner name).
+    const WORKERS: usize = 2;
+    /// Claims of the item in a history (epochs 1..=CLAIMS).
+    const CLAIMS: u8 = 3;
+    /// Writes per run.
+    const WRITES: u8 = 2;
+
+    /// The extension's `work_progress`, or a broken variant of it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub(super) enum ProgressSql {
+        /// `UPDATE ... WHERE owner AND epoch AND state = 'claimed'`.
+        Extension,
+        /// The owner's name checked, not the epoch (the bug report's
+        /// check): any token of the shared name writes.
+        OwnerOnly,
+    }
+
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    pub(super) struct CheckpointState {
+        /// The item's epoch (0: never claimed) and whether it is claimed.
+        epoch: u8,
+        claimed: bool,
+        /// The stored checkpoint: (epoch, n) of the write that stored it.
+        progress: Option<(u8, u8)>,
+        /// Each worker's token (the epoch it was last given) and how many
+        /// writes it made under it.
+        workers: [(u8, u8); WORKERS],
+        /// The newest checkpoint any reader has seen, and whether a reader
+        /// ever saw one older than one seen before.
+        seen: Option<(u8, u8)>,
+        went_back: bool,
+        /// A write replaced a newer checkpoint with an older one.
+        overwrote_newer: bool,
+        /// A claim handed out the checkpoint of an earlier run.
+        resumed: bool,
+        /// A write under a superseded token was refused.
+        refused_stale: bool,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub(super) enum CheckpointAction {
+        /// Worker w claims the item (it is pending, or its lease lapsed).
+        Claim(usize),
+        /// Worker w writes its next checkpoint with its token.
+        Progress(usize),
+        /// Worker w fails the run with its token (retry: pending).
+        Fail(usize),
+        /// A reader looks.
+        Read,
+    }
+
+    pub(super) struct CheckpointModel {
+        pub(super) sql: ProgressSql,
+    }
+
+    const NEVER_BACK: &str = "no reader sees an older checkpoint after a newer one";
+    const NEWEST_RUN: &str = "no write replaces a newer checkpoint with an older one";
+    const RESUMED: &str = "a claim resumes from an earlier run's checkpoint";
+    const REFUSED: &str = "a stale write is refused";
+
+    impl Model for CheckpointModel {
+        type State = CheckpointState;
+        type Action = CheckpointAction;
+
+        fn init_states(&self) -> Vec<CheckpointState> {
+            vec![CheckpointState {
+                epoch: 0,
+                claimed: false,
+                progress: None,
+                workers: [(0, 0); WORKERS],
+                seen: None,
+                went_back: false,
+                overwrote_newer: false,
+                resumed: false,
+                refused_stale: false,
+            }]
+        }
+
+        fn actions(&self, s: &CheckpointState, actions: &mut Vec<CheckpointAction>) {
+            for w in 0..WORKERS {
+                // A claimed item's lease may lapse at any moment: a claim
+                // may always take it anew (the clock is abstract).
+                if s.epoch < CLAIMS {
+                    actions.push(CheckpointAction::Claim(w));
+                }
+                let (token, written) = s.workers[w];
+                if token > 0 && written < WRITES {
+                    actions.push(CheckpointAction::Progress(w));
+                }
+                if token > 0 {
+                    actions.push(CheckpointAction::Fail(w));
+                }
+            }
+            actions.push(CheckpointAction::Read);
+        }
+
+        fn next_state(
+            &self,
+            s: &CheckpointState,
+            action: CheckpointAction,
+        ) -> Option<CheckpointState> {
+            let mut n = s.clone();
+            match action {
+                CheckpointAction::Claim(w) => {
+                    n.epoch = s.epoch + 1;
+                    n.claimed = true;
+                    n.workers[w] = (n.epoch, 0);
+                    // The claim row's progress: the stored checkpoint.
+                    if s.progress.is_some() {
+                        n.resumed = true;
+                    }
+                }
+                CheckpointAction::Progress(w) => {
+                    let (token, written) = s.workers[w];
+                    let current = match self.sql {
+                        ProgressSql::Extension => s.claimed && token == s.epoch,
+                        ProgressSql::OwnerOnly => true,
+                    };
+                    n.workers[w].1 = written + 1;
+                    if current {
+                        if s.progress.is_some_and(|stored| (token, written) < stored) {
+                            n.overwrote_newer = true;
+                        }
+                        n.progress = Some((token, written));
+                    } else if token < s.epoch {
+                        n.refused_stale = true;
+                    }
+                }
+                CheckpointAction::Fail(w) => {
+                    let (token, _) = s.workers[w];
+                    if !(s.claimed && token == s.epoch) {
+                        return None; // refused: nothing changes
+                    }
+                    n.claimed = false;
+                }
+                CheckpointAction::Read => {
+                    if let Some(p) = s.progress {
+                        if s.seen.is_some_and(|seen| p < seen) {
+                            n.went_back = true;
+                        }
+                        n.seen = Some(n.seen.map_or(p, |seen| seen.max(p)));
+                    }
+                }
+            }
+            if n == *s {
+                return None;
+            }
+            Some(n)
+        }
+
+        fn properties(&self) -> Vec<Property<Self>> {
+            vec![
+                Property::always(NEVER_BACK, |_, s: &CheckpointState| !s.went_back),
+                Property::always(NEWEST_RUN, |_, s: &CheckpointState| !s.overwrote_newer),
+                Property::sometimes(RESUMED, |_, s: &CheckpointState| s.resumed),
+                Property::sometimes(REFUSED, |_, s: &CheckpointState| s.refused_stale),
+            ]
+        }
+    }
+
+    fn check(sql: ProgressSql) -> impl Checker<CheckpointModel> {
+        let started = Instant::now();
+        let checker = CheckpointModel { sql }.checker().spawn_bfs().join();
+        println!(
+            "checkpoints {sql:?}: {} unique states, max depth {}, {:.1?}",
+            checker.unique_state_count(),
+            checker.max_depth(),
+            started.elapsed()
+        );
+        checker
+    }
+
+    #[test]
+    fn no_reader_sees_an_older_checkpoint_after_a_newer_one() {
+        let checker = check(ProgressSql::Extension);
+        checker.assert_properties();
+        assert!(checker.unique_state_count() > 100);
+    }
+
+    #[test]
+    fn a_checkpoint_checked_by_owner_name_only_is_caught() {
+        let checker = check(ProgressSql::OwnerOnly);
+        let found = checker.discovery(NEVER_BACK);
+        assert!(found.is_some(), "a checkpoint going back is not found");
+        println!(
+            "OwnerOnly: a reader sees an older checkpoint: {:?}",
+            found.unwrap().into_actions()
+        );
+    }
+}
