@@ -268,7 +268,7 @@ RETURNS TABLE(id bigint, key text, state text, priority integer, run_at timestam
               attempts integer, max_attempts integer, owner text, epoch bigint,
               claimed_at timestamp with time zone, lease_until timestamp with time zone,
               created_at timestamp with time zone, finished_at timestamp with time zone,
-              group_key text, last_error text) LANGUAGE plproxy AS $$
+              group_key text, last_error text, progress jsonb) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_items');
     RUN ON workfence_router.queue_shard(queue);
 $$;

@@ -8,7 +8,8 @@
 -- What 0.12.0 changes so far. Issue 35 (a job's life): the items'
 -- columns progress, rerun_after and rerun_at, work_enqueue's on_conflict,
 -- work_progress, work_await, and the checkpoint as the last column of the
--- claim functions' rows (the old functions renamed *_retired_0_11_0). Issue 30 (features that compose): work_item
+-- claim functions' rows and of work_items (the old functions renamed
+-- *_retired_0_11_0). Issue 30 (features that compose): work_item
 -- shows the item's group_key; the resume that kept a queue's other
 -- settings and the locks out of SQL's reach are in the library alone.
 -- Issue 33 (claims that never walk the backlog): the index items_ready_idx
@@ -242,6 +243,8 @@ ALTER FUNCTION workfence.work_finish_and_claim(text, text, interval, bigint, big
     RENAME TO work_finish_and_claim_retired_0_11_0;
 ALTER FUNCTION workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer)
     RENAME TO work_fail_and_claim_retired_0_11_0;
+ALTER FUNCTION workfence.work_items(text, text, bigint, integer)
+    RENAME TO work_items_retired_0_11_0;
 
 CREATE FUNCTION workfence."work_enqueue"(
 	"queue" TEXT,
@@ -344,6 +347,33 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'work_fail_and_claim_progress_wrapper';
 
+CREATE FUNCTION workfence."work_items"(
+	"queue" TEXT,
+	"state" TEXT DEFAULT NULL,
+	"after" bigint DEFAULT NULL,
+	"max" INT DEFAULT 50
+) RETURNS TABLE (
+	"id" bigint,
+	"key" TEXT,
+	"state" TEXT,
+	"priority" INT,
+	"run_at" timestamp with time zone,
+	"attempts" INT,
+	"max_attempts" INT,
+	"owner" TEXT,
+	"epoch" bigint,
+	"claimed_at" timestamp with time zone,
+	"lease_until" timestamp with time zone,
+	"created_at" timestamp with time zone,
+	"finished_at" timestamp with time zone,
+	"group_key" TEXT,
+	"last_error" TEXT,
+	"progress" jsonb
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_items_progress_wrapper';
+
 CREATE FUNCTION workfence."work_progress"(
 	"id" bigint,
 	"owner" TEXT,
@@ -377,6 +407,7 @@ BEGIN
         'workfence.work_claim_key(text, text, text, interval)',
         'workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer)',
         'workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer)',
+        'workfence.work_items(text, text, bigint, integer)',
         'workfence.work_progress(bigint, text, bigint, jsonb)',
         'workfence.work_await(text, text, interval)'
     ] LOOP
@@ -406,7 +437,9 @@ BEGIN
         ['workfence.work_finish_and_claim_retired_0_11_0(text, text, interval, bigint, bigint, jsonb, integer)',
          'workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer)'],
         ['workfence.work_fail_and_claim_retired_0_11_0(text, text, interval, bigint, bigint, text, interval, integer)',
-         'workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer)']
+         'workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer)'],
+        ['workfence.work_items_retired_0_11_0(text, text, bigint, integer)',
+         'workfence.work_items(text, text, bigint, integer)']
     ] LOOP
         FOR grant_to IN
             SELECT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
@@ -449,7 +482,8 @@ BEGIN
             'workfence.work_claim_retired_0_11_0(text, text, interval, integer, interval)',
             'workfence.work_claim_key_retired_0_11_0(text, text, text, interval)',
             'workfence.work_finish_and_claim_retired_0_11_0(text, text, interval, bigint, bigint, jsonb, integer)',
-            'workfence.work_fail_and_claim_retired_0_11_0(text, text, interval, bigint, bigint, text, interval, integer)'
+            'workfence.work_fail_and_claim_retired_0_11_0(text, text, interval, bigint, bigint, text, interval, integer)',
+            'workfence.work_items_retired_0_11_0(text, text, bigint, integer)'
         ]::pg_catalog.regprocedure[])
     LOOP
         FOR grantee IN
@@ -685,7 +719,7 @@ COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
 COMMENT ON FUNCTION workfence.work_limit(text, integer, integer, interval, integer) IS
 'work_limit(queue, concurrency int DEFAULT NULL, rate int DEFAULT NULL, per interval DEFAULT ''1 second'', per_group int DEFAULT NULL) -> void. From 0.10.0: at most concurrency items of the queue claimed at once (a lapsed lease keeps its slot until claimed anew or dead-lettered), at most rate items handed out by claims in any window of length per (sliding, server clock); from 0.12.0 at most per_group items of one group_key claimed at once (NULL: 1, serial groups), the groups served round-robin (each group has one item in line at a time, and a group just served goes behind the others). A call sets them all: NULL lifts a limit, work_limit(queue) every one; shown in work_queue_stats. A claim that would exceed a limit returns fewer rows, never waits; from 0.12.0 each item it hands out takes a slot row of the queue (workfence.queue_slots) FOR UPDATE SKIP LOCKED, so claims of one queue run side by side; lowering a limit takes nothing back (claims wait until fewer items than it are claimed); claims of a limited queue run in READ COMMITTED only (see work_claim). Errors: 22004 NULL queue or per, 22023 bad queue, concurrency, rate or per_group outside 1..10000, per not in (0, 1 day]; 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
-'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';
+'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until, progress). progress (from 0.12.0): the item''s checkpoint, the last work_progress of an earlier run under its lease (NULL on a first attempt). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';
 
 -- ---- issue 33: cancel and reschedule of a grouped item need READ COMMITTED ----
 COMMENT ON FUNCTION workfence.work_cancel(text, text) IS
@@ -865,4 +899,7 @@ COMMENT ON FUNCTION workfence.work_progress(bigint, text, bigint, jsonb) IS
 'work_progress(id, owner, epoch, progress jsonb) -> boolean. From 0.12.0: true and progress stored as the item''s checkpoint only under the current token (owner AND epoch, state claimed; a lapsed lease nobody re-claimed still counts, as for work_renew); false and nothing changed for any other token. The checkpoint is shown by work_item and returned by the item''s next claim (the progress column), so a retried run resumes from it; a superseded token can never overwrite a newer run''s checkpoint. At most 64 KiB of jsonb. Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner or progress over 64 KiB.';
 
 COMMENT ON FUNCTION workfence.work_await(text, text, interval) IS
-'work_await(queue, key, wait interval DEFAULT ''0'') -> zero or one (state, result, last_error). From 0.12.0: zero rows when the queue has no item of that key; at once the item''s state, result and newest error when it is done, failed or cancelled; otherwise sleeps in the server until the commit of a transaction that settles the item wakes it, or wait (at most workfence.long_poll_max, default 3 s) passes, then returns the item''s state (pending or claimed, result NULL: call again). A settle by COMMIT PREPARED or a dead letter of a lapsed final attempt wakes nobody (seen when wait ends). Ends the session if the client disconnects. Errors: 22004 NULL argument, 22023 bad queue/key, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no read grant covering the queue; 57014 when cancelled while waiting.';
+'work_await(queue, key, wait interval DEFAULT ''0'') -> zero or one (state, result, last_error). From 0.12.0: zero rows when the queue has no item of that key; at once the item''s state, result and newest error when it is done, failed or cancelled; otherwise sleeps in the server until the commit of a transaction that settles the item wakes it, or wait (at most workfence.long_poll_max, default 3 s) passes, then returns the item''s state (pending or claimed, result NULL: call again). A settle by COMMIT PREPARED wakes nobody (seen when wait ends). Ends the session if the client disconnects. Errors: 22004 NULL argument, 22023 bad queue/key, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no read grant covering the queue; 57014 when cancelled while waiting.';
+
+COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS
+'work_items(queue, state DEFAULT NULL, after bigint DEFAULT NULL, max int DEFAULT 50) -> setof (id, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, created_at, finished_at, group_key, last_error, progress). From 0.11.0: a page of at most max (1..1000) of the queue''s items, keyset-paged along an index the claims keep: state NULL every item by key descending (generated keys are UUIDv7: newest first); pending in claim order (priority, run_at, id; a pending item not yet due is claimed once due); claimed soonest lease end first (lease_until, id; lapsed leases on top); done, failed, cancelled newest finish first (finished_at, id descending). after: the id of the last row of the previous page (NULL: the first page); the page continues after that item''s place in the order as it is now (its sort key, even after it left the listed state), and is empty when that sort key is gone (purged; a claimed item no longer claimed; a finished one retried). last_error: the newest error of the item''s history. progress (from 0.12.0): the item''s checkpoint (work_progress). Reads only (also on a hot standby): grant it with work_item. Errors: 22004 NULL queue or max, 22023 bad queue, state not one of pending, claimed, done, failed, cancelled, max outside 1..1000; 42501 when queue grants are enforced and the role has no read grant covering the queue.';

@@ -843,6 +843,11 @@ AS 'MODULE_PATHNAME', 'work_item_of_key_wrapper';
 
 /* <begin connected objects> */
 -- pg_workfence::verbs::listing::work_items
+-- Skipped due to `#[pgrx(sql = false)]`
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::listing::work_items
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "work_items"(
@@ -865,11 +870,12 @@ CREATE  FUNCTION "work_items"(
 	"created_at" timestamp with time zone,  /* TimestampWithTimeZone */
 	"finished_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"group_key" TEXT,  /* Option < String > */
-	"last_error" TEXT  /* Option < String > */
+	"last_error" TEXT,  /* Option < String > */
+	"progress" jsonb  /* Option < RawJsonb > */
 )
-VOLATILE PARALLEL UNSAFE 
+VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'work_items_wrapper';
+AS 'MODULE_PATHNAME', 'work_items_progress_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1371,10 +1377,10 @@ COMMENT ON FUNCTION workfence.work_item(bigint) IS
 'work_item(id) -> zero or one row, the columns of work_item(queue, key): the item with this id. Reads only. Where queue grants are enforced, an item of a queue the role may not read is answered with zero rows, as if missing. Errors: 22004 NULL id.';
 
 COMMENT ON FUNCTION workfence.work_await(text, text, interval) IS
-'work_await(queue, key, wait interval DEFAULT ''0'') -> zero or one (state, result, last_error). From 0.12.0: zero rows when the queue has no item of that key; at once the item''s state, result and newest error when it is done, failed or cancelled; otherwise sleeps in the server until the commit of a transaction that settles the item wakes it, or wait (at most workfence.long_poll_max, default 3 s) passes, then returns the item''s state (pending or claimed, result NULL: call again). A settle by COMMIT PREPARED or a dead letter of a lapsed final attempt wakes nobody (seen when wait ends). Ends the session if the client disconnects. Errors: 22004 NULL argument, 22023 bad queue/key, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no read grant covering the queue; 57014 when cancelled while waiting.';
+'work_await(queue, key, wait interval DEFAULT ''0'') -> zero or one (state, result, last_error). From 0.12.0: zero rows when the queue has no item of that key; at once the item''s state, result and newest error when it is done, failed or cancelled; otherwise sleeps in the server until the commit of a transaction that settles the item wakes it, or wait (at most workfence.long_poll_max, default 3 s) passes, then returns the item''s state (pending or claimed, result NULL: call again). A settle by COMMIT PREPARED wakes nobody (seen when wait ends). Ends the session if the client disconnects. Errors: 22004 NULL argument, 22023 bad queue/key, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no read grant covering the queue; 57014 when cancelled while waiting.';
 
 COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS
-'work_items(queue, state DEFAULT NULL, after bigint DEFAULT NULL, max int DEFAULT 50) -> setof (id, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, created_at, finished_at, group_key, last_error). From 0.11.0: a page of at most max (1..1000) of the queue''s items, keyset-paged along an index the claims keep: state NULL every item by key descending (generated keys are UUIDv7: newest first); pending in claim order (priority, run_at, id; a pending item not yet due is claimed once due); claimed soonest lease end first (lease_until, id; lapsed leases on top); done, failed, cancelled newest finish first (finished_at, id descending). after: the id of the last row of the previous page (NULL: the first page); the page continues after that item''s place in the order as it is now (its sort key, even after it left the listed state), and is empty when that sort key is gone (purged; a claimed item no longer claimed; a finished one retried). last_error: the newest error of the item''s history. Reads only (also on a hot standby): grant it with work_item. Errors: 22004 NULL queue or max, 22023 bad queue, state not one of pending, claimed, done, failed, cancelled, max outside 1..1000; 42501 when queue grants are enforced and the role has no read grant covering the queue.';
+'work_items(queue, state DEFAULT NULL, after bigint DEFAULT NULL, max int DEFAULT 50) -> setof (id, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, created_at, finished_at, group_key, last_error, progress). From 0.11.0: a page of at most max (1..1000) of the queue''s items, keyset-paged along an index the claims keep: state NULL every item by key descending (generated keys are UUIDv7: newest first); pending in claim order (priority, run_at, id; a pending item not yet due is claimed once due); claimed soonest lease end first (lease_until, id; lapsed leases on top); done, failed, cancelled newest finish first (finished_at, id descending). after: the id of the last row of the previous page (NULL: the first page); the page continues after that item''s place in the order as it is now (its sort key, even after it left the listed state), and is empty when that sort key is gone (purged; a claimed item no longer claimed; a finished one retried). last_error: the newest error of the item''s history. progress (from 0.12.0): the item''s checkpoint (work_progress). Reads only (also on a hot standby): grant it with work_item. Errors: 22004 NULL queue or max, 22023 bad queue, state not one of pending, claimed, done, failed, cancelled, max outside 1..1000; 42501 when queue grants are enforced and the role has no read grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.queue_counters(text) IS
 'queue_counters(queue) -> zero or one (refused, lapsed): stale-token calls refused and lapsed leases claimed anew in the queue since the server started, as work_queue_stats shows them. No row unless pg_workfence is in shared_preload_libraries (or when the server''s counter table of 1024 queues is full and the queue is not in it). Grant it with work_queue_stats. Errors: 22004 NULL queue, 22023 bad queue, 42501 when queue grants are enforced and the role has no read grant covering the queue.';

@@ -197,8 +197,9 @@ SELECT i.id
 ///   `cancelled` item runs again (pending, due at `run_at`, attempts
 ///   counted afresh, its result, last error and checkpoint cleared, its
 ///   `errors` history kept), and a claimed one takes the new payload at
-///   once and runs once more after the current run ends with a finish or a
-///   final failure (its holder's token keeps working). Its priority,
+///   once and runs once more after the current run ends with a finish, a
+///   final failure or a lapsed final attempt's dead letter (its holder's
+///   token keeps working). Its priority,
 ///   max_attempts, max_run and group stay the first enqueue's. `inserted`
 ///   is true only for a new row.
 /// - An inserted item that is due (`run_at` NULL or not after

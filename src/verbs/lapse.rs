@@ -71,5 +71,8 @@ pub fn settle(client: &mut SpiClient<'_>, lost: &[LostToken]) -> Result<()> {
         errors: lost.iter().map(|t| t.error().to_owned()).collect(),
     };
     plans::run(client, &RECORD, params, |_| Ok(()))?;
+    if crate::verbs::life::schema_has_life() {
+        crate::verbs::life::dead_lettered(client, lost)?;
+    }
     notify::lease_lost(client, lost)
 }

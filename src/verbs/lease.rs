@@ -360,17 +360,35 @@ params! {
 // stands (as AFTER_REFUSAL reads one): its queue, and whether it is done
 // under the pair's token (a finish repeated with the same token). Pairs of
 // missing items have no row.
-static AFTER_MANY_REFUSED: Statement<FinishedManyByParams> = Statement::new(
-    r#"
+macro_rules! after_many_refused_sql {
+    ($done:literal) => {
+        concat!(
+            r#"
 SELECT i.id, r.epoch, i.queue,
        i.owner OPERATOR(pg_catalog.=) $1 AND i.epoch OPERATOR(pg_catalog.=) r.epoch
-         AND i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state,
+         AND ("#,
+            $done,
+            r#"),
        i.epoch IS NULL OR r.epoch OPERATOR(pg_catalog.>) i.epoch
   FROM workfence.items AS i
   JOIN ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS r(id, epoch)
     ON i.id OPERATOR(pg_catalog.=) r.id
-"#,
+"#
+        )
+    };
+}
+
+static AFTER_MANY_REFUSED: Statement<FinishedManyByParams> = Statement::new(
+    after_many_refused_sql!("i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state"),
 );
+
+// AFTER_MANY_REFUSED from 0.12.0: a pair whose token finished the item
+// that a replace then sent round once more counts as done by it (see
+// AFTER_REFUSAL_LIFE).
+static AFTER_MANY_REFUSED_LIFE: Statement<FinishedManyByParams> =
+    Statement::new(after_many_refused_sql!(
+        "i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state OR i.rerun_after OPERATOR(pg_catalog.=) OPERATOR(pg_catalog.-) r.epoch"
+    ));
 
 params! {
     /// `$1` owner, `$2` ids, `$3` epochs.
@@ -976,7 +994,11 @@ fn finish_many(
         let again = Spi::connect_mut(|client| {
             plans::run(
                 client,
-                &AFTER_MANY_REFUSED,
+                if life {
+                    &AFTER_MANY_REFUSED_LIFE
+                } else {
+                    &AFTER_MANY_REFUSED
+                },
                 FinishedManyByParams {
                     owner: &owner,
                     ids: rest_ids,

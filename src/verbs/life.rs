@@ -7,7 +7,8 @@
 //!   new payload (and with `replace` the new `run_at`); a finished one runs
 //!   again; a claimed one takes the new payload at once, its holder keeping
 //!   its token and the payload it read, and `rerun_after` records the
-//!   holder's epoch: when that run ends with a finish or a final failure
+//!   holder's epoch: when that run ends with a finish, a final failure or
+//!   a lapsed final attempt's dead letter
 //!   ([`ended`]), the item goes back to pending once more. The names and
 //!   modes are graphile-worker's `job_key_mode` (`replace`,
 //!   `preserve_run_at`); pg-boss and Oban call the same ideas debounce and
@@ -35,10 +36,11 @@ use crate::access::grants::{self, Capability};
 use crate::access::validate;
 use crate::backend::{notify, wait, xact};
 use crate::base::error::{OrReport, Result, WorkfenceError};
+use crate::base::types::LostToken;
 use crate::pg::jsonb::RawJsonb;
 use crate::pg::plans::{self, params, Statement};
 use crate::store::sql::QueueKey;
-use crate::verbs::claim::ClaimedRow;
+use crate::store::take::ClaimedRow;
 
 /// Whether this database's schema has what a job's life needs (the
 /// columns `progress`, `rerun_after` and `rerun_at`): 0.12.0 or later,
@@ -259,6 +261,80 @@ pub(crate) fn ended(id: i64, queue: &str, rerun: bool, finished: bool) -> Result
     Ok(())
 }
 
+// The lapsed final attempts of `$1` (ids) under the epochs `$2`, just
+// dead-lettered by this transaction, whose run `rerun_after` named: sent
+// round once more as RERUN does after a failure. Columns: id, queue,
+// whether due now.
+static RERUN_DEAD: Statement<DeadParams> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET state = 'pending'::workfence.item_state,
+       run_at = COALESCE(i.rerun_at, pg_catalog.clock_timestamp()),
+       attempts = 0,
+       lease_until = NULL,
+       finished_at = NULL,
+       result = NULL,
+       last_error = NULL,
+       progress = NULL,
+       rerun_after = NULL,
+       rerun_at = NULL
+  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(id, epoch)
+ WHERE i.id OPERATOR(pg_catalog.=) d.id
+   AND i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state
+   AND i.rerun_after OPERATOR(pg_catalog.=) d.epoch
+RETURNING i.id, i.queue, i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+"#,
+);
+
+params! {
+    /// `$1` ids, `$2` their dead-lettered runs' epochs.
+    struct DeadParams {
+        ids: Vec<i64> = INT8ARRAYOID,
+        epochs: Vec<i64> = INT8ARRAYOID,
+    }
+}
+
+/// After a claim or the maintenance worker dead-lettered the lapsed final
+/// attempts of `lost` (on a 0.12.0 schema): those whose run a replace
+/// named run once more ([`RERUN_DEAD`]), and every dead-lettered item's
+/// `work_await` callers are woken at commit.
+pub(crate) fn dead_lettered(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    lost: &[LostToken],
+) -> Result<()> {
+    let dead: Vec<&LostToken> = lost.iter().filter(|t| t.dead_lettered).collect();
+    if dead.is_empty() {
+        return Ok(());
+    }
+    for token in &dead {
+        xact::awaited_at_commit(token.id);
+    }
+    let again = plans::run(
+        client,
+        &RERUN_DEAD,
+        DeadParams {
+            ids: dead.iter().map(|t| t.id).collect(),
+            epochs: dead.iter().map(|t| t.epoch).collect(),
+        },
+        |rows| {
+            let mut again = Vec::with_capacity(rows.len());
+            for row in rows {
+                if let Some(queue) = row.get::<String>(2)? {
+                    again.push((queue, row.get::<bool>(3)?.unwrap_or(false)));
+                }
+            }
+            Ok(again)
+        },
+    )?;
+    for (queue, due) in again {
+        if due {
+            notify::enqueued(client, &queue)?;
+        }
+        wait::wake_after_commit(&queue, 1);
+    }
+    Ok(())
+}
+
 // The checkpoints of the items `$1` (just claimed by this transaction).
 static PROGRESS_OF: Statement<Ids> = Statement::new(
     r#"
@@ -274,6 +350,25 @@ params! {
     struct Ids {
         ids: Vec<i64> = INT8ARRAYOID,
     }
+}
+
+/// The checkpoints of the items `ids` that have one, read in one
+/// statement by primary key (nothing is read for no ids).
+pub(crate) fn progress_of(ids: Vec<i64>) -> Result<Vec<(i64, RawJsonb)>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Spi::connect_mut(|client| {
+        plans::run(client, &PROGRESS_OF, Ids { ids }, |rows| {
+            let mut found = Vec::with_capacity(rows.len());
+            for row in rows {
+                if let (Some(id), Some(progress)) = (row.get::<i64>(1)?, row.get::<RawJsonb>(2)?) {
+                    found.push((id, progress));
+                }
+            }
+            Ok(found)
+        })
+    })
 }
 
 /// A claimed row with its checkpoint: the `progress` column of the claim
@@ -292,22 +387,7 @@ pub(crate) fn with_progress(rows: Vec<ClaimedRow>) -> Result<Vec<ClaimedWithProg
         .filter(|row| row.4 > 1)
         .map(|row| row.0)
         .collect();
-    let mut found: Vec<(i64, RawJsonb)> = Vec::new();
-    if !again.is_empty() {
-        found = Spi::connect_mut(|client| {
-            plans::run(client, &PROGRESS_OF, Ids { ids: again }, |rows| {
-                let mut found = Vec::with_capacity(rows.len());
-                for row in rows {
-                    if let (Some(id), Some(progress)) =
-                        (row.get::<i64>(1)?, row.get::<RawJsonb>(2)?)
-                    {
-                        found.push((id, progress));
-                    }
-                }
-                Ok(found)
-            })
-        })?;
-    }
+    let mut found = progress_of(again)?;
     Ok(rows
         .into_iter()
         .map(|row| {
@@ -372,15 +452,15 @@ const AWAIT_POLL_WITHOUT_LOCK: Duration = Duration::from_millis(250);
 /// once when the item is `done`, `failed` or `cancelled`: its state, its
 /// result (a finish's) and its newest error. Otherwise the call sleeps in
 /// the server until a transaction that settles the item (a finish, a
-/// failure, a cancel, a run sent round once more) commits, which sets the
+/// failure, a cancel, a lapsed final attempt dead-lettered, a run sent
+/// round once more) commits, which sets the
 /// caller's latch, and looks again; it returns the item's state when it is
 /// finished or when `wait` has passed (then `pending` or `claimed`, result
 /// NULL): call again to wait longer. One call sleeps at most
 /// `workfence.long_poll_max` (default 3 s), for the reason a long poll does:
 /// a sleeping statement holds its snapshot, and vacuum's horizon with it.
-/// A settle committed by `COMMIT PREPARED`, or a lapsed final attempt
-/// dead-lettered by a claim or the maintenance worker, wakes nobody: the
-/// call sees it when its wait ends. A client that goes away ends the
+/// A settle committed by `COMMIT PREPARED` wakes nobody (PostgreSQL runs
+/// no extension code there): the call sees it when its wait ends. A client that goes away ends the
 /// session at once, as a long poll's does. The idea is Oban Relay's and
 /// DBOS's `get_result`, with the long poll's wake-up at commit.
 ///

@@ -41,6 +41,7 @@ use pgrx::prelude::*;
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
 use crate::base::error::{OrReport, Result, WorkfenceError};
+use crate::pg::jsonb::RawJsonb;
 use crate::pg::plans::{self, params, Statement};
 
 /// The columns of a listed item, in `work_items`' result order.
@@ -282,7 +283,8 @@ fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
 /// key text, state text, priority integer, run_at timestamptz, attempts
 /// integer, max_attempts integer, owner text, epoch bigint, claimed_at
 /// timestamptz, lease_until timestamptz, created_at timestamptz,
-/// finished_at timestamptz, group_key text, last_error text)`: at most
+/// finished_at timestamptz, group_key text, last_error text, progress
+/// jsonb)`: at most
 /// `max` rows (1 to 1000).
 ///
 /// `state` NULL lists every item of the queue by key, descending (a
@@ -311,9 +313,18 @@ fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
 /// max outside 1 to 1000; 42501 (insufficient_privilege) when queue grants
 /// are enforced and the session's role has no read grant covering the
 /// queue (see `crate::access::grants`).
-#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+///
+/// From 0.12.0 each row ends with `progress`, the item's checkpoint (see
+/// `work_progress`), read for the page's items in one more statement by
+/// primary key.
+#[pg_extern(
+    name = "work_items",
+    volatile,
+    parallel_unsafe,
+    requires = ["bootstrap"]
+)]
 #[allow(clippy::type_complexity)] // pgrx reads the columns from the signature
-pub fn work_items(
+pub fn work_items_progress(
     queue: Option<String>,
     state: default!(Option<String>, "NULL"),
     after: default!(Option<i64>, "NULL"),
@@ -336,38 +347,97 @@ pub fn work_items(
         name!(finished_at, Option<TimestampWithTimeZone>),
         name!(group_key, Option<String>),
         name!(last_error, Option<String>),
+        name!(progress, Option<RawJsonb>),
     ),
 > {
     (|| {
-        let queue = validate::queue(queue)?;
-        let listing = listing(state)?;
-        let max = max_rows(max)?;
-        grants::check(Capability::Read, &queue)?;
-        let params = ListParams {
-            queue: &queue,
-            after,
-            max,
-        };
-        Spi::connect_mut(|client| match listing {
-            Listing::All if after.is_none() => {
-                plans::run(client, &LIST_ALL_FIRST, params, read_listed)
-            }
-            Listing::All => plans::run(client, &LIST_ALL, params, read_listed),
-            Listing::Pending => plans::run(client, &LIST_PENDING, params, read_listed),
-            Listing::Claimed => plans::run(client, &LIST_CLAIMED, params, read_listed),
-            Listing::Finished(state) => plans::run(
-                client,
-                &LIST_FINISHED,
-                ListFinishedParams {
-                    queue: &queue,
-                    after,
-                    max,
-                    state,
-                },
-                read_listed,
-            ),
-        })
+        let rows = listed(queue, state, after, max)?;
+        let mut found = crate::verbs::life::progress_of(rows.iter().map(|row| row.0).collect())?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let progress = found
+                    .iter()
+                    .position(|(id, _)| *id == r.0)
+                    .map(|at| found.swap_remove(at).1);
+                (
+                    r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9, r.10, r.11, r.12, r.13, r.14,
+                    progress,
+                )
+            })
+            .collect::<Vec<_>>())
     })()
     .map(TableIterator::new)
     .or_report()
+}
+
+/// `work_items` of 0.11.0 (rows without `progress`), kept as the C symbol
+/// `work_items_wrapper` that its install script binds; renamed
+/// `work_items_retired_0_11_0` by the update. Not part of this version's
+/// SQL.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
+#[allow(clippy::type_complexity)] // pgrx reads the columns from the signature
+pub fn work_items(
+    queue: Option<String>,
+    state: Option<String>,
+    after: Option<i64>,
+    max: Option<i32>,
+) -> TableIterator<
+    'static,
+    (
+        name!(id, i64),
+        name!(key, String),
+        name!(state, String),
+        name!(priority, i32),
+        name!(run_at, TimestampWithTimeZone),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(owner, Option<String>),
+        name!(epoch, Option<i64>),
+        name!(claimed_at, Option<TimestampWithTimeZone>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(created_at, TimestampWithTimeZone),
+        name!(finished_at, Option<TimestampWithTimeZone>),
+        name!(group_key, Option<String>),
+        name!(last_error, Option<String>),
+    ),
+> {
+    listed(queue, state, after, max)
+        .map(TableIterator::new)
+        .or_report()
+}
+
+/// The page `work_items` lists (see [`work_items_progress`]).
+fn listed(
+    queue: Option<String>,
+    state: Option<String>,
+    after: Option<i64>,
+    max: Option<i32>,
+) -> Result<Vec<ListedRow>> {
+    let queue = validate::queue(queue)?;
+    let listing = listing(state)?;
+    let max = max_rows(max)?;
+    grants::check(Capability::Read, &queue)?;
+    let params = ListParams {
+        queue: &queue,
+        after,
+        max,
+    };
+    Spi::connect_mut(|client| match listing {
+        Listing::All if after.is_none() => plans::run(client, &LIST_ALL_FIRST, params, read_listed),
+        Listing::All => plans::run(client, &LIST_ALL, params, read_listed),
+        Listing::Pending => plans::run(client, &LIST_PENDING, params, read_listed),
+        Listing::Claimed => plans::run(client, &LIST_CLAIMED, params, read_listed),
+        Listing::Finished(state) => plans::run(
+            client,
+            &LIST_FINISHED,
+            ListFinishedParams {
+                queue: &queue,
+                after,
+                max,
+                state,
+            },
+            read_listed,
+        ),
+    })
 }

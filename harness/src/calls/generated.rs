@@ -972,6 +972,8 @@ pub struct WorkItemsRow {
     pub group_key: Option<String>,
     /// `last_error text`.
     pub last_error: Option<String>,
+    /// `progress jsonb`.
+    pub progress: Option<Value>,
 }
 
 impl WorkItemsRow {
@@ -993,6 +995,7 @@ impl WorkItemsRow {
             finished_at: row.try_get(12)?,
             group_key: row.try_get(13)?,
             last_error: row.try_get(14)?,
+            progress: row.try_get(15)?,
         })
     }
 }
@@ -1006,7 +1009,7 @@ impl WorkItemsRow {
 ///     run_at timestamp with time zone, attempts integer, max_attempts integer, owner text,
 ///     epoch bigint, claimed_at timestamp with time zone, lease_until timestamp with time zone,
 ///     created_at timestamp with time zone, finished_at timestamp with time zone, group_key text,
-///     last_error text)
+///     last_error text, progress jsonb)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -1021,7 +1024,8 @@ pub fn work_items(
     let mut call = Call::new(
         "SELECT r.id, r.key, r.state, r.priority, r.run_at::text, r.attempts, r.max_attempts, \
          r.owner, r.epoch, r.claimed_at::text, r.lease_until::text, r.created_at::text, \
-         r.finished_at::text, r.group_key, r.last_error \
+         r.finished_at::text, r.group_key, r.last_error, \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
          FROM workfence.work_items(",
     );
     call.arg(&queue, Type::TEXT, "");

@@ -216,6 +216,21 @@ fn kind_of(name: &str, f: &Fixture) -> Option<Kind> {
             vec![invalid(""), invalid("Mars/Olympus"), invalid("CET+1")],
         ),
         "catch_up" => kind(Some("latest"), vec![invalid(""), invalid("some")]),
+        // `work_enqueue` (0.12.0): keep, replace, preserve_run_at.
+        "on_conflict" => kind(
+            Some("keep"),
+            vec![
+                invalid(""),
+                invalid("Replace"),
+                invalid("upsert"),
+                invalid("keep "),
+            ],
+        ),
+        // `work_progress` (0.12.0): at most 64 KiB of jsonb.
+        "progress" => kind(
+            Some("{\"page\": 1}"),
+            vec![invalid(&format!("\"{}\"", long('p', 64 * 1024)))],
+        ),
         "group_key" => kind(
             None,
             vec![

@@ -26,6 +26,12 @@
 //!   by the schedule verbs, never due during a case, so that
 //!   `work_fire_schedules` and the claims' lazy fire enqueue nothing); so a
 //!   verb that changed a setting it does not name fails here, at that verb;
+//! - (from 0.12.0, issue 35) enqueues of existing keys with `on_conflict`
+//!   `replace` and `preserve_run_at` (a pending item's run_at, a finished
+//!   item run again, a claimed one run once more after its holder's finish,
+//!   final failure or dead letter) and `work_progress` with any token: each
+//!   item's checkpoint and `rerun_after` are compared with the model's too,
+//!   and only the current token stores a checkpoint;
 //! - every item of the queue equals the model's (state, attempts,
 //!   max_attempts, group, priority, run_at, epoch, owner, lease lapsed or
 //!   not), and each call's result is the model's (a claim returns exactly
@@ -134,6 +140,10 @@ const FUNCTIONS: &[(&str, Kind)] = &[
         Kind::NotAVerb("reads the refusal and lapse counters, changing nothing"),
     ),
     ("work_assert", Kind::Verb),
+    (
+        "work_await",
+        Kind::NotAVerb("reads one item's outcome (waiting for it), changing nothing"),
+    ),
     ("work_cancel", Kind::Verb),
     ("work_claim", Kind::Verb),
     ("work_claim_key", Kind::Verb),
@@ -169,6 +179,7 @@ const FUNCTIONS: &[(&str, Kind)] = &[
     ("work_fire_schedules", Kind::Verb),
     ("work_pause", Kind::Verb),
     ("work_pause_schedule", Kind::Verb),
+    ("work_progress", Kind::Verb),
     ("work_purge", Kind::Verb),
     ("work_release", Kind::Verb),
     ("work_renew", Kind::Verb),
@@ -357,6 +368,8 @@ enum Verb {
         run_at: When,
         priority: i32,
         max_attempts: i32,
+        /// From 0.12.0: `on_conflict`, one of [`ON_CONFLICTS`].
+        on_conflict: u8,
     },
     Claim {
         owner: Owner,
@@ -371,6 +384,11 @@ enum Verb {
     Renew {
         token: Pick,
         lease: Lease,
+    },
+    /// `work_progress` (from 0.12.0) with the model's next checkpoint
+    /// `{"n": ...}`.
+    Progress {
+        token: Pick,
     },
     Finish {
         token: Pick,
@@ -452,6 +470,9 @@ enum Verb {
 /// while a case runs (a fire enqueues nothing the model does not know).
 const CRONS: [&str; 2] = ["0 0 1 1 *", "0 0 2 1 *"];
 
+/// `work_enqueue`'s `on_conflict`s (from 0.12.0).
+const ON_CONFLICTS: [&str; 3] = ["keep", "replace", "preserve_run_at"];
+
 /// The case schedule's `catch_up`s.
 const CATCH_UPS: [&str; 3] = ["latest", "all", "none"];
 
@@ -463,6 +484,7 @@ impl Verb {
             Verb::Claim { .. } => "work_claim",
             Verb::ClaimKey { .. } => "work_claim_key",
             Verb::Renew { .. } => "work_renew",
+            Verb::Progress { .. } => "work_progress",
             Verb::Finish { .. } => "work_finish",
             Verb::FinishMany { .. } => "work_finish_many",
             Verb::FinishAndClaim { .. } => "work_finish_and_claim",
@@ -542,19 +564,22 @@ fn verb() -> impl Strategy<Value = Verb> {
             when(),
             prop_oneof![3 => Just(0), 1 => Just(-1), 1 => Just(1)],
             prop_oneof![Just(1), Just(2), Just(25)],
+            prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
         )
-            .prop_map(|(key, group, run_at, priority, max_attempts)| Verb::Enqueue {
+            .prop_map(|(key, group, run_at, priority, max_attempts, on_conflict)| Verb::Enqueue {
                 key,
                 group,
                 run_at,
                 priority,
                 max_attempts,
+                on_conflict,
             }),
         6 => (claimer(), lease(), 1..=3i32)
             .prop_map(|(owner, lease, max_items)| Verb::Claim { owner, lease, max_items }),
         2 => (0..KEYS, claimer(), lease())
             .prop_map(|(key, owner, lease)| Verb::ClaimKey { key, owner, lease }),
         2 => (pick(), lease()).prop_map(|(token, lease)| Verb::Renew { token, lease }),
+        2 => pick().prop_map(|token| Verb::Progress { token }),
         3 => pick().prop_map(|token| Verb::Finish { token }),
         1 => (
             prop_oneof![Just(Owner::W1), Just(Owner::W2), Just(Owner::Intruder)],
@@ -675,6 +700,7 @@ impl Case {
             run_at,
             priority: 0,
             max_attempts,
+            on_conflict: 0,
         };
         let grant = |capability, queues, role| Verb::Grant {
             capability,
@@ -782,6 +808,11 @@ struct Item {
     /// claim's due items by them.
     turn: Option<i64>,
     behind: bool,
+    /// From 0.12.0: the checkpoint's `n` (`work_progress` writes `{"n": ...}`)
+    /// and `rerun_after` (a run's epoch: that run ends with one more run;
+    /// minus an epoch: that token finished, and the item runs once more).
+    progress: Option<i64>,
+    rerun: Option<i64>,
 }
 
 /// The settings of a queue (a queue without a row has the defaults).
@@ -820,6 +851,13 @@ struct Model {
     maybe_dead: Option<(Vec<i64>, usize)>,
     /// The case's schedule (named `<queue>.tick`, on the queue), if any.
     schedule: Option<Sched>,
+    /// The `n` of the next `work_progress` (from 0.12.0).
+    progress_next: i64,
+    /// Runs sent round once more so far (from 0.12.0).
+    reruns: u64,
+    /// When a claimed item that `on_conflict` replaced runs once more
+    /// (from 0.12.0), by id.
+    rerun_at: BTreeMap<i64, At>,
 }
 
 /// A schedule as the model has it: its expression and catch_up (indexes
@@ -881,6 +919,9 @@ impl Model {
             max_epoch: 0,
             maybe_dead: None,
             schedule: None,
+            progress_next: 1,
+            reruns: 0,
+            rerun_at: BTreeMap::new(),
         }
     }
 
@@ -941,7 +982,7 @@ impl Model {
         self.may(Role::Worker, Cap::Claim)
             && self.by_id(token.id).is_some_and(|i| {
                 let item = &self.items[i];
-                item.state == State::Done
+                (item.state == State::Done || item.rerun == Some(-token.epoch))
                     && item.epoch == Some(token.epoch)
                     && item.owner.as_deref() == Some(token.owner.as_str())
             })
@@ -1250,6 +1291,10 @@ impl Model {
         let i = self.by_id(id).expect("a lapsed item");
         self.items[i].state = State::Failed;
         self.items[i].lapsed = None;
+        // A replace named this run: it runs once more (from 0.12.0).
+        if self.items[i].rerun.is_some() && self.items[i].rerun == self.items[i].epoch {
+            self.run_once_more(i, false);
+        }
     }
 
     /// The keys of `ids`, for messages.
@@ -1273,6 +1318,56 @@ impl Model {
         let i = self.by_id(token.id).expect("a current token's item");
         self.items[i].state = State::Done;
         self.items[i].lapsed = None;
+        if self.items[i].rerun == Some(token.epoch) {
+            self.run_once_more(i, true);
+        }
+    }
+
+    /// `on_conflict` replace (or, `preserve`, preserve_run_at) of item `i`
+    /// (from 0.12.0, src/verbs/life.rs).
+    fn conflict(&mut self, i: usize, run_at: When, preserve: bool) {
+        let item = &mut self.items[i];
+        match item.state {
+            State::Pending => {
+                if !preserve {
+                    item.run_at = run_at.at();
+                }
+                item.progress = None;
+                item.rerun = None;
+            }
+            State::Claimed => {
+                item.rerun = item.epoch;
+                let at = if preserve { At::Fresh } else { run_at.at() };
+                self.rerun_at.insert(item.id, at);
+            }
+            State::Done | State::Failed | State::Cancelled => {
+                item.state = State::Pending;
+                item.attempts = 0;
+                item.run_at = run_at.at();
+                item.lapsed = None;
+                item.progress = None;
+                item.rerun = None;
+            }
+        }
+    }
+
+    /// The end of a run whose epoch `rerun` named: pending once more,
+    /// attempts afresh, checkpoint cleared; `rerun` minus the epoch after a
+    /// finish, NULL after a failure.
+    fn run_once_more(&mut self, i: usize, finished: bool) {
+        self.reruns += 1;
+        let at = self.rerun_at.remove(&self.items[i].id).unwrap_or(At::Fresh);
+        let item = &mut self.items[i];
+        item.state = State::Pending;
+        item.attempts = 0;
+        item.run_at = at;
+        item.lapsed = None;
+        item.progress = None;
+        item.rerun = if finished {
+            item.epoch.map(|e| -e)
+        } else {
+            None
+        };
     }
 
     /// Fails the item of a current token (docs/contract.md, `work_fail`).
@@ -1282,6 +1377,9 @@ impl Model {
         item.lapsed = None;
         if item.attempts >= item.max_attempts {
             item.state = State::Failed;
+            if item.rerun == Some(token.epoch) {
+                self.run_once_more(i, false);
+            }
         } else {
             item.state = State::Pending;
             item.run_at = match retry_in {
@@ -1621,7 +1719,8 @@ impl Ctx {
                         i.state::text, i.attempts, i.max_attempts, i.group_key, i.priority,
                         (extract(epoch FROM i.run_at) * 1000000)::int8, i.epoch, i.owner,
                         CASE WHEN i.lease_until IS NOT NULL THEN i.lease_until <= t.now END,
-                        (extract(epoch FROM i.turn) * 1000000)::int8, i.behind
+                        (extract(epoch FROM i.turn) * 1000000)::int8, i.behind,
+                        (i.progress OPERATOR(pg_catalog.->>) 'n')::int8, i.rerun_after
                    FROM t LEFT JOIN workfence.items AS i ON i.queue = $1
                   ORDER BY i.id",
                 &[&m.queue],
@@ -1647,6 +1746,8 @@ impl Ctx {
                 lapsed: r.get(11),
                 turn: r.get(12),
                 behind: r.get(13),
+                progress: r.get(14),
+                rerun: r.get(15),
             });
         }
         let schedule = self
@@ -1745,6 +1846,7 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
             run_at,
             priority,
             max_attempts,
+            on_conflict,
         } => {
             let mut item = Enqueue::new(q)
                 .key(key_name(*key))
@@ -1755,6 +1857,9 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
             }
             if let Some(group) = group {
                 item = item.group_key(group_name(*group));
+            }
+            if *on_conflict != 0 {
+                item = item.on_conflict(ON_CONFLICTS[*on_conflict as usize]);
             }
             Outcome::Enqueued(calls::enqueue(w, &item)?)
         }
@@ -1777,6 +1882,16 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
         ),
         Verb::Renew { token, lease } => {
             Outcome::Bool(calls::renew(w, &m.token(*token), lease.text())?)
+        }
+        Verb::Progress { token } => {
+            let t = m.token(*token);
+            let written: bool = w
+                .query_one(
+                    "SELECT workfence.work_progress($1, $2, $3, pg_catalog.jsonb_build_object('n', $4::int8))",
+                    &[&t.id, &t.owner, &t.epoch, &m.progress_next],
+                )?
+                .get(0);
+            Outcome::Bool(written)
         }
         Verb::Finish { token } => Outcome::Bool(calls::finish(w, &m.token(*token), None)?),
         Verb::FinishMany { owner, tokens } => {
@@ -2005,6 +2120,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
         let seen = ctx.observe(m)?;
         return m.check(&seen);
     }
+    let reruns = m.reruns;
     let outcome = call(ctx, m, verb).map_err(|e| format!("failed: {}", error_text(&e)))?;
     let mut facts = None;
     let mut presented = None;
@@ -2016,6 +2132,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 run_at,
                 priority,
                 max_attempts,
+                on_conflict,
             },
             Outcome::Enqueued(e),
         ) => {
@@ -2024,11 +2141,24 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
             }
             let key = key_name(*key);
             match m.by_key(&key) {
-                Some(i) => expect(
-                    (e.id, e.inserted),
-                    (m.items[i].id, false),
-                    "an existing key is returned unchanged",
-                )?,
+                Some(i) => {
+                    expect(
+                        (e.id, e.inserted),
+                        (m.items[i].id, false),
+                        "an existing key is returned, not inserted",
+                    )?;
+                    if *on_conflict != 0 {
+                        ctx.count(
+                            match m.items[i].state {
+                                State::Pending => "on_conflict: a pending item replaced",
+                                State::Claimed => "on_conflict: a claimed item to run once more",
+                                _ => "on_conflict: a finished item run again",
+                            },
+                            1,
+                        );
+                        m.conflict(i, *run_at, *on_conflict == 2);
+                    }
+                }
                 None => {
                     expect(e.inserted, true, "a new key is inserted")?;
                     if m.items.last().is_some_and(|last| last.id >= e.id) {
@@ -2048,6 +2178,8 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                         lapsed: None,
                         turn: None,
                         behind: false,
+                        progress: None,
+                        rerun: None,
                     });
                 }
             }
@@ -2079,6 +2211,21 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 let i = m.by_id(t.id).expect("current");
                 m.items[i].lapsed = Some(*lease == Lease::Short);
             }
+            presented = Some((t, current));
+        }
+        (Verb::Progress { token }, Outcome::Bool(written)) => {
+            let t = m.token(*token);
+            let current = m.current(&t);
+            expect(
+                *written,
+                current,
+                "promise 12: only the current token stores a checkpoint",
+            )?;
+            if current {
+                let i = m.by_id(t.id).expect("current");
+                m.items[i].progress = Some(m.progress_next);
+            }
+            m.progress_next += 1;
             presented = Some((t, current));
         }
         (Verb::Finish { token }, Outcome::Bool(finished)) => {
@@ -2353,6 +2500,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
     let seen = ctx.observe(m)?;
     m.check(&seen)?;
     promises(&seen, facts.as_ref())?;
+    ctx.count("runs sent round once more (on_conflict)", m.reruns - reruns);
     if let Some(f) = &facts {
         ctx.count("items claimed", f.handed as u64);
         ctx.count(

@@ -465,6 +465,9 @@ fn upgrade_from(previous: &str) {
         ("work_claim_key_retired_0_11_0", true),
         ("work_finish_and_claim_retired_0_11_0", true),
         ("work_fail_and_claim_retired_0_11_0", true),
+        // 0.11.0's work_items (every older release reaches 0.11.0 on the
+        // way).
+        ("work_items_retired_0_11_0", true),
     ] {
         let before = updated.len();
         updated.retain(|l| !l.contains(retired));
