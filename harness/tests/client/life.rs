@@ -369,3 +369,45 @@ fn waiting_needs_read_committed_and_a_missing_key_returns_nothing() {
     assert_eq!(err.code().map(|code| code.code()), Some("25000"), "{err}");
     ok(c.batch_execute("ROLLBACK"), "ROLLBACK");
 }
+
+#[test]
+fn a_replaced_item_whose_final_attempt_lapses_runs_once_more() {
+    let cluster = common::shared_cluster();
+    let mut c = database(&cluster, "life_dead_letter");
+    ok(
+        c.execute(
+            "SELECT workfence.work_enqueue($1, '{\"v\": 1}', 'once', max_attempts => 1)",
+            &[&QUEUE],
+        ),
+        "enqueue",
+    );
+    let (id, epoch, ..) = claim(&mut c, "a", "1 microsecond").expect("claimed");
+    let (same, _) = enqueue(&mut c, "once", &json!({ "v": 2 }), 0, "replace");
+    assert_eq!(same, id);
+    // The lease (1 µs) has lapsed on its final attempt: the next claim
+    // dead-letters it and, in the same transaction, the replace sends it
+    // round once more; the claim after that takes it.
+    assert!(
+        claim(&mut c, "b", "1 minute").is_none(),
+        "the dead letter is not handed out"
+    );
+    let state: (String, i32) = {
+        let row = ok(
+            c.query_one(
+                "SELECT state, attempts FROM workfence.work_item($1)",
+                &[&id],
+            ),
+            "work_item",
+        );
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(
+        state,
+        ("pending".to_string(), 0),
+        "run once more, attempts afresh"
+    );
+    let (again, epoch2, attempt, payload, _) =
+        claim(&mut c, "b", "1 minute").expect("the run once more");
+    assert_eq!((again, attempt, payload), (id, 1, json!({ "v": 2 })));
+    assert!(epoch2 > epoch);
+}
