@@ -12,17 +12,20 @@ pub const USECS_PER_DAY: i128 = 86_400 * 1_000_000;
 /// What a queue grant allows, each covering a set of functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Capability {
-    /// `work_enqueue`.
+    /// `work_enqueue` (from 0.12.0 with `on_conflict`: a pending,
+    /// claimed, done or failed item of the key; a cancelled one needs
+    /// [`Capability::Operate`] too).
     Enqueue,
     /// `work_claim`, `work_claim_key` and the token calls: `work_renew`,
     /// `work_finish`, `work_finish_many`, `work_release`, `work_fail`,
-    /// `work_assert`, `work_lease_status`; and the fused
+    /// `work_assert`, `work_lease_status`, `work_progress`; and the fused
     /// `work_finish_and_claim`, `work_fail_and_claim` (both halves).
     Claim,
     /// `work_cancel`, `work_retry`, `work_reschedule`, `work_pause`,
     /// `work_resume`: acting on items and queues without a token.
     Operate,
-    /// `work_queue_stats`, `work_item` (both forms), `queue_counters`.
+    /// `work_queue_stats`, `work_item` (both forms), `work_items`,
+    /// `work_await`, `queue_counters`.
     Read,
     /// `work_purge`.
     Purge,

@@ -30,6 +30,18 @@ use pgrx::prelude::*;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawJsonb(pub Vec<u8>);
 
+impl RawJsonb {
+    /// The value's size uncompressed and in line, header included, in
+    /// bytes (`toast_raw_datum_size`): what a TOAST pointer or a compressed
+    /// datum stands for, not the few bytes it takes here.
+    pub fn raw_size(&self) -> usize {
+        // SAFETY: the bytes are a whole varlena (any header form); the
+        // function reads its header only, and for an external pointer the
+        // pointer's own fields.
+        unsafe { pg_sys::toast_raw_datum_size(pg_sys::Datum::from(self.0.as_ptr())) }
+    }
+}
+
 impl FromDatum for RawJsonb {
     unsafe fn from_polymorphic_datum(
         datum: pg_sys::Datum,

@@ -213,9 +213,12 @@ SELECT i.id
 /// empty or oversized (> 512 bytes) key, `run_at` = 'infinity',
 /// `max_attempts` outside 1..1000, `max_run` not in (0, 365 days], a
 /// `group_key` empty, over 128 bytes or with control characters, an
-/// `on_conflict` other than keep, replace, preserve_run_at; 42501 (insufficient_privilege) when queue grants are
+/// `on_conflict` other than keep, replace, preserve_run_at; 25000 for an
+/// `on_conflict` change of a pending item of a group under REPEATABLE READ
+/// or SERIALIZABLE; 42501 (insufficient_privilege) when queue grants are
 /// enforced and the session's role has no enqueue grant covering the queue
-/// (see `crate::access::grants`); 40001
+/// (see `crate::access::grants`), or (with `on_conflict`) no operate grant
+/// for running a cancelled item again; 40001
 /// (serialization_failure) when the existing item of the key was deleted
 /// while this enqueue ran (a purge or a restore racing it): retrying the
 /// transaction is safe.
@@ -430,6 +433,21 @@ pub(crate) fn insert(
         // The existing row can vanish between the two statements (purged in
         // between); then the INSERT is simply tried again.
         for _ in 0..3 {
+            // With on_conflict, an existing key is updated without an
+            // INSERT first (which would draw an id for nothing, and before
+            // a refusal by the grants: a refused call changes nothing).
+            if on_conflict != OnConflict::Keep {
+                if let Some(id) = crate::verbs::life::conflict(
+                    client,
+                    queue,
+                    key,
+                    on_conflict,
+                    payload.clone(),
+                    run_at,
+                )? {
+                    return Ok((id, false));
+                }
+            }
             let inserted = plans::run(
                 client,
                 match (&group_key, heads) {
@@ -471,21 +489,14 @@ pub(crate) fn insert(
                 wait::wake_after_commit(queue, 1);
                 return Ok((id, true));
             }
-            let existing = if on_conflict == OnConflict::Keep {
-                plans::run(client, &EXISTING, QueueKey { queue, key }, first_id)?
-            } else {
-                crate::verbs::life::conflict(
-                    client,
-                    queue,
-                    key,
-                    on_conflict,
-                    payload.clone(),
-                    run_at,
-                )?
-            };
-            if let Some(id) = existing {
-                return Ok((id, false));
+            if on_conflict == OnConflict::Keep {
+                let existing = plans::run(client, &EXISTING, QueueKey { queue, key }, first_id)?;
+                if let Some(id) = existing {
+                    return Ok((id, false));
+                }
             }
+            // (With on_conflict, a key inserted by another transaction
+            // meanwhile is updated at the loop's next turn.)
         }
         Err(WorkfenceError::KeyChurn {
             queue: queue.to_string(),

@@ -483,8 +483,13 @@ SELECT e.id, NULL::pg_catalog.text FROM exhausted AS e
 // `items_head_idx`, which holds the pending items in no group and each
 // group's head but not the items behind it, in serving order (priority,
 // then `turn`, the time a claim of the group made the item its head, else
-// `run_at`; `turn` is never after the claim's clock when `run_at` is not,
-// so the due test on it is `run_at`'s). So a claim never walks a busy
+// `run_at`). The due test is `run_at`'s, written beside the index's order:
+// a head whose `run_at` moved later than its `turn` (a retry after a
+// backoff, a release with a delay, a `work_retry` or an `on_conflict`
+// replace with a later `run_at`) is passed over until it is due, instead
+// of taking the one-item claim's only candidate and leaving the claim
+// empty (an adversarial review of issue 35 found every one-item claim of
+// the queue empty until that `run_at`). So a claim never walks a busy
 // group's backlog, and a group just served waits behind the heads of the
 // others (round-robin). `legacy` (0.10.0, 0.11.0): every due item in claim
 // order, a busy group's backlog included.
@@ -492,7 +497,7 @@ static PICK: Versioned<PickParams> = Versioned {
     current: Statement::new(pick_sql!(
         heads,
         "COALESCE(i.turn, i.run_at)",
-        "\n       AND NOT i.behind"
+        "\n       AND NOT i.behind\n       AND i.run_at OPERATOR(pg_catalog.<=) $4"
     )),
     legacy: Statement::new(pick_sql!(flat, "i.run_at", "")),
 };
@@ -1992,6 +1997,32 @@ pub fn regroup(queue: &str, id: i64, cancelled: bool) -> Result<()> {
         lock(&group_lock(queue, &group));
         normalize(client, queue, vec![group], None, cancelled.then_some(id))
     })
+}
+
+/// Before a change of a pending item of `group` of `queue` that may move
+/// its group's first pending item (`work_enqueue`'s `on_conflict`,
+/// [`crate::verbs::life`]): take the group's lock, waiting for the claim of
+/// the group that holds it, before the item's row is locked, so that no
+/// claim of the group waits for the row while holding the lock (a claim's
+/// [`NORMALIZE`] that waited for a row updated meanwhile matched nothing,
+/// and the group stranded behind an item left `behind`). The caller then
+/// makes the heads again with [`regroup`] under the same lock. Nothing for
+/// a schema before 0.12.0.
+///
+/// Errors: 25000 under REPEATABLE READ or SERIALIZABLE (as [`regroup`]).
+pub fn lock_group_before_change(queue: &str, group: &str, verb: &'static str) -> Result<()> {
+    if !schema_has_heads() {
+        return Ok(());
+    }
+    // SAFETY: a plain int global of the backend.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        return Err(WorkfenceError::GroupChangeNeedsReadCommitted {
+            verb,
+            queue: queue.to_owned(),
+        });
+    }
+    lock(&group_lock(queue, group));
+    Ok(())
 }
 
 /// Take the group lock of `group` of `queue` if it is free, to the end of

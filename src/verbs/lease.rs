@@ -431,13 +431,20 @@ static RELEASE: Fenced<Guarded<Option<Interval>>> = fenced!(release_sql);
 
 // Store the checkpoint `$4` of the current token (from 0.12.0; `$more` is
 // empty: the macro's third argument makes it a `fenced_life!` statement,
-// whose schema always has `progress`).
+// whose schema always has `progress`). A `rerun_after` left by a run that
+// an `on_conflict` replace named and that ended otherwise than by a finish
+// (a release, a retryable failure, a lapse) is dropped: this run is the
+// one with the new payload, so its checkpoints are handed on
+// ([`crate::verbs::life::with_progress`]); the replaced run's own marker
+// stays while it runs, and its checkpoints are not.
 macro_rules! progress_sql {
     ($mode:ident, $scope:ident, $more:literal) => {
         concat!(
             r#"
 UPDATE workfence.items AS i
-   SET progress = $4
+   SET progress = $4,
+       rerun_after = CASE WHEN i.rerun_after OPERATOR(pg_catalog.=) i.epoch
+                          THEN i.rerun_after END
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
    AND i.epoch OPERATOR(pg_catalog.=) $3
@@ -488,11 +495,14 @@ pub fn work_progress(
     (|| {
         let token = Token::new(id, owner, epoch)?;
         let progress = validate::required("progress", progress)?;
-        if progress.0.len() > PROGRESS_MAX_BYTES {
+        // Its size uncompressed: a value read from a table arrives as a
+        // TOAST pointer or compressed, a few bytes for any size.
+        let size = progress.raw_size();
+        if size > PROGRESS_MAX_BYTES {
             return Err(WorkfenceError::invalid(
                 "progress",
                 "must be at most 64 KiB",
-                format!("The checkpoint is {} bytes as jsonb.", progress.0.len()),
+                format!("The checkpoint is {size} bytes as jsonb."),
                 "Store a cursor or the ids done so far, and keep bulky state in a table of your own.",
             ));
         }

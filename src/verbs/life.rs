@@ -80,6 +80,17 @@ impl OnConflict {
     }
 }
 
+// How the item of (queue `$1`, key `$2`) stands in this statement's
+// snapshot, without a lock: its state and group.
+static PEEK_EXISTING: Statement<QueueKey> = Statement::new(
+    r#"
+SELECT i.state::pg_catalog.text, i.group_key
+  FROM workfence.items AS i
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.key OPERATOR(pg_catalog.=) $2
+"#,
+);
+
 // Lock the item of (queue `$1`, key `$2`) and read how it stands: its id,
 // state and whether it is in a group.
 static LOCK_EXISTING: Statement<QueueKey> = Statement::new(
@@ -99,9 +110,11 @@ SELECT i.id, i.state::pg_catalog.text, i.group_key IS NOT NULL
 // - done, failed or cancelled: pending again, due at `$3` (NULL: now),
 //   attempts counted afresh, result, last error and checkpoint cleared
 //   (its `errors` history stays);
-// - claimed: nothing else now; `rerun_after` = the holder's epoch and
-//   `rerun_at` = `$3` (NULL, and always with preserve_run_at: at once), so
-//   the end of this run sends it round once more ([`ended`]).
+// - claimed: its checkpoint cleared (it is the old payload's);
+//   `rerun_after` = the holder's epoch and `rerun_at` = `$3` (NULL, and
+//   always with preserve_run_at: at once), so the end of this run sends it
+//   round once more ([`ended`]). Checkpoints the holder writes from now on
+//   are stored and shown, but not handed to the next claim (PROGRESS_OF).
 // Columns: whether it is pending and due now.
 static REPLACE: Statement<ReplaceParams> = Statement::new(
     r#"
@@ -121,8 +134,7 @@ UPDATE workfence.items AS i
                           THEN i.finished_at ELSE NULL END,
        lease_until = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
                           THEN i.lease_until ELSE NULL END,
-       progress = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                       THEN i.progress ELSE NULL END,
+       progress = NULL,
        rerun_after = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
                           THEN i.epoch ELSE NULL END,
        rerun_at = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state AND NOT $4
@@ -161,6 +173,24 @@ pub(crate) fn conflict(
     payload: RawJsonb,
     run_at: Option<TimestampWithTimeZone>,
 ) -> Result<Option<i64>> {
+    // A pending item of a group: its group's lock first, then its row (see
+    // `flow::lock_group_before_change`). Another state needs no lock: a
+    // claimed item's change moves no head, and a finished one comes back
+    // as `work_retry` brings it, a head that claims pass over unless first.
+    let peek = plans::run(client, &PEEK_EXISTING, QueueKey { queue, key }, |rows| {
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let row = rows.first();
+        Ok(row
+            .get::<String>(1)?
+            .map(|state| (state, row.get::<String>(2).ok().flatten())))
+    })?;
+    if let Some((state, Some(group))) = &peek {
+        if state == "pending" {
+            crate::verbs::flow::lock_group_before_change(queue, group, "work_enqueue")?;
+        }
+    }
     let existing = plans::run(client, &LOCK_EXISTING, QueueKey { queue, key }, |rows| {
         if rows.is_empty() {
             return Ok(None);
@@ -180,6 +210,12 @@ pub(crate) fn conflict(
     let Some((id, state, grouped)) = existing else {
         return Ok(None);
     };
+    if state == "cancelled" {
+        // An operator's cancel is undone only by an operator's right: an
+        // enqueuer may debounce work not yet done and ask again for work
+        // done or failed, not bring back what an operator stopped.
+        grants::check(Capability::Operate, queue)?;
+    }
     let due = plans::run(
         client,
         &REPLACE,
@@ -192,7 +228,11 @@ pub(crate) fn conflict(
         |rows| Ok(!rows.is_empty() && rows.first().get::<bool>(1)?.unwrap_or(false)),
     )?;
     if state != "claimed" {
-        if state == "pending" && grouped && mode == OnConflict::Replace {
+        if state == "pending" && grouped {
+            // Under the group's lock, taken above (or now, if the item
+            // became pending since the look: a rare release or failure in
+            // between, where this wait can deadlock with a claim of the
+            // group, 40P01, and the caller retries).
             crate::verbs::flow::regroup(queue, id, false)?;
         }
         if due {
@@ -226,7 +266,6 @@ UPDATE workfence.items AS i
        rerun_after = CASE WHEN $2 THEN OPERATOR(pg_catalog.-) i.epoch ELSE NULL END,
        rerun_at = NULL
  WHERE i.id OPERATOR(pg_catalog.=) $1
-RETURNING i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
 "#,
 );
 
@@ -245,16 +284,12 @@ params! {
 /// transaction commits.
 pub(crate) fn ended(id: i64, queue: &str, rerun: bool, finished: bool) -> Result<()> {
     if rerun {
-        let due = Spi::connect_mut(|client| {
-            let due = plans::run(client, &RERUN, RerunParams { id, finished }, |rows| {
-                Ok(!rows.is_empty() && rows.first().get::<bool>(1)?.unwrap_or(false))
-            })?;
-            if due {
-                notify::enqueued(client, queue)?;
-            }
-            Ok::<_, WorkfenceError>(due)
+        // No `work_enqueued` NOTIFY: this runs inside a worker's settle,
+        // which may be prepared (PREPARE TRANSACTION refuses a transaction
+        // that notified); long polls are woken by their latches.
+        Spi::connect_mut(|client| {
+            plans::run(client, &RERUN, RerunParams { id, finished }, |_| Ok(()))
         })?;
-        let _ = due;
         wait::wake_after_commit(queue, 1);
     }
     xact::awaited_at_commit(id);
@@ -263,8 +298,7 @@ pub(crate) fn ended(id: i64, queue: &str, rerun: bool, finished: bool) -> Result
 
 // The lapsed final attempts of `$1` (ids) under the epochs `$2`, just
 // dead-lettered by this transaction, whose run `rerun_after` named: sent
-// round once more as RERUN does after a failure. Columns: id, queue,
-// whether due now.
+// round once more as RERUN does after a failure. Columns: id, queue.
 static RERUN_DEAD: Statement<DeadParams> = Statement::new(
     r#"
 UPDATE workfence.items AS i
@@ -282,7 +316,7 @@ UPDATE workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) d.id
    AND i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state
    AND i.rerun_after OPERATOR(pg_catalog.=) d.epoch
-RETURNING i.id, i.queue, i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+RETURNING i.id, i.queue
 "#,
 );
 
@@ -320,28 +354,30 @@ pub(crate) fn dead_lettered(
             let mut again = Vec::with_capacity(rows.len());
             for row in rows {
                 if let Some(queue) = row.get::<String>(2)? {
-                    again.push((queue, row.get::<bool>(3)?.unwrap_or(false)));
+                    again.push(queue);
                 }
             }
             Ok(again)
         },
     )?;
-    for (queue, due) in again {
-        if due {
-            notify::enqueued(client, &queue)?;
-        }
+    // No NOTIFY, as in `ended` (a claim's dead letter may be prepared too).
+    for queue in again {
         wait::wake_after_commit(&queue, 1);
     }
     Ok(())
 }
 
-// The checkpoints of the items `$1` (just claimed by this transaction).
+// The checkpoints of the items `$1` (just claimed by this transaction)
+// that the claim hands out: not one written by a run that an `on_conflict`
+// replace named (`rerun_after` > 0 at a claim: that run ended otherwise
+// than by a finish, and its checkpoint is the old payload's).
 static PROGRESS_OF: Statement<Ids> = Statement::new(
     r#"
 SELECT i.id, i.progress
   FROM workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) ANY ($1)
    AND i.progress IS NOT NULL
+   AND COALESCE(i.rerun_after OPERATOR(pg_catalog.<) 0, true)
 "#,
 );
 
@@ -375,19 +411,15 @@ pub(crate) fn progress_of(ids: Vec<i64>) -> Result<Vec<(i64, RawJsonb)>> {
 /// functions of 0.12.0.
 pub(crate) type ClaimedWithProgress = (ClaimedRow, Option<RawJsonb>);
 
-/// The claimed `rows` with each item's checkpoint. Only an item claimed
-/// before can have one (attempt > 1; an item sent round once more has its
-/// attempts counted afresh and its checkpoint cleared together), so a
-/// batch of first attempts, a worker's usual claim, reads nothing more;
-/// the others are read in one statement by primary key. Called only by
-/// the claim functions of 0.12.0, which exist only with its schema.
+/// The claimed `rows` with each item's checkpoint, read in one statement
+/// by primary key ([`PROGRESS_OF`]). Every claimed row is looked up, first
+/// attempts too: a release gives its attempt back, so a checkpoint written
+/// on a first attempt and then released comes back with attempt 1 (an
+/// adversarial review found it lost when only attempts after the first
+/// were read). Called only by the claim functions of 0.12.0, which exist
+/// only with its schema.
 pub(crate) fn with_progress(rows: Vec<ClaimedRow>) -> Result<Vec<ClaimedWithProgress>> {
-    let again: Vec<i64> = rows
-        .iter()
-        .filter(|row| row.4 > 1)
-        .map(|row| row.0)
-        .collect();
-    let mut found = progress_of(again)?;
+    let mut found = progress_of(rows.iter().map(|row| row.0).collect())?;
     Ok(rows
         .into_iter()
         .map(|row| {

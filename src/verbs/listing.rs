@@ -44,14 +44,19 @@ use crate::base::error::{OrReport, Result, WorkfenceError};
 use crate::pg::jsonb::RawJsonb;
 use crate::pg::plans::{self, params, Statement};
 
-/// The columns of a listed item, in `work_items`' result order.
+/// The columns of a listed item, in `work_items`' result order; `$more`
+/// adds the columns of a later schema (`, i.progress` from 0.12.0).
 macro_rules! listed_columns {
-    () => {
-        r#"
+    ($more:literal) => {
+        concat!(
+            r#"
 SELECT i.id, i.key, i.state::pg_catalog.text, i.priority, i.run_at, i.attempts, i.max_attempts,
        i.owner, i.epoch, i.claimed_at, i.lease_until, i.created_at, i.finished_at, i.group_key,
-       (i.errors OPERATOR(pg_catalog.->) -1) OPERATOR(pg_catalog.->>) 'error'
+       (i.errors OPERATOR(pg_catalog.->) -1) OPERATOR(pg_catalog.->>) 'error'"#,
+            $more,
+            r#"
   FROM workfence.items AS i"#
+        )
     };
 }
 
@@ -75,90 +80,113 @@ macro_rules! cursor {
     };
 }
 
-// Every item of queue `$1` by key, descending, after item `$2`: a range of
-// the unique (queue, key) index, so a queue with few items (or none) is
-// answered from its own part of the index, whatever the other queues hold.
-// Text has no greatest value to stand for "from the start", so the first
-// page is a statement of its own (LIST_ALL_FIRST).
-static LIST_ALL: Statement<ListParams> = Statement::new(concat!(
-    listed_columns!(),
-    r#"
+/// The listing statements, for the columns `$more` adds (see
+/// [`listed_columns!`]).
+macro_rules! list_statements {
+    ($more:literal) => {
+        ListStatements {
+            // Every item of queue `$1` by key, descending, after item `$2`: a range of
+            // the unique (queue, key) index, so a queue with few items (or none) is
+            // answered from its own part of the index, whatever the other queues hold.
+            // Text has no greatest value to stand for "from the start", so the first
+            // page is a statement of its own (`all_first`).
+            all: Statement::new(concat!(
+                listed_columns!($more),
+                r#"
  WHERE i.queue OPERATOR(pg_catalog.=) $1
    AND i.key OPERATOR(pg_catalog.<) "#,
-    cursor!("key", "NULL::pg_catalog.text"),
-    r#"
+                cursor!("key", "NULL::pg_catalog.text"),
+                r#"
  ORDER BY i.key DESC
  LIMIT $3
 "#
-));
+            )),
 
-// The first page of LIST_ALL (`$2` is NULL and not read).
-static LIST_ALL_FIRST: Statement<ListParams> = Statement::new(concat!(
-    listed_columns!(),
-    r#"
+            // The first page of `all` (`$2` is NULL and not read).
+            all_first: Statement::new(concat!(
+                listed_columns!($more),
+                r#"
  WHERE i.queue OPERATOR(pg_catalog.=) $1
    AND $2::pg_catalog.int8 IS NULL
  ORDER BY i.key DESC
  LIMIT $3
 "#
-));
+            )),
 
-// Pending items of queue `$1` in claim order, after item `$2`.
-static LIST_PENDING: Statement<ListParams> = Statement::new(concat!(
-    listed_columns!(),
-    r#"
+            // Pending items of queue `$1` in claim order, after item `$2`.
+            pending: Statement::new(concat!(
+                listed_columns!($more),
+                r#"
  WHERE i.queue OPERATOR(pg_catalog.=) $1
    AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
    AND (i.priority, i.run_at, i.id) OPERATOR(pg_catalog.>) (
            "#,
-    cursor!("priority", "(-2147483648)::pg_catalog.int4"),
-    ",\n           ",
-    cursor!("run_at", "'-infinity'::pg_catalog.timestamptz"),
-    ",\n           ",
-    cursor!("id", "(-9223372036854775807)::pg_catalog.int8"),
-    r#")
+                cursor!("priority", "(-2147483648)::pg_catalog.int4"),
+                ",\n           ",
+                cursor!("run_at", "'-infinity'::pg_catalog.timestamptz"),
+                ",\n           ",
+                cursor!("id", "(-9223372036854775807)::pg_catalog.int8"),
+                r#")
  ORDER BY i.priority, i.run_at, i.id
  LIMIT $3
 "#
-));
+            )),
 
-// Claimed items of queue `$1`, soonest lease end first (lapsed leases on
-// top), after item `$2`.
-static LIST_CLAIMED: Statement<ListParams> = Statement::new(concat!(
-    listed_columns!(),
-    r#"
+            // Claimed items of queue `$1`, soonest lease end first (lapsed leases on
+            // top), after item `$2`.
+            claimed: Statement::new(concat!(
+                listed_columns!($more),
+                r#"
  WHERE i.queue OPERATOR(pg_catalog.=) $1
    AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
    AND (i.lease_until, i.id) OPERATOR(pg_catalog.>) (
            "#,
-    cursor!("lease_until", "'-infinity'::pg_catalog.timestamptz"),
-    ",\n           ",
-    cursor!("id", "(-9223372036854775807)::pg_catalog.int8"),
-    r#")
+                cursor!("lease_until", "'-infinity'::pg_catalog.timestamptz"),
+                ",\n           ",
+                cursor!("id", "(-9223372036854775807)::pg_catalog.int8"),
+                r#")
  ORDER BY i.lease_until, i.id
  LIMIT $3
 "#
-));
+            )),
 
-// Finished items of queue `$1` in state `$4` (done, failed or cancelled),
-// newest finish first, after item `$2`. The IN list repeats the partial
-// index's predicate, so that the planner may use the index for any `$4`.
-static LIST_FINISHED: Statement<ListFinishedParams> = Statement::new(concat!(
-    listed_columns!(),
-    r#"
+            // Finished items of queue `$1` in state `$4` (done, failed or cancelled),
+            // newest finish first, after item `$2`. The IN list repeats the partial
+            // index's predicate, so that the planner may use the index for any `$4`.
+            finished: Statement::new(concat!(
+                listed_columns!($more),
+                r#"
  WHERE i.queue OPERATOR(pg_catalog.=) $1
    AND i.state OPERATOR(pg_catalog.=) ANY ('{done,failed,cancelled}'::workfence.item_state[])
    AND i.state OPERATOR(pg_catalog.=) $4::workfence.item_state
    AND (i.finished_at, i.id) OPERATOR(pg_catalog.<) (
            "#,
-    cursor!("finished_at", "'infinity'::pg_catalog.timestamptz"),
-    ",\n           ",
-    cursor!("id", "9223372036854775807::pg_catalog.int8"),
-    r#")
+                cursor!("finished_at", "'infinity'::pg_catalog.timestamptz"),
+                ",\n           ",
+                cursor!("id", "9223372036854775807::pg_catalog.int8"),
+                r#")
  ORDER BY i.finished_at DESC, i.id DESC
  LIMIT $3
 "#
-));
+            )),
+        }
+    };
+}
+
+/// One form of each listing statement.
+struct ListStatements {
+    all: Statement<ListParams<'static>>,
+    all_first: Statement<ListParams<'static>>,
+    pending: Statement<ListParams<'static>>,
+    claimed: Statement<ListParams<'static>>,
+    finished: Statement<ListFinishedParams<'static>>,
+}
+
+/// The statements of 0.11.0's `work_items`.
+static LIST: ListStatements = list_statements!("");
+
+/// The statements of 0.12.0's `work_items`: the checkpoint too.
+static LIST_LIFE: ListStatements = list_statements!(",\n       i.progress");
 
 params! {
     /// `$1` queue, `$2` the item the page starts after (NULL: first page),
@@ -247,6 +275,7 @@ type ListedRow = (
     Option<TimestampWithTimeZone>,
     Option<String>,
     Option<String>,
+    Option<RawJsonb>,
 );
 
 fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
@@ -271,6 +300,12 @@ fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
             row.get::<TimestampWithTimeZone>(13)?,
             row.get::<String>(14)?,
             row.get::<String>(15)?,
+            // Only LIST_LIFE's statements read it.
+            if row.columns() >= 16 {
+                row.get::<RawJsonb>(16)?
+            } else {
+                None
+            },
         ));
     }
     Ok(out)
@@ -315,8 +350,7 @@ fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
 /// queue (see `crate::access::grants`).
 ///
 /// From 0.12.0 each row ends with `progress`, the item's checkpoint (see
-/// `work_progress`), read for the page's items in one more statement by
-/// primary key.
+/// `work_progress`).
 #[pg_extern(
     name = "work_items",
     volatile,
@@ -350,25 +384,9 @@ pub fn work_items_progress(
         name!(progress, Option<RawJsonb>),
     ),
 > {
-    (|| {
-        let rows = listed(queue, state, after, max)?;
-        let mut found = crate::verbs::life::progress_of(rows.iter().map(|row| row.0).collect())?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                let progress = found
-                    .iter()
-                    .position(|(id, _)| *id == r.0)
-                    .map(|at| found.swap_remove(at).1);
-                (
-                    r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9, r.10, r.11, r.12, r.13, r.14,
-                    progress,
-                )
-            })
-            .collect::<Vec<_>>())
-    })()
-    .map(TableIterator::new)
-    .or_report()
+    listed(&LIST_LIFE, queue, state, after, max)
+        .map(TableIterator::new)
+        .or_report()
 }
 
 /// `work_items` of 0.11.0 (rows without `progress`), kept as the C symbol
@@ -402,13 +420,20 @@ pub fn work_items(
         name!(last_error, Option<String>),
     ),
 > {
-    listed(queue, state, after, max)
-        .map(TableIterator::new)
+    listed(&LIST, queue, state, after, max)
+        .map(|rows| {
+            TableIterator::new(rows.into_iter().map(
+                |(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, _progress)| {
+                    (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o)
+                },
+            ))
+        })
         .or_report()
 }
 
 /// The page `work_items` lists (see [`work_items_progress`]).
 fn listed(
+    statements: &'static ListStatements,
     queue: Option<String>,
     state: Option<String>,
     after: Option<i64>,
@@ -424,13 +449,15 @@ fn listed(
         max,
     };
     Spi::connect_mut(|client| match listing {
-        Listing::All if after.is_none() => plans::run(client, &LIST_ALL_FIRST, params, read_listed),
-        Listing::All => plans::run(client, &LIST_ALL, params, read_listed),
-        Listing::Pending => plans::run(client, &LIST_PENDING, params, read_listed),
-        Listing::Claimed => plans::run(client, &LIST_CLAIMED, params, read_listed),
+        Listing::All if after.is_none() => {
+            plans::run(client, &statements.all_first, params, read_listed)
+        }
+        Listing::All => plans::run(client, &statements.all, params, read_listed),
+        Listing::Pending => plans::run(client, &statements.pending, params, read_listed),
+        Listing::Claimed => plans::run(client, &statements.claimed, params, read_listed),
         Listing::Finished(state) => plans::run(
             client,
-            &LIST_FINISHED,
+            &statements.finished,
             ListFinishedParams {
                 queue: &queue,
                 after,

@@ -1337,6 +1337,7 @@ impl Model {
             }
             State::Claimed => {
                 item.rerun = item.epoch;
+                item.progress = None;
                 let at = if preserve { At::Fresh } else { run_at.at() };
                 self.rerun_at.insert(item.id, at);
             }
@@ -2095,8 +2096,21 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
     // enqueues).
     let schedule_unenqueued =
         matches!(verb, Verb::Schedule { .. }) && !m.may(Role::Operator, Cap::Enqueue);
+    // `on_conflict` running a cancelled item again needs `operate` as well
+    // (from 0.12.0): an operator's cancel is undone with an operator's right.
+    let uncancel_unoperated = match verb {
+        Verb::Enqueue {
+            key, on_conflict, ..
+        } if *on_conflict != 0 => {
+            m.by_key(&key_name(*key))
+                .is_some_and(|i| m.items[i].state == State::Cancelled)
+                && !m.may(Role::Worker, Cap::Operate)
+        }
+        _ => false,
+    };
     let refused = ((needs(verb).is_some_and(|(role, cap)| !m.may(role, cap))
-        || schedule_unenqueued)
+        || schedule_unenqueued
+        || uncancel_unoperated)
         && !names_no_schedule)
         || (*verb == Verb::Purge { every_queue: true } && m.enforced);
     if refused {
@@ -2224,6 +2238,11 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
             if current {
                 let i = m.by_id(t.id).expect("current");
                 m.items[i].progress = Some(m.progress_next);
+                // A marker of a replaced run that ended otherwise goes
+                // (PROGRESS in src/verbs/lease.rs).
+                if m.items[i].rerun != m.items[i].epoch {
+                    m.items[i].rerun = None;
+                }
             }
             m.progress_next += 1;
             presented = Some((t, current));

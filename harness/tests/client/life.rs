@@ -411,3 +411,224 @@ fn a_replaced_item_whose_final_attempt_lapses_runs_once_more() {
     assert_eq!((again, attempt, payload), (id, 1, json!({ "v": 2 })));
     assert!(epoch2 > epoch);
 }
+
+/// Claims of `queue` one at a time by `w`, each finished at once, until a
+/// claim returns nothing: the keys in the order they ran.
+fn drain(c: &mut Client, queue: &str) -> Vec<String> {
+    let mut ran = Vec::new();
+    loop {
+        let row = ok(
+            c.query_opt(
+                "SELECT id, epoch, key FROM workfence.work_claim($1, 'w', '1 minute')",
+                &[&queue],
+            ),
+            "work_claim",
+        );
+        let Some(row) = row else { break };
+        let (id, epoch, key): (i64, i64, String) = (row.get(0), row.get(1), row.get(2));
+        assert!(finish(c, id, "w", epoch, &json!(null)));
+        ran.push(key);
+    }
+    ran
+}
+
+#[test]
+fn a_throttle_of_a_grouped_item_while_a_claim_waits_strands_no_group() {
+    let cluster = common::shared_cluster();
+    let db = "life_group_throttle";
+    let mut p = database(&cluster, db);
+    let mut observer = ok(cluster.connect_to(db), "observer");
+    ok(
+        p.batch_execute(
+            "SELECT workfence.work_enqueue('g', '{}', k, group_key => 'g')
+               FROM unnest('{x,y,z}'::text[]) AS k",
+        ),
+        "enqueue x, y, z in one group",
+    );
+    // The producer replaces y's payload and holds its transaction open.
+    ok(p.batch_execute("BEGIN"), "BEGIN");
+    ok(
+        p.execute(
+            "SELECT workfence.work_enqueue('g', '{\"v\": 2}', 'y', on_conflict => 'preserve_run_at')",
+            &[],
+        ),
+        "throttle y",
+    );
+    // A claim of the queue meanwhile: it waits for the producer (0.12.0
+    // before issue 35's review: on y's row, in the claim that makes the
+    // group's heads, which then strands the group) or passes over the
+    // group the producer holds (now: its lock is taken first).
+    let mut c = ok(cluster.connect_to(db), "claimer");
+    let pid = common::backend_pid(&mut c);
+    let returned = std::sync::atomic::AtomicBool::new(false);
+    let first = thread::scope(|s| {
+        let claim = s.spawn(|| {
+            let rows = ok(
+                c.query(
+                    "SELECT id, epoch, key FROM workfence.work_claim('g', 'w', '1 minute')",
+                    &[],
+                ),
+                "the claim beside the producer",
+            );
+            returned.store(true, std::sync::atomic::Ordering::SeqCst);
+            rows.first().map(|r| {
+                (
+                    r.get::<_, i64>(0),
+                    r.get::<_, i64>(1),
+                    r.get::<_, String>(2),
+                )
+            })
+        });
+        let started = Instant::now();
+        loop {
+            if returned.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            let waiting: bool = common::scalar(
+                &mut observer,
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+                                 WHERE pid = $1 AND wait_event_type = 'Lock')",
+                &[&pid],
+            );
+            if waiting {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the claim neither waited nor returned"
+            );
+        }
+        ok(p.batch_execute("COMMIT"), "COMMIT");
+        claim.join().expect("claim")
+    });
+    let mut ran = Vec::new();
+    if let Some((id, epoch, key)) = first {
+        assert!(finish(&mut p, id, "w", epoch, &json!(null)));
+        ran.push(key);
+    }
+    ran.extend(drain(&mut p, "g"));
+    assert_eq!(ran, ["x", "y", "z"], "the group went on in order");
+}
+
+#[test]
+fn a_grouped_head_moved_later_holds_up_no_other_item() {
+    let cluster = common::shared_cluster();
+    let mut c = database(&cluster, "life_group_later");
+    ok(
+        c.batch_execute(
+            "SELECT workfence.work_enqueue('h', '{}', k, group_key => 'g')
+               FROM unnest('{x1,x2}'::text[]) AS k",
+        ),
+        "enqueue x1, x2 in one group",
+    );
+    assert_eq!(drain_one(&mut c, "h"), Some("x1".to_string()));
+    // x2 is the group's head now (its turn set); it is claimed, and a
+    // replace moves its run once more ten minutes out.
+    let row = ok(
+        c.query_one(
+            "SELECT id, epoch FROM workfence.work_claim('h', 'w', '1 minute')",
+            &[],
+        ),
+        "claim x2",
+    );
+    let (id, epoch): (i64, i64) = (row.get(0), row.get(1));
+    ok(
+        c.execute(
+            "SELECT workfence.work_enqueue('h', '{\"v\": 2}', 'x2',
+                 run_at => pg_catalog.clock_timestamp() + interval '10 minutes',
+                 on_conflict => 'replace')",
+            &[],
+        ),
+        "replace x2",
+    );
+    assert!(finish(&mut c, id, "w", epoch, &json!(null)));
+    ok(
+        c.execute("SELECT workfence.work_enqueue('h', '{}', 'plain')", &[]),
+        "an item in no group",
+    );
+    // A one-item claim takes the item that is due, not the future head.
+    assert_eq!(drain_one(&mut c, "h"), Some("plain".to_string()));
+}
+
+/// One claim of `queue`, finished at once: its key.
+fn drain_one(c: &mut Client, queue: &str) -> Option<String> {
+    let row = ok(
+        c.query_opt(
+            "SELECT id, epoch, key FROM workfence.work_claim($1, 'w', '1 minute')",
+            &[&queue],
+        ),
+        "work_claim",
+    )?;
+    let (id, epoch, key): (i64, i64, String) = (row.get(0), row.get(1), row.get(2));
+    assert!(finish(c, id, "w", epoch, &json!(null)));
+    Some(key)
+}
+
+#[test]
+fn a_checkpoint_survives_a_release_and_belongs_to_its_payload() {
+    let cluster = common::shared_cluster();
+    let mut c = database(&cluster, "life_release");
+    enqueue(&mut c, "r", &json!({ "file": "v1" }), 0, "keep");
+    // A graceful shutdown: checkpoint, then release (the attempt is given
+    // back, so the next claim is attempt 1 again).
+    let (id, epoch, attempt, ..) = claim(&mut c, "a", "1 minute").expect("claimed");
+    assert_eq!(attempt, 1);
+    assert!(progress(&mut c, id, "a", epoch, &json!({ "cursor": 500 })));
+    assert!(ok(
+        c.query_one("SELECT workfence.work_release($1, 'a', $2)", &[&id, &epoch]),
+        "release"
+    )
+    .get::<_, bool>(0));
+    let (_, epoch, attempt, _, checkpoint) = claim(&mut c, "b", "1 minute").expect("again");
+    assert_eq!((attempt, checkpoint), (1, Some(json!({ "cursor": 500 }))));
+    // A replace while it runs: the next run has a new payload, and neither
+    // the old checkpoint nor one the replaced run writes afterwards.
+    enqueue(&mut c, "r", &json!({ "file": "v2" }), 0, "replace");
+    assert!(progress(&mut c, id, "b", epoch, &json!({ "cursor": 900 })));
+    ok(
+        c.execute("SELECT workfence.work_release($1, 'b', $2)", &[&id, &epoch]),
+        "release",
+    );
+    let (_, epoch, _, payload, checkpoint) = claim(&mut c, "c", "1 minute").expect("v2");
+    assert_eq!((payload, checkpoint), (json!({ "file": "v2" }), None));
+    // The new payload's own checkpoint is handed on.
+    assert!(progress(&mut c, id, "c", epoch, &json!({ "cursor": 7 })));
+    ok(
+        c.execute(
+            "SELECT workfence.work_fail($1, 'c', $2, 'boom', '0')",
+            &[&id, &epoch],
+        ),
+        "fail",
+    );
+    let (.., checkpoint) = claim(&mut c, "d", "1 minute").expect("retry");
+    assert_eq!(checkpoint, Some(json!({ "cursor": 7 })));
+}
+
+#[test]
+fn a_checkpoint_over_64_kib_is_refused_however_it_is_stored() {
+    let cluster = common::shared_cluster();
+    let mut c = database(&cluster, "life_big");
+    enqueue(&mut c, "big", &json!({}), 0, "keep");
+    let (id, epoch, ..) = claim(&mut c, "w", "1 minute").expect("claimed");
+    // 640 KB stored out of line (a TOAST pointer when read back), and 1 MB
+    // that compresses to a few KB in line.
+    ok(
+        c.batch_execute(
+            "CREATE TABLE big (name text, j jsonb);
+             ALTER TABLE big ALTER COLUMN j SET STORAGE EXTERNAL;
+             INSERT INTO big SELECT 'external', pg_catalog.to_jsonb(pg_catalog.string_agg(pg_catalog.md5(g::text), ''))
+               FROM generate_series(1, 20000) AS g;
+             INSERT INTO big SELECT 'compressed', pg_catalog.to_jsonb(pg_catalog.repeat('a', 1000000));",
+        ),
+        "big values",
+    );
+    for name in ["external", "compressed"] {
+        let err = c
+            .query_one(
+                "SELECT workfence.work_progress($1, 'w', $2, (SELECT j FROM big WHERE name = $3))",
+                &[&id, &epoch, &name],
+            )
+            .expect_err("over 64 KiB");
+        assert_eq!(err.code().map(|s| s.code()), Some("22023"), "{name}: {err}");
+    }
+}
