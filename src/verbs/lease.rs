@@ -406,6 +406,13 @@ params! {
 // release hands the attempt back: the job did not fail, it was put down.
 macro_rules! release_sql {
     ($mode:ident, $scope:ident) => {
+        release_sql!(
+            $mode,
+            $scope,
+            "\n       attempts = GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0)"
+        )
+    };
+    ($mode:ident, $scope:ident, $attempts:literal) => {
         concat!(
             r#"
 UPDATE workfence.items AS i
@@ -413,8 +420,9 @@ UPDATE workfence.items AS i
        lease_until = NULL,
        run_at = CASE WHEN $4 OPERATOR(pg_catalog.=) '0'::pg_catalog.interval
                      THEN LEAST(i.run_at, pg_catalog.clock_timestamp())
-                     ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4 END,
-       attempts = GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0)
+                     ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4 END,"#,
+            $attempts,
+            r#"
  WHERE i.id OPERATOR(pg_catalog.=) $1
    AND i.owner OPERATOR(pg_catalog.=) $2
    AND i.epoch OPERATOR(pg_catalog.=) $3
@@ -428,6 +436,20 @@ RETURNING i.queue
 }
 
 static RELEASE: Fenced<Guarded<Option<Interval>>> = fenced!(release_sql);
+
+// RELEASE from 0.12.0: a run that stored a checkpoint keeps its attempt
+// counted and raises `max_attempts` by one instead of giving the attempt
+// back (the attempts left are the same), so that the next claim is not a
+// first attempt, and a claim reads checkpoints only for items claimed
+// before (attempt > 1, [`crate::verbs::life::with_progress`]): a lookup on
+// every first attempt cost a claim -> finish 5% more instructions.
+static RELEASE_LIFE: Fenced<Guarded<Option<Interval>>> = fenced_life!(
+    release_sql,
+    "\n       attempts = CASE WHEN i.progress IS NULL
+                       THEN GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0) ELSE i.attempts END,
+       max_attempts = CASE WHEN i.progress IS NULL
+                           THEN i.max_attempts ELSE i.max_attempts OPERATOR(pg_catalog.+) 1 END"
+);
 
 // Store the checkpoint `$4` of the current token (from 0.12.0; `$more` is
 // empty: the macro's third argument makes it a `fenced_life!` statement,
@@ -1077,10 +1099,17 @@ pub fn work_release(
         let delay_value = validate::required("delay", delay)?;
         validate::delay("delay", delay_value.into(), server_now())?;
         let scope = grants::scope(Capability::Claim)?;
-        Ok(
-            run_handing_back(form(&RELEASE, &scope), token.then(delay, &scope))?
-                || after_refusal(&token, false, &scope)?,
-        )
+        Ok(run_handing_back(
+            form(
+                if crate::verbs::life::schema_has_life() {
+                    &RELEASE_LIFE
+                } else {
+                    &RELEASE
+                },
+                &scope,
+            ),
+            token.then(delay, &scope),
+        )? || after_refusal(&token, false, &scope)?)
     })()
     .or_report()
 }

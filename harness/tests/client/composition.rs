@@ -2340,7 +2340,13 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 let i = m.by_id(t.id).expect("current");
                 let item = &mut m.items[i];
                 item.state = State::Pending;
-                item.attempts = (item.attempts - 1).max(0);
+                // From 0.12.0 a run with a checkpoint keeps its attempt
+                // and gets one more instead (RELEASE_LIFE).
+                if item.progress.is_some() {
+                    item.max_attempts += 1;
+                } else {
+                    item.attempts = (item.attempts - 1).max(0);
+                }
                 item.lapsed = None;
                 if *delay == Delay::Hour {
                     item.run_at = At::Future;

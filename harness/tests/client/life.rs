@@ -10,7 +10,6 @@
 
 use crate::common;
 
-use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -294,51 +293,20 @@ fn an_awaiter_whose_client_goes_away_ends_its_session() {
     let db = "life_await_gone";
     let mut main = database(&cluster, db);
     enqueue(&mut main, "slow", &json!({}), 60_000, "keep");
-    let name = "pg_workfence gone awaiter";
-    let conninfo = format!(
-        "host={} port={} dbname={db} user=postgres application_name='{name}'",
-        cluster.host(),
-        cluster.port()
-    );
-    let mut psql = ok(
-        Command::new(cluster.bin_dir().join("psql"))
-            .arg(&conninfo)
-            .args([
-                "-X",
-                "-c",
-                "SET workfence.long_poll_max = '1h'",
-                "-c",
-                "SELECT * FROM workfence.work_await('life', 'slow', '10 minutes')",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn(),
-        "starting psql",
-    );
-    poll_until(
+    let ended = common::killed_client_ends_its_session(
+        &cluster,
         &mut main,
+        db,
+        "pg_workfence gone awaiter",
+        &[
+            "SET workfence.long_poll_max = '1h'",
+            "SELECT * FROM workfence.work_await('life', 'slow', '10 minutes')",
+        ],
         "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity AS a
                           JOIN pg_catalog.pg_locks AS l ON l.pid = a.pid
                          WHERE a.application_name = $1 AND l.locktype = 'advisory'
                            AND l.objsubid = 22369)",
-        &[&name],
-        "the psql session awaiting",
     );
-    let pid: i32 = common::scalar(
-        &mut main,
-        "SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name = $1",
-        &[&name],
-    );
-    ok(psql.kill(), "killing psql");
-    ok(psql.wait(), "reaping psql");
-    let killed = Instant::now();
-    poll_until(
-        &mut main,
-        "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1)",
-        &[&pid],
-        "the awaiting backend ending after its client went away",
-    );
-    let ended = killed.elapsed();
     println!("life: an await ended {ended:?} after its client was killed");
     assert!(ended < Duration::from_secs(5), "ended after {ended:?}");
 }
@@ -569,8 +537,9 @@ fn a_checkpoint_survives_a_release_and_belongs_to_its_payload() {
     let cluster = common::shared_cluster();
     let mut c = database(&cluster, "life_release");
     enqueue(&mut c, "r", &json!({ "file": "v1" }), 0, "keep");
-    // A graceful shutdown: checkpoint, then release (the attempt is given
-    // back, so the next claim is attempt 1 again).
+    // A graceful shutdown: checkpoint, then release (a run with a
+    // checkpoint keeps its attempt and gets one more: the next claim is
+    // attempt 2 of 26, and hands the checkpoint back).
     let (id, epoch, attempt, ..) = claim(&mut c, "a", "1 minute").expect("claimed");
     assert_eq!(attempt, 1);
     assert!(progress(&mut c, id, "a", epoch, &json!({ "cursor": 500 })));
@@ -580,7 +549,13 @@ fn a_checkpoint_survives_a_release_and_belongs_to_its_payload() {
     )
     .get::<_, bool>(0));
     let (_, epoch, attempt, _, checkpoint) = claim(&mut c, "b", "1 minute").expect("again");
-    assert_eq!((attempt, checkpoint), (1, Some(json!({ "cursor": 500 }))));
+    assert_eq!((attempt, checkpoint), (2, Some(json!({ "cursor": 500 }))));
+    let max_attempts: i32 = common::scalar(
+        &mut c,
+        "SELECT max_attempts FROM workfence.work_item($1)",
+        &[&id],
+    );
+    assert_eq!(max_attempts, 26, "the attempts left are the same");
     // A replace while it runs: the next run has a new payload, and neither
     // the old checkpoint nor one the replaced run writes afterwards.
     enqueue(&mut c, "r", &json!({ "file": "v2" }), 0, "replace");

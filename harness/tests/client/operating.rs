@@ -26,7 +26,6 @@
 
 use crate::common;
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -485,49 +484,18 @@ fn stale_tokens_are_counted_per_queue_and_never_wait_for_the_holder() {
 fn a_long_poll_ends_when_its_client_goes_away() {
     let cluster = cluster();
     let mut main = database(&cluster, "client_gone");
-    let name = "pg_workfence gone client";
-    let conninfo = format!(
-        "host={} port={} dbname=client_gone user=postgres application_name='{name}'",
-        cluster.host(),
-        cluster.port()
-    );
-    let mut psql = ok(
-        Command::new(cluster.bin_dir().join("psql"))
-            .arg(&conninfo)
-            .args([
-                "-X",
-                "-c",
-                "SET workfence.long_poll_max = '1h'",
-                "-c",
-                "SELECT * FROM workfence.work_claim('gone', 'w', '1 minute', wait => '10 minutes')",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn(),
-        "starting psql",
-    );
-    common::poll_until(
+    let ended = common::killed_client_ends_its_session(
+        &cluster,
         &mut main,
+        "client_gone",
+        "pg_workfence gone client",
+        &[
+            "SET workfence.long_poll_max = '1h'",
+            "SELECT * FROM workfence.work_claim('gone', 'w', '1 minute', wait => '10 minutes')",
+        ],
         "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
                          WHERE application_name = $1 AND wait_event_type = 'Extension')",
-        &[&name],
-        "the psql session waiting in the long poll",
     );
-    let pid: i32 = common::scalar(
-        &mut main,
-        "SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name = $1",
-        &[&name],
-    );
-    ok(psql.kill(), "killing psql");
-    ok(psql.wait(), "reaping psql");
-    let killed = Instant::now();
-    common::poll_until(
-        &mut main,
-        "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1)",
-        &[&pid],
-        "the waiting backend ending after its client went away",
-    );
-    let ended = killed.elapsed();
     println!("operating: a long poll ended {ended:?} after its client was killed");
     assert!(ended < Duration::from_secs(5), "ended after {ended:?}");
     // Nobody claimed for the gone client: the next item is a first attempt.

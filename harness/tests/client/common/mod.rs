@@ -424,3 +424,52 @@ pub fn server_error<T: std::fmt::Debug>(
     assert_eq!(db.code().code(), code, "{what}: {db}");
     db
 }
+
+/// Runs `statements` in a `psql` of database `db` named `name`
+/// (`application_name`), waits until `ready` (SQL taking `name` as `$1`)
+/// holds on `main`, then kills the `psql` process, as a crashed client's
+/// kernel closes its socket, and returns how long its backend took to end
+/// after the kill. For the calls that wait in the server (a long poll,
+/// `work_await`): each must end its session when its client goes away.
+pub fn killed_client_ends_its_session(
+    cluster: &Cluster,
+    main: &mut Client,
+    db: &str,
+    name: &str,
+    statements: &[&str],
+    ready: &str,
+) -> Duration {
+    let conninfo = format!(
+        "host={} port={} dbname={db} user=postgres application_name='{name}'",
+        cluster.host(),
+        cluster.port()
+    );
+    let mut command = std::process::Command::new(cluster.bin_dir().join("psql"));
+    command.arg(&conninfo).arg("-X");
+    for statement in statements {
+        command.args(["-c", statement]);
+    }
+    let mut psql = ok(
+        command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn(),
+        "starting psql",
+    );
+    poll_until(main, ready, &[&name], "the psql session waiting");
+    let pid: i32 = scalar(
+        main,
+        "SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name = $1",
+        &[&name],
+    );
+    ok(psql.kill(), "killing psql");
+    ok(psql.wait(), "reaping psql");
+    let killed = Instant::now();
+    poll_until(
+        main,
+        "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1)",
+        &[&pid],
+        "the waiting backend ending after its client went away",
+    );
+    killed.elapsed()
+}
