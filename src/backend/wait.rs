@@ -102,11 +102,12 @@ pub const PREPARED_POLL: Duration = Duration::from_millis(50);
 /// to a conflicting lock request. These checks run no SQL.
 pub const GIVE_WAY_CHECK: Duration = Duration::from_millis(200);
 
-/// How long a waiter sleeps between claim attempts when it could not take its
-/// advisory lock: it then polls, rather than block. Since 0.12.0 the lock is
+/// How long a waiter (a long poll, or `work_await`) sleeps between looks
+/// when it could not take its advisory lock: it then polls, rather than
+/// block. Since 0.12.0 the lock is
 /// in the extension's own space ([`compat::LOCK_SPACE`]), where nothing
 /// takes it exclusively, so this is a guard, not a path any role can force.
-const POLL_WITHOUT_LOCK: Duration = Duration::from_millis(250);
+pub const POLL_WITHOUT_LOCK: Duration = Duration::from_millis(250);
 
 /// `workfence.long_poll_max` (seconds, default 3, superuser-set): the
 /// longest one call of `work_claim(..., wait)` sleeps; a longer `wait`
@@ -451,8 +452,7 @@ fn sleep_and_attempt<T>(
 ) -> Result<Vec<T>> {
     let mut backoff = LOCKED_BACKOFF_MIN;
     loop {
-        // SAFETY: MyLatch is this backend's own latch.
-        unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+        reset_latch();
         // Looked at before the attempt as well as after it: a `COMMIT
         // PREPARED` that lands between the attempt (which did not see its
         // items) and the look after would leave this waiter asleep to its

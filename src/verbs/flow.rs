@@ -1983,25 +1983,20 @@ pub fn regroup(queue: &str, id: i64, cancelled: bool) -> Result<()> {
         let Some(group) = group else {
             return Ok(());
         };
-        // SAFETY: a plain int global of the backend.
-        if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
-            return Err(WorkfenceError::GroupChangeNeedsReadCommitted {
-                verb: if cancelled {
-                    "work_cancel"
-                } else {
-                    "work_reschedule"
-                },
-                queue: queue.to_owned(),
-            });
-        }
-        lock(&group_lock(queue, &group));
+        let verb = if cancelled {
+            "work_cancel"
+        } else {
+            "work_reschedule"
+        };
+        lock_group_before_change(queue, &group, verb)?;
         normalize(client, queue, vec![group], None, cancelled.then_some(id))
     })
 }
 
 /// Before a change of a pending item of `group` of `queue` that may move
 /// its group's first pending item (`work_enqueue`'s `on_conflict`,
-/// [`crate::verbs::life`]): take the group's lock, waiting for the claim of
+/// [`crate::verbs::life`]; and [`regroup`], for `verb` `work_cancel` and
+/// `work_reschedule`): take the group's lock, waiting for the claim of
 /// the group that holds it, before the item's row is locked, so that no
 /// claim of the group waits for the row while holding the lock (a claim's
 /// [`NORMALIZE`] that waited for a row updated meanwhile matched nothing,

@@ -711,24 +711,10 @@ fn run_guarded<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Res
 }
 
 /// Run a token-guarded statement that returns the item's queue (`RETURNING
-/// i.queue`): the queue if it matched the row.
+/// i.queue`, and for the `_LIFE` forms of a settle a second column: whether
+/// the item is to run once more): (queue, run once more) if it matched the
+/// row.
 fn run_returning_queue<P: Params>(
-    stmt: &'static Statement<P::Family>,
-    params: P,
-) -> Result<Option<String>> {
-    Spi::connect_mut(|client| {
-        plans::run(client, stmt, params, |rows| {
-            if rows.is_empty() {
-                return Ok(None);
-            }
-            Ok(rows.first().get_one::<String>()?)
-        })
-    })
-}
-
-/// Run FINISH_LIFE or FAIL_LIFE (`RETURNING i.queue, <rerun>`): the queue
-/// and whether the item is to run once more, if it matched the row.
-fn run_returning_queue_rerun<P: Params>(
     stmt: &'static Statement<P::Family>,
     params: P,
 ) -> Result<Option<(String, bool)>> {
@@ -737,34 +723,41 @@ fn run_returning_queue_rerun<P: Params>(
             if rows.is_empty() {
                 return Ok(None);
             }
+            let settled_life = rows.columns()? >= 2;
             let row = rows.first();
-            Ok(row
-                .get::<String>(1)?
-                .map(|queue| (queue, row.get::<bool>(2).ok().flatten().unwrap_or(false))))
+            let rerun = settled_life && row.get::<bool>(2)?.unwrap_or(false);
+            Ok(row.get::<String>(1)?.map(|queue| (queue, rerun)))
         })
     })
 }
 
 /// Run a token-guarded statement that hands the item back to its queue
-/// (`RETURNING i.queue`); when it matched, claimers long-polling that queue
-/// are woken once the transaction commits.
-fn run_handing_back<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<bool> {
-    let queue = run_returning_queue(stmt, params)?;
-    if let Some(queue) = &queue {
+/// (`RETURNING i.queue`, see [`run_returning_queue`]); when it matched,
+/// claimers long-polling that queue are woken once the transaction commits.
+fn run_handing_back<P: Params>(
+    stmt: &'static Statement<P::Family>,
+    params: P,
+) -> Result<Option<(String, bool)>> {
+    let ended = run_returning_queue(stmt, params)?;
+    if let Some((queue, _)) = &ended {
         wait::wake_after_commit(queue, 1);
     }
-    Ok(queue.is_some())
+    Ok(ended)
 }
 
 /// Run a token-guarded statement that ends the item's claim for good
-/// (`RETURNING i.queue`); when it matched, a group or a limit's slot of the
-/// queue may have freed ([`crate::verbs::flow::freed`]).
-fn run_freeing<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<bool> {
-    let queue = run_returning_queue(stmt, params)?;
-    if let Some(queue) = &queue {
+/// (`RETURNING i.queue`, see [`run_returning_queue`]); when it matched, a
+/// group or a limit's slot of the queue may have freed
+/// ([`crate::verbs::flow::freed`]).
+fn run_freeing<P: Params>(
+    stmt: &'static Statement<P::Family>,
+    params: P,
+) -> Result<Option<(String, bool)>> {
+    let ended = run_returning_queue(stmt, params)?;
+    if let Some((queue, _)) = &ended {
         crate::verbs::flow::freed(queue)?;
     }
-    Ok(queue.is_some())
+    Ok(ended)
 }
 
 /// After a token-guarded statement matched nothing: for a finish
@@ -888,20 +881,18 @@ pub(crate) fn finish(
 ) -> Result<bool> {
     let token = Token::new(id, owner, epoch)?;
     let scope = grants::scope(Capability::Claim)?;
-    if crate::verbs::life::schema_has_life() {
-        let ended =
-            run_returning_queue_rerun(form(&FINISH_LIFE, &scope), token.then(result, &scope))?;
-        if let Some((queue, rerun)) = &ended {
-            crate::verbs::flow::freed(queue)?;
-            crate::verbs::life::ended(token.id, queue, *rerun, true)?;
-            return Ok(true);
+    let stmt = if crate::verbs::life::schema_has_life() {
+        &FINISH_LIFE
+    } else {
+        &FINISH
+    };
+    match run_freeing(form(stmt, &scope), token.then(result, &scope))? {
+        Some((queue, rerun)) => {
+            crate::verbs::life::ended(token.id, &queue, rerun, true)?;
+            Ok(true)
         }
-        return after_refusal(&token, true, &scope);
+        None => after_refusal(&token, true, &scope),
     }
-    Ok(
-        run_freeing(form(&FINISH, &scope), token.then(result, &scope))?
-            || after_refusal(&token, true, &scope)?,
-    )
 }
 
 /// Finish a claimed batch in one statement.
@@ -1109,7 +1100,9 @@ pub fn work_release(
                 &scope,
             ),
             token.then(delay, &scope),
-        )? || after_refusal(&token, false, &scope)?)
+        )?
+        .is_some()
+            || after_refusal(&token, false, &scope)?)
     })()
     .or_report()
 }
@@ -1165,22 +1158,18 @@ pub(crate) fn fail(
         validate::delay("retry_in", retry.into(), server_now())?;
     }
     let scope = grants::scope(Capability::Claim)?;
-    if crate::verbs::life::schema_has_life() {
-        let ended = run_returning_queue_rerun(
-            form(&FAIL_LIFE, &scope),
-            token.then((error, retry_in), &scope),
-        )?;
-        if let Some((queue, rerun)) = &ended {
-            wait::wake_after_commit(queue, 1);
-            crate::verbs::life::ended(token.id, queue, *rerun, false)?;
-            return Ok(true);
+    let stmt = if crate::verbs::life::schema_has_life() {
+        &FAIL_LIFE
+    } else {
+        &FAIL
+    };
+    match run_handing_back(form(stmt, &scope), token.then((error, retry_in), &scope))? {
+        Some((queue, rerun)) => {
+            crate::verbs::life::ended(token.id, &queue, rerun, false)?;
+            Ok(true)
         }
-        return after_refusal(&token, false, &scope);
+        None => after_refusal(&token, false, &scope),
     }
-    Ok(
-        run_handing_back(form(&FAIL, &scope), token.then((error, retry_in), &scope))?
-            || after_refusal(&token, false, &scope)?,
-    )
 }
 
 /// Raise unless the caller holds the item's current lease, and hold the
