@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use common::{ok, poll_until};
 use postgres::Client;
 use serde_json::{json, Value};
+use workfence_harness::calls::{self, Token};
 use workfence_harness::Cluster;
 
 const QUEUE: &str = "life";
@@ -56,26 +57,22 @@ fn claim(c: &mut Client, owner: &str, lease: &str) -> Option<Claimed> {
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
 }
 
+/// `work_finish` with the token (id, owner, epoch) and a result.
 fn finish(c: &mut Client, id: i64, owner: &str, epoch: i64, result: &Value) -> bool {
-    ok(
-        c.query_one(
-            "SELECT workfence.work_finish($1, $2, $3, $4)",
-            &[&id, &owner, &epoch, result],
-        ),
-        "work_finish",
-    )
-    .get(0)
+    let token = Token {
+        id,
+        owner: owner.to_owned(),
+        epoch,
+    };
+    ok(calls::finish(c, &token, Some(result)), "work_finish")
 }
 
+/// `work_progress` with the token (id, owner, epoch).
 fn progress(c: &mut Client, id: i64, owner: &str, epoch: i64, value: &Value) -> bool {
     ok(
-        c.query_one(
-            "SELECT workfence.work_progress($1, $2, $3, $4)",
-            &[&id, &owner, &epoch, value],
-        ),
+        calls::generated::work_progress(c, id, owner, epoch, value),
         "work_progress",
     )
-    .get(0)
 }
 
 #[test]
