@@ -390,6 +390,19 @@ pub enum RunAt {
     In(i64),
 }
 
+/// What [`Conn::queue_lookup`] found of a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// It has items, or settings, that the role may read.
+    Known,
+    /// Neither items nor settings that the role may read.
+    Unknown {
+        /// Whether the settings were looked at: false when the role may not read
+        /// `workfence.queues`, so a queue that has only settings (a pause, limits) is not found.
+        settings_read: bool,
+    },
+}
+
 // work_limit's arguments differ by version (0.12.0 added per_group): its privilege is read
 // from whichever form the database has, by name.
 const SESSION: &str = "SELECT pg_catalog.pg_is_in_recovery(), CURRENT_USER::text, \
@@ -480,16 +493,24 @@ const ITEMS: &str = concat!(
 );
 
 // One row of the queue's items by key: a range of the unique (queue, key)
-// index, as cheap for a queue of a million items as for an empty one.
+// index, as cheap for a queue of a million items as for an empty one, and for one
+// that does not exist.
 const QUEUE_HAS_ITEMS: &str =
     "SELECT EXISTS (SELECT 1 FROM workfence.work_items($1::text, NULL, NULL, 1))";
 
-// The last resort, for a queue with no items: whether it has settings (a
-// pause, limits), which only work_queue_stats shows. The view counts every
-// item of every queue (its cost, docs/dashboard-render.md), so it is asked only when the
-// queue has no items.
-const QUEUE_HAS_SETTINGS: &str = "SELECT EXISTS (SELECT 1 FROM workfence.work_queue_stats AS s \
-    WHERE s.queue OPERATOR(pg_catalog.=) $1::text)";
+// Whether the role may read the settings table (its owner, a superuser, or a role granted
+// SELECT on it; workfence_monitor's grants do not include it).
+const SETTINGS_READABLE: &str = "SELECT COALESCE(pg_catalog.has_table_privilege( \
+    pg_catalog.to_regclass('workfence.queues')::oid, 'SELECT'), false)";
+
+// For a queue with no items: whether it has settings (a pause, limits, a group seen), one
+// probe of the settings table's primary key, kept to the queues the role may read as
+// work_queue_stats keeps them (work_may('read', queue)). Never work_queue_stats itself, which
+// counts every item of every queue: a 404 for a queue that does not exist cost a scan of
+// workfence.items (0.6 s at 3 million items), which anyone who can reach the port could repeat.
+const QUEUE_HAS_SETTINGS: &str = "SELECT EXISTS (SELECT 1 FROM workfence.queues AS q \
+    WHERE q.queue OPERATOR(pg_catalog.=) $1::text) \
+    AND workfence.work_may('read', $1::text)";
 
 // progress (0.12.0) is read from the row by name, so that a database still on 0.11.0, whose
 // work_item has no such column, shows its items too (no checkpoint). The row as jsonb holds a
@@ -661,17 +682,21 @@ impl Conn {
             .collect()
     }
 
-    /// Whether `queue` has items or settings the role may read (called when a
-    /// page of it came back empty: an empty queue or an unknown one, and
-    /// before a pause or resume). Items are looked for first, in the
-    /// queue's own part of the (queue, key) index; only a queue with no
-    /// items is looked for among the settings, through `work_queue_stats`,
-    /// which reads every item: a 404 for a queue with no items costs that.
-    pub async fn queue_known(&self, queue: &str) -> Result<bool, AppError> {
+    /// Whether `queue` has items or settings the role may read, by index probes only (never
+    /// a scan of `workfence.items`, whatever the queue): its first item in the queue's own
+    /// part of the (queue, key) index (`work_items`), then, for a queue with no items and a
+    /// role that may read the settings table, its row there by primary key. A role that may
+    /// not read `workfence.queues` cannot tell a queue that has only settings from one that
+    /// does not exist: [`Lookup::Unknown`] says so.
+    pub async fn queue_lookup(&self, queue: &str) -> Result<Lookup, AppError> {
         if self.flag(QUEUE_HAS_ITEMS, &[&queue]).await? {
-            return Ok(true);
+            return Ok(Lookup::Known);
         }
-        self.flag(QUEUE_HAS_SETTINGS, &[&queue]).await
+        let settings_read = self.flag(SETTINGS_READABLE, &[]).await?;
+        if settings_read && self.flag(QUEUE_HAS_SETTINGS, &[&queue]).await? {
+            return Ok(Lookup::Known);
+        }
+        Ok(Lookup::Unknown { settings_read })
     }
 
     /// `work_may('operate', queue)`: whether queue grants let the role operate the queue.

@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{middleware, Router};
 use maud::Markup;
 
-use crate::db::{Db, Limits, RunAt, DEFAULT_PER, ITEM_STATES, PAGE_SIZE};
+use crate::db::{Conn, Db, Limits, Lookup, RunAt, DEFAULT_PER, ITEM_STATES, PAGE_SIZE};
 use crate::error::AppError;
 use crate::pages::LeaseStatus;
 use crate::throughput::Throughput;
@@ -296,10 +296,30 @@ async fn schedule_action(
     .into_response())
 }
 
-fn unknown_queue(queue: &str) -> AppError {
-    AppError::not_found(format!(
-        "There is no queue named {queue:?}: it has no items and no settings (or this role may not read it)."
-    ))
+/// The 404 page of a queue with neither items nor settings the role may read; when the role
+/// may not read the settings table, it says so (a queue that has only settings is not found).
+fn unknown_queue(queue: &str, settings_read: bool) -> AppError {
+    if settings_read {
+        AppError::not_found(format!(
+            "There is no queue named {queue:?}: it has no items and no settings (or this role may not read it)."
+        ))
+    } else {
+        AppError::not_found(format!(
+            "There is no queue named {queue:?} that this role can find: it has no items (or this role may \
+             not read it), and this role may not read the queues' settings (SELECT on workfence.queues), \
+             so a queue that has only settings (a pause, limits) is not found either."
+        ))
+    }
+}
+
+/// Nothing when `queue` has items or settings the role may read ([`Conn::queue_lookup`],
+/// index probes only: a queue that does not exist costs no scan of the items), else its
+/// 404 page.
+async fn known_queue(conn: &Conn, queue: &str) -> Result<(), AppError> {
+    match conn.queue_lookup(queue).await? {
+        Lookup::Known => Ok(()),
+        Lookup::Unknown { settings_read } => Err(unknown_queue(queue, settings_read)),
+    }
 }
 
 async fn items(
@@ -337,27 +357,29 @@ async fn items(
     } else {
         Vec::new()
     };
-    // A queue that only a schedule names (it has not fired yet) is a queue too.
+    if let Some(key) = params.get("key").filter(|k| k.len() > MAX_NAME_BYTES) {
+        return Err(AppError::bad_request(format!(
+            "A key is at most {MAX_NAME_BYTES} bytes long ({} bytes given).",
+            key.len()
+        )));
+    }
+    // An unknown queue is a 404 before anything is listed: a listing of done, failed or
+    // cancelled items walks the finished items of every queue, newest first, until it has a
+    // page of this queue's (docs/dashboard-render.md), so for a queue that has none it would
+    // read them all. The look-up probes indexes only. A queue that only a schedule names
+    // (it has not fired yet) is a queue too.
+    if schedules.is_empty() {
+        known_queue(&conn, &queue).await?;
+    }
     if let Some(key) = params.get("key").filter(|k| !k.is_empty()) {
-        if key.len() > MAX_NAME_BYTES {
-            return Err(AppError::bad_request(format!(
-                "A key is at most {MAX_NAME_BYTES} bytes long."
-            )));
-        }
         return match conn.item_id_by_key(&queue, key).await? {
             Some(id) => Ok(Redirect::to(&pages::item_href(id)).into_response()),
-            None if schedules.is_empty() && !conn.queue_known(&queue).await? => {
-                Err(unknown_queue(&queue))
-            }
             None => Err(AppError::not_found(format!(
                 "There is no item with key {key:?} in queue {queue:?}."
             ))),
         };
     }
     let mut rows = conn.items(&queue, state, after, PAGE_SIZE + 1).await?;
-    if rows.is_empty() && schedules.is_empty() && !conn.queue_known(&queue).await? {
-        return Err(unknown_queue(&queue));
-    }
     let next_after = if rows.len() > PAGE_SIZE as usize {
         rows.truncate(PAGE_SIZE as usize);
         rows.last().map(|r| r.id)
@@ -461,10 +483,9 @@ async fn queue_action(
 ) -> Result<Response, AppError> {
     let queue = queue_name(path_param(path)?)?;
     let conn = app.db.conn().await?;
-    if !conn.queue_known(&queue).await? {
-        return Err(unknown_queue(&queue));
-    }
     if pausing {
+        // work_pause makes a queue's settings: never for a queue that does not exist.
+        known_queue(&conn, &queue).await?;
         if !conn.pause(&queue).await? {
             return Err(AppError::conflict(format!(
                 "work_pause changed nothing: queue {queue:?} is paused already."
@@ -472,7 +493,11 @@ async fn queue_action(
         }
         Ok(back_to_queues("paused", &queue))
     } else {
+        // work_resume makes nothing: a true answer is a queue that was paused, one that
+        // exists, even for a role that may not read the settings to find it (a paused queue
+        // whose items are all gone); only a false one asks whether the queue exists at all.
         if !conn.resume(&queue).await? {
+            known_queue(&conn, &queue).await?;
             return Err(AppError::conflict(format!(
                 "work_resume changed nothing: queue {queue:?} is not paused."
             )));
@@ -526,9 +551,8 @@ async fn limits(
     let queue = queue_name(path_param(path)?)?;
     let limits = limits_of_form(&body)?;
     let conn = app.db.conn().await?;
-    if !conn.queue_known(&queue).await? {
-        return Err(unknown_queue(&queue));
-    }
+    // work_limit makes a queue's settings: never for a queue that does not exist.
+    known_queue(&conn, &queue).await?;
     conn.limit(&queue, &limits).await?;
     Ok(back_to_queues("limits", &queue))
 }

@@ -162,12 +162,26 @@ impl Ui {
 
     /// The form token, read from the queues page.
     fn token(&self) -> String {
-        let page = self.get("/");
+        self.token_of("/")
+    }
+
+    /// The form token, read from the page at `path` (every page of the frame has it).
+    fn token_of(&self, path: &str) -> String {
+        let page = self.get(path);
         assert_eq!(page.status, 200, "{}", page.body);
         let marker = "name=\"csrf-token\" content=\"";
         let start = page.body.find(marker).expect("a csrf-token meta") + marker.len();
         let end = page.body[start..].find('"').expect("end of token");
         page.body[start..start + end].to_owned()
+    }
+
+    /// POSTs `form` plus the token of the page at `page`, from this dashboard's own origin.
+    fn submit_from(&self, page: &str, path: &str, form: &[(&str, &str)]) -> Reply {
+        let token = self.token_of(page);
+        let mut fields = vec![("csrf", token.as_str())];
+        fields.extend_from_slice(form);
+        let origin = self.base.clone();
+        self.post(path, &fields, &[("Origin", &origin)])
     }
 
     /// The host:port the dashboard listens on.
@@ -693,6 +707,153 @@ fn bad_input_gets_a_4xx_page_and_changes_nothing() {
     let reply = ui.submit(&format!("{pid}/reschedule"), &[("run_at", "not a time")]);
     assert!(reply.error().contains("22007"), "{}", reply.error());
     assert_eq!(snapshot(&mut db), before, "bad input changed nothing");
+}
+
+/// `workfence.items`' sequential and index scans in `db`, as the statistics have them.
+fn items_scans(c: &mut postgres::Client) -> (i64, i64) {
+    let r = ok(
+        c.query_one(
+            "SELECT COALESCE(t.seq_scan, 0)::int8, COALESCE(t.idx_scan, 0)::int8 \
+               FROM pg_catalog.pg_stat_user_tables AS t \
+              WHERE t.relid OPERATOR(pg_catalog.=) 'workfence.items'::regclass",
+            &[],
+        ),
+        "pg_stat_user_tables",
+    );
+    (r.get(0), r.get(1))
+}
+
+/// Waits until no client backend but `c`'s own is connected to `c`'s database: a backend
+/// that has ended has written its statistics (they are sent at transaction end at most once
+/// a second, and at the latest when the backend exits).
+fn until_alone(c: &mut postgres::Client) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let others: i64 = ok(
+            c.query_one(
+                "SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity AS a \
+                  WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database() \
+                    AND a.backend_type OPERATOR(pg_catalog.=) 'client backend' \
+                    AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()",
+                &[],
+            ),
+            "pg_stat_activity",
+        )
+        .get(0);
+        if others == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{others} backends still connected"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_unknown_queue_is_answered_without_scanning_the_items() {
+    let cluster = cluster();
+    let name = "ui_no_scan";
+    let mut db = database(&cluster, name);
+    // A big queue of every state, small ones beside it, and a queue that has only settings:
+    // enough rows that an index probe is the plan, and a scan of them all shows.
+    ok(
+        db.batch_execute(
+            r#"
+SELECT pg_catalog.count(*) FROM pg_catalog.generate_series(1, 20000) AS n,
+       LATERAL workfence.work_enqueue('big', pg_catalog.jsonb_build_object('n', n), 'item-' || n) AS e;
+SELECT pg_catalog.count(*) FROM pg_catalog.generate_series(1, 50) AS q,
+       pg_catalog.generate_series(1, 20) AS n,
+       LATERAL workfence.work_enqueue('small-' || q, '{}', 'k' || n) AS e;
+UPDATE workfence.items
+   SET state = (CASE WHEN id % 20 < 12 THEN 'done'
+                     WHEN id % 20 < 16 THEN 'pending'
+                     WHEN id % 20 < 18 THEN 'failed'
+                     ELSE 'cancelled' END)::workfence.item_state,
+       finished_at = CASE WHEN id % 20 < 12 OR id % 20 >= 16
+                          THEN pg_catalog.now() - (id % 86400) * interval '1 second' END
+ WHERE queue = 'big';
+SELECT workfence.work_pause('only.settings');
+ANALYZE workfence.items;
+"#,
+        ),
+        "loading the items",
+    );
+    drop(db);
+    let mut admin = ok(cluster.connect_to(name), "connect");
+    until_alone(&mut admin);
+    let before = items_scans(&mut admin);
+
+    let unknown = [
+        "/queues/nope",
+        "/queues/nope?state=done",
+        "/queues/nope?state=failed",
+        "/queues/nope?state=cancelled",
+        "/queues/nope?state=pending",
+        "/queues/nope?key=item-1",
+        "/queues/nope?state=done&after=5",
+    ];
+    // As the superuser, who may read the settings table: a queue that has only settings is found.
+    let ui = Ui::on(&cluster.connection_string(name));
+    for path in unknown {
+        let reply = ui.get(path);
+        assert_eq!(reply.status, 404, "GET {path}: {}", reply.body);
+        assert!(
+            reply.error().contains("no items and no settings"),
+            "{}",
+            reply.error()
+        );
+    }
+    for path in [
+        "/queues/only.settings",
+        "/queues/big?state=failed",
+        "/queues/small-7",
+    ] {
+        let reply = ui.get(path);
+        assert_eq!(reply.status, 200, "GET {path}: {}", reply.body);
+    }
+    for action in ["pause", "resume", "limits"] {
+        let path = format!("/queues/nope/{action}");
+        let reply = ui.submit_from("/queues/big", &path, &[("concurrency", "2")]);
+        assert_eq!(reply.status, 404, "POST {path}: {}", reply.body);
+    }
+    drop(ui);
+
+    // As a monitor and operator (no SELECT on workfence.queues): the same 404s, which say that
+    // a queue with only settings is not found; a resume of one is done all the same.
+    let ui = Ui::on(&dsn_as(&cluster, name, "ui_operator"));
+    for path in unknown.iter().chain(&["/queues/only.settings"]) {
+        let reply = ui.get(path);
+        assert_eq!(reply.status, 404, "GET {path}: {}", reply.body);
+        assert!(
+            reply.error().contains("SELECT on workfence.queues"),
+            "{}",
+            reply.error()
+        );
+    }
+    for action in ["pause", "resume", "limits"] {
+        let path = format!("/queues/nope/{action}");
+        let reply = ui.submit_from("/queues/big", &path, &[("concurrency", "2")]);
+        assert_eq!(reply.status, 404, "POST {path}: {}", reply.body);
+    }
+    let reply = ui.submit_from("/queues/big", "/queues/only.settings/resume", &[]);
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    let reply = ui.submit_from("/queues/big", "/queues/only.settings/resume", &[]);
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    drop(ui);
+
+    until_alone(&mut admin);
+    let after = items_scans(&mut admin);
+    assert_eq!(
+        after.0 - before.0,
+        0,
+        "sequential scans of workfence.items (before {before:?}, after {after:?})"
+    );
+    assert!(
+        after.1 > before.1,
+        "the probes use an index: {before:?} {after:?}"
+    );
 }
 
 #[test]
