@@ -21,6 +21,7 @@
 --                                    the rows put back in the arrays' order
 --   work_purge without a queue,
 --   work_queue_stats, work_grant,
+--   work_queue_counters (0.12.0),
 --   work_fire_schedules,
 --   work_schedules (from 0.12.0),
 --   work_revoke, work_enforce_grants every shard
@@ -688,6 +689,31 @@ COMMENT ON VIEW workfence.work_queue_stats IS
     'shard it is on (one shard, but while a queue is drained after adding shards). A queue''s limits '
     '(concurrency, rate, per, per_group) are its shard''s.';
 
+-- Every shard's counters (from 0.12.0): each shard counts the items it holds,
+-- so a queue has a row per shard it was counted on (one, but while it is
+-- drained after adding shards); sum them by queue for the queue's totals.
+CREATE FUNCTION workfence.queue_counter_rows()
+RETURNS TABLE(queue text, enqueued bigint, claimed bigint, done bigint, failed bigint,
+              retried bigint, released bigint, cancelled bigint, refused bigint, lapsed bigint,
+              bucket_le double precision[], time_in_queue_buckets bigint[],
+              time_in_queue_sum double precision, run_time_buckets bigint[],
+              run_time_sum double precision)
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.queue_counter_rows');
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION workfence.queue_counter_rows() IS
+    'Router: runs queue_counter_rows on every shard: a row per queue and shard it was counted on.';
+
+CREATE VIEW workfence.work_queue_counters AS
+SELECT c.queue, c.enqueued, c.claimed, c.done, c.failed, c.retried, c.released, c.cancelled,
+       c.refused, c.lapsed, c.bucket_le, c.time_in_queue_buckets, c.time_in_queue_sum,
+       c.run_time_buckets, c.run_time_sum
+  FROM workfence.queue_counter_rows() AS c;
+COMMENT ON VIEW workfence.work_queue_counters IS
+    'Every shard''s work_queue_counters, as the calling role may read them there: a row per queue and '
+    'shard it was counted on (one shard, but while a queue is drained after adding shards).';
+
 -- The queue grants of every shard: one row per grant (role, capability,
 -- queues), with the latest time any shard recorded it. Grants made through
 -- the router are on every shard; one made on a shard directly shows too.
@@ -933,7 +959,8 @@ COMMENT ON FUNCTION workfence.work_enforce_grants(boolean) IS
 -- and so refuses a call from a role other than the session's.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence_router FROM PUBLIC;
-REVOKE ALL ON TABLE workfence.work_queue_stats, workfence.work_queue_grants, workfence.work_schedules FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.work_queue_stats, workfence.work_queue_counters, workfence.work_queue_grants,
+    workfence.work_schedules FROM PUBLIC;
 REVOKE ALL ON SCHEMA workfence FROM PUBLIC;
 GRANT USAGE ON SCHEMA workfence_router TO PUBLIC;
 GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_shard(text),

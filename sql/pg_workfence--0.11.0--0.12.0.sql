@@ -906,3 +906,78 @@ COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS
 
 COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
 'work_release(id, owner, epoch, delay interval DEFAULT ''0'') -> boolean. Hands a claimed item back unfinished: pending again from clock_timestamp() + delay (with no delay it keeps its run_at, so its place in claim order, from 0.10.0), attempt given back (from 0.12.0, when the run stored a checkpoint: kept, and max_attempts raised by one), token dead. False for any token but the current one. Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner, delay negative or over 365 days (its real length from now: months count as the calendar months that follow).';
+
+-- ---- issue 36: counters and histograms in shared memory ----
+-- What each queue's items went through since the server started, read from
+-- shared memory (src/backend/counters.rs): the function behind the view,
+-- then the view (as sql/views.sql makes it).
+CREATE FUNCTION workfence."queue_counter_rows"() RETURNS TABLE (
+	"queue" TEXT,
+	"enqueued" bigint,
+	"claimed" bigint,
+	"done" bigint,
+	"failed" bigint,
+	"retried" bigint,
+	"released" bigint,
+	"cancelled" bigint,
+	"refused" bigint,
+	"lapsed" bigint,
+	"bucket_le" double precision[],
+	"time_in_queue_buckets" bigint[],
+	"time_in_queue_sum" double precision,
+	"run_time_buckets" bigint[],
+	"run_time_sum" double precision
+)
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_counter_rows_wrapper';
+ALTER ROUTINE workfence.queue_counter_rows() SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.queue_counter_rows() FROM PUBLIC;
+COMMENT ON FUNCTION workfence.queue_counter_rows() IS
+'queue_counter_rows() -> setof (queue, enqueued, claimed, done, failed, retried, released, cancelled, refused, lapsed, bucket_le, time_in_queue_buckets, time_in_queue_sum, run_time_buckets, run_time_sum). From 0.12.0: the rows of the view work_queue_counters, one per queue of this database the server has counted for since it started, ordered by queue: counts of what its items went through (counted when the transaction that did it commits; refused at once) and two histograms (time in queue, from run_at to the claim; run time, from the claim to work_finish, work_fail or work_release) with cumulative buckets per upper bound of bucket_le (seconds, 0.005 to 3600, then Infinity) and sums in seconds. Reads shared memory only. No rows unless pg_workfence is in shared_preload_libraries; at most 1024 queues per server are counted. Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_counters. Errors: none of its own.';
+
+-- What each queue's items went through since the server started (from
+-- 0.12.0): counters and histograms the server keeps in shared memory
+-- (src/backend/counters.rs), read in O(queues) without touching an item.
+-- Where queue grants are enforced, queue_counter_rows returns only the
+-- queues the reader may read.
+CREATE VIEW workfence.work_queue_counters AS
+SELECT c.queue, c.enqueued, c.claimed, c.done, c.failed, c.retried, c.released, c.cancelled,
+       c.refused, c.lapsed, c.bucket_le, c.time_in_queue_buckets, c.time_in_queue_sum,
+       c.run_time_buckets, c.run_time_sum
+  FROM workfence.queue_counter_rows() AS c;
+
+COMMENT ON VIEW workfence.work_queue_counters IS
+    'From 0.12.0: one row per queue the server has counted for in this database since it started (as pg_stat_* '
+    'counts: zero again after a restart or crash), with what its items went through: counts, and histograms of time '
+    'in queue and run time. Counted when the transaction that did it commits (a refusal at once). Reads shared memory '
+    'only: cheap at any number of items. Empty unless pg_workfence is in shared_preload_libraries. Where queue grants '
+    'are enforced, only the queues the reader may read. Not readable by PUBLIC; a reader needs EXECUTE on '
+    'workfence.queue_counter_rows too.';
+COMMENT ON COLUMN workfence.work_queue_counters.queue IS 'Queue name.';
+COMMENT ON COLUMN workfence.work_queue_counters.enqueued IS
+    'Items inserted by work_enqueue or a schedule''s fire, and items that on_conflict sent to run again (a finished '
+    'item, or a claimed one once more).';
+COMMENT ON COLUMN workfence.work_queue_counters.claimed IS 'Items handed out by claims (lapsed leases claimed anew included).';
+COMMENT ON COLUMN workfence.work_queue_counters.done IS 'Runs finished (work_finish, work_finish_many, work_finish_and_claim).';
+COMMENT ON COLUMN workfence.work_queue_counters.failed IS
+    'Items that became failed (dead letters): a work_fail on the final attempt, or a lapsed final attempt.';
+COMMENT ON COLUMN workfence.work_queue_counters.retried IS
+    'Failed attempts sent back for another: work_fail with attempts left, and work_retry.';
+COMMENT ON COLUMN workfence.work_queue_counters.released IS 'Claims handed back with work_release.';
+COMMENT ON COLUMN workfence.work_queue_counters.cancelled IS 'Items withdrawn with work_cancel.';
+COMMENT ON COLUMN workfence.work_queue_counters.refused IS
+    'Calls refused for a stale token (as work_queue_stats.refused: counted whether or not the caller commits).';
+COMMENT ON COLUMN workfence.work_queue_counters.lapsed IS 'Lapsed leases claimed anew (as work_queue_stats.lapsed).';
+COMMENT ON COLUMN workfence.work_queue_counters.bucket_le IS
+    'The histograms'' upper bounds in seconds, ascending, Infinity last (17 bounds, 0.005 to 3600): Prometheus'' le.';
+COMMENT ON COLUMN workfence.work_queue_counters.time_in_queue_buckets IS
+    'Time in queue, from an item''s run_at (when it fell due) to its claim, for claims of pending items: per bound of '
+    'bucket_le, how many took at most that long (cumulative; the last element is the count).';
+COMMENT ON COLUMN workfence.work_queue_counters.time_in_queue_sum IS 'Sum of the times in queue, in seconds.';
+COMMENT ON COLUMN workfence.work_queue_counters.run_time_buckets IS
+    'Run time, from a claim to its work_finish, work_fail or work_release: per bound of bucket_le, how many took at '
+    'most that long (cumulative; the last element is the count).';
+COMMENT ON COLUMN workfence.work_queue_counters.run_time_sum IS 'Sum of the run times, in seconds.';
+
+REVOKE ALL ON TABLE workfence.work_queue_counters FROM PUBLIC;

@@ -1,5 +1,6 @@
 -- pg_workfence: the views. Run after bootstrap (they read the tables) and
--- after the functions workfence.queue_counters and workfence.work_may (pgrx
+-- after the functions workfence.queue_counters, workfence.queue_counter_rows and
+-- workfence.work_may (pgrx
 -- places them there: `requires`), before finalize.
 --
 -- One reading of the server's clock for the whole view (a MATERIALIZED CTE
@@ -110,6 +111,52 @@ COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
     'NULL: one (serial groups).';
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
+
+-- What each queue's items went through since the server started (from
+-- 0.12.0): counters and histograms the server keeps in shared memory
+-- (src/backend/counters.rs), read in O(queues) without touching an item.
+-- Where queue grants are enforced, queue_counter_rows returns only the
+-- queues the reader may read.
+CREATE VIEW workfence.work_queue_counters AS
+SELECT c.queue, c.enqueued, c.claimed, c.done, c.failed, c.retried, c.released, c.cancelled,
+       c.refused, c.lapsed, c.bucket_le, c.time_in_queue_buckets, c.time_in_queue_sum,
+       c.run_time_buckets, c.run_time_sum
+  FROM workfence.queue_counter_rows() AS c;
+
+COMMENT ON VIEW workfence.work_queue_counters IS
+    'From 0.12.0: one row per queue the server has counted for in this database since it started (as pg_stat_* '
+    'counts: zero again after a restart or crash), with what its items went through: counts, and histograms of time '
+    'in queue and run time. Counted when the transaction that did it commits (a refusal at once). Reads shared memory '
+    'only: cheap at any number of items. Empty unless pg_workfence is in shared_preload_libraries. Where queue grants '
+    'are enforced, only the queues the reader may read. Not readable by PUBLIC; a reader needs EXECUTE on '
+    'workfence.queue_counter_rows too.';
+COMMENT ON COLUMN workfence.work_queue_counters.queue IS 'Queue name.';
+COMMENT ON COLUMN workfence.work_queue_counters.enqueued IS
+    'Items inserted by work_enqueue or a schedule''s fire, and items that on_conflict sent to run again (a finished '
+    'item, or a claimed one once more).';
+COMMENT ON COLUMN workfence.work_queue_counters.claimed IS 'Items handed out by claims (lapsed leases claimed anew included).';
+COMMENT ON COLUMN workfence.work_queue_counters.done IS 'Runs finished (work_finish, work_finish_many, work_finish_and_claim).';
+COMMENT ON COLUMN workfence.work_queue_counters.failed IS
+    'Items that became failed (dead letters): a work_fail on the final attempt, or a lapsed final attempt.';
+COMMENT ON COLUMN workfence.work_queue_counters.retried IS
+    'Failed attempts sent back for another: work_fail with attempts left, and work_retry.';
+COMMENT ON COLUMN workfence.work_queue_counters.released IS 'Claims handed back with work_release.';
+COMMENT ON COLUMN workfence.work_queue_counters.cancelled IS 'Items withdrawn with work_cancel.';
+COMMENT ON COLUMN workfence.work_queue_counters.refused IS
+    'Calls refused for a stale token (as work_queue_stats.refused: counted whether or not the caller commits).';
+COMMENT ON COLUMN workfence.work_queue_counters.lapsed IS 'Lapsed leases claimed anew (as work_queue_stats.lapsed).';
+COMMENT ON COLUMN workfence.work_queue_counters.bucket_le IS
+    'The histograms'' upper bounds in seconds, ascending, Infinity last (17 bounds, 0.005 to 3600): Prometheus'' le.';
+COMMENT ON COLUMN workfence.work_queue_counters.time_in_queue_buckets IS
+    'Time in queue, from an item''s run_at (when it fell due) to its claim, for claims of pending items: per bound of '
+    'bucket_le, how many took at most that long (cumulative; the last element is the count).';
+COMMENT ON COLUMN workfence.work_queue_counters.time_in_queue_sum IS 'Sum of the times in queue, in seconds.';
+COMMENT ON COLUMN workfence.work_queue_counters.run_time_buckets IS
+    'Run time, from a claim to its work_finish, work_fail or work_release: per bound of bucket_le, how many took at '
+    'most that long (cumulative; the last element is the count).';
+COMMENT ON COLUMN workfence.work_queue_counters.run_time_sum IS 'Sum of the run times, in seconds.';
+
+REVOKE ALL ON TABLE workfence.work_queue_counters FROM PUBLIC;
 
 -- The schedules (from 0.12.0), as work_schedule made them, with what they
 -- last fired. Where queue grants are enforced, only the schedules of queues

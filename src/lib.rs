@@ -41,13 +41,15 @@ use verbs::{enqueue, flow, lease};
 
 // Tables, sequence and indexes, before any function.
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
-// The views `work_queue_stats` and `work_queue_grants`, over the tables.
+// The views (`work_queue_stats`, `work_queue_counters`, `work_queue_grants`,
+// `work_schedules`), over the tables and shared memory.
 extension_sql_file!(
     "../sql/views.sql",
     name = "views",
     requires = [
         "bootstrap",
         counters::queue_counters,
+        counters::queue_counter_rows,
         access::grants::work_may
     ]
 );

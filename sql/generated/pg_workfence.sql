@@ -454,6 +454,32 @@ COMMENT ON SEQUENCE workfence.items_id_seq IS 'Source of workfence.items.id (dum
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_workfence::backend::counters::queue_counter_rows
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "queue_counter_rows"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"enqueued" bigint,  /* i64 */
+	"claimed" bigint,  /* i64 */
+	"done" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"retried" bigint,  /* i64 */
+	"released" bigint,  /* i64 */
+	"cancelled" bigint,  /* i64 */
+	"refused" bigint,  /* i64 */
+	"lapsed" bigint,  /* i64 */
+	"bucket_le" double precision[],  /* Vec < f64 > */
+	"time_in_queue_buckets" bigint[],  /* Vec < i64 > */
+	"time_in_queue_sum" double precision,  /* f64 */
+	"run_time_buckets" bigint[],  /* Vec < i64 > */
+	"run_time_sum" double precision  /* f64 */
+)
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_counter_rows_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_workfence::backend::counters::queue_counters
 -- requires:
 --   bootstrap
@@ -930,10 +956,12 @@ AS 'MODULE_PATHNAME', 'work_may_wrapper';
 -- requires:
 --   bootstrap
 --   counters::queue_counters
+--   counters::queue_counter_rows
 --   access::grants::work_may
 
 -- pg_workfence: the views. Run after bootstrap (they read the tables) and
--- after the functions workfence.queue_counters and workfence.work_may (pgrx
+-- after the functions workfence.queue_counters, workfence.queue_counter_rows and
+-- workfence.work_may (pgrx
 -- places them there: `requires`), before finalize.
 --
 -- One reading of the server's clock for the whole view (a MATERIALIZED CTE
@@ -1044,6 +1072,52 @@ COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
     'NULL: one (serial groups).';
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
+
+-- What each queue's items went through since the server started (from
+-- 0.12.0): counters and histograms the server keeps in shared memory
+-- (src/backend/counters.rs), read in O(queues) without touching an item.
+-- Where queue grants are enforced, queue_counter_rows returns only the
+-- queues the reader may read.
+CREATE VIEW workfence.work_queue_counters AS
+SELECT c.queue, c.enqueued, c.claimed, c.done, c.failed, c.retried, c.released, c.cancelled,
+       c.refused, c.lapsed, c.bucket_le, c.time_in_queue_buckets, c.time_in_queue_sum,
+       c.run_time_buckets, c.run_time_sum
+  FROM workfence.queue_counter_rows() AS c;
+
+COMMENT ON VIEW workfence.work_queue_counters IS
+    'From 0.12.0: one row per queue the server has counted for in this database since it started (as pg_stat_* '
+    'counts: zero again after a restart or crash), with what its items went through: counts, and histograms of time '
+    'in queue and run time. Counted when the transaction that did it commits (a refusal at once). Reads shared memory '
+    'only: cheap at any number of items. Empty unless pg_workfence is in shared_preload_libraries. Where queue grants '
+    'are enforced, only the queues the reader may read. Not readable by PUBLIC; a reader needs EXECUTE on '
+    'workfence.queue_counter_rows too.';
+COMMENT ON COLUMN workfence.work_queue_counters.queue IS 'Queue name.';
+COMMENT ON COLUMN workfence.work_queue_counters.enqueued IS
+    'Items inserted by work_enqueue or a schedule''s fire, and items that on_conflict sent to run again (a finished '
+    'item, or a claimed one once more).';
+COMMENT ON COLUMN workfence.work_queue_counters.claimed IS 'Items handed out by claims (lapsed leases claimed anew included).';
+COMMENT ON COLUMN workfence.work_queue_counters.done IS 'Runs finished (work_finish, work_finish_many, work_finish_and_claim).';
+COMMENT ON COLUMN workfence.work_queue_counters.failed IS
+    'Items that became failed (dead letters): a work_fail on the final attempt, or a lapsed final attempt.';
+COMMENT ON COLUMN workfence.work_queue_counters.retried IS
+    'Failed attempts sent back for another: work_fail with attempts left, and work_retry.';
+COMMENT ON COLUMN workfence.work_queue_counters.released IS 'Claims handed back with work_release.';
+COMMENT ON COLUMN workfence.work_queue_counters.cancelled IS 'Items withdrawn with work_cancel.';
+COMMENT ON COLUMN workfence.work_queue_counters.refused IS
+    'Calls refused for a stale token (as work_queue_stats.refused: counted whether or not the caller commits).';
+COMMENT ON COLUMN workfence.work_queue_counters.lapsed IS 'Lapsed leases claimed anew (as work_queue_stats.lapsed).';
+COMMENT ON COLUMN workfence.work_queue_counters.bucket_le IS
+    'The histograms'' upper bounds in seconds, ascending, Infinity last (17 bounds, 0.005 to 3600): Prometheus'' le.';
+COMMENT ON COLUMN workfence.work_queue_counters.time_in_queue_buckets IS
+    'Time in queue, from an item''s run_at (when it fell due) to its claim, for claims of pending items: per bound of '
+    'bucket_le, how many took at most that long (cumulative; the last element is the count).';
+COMMENT ON COLUMN workfence.work_queue_counters.time_in_queue_sum IS 'Sum of the times in queue, in seconds.';
+COMMENT ON COLUMN workfence.work_queue_counters.run_time_buckets IS
+    'Run time, from a claim to its work_finish, work_fail or work_release: per bound of bucket_le, how many took at '
+    'most that long (cumulative; the last element is the count).';
+COMMENT ON COLUMN workfence.work_queue_counters.run_time_sum IS 'Sum of the run times, in seconds.';
+
+REVOKE ALL ON TABLE workfence.work_queue_counters FROM PUBLIC;
 
 -- The schedules (from 0.12.0), as work_schedule made them, with what they
 -- last fired. Where queue grants are enforced, only the schedules of queues
@@ -1384,6 +1458,9 @@ COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS
 
 COMMENT ON FUNCTION workfence.queue_counters(text) IS
 'queue_counters(queue) -> zero or one (refused, lapsed): stale-token calls refused and lapsed leases claimed anew in the queue since the server started, as work_queue_stats shows them. No row unless pg_workfence is in shared_preload_libraries (or when the server''s counter table of 1024 queues is full and the queue is not in it). Grant it with work_queue_stats. Errors: 22004 NULL queue, 22023 bad queue, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
+
+COMMENT ON FUNCTION workfence.queue_counter_rows() IS
+'queue_counter_rows() -> setof (queue, enqueued, claimed, done, failed, retried, released, cancelled, refused, lapsed, bucket_le, time_in_queue_buckets, time_in_queue_sum, run_time_buckets, run_time_sum). From 0.12.0: the rows of the view work_queue_counters, one per queue of this database the server has counted for since it started, ordered by queue: counts of what its items went through (counted when the transaction that did it commits; refused at once) and two histograms (time in queue, from run_at to the claim; run time, from the claim to work_finish, work_fail or work_release) with cumulative buckets per upper bound of bucket_le (seconds, 0.005 to 3600, then Infinity) and sums in seconds. Reads shared memory only. No rows unless pg_workfence is in shared_preload_libraries; at most 1024 queues per server are counted. Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_counters. Errors: none of its own.';
 
 COMMENT ON FUNCTION workfence.work_grant(text, text, text) IS
 'work_grant(capability, queues, role) -> boolean. Lets role (and its members) use capability on queues: enqueue (work_enqueue), claim (work_claim, work_claim_key and the token calls), operate (work_cancel, work_retry, work_reschedule, work_pause, work_resume, work_limit), read (work_queue_stats, work_item, queue_counters) or purge (work_purge); queues is a queue name or a prefix followed by * (* alone: every queue). Checked only while queue grants are enforced (work_enforce_grants); every session sees it from its next call after the commit. True if the grant is new. For the extension''s owner. Errors: 22004 NULL argument, 22023 unknown capability, empty queues, name or prefix over 128 bytes or with control characters, empty role or one over 63 bytes; 42704 role does not exist; 42501 when the session''s role is neither a superuser nor a member of the extension''s owner.';

@@ -23,9 +23,11 @@
 //!   if one is no longer current, so the transaction's writes never commit
 //!   under a lease someone else holds.
 //!
-//! - **Lapses** ([`crate::verbs::lapse`]): lapsed leases claimed anew, counted in
-//!   `work_queue_stats.lapsed` when the transaction commits (not those of a
-//!   rolled-back transaction or savepoint).
+//! - **Counts** ([`crate::backend::counters`]): what the transaction did to
+//!   items (enqueued, claimed, finished, lapsed leases claimed anew, ...),
+//!   added to the server's counters when it commits or is prepared (not
+//!   those of a rolled-back transaction or savepoint). The counters module
+//!   keeps them; this one tells it when the transaction ends.
 //!
 //! One `RegisterXactCallback`, one `RegisterSubXactCallback` and one
 //! `RegisterResourceReleaseCallback` per backend,
@@ -89,11 +91,6 @@ struct XactState {
     /// Queue keys to wake at commit, each with how many items became
     /// claimable (or will, at a `run_at` the waiters should learn of).
     wake: Vec<(i32, u32)>,
-    /// Lapsed leases this transaction claimed anew, per queue, with the
-    /// subtransaction that claimed them: counted in `work_queue_stats.lapsed`
-    /// when the transaction commits (a rolled-back subtransaction's are
-    /// dropped), since until then no token was superseded.
-    lapsed: Vec<(pg_sys::SubTransactionId, String)>,
     /// Tokens `work_assert` accepted in this transaction.
     asserted: Vec<Token>,
     /// A subtransaction rolled back after an assert: its row lock may be gone.
@@ -144,14 +141,6 @@ pub fn init(hooks: CommitHooks) {
         pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());
         pg_sys::RegisterResourceReleaseCallback(Some(on_resource_release), std::ptr::null_mut());
     }
-}
-
-/// Count a lapsed lease of `queue` claimed anew by this transaction: added
-/// to the queue's `lapsed` counter if (and when) the transaction commits.
-pub fn lapsed_at_commit(queue: &str) {
-    // SAFETY: reads this backend's transaction state.
-    let subid = unsafe { pg_sys::GetCurrentSubTransactionId() };
-    STATE.with(|state| state.borrow_mut().lapsed.push((subid, queue.to_owned())));
 }
 
 /// Count `items` items of queue key `key` as made claimable by this
@@ -375,7 +364,7 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
             // the end of the resource release instead.
             let wake = STATE.with(|s| std::mem::take(&mut s.borrow_mut().wake));
             let awaited = STATE.with(|s| std::mem::take(&mut s.borrow_mut().awaited));
-            count_lapses();
+            crate::backend::counters::at_commit();
             clear();
             COMMITTED_WAKES.with(|c| *c.borrow_mut() = wake);
             COMMITTED_AWAITED.with(|c| *c.borrow_mut() = awaited);
@@ -390,14 +379,17 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
             // which has left the transaction: a waiter woken now could look
             // for the prepared-wake lock, find no holder, and sleep to its
             // deadline. The resource release after the move wakes them. (Its
-            // lapses count now: COMMIT PREPARED runs no extension code.)
+            // counts count now: COMMIT PREPARED runs no extension code.)
             let wake = STATE.with(|s| std::mem::take(&mut s.borrow_mut().wake));
-            count_lapses();
+            crate::backend::counters::at_commit();
             clear();
             let all = wake.into_iter().map(|(key, _)| (key, u32::MAX)).collect();
             COMMITTED_WAKES.with(|c| *c.borrow_mut() = all);
         }
-        XACT_EVENT_ABORT => clear(),
+        XACT_EVENT_ABORT => {
+            crate::backend::counters::at_abort();
+            clear();
+        }
         _ => {}
     }
 }
@@ -415,12 +407,12 @@ unsafe extern "C-unwind" fn on_subxact(
             if !state.asserted.is_empty() {
                 state.locks_maybe_lost = true;
             }
-            // Lapses claimed in this subtransaction or one inside it (their
-            // ids are this one's or larger) were rolled back.
-            state.lapsed.retain(|(subid, _)| *subid < my_subid);
-            // So were their claims' limit locks.
+            // The limit locks of claims in this subtransaction or one
+            // inside it (their ids are this one's or larger) went with it.
             state.limit_locks.retain(|(subid, _)| *subid < my_subid);
         });
+        // So did the counts they made.
+        crate::backend::counters::at_subxact_abort(my_subid);
     }
 }
 
@@ -452,14 +444,6 @@ fn as_extension_owner<T>(f: impl FnOnce() -> T) -> T {
         let out = f();
         pg_sys::SetUserIdAndSecContext(user, context);
         out
-    }
-}
-
-/// Add the committed transaction's lapses to the counters.
-fn count_lapses() {
-    let lapsed = STATE.with(|s| std::mem::take(&mut s.borrow_mut().lapsed));
-    for (_, queue) in lapsed {
-        crate::backend::counters::lapsed(&queue, 1);
     }
 }
 

@@ -81,6 +81,12 @@ pub(crate) struct ClaimOutcome {
     pub(crate) claimed: Vec<ClaimedRow>,
     /// The superseded tokens.
     pub(crate) lost: Vec<LostToken>,
+    /// Per claimed row, in the same order: how long it waited to be
+    /// claimed since it fell due (microseconds from its `run_at` to the
+    /// reading of the result), for the time-in-queue histogram; `None` for
+    /// a lapsed lease claimed anew (not a wait) or an item due at
+    /// `-infinity`.
+    pub(crate) waited: Vec<Option<i64>>,
 }
 
 /// The result of CLAIM or CLAIM_KEY (see CLAIM for its columns); the
@@ -88,6 +94,8 @@ pub(crate) struct ClaimOutcome {
 pub(crate) fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<ClaimOutcome> {
     let mut claimed = Vec::with_capacity(rows.len());
     let mut lost = Vec::new();
+    // SAFETY: reads the clock.
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
     // Every column of a claimed row is NOT NULL; a NULL here is a bug.
     let missing = |column| WorkfenceError::UnexpectedNull { column };
     for row in rows {
@@ -95,7 +103,8 @@ pub(crate) fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<
         let key = row.get::<String>(2)?.ok_or_else(|| missing("key"))?;
         let attempts = row.get::<i32>(5)?.ok_or_else(|| missing("attempts"))?;
         let dead = row.get::<bool>(10)?.unwrap_or(false);
-        if let Some(epoch) = row.get::<i64>(8)? {
+        let superseded = row.get::<i64>(8)?;
+        if let Some(epoch) = superseded {
             lost.push(LostToken {
                 id,
                 queue: queue.to_owned(),
@@ -113,16 +122,20 @@ pub(crate) fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<
         if dead {
             continue;
         }
+        let run_at = pg_sys::TimestampTz::from(
+            row.get::<TimestampWithTimeZone>(12)?
+                .ok_or_else(|| missing("run_at"))?,
+        );
         let order = (
             row.get::<i32>(11)?.ok_or_else(|| missing("priority"))?,
-            pg_sys::TimestampTz::from(
-                row.get::<TimestampWithTimeZone>(12)?
-                    .ok_or_else(|| missing("run_at"))?,
-            ),
+            run_at,
             id,
         );
+        let waited =
+            (superseded.is_none() && run_at != i64::MIN).then(|| now.saturating_sub(run_at));
         claimed.push((
             order,
+            waited,
             (
                 id,
                 key,
@@ -134,9 +147,11 @@ pub(crate) fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<
             ),
         ));
     }
-    claimed.sort_unstable_by_key(|(order, _)| *order);
+    claimed.sort_unstable_by_key(|(order, _, _)| *order);
+    let waited = claimed.iter().map(|(_, waited, _)| *waited).collect();
     Ok(ClaimOutcome {
-        claimed: claimed.into_iter().map(|(_, row)| row).collect(),
+        claimed: claimed.into_iter().map(|(_, _, row)| row).collect(),
         lost,
+        waited,
     })
 }

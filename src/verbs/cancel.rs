@@ -4,6 +4,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
+use crate::backend::counters::{self, Event};
 use crate::base::error::{OrReport, Result};
 use crate::pg::plans::{self, Statement};
 use crate::store::sql::QueueKey;
@@ -78,6 +79,7 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
         )
     })?;
     if let Some(id) = cancelled {
+        counters::count(&queue, Event::Cancelled, 1);
         // A cancelled pending item may have been its group's head.
         crate::verbs::flow::regroup(&queue, id, true)?;
         // A cancelled claimed item frees its group or its slot.

@@ -11,6 +11,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
+use crate::backend::counters::{self, Event};
 use crate::backend::paused;
 use crate::backend::wait;
 use crate::base::error::{OrReport, Result};
@@ -232,10 +233,20 @@ params! {
     }
 }
 
-/// After a claim statement: settle the tokens it superseded
+/// After a claim statement of `queue`: count what it claimed (and how long
+/// each item waited since it fell due) in the queue's counters at commit
+/// ([`counters::claimed_after`]), and settle the tokens it superseded
 /// ([`crate::verbs::lapse::settle`]: `errors`, `work_lease_lost`, the `lapsed`
-/// counter). True if the statement changed anything at all.
-fn settle(outcome: &ClaimOutcome) -> Result<bool> {
+/// and `failed` counters). True if the statement changed anything at all.
+fn settle(queue: &str, outcome: &ClaimOutcome) -> Result<bool> {
+    if counters::enabled() {
+        for waited in &outcome.waited {
+            match waited {
+                Some(micros) => counters::claimed_after(queue, *micros),
+                None => counters::count(queue, Event::Claimed, 1),
+            }
+        }
+    }
     if !outcome.lost.is_empty() {
         Spi::connect_mut(|client| lapse::settle(client, &outcome.lost))?;
     }
@@ -492,7 +503,7 @@ fn claim_once(
     crate::backend::schedules::set_fired(fired);
     if settings.grouped || settings.limited {
         let outcome = flow::claim(queue, owner, lease, flow::Pick::Queue(max_items), settings)?;
-        let changed = settle(&outcome)? || fired;
+        let changed = settle(queue, &outcome)? || fired;
         return Ok((durable(outcome.claimed), changed));
     }
     let now = server_clock()?;
@@ -518,7 +529,7 @@ fn claim_once(
             |rows| read_claim_result(queue, rows),
         )
     })?;
-    let changed = settle(&outcome)? || fired;
+    let changed = settle(queue, &outcome)? || fired;
     Ok((durable(outcome.claimed), changed))
 }
 
@@ -618,7 +629,7 @@ fn claim_key(
     generation::ensure()?;
     if settings.grouped || settings.limited {
         let outcome = flow::claim(&queue, &owner, lease, flow::Pick::Key(&key), settings)?;
-        settle(&outcome)?;
+        settle(&queue, &outcome)?;
         return Ok(durable(outcome.claimed));
     }
     let now = server_clock()?;
@@ -636,7 +647,7 @@ fn claim_key(
             |rows| read_claim_result(&queue, rows),
         )
     })?;
-    settle(&outcome)?;
+    settle(&queue, &outcome)?;
     Ok(durable(outcome.claimed))
 }
 

@@ -5,6 +5,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
+use crate::backend::counters::{self, Event};
 use crate::backend::notify;
 use crate::backend::wait;
 use crate::base::error::{OrReport, Result, WorkfenceError};
@@ -478,6 +479,7 @@ pub(crate) fn insert(
                 },
             )?;
             if let Some((id, due, behind)) = inserted {
+                counters::count(queue, Event::Enqueued, 1);
                 if let (true, Some(group)) = (behind, group_key) {
                     crate::backend::xact::behind_at_commit(queue, group, id);
                 }

@@ -11,6 +11,7 @@
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use crate::backend::counters::{self, Event};
 use crate::backend::notify;
 use crate::base::error::Result;
 use crate::pg::plans::{self, params, Statement};
@@ -56,8 +57,13 @@ pub fn settle(client: &mut SpiClient<'_>, lost: &[LostToken]) -> Result<()> {
     if lost.is_empty() {
         return Ok(());
     }
-    for token in lost.iter().filter(|t| !t.dead_lettered) {
-        crate::backend::xact::lapsed_at_commit(&token.queue);
+    for token in lost {
+        let event = if token.dead_lettered {
+            Event::Failed
+        } else {
+            Event::Lapsed
+        };
+        counters::count(&token.queue, event, 1);
     }
     if plans::schema() == plans::Schema::Legacy {
         return Ok(());

@@ -26,7 +26,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability, Scope};
 use crate::access::validate;
-use crate::backend::counters;
+use crate::backend::counters::{self, Event};
 use crate::backend::wait;
 use crate::base::error::{LeaseStatus, OrReport, Result, WorkfenceError};
 use crate::pg::jsonb::RawJsonb;
@@ -248,7 +248,7 @@ static FINISH: Fenced<Guarded<Option<RawJsonb>>> = fenced!(finish_sql);
 // replaced it while it ran, [`crate::verbs::life`]).
 static FINISH_LIFE: Fenced<Guarded<Option<RawJsonb>>> = fenced_life!(
     finish_sql,
-    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false)"
+    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false), i.claimed_at"
 );
 
 // After a token-guarded statement matched nothing: how the item stands
@@ -338,10 +338,10 @@ UPDATE workfence.items AS i
 static FINISH_MANY: Fenced<FinishManyParams> = fenced!(finish_many_sql);
 
 // FINISH_MANY from 0.12.0: also whether each item is to run once more (see
-// FINISH_LIFE).
+// FINISH_LIFE), and when it was claimed (for the run-time histogram).
 static FINISH_MANY_LIFE: Fenced<FinishManyParams> = fenced_life!(
     finish_many_sql,
-    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false)"
+    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false), i.claimed_at"
 );
 
 params! {
@@ -407,12 +407,18 @@ params! {
 macro_rules! release_sql {
     ($mode:ident, $scope:ident) => {
         release_sql!(
-            $mode,
+            @ $mode,
             $scope,
-            "\n       attempts = GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0)"
+            "\n       attempts = GREATEST(i.attempts OPERATOR(pg_catalog.-) 1, 0)",
+            ""
         )
     };
+    // The form of a schema of 0.12.0 or later (RELEASE_LIFE): `$attempts`,
+    // and the columns every settle's `_LIFE` form returns after the queue.
     ($mode:ident, $scope:ident, $attempts:literal) => {
+        release_sql!(@ $mode, $scope, $attempts, ", false, i.claimed_at")
+    };
+    (@ $mode:ident, $scope:ident, $attempts:literal, $more:literal) => {
         concat!(
             r#"
 UPDATE workfence.items AS i
@@ -428,9 +434,9 @@ UPDATE workfence.items AS i
    AND i.epoch OPERATOR(pg_catalog.=) $3
    AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state"#,
             scope_filter!($scope, "$5"),
-            r#"
-RETURNING i.queue
-"#
+            "\nRETURNING i.queue",
+            $more,
+            "\n"
         )
     };
 }
@@ -599,9 +605,10 @@ static FAIL: Fenced<Guarded<(String, Option<Interval>)>> = fenced!(fail_sql);
 
 // FAIL from 0.12.0: also whether the item, failed for good, is to run
 // once more (see FINISH_LIFE).
+// And whether it failed for good (else it goes round again: a retry).
 static FAIL_LIFE: Fenced<Guarded<(String, Option<Interval>)>> = fenced_life!(
     fail_sql,
-    ", i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state AND COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false)"
+    ", i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state AND COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false), i.claimed_at, i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state"
 );
 
 // Lock the row of the current token. FOR NO KEY UPDATE: the row lock an
@@ -710,23 +717,58 @@ fn run_guarded<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Res
     Spi::connect_mut(|client| plans::run(client, stmt, params, |rows| Ok(!rows.is_empty())))
 }
 
+/// How a settle (finish, fail, release) that matched its row left it.
+struct Ended {
+    /// The item's queue.
+    queue: String,
+    /// Whether the item is to run once more (`on_conflict`,
+    /// [`crate::verbs::life`]).
+    rerun: bool,
+    /// How long the run lasted, from its claim to now, in microseconds:
+    /// `None` on a schema before 0.12.0 (whose settles return no
+    /// `claimed_at`) or for a claim made before 0.6.0 (none recorded).
+    ran_micros: Option<i64>,
+    /// A failure that used up the attempts (the item is failed), not one
+    /// that goes round again.
+    failed_for_good: bool,
+}
+
+/// How long ago `claimed_at` was, in microseconds.
+fn since(claimed_at: TimestampWithTimeZone) -> i64 {
+    // SAFETY: reads the clock.
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    now.saturating_sub(pg_sys::TimestampTz::from(claimed_at))
+}
+
 /// Run a token-guarded statement that returns the item's queue (`RETURNING
-/// i.queue`, and for the `_LIFE` forms of a settle a second column: whether
-/// the item is to run once more): (queue, run once more) if it matched the
-/// row.
+/// i.queue`; the `_LIFE` forms of a settle add whether the item is to run
+/// once more, its `claimed_at`, and FAIL_LIFE whether it failed for good):
+/// how it ended, if it matched the row.
 fn run_returning_queue<P: Params>(
     stmt: &'static Statement<P::Family>,
     params: P,
-) -> Result<Option<(String, bool)>> {
+) -> Result<Option<Ended>> {
     Spi::connect_mut(|client| {
         plans::run(client, stmt, params, |rows| {
             if rows.is_empty() {
                 return Ok(None);
             }
-            let settled_life = rows.columns()? >= 2;
+            let columns = rows.columns()?;
             let row = rows.first();
-            let rerun = settled_life && row.get::<bool>(2)?.unwrap_or(false);
-            Ok(row.get::<String>(1)?.map(|queue| (queue, rerun)))
+            let flag = |n: usize| -> Result<bool> {
+                Ok(columns >= n && row.get::<bool>(n)?.unwrap_or(false))
+            };
+            let claimed_at = if columns >= 3 {
+                row.get::<TimestampWithTimeZone>(3)?
+            } else {
+                None
+            };
+            Ok(row.get::<String>(1)?.map(|queue| Ended {
+                queue,
+                rerun: flag(2).unwrap_or(false),
+                ran_micros: claimed_at.map(since),
+                failed_for_good: flag(4).unwrap_or(false),
+            }))
         })
     })
 }
@@ -737,10 +779,10 @@ fn run_returning_queue<P: Params>(
 fn run_handing_back<P: Params>(
     stmt: &'static Statement<P::Family>,
     params: P,
-) -> Result<Option<(String, bool)>> {
+) -> Result<Option<Ended>> {
     let ended = run_returning_queue(stmt, params)?;
-    if let Some((queue, _)) = &ended {
-        wait::wake_after_commit(queue, 1);
+    if let Some(ended) = &ended {
+        wait::wake_after_commit(&ended.queue, 1);
     }
     Ok(ended)
 }
@@ -749,13 +791,10 @@ fn run_handing_back<P: Params>(
 /// (`RETURNING i.queue`, see [`run_returning_queue`]); when it matched, a
 /// group or a limit's slot of the queue may have freed
 /// ([`crate::verbs::flow::freed`]).
-fn run_freeing<P: Params>(
-    stmt: &'static Statement<P::Family>,
-    params: P,
-) -> Result<Option<(String, bool)>> {
+fn run_freeing<P: Params>(stmt: &'static Statement<P::Family>, params: P) -> Result<Option<Ended>> {
     let ended = run_returning_queue(stmt, params)?;
-    if let Some((queue, _)) = &ended {
-        crate::verbs::flow::freed(queue)?;
+    if let Some(ended) = &ended {
+        crate::verbs::flow::freed(&ended.queue)?;
     }
     Ok(ended)
 }
@@ -887,8 +926,9 @@ pub(crate) fn finish(
         &FINISH
     };
     match run_freeing(form(stmt, &scope), token.then(result, &scope))? {
-        Some((queue, rerun)) => {
-            crate::verbs::life::ended(token.id, &queue, rerun, true)?;
+        Some(ended) => {
+            counters::run_ended(&ended.queue, Event::Done, ended.ran_micros);
+            crate::verbs::life::ended(token.id, &ended.queue, ended.rerun, true)?;
             Ok(true)
         }
         None => after_refusal(&token, true, &scope),
@@ -968,6 +1008,10 @@ fn finish_many(
                 set.insert((id, epoch));
                 if let (true, Some(queue)) = (life, &queue) {
                     ended.push((id, queue.clone(), row.get::<bool>(4)?.unwrap_or(false)));
+                    let ran = row.get::<TimestampWithTimeZone>(5)?.map(since);
+                    counters::run_ended(queue, Event::Done, ran);
+                } else if let Some(queue) = &queue {
+                    counters::count(queue, Event::Done, 1);
                 }
             }
             if let Some(queue) = queue {
@@ -1090,19 +1134,18 @@ pub fn work_release(
         let delay_value = validate::required("delay", delay)?;
         validate::delay("delay", delay_value.into(), server_now())?;
         let scope = grants::scope(Capability::Claim)?;
-        Ok(run_handing_back(
-            form(
-                if crate::verbs::life::schema_has_life() {
-                    &RELEASE_LIFE
-                } else {
-                    &RELEASE
-                },
-                &scope,
-            ),
-            token.then(delay, &scope),
-        )?
-        .is_some()
-            || after_refusal(&token, false, &scope)?)
+        let stmt = if crate::verbs::life::schema_has_life() {
+            &RELEASE_LIFE
+        } else {
+            &RELEASE
+        };
+        match run_handing_back(form(stmt, &scope), token.then(delay, &scope))? {
+            Some(ended) => {
+                counters::run_ended(&ended.queue, Event::Released, ended.ran_micros);
+                Ok(true)
+            }
+            None => after_refusal(&token, false, &scope),
+        }
     })()
     .or_report()
 }
@@ -1158,14 +1201,21 @@ pub(crate) fn fail(
         validate::delay("retry_in", retry.into(), server_now())?;
     }
     let scope = grants::scope(Capability::Claim)?;
-    let stmt = if crate::verbs::life::schema_has_life() {
-        &FAIL_LIFE
-    } else {
-        &FAIL
-    };
+    let life = crate::verbs::life::schema_has_life();
+    let stmt = if life { &FAIL_LIFE } else { &FAIL };
     match run_handing_back(form(stmt, &scope), token.then((error, retry_in), &scope))? {
-        Some((queue, rerun)) => {
-            crate::verbs::life::ended(token.id, &queue, rerun, false)?;
+        Some(ended) => {
+            // A schema before 0.12.0 does not say how the failure ended:
+            // nothing is counted for it (see `counters::run_ended`).
+            if life {
+                let event = if ended.failed_for_good {
+                    Event::Failed
+                } else {
+                    Event::Retried
+                };
+                counters::run_ended(&ended.queue, event, ended.ran_micros);
+            }
+            crate::verbs::life::ended(token.id, &ended.queue, ended.rerun, false)?;
             Ok(true)
         }
         None => after_refusal(&token, false, &scope),

@@ -34,6 +34,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
+use crate::backend::counters::{self, Event};
 use crate::backend::{notify, wait, xact};
 use crate::base::error::{OrReport, Result, WorkfenceError};
 use crate::base::types::LostToken;
@@ -227,6 +228,12 @@ pub(crate) fn conflict(
         },
         |rows| Ok(!rows.is_empty() && rows.first().get::<bool>(1)?.unwrap_or(false)),
     )?;
+    if state != "pending" {
+        // A finished item runs again (now), a claimed one once more (after
+        // its run): either is one more run asked for, counted as an
+        // enqueue; a pending item's new payload is not.
+        counters::count(queue, Event::Enqueued, 1);
+    }
     if state != "claimed" {
         if state == "pending" && grouped {
             // Under the group's lock, taken above (or now, if the item

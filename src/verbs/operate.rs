@@ -15,6 +15,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
+use crate::backend::counters::{self, Event};
 use crate::backend::wait;
 use crate::base::error::{OrReport, Result, WorkfenceError};
 use crate::pg::jsonb::RawJsonb;
@@ -285,6 +286,8 @@ fn move_item(
     };
     if std::ptr::eq(stmt, &RESCHEDULE) {
         crate::verbs::flow::regroup(queue, id, false)?;
+    } else {
+        counters::count(queue, Event::Retried, 1);
     }
     wait::wake_after_commit(queue, 1);
     Ok(true)

@@ -9,6 +9,8 @@
 //! | `bigint` | `i64` | `i64` |
 //! | `integer` | `i32` | `i32` |
 //! | `boolean` | `bool` | `bool` |
+//! | `double precision` | `f64` | `f64` |
+//! | `double precision[]` | `&[f64]` | `Vec<f64>` |
 //! | `jsonb` | `&Value` | `Value` |
 //! | `bigint[]` | `&[i64]` | `Vec<i64>` |
 //! | `jsonb[]` | `&[Value]` | `Vec<Value>` |
@@ -89,7 +91,7 @@ struct SqlType {
 }
 
 /// Every SQL type the generator knows (the module documentation's table).
-static SQL_TYPES: [SqlType; 9] = {
+static SQL_TYPES: [SqlType; 11] = {
     const fn value(rust: &'static str, ty: &'static str, cast: &'static str) -> Pass {
         Pass::Value { rust, ty, cast }
     }
@@ -106,6 +108,13 @@ static SQL_TYPES: [SqlType; 9] = {
         t("bigint", value("i64", "INT8", ""), "i64", false),
         t("integer", value("i32", "INT4", ""), "i32", false),
         t("boolean", value("bool", "BOOL", ""), "bool", false),
+        t("double precision", value("f64", "FLOAT8", ""), "f64", false),
+        t(
+            "double precision[]",
+            value("&[f64]", "FLOAT8_ARRAY", ""),
+            "Vec<f64>",
+            false,
+        ),
         t("jsonb", value("&Value", "JSONB", ""), "Value", false),
         t(
             "bigint[]",

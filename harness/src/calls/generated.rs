@@ -1077,6 +1077,89 @@ pub fn queue_counters(
     call.rows(c, ") AS r", QueueCountersRow::read)
 }
 
+/// A row of the result of [`queue_counter_rows`] (its `RETURNS TABLE`), every column an `Option`:
+/// the catalog does not say which are never NULL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueCounterRowsRow {
+    /// `queue text`.
+    pub queue: Option<String>,
+    /// `enqueued bigint`.
+    pub enqueued: Option<i64>,
+    /// `claimed bigint`.
+    pub claimed: Option<i64>,
+    /// `done bigint`.
+    pub done: Option<i64>,
+    /// `failed bigint`.
+    pub failed: Option<i64>,
+    /// `retried bigint`.
+    pub retried: Option<i64>,
+    /// `released bigint`.
+    pub released: Option<i64>,
+    /// `cancelled bigint`.
+    pub cancelled: Option<i64>,
+    /// `refused bigint`.
+    pub refused: Option<i64>,
+    /// `lapsed bigint`.
+    pub lapsed: Option<i64>,
+    /// `bucket_le double precision[]`.
+    pub bucket_le: Option<Vec<f64>>,
+    /// `time_in_queue_buckets bigint[]`.
+    pub time_in_queue_buckets: Option<Vec<i64>>,
+    /// `time_in_queue_sum double precision`.
+    pub time_in_queue_sum: Option<f64>,
+    /// `run_time_buckets bigint[]`.
+    pub run_time_buckets: Option<Vec<i64>>,
+    /// `run_time_sum double precision`.
+    pub run_time_sum: Option<f64>,
+}
+
+impl QueueCounterRowsRow {
+    /// The row's columns, in the order of the select list.
+    fn read(row: &Row) -> CallResult<QueueCounterRowsRow> {
+        Ok(QueueCounterRowsRow {
+            queue: row.try_get(0)?,
+            enqueued: row.try_get(1)?,
+            claimed: row.try_get(2)?,
+            done: row.try_get(3)?,
+            failed: row.try_get(4)?,
+            retried: row.try_get(5)?,
+            released: row.try_get(6)?,
+            cancelled: row.try_get(7)?,
+            refused: row.try_get(8)?,
+            lapsed: row.try_get(9)?,
+            bucket_le: row.try_get(10)?,
+            time_in_queue_buckets: row.try_get(11)?,
+            time_in_queue_sum: row.try_get(12)?,
+            run_time_buckets: row.try_get(13)?,
+            run_time_sum: row.try_get(14)?,
+        })
+    }
+}
+
+/// `workfence.queue_counter_rows`: what each queue's items went through since the server started:
+/// the rows of `work_queue_counters`.
+///
+/// ```sql
+/// workfence.queue_counter_rows()
+/// RETURNS TABLE(queue text, enqueued bigint, claimed bigint, done bigint, failed bigint,
+///     retried bigint, released bigint, cancelled bigint, refused bigint, lapsed bigint,
+///     bucket_le double precision[], time_in_queue_buckets bigint[],
+///     time_in_queue_sum double precision, run_time_buckets bigint[],
+///     run_time_sum double precision)
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn queue_counter_rows(c: &mut impl GenericClient) -> CallResult<Vec<QueueCounterRowsRow>> {
+    let call = Call::new(
+        "SELECT r.queue, r.enqueued, r.claimed, r.done, r.failed, r.retried, r.released, \
+         r.cancelled, r.refused, r.lapsed, r.bucket_le, r.time_in_queue_buckets, \
+         r.time_in_queue_sum, r.run_time_buckets, r.run_time_sum \
+         FROM workfence.queue_counter_rows(",
+    );
+    call.rows(c, ") AS r", QueueCounterRowsRow::read)
+}
+
 /// `workfence.work_grant`: lets a role use a capability on queues.
 ///
 /// ```sql

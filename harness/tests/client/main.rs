@@ -12,6 +12,7 @@ mod bad_input;
 mod calls;
 mod checklist;
 mod composition;
+mod counters;
 mod cycle;
 mod dump_restore;
 mod durability;

@@ -105,9 +105,10 @@ fn owner_only() -> Vec<&'static str> {
     names
 }
 /// The relations a group may read (`workfence_monitor`): the queues'
-/// statistics, and (from 0.12.0) the schedules, which `workfence_operator`
+/// statistics, (from 0.12.0) their counters, and the schedules, which `workfence_operator`
 /// reads too.
 const STATS_VIEW: &str = "workfence.work_queue_stats";
+const COUNTERS_VIEW: &str = "workfence.work_queue_counters";
 const SCHEDULES_VIEW: &str = "workfence.work_schedules";
 
 /// The operations guide's SQL block `marker`.
@@ -246,6 +247,7 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
         "workfence.epoch_seq",
         "workfence.items_id_seq",
         STATS_VIEW,
+        COUNTERS_VIEW,
         SCHEDULES_VIEW,
     ] {
         assert!(names.contains(expected), "{expected} is not in {names:?}");
@@ -308,7 +310,8 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
         }
         for (rel, sql) in &statements {
             let readable = sql.starts_with("SELECT")
-                && ((role == MONITOR && (*rel == STATS_VIEW || *rel == SCHEDULES_VIEW))
+                && ((role == MONITOR
+                    && (*rel == STATS_VIEW || *rel == COUNTERS_VIEW || *rel == SCHEDULES_VIEW))
                     || (role == OPERATOR && *rel == SCHEDULES_VIEW));
             if readable {
                 assert_eq!(failure(&mut client, sql), None, "{role}: {sql}");
@@ -378,6 +381,7 @@ fn a_worker_changes_an_item_only_through_its_token() {
         "SELECT workfence.work_cancel('mail', 'welcome')".to_owned(),
         "SELECT workfence.work_purge('0')".to_owned(),
         format!("SELECT * FROM {STATS_VIEW}"),
+        format!("SELECT * FROM {COUNTERS_VIEW}"),
     ] {
         assert_denied(&mut worker, WORKER, &sql);
     }

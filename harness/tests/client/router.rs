@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use common::{ok, scalar, server_error};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
-use workfence_harness::calls::{self, Enqueue, Token};
+use workfence_harness::calls::{self, generated, Enqueue, Token};
 use workfence_harness::router::Router;
 use workfence_harness::Cluster;
 
@@ -187,6 +187,34 @@ fn router_sends_each_call_to_its_shard() {
     );
     assert_eq!(routed.len(), QUEUES.len());
     assert!(routed.iter().all(|s| s.pending == 3));
+
+    // work_queue_counters (0.12.0): every shard's rows, through the
+    // router's PL/Proxy function of the same shape (none on shards that do
+    // not preload the library, as here: the call and its columns are what
+    // this checks).
+    let mut direct = Vec::new();
+    for s in shards.iter_mut() {
+        direct.extend(ok(generated::queue_counter_rows(s), "a shard's counters"));
+    }
+    let mut routed = ok(
+        generated::queue_counter_rows(&mut r),
+        "the router's counters",
+    );
+    let by_queue = |a: &generated::QueueCounterRowsRow, b: &generated::QueueCounterRowsRow| {
+        a.queue.cmp(&b.queue)
+    };
+    direct.sort_by(by_queue);
+    routed.sort_by(by_queue);
+    assert_eq!(
+        routed, direct,
+        "the router's work_queue_counters is the shards'"
+    );
+    let viewed: i64 = scalar(
+        &mut r,
+        "SELECT count(*) FROM workfence.work_queue_counters",
+        &[],
+    );
+    assert_eq!(viewed, routed.len() as i64);
 
     // Pause goes to the queue's shard only.
     assert!(ok(calls::pause(&mut r, "sms"), "work_pause"));

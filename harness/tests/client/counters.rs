@@ -1,0 +1,273 @@
+//! The server's per-queue counters and histograms (0.12.0, issue 36): the
+//! view `work_queue_counters`, from real client connections to a server
+//! that preloads the library (the counts live in shared memory).
+//!
+//! What a user relies on: each count is the number of items that went
+//! through it, counted once its transaction commits (a rolled-back
+//! transaction or savepoint counts nothing, a prepared one counts at its
+//! prepare); a histogram's buckets are cumulative and its count is the
+//! number of observations; a role sees only the queues it may read; and
+//! reading the view touches no item.
+//!
+//! Each test has a database and queues of its own (the counters are per
+//! database and queue), so the expected values are exact, not deltas.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use common::ok;
+use postgres::Client;
+use serde_json::json;
+use workfence_harness::calls::{self, generated, Enqueue};
+use workfence_harness::Cluster;
+
+/// One cluster for this file's tests, with the library preloaded and room
+/// for a prepared transaction.
+fn cluster() -> Arc<Cluster> {
+    common::shared_cluster_built(
+        |builder| {
+            builder
+                .setting("shared_preload_libraries", "pg_workfence")
+                .setting("max_prepared_transactions", "2")
+        },
+        |_| {},
+    )
+}
+
+fn database(cluster: &Cluster, name: &str) -> Client {
+    ok(cluster.create_database(name), "create database");
+    ok(cluster.connect_to(name), "connect")
+}
+
+/// The counts of `queue` in column order (enqueued, claimed, done, failed,
+/// retried, released, cancelled, refused, lapsed), or `None` when the view
+/// has no row for it.
+fn counts(c: &mut Client, queue: &str) -> Option<[i64; 9]> {
+    let rows = ok(generated::queue_counter_rows(c), "queue_counter_rows");
+    rows.iter()
+        .find(|r| r.queue.as_deref() == Some(queue))
+        .map(|r| {
+            [
+                r.enqueued,
+                r.claimed,
+                r.done,
+                r.failed,
+                r.retried,
+                r.released,
+                r.cancelled,
+                r.refused,
+                r.lapsed,
+            ]
+            .map(|n| n.expect("a count is never NULL"))
+        })
+}
+
+#[test]
+fn each_count_is_the_items_that_went_through_it_once_their_transaction_committed() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "counted");
+    let q = "counted";
+    for key in ["a", "b", "c", "d", "e"] {
+        common::enqueue_new(&mut c, &Enqueue::new(q).key(key).max_attempts(2));
+    }
+    // A rolled-back enqueue and a rolled-back claim count nothing.
+    ok(c.batch_execute("BEGIN"), "begin");
+    common::enqueue_new(&mut c, &Enqueue::new(q).key("rolled back"));
+    common::claimed_one(&mut c, q, "w", "1 minute");
+    ok(c.batch_execute("ROLLBACK"), "rollback");
+    // A claim inside a savepoint that rolls back counts nothing either,
+    // one before it does.
+    ok(c.batch_execute("BEGIN"), "begin");
+    let a = common::claimed_one(&mut c, q, "w", "1 minute").token("w");
+    ok(c.batch_execute("SAVEPOINT s"), "savepoint");
+    common::claimed_one(&mut c, q, "w", "1 minute");
+    ok(c.batch_execute("ROLLBACK TO SAVEPOINT s"), "rollback to");
+    // Not counted until the commit.
+    assert_eq!(counts(&mut c, q), Some([5, 0, 0, 0, 0, 0, 0, 0, 0]));
+    ok(c.batch_execute("COMMIT"), "commit");
+    assert_eq!(counts(&mut c, q), Some([5, 1, 0, 0, 0, 0, 0, 0, 0]));
+
+    assert!(ok(calls::finish(&mut c, &a, Some(&json!(1))), "finish"));
+    // A repeated finish with the same token is answered true but finishes
+    // nothing more; a stale token is refused (counted at once).
+    assert!(ok(calls::finish(&mut c, &a, None), "finish again"));
+    assert!(!ok(
+        calls::release(&mut c, &a, None),
+        "release of a done item"
+    ));
+    let b = common::claimed_one(&mut c, q, "w", "1 minute").token("w");
+    assert!(ok(
+        calls::fail(&mut c, &b, "once", None),
+        "fail, attempts left"
+    ));
+    let c3 = common::claimed_one(&mut c, q, "w", "1 minute").token("w");
+    assert!(ok(calls::release(&mut c, &c3, None), "release"));
+    assert!(ok(calls::cancel(&mut c, q, "e"), "cancel"));
+    // b again (its retry waits out a backoff; moved to now) ...
+    let now = calls::RunAt::In("0 seconds".into());
+    assert!(ok(calls::reschedule(&mut c, q, "b", &now), "reschedule"));
+    let b2 = ok(calls::claim_key(&mut c, q, "b", "w", "1 minute"), "claim b")
+        .expect("b is due")
+        .token("w");
+    // ... fails its final attempt: a dead letter, then an operator's retry.
+    assert!(ok(calls::fail(&mut c, &b2, "twice", None), "final fail"));
+    assert!(ok(calls::retry(&mut c, q, "b", None), "work_retry"));
+    // enqueued 5; claimed a, b, c, b; done a; failed b; retried b (fail)
+    // and b (work_retry); released c; cancelled e; refused the release.
+    assert_eq!(counts(&mut c, q), Some([5, 4, 1, 1, 2, 1, 1, 1, 0]));
+}
+
+/// (bucket_le, time_in_queue_buckets, time_in_queue_sum, run_time_buckets,
+/// run_time_sum) of `queue`.
+type Histograms = (Vec<f64>, Vec<i64>, f64, Vec<i64>, f64);
+
+fn histograms(c: &mut Client, queue: &str) -> Histograms {
+    let rows = ok(generated::queue_counter_rows(c), "queue_counter_rows");
+    let r = rows
+        .into_iter()
+        .find(|r| r.queue.as_deref() == Some(queue))
+        .unwrap_or_else(|| panic!("no counters of {queue}"));
+    (
+        r.bucket_le.expect("bucket_le"),
+        r.time_in_queue_buckets.expect("time_in_queue_buckets"),
+        r.time_in_queue_sum.expect("time_in_queue_sum"),
+        r.run_time_buckets.expect("run_time_buckets"),
+        r.run_time_sum.expect("run_time_sum"),
+    )
+}
+
+/// The cumulative count of `buckets` at the bound `le` of `bounds`.
+fn at(bounds: &[f64], buckets: &[i64], le: f64) -> i64 {
+    let i = bounds
+        .iter()
+        .position(|b| *b == le)
+        .unwrap_or_else(|| panic!("no bound {le} in {bounds:?}"));
+    buckets[i]
+}
+
+#[test]
+fn time_in_queue_counts_from_run_at_and_run_time_from_the_claim() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "timed");
+    let q = "timed";
+    // Due 3 s ago: claimed now, it waited at least 3 s (and far less than
+    // 30 s on any machine), so it lands in the 5 s bucket, not 2.5 s.
+    common::enqueue_new(
+        &mut c,
+        &Enqueue::new(q)
+            .key("late")
+            .run_at(calls::RunAt::In("-3 seconds".into())),
+    );
+    let token = common::claimed_one(&mut c, q, "w", "1 minute").token("w");
+    // The run lasts at least 60 ms by the server's clock: the measured
+    // quantity itself, not a synchronisation.
+    ok(
+        c.batch_execute("SELECT pg_catalog.pg_sleep(0.06)"),
+        "a 60 ms run",
+    );
+    assert!(ok(calls::finish(&mut c, &token, None), "finish"));
+
+    let (bounds, waited, waited_sum, ran, ran_sum) = histograms(&mut c, q);
+    assert_eq!(bounds.len(), 17);
+    assert!(bounds.windows(2).all(|w| w[0] < w[1]), "{bounds:?}");
+    assert!(bounds[16].is_infinite());
+    for buckets in [&waited, &ran] {
+        assert_eq!(buckets.len(), bounds.len());
+        assert!(
+            buckets.windows(2).all(|w| w[0] <= w[1]),
+            "cumulative: {buckets:?}"
+        );
+        assert_eq!(buckets[16], 1, "one observation: {buckets:?}");
+    }
+    assert_eq!(at(&bounds, &waited, 2.5), 0, "{waited:?}");
+    assert_eq!(at(&bounds, &waited, 5.0), 1, "{waited:?}");
+    assert!(
+        (3.0..30.0).contains(&waited_sum),
+        "time in queue {waited_sum} s"
+    );
+    assert_eq!(at(&bounds, &ran, 0.05), 0, "{ran:?}");
+    assert!((0.06..30.0).contains(&ran_sum), "run time {ran_sum} s");
+}
+
+#[test]
+fn a_prepared_transaction_counts_when_it_is_prepared() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "prepared");
+    let q = "prepared";
+    common::enqueue_new(&mut c, &Enqueue::new(q).key("p"));
+    ok(c.batch_execute("BEGIN"), "begin");
+    common::claimed_one(&mut c, q, "w", "1 minute");
+    ok(c.batch_execute("PREPARE TRANSACTION 'counted'"), "prepare");
+    // COMMIT PREPARED runs no extension code: the claim counts now ...
+    assert_eq!(counts(&mut c, q), Some([1, 1, 0, 0, 0, 0, 0, 0, 0]));
+    // ... and a ROLLBACK PREPARED leaves it counted (documented).
+    ok(
+        c.batch_execute("ROLLBACK PREPARED 'counted'"),
+        "rollback prepared",
+    );
+    assert_eq!(counts(&mut c, q), Some([1, 1, 0, 0, 0, 0, 0, 0, 0]));
+}
+
+#[test]
+fn a_role_sees_the_counters_of_the_queues_it_may_read_only() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "scoped");
+    for q in ["billing.a", "search.a"] {
+        common::enqueue_new(&mut c, &Enqueue::new(q).key("k"));
+    }
+    ok(
+        c.batch_execute(
+            "CREATE ROLE counters_reader LOGIN;
+             GRANT USAGE ON SCHEMA workfence TO counters_reader;
+             GRANT SELECT ON workfence.work_queue_counters TO counters_reader;
+             GRANT EXECUTE ON FUNCTION workfence.queue_counter_rows() TO counters_reader;
+             SELECT workfence.work_grant('read', 'billing.*', 'counters_reader');
+             SELECT workfence.work_enforce_grants(true);",
+        ),
+        "a reader of billing.*",
+    );
+    let mut reader = common::connect_as(&cluster, "scoped", "counters_reader", "reader");
+    let seen: Vec<String> = ok(
+        reader.query(
+            "SELECT queue FROM workfence.work_queue_counters ORDER BY queue",
+            &[],
+        ),
+        "the view as the reader",
+    )
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    assert_eq!(seen, vec!["billing.a".to_owned()]);
+    // The owner sees both.
+    assert!(counts(&mut c, "search.a").is_some());
+    ok(
+        c.batch_execute("SELECT workfence.work_enforce_grants(false)"),
+        "grants off",
+    );
+}
+
+#[test]
+fn reading_the_counters_reads_no_item() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "unread");
+    common::enqueue_new(&mut c, &Enqueue::new("unread").key("k"));
+    // The view is a function scan of shared memory: its plan has no
+    // relation in it at all (work_queue_stats' reads workfence.items).
+    let plan: Vec<String> = ok(
+        c.query(
+            "EXPLAIN (COSTS OFF) SELECT * FROM workfence.work_queue_counters",
+            &[],
+        ),
+        "explain",
+    )
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Function Scan on queue_counter_rows"),
+        "{plan}"
+    );
+    assert!(!plan.contains("items"), "{plan}");
+}
