@@ -365,6 +365,117 @@ pub struct ScheduleRow {
     pub may_operate: bool,
 }
 
+/// One row of `work_queue_counters` (from 0.12.0; rows only with pg_workfence in
+/// `shared_preload_libraries`): what a queue's items went through since the server started,
+/// kept in shared memory and reset by a restart, as `pg_stat_*` are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueCounters {
+    /// The queue's name.
+    pub queue: String,
+    /// Items enqueued (and items `on_conflict` sent to run again).
+    pub enqueued: i64,
+    /// Items handed out by claims (lapsed leases claimed anew included).
+    pub claimed: i64,
+    /// Runs finished.
+    pub done: i64,
+    /// Items that became failed (dead letters).
+    pub failed: i64,
+    /// Failed attempts sent back for another (`work_fail` with attempts left, `work_retry`).
+    pub retried: i64,
+    /// Claims handed back with `work_release`.
+    pub released: i64,
+    /// Items withdrawn with `work_cancel`.
+    pub cancelled: i64,
+    /// Calls refused for a stale token (the counter `work_queue_stats.refused` shows).
+    pub refused: i64,
+    /// Lapsed leases claimed anew (the counter `work_queue_stats.lapsed` shows).
+    pub lapsed: i64,
+    /// Time in queue: from an item's `run_at` to its claim.
+    pub time_in_queue: Histogram,
+    /// Run time: from a claim to the run's end (finish, fail, release).
+    pub run_time: Histogram,
+}
+
+/// A histogram as Prometheus keeps one: cumulative counts per upper bound.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    /// The upper bounds in seconds, ascending, the last one infinite (`le`).
+    pub le: Vec<f64>,
+    /// Per bound, how many observations were at most that (cumulative: the last is the count).
+    pub buckets: Vec<i64>,
+    /// The sum of the observations, in seconds.
+    pub sum: f64,
+}
+
+impl Histogram {
+    /// A histogram of the view's arrays, which must be of one length and end with an infinite
+    /// bound (the view's promise; anything else is refused rather than shown wrong).
+    pub fn new(le: Vec<f64>, buckets: Vec<i64>, sum: f64) -> Result<Histogram, String> {
+        if le.len() != buckets.len() || le.last().is_none_or(|b| *b != f64::INFINITY) {
+            return Err(format!(
+                "{} bounds ending in {:?} for {} buckets: bucket_le must end with Infinity, \
+                 one bound per bucket",
+                le.len(),
+                le.last(),
+                buckets.len()
+            ));
+        }
+        Ok(Histogram { le, buckets, sum })
+    }
+
+    /// How many observations: the last (infinite) bucket's count.
+    pub fn count(&self) -> i64 {
+        self.buckets.last().copied().unwrap_or(0)
+    }
+
+    /// The `q`-quantile (0 < q < 1) estimated as Prometheus' `histogram_quantile` does: find
+    /// the bucket the `q * count`-th observation falls in, and interpolate linearly between
+    /// that bucket's lower bound (the bound before it; 0 for the first) and its upper bound,
+    /// as if its observations were spread evenly across it. When that bucket is the infinite
+    /// one, the answer is the largest finite bound (the estimate can say no more:
+    /// [`Histogram::beyond_bounds`]). `None` without observations.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let (b, rank) = self.bucket_of(q)?;
+        let last = self.buckets.len() - 1;
+        if b == last {
+            return Some(self.le[last - 1]);
+        }
+        let (start, below) = match b {
+            0 => (0.0_f64.min(self.le[0]), 0),
+            _ => (self.le[b - 1], self.buckets[b - 1]),
+        };
+        let end = self.le[b];
+        let in_bucket = (self.buckets[b] - below) as f64;
+        if in_bucket <= 0.0 {
+            return Some(end);
+        }
+        Some(start + (end - start) * ((rank - below as f64) / in_bucket))
+    }
+
+    /// Whether the `q`-quantile falls in the infinite bucket, beyond the largest finite bound
+    /// (which [`Histogram::quantile`] then answers).
+    pub fn beyond_bounds(&self, q: f64) -> bool {
+        self.bucket_of(q)
+            .is_some_and(|(b, _)| b == self.buckets.len() - 1)
+    }
+
+    /// The bucket the `q * count`-th observation falls in (the first whose cumulative count
+    /// reaches it), and that rank; `None` without observations or finite bounds.
+    fn bucket_of(&self, q: f64) -> Option<(usize, f64)> {
+        let count = self.count();
+        if count <= 0 || self.le.len() < 2 {
+            return None;
+        }
+        let rank = q * count as f64;
+        let last = self.buckets.len() - 1;
+        let b = self.buckets[..last]
+            .iter()
+            .position(|&n| n as f64 >= rank)
+            .unwrap_or(last);
+        Some((b, rank))
+    }
+}
+
 /// The limits a `work_limit` call sets, every one of them (`None` lifts that limit).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -481,6 +592,34 @@ const QUEUE_STATS: &str = "SELECT s.queue::text, s.pending::int8, s.scheduled::i
     (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'per_group')::int8, \
     pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.?) 'per_group' \
     FROM workfence.work_queue_stats AS s ORDER BY s.queue";
+
+// Whether the role may read work_queue_counters (0.12.0): the view exists and SELECT on it.
+// A database older than that, or a role without it, has no counters to show: /metrics and the
+// queue page leave them out.
+const COUNTERS_READABLE: &str = "SELECT COALESCE(pg_catalog.has_table_privilege( \
+    pg_catalog.to_regclass('workfence.work_queue_counters')::oid, 'SELECT'), false)";
+
+// The counters of every queue the role may read, or of one ($1): shared memory only, no item
+// read (the view's promise), so cheap at any number of items, and for a queue that does not
+// exist.
+macro_rules! counters {
+    ($where:literal) => {
+        concat!(
+            "SELECT c.queue::text, c.enqueued::int8, c.claimed::int8, c.done::int8, ",
+            "c.failed::int8, c.retried::int8, c.released::int8, c.cancelled::int8, ",
+            "c.refused::int8, c.lapsed::int8, c.bucket_le::float8[], ",
+            "c.time_in_queue_buckets::int8[], c.time_in_queue_sum::float8, ",
+            "c.run_time_buckets::int8[], c.run_time_sum::float8 ",
+            "FROM workfence.work_queue_counters AS c ",
+            $where,
+            "ORDER BY c.queue"
+        )
+    };
+}
+
+const COUNTERS: &str = counters!("");
+
+const QUEUE_COUNTERS: &str = counters!("WHERE c.queue OPERATOR(pg_catalog.=) $1::text ");
 
 const ITEMS: &str = concat!(
     "SELECT w.id::int8, w.key::text, w.state::text, w.priority::int8, ",
@@ -650,6 +789,41 @@ impl Conn {
             .collect()
     }
 
+    /// The counters of every queue the role may read, by name (`work_queue_counters`, from
+    /// 0.12.0): none on an older database, for a role that may not read the view (no SELECT
+    /// on it, or the server's 42501 for a function it calls), and without the library in
+    /// `shared_preload_libraries` (the view is empty).
+    pub async fn counters(&self) -> Result<Vec<QueueCounters>, AppError> {
+        self.read_counters(COUNTERS, &[]).await
+    }
+
+    /// The counters of `queue`, if there are any to show (as [`Conn::counters`]).
+    pub async fn queue_counters(&self, queue: &str) -> Result<Option<QueueCounters>, AppError> {
+        Ok(self
+            .read_counters(QUEUE_COUNTERS, &[&queue])
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    async fn read_counters(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<QueueCounters>, AppError> {
+        if !self.flag(COUNTERS_READABLE, &[]).await? {
+            return Ok(Vec::new());
+        }
+        let rows = match self.rows(sql, params).await {
+            Ok(rows) => rows,
+            // SELECT on the view without EXECUTE on what it calls: not this role's to read,
+            // as a view it may not select from.
+            Err(e) if e.sqlstate() == Some("42501") => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        rows.iter().map(counters_row).collect()
+    }
+
     /// A page of `queue`'s items: at most `max` rows after item `after`, in
     /// the order of `work_items` for `state` (every state: by key,
     /// descending; pages::listing_order).
@@ -813,6 +987,33 @@ impl Conn {
                 }),
         }
     }
+}
+
+/// A row of [`COUNTERS`] or [`QUEUE_COUNTERS`].
+fn counters_row(r: &Row) -> Result<QueueCounters, AppError> {
+    let queue: String = r.try_get(0)?;
+    let le: Vec<f64> = r.try_get(10)?;
+    let histogram = |buckets: usize, sum: usize| -> Result<Histogram, AppError> {
+        Histogram::new(le.clone(), r.try_get(buckets)?, r.try_get(sum)?).map_err(|why| {
+            AppError::internal(format!(
+                "workfence.work_queue_counters, queue {queue:?}: {why}"
+            ))
+        })
+    };
+    Ok(QueueCounters {
+        time_in_queue: histogram(11, 12)?,
+        run_time: histogram(13, 14)?,
+        enqueued: r.try_get(1)?,
+        claimed: r.try_get(2)?,
+        done: r.try_get(3)?,
+        failed: r.try_get(4)?,
+        retried: r.try_get(5)?,
+        released: r.try_get(6)?,
+        cancelled: r.try_get(7)?,
+        refused: r.try_get(8)?,
+        lapsed: r.try_get(9)?,
+        queue,
+    })
 }
 
 /// A row of [`SCHEDULES`] or [`QUEUE_SCHEDULES`].

@@ -88,6 +88,16 @@ impl AppError {
         }
     }
 
+    /// 500: the database answered what the dashboard cannot show (a row that breaks the
+    /// promise of the view it came from); a bug, of the extension or of the dashboard.
+    pub fn internal(message: impl Into<String>) -> AppError {
+        AppError::Status {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            title: "Internal error",
+            message: message.into(),
+        }
+    }
+
     /// The SQLSTATE, when the database server raised this error.
     pub fn sqlstate(&self) -> Option<&str> {
         match self {

@@ -6,7 +6,10 @@ use maud::{html, Markup, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
-use crate::db::{Item, ItemRow, QueueStats, ScheduleRow, Session, DEFAULT_PER, ITEM_STATES};
+use crate::db::{
+    Histogram, Item, ItemRow, QueueCounters, QueueStats, ScheduleRow, Session, DEFAULT_PER,
+    ITEM_STATES,
+};
 use crate::security::TOKEN_FIELD;
 use crate::throughput::Rate;
 
@@ -293,6 +296,9 @@ pub struct ItemsView<'a> {
     /// The schedules that enqueue in the queue (none where the role may not read
     /// `work_schedules`, or before 0.12.0).
     pub schedules: &'a [ScheduleRow],
+    /// What the queue's items went through since the server started (`work_queue_counters`:
+    /// from 0.12.0, with the library preloaded, for a role that may read it).
+    pub counters: Option<&'a QueueCounters>,
 }
 
 /// The order `work_items` lists a state filter's items in, in words.
@@ -403,6 +409,9 @@ pub fn items(session: &Session, view: &ItemsView<'_>, csrf: &str) -> Markup {
                 a #next href=(items_link(view.queue, view.state, Some(after))) { "next page" }
             }
         }
+        @if let Some(c) = view.counters {
+            (counters(c))
+        }
         @if !view.schedules.is_empty() {
             h2 { "Schedules" }
             table #queue-schedules {
@@ -426,6 +435,70 @@ pub fn items(session: &Session, view: &ItemsView<'_>, csrf: &str) -> Markup {
         }
     };
     page(&frame, body)
+}
+
+/// A quantile of a histogram in words: milliseconds below a second, else as [`age`] writes
+/// durations; `—` without observations; `> ` the largest finite bound when it falls beyond it.
+pub fn quantile(h: &Histogram, q: f64) -> String {
+    let Some(v) = h.quantile(q) else {
+        return "—".to_owned();
+    };
+    let text = if v < 0.01 {
+        format!("{:.1} ms", v * 1000.0)
+    } else if v < 1.0 {
+        format!("{:.0} ms", v * 1000.0)
+    } else {
+        age(v)
+    };
+    if h.beyond_bounds(q) {
+        format!("> {text}")
+    } else {
+        text
+    }
+}
+
+/// The table of a queue's counters: each count, and the p50 and p99 of time in queue and run
+/// time.
+fn counters(c: &QueueCounters) -> Markup {
+    let counts = [
+        ("enqueued", c.enqueued),
+        ("claimed", c.claimed),
+        ("done", c.done),
+        ("failed", c.failed),
+        ("retried", c.retried),
+        ("released", c.released),
+        ("cancelled", c.cancelled),
+        ("refused", c.refused),
+        ("lapsed", c.lapsed),
+    ];
+    html! {
+        h2 { "Since the server started" }
+        table #counters {
+            thead { tr { @for (name, _) in counts { th.num { (name) } } } }
+            tbody { tr { @for (name, n) in counts { td.num data-counter=(name) { (n) } } } }
+        }
+        table #latency {
+            thead { tr { th { } th.num { "count" } th.num { "p50" } th.num { "p99" } } }
+            tbody {
+                @for (id, what, h) in [
+                    ("time-in-queue", "time in queue (run_at to claim)", &c.time_in_queue),
+                    ("run-time", "run time (claim to finish, fail or release)", &c.run_time),
+                ] {
+                    tr data-histogram=(id) {
+                        th { (what) }
+                        td.num.count { (h.count()) }
+                        td.num.p50 { (quantile(h, 0.5)) }
+                        td.num.p99 { (quantile(h, 0.99)) }
+                    }
+                }
+            }
+        }
+        p.muted {
+            "Counted in shared memory since the server started (zero again after a restart). "
+            "Quantiles are estimated from the histogram's buckets, as Prometheus' "
+            code { "histogram_quantile" } " does: interpolated within the bucket they fall in."
+        }
+    }
 }
 
 /// Why no schedule can be paused or resumed from this dashboard, if none can.
@@ -905,6 +978,7 @@ mod tests {
             after_left,
             may_operate: true,
             schedules: &[],
+            counters: None,
         };
         let html = items(
             &session,

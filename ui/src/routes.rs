@@ -207,9 +207,12 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Result<Response, AppError>
     } else {
         Vec::new()
     };
+    // From 0.12.0 with the library preloaded: the counters and histograms of
+    // work_queue_counters (none otherwise; metrics.rs).
+    let counters = conn.counters().await?;
     Ok((
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-        metrics::render(&stats, &schedules),
+        metrics::render(&stats, &schedules, &counters),
     )
         .into_response())
 }
@@ -401,6 +404,7 @@ async fn items(
         _ => None,
     };
     let may_operate = conn.may_operate(&queue).await?;
+    let counters = conn.queue_counters(&queue).await?;
     Ok(pages::items(
         &session,
         &pages::ItemsView {
@@ -412,6 +416,7 @@ async fn items(
             after_left,
             may_operate,
             schedules: &schedules,
+            counters: counters.as_ref(),
         },
         &app.csrf_token,
     )

@@ -69,6 +69,33 @@ fn cluster() -> Arc<Cluster> {
     c
 }
 
+/// The cluster of the counters' tests: the library preloaded, so that the server keeps the
+/// counters of `work_queue_counters` (shared memory); the same roles as [`cluster`]'s.
+fn preloaded_cluster() -> Arc<Cluster> {
+    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
+    let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(c) = slot.upgrade() {
+        return c;
+    }
+    let c = Arc::new(ok(
+        Cluster::builder(scratch())
+            .setting("shared_preload_libraries", "pg_workfence")
+            .start(),
+        "starting a throwaway cluster with the library preloaded",
+    ));
+    let mut admin = ok(c.connect(), "connect");
+    ok(
+        admin.batch_execute(operations_sql("least-privilege-roles")),
+        "the group roles",
+    );
+    ok(
+        admin.batch_execute("CREATE ROLE ui_watcher LOGIN IN ROLE workfence_monitor;"),
+        "login roles",
+    );
+    *slot = Arc::downgrade(&c);
+    c
+}
+
 /// A new database with the extension and the least-privilege grants.
 fn database(cluster: &Cluster, name: &str) -> postgres::Client {
     ok(cluster.create_database(name), "create database");
@@ -600,6 +627,368 @@ fn metrics_agree_with_work_queue_stats() {
         Some(1.0)
     );
     assert_eq!(value("workfence_paused", "m.gamma", None), Some(1.0));
+}
+
+/// Checks every line of a text exposition (format 0.0.4): `# HELP name text`, `# TYPE name
+/// kind` once per family and before its samples, and samples `name{label="value",...} number`
+/// with label values escaped (`\\`, `\"`, `\n` only) of a family of that type (a histogram's
+/// `_bucket`, `_sum`, `_count`). Returns the families and their types.
+fn exposition_families(body: &str) -> Result<std::collections::HashMap<String, String>, String> {
+    use std::collections::HashMap;
+    let is_name = |n: &str| {
+        let mut chars = n.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut types: HashMap<String, String> = HashMap::new();
+    let mut helps: Vec<String> = Vec::new();
+    for (n, line) in body.lines().enumerate() {
+        let at = |why: &str| format!("line {}: {why}: {line:?}", n + 1);
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap_or("");
+            if !is_name(name) || helps.iter().any(|h| h == name) {
+                return Err(at("a HELP of a bad or repeated name"));
+            }
+            helps.push(name.to_owned());
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split(' ');
+            let (name, kind) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let kinds = ["counter", "gauge", "histogram", "summary", "untyped"];
+            if !is_name(name) || !kinds.contains(&kind) || parts.next().is_some() {
+                return Err(at("a bad TYPE line"));
+            }
+            if types.insert(name.to_owned(), kind.to_owned()).is_some() {
+                return Err(at("a second TYPE line"));
+            }
+            continue;
+        }
+        if line.starts_with('#') || line.is_empty() {
+            return Err(at("a comment or an empty line"));
+        }
+        let brace = line.find('{').ok_or_else(|| at("no labels"))?;
+        let name = &line[..brace];
+        let mut chars = line[brace + 1..].char_indices().peekable();
+        // label="value" pairs, comma-separated, up to the closing brace.
+        let end = loop {
+            let start = match chars.peek() {
+                Some(&(i, _)) => i,
+                None => return Err(at("unterminated labels")),
+            };
+            let mut label_end = start;
+            while let Some(&(i, c)) = chars.peek() {
+                if c == '=' {
+                    break;
+                }
+                label_end = i + c.len_utf8();
+                chars.next();
+            }
+            let label = &line[brace + 1 + start..brace + 1 + label_end];
+            if !is_name(label)
+                || chars.next().map(|(_, c)| c) != Some('=')
+                || chars.next().map(|(_, c)| c) != Some('"')
+            {
+                return Err(at("a bad label"));
+            }
+            loop {
+                match chars.next() {
+                    Some((_, '\\')) => match chars.next() {
+                        Some((_, '\\' | '"' | 'n')) => {}
+                        _ => return Err(at("a bad escape")),
+                    },
+                    Some((_, '"')) => break,
+                    Some((_, '\n')) | None => return Err(at("an unterminated value")),
+                    Some(_) => {}
+                }
+            }
+            match chars.next() {
+                Some((_, ',')) => continue,
+                Some((i, '}')) => break brace + 1 + i + 1,
+                _ => return Err(at("no comma or brace after a value")),
+            }
+        };
+        let value = line[end..]
+            .strip_prefix(' ')
+            .ok_or_else(|| at("no space before the value"))?;
+        if !matches!(value, "+Inf" | "-Inf" | "NaN") && value.parse::<f64>().is_err() {
+            return Err(at("a value that is not a number"));
+        }
+        let family = match types.get(name) {
+            Some(_) => name,
+            None => ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    name.strip_suffix(suffix)
+                        .filter(|f| types.get(*f).map(String::as_str) == Some("histogram"))
+                })
+                .ok_or_else(|| at("a sample of no family typed before it"))?,
+        };
+        if !helps.iter().any(|h| h == family) {
+            return Err(at("a sample of a family without HELP"));
+        }
+    }
+    Ok(types)
+}
+
+/// The value of the sample `line_start` (its name and labels, as written) in `body`.
+fn sample(body: &str, line_start: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(line_start)?.strip_prefix(' '))
+        .map(|v| match v {
+            "+Inf" => f64::INFINITY,
+            v => v.parse().expect("a number"),
+        })
+}
+
+/// `work_queue_counters`' row of `queue`: the nine counts, then each histogram's buckets
+/// and sum.
+fn counters_of(
+    db: &mut postgres::Client,
+    queue: &str,
+) -> (Vec<i64>, Vec<f64>, Vec<i64>, f64, Vec<i64>, f64) {
+    let r = ok(
+        db.query_one(
+            "SELECT ARRAY[c.enqueued, c.claimed, c.done, c.failed, c.retried, c.released, \
+                    c.cancelled, c.refused, c.lapsed]::int8[], c.bucket_le::float8[], \
+                    c.time_in_queue_buckets::int8[], c.time_in_queue_sum::float8, \
+                    c.run_time_buckets::int8[], c.run_time_sum::float8 \
+               FROM workfence.work_queue_counters AS c WHERE c.queue = $1",
+            &[&queue],
+        ),
+        "work_queue_counters",
+    );
+    (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))
+}
+
+#[test]
+fn metrics_count_what_a_queues_items_went_through() {
+    let cluster = preloaded_cluster();
+    let name = "ui_counters";
+    let mut db = database(&cluster, name);
+    // A queue of this test's own (the server counts per database and queue, since it started).
+    let q = "ctr.life";
+    for key in ["a", "b", "c", "d"] {
+        enqueue(&mut db, Enqueue::new(q).key(key).max_attempts(3));
+    }
+    let claims = ok(
+        calls::claim(&mut db, q, "w", "1 hour", Some(2), None),
+        "claim",
+    );
+    assert_eq!(claims.len(), 2);
+    assert!(ok(
+        calls::finish(&mut db, &claims[0].token("w"), None),
+        "finish"
+    ));
+    assert!(ok(
+        calls::fail(&mut db, &claims[1].token("w"), "boom", Some("1 hour")),
+        "work_fail, retried"
+    ));
+    assert!(ok(calls::cancel(&mut db, q, "d"), "work_cancel"));
+    let c = ok(calls::claim_key(&mut db, q, "c", "w", "1 hour"), "claim c").expect("c");
+    assert!(ok(
+        calls::release(&mut db, &c.token("w"), None),
+        "work_release"
+    ));
+    failed_item(&mut db, q, "e", "final");
+    let weird = "ctr.\"x\\y";
+    enqueue(&mut db, Enqueue::new(weird).key("k"));
+    // enqueued 5, claimed 4, done 1, failed 1, retried 1, released 1, cancelled 1, no
+    // refusal, no lapse; four claims of pending items, four runs ended.
+    let want: [(&str, f64); 9] = [
+        ("enqueued", 5.0),
+        ("claimed", 4.0),
+        ("done", 1.0),
+        ("failed", 1.0),
+        ("retried", 1.0),
+        ("released", 1.0),
+        ("cancelled", 1.0),
+        ("refused", 0.0),
+        ("lapsed", 0.0),
+    ];
+    let (counts, le, in_queue, in_queue_sum, run_time, run_time_sum) = counters_of(&mut db, q);
+    assert_eq!(
+        counts,
+        want.iter().map(|(_, n)| *n as i64).collect::<Vec<_>>(),
+        "the view counted the sequence"
+    );
+
+    for user in [None, Some("ui_watcher")] {
+        let ui = match user {
+            None => Ui::on(&cluster.connection_string(name)),
+            Some(user) => Ui::on(&dsn_as(&cluster, name, user)),
+        };
+        let reply = ui.get("/metrics");
+        assert_eq!(reply.status, 200, "{user:?}: {}", reply.body);
+        let body = &reply.body;
+        let types = exposition_families(body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+        for (what, n) in want {
+            let family = format!("workfence_{what}_total");
+            assert_eq!(
+                types.get(&family).map(String::as_str),
+                Some("counter"),
+                "{family}"
+            );
+            let line = format!("{family}{{queue=\"{q}\"}}");
+            assert_eq!(sample(body, &line), Some(n), "{user:?} {line}:\n{body}");
+        }
+        assert_eq!(
+            sample(body, "workfence_enqueued_total{queue=\"ctr.\\\"x\\\\y\"}"),
+            Some(1.0),
+            "{body}"
+        );
+        for (family, buckets, sum) in [
+            ("workfence_time_in_queue_seconds", &in_queue, in_queue_sum),
+            ("workfence_run_time_seconds", &run_time, run_time_sum),
+        ] {
+            assert_eq!(
+                types.get(family).map(String::as_str),
+                Some("histogram"),
+                "{family}"
+            );
+            let label = |b: f64| {
+                if b.is_infinite() {
+                    "+Inf".to_owned()
+                } else {
+                    format!("{b}")
+                }
+            };
+            let shown: Vec<f64> = le
+                .iter()
+                .map(|b| {
+                    let line = format!("{family}_bucket{{queue=\"{q}\",le=\"{}\"}}", label(*b));
+                    sample(body, &line).unwrap_or_else(|| panic!("{line}:\n{body}"))
+                })
+                .collect();
+            assert_eq!(le.len(), 17, "{le:?}");
+            assert_eq!(le.last(), Some(&f64::INFINITY));
+            assert!(
+                shown.windows(2).all(|w| w[0] <= w[1]),
+                "{family} cumulative: {shown:?}"
+            );
+            let count = sample(body, &format!("{family}_count{{queue=\"{q}\"}}"));
+            assert_eq!(
+                count,
+                Some(4.0),
+                "{family}: one per claim, one per run ended"
+            );
+            assert_eq!(shown.last().copied(), count, "{family}: +Inf is the count");
+            assert_eq!(
+                shown,
+                buckets.iter().map(|n| *n as f64).collect::<Vec<_>>(),
+                "{family}: the view's buckets"
+            );
+            let shown_sum = sample(body, &format!("{family}_sum{{queue=\"{q}\"}}")).expect("sum");
+            assert!(
+                (shown_sum - sum).abs() <= 1e-9 * sum.abs().max(1.0),
+                "{shown_sum} {sum}"
+            );
+            assert!(shown_sum >= 0.0);
+        }
+        // prometheus-parse reads it too (but for the label it does not unescape).
+        let lines = body
+            .lines()
+            .filter(|l| !l.contains("x\\\\y"))
+            .map(|l| Ok(l.to_owned()));
+        let scrape = ok(prometheus_parse::Scrape::parse(lines), "parsing /metrics");
+        assert!(scrape
+            .samples
+            .iter()
+            .any(|s| s.metric == "workfence_run_time_seconds"
+                && s.labels.get("queue") == Some(q)
+                && matches!(&s.value, prometheus_parse::Value::Histogram(h) if h.len() == 17)));
+
+        // The queue's page shows the same counts, and the quantiles' estimates.
+        let page = ui.get(&pages_href(q));
+        assert_eq!(page.status, 200, "{}", page.body);
+        for (what, n) in want {
+            let cell = format!("data-counter=\"{what}\">{n}</td>");
+            assert!(page.body.contains(&cell), "{cell}: {}", page.body);
+        }
+        for id in ["time-in-queue", "run-time"] {
+            let row = section(&page.body, &format!("data-histogram=\"{id}\""), "</tr>");
+            assert!(row.contains("<td class=\"num count\">4</td>"), "{row}");
+            assert!(!row.contains("—"), "{row}");
+        }
+    }
+
+    // A role that may not read the view (no SELECT on it, or no EXECUTE on the function it
+    // calls): the metrics and the page as before, without the counters.
+    for revoke in [
+        "REVOKE SELECT ON workfence.work_queue_counters FROM workfence_monitor",
+        "REVOKE EXECUTE ON FUNCTION workfence.queue_counter_rows() FROM workfence_monitor",
+    ] {
+        ok(
+            db.batch_execute(&format!(
+                "GRANT SELECT ON workfence.work_queue_counters TO workfence_monitor; \
+                 GRANT EXECUTE ON FUNCTION workfence.queue_counter_rows() TO workfence_monitor; \
+                 {revoke}"
+            )),
+            revoke,
+        );
+        let ui = Ui::on(&dsn_as(&cluster, name, "ui_watcher"));
+        let reply = ui.get("/metrics");
+        assert_eq!(reply.status, 200, "{revoke}: {}", reply.body);
+        exposition_families(&reply.body).unwrap_or_else(|e| panic!("{e}"));
+        assert!(reply
+            .body
+            .contains(&format!("workfence_items{{queue=\"{q}\"")));
+        assert!(
+            !reply.body.contains("workfence_enqueued_total"),
+            "{}",
+            reply.body
+        );
+        assert!(!reply.body.contains("_seconds_bucket"), "{}", reply.body);
+        // refused and lapsed as work_queue_stats has them, as before 0.12.0.
+        assert_eq!(
+            sample(
+                &reply.body,
+                &format!("workfence_refused_total{{queue=\"{q}\"}}")
+            ),
+            Some(0.0)
+        );
+        let page = ui.get(&pages_href(q));
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert!(!page.body.contains("id=\"counters\""), "{}", page.body);
+    }
+
+    // A database still on 0.11.0 (no such view): its metrics and pages as before.
+    let old_name = "ui_counters_0110";
+    ok(cluster.create_database(old_name), "create database");
+    let mut old = ok(cluster.connect_to(old_name), "connect");
+    ok(
+        old.batch_execute(
+            "DROP EXTENSION pg_workfence;
+             CREATE EXTENSION pg_workfence VERSION '0.11.0';",
+        ),
+        "pg_workfence 0.11.0",
+    );
+    enqueue(&mut old, Enqueue::new("q").key("k"));
+    let ui = Ui::on(&cluster.connection_string(old_name));
+    let reply = ui.get("/metrics");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    exposition_families(&reply.body).unwrap_or_else(|e| panic!("{e}"));
+    assert!(reply.body.contains("workfence_items{queue=\"q\""));
+    assert_eq!(
+        sample(&reply.body, "workfence_refused_total{queue=\"q\"}"),
+        Some(0.0)
+    );
+    assert!(
+        !reply.body.contains("workfence_enqueued_total"),
+        "{}",
+        reply.body
+    );
+    let page = ui.get("/queues/q");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(!page.body.contains("id=\"counters\""));
+}
+
+/// `/queues/NAME` for a queue name of plain letters, digits and dots.
+fn pages_href(queue: &str) -> String {
+    assert!(queue.chars().all(|c| c.is_ascii_alphanumeric() || c == '.'));
+    format!("/queues/{queue}")
 }
 
 /// Each queue's `oldest_due_age` in seconds (0 when nothing is due).
