@@ -219,8 +219,13 @@ if part instructions; then
             repeat "$n" "SELECT workfence.work_finish(c.id, 'w', c.epoch) FROM workfence.work_claim('q', 'w', '1 minute') AS c;" "$cg/cycles-$n.sql"
             fresh_cluster "$cg/data" "SELECT count(*) FROM (SELECT workfence.work_enqueue('q') FROM pg_catalog.generate_series(1, 3000)) AS s"
             eval "cycle_$n=$(collected "$cg/data" "$cg/cycles-$n.sql")"
+            # The same with the library preloaded: the counters count
+            # (from 0.12.0 every claim and finish, at commit).
+            fresh_cluster "$cg/data" "SELECT count(*) FROM (SELECT workfence.work_enqueue('q') FROM pg_catalog.generate_series(1, 3000)) AS s"
+            eval "counted_$n=$(collected "$cg/data" "$cg/cycles-$n.sql" -c shared_preload_libraries=pg_workfence)"
         done
         echo "$name,claim -> finish,$(( (cycle_$large - cycle_$small) / (large - small) ))" >> "$instructions_csv"
+        echo "$name,claim -> finish (preloaded: counters on),$(( (counted_$large - counted_$small) / (large - small) ))" >> "$instructions_csv"
         [ "$name" = head ] || continue
         # The schedules' lazy fire (from 0.12.0): the same cycle with a
         # schedule on the queue whose next slot is a year away (each claim

@@ -32,6 +32,16 @@
 //!   final failure or dead letter) and `work_progress` with any token: each
 //!   item's checkpoint and `rerun_after` are compared with the model's too,
 //!   and only the current token stores a checkpoint;
+//! - (from 0.12.0, issue 36) the queue's row of `work_queue_counters`
+//!   equals the model's counts: items enqueued (a finished or claimed item
+//!   run again by `on_conflict` too), claimed, done, failed (final
+//!   failures and dead letters), retried (`work_fail` with attempts left,
+//!   `work_retry`), released, cancelled, lapsed leases claimed anew, and
+//!   calls refused for a token that was not current (of an item that
+//!   exists, in a queue the worker may claim from; a finish repeated with
+//!   its own token is no refusal); so a verb that counts what it did not
+//!   do, or forgets to count, fails at that verb (the file's cluster
+//!   preloads the library);
 //! - every item of the queue equals the model's (state, attempts,
 //!   max_attempts, group, priority, run_at, epoch, owner, lease lapsed or
 //!   not), and each call's result is the model's (a claim returns exactly
@@ -134,6 +144,12 @@ const FUNCTIONS: &[(&str, Kind)] = &[
     (
         "items_sequence_floor",
         Kind::NotAVerb("the trigger function of workfence.items; no one calls it"),
+    ),
+    (
+        "queue_counter_rows",
+        Kind::NotAVerb(
+            "reads the counters, changing nothing; compared with the model after every verb",
+        ),
     ),
     (
         "queue_counters",
@@ -858,7 +874,28 @@ struct Model {
     /// When a claimed item that `on_conflict` replaced runs once more
     /// (from 0.12.0), by id.
     rerun_at: BTreeMap<i64, At>,
+    /// What the queue's counters must say (from 0.12.0,
+    /// `work_queue_counters`), indexed by [`Counted`].
+    counts: [i64; COUNTED],
 }
+
+/// The columns of `work_queue_counters` the model counts, in the view's
+/// order.
+#[derive(Clone, Copy, Debug)]
+enum Counted {
+    Enqueued,
+    Claimed,
+    Done,
+    Failed,
+    Retried,
+    Released,
+    Cancelled,
+    Refused,
+    Lapsed,
+}
+
+/// How many [`Counted`] columns there are.
+const COUNTED: usize = 9;
 
 /// A schedule as the model has it: its expression and catch_up (indexes
 /// into [`CRONS`] and [`CATCH_UPS`]), whether it is paused.
@@ -918,6 +955,7 @@ impl Model {
             now: 0,
             max_epoch: 0,
             maybe_dead: None,
+            counts: [0; COUNTED],
             schedule: None,
             progress_next: 1,
             reruns: 0,
@@ -944,6 +982,25 @@ impl Model {
                 .grants
                 .iter()
                 .any(|&(r, c, _)| r == role && c == capability)
+    }
+
+    /// Counts `n` of `what` for the queue's counters.
+    fn counted(&mut self, what: Counted, n: i64) {
+        self.counts[what as usize] += n;
+    }
+
+    /// A call with `token` that is not current, on an item that exists in
+    /// a queue the worker may claim from (otherwise it answers as for no
+    /// item), is a refusal the counters count, at once; a finish repeated
+    /// with its own token is not one.
+    fn refusal(&mut self, token: &Token, finishing: bool) {
+        let counted = !self.current(token)
+            && !(finishing && self.done_by(token))
+            && self.may(Role::Worker, Cap::Claim)
+            && self.by_id(token.id).is_some();
+        if counted {
+            self.counted(Counted::Refused, 1);
+        }
     }
 
     fn by_key(&self, key: &str) -> Option<usize> {
@@ -1233,6 +1290,8 @@ impl Model {
                 }),
             per_group: self.settings.per_group.unwrap_or(1) as usize,
         };
+        self.counted(Counted::Claimed, facts.handed);
+        self.counted(Counted::Lapsed, facts.handed - facts.from_pending);
         let got: Vec<i64> = claims.iter().map(|c| c.id).collect();
         if got != plan.take {
             return Err(format!(
@@ -1289,6 +1348,7 @@ impl Model {
     /// dead.
     fn dead_letter(&mut self, id: i64) {
         let i = self.by_id(id).expect("a lapsed item");
+        self.counted(Counted::Failed, 1);
         self.items[i].state = State::Failed;
         self.items[i].lapsed = None;
         // A replace named this run: it runs once more (from 0.12.0).
@@ -1316,6 +1376,7 @@ impl Model {
     /// Finishes the item of a current token.
     fn finish(&mut self, token: &Token) {
         let i = self.by_id(token.id).expect("a current token's item");
+        self.counted(Counted::Done, 1);
         self.items[i].state = State::Done;
         self.items[i].lapsed = None;
         if self.items[i].rerun == Some(token.epoch) {
@@ -1326,6 +1387,10 @@ impl Model {
     /// `on_conflict` replace (or, `preserve`, preserve_run_at) of item `i`
     /// (from 0.12.0, src/verbs/life.rs).
     fn conflict(&mut self, i: usize, run_at: When, preserve: bool) {
+        if self.items[i].state != State::Pending {
+            // One more run asked for: an enqueue to the counters.
+            self.counted(Counted::Enqueued, 1);
+        }
         let item = &mut self.items[i];
         match item.state {
             State::Pending => {
@@ -1374,6 +1439,15 @@ impl Model {
     /// Fails the item of a current token (docs/contract.md, `work_fail`).
     fn fail(&mut self, token: &Token, retry_in: Delay) {
         let i = self.by_id(token.id).expect("a current token's item");
+        let final_attempt = self.items[i].attempts >= self.items[i].max_attempts;
+        self.counted(
+            if final_attempt {
+                Counted::Failed
+            } else {
+                Counted::Retried
+            },
+            1,
+        );
         let item = &mut self.items[i];
         item.lapsed = None;
         if item.attempts >= item.max_attempts {
@@ -1510,6 +1584,16 @@ impl Model {
                 ));
             }
         }
+        if seen.counts != self.counts {
+            diffs.push(format!(
+                "work_queue_counters (enqueued, claimed, done, failed, retried, released, \
+                 cancelled, refused, lapsed): the server has {:?}, the model {:?}",
+                seen.counts, self.counts
+            ));
+            // Compared once: the model takes the server's, so that the next
+            // verb is judged on its own.
+            self.counts = seen.counts;
+        }
         self.now = seen.now;
         if diffs.is_empty() {
             Ok(())
@@ -1546,6 +1630,9 @@ struct Observed {
     /// The case's schedule as `workfence.schedules` has it: cron, catch_up,
     /// paused, queue.
     schedule: Option<(String, String, bool, String)>,
+    /// The queue's row of `work_queue_counters` (from 0.12.0), in
+    /// [`Counted`] order; zeros when it has none (nothing counted yet).
+    counts: [i64; COUNTED],
 }
 
 /// The test's three connections to one database, and its figures.
@@ -1590,15 +1677,20 @@ enum ResumeAs {
 static NEXT_CASE: AtomicU64 = AtomicU64::new(0);
 
 fn cluster() -> Arc<Cluster> {
-    common::shared_cluster_with(|cluster| {
-        let mut c = ok(cluster.connect(), "connecting");
-        ok(
-            c.batch_execute(&format!(
-                "CREATE ROLE {WORKER} LOGIN; CREATE ROLE {OPERATOR} LOGIN"
-            )),
-            "creating the worker and operator roles",
-        );
-    })
+    // Preloaded: the counters live in shared memory (the maintenance
+    // worker stays idle, no `workfence.maintenance_database`).
+    common::shared_cluster_built(
+        |builder| builder.setting("shared_preload_libraries", "pg_workfence"),
+        |cluster| {
+            let mut c = ok(cluster.connect(), "connecting");
+            ok(
+                c.batch_execute(&format!(
+                    "CREATE ROLE {WORKER} LOGIN; CREATE ROLE {OPERATOR} LOGIN"
+                )),
+                "creating the worker and operator roles",
+            );
+        },
+    )
 }
 
 impl Ctx {
@@ -1760,6 +1852,20 @@ impl Ctx {
             )
             .map_err(db)?
             .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
+        let counts = self
+            .admin
+            .query_opt(
+                "SELECT ARRAY[c.enqueued, c.claimed, c.done, c.failed, c.retried, c.released,
+                              c.cancelled, c.refused, c.lapsed]
+                   FROM workfence.work_queue_counters AS c
+                  WHERE c.queue = $1",
+                &[&m.queue],
+            )
+            .map_err(db)?
+            .map_or(Ok([0; COUNTED]), |r| {
+                <[i64; COUNTED]>::try_from(r.get::<_, Vec<i64>>(0))
+                    .map_err(|v| format!("work_queue_counters: {v:?}"))
+            })?;
         Ok(Observed {
             now,
             row,
@@ -1768,6 +1874,7 @@ impl Ctx {
             enforced,
             items,
             schedule,
+            counts,
         })
     }
 
@@ -2175,6 +2282,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 }
                 None => {
                     expect(e.inserted, true, "a new key is inserted")?;
+                    m.counted(Counted::Enqueued, 1);
                     if m.items.last().is_some_and(|last| last.id >= e.id) {
                         return Err(format!("the new item's id {} is not the largest", e.id));
                     }
@@ -2278,6 +2386,9 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 "promise 1: each pair judged as work_finish judges it",
             )?;
             for t in &pairs {
+                m.refusal(t, true);
+            }
+            for t in &pairs {
                 if m.current(t) {
                     m.finish(t);
                 }
@@ -2337,6 +2448,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 "promise 1: only the current token releases",
             )?;
             if current {
+                m.counted(Counted::Released, 1);
                 let i = m.by_id(t.id).expect("current");
                 let item = &mut m.items[i];
                 item.state = State::Pending;
@@ -2373,6 +2485,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 "work_cancel: a pending or claimed item",
             )?;
             if let (true, Some(i)) = (cancellable, i) {
+                m.counted(Counted::Cancelled, 1);
                 m.items[i].state = State::Cancelled;
                 m.items[i].lapsed = None;
             }
@@ -2387,6 +2500,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 "work_retry: a failed or cancelled item",
             )?;
             if let (true, Some(i)) = (retriable, i) {
+                m.counted(Counted::Retried, 1);
                 let item = &mut m.items[i];
                 item.state = State::Pending;
                 item.run_at = run_at.map_or(At::Fresh, When::at);
@@ -2522,6 +2636,11 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
         }
         (_, outcome) => return Err(unexpected(outcome)),
     }
+    if let Some((t, false)) = &presented {
+        // A token call that was not current (the model is unchanged by it).
+        let finishing = matches!(verb, Verb::Finish { .. } | Verb::FinishAndClaim { .. });
+        m.refusal(t, finishing);
+    }
     let seen = ctx.observe(m)?;
     m.check(&seen)?;
     promises(&seen, facts.as_ref())?;
@@ -2572,7 +2691,7 @@ fn step_assert(ctx: &mut Ctx, m: &mut Model, token: Pick) -> Result<(), String> 
     let current = m.current(&t);
     match (call(ctx, m, &verb), current) {
         (Ok(_), true) => {}
-        (Err(e), false) if e.sqlstate() == Some("55000") => {}
+        (Err(e), false) if e.sqlstate() == Some("55000") => m.refusal(&t, false),
         (other, _) => {
             return Err(format!(
                 "{other:?}; promise 1: work_assert passes for the current token only \
