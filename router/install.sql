@@ -21,7 +21,8 @@
 --                                    the rows put back in the arrays' order
 --   work_purge without a queue,
 --   work_queue_stats, work_grant,
---   work_queue_counters (0.12.0),
+--   work_queue_counters and
+--   queue_state_counts (0.12.0),
 --   work_fire_schedules,
 --   work_schedules (from 0.12.0),
 --   work_revoke, work_enforce_grants every shard
@@ -705,6 +706,18 @@ $$;
 COMMENT ON FUNCTION workfence.queue_counter_rows() IS
     'Router: runs queue_counter_rows on every shard: a row per queue and shard it was counted on.';
 
+-- Every shard's state counts (from 0.12.0), as the shards' work_queue_stats
+-- read them (the router's work_queue_stats is the shards' views).
+CREATE FUNCTION workfence.queue_state_counts(rebuild boolean DEFAULT false)
+RETURNS TABLE(queue text, pending bigint, claimed bigint, done bigint, failed bigint,
+              cancelled bigint)
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.queue_state_counts');
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION workfence.queue_state_counts(boolean) IS
+    'Router: runs queue_state_counts on every shard: a row per queue and shard it has items on.';
+
 CREATE VIEW workfence.work_queue_counters AS
 SELECT c.queue, c.enqueued, c.claimed, c.done, c.failed, c.retried, c.released, c.cancelled,
        c.refused, c.lapsed, c.bucket_le, c.time_in_queue_buckets, c.time_in_queue_sum,
@@ -713,6 +726,28 @@ SELECT c.queue, c.enqueued, c.claimed, c.done, c.failed, c.retried, c.released, 
 COMMENT ON VIEW workfence.work_queue_counters IS
     'Every shard''s work_queue_counters, as the calling role may read them there: a row per queue and '
     'shard it was counted on (one shard, but while a queue is drained after adding shards).';
+
+-- Every shard's work_queue_stats_exact (from 0.12.0: every item counted).
+CREATE FUNCTION workfence_router.queue_stats_exact()
+RETURNS TABLE(queue text, pending bigint, scheduled bigint, claimed bigint, expired bigint,
+              done bigint, failed bigint, cancelled bigint, oldest_due_age interval,
+              paused boolean, refused bigint, lapsed bigint, concurrency integer, rate integer,
+              per interval, per_group integer)
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence_router.queue_stats_exact');
+    RUN ON ALL;
+    SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
+           s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per,
+           s.per_group
+      FROM workfence.work_queue_stats_exact AS s;
+$$;
+
+CREATE VIEW workfence.work_queue_stats_exact AS
+SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
+       s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per, s.per_group
+  FROM workfence_router.queue_stats_exact() AS s;
+COMMENT ON VIEW workfence.work_queue_stats_exact IS
+    'Every shard''s work_queue_stats_exact (every item counted), as the calling role may read them there.';
 
 -- The queue grants of every shard: one row per grant (role, capability,
 -- queues), with the latest time any shard recorded it. Grants made through
@@ -959,8 +994,8 @@ COMMENT ON FUNCTION workfence.work_enforce_grants(boolean) IS
 -- and so refuses a call from a role other than the session's.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA workfence_router FROM PUBLIC;
-REVOKE ALL ON TABLE workfence.work_queue_stats, workfence.work_queue_counters, workfence.work_queue_grants,
-    workfence.work_schedules FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.work_queue_stats, workfence.work_queue_stats_exact,
+    workfence.work_queue_counters, workfence.work_queue_grants, workfence.work_schedules FROM PUBLIC;
 REVOKE ALL ON SCHEMA workfence FROM PUBLIC;
 GRANT USAGE ON SCHEMA workfence_router TO PUBLIC;
 GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_shard(text),
@@ -976,6 +1011,7 @@ GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_sha
     workfence_router.purge_all(interval), workfence_router.purge_one(interval, text),
     workfence_router.grant_all(text, text, text), workfence_router.revoke_all(text, text, text),
     workfence_router.enforce_grants_all(boolean), workfence_router.queue_stats(),
+    workfence_router.queue_stats_exact(),
     workfence_router.queue_grants(),
     workfence_router.schedule_on_queue_shard(text, text, text, jsonb, text, text, integer, integer, text),
     workfence_router.schedule_queues(text), workfence_router.unschedule_on_part(integer, text),

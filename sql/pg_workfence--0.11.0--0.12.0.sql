@@ -934,7 +934,7 @@ AS 'MODULE_PATHNAME', 'queue_counter_rows_wrapper';
 ALTER ROUTINE workfence.queue_counter_rows() SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION workfence.queue_counter_rows() FROM PUBLIC;
 COMMENT ON FUNCTION workfence.queue_counter_rows() IS
-'queue_counter_rows() -> setof (queue, enqueued, claimed, done, failed, retried, released, cancelled, refused, lapsed, bucket_le, time_in_queue_buckets, time_in_queue_sum, run_time_buckets, run_time_sum). From 0.12.0: the rows of the view work_queue_counters, one per queue of this database the server has counted for since it started, ordered by queue: counts of what its items went through (counted when the transaction that did it commits; refused at once) and two histograms (time in queue, from run_at to the claim; run time, from the claim to work_finish, work_fail or work_release) with cumulative buckets per upper bound of bucket_le (seconds, 0.005 to 3600, then Infinity) and sums in seconds. Reads shared memory only. No rows unless pg_workfence is in shared_preload_libraries; at most 1024 queues per server are counted. Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_counters. Errors: none of its own.';
+'queue_counter_rows() -> setof (queue, enqueued, claimed, done, failed, retried, released, cancelled, refused, lapsed, bucket_le, time_in_queue_buckets, time_in_queue_sum, run_time_buckets, run_time_sum). From 0.12.0: the rows of the view work_queue_counters, one per queue of this database the server has counted for since it started, ordered by queue: counts of what its items went through (counted when the transaction that did it commits; refused at once) and two histograms (time in queue, from run_at to the claim; run time, from the claim to work_finish, work_fail or work_release) with cumulative buckets per upper bound of bucket_le (seconds, 0.005 to 3600, then Infinity) and sums in seconds. Reads shared memory only. No rows unless pg_workfence is in shared_preload_libraries; at most 4096 queues per server are counted. Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_counters. Errors: none of its own.';
 
 -- What each queue's items went through since the server started (from
 -- 0.12.0): counters and histograms the server keeps in shared memory
@@ -981,3 +981,218 @@ COMMENT ON COLUMN workfence.work_queue_counters.run_time_buckets IS
 COMMENT ON COLUMN workfence.work_queue_counters.run_time_sum IS 'Sum of the run times, in seconds.';
 
 REVOKE ALL ON TABLE workfence.work_queue_counters FROM PUBLIC;
+
+-- ---- issue 36: state counts kept by the server ----
+-- work_queue_stats reads the state counts the server keeps at each commit
+-- (src/backend/counters.rs) instead of counting every item; the old view
+-- stays as work_queue_stats_exact. A role that reads work_queue_stats needs
+-- EXECUTE on the new function too: every grantee of SELECT on the view
+-- gets it (with the grant option if it had it).
+CREATE FUNCTION workfence."queue_state_counts"(
+	"rebuild" bool DEFAULT false
+) RETURNS TABLE (
+	"queue" TEXT,
+	"pending" bigint,
+	"claimed" bigint,
+	"done" bigint,
+	"failed" bigint,
+	"cancelled" bigint
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_state_counts_wrapper';
+ALTER ROUTINE workfence.queue_state_counts(boolean) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION workfence.queue_state_counts(boolean) FROM PUBLIC;
+COMMENT ON FUNCTION workfence.queue_state_counts(boolean) IS
+'queue_state_counts(rebuild boolean DEFAULT false) -> setof (queue, pending, claimed, done, failed, cancelled). From 0.12.0: per queue of this database with items, how many are in each state, as work_queue_stats reads them. With pg_workfence in shared_preload_libraries the server keeps these counts in shared memory, each commit adding what its transaction moved, so a read touches no item; after a restart (or with rebuild true) the first read rebuilds them with one scan of the items, waiting for transactions that write items at that moment to end, unless its own transaction has written (then it counts the items). Without preloading it counts the items. Exact while items change only through the extension''s functions (a DELETE or UPDATE of workfence.items by hand, or a transaction prepared across a rebuild, needs rebuild true; work_queue_stats_exact counts the items). Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_stats. Errors: 22004 NULL rebuild; 57014 when a rebuild''s wait is cancelled (statement_timeout, lock_timeout).';
+COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
+'work_purge(older_than interval DEFAULT ''7 days'', queue DEFAULT NULL) -> bigint. Deletes the done, failed and cancelled items whose finished_at is before clock_timestamp() - older_than, in one queue or (NULL) all; returns how many: from 0.12.0 at most 10000 per call, the oldest first (call it again, each call its own transaction, until it returns fewer). Never touches pending or claimed items; skips rows another transaction has locked (FOR UPDATE SKIP LOCKED), so it never waits. Ids and epochs are never reused after a purge. Errors: 22004 NULL older_than, 22023 older_than negative, with a negative field or over 3650 days, bad queue; 42501 when queue grants are enforced and the role has no purge grant covering the queue (with queue NULL: no purge grant of *).';
+
+DO $grants$
+DECLARE
+    grant_to pg_catalog.text;
+BEGIN
+    FOR grant_to IN
+        SELECT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname::pg_catalog.text) END
+               || CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END
+          FROM pg_catalog.pg_class AS c
+         CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS a
+          LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE c.oid OPERATOR(pg_catalog.=) 'workfence.work_queue_stats'::pg_catalog.regclass
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT'
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+    LOOP
+        -- A role name quoted by quote_ident, not user data.
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION workfence.queue_state_counts(boolean) TO %s', grant_to);
+    END LOOP;
+END
+$grants$;
+
+CREATE OR REPLACE VIEW workfence.work_queue_stats WITH (security_barrier) AS
+WITH server_time AS MATERIALIZED (
+    SELECT pg_catalog.clock_timestamp() AS now
+), states AS MATERIALIZED (
+    SELECT s.queue, s.pending, s.claimed, s.done, s.failed, s.cancelled
+      FROM workfence.queue_state_counts() AS s
+), counts AS (
+    -- The split of pending into due and scheduled, and of claimed into
+    -- live and expired, depends on the clock: read from the partial
+    -- indexes of pending and claimed items, over the scheduled and expired
+    -- ones only (the working set, never the history).
+    SELECT s.queue,
+           GREATEST(s.pending OPERATOR(pg_catalog.-) f.scheduled, 0) AS pending,
+           LEAST(f.scheduled, s.pending) AS scheduled,
+           GREATEST(s.claimed OPERATOR(pg_catalog.-) x.expired, 0) AS claimed,
+           LEAST(x.expired, s.claimed) AS expired,
+           s.done, s.failed, s.cancelled,
+           t.now OPERATOR(pg_catalog.-) LEAST(o.run_at, o.created_at) AS oldest_due_age
+      FROM states AS s
+     CROSS JOIN server_time AS t
+     CROSS JOIN LATERAL (
+           SELECT pg_catalog.count(*) AS scheduled
+             FROM workfence.items AS i
+            WHERE i.queue OPERATOR(pg_catalog.=) s.queue
+              AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+              AND i.run_at OPERATOR(pg_catalog.>) t.now) AS f
+     CROSS JOIN LATERAL (
+           SELECT pg_catalog.count(*) AS expired
+             FROM workfence.items AS i
+            WHERE i.queue OPERATOR(pg_catalog.=) s.queue
+              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+              AND i.lease_until OPERATOR(pg_catalog.<=) t.now) AS x
+     -- The oldest due item: the first finite run_at in the index, and the
+     -- enqueue time of items due at '-infinity' (due since their enqueue;
+     -- subtracting an infinite timestamp is an error in PostgreSQL 15).
+     CROSS JOIN LATERAL (
+           SELECT (SELECT i.run_at
+                     FROM workfence.items AS i
+                    WHERE i.queue OPERATOR(pg_catalog.=) s.queue
+                      AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                      AND i.run_at OPERATOR(pg_catalog.>) '-infinity'::pg_catalog.timestamptz
+                      AND i.run_at OPERATOR(pg_catalog.<=) t.now
+                    ORDER BY i.run_at
+                    LIMIT 1) AS run_at,
+                  (SELECT pg_catalog.min(i.created_at)
+                     FROM workfence.items AS i
+                    WHERE i.queue OPERATOR(pg_catalog.=) s.queue
+                      AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                      AND i.run_at OPERATOR(pg_catalog.=) '-infinity'::pg_catalog.timestamptz)
+                    AS created_at) AS o
+), names AS MATERIALIZED (
+    SELECT u.queue
+      FROM (SELECT c.queue FROM counts AS c
+            UNION
+            SELECT q.queue FROM workfence.queues AS q) AS u
+     WHERE workfence.work_may('read', u.queue)
+)
+SELECT n.queue,
+       COALESCE(c.pending, 0) AS pending,
+       COALESCE(c.scheduled, 0) AS scheduled,
+       COALESCE(c.claimed, 0) AS claimed,
+       COALESCE(c.expired, 0) AS expired,
+       COALESCE(c.done, 0) AS done,
+       COALESCE(c.failed, 0) AS failed,
+       COALESCE(c.cancelled, 0) AS cancelled,
+       c.oldest_due_age,
+       COALESCE(q.paused, false) AS paused,
+       f.refused,
+       f.lapsed,
+       q.concurrency,
+       q.rate,
+       q.per,
+       q.per_group
+  FROM names AS n
+  LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN LATERAL workfence.queue_counters(n.queue) AS f ON true;
+
+COMMENT ON VIEW workfence.work_queue_stats IS
+    'One row per queue that has items or settings (work_pause, work_limit): how many items are in each state, how '
+    'long the oldest due item has waited, by the server''s clock (clock_timestamp(), read once per '
+    'query), whether the queue is paused, its limits, and how often fencing refused a stale token. Where queue grants are '
+    'enforced, only the queues the reader may read (work_may). From 0.12.0 the state counts come from the server '
+    '(workfence.queue_state_counts: kept at each commit, with the library preloaded), and the items read are the '
+    'scheduled and expired ones only; work_queue_stats_exact counts every item. Not readable by PUBLIC; a reader '
+    'needs EXECUTE on workfence.queue_state_counts, workfence.queue_counters and workfence.work_may too.';
+
+-- work_queue_stats as it was until 0.11.0 (from 0.12.0 under this name): the
+-- same columns, counted from every item at every read. For a check of the
+-- state counts the server keeps (they are exact unless items were changed
+-- by hand), not for monitoring.
+CREATE VIEW workfence.work_queue_stats_exact WITH (security_barrier) AS
+WITH server_time AS MATERIALIZED (
+    SELECT pg_catalog.clock_timestamp() AS now
+), counts AS (
+    SELECT i.queue,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                 AND i.run_at OPERATOR(pg_catalog.<=) t.now) AS pending,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                 AND i.run_at OPERATOR(pg_catalog.>) t.now) AS scheduled,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                 AND i.lease_until OPERATOR(pg_catalog.>) t.now) AS claimed,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+                 AND i.lease_until OPERATOR(pg_catalog.<=) t.now) AS expired,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'done'::workfence.item_state) AS done,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state) AS failed,
+           pg_catalog.count(*) FILTER (
+               WHERE i.state OPERATOR(pg_catalog.=) 'cancelled'::workfence.item_state) AS cancelled,
+           -- An item due at '-infinity' has been due since its enqueue (and
+           -- subtracting an infinite timestamp is an error in PostgreSQL 15).
+           t.now OPERATOR(pg_catalog.-) pg_catalog.min(
+               CASE WHEN pg_catalog.isfinite(i.run_at) THEN i.run_at ELSE i.created_at END)
+               FILTER (
+                   WHERE i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                     AND i.run_at OPERATOR(pg_catalog.<=) t.now) AS oldest_due_age
+      FROM workfence.items AS i
+     CROSS JOIN server_time AS t
+     GROUP BY i.queue, t.now
+), names AS MATERIALIZED (
+    SELECT u.queue
+      FROM (SELECT c.queue FROM counts AS c
+            UNION
+            SELECT q.queue FROM workfence.queues AS q) AS u
+     WHERE workfence.work_may('read', u.queue)
+)
+SELECT n.queue,
+       COALESCE(c.pending, 0) AS pending,
+       COALESCE(c.scheduled, 0) AS scheduled,
+       COALESCE(c.claimed, 0) AS claimed,
+       COALESCE(c.expired, 0) AS expired,
+       COALESCE(c.done, 0) AS done,
+       COALESCE(c.failed, 0) AS failed,
+       COALESCE(c.cancelled, 0) AS cancelled,
+       c.oldest_due_age,
+       COALESCE(q.paused, false) AS paused,
+       f.refused,
+       f.lapsed,
+       q.concurrency,
+       q.rate,
+       q.per,
+       q.per_group
+  FROM names AS n
+  LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN LATERAL workfence.queue_counters(n.queue) AS f ON true;
+
+COMMENT ON VIEW workfence.work_queue_stats_exact IS
+    'From 0.12.0: work_queue_stats counted from the items themselves (a scan of workfence.items at every read, '
+    '0.6-0.9 s at a million items): what work_queue_stats was until 0.11.0. For checking the state counts the server '
+    'keeps, not for monitoring. Not readable by PUBLIC.';
+REVOKE ALL ON TABLE workfence.work_queue_stats_exact FROM PUBLIC;
+
+-- As sql/finalize.sql: row estimates of the functions the views read.
+ALTER FUNCTION workfence.queue_state_counts(boolean) ROWS 10;
+ALTER FUNCTION workfence.queue_counter_rows() ROWS 10;
+ALTER FUNCTION workfence.queue_counters(text) ROWS 1;
+
+-- queue_counters: the counter table holds 4096 queues from 0.12.0.
+COMMENT ON FUNCTION workfence.queue_counters(text) IS
+'queue_counters(queue) -> zero or one (refused, lapsed): stale-token calls refused and lapsed leases claimed anew in the queue since the server started, as work_queue_stats shows them. No row unless pg_workfence is in shared_preload_libraries (or when the server''s counter table of 4096 queues is full and the queue is not in it). Grant it with work_queue_stats. Errors: 22004 NULL queue, 22023 bad queue, 42501 when queue grants are enforced and the role has no read grant covering the queue.';

@@ -626,7 +626,15 @@ fn fire_round(database: &str) {
 /// One round in its own transaction. An ERROR (or an error of ours) aborts
 /// the transaction and is logged as a WARNING; the worker carries on.
 fn round(database: &str) {
-    let outcome = in_transaction(c"pg_workfence maintenance round", run_round);
+    let outcome = in_transaction(c"pg_workfence maintenance round", run_round).and_then(|done| {
+        match (done, retention()) {
+            (Some(done), Some(older_than)) => Ok(Some(Done {
+                purged: purge_round(older_than)?,
+                ..done
+            })),
+            (done, _) => Ok(done),
+        }
+    });
     match outcome {
         Ok(Some(Done { failed, purged })) => {
             log_on_change(STATUS_MAINTAINED, || {
@@ -681,11 +689,31 @@ fn run_round(client: &mut SpiClient<'_>) -> Result<Option<Done>> {
     })?;
     lapse::settle(client, &lost)?;
     let failed = lost.len() as i64;
-    let purged = match retention() {
-        Some(older_than) => purge::purge_finished(client, Some(older_than), None)?,
-        None => 0,
-    };
-    Ok(Some(Done { failed, purged }))
+    Ok(Some(Done { failed, purged: 0 }))
+}
+
+/// How many purge batches one round runs at most ([`purge::BATCH`] items
+/// each, a transaction each): 1,000,000 items a round; the rest waits for
+/// the next round, so that the round's dead letters and schedules are not
+/// held up behind a purge of a long history.
+const PURGE_BATCHES_PER_ROUND: usize = 100;
+
+/// Purge the finished items past the retention, in transactions of at most
+/// [`purge::BATCH`] items each (WAL and row locks per transaction stay
+/// bounded, and a claim never waits for a purge to end), until a batch
+/// deletes fewer or the round's batches are used; how many were deleted.
+fn purge_round(older_than: Interval) -> std::result::Result<i64, String> {
+    let mut purged = 0;
+    for _ in 0..PURGE_BATCHES_PER_ROUND {
+        let n = in_transaction(c"pg_workfence maintenance: purge", |client| {
+            purge::purge_finished(client, Some(older_than), None)
+        })?;
+        purged += n;
+        if n < i64::from(purge::BATCH) {
+            break;
+        }
+    }
+    Ok(purged)
 }
 
 /// This process's database name (call inside a transaction).

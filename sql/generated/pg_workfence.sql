@@ -495,6 +495,25 @@ AS 'MODULE_PATHNAME', 'queue_counters_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_workfence::backend::counters::queue_state_counts
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "queue_state_counts"(
+	"rebuild" bool DEFAULT false /* Option < bool > */
+) RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"pending" bigint,  /* i64 */
+	"claimed" bigint,  /* i64 */
+	"done" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"cancelled" bigint  /* i64 */
+)
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_state_counts_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_workfence::verbs::lease::work_assert
 -- requires:
 --   bootstrap
@@ -957,11 +976,12 @@ AS 'MODULE_PATHNAME', 'work_may_wrapper';
 --   bootstrap
 --   counters::queue_counters
 --   counters::queue_counter_rows
+--   counters::queue_state_counts
 --   access::grants::work_may
 
 -- pg_workfence: the views. Run after bootstrap (they read the tables) and
--- after the functions workfence.queue_counters, workfence.queue_counter_rows and
--- workfence.work_may (pgrx
+-- after the functions workfence.queue_counters, workfence.queue_counter_rows,
+-- workfence.queue_state_counts and workfence.work_may (pgrx
 -- places them there: `requires`), before finalize.
 --
 -- One reading of the server's clock for the whole view (a MATERIALIZED CTE
@@ -976,6 +996,126 @@ AS 'MODULE_PATHNAME', 'work_may_wrapper';
 -- queue, and the view is a security_barrier, so that no condition of the
 -- reader's query is evaluated on a row the filter removes.
 CREATE VIEW workfence.work_queue_stats WITH (security_barrier) AS
+WITH server_time AS MATERIALIZED (
+    SELECT pg_catalog.clock_timestamp() AS now
+), states AS MATERIALIZED (
+    SELECT s.queue, s.pending, s.claimed, s.done, s.failed, s.cancelled
+      FROM workfence.queue_state_counts() AS s
+), counts AS (
+    -- The split of pending into due and scheduled, and of claimed into
+    -- live and expired, depends on the clock: read from the partial
+    -- indexes of pending and claimed items, over the scheduled and expired
+    -- ones only (the working set, never the history).
+    SELECT s.queue,
+           GREATEST(s.pending OPERATOR(pg_catalog.-) f.scheduled, 0) AS pending,
+           LEAST(f.scheduled, s.pending) AS scheduled,
+           GREATEST(s.claimed OPERATOR(pg_catalog.-) x.expired, 0) AS claimed,
+           LEAST(x.expired, s.claimed) AS expired,
+           s.done, s.failed, s.cancelled,
+           t.now OPERATOR(pg_catalog.-) LEAST(o.run_at, o.created_at) AS oldest_due_age
+      FROM states AS s
+     CROSS JOIN server_time AS t
+     CROSS JOIN LATERAL (
+           SELECT pg_catalog.count(*) AS scheduled
+             FROM workfence.items AS i
+            WHERE i.queue OPERATOR(pg_catalog.=) s.queue
+              AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+              AND i.run_at OPERATOR(pg_catalog.>) t.now) AS f
+     CROSS JOIN LATERAL (
+           SELECT pg_catalog.count(*) AS expired
+             FROM workfence.items AS i
+            WHERE i.queue OPERATOR(pg_catalog.=) s.queue
+              AND i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
+              AND i.lease_until OPERATOR(pg_catalog.<=) t.now) AS x
+     -- The oldest due item: the first finite run_at in the index, and the
+     -- enqueue time of items due at '-infinity' (due since their enqueue;
+     -- subtracting an infinite timestamp is an error in PostgreSQL 15).
+     CROSS JOIN LATERAL (
+           SELECT (SELECT i.run_at
+                     FROM workfence.items AS i
+                    WHERE i.queue OPERATOR(pg_catalog.=) s.queue
+                      AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                      AND i.run_at OPERATOR(pg_catalog.>) '-infinity'::pg_catalog.timestamptz
+                      AND i.run_at OPERATOR(pg_catalog.<=) t.now
+                    ORDER BY i.run_at
+                    LIMIT 1) AS run_at,
+                  (SELECT pg_catalog.min(i.created_at)
+                     FROM workfence.items AS i
+                    WHERE i.queue OPERATOR(pg_catalog.=) s.queue
+                      AND i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                      AND i.run_at OPERATOR(pg_catalog.=) '-infinity'::pg_catalog.timestamptz)
+                    AS created_at) AS o
+), names AS MATERIALIZED (
+    SELECT u.queue
+      FROM (SELECT c.queue FROM counts AS c
+            UNION
+            SELECT q.queue FROM workfence.queues AS q) AS u
+     WHERE workfence.work_may('read', u.queue)
+)
+SELECT n.queue,
+       COALESCE(c.pending, 0) AS pending,
+       COALESCE(c.scheduled, 0) AS scheduled,
+       COALESCE(c.claimed, 0) AS claimed,
+       COALESCE(c.expired, 0) AS expired,
+       COALESCE(c.done, 0) AS done,
+       COALESCE(c.failed, 0) AS failed,
+       COALESCE(c.cancelled, 0) AS cancelled,
+       c.oldest_due_age,
+       COALESCE(q.paused, false) AS paused,
+       f.refused,
+       f.lapsed,
+       q.concurrency,
+       q.rate,
+       q.per,
+       q.per_group
+  FROM names AS n
+  LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
+  LEFT JOIN LATERAL workfence.queue_counters(n.queue) AS f ON true;
+
+COMMENT ON VIEW workfence.work_queue_stats IS
+    'One row per queue that has items or settings (work_pause, work_limit): how many items are in each state, how '
+    'long the oldest due item has waited, by the server''s clock (clock_timestamp(), read once per '
+    'query), whether the queue is paused, its limits, and how often fencing refused a stale token. Where queue grants are '
+    'enforced, only the queues the reader may read (work_may). From 0.12.0 the state counts come from the server '
+    '(workfence.queue_state_counts: kept at each commit, with the library preloaded), and the items read are the '
+    'scheduled and expired ones only; work_queue_stats_exact counts every item. Not readable by PUBLIC; a reader '
+    'needs EXECUTE on workfence.queue_state_counts, workfence.queue_counters and workfence.work_may too.';
+COMMENT ON COLUMN workfence.work_queue_stats.queue IS 'Queue name.';
+COMMENT ON COLUMN workfence.work_queue_stats.pending IS 'Pending items that are due (run_at reached): claimable now.';
+COMMENT ON COLUMN workfence.work_queue_stats.scheduled IS 'Pending items not yet due (run_at in the future: scheduled, or a retry backing off).';
+COMMENT ON COLUMN workfence.work_queue_stats.claimed IS 'Claimed items whose lease is live (lease_until in the future).';
+COMMENT ON COLUMN workfence.work_queue_stats.expired IS 'Claimed items whose lease lapsed: the next claim takes them (the old token stays current until then).';
+COMMENT ON COLUMN workfence.work_queue_stats.done IS 'Items finished with work_finish (until purged).';
+COMMENT ON COLUMN workfence.work_queue_stats.failed IS 'Items whose attempts are used up: the dead letters (until purged).';
+COMMENT ON COLUMN workfence.work_queue_stats.cancelled IS 'Items withdrawn with work_cancel (until purged).';
+COMMENT ON COLUMN workfence.work_queue_stats.oldest_due_age IS
+    'Server time minus the run_at of the oldest due pending item (its created_at when run_at is -infinity); '
+    'NULL when no item is due. How far the workers are behind.';
+COMMENT ON COLUMN workfence.work_queue_stats.paused IS 'Whether the queue is paused (work_pause): claims of it hand out nothing.';
+COMMENT ON COLUMN workfence.work_queue_stats.refused IS
+    'Calls of work_renew, work_finish, work_finish_many (per pair), work_release, work_fail and work_assert refused '
+    'for a token that is not the current one, since the server started (counted whether or not the caller commits). '
+    'NULL unless pg_workfence is in shared_preload_libraries.';
+COMMENT ON COLUMN workfence.work_queue_stats.lapsed IS
+    'Lapsed leases claimed anew (each superseded a token), since the server started. '
+    'NULL unless pg_workfence is in shared_preload_libraries.';
+COMMENT ON COLUMN workfence.work_queue_stats.concurrency IS
+    'From 0.10.0: the queue''s concurrency limit (work_limit): at most this many items under unexpired leases; NULL: none.';
+COMMENT ON COLUMN workfence.work_queue_stats.rate IS
+    'From 0.10.0: the queue''s rate limit (work_limit): at most this many items handed out per per; NULL: none.';
+COMMENT ON COLUMN workfence.work_queue_stats.per IS 'From 0.10.0: the window of the rate limit; NULL without one.';
+COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
+    'From 0.12.0: the queue''s per-group limit (work_limit): at most this many items of one group_key claimed at once; '
+    'NULL: one (serial groups).';
+
+REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
+
+-- work_queue_stats as it was until 0.11.0 (from 0.12.0 under this name): the
+-- same columns, counted from every item at every read. For a check of the
+-- state counts the server keeps (they are exact unless items were changed
+-- by hand), not for monitoring.
+CREATE VIEW workfence.work_queue_stats_exact WITH (security_barrier) AS
 WITH server_time AS MATERIALIZED (
     SELECT pg_catalog.clock_timestamp() AS now
 ), counts AS (
@@ -1036,42 +1176,11 @@ SELECT n.queue,
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN LATERAL workfence.queue_counters(n.queue) AS f ON true;
 
-COMMENT ON VIEW workfence.work_queue_stats IS
-    'One row per queue that has items or settings (work_pause, work_limit): how many items are in each state, how '
-    'long the oldest due item has waited, by the server''s clock (clock_timestamp(), read once per '
-    'query), whether the queue is paused, its limits, and how often fencing refused a stale token. Where queue grants are '
-    'enforced, only the queues the reader may read (work_may). Reads every item (a scan of workfence.items): '
-    'for monitoring, not for a hot path. Not readable by PUBLIC; a reader needs EXECUTE on '
-    'workfence.queue_counters and workfence.work_may too.';
-COMMENT ON COLUMN workfence.work_queue_stats.queue IS 'Queue name.';
-COMMENT ON COLUMN workfence.work_queue_stats.pending IS 'Pending items that are due (run_at reached): claimable now.';
-COMMENT ON COLUMN workfence.work_queue_stats.scheduled IS 'Pending items not yet due (run_at in the future: scheduled, or a retry backing off).';
-COMMENT ON COLUMN workfence.work_queue_stats.claimed IS 'Claimed items whose lease is live (lease_until in the future).';
-COMMENT ON COLUMN workfence.work_queue_stats.expired IS 'Claimed items whose lease lapsed: the next claim takes them (the old token stays current until then).';
-COMMENT ON COLUMN workfence.work_queue_stats.done IS 'Items finished with work_finish (until purged).';
-COMMENT ON COLUMN workfence.work_queue_stats.failed IS 'Items whose attempts are used up: the dead letters (until purged).';
-COMMENT ON COLUMN workfence.work_queue_stats.cancelled IS 'Items withdrawn with work_cancel (until purged).';
-COMMENT ON COLUMN workfence.work_queue_stats.oldest_due_age IS
-    'Server time minus the run_at of the oldest due pending item (its created_at when run_at is -infinity); '
-    'NULL when no item is due. How far the workers are behind.';
-COMMENT ON COLUMN workfence.work_queue_stats.paused IS 'Whether the queue is paused (work_pause): claims of it hand out nothing.';
-COMMENT ON COLUMN workfence.work_queue_stats.refused IS
-    'Calls of work_renew, work_finish, work_finish_many (per pair), work_release, work_fail and work_assert refused '
-    'for a token that is not the current one, since the server started (counted whether or not the caller commits). '
-    'NULL unless pg_workfence is in shared_preload_libraries.';
-COMMENT ON COLUMN workfence.work_queue_stats.lapsed IS
-    'Lapsed leases claimed anew (each superseded a token), since the server started. '
-    'NULL unless pg_workfence is in shared_preload_libraries.';
-COMMENT ON COLUMN workfence.work_queue_stats.concurrency IS
-    'From 0.10.0: the queue''s concurrency limit (work_limit): at most this many items under unexpired leases; NULL: none.';
-COMMENT ON COLUMN workfence.work_queue_stats.rate IS
-    'From 0.10.0: the queue''s rate limit (work_limit): at most this many items handed out per per; NULL: none.';
-COMMENT ON COLUMN workfence.work_queue_stats.per IS 'From 0.10.0: the window of the rate limit; NULL without one.';
-COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
-    'From 0.12.0: the queue''s per-group limit (work_limit): at most this many items of one group_key claimed at once; '
-    'NULL: one (serial groups).';
-
-REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
+COMMENT ON VIEW workfence.work_queue_stats_exact IS
+    'From 0.12.0: work_queue_stats counted from the items themselves (a scan of workfence.items at every read, '
+    '0.6-0.9 s at a million items): what work_queue_stats was until 0.11.0. For checking the state counts the server '
+    'keeps, not for monitoring. Not readable by PUBLIC.';
+REVOKE ALL ON TABLE workfence.work_queue_stats_exact FROM PUBLIC;
 
 -- What each queue's items went through since the server started (from
 -- 0.12.0): counters and histograms the server keeps in shared memory
@@ -1409,7 +1518,7 @@ COMMENT ON FUNCTION workfence.work_cancel(text, text) IS
 'work_cancel(queue, key) -> boolean. Cancels the item if it is pending or claimed: state cancelled, finished_at = clock_timestamp(), not claimed again unless work_retry puts it back (under a new epoch); the holder''s token is refused from then on (work_assert: 55000, cancelled). False, changing nothing, when the item is missing or already done, failed or cancelled. Errors: 22004 NULL argument, 22023 bad queue/key, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
-'work_purge(older_than interval DEFAULT ''7 days'', queue DEFAULT NULL) -> bigint. Deletes the done, failed and cancelled items whose finished_at is before clock_timestamp() - older_than, in one queue or (NULL) all; returns how many. Never touches pending or claimed items; skips rows another transaction has locked (FOR UPDATE SKIP LOCKED), so it never waits. Ids and epochs are never reused after a purge. Errors: 22004 NULL older_than, 22023 older_than negative, with a negative field or over 3650 days, bad queue; 42501 when queue grants are enforced and the role has no purge grant covering the queue (with queue NULL: no purge grant of *).';
+'work_purge(older_than interval DEFAULT ''7 days'', queue DEFAULT NULL) -> bigint. Deletes the done, failed and cancelled items whose finished_at is before clock_timestamp() - older_than, in one queue or (NULL) all; returns how many: from 0.12.0 at most 10000 per call, the oldest first (call it again, each call its own transaction, until it returns fewer). Never touches pending or claimed items; skips rows another transaction has locked (FOR UPDATE SKIP LOCKED), so it never waits. Ids and epochs are never reused after a purge. Errors: 22004 NULL older_than, 22023 older_than negative, with a negative field or over 3650 days, bad queue; 42501 when queue grants are enforced and the role has no purge grant covering the queue (with queue NULL: no purge grant of *).';
 
 COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
 'work_lease_status(id, owner, epoch) -> text: current, uncommitted, superseded, finished, cancelled, wrong_owner or missing. Why the token is (not) honoured, read with the statement''s snapshot (READ COMMITTED: the newest committed state; REPEATABLE READ: the transaction''s snapshot). A lapsed lease nobody claimed anew is current; uncommitted: the epoch is newer than the item''s committed one and a transaction still in progress is changing the item (the claim that handed the epoch out has not committed: only its own transaction can use the token until it commits); a lease handed back (work_release, retryable work_fail), a newer claim, or a claim that rolled back is superseded. Where queue grants are enforced, an item in a queue the role may not claim is missing. Changes nothing. Errors: 22004 NULL argument, 22023 bad owner.';
@@ -1457,10 +1566,13 @@ COMMENT ON FUNCTION workfence.work_items(text, text, bigint, integer) IS
 'work_items(queue, state DEFAULT NULL, after bigint DEFAULT NULL, max int DEFAULT 50) -> setof (id, key, state, priority, run_at, attempts, max_attempts, owner, epoch, claimed_at, lease_until, created_at, finished_at, group_key, last_error, progress). From 0.11.0: a page of at most max (1..1000) of the queue''s items, keyset-paged along an index the claims keep: state NULL every item by key descending (generated keys are UUIDv7: newest first); pending in claim order (priority, run_at, id; a pending item not yet due is claimed once due); claimed soonest lease end first (lease_until, id; lapsed leases on top); done, failed, cancelled newest finish first (finished_at, id descending). after: the id of the last row of the previous page (NULL: the first page); the page continues after that item''s place in the order as it is now (its sort key, even after it left the listed state), and is empty when that sort key is gone (purged; a claimed item no longer claimed; a finished one retried). last_error: the newest error of the item''s history. progress (from 0.12.0): the item''s checkpoint (work_progress). Reads only (also on a hot standby): grant it with work_item. Errors: 22004 NULL queue or max, 22023 bad queue, state not one of pending, claimed, done, failed, cancelled, max outside 1..1000; 42501 when queue grants are enforced and the role has no read grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.queue_counters(text) IS
-'queue_counters(queue) -> zero or one (refused, lapsed): stale-token calls refused and lapsed leases claimed anew in the queue since the server started, as work_queue_stats shows them. No row unless pg_workfence is in shared_preload_libraries (or when the server''s counter table of 1024 queues is full and the queue is not in it). Grant it with work_queue_stats. Errors: 22004 NULL queue, 22023 bad queue, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
+'queue_counters(queue) -> zero or one (refused, lapsed): stale-token calls refused and lapsed leases claimed anew in the queue since the server started, as work_queue_stats shows them. No row unless pg_workfence is in shared_preload_libraries (or when the server''s counter table of 4096 queues is full and the queue is not in it). Grant it with work_queue_stats. Errors: 22004 NULL queue, 22023 bad queue, 42501 when queue grants are enforced and the role has no read grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.queue_counter_rows() IS
-'queue_counter_rows() -> setof (queue, enqueued, claimed, done, failed, retried, released, cancelled, refused, lapsed, bucket_le, time_in_queue_buckets, time_in_queue_sum, run_time_buckets, run_time_sum). From 0.12.0: the rows of the view work_queue_counters, one per queue of this database the server has counted for since it started, ordered by queue: counts of what its items went through (counted when the transaction that did it commits; refused at once) and two histograms (time in queue, from run_at to the claim; run time, from the claim to work_finish, work_fail or work_release) with cumulative buckets per upper bound of bucket_le (seconds, 0.005 to 3600, then Infinity) and sums in seconds. Reads shared memory only. No rows unless pg_workfence is in shared_preload_libraries; at most 1024 queues per server are counted. Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_counters. Errors: none of its own.';
+'queue_counter_rows() -> setof (queue, enqueued, claimed, done, failed, retried, released, cancelled, refused, lapsed, bucket_le, time_in_queue_buckets, time_in_queue_sum, run_time_buckets, run_time_sum). From 0.12.0: the rows of the view work_queue_counters, one per queue of this database the server has counted for since it started, ordered by queue: counts of what its items went through (counted when the transaction that did it commits; refused at once) and two histograms (time in queue, from run_at to the claim; run time, from the claim to work_finish, work_fail or work_release) with cumulative buckets per upper bound of bucket_le (seconds, 0.005 to 3600, then Infinity) and sums in seconds. Reads shared memory only. No rows unless pg_workfence is in shared_preload_libraries; at most 4096 queues per server are counted. Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_counters. Errors: none of its own.';
+
+COMMENT ON FUNCTION workfence.queue_state_counts(boolean) IS
+'queue_state_counts(rebuild boolean DEFAULT false) -> setof (queue, pending, claimed, done, failed, cancelled). From 0.12.0: per queue of this database with items, how many are in each state, as work_queue_stats reads them. With pg_workfence in shared_preload_libraries the server keeps these counts in shared memory, each commit adding what its transaction moved, so a read touches no item; after a restart (or with rebuild true) the first read rebuilds them with one scan of the items, waiting for transactions that write items at that moment to end, unless its own transaction has written (then it counts the items). Without preloading it counts the items. Exact while items change only through the extension''s functions (a DELETE or UPDATE of workfence.items by hand, or a transaction prepared across a rebuild, needs rebuild true; work_queue_stats_exact counts the items). Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_stats. Errors: 22004 NULL rebuild; 57014 when a rebuild''s wait is cancelled (statement_timeout, lock_timeout).';
 
 COMMENT ON FUNCTION workfence.work_grant(text, text, text) IS
 'work_grant(capability, queues, role) -> boolean. Lets role (and its members) use capability on queues: enqueue (work_enqueue), claim (work_claim, work_claim_key and the token calls), operate (work_cancel, work_retry, work_reschedule, work_pause, work_resume, work_limit), read (work_queue_stats, work_item, queue_counters) or purge (work_purge); queues is a queue name or a prefix followed by * (* alone: every queue). Checked only while queue grants are enforced (work_enforce_grants); every session sees it from its next call after the commit. True if the grant is new. For the extension''s owner. Errors: 22004 NULL argument, 22023 unknown capability, empty queues, name or prefix over 128 bytes or with control characters, empty role or one over 63 bytes; 42704 role does not exist; 42501 when the session''s role is neither a superuser nor a member of the extension''s owner.';
@@ -1474,6 +1586,14 @@ COMMENT ON FUNCTION workfence.work_enforce_grants(boolean) IS
 COMMENT ON FUNCTION workfence.work_may(text, text) IS
 'work_may(capability, queue) -> boolean. Whether the session''s role may use capability on queue: true when queue grants are not enforced, for a superuser, or when a grant to the role or a role it is a member of covers the queue. Answers for the caller only, so PUBLIC may execute it; work_queue_stats shows a role only the queues it may read through it. Errors: 22004 NULL argument, 22023 unknown capability or bad queue.';
 -- surface:comments:end
+
+-- The views read these set-returning functions per row of another: without
+-- an estimate the planner takes them for 1,000 rows each and costs
+-- work_queue_stats high enough to JIT-compile it (15-40 ms a read on a few
+-- queues, against 1 ms) or to scan workfence.items once per queue.
+ALTER FUNCTION workfence.queue_state_counts(boolean) ROWS 10;
+ALTER FUNCTION workfence.queue_counter_rows() ROWS 10;
+ALTER FUNCTION workfence.queue_counters(text) ROWS 1;
 
 -- Privileges and search_path safety. KEEP THIS BLOCK LAST: it covers every
 -- function, table, view and sequence in schema workfence that exists when it

@@ -54,8 +54,9 @@ use crate::access::grants::{self, Capability};
 use crate::access::validate;
 use crate::base::error::{OrReport, Result};
 
-/// How many (database, queue) pairs the server counts for.
-pub const SLOTS: usize = 1024;
+/// How many (database, queue) pairs the server counts for (about 600
+/// bytes of shared memory each: 2.4 MB).
+pub const SLOTS: usize = 4096;
 
 /// What a queue's items went through, each counted per item
 /// (`work_queue_counters` has a column of each name).
@@ -88,6 +89,35 @@ pub enum Event {
 
 /// How many [`Event`]s there are.
 pub const EVENTS: usize = 9;
+
+/// An item's state (`workfence.item_state`), for the state counts: how
+/// many of a queue's items are in each (`work_queue_stats`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum ItemState {
+    Pending,
+    Claimed,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+/// How many [`ItemState`]s there are.
+pub const STATES: usize = 5;
+
+impl ItemState {
+    /// The state named `text` (`workfence.item_state`'s labels).
+    pub fn parse(text: &str) -> Option<ItemState> {
+        Some(match text {
+            "pending" => ItemState::Pending,
+            "claimed" => ItemState::Claimed,
+            "done" => ItemState::Done,
+            "failed" => ItemState::Failed,
+            "cancelled" => ItemState::Cancelled,
+            _ => return None,
+        })
+    }
+}
 
 /// The histograms' upper bounds, in microseconds; a last, unbounded
 /// bucket follows (`le="+Inf"`). From 5 ms to an hour: a job queue's waits
@@ -170,6 +200,10 @@ struct Counts {
     waited: Histogram,
     /// Run time: from a claim to the run's finish, failure or release.
     ran: Histogram,
+    /// Items per [`ItemState`]: in the shared table the queue's state
+    /// counts (meaningful while its database's are valid, see
+    /// [`Status`]), in a transaction's counts what it moved.
+    items: [i64; STATES],
 }
 
 impl Counts {
@@ -177,8 +211,11 @@ impl Counts {
         events: [0; EVENTS],
         waited: Histogram::EMPTY,
         ran: Histogram::EMPTY,
+        items: [0; STATES],
     };
 
+    /// Add the counts of `other`, but not its state counts (the caller
+    /// decides where those go).
     fn add(&mut self, other: &Counts) {
         for (mine, theirs) in self.events.iter_mut().zip(other.events) {
             *mine = mine.saturating_add(theirs);
@@ -199,6 +236,9 @@ struct Slot {
     /// The queue's name (at most [`validate::QUEUE_MAX_BYTES`] bytes).
     name: [u8; validate::QUEUE_MAX_BYTES],
     counts: Counts,
+    /// While its database's state counts are rebuilt: what transactions
+    /// that the rebuild's scan does not see moved (see [`rebuild`]).
+    rebuild_add: [i64; STATES],
 }
 
 impl Slot {
@@ -207,6 +247,7 @@ impl Slot {
         len: 0,
         name: [0; validate::QUEUE_MAX_BYTES],
         counts: Counts::ZERO,
+        rebuild_add: [0; STATES],
     };
 
     fn is(&self, database: u32, name: &[u8]) -> bool {
@@ -226,6 +267,10 @@ pub struct Table {
     slots: [Slot; SLOTS],
     /// A queue once found the table full: absent queues are unknown, not zero.
     full: bool,
+    /// Whether each database's state counts are valid.
+    databases: [Database; DATABASES],
+    /// The rebuild in progress, if any (one at a time per server).
+    building: Building,
 }
 
 impl Default for Table {
@@ -233,6 +278,130 @@ impl Default for Table {
         Table {
             slots: [Slot::FREE; SLOTS],
             full: false,
+            databases: [Database::UNKNOWN; DATABASES],
+            building: Building::NONE,
+        }
+    }
+}
+
+/// How many databases' state counts the server keeps track of.
+pub const DATABASES: usize = 64;
+
+/// The most transactions a rebuild's snapshot may have in progress (its
+/// `xip`); a rebuild that finds more gives up (the state counts stay
+/// unknown and `work_queue_stats` counts the items instead).
+const MAX_IN_PROGRESS: usize = 1024;
+
+/// Where a database's state counts stand.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Status {
+    /// Never rebuilt since the server started, or given up: not to be read.
+    Unknown,
+    /// A rebuild is counting its items ([`rebuild`]).
+    Building,
+    /// Rebuilt, and kept by every commit since: readable.
+    Valid,
+}
+
+/// One database's [`Status`]. `database == 0` marks a free entry.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Database {
+    database: u32,
+    status: Status,
+    /// The OID of `workfence.items` the counts were rebuilt from: a
+    /// `DROP EXTENSION` and `CREATE EXTENSION` (a new, empty table) makes
+    /// them unknown.
+    items: u32,
+}
+
+impl Database {
+    const UNKNOWN: Database = Database {
+        database: 0,
+        status: Status::Unknown,
+        items: 0,
+    };
+}
+
+/// The snapshot a rebuild counts with, as the commits during the rebuild
+/// need it: whether their transaction is one it sees (then its count is
+/// the scan's) or not (then it is added after the scan).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Building {
+    /// The database being rebuilt; 0: none.
+    database: u32,
+    xmin: pg_sys::TransactionId,
+    xmax: pg_sys::TransactionId,
+    in_progress: u32,
+    xip: [pg_sys::TransactionId; MAX_IN_PROGRESS],
+}
+
+impl Building {
+    const NONE: Building = Building {
+        database: 0,
+        xmin: pg_sys::InvalidTransactionId,
+        xmax: pg_sys::InvalidTransactionId,
+        in_progress: 0,
+        xip: [pg_sys::InvalidTransactionId; MAX_IN_PROGRESS],
+    };
+
+    /// Whether the rebuild's snapshot sees transaction `xid` (committed):
+    /// it finished before the snapshot was taken. As `XidInMVCCSnapshot`
+    /// judges it, for a top-level transaction id.
+    fn sees(&self, xid: pg_sys::TransactionId) -> bool {
+        // SAFETY: pure comparisons of transaction ids (modulo 2^32).
+        unsafe {
+            if !pg_sys::TransactionIdIsNormal(xid) {
+                return false;
+            }
+            if pg_sys::TransactionIdPrecedes(xid, self.xmin) {
+                return true;
+            }
+            if !pg_sys::TransactionIdPrecedes(xid, self.xmax) {
+                return false;
+            }
+        }
+        !self.xip[..self.in_progress as usize].contains(&xid)
+    }
+}
+
+impl Table {
+    /// The status of `database`'s state counts.
+    fn status(&self, database: u32) -> Status {
+        self.databases
+            .iter()
+            .find(|d| d.database == database)
+            .map_or(Status::Unknown, |d| d.status)
+    }
+
+    /// Whether `database`'s state counts are valid, and of the table
+    /// `items` (the OID of `workfence.items` now).
+    fn valid(&self, database: u32, items: u32) -> bool {
+        self.databases
+            .iter()
+            .any(|d| d.database == database && d.status == Status::Valid && d.items == items)
+    }
+
+    /// Set `database`'s status (taking a free entry; with none left, it
+    /// stays unknown).
+    fn set_status(&mut self, database: u32, status: Status) {
+        if let Some(d) = self.databases.iter_mut().find(|d| d.database == database) {
+            d.status = status;
+        } else if let Some(d) = self.databases.iter_mut().find(|d| d.database == 0) {
+            *d = Database {
+                database,
+                status,
+                items: 0,
+            };
+        }
+    }
+
+    /// Record the OID of the table `database`'s counts are of.
+    fn set_items(&mut self, database: u32, items: u32) {
+        if let Some(d) = self.databases.iter_mut().find(|d| d.database == database) {
+            d.items = items;
         }
     }
 }
@@ -273,17 +442,19 @@ fn probe(table: &Table, database: u32, name: &[u8]) -> Option<usize> {
         .find(|&i| table.slots[i].database == 0 || table.slots[i].is(database, name))
 }
 
-/// Add `counts` to `queue`'s slot of this database in `table` (taking a
-/// free slot for a queue not yet counted).
-fn add_to(table: &mut Table, database: u32, queue: &str, counts: &Counts) {
+/// The index of `queue`'s slot of this database in `table`, taken if it
+/// had none; `None` when the table is full (then the queue is not
+/// counted, and the database's state counts are unknown from now on).
+fn slot_of(table: &mut Table, database: u32, queue: &str) -> Option<usize> {
     let name = queue.as_bytes();
     if name.len() > validate::QUEUE_MAX_BYTES {
         // Every queue the functions accept fits; nothing else is counted.
-        return;
+        return None;
     }
     let Some(i) = probe(table, database, name) else {
         table.full = true;
-        return;
+        table.set_status(database, Status::Unknown);
+        return None;
     };
     let slot = &mut table.slots[i];
     if slot.database == 0 {
@@ -291,7 +462,36 @@ fn add_to(table: &mut Table, database: u32, queue: &str, counts: &Counts) {
         slot.len = name.len() as u8;
         slot.name[..name.len()].copy_from_slice(name);
     }
+    Some(i)
+}
+
+/// Add `counts` to `queue`'s slot of this database in `table`, those of a
+/// transaction `xid` committed: its events and observations, and what it
+/// moved between states to the state counts, as the database's [`Status`]
+/// says (while they are rebuilt, only what the rebuild's scan cannot see).
+fn add_to(
+    table: &mut Table,
+    database: u32,
+    queue: &str,
+    counts: &Counts,
+    xid: pg_sys::TransactionId,
+) {
+    let Some(i) = slot_of(table, database, queue) else {
+        return;
+    };
+    let status = table.status(database);
+    let unseen = status == Status::Building
+        && table.building.database == database
+        && !table.building.sees(xid);
+    let slot = &mut table.slots[i];
     slot.counts.add(counts);
+    for (n, moved) in counts.items.iter().enumerate() {
+        match status {
+            Status::Valid => slot.counts.items[n] += moved,
+            Status::Building if unseen => slot.rebuild_add[n] += moved,
+            _ => {}
+        }
+    }
 }
 
 /// Count `n` calls refused for a stale token on items of `queue`, at once
@@ -302,7 +502,13 @@ pub fn refused(queue: &str, n: u64) {
     }
     let mut counts = Counts::ZERO;
     counts.events[Event::Refused as usize] = n;
-    add_to(&mut TABLE.exclusive(), database(), queue, &counts);
+    add_to(
+        &mut TABLE.exclusive(),
+        database(),
+        queue,
+        &counts,
+        pg_sys::InvalidTransactionId,
+    );
 }
 
 /// The counts of the running transaction for one queue, made in one
@@ -317,6 +523,10 @@ thread_local! {
     /// This backend's counts not yet added to [`TABLE`]: those of its
     /// running transaction, added when it commits (or is prepared).
     static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+    /// The committing transaction's id, read before its commit
+    /// ([`before_commit`]).
+    static COMMITTING: std::cell::Cell<pg_sys::TransactionId> =
+        const { std::cell::Cell::new(pg_sys::InvalidTransactionId) };
 }
 
 /// The running transaction's counts of `queue` in its current
@@ -382,24 +592,52 @@ pub fn run_ended(queue: &str, event: Event, ran_micros: Option<i64>) {
     });
 }
 
+/// Count `n` items of `queue` that this transaction moved from state
+/// `from` to state `to` (`None`: inserted, or deleted), in the state
+/// counts `work_queue_stats` reads, when it commits.
+pub fn moved(queue: &str, from: Option<ItemState>, to: Option<ItemState>, n: i64) {
+    if n == 0 || from == to {
+        return;
+    }
+    pending(queue, |counts| {
+        if let Some(from) = from {
+            counts.items[from as usize] -= n;
+        }
+        if let Some(to) = to {
+            counts.items[to as usize] += n;
+        }
+    });
+}
+
+/// The transaction is about to commit (or be prepared): remember its id,
+/// which [`at_commit`] files its state counts under (a rebuild must know
+/// whether its scan saw the transaction).
+pub fn before_commit() {
+    // SAFETY: reads this backend's transaction state.
+    let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() };
+    COMMITTING.with(|c| c.set(xid));
+}
+
 /// The transaction committed (or was prepared): add its counts to the
 /// shared table, under one exclusive acquisition of its lock. Cannot
 /// raise (it runs in the commit callback, after the commit record).
 pub fn at_commit() {
     let pending = PENDING.with(|pending| std::mem::take(&mut *pending.borrow_mut()));
+    let xid = COMMITTING.with(|c| c.replace(pg_sys::InvalidTransactionId));
     if pending.is_empty() || !enabled() {
         return;
     }
     let database = database();
     let mut table = TABLE.exclusive();
     for p in &pending {
-        add_to(&mut table, database, &p.queue, &p.counts);
+        add_to(&mut table, database, &p.queue, &p.counts, xid);
     }
 }
 
 /// The transaction rolled back: its counts go.
 pub fn at_abort() {
     PENDING.with(|pending| pending.borrow_mut().clear());
+    COMMITTING.with(|c| c.set(pg_sys::InvalidTransactionId));
 }
 
 /// Subtransaction `subid` rolled back: the counts it (or one inside it,
@@ -626,4 +864,278 @@ mod tests {
         assert_eq!(bounds[0], 0.005);
         assert!(bounds[BUCKETS - 1].is_infinite());
     }
+}
+
+/// Undoes a rebuild that did not finish (an error, a cancel): its
+/// database's state counts stay unknown and the next reader tries again.
+struct Unfinished {
+    database: u32,
+    done: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut table = TABLE.exclusive();
+        if table.building.database == self.database {
+            table.building.database = 0;
+            table.set_status(self.database, Status::Unknown);
+        }
+    }
+}
+
+// Every item of the database, counted per queue and state.
+const COUNT_ITEMS: &std::ffi::CStr =
+    c"SELECT i.queue, i.state::pg_catalog.text, pg_catalog.count(*)
+  FROM workfence.items AS i
+ GROUP BY i.queue, i.state";
+
+/// The state counts of every queue of this database, counted from its
+/// items with `snapshot` (`None`: the statement's own): (queue, counts).
+///
+/// # Safety
+/// Inside a transaction of a database with the extension; `snapshot`, if
+/// given, registered by the caller.
+unsafe fn count_items(snapshot: Option<pg_sys::Snapshot>) -> Result<Vec<(String, [i64; STATES])>> {
+    let mut counted: Vec<(String, [i64; STATES])> = Vec::new();
+    Spi::connect(|_| -> Result<()> {
+        let plan = pg_sys::SPI_prepare(COUNT_ITEMS.as_ptr(), 0, std::ptr::null_mut());
+        if plan.is_null() {
+            return Err(crate::base::error::WorkfenceError::UnexpectedNull {
+                column: "the plan of the item count",
+            });
+        }
+        let status = match snapshot {
+            Some(snapshot) => pg_sys::SPI_execute_snapshot(
+                plan,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                snapshot,
+                std::ptr::null_mut(),
+                true,
+                false,
+                0,
+            ),
+            None => pg_sys::SPI_execute_plan(plan, std::ptr::null_mut(), std::ptr::null(), true, 0),
+        };
+        if status != pg_sys::SPI_OK_SELECT as i32 {
+            return Err(crate::base::error::WorkfenceError::UnexpectedNull {
+                column: "the rows of the item count",
+            });
+        }
+        let table = pg_sys::SPI_tuptable;
+        let rows = pg_sys::SPI_processed as usize;
+        for n in 0..rows {
+            let tuple = *(*table).vals.add(n);
+            let text = |column: i32| {
+                let value = pg_sys::SPI_getvalue(tuple, (*table).tupdesc, column);
+                (!value.is_null()).then(|| {
+                    std::ffi::CStr::from_ptr(value)
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            };
+            let (Some(queue), Some(state), Some(count)) = (text(1), text(2), text(3)) else {
+                continue;
+            };
+            let (Some(state), Ok(count)) = (ItemState::parse(&state), count.parse::<i64>()) else {
+                continue;
+            };
+            match counted.iter_mut().find(|(q, _)| *q == queue) {
+                Some((_, counts)) => counts[state as usize] += count,
+                None => {
+                    let mut counts = [0; STATES];
+                    counts[state as usize] = count;
+                    counted.push((queue, counts));
+                }
+            }
+        }
+        pg_sys::SPI_freeplan(plan);
+        Ok(())
+    })?;
+    Ok(counted)
+}
+
+/// Rebuild this database's state counts by one scan of its items, while
+/// commits go on: true when they are valid now (false: another rebuild
+/// is running, or the server's tables are full).
+///
+/// 1. Under the table's lock: the database's status becomes building, and
+///    a snapshot S is taken and kept in shared memory. From here each
+///    commit judges its own transaction against S: one S does not see is
+///    added to the slot's `rebuild_add`; one it sees, left to the scan.
+/// 2. Wait for every transaction that holds a lock on `workfence.items`
+///    that a writer holds (`WaitForLockers`, as `CREATE INDEX
+///    CONCURRENTLY` waits): every transaction that changed items and that
+///    S sees has then run its commit callback (the callback runs before a
+///    transaction lets its locks go), so none can add to the counts after
+///    the scan what the scan counted. New writers are not held up.
+/// 3. Count the items with S.
+/// 4. Under the lock: the state counts are the scan's plus `rebuild_add`,
+///    and valid.
+///
+/// A transaction prepared before the rebuild and committed after it is
+/// missed (its commit runs no extension code, and its counts were filed at
+/// the prepare); a `ROLLBACK PREPARED` leaves its counts in. Both last
+/// until the next rebuild (a restart, or `queue_state_counts(rebuild =>
+/// true)`).
+///
+/// # Safety
+/// Inside a transaction that has written nothing (no transaction id: its
+/// own uncommitted changes would be counted by the scan and lost by its
+/// rollback), in a database with the extension.
+unsafe fn rebuild(database: u32) -> Result<bool> {
+    let items = crate::pg::plans::workfence_relation(c"items");
+    if items == pg_sys::InvalidOid {
+        return Ok(false);
+    }
+    let snapshot = {
+        let mut table = TABLE.exclusive();
+        if table.building.database != 0 || table.full {
+            return Ok(false);
+        }
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let count = (*snapshot).xcnt as usize;
+        if count > MAX_IN_PROGRESS {
+            pg_sys::UnregisterSnapshot(snapshot);
+            return Ok(false);
+        }
+        let building = &mut table.building;
+        building.database = database;
+        building.xmin = (*snapshot).xmin;
+        building.xmax = (*snapshot).xmax;
+        building.in_progress = count as u32;
+        for n in 0..count {
+            building.xip[n] = *(*snapshot).xip.add(n);
+        }
+        table.set_status(database, Status::Building);
+        for slot in table.slots.iter_mut().filter(|s| s.database == database) {
+            slot.rebuild_add = [0; STATES];
+        }
+        snapshot
+    };
+    let mut unfinished = Unfinished {
+        database,
+        done: false,
+    };
+    let tag = pg_sys::LOCKTAG {
+        locktag_field1: database,
+        locktag_field2: items.to_u32(),
+        locktag_field3: 0,
+        locktag_field4: 0,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
+        locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+    };
+    pg_sys::WaitForLockers(tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false);
+    let counted = count_items(Some(snapshot));
+    pg_sys::UnregisterSnapshot(snapshot);
+    let counted = counted?;
+    let mut table = TABLE.exclusive();
+    for slot in table.slots.iter_mut().filter(|s| s.database == database) {
+        slot.counts.items = slot.rebuild_add;
+    }
+    for (queue, counts) in &counted {
+        let Some(i) = slot_of(&mut table, database, queue) else {
+            // The table is full (the status is unknown now).
+            table.building.database = 0;
+            unfinished.done = true;
+            return Ok(false);
+        };
+        for (mine, n) in table.slots[i].counts.items.iter_mut().zip(counts) {
+            *mine += n;
+        }
+    }
+    table.building.database = 0;
+    table.set_status(database, Status::Valid);
+    table.set_items(database, items.to_u32());
+    unfinished.done = true;
+    Ok(true)
+}
+
+/// The state counts of this database's queues, from shared memory when
+/// they are valid (rebuilt first if they are not and can be), else counted
+/// from the items: (queue, counts), queues with no item left out.
+fn state_counts(force: bool) -> Result<Vec<(String, [i64; STATES])>> {
+    let database = database();
+    if enabled() {
+        // SAFETY: reads this backend's transaction state.
+        let wrote = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
+        let items = crate::pg::plans::workfence_relation(c"items").to_u32();
+        let mut valid = TABLE.share().valid(database, items) && !force;
+        if !valid && !wrote {
+            // SAFETY: in a transaction without a transaction id.
+            valid = unsafe { rebuild(database)? };
+        }
+        if valid {
+            let table = TABLE.share();
+            // Read under the same lock that says they are valid.
+            if table.valid(database, items) {
+                return Ok(table
+                    .slots
+                    .iter()
+                    .filter(|s| s.database == database && s.counts.items.iter().any(|&n| n != 0))
+                    .map(|s| (s.queue(), s.counts.items.map(|n| n.max(0))))
+                    .collect());
+            }
+        }
+    }
+    // SAFETY: in a transaction, with the statement's snapshot.
+    unsafe { count_items(None) }
+}
+
+/// One row of [`queue_state_counts`]: queue, pending, claimed, done,
+/// failed, cancelled.
+type StateRow = (String, i64, i64, i64, i64, i64);
+
+/// How many of each queue's items are in each state, without reading the
+/// items when the server keeps the counts: what `work_queue_stats` reads.
+///
+/// SQL: `workfence.queue_state_counts(rebuild boolean DEFAULT false)
+/// RETURNS TABLE (queue text, pending bigint, claimed bigint, done bigint,
+/// failed bigint, cancelled bigint)`, a row per queue of this database
+/// that has items and that the session's role may read (where queue grants
+/// are enforced), in no order. `rebuild` true rebuilds the counts first
+/// (one scan of the items), as after a restart.
+///
+/// With the library preloaded, the counts are kept in shared memory: each
+/// commit adds what its transaction moved between states (one lock
+/// acquisition per transaction, with the counters), so a read is
+/// O(queues). After a restart, or when they were given up, the first read
+/// rebuilds them with one scan of the items ([`rebuild`]) while commits go
+/// on, unless its transaction has written (then it counts the items, as
+/// it does without preloading). They stay exact as long as every change of
+/// an item goes through the extension's functions; a `DELETE` or `UPDATE`
+/// of `workfence.items` by hand, or a transaction prepared across a
+/// rebuild, puts them off until the next rebuild (`rebuild => true`; the
+/// view `work_queue_stats_exact` counts the items whatever).
+///
+/// Errors: 22004 for a NULL `rebuild`; 57014 when a rebuild's wait for
+/// writers in flight is cancelled (`statement_timeout`, `lock_timeout`).
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+pub fn queue_state_counts(
+    rebuild: default!(Option<bool>, false),
+) -> TableIterator<
+    'static,
+    (
+        name!(queue, String),
+        name!(pending, i64),
+        name!(claimed, i64),
+        name!(done, i64),
+        name!(failed, i64),
+        name!(cancelled, i64),
+    ),
+> {
+    (|| -> Result<Vec<StateRow>> {
+        let rebuild = validate::required("rebuild", rebuild)?;
+        let scope = grants::scope(Capability::Read)?;
+        Ok(state_counts(rebuild)?
+            .into_iter()
+            .filter(|(queue, _)| scope.allows(queue))
+            .map(|(queue, c)| (queue, c[0], c[1], c[2], c[3], c[4]))
+            .collect())
+    })()
+    .map(TableIterator::new)
+    .or_report()
 }

@@ -300,6 +300,7 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     use pg_sys::XactEvent::*;
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => {
+            crate::backend::counters::before_commit();
             let marks = STATE.with(|s| std::mem::take(&mut s.borrow_mut().mark_grouped));
             if event == XACT_EVENT_PRE_PREPARE {
                 // A prepared transaction would hold the pause locks until

@@ -4,7 +4,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
-use crate::backend::counters::{self, Event};
+use crate::backend::counters::{self, Event, ItemState};
 use crate::base::error::{OrReport, Result};
 use crate::pg::plans::{self, Statement};
 use crate::store::sql::QueueKey;
@@ -14,17 +14,25 @@ use crate::store::sql::QueueKey;
 // the new row version (READ COMMITTED) and cancels only what is still
 // unfinished; a claim that comes after skips the locked row (SKIP LOCKED) and
 // then no longer sees a claimable item. Owner and epoch stay, so the holder's
-// `work_assert` can say why its token is dead.
+// `work_assert` can say why its token is dead. The row is locked in a
+// subquery first, which reads the state the item was in (the newest
+// version, rechecked after a concurrent change as the UPDATE itself would
+// be): the second column, for the state counts
+// (`crate::backend::counters`).
 static CANCEL: Statement<QueueKey> = Statement::new(
     r#"
 UPDATE workfence.items AS i
    SET state = 'cancelled'::workfence.item_state,
        lease_until = NULL,
        finished_at = pg_catalog.clock_timestamp()
- WHERE i.queue OPERATOR(pg_catalog.=) $1
-   AND i.key OPERATOR(pg_catalog.=) $2
-   AND i.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed}'::workfence.item_state[])
-RETURNING i.id
+  FROM (SELECT o.id, o.state
+          FROM workfence.items AS o
+         WHERE o.queue OPERATOR(pg_catalog.=) $1
+           AND o.key OPERATOR(pg_catalog.=) $2
+           AND o.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed}'::workfence.item_state[])
+           FOR UPDATE) AS was
+ WHERE i.id OPERATOR(pg_catalog.=) was.id
+RETURNING i.id, was.state::pg_catalog.text
 "#,
 );
 
@@ -74,12 +82,22 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
                 if rows.is_empty() {
                     return Ok(None);
                 }
-                Ok(rows.first().get::<i64>(1)?)
+                let row = rows.first();
+                Ok(row
+                    .get::<i64>(1)?
+                    .map(|id| (id, row.get::<String>(2).ok().flatten())))
             },
         )
     })?;
-    if let Some(id) = cancelled {
+    if let Some((id, was)) = &cancelled {
+        let id = *id;
         counters::count(&queue, Event::Cancelled, 1);
+        counters::moved(
+            &queue,
+            was.as_deref().and_then(ItemState::parse),
+            Some(ItemState::Cancelled),
+            1,
+        );
         // A cancelled pending item may have been its group's head.
         crate::verbs::flow::regroup(&queue, id, true)?;
         // A cancelled claimed item frees its group or its slot.

@@ -11,7 +11,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
-use crate::backend::counters::{self, Event};
+use crate::backend::counters::{self, Event, ItemState};
 use crate::backend::paused;
 use crate::backend::wait;
 use crate::base::error::{OrReport, Result};
@@ -246,6 +246,15 @@ fn settle(queue: &str, outcome: &ClaimOutcome) -> Result<bool> {
                 None => counters::count(queue, Event::Claimed, 1),
             }
         }
+        // Lapsed leases claimed anew stay claimed.
+        let anew = outcome.lost.iter().filter(|t| !t.dead_lettered).count();
+        let from_pending = outcome.claimed.len().saturating_sub(anew);
+        counters::moved(
+            queue,
+            Some(ItemState::Pending),
+            Some(ItemState::Claimed),
+            from_pending as i64,
+        );
     }
     if !outcome.lost.is_empty() {
         Spi::connect_mut(|client| lapse::settle(client, &outcome.lost))?;

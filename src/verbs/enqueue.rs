@@ -5,7 +5,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
-use crate::backend::counters::{self, Event};
+use crate::backend::counters::{self, Event, ItemState};
 use crate::backend::notify;
 use crate::backend::wait;
 use crate::base::error::{OrReport, Result, WorkfenceError};
@@ -480,6 +480,7 @@ pub(crate) fn insert(
             )?;
             if let Some((id, due, behind)) = inserted {
                 counters::count(queue, Event::Enqueued, 1);
+                counters::moved(queue, None, Some(ItemState::Pending), 1);
                 if let (true, Some(group)) = (behind, group_key) {
                     crate::backend::xact::behind_at_commit(queue, group, id);
                 }

@@ -11,7 +11,7 @@
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use crate::backend::counters::{self, Event};
+use crate::backend::counters::{self, Event, ItemState};
 use crate::backend::notify;
 use crate::base::error::Result;
 use crate::pg::plans::{self, params, Statement};
@@ -58,12 +58,17 @@ pub fn settle(client: &mut SpiClient<'_>, lost: &[LostToken]) -> Result<()> {
         return Ok(());
     }
     for token in lost {
-        let event = if token.dead_lettered {
-            Event::Failed
+        if token.dead_lettered {
+            counters::count(&token.queue, Event::Failed, 1);
+            counters::moved(
+                &token.queue,
+                Some(ItemState::Claimed),
+                Some(ItemState::Failed),
+                1,
+            );
         } else {
-            Event::Lapsed
-        };
-        counters::count(&token.queue, event, 1);
+            counters::count(&token.queue, Event::Lapsed, 1);
+        }
     }
     if plans::schema() == plans::Schema::Legacy {
         return Ok(());

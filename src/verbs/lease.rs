@@ -26,7 +26,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability, Scope};
 use crate::access::validate;
-use crate::backend::counters::{self, Event};
+use crate::backend::counters::{self, Event, ItemState};
 use crate::backend::wait;
 use crate::base::error::{LeaseStatus, OrReport, Result, WorkfenceError};
 use crate::pg::jsonb::RawJsonb;
@@ -928,6 +928,12 @@ pub(crate) fn finish(
     match run_freeing(form(stmt, &scope), token.then(result, &scope))? {
         Some(ended) => {
             counters::run_ended(&ended.queue, Event::Done, ended.ran_micros);
+            counters::moved(
+                &ended.queue,
+                Some(ItemState::Claimed),
+                Some(ItemState::Done),
+                1,
+            );
             crate::verbs::life::ended(token.id, &ended.queue, ended.rerun, true)?;
             Ok(true)
         }
@@ -1012,6 +1018,9 @@ fn finish_many(
                     counters::run_ended(queue, Event::Done, ran);
                 } else if let Some(queue) = &queue {
                     counters::count(queue, Event::Done, 1);
+                }
+                if let Some(queue) = &queue {
+                    counters::moved(queue, Some(ItemState::Claimed), Some(ItemState::Done), 1);
                 }
             }
             if let Some(queue) = queue {
@@ -1142,6 +1151,12 @@ pub fn work_release(
         match run_handing_back(form(stmt, &scope), token.then(delay, &scope))? {
             Some(ended) => {
                 counters::run_ended(&ended.queue, Event::Released, ended.ran_micros);
+                counters::moved(
+                    &ended.queue,
+                    Some(ItemState::Claimed),
+                    Some(ItemState::Pending),
+                    1,
+                );
                 Ok(true)
             }
             None => after_refusal(&token, false, &scope),
@@ -1208,12 +1223,13 @@ pub(crate) fn fail(
             // A schema before 0.12.0 does not say how the failure ended:
             // nothing is counted for it (see `counters::run_ended`).
             if life {
-                let event = if ended.failed_for_good {
-                    Event::Failed
+                let (event, state) = if ended.failed_for_good {
+                    (Event::Failed, ItemState::Failed)
                 } else {
-                    Event::Retried
+                    (Event::Retried, ItemState::Pending)
                 };
                 counters::run_ended(&ended.queue, event, ended.ran_micros);
+                counters::moved(&ended.queue, Some(ItemState::Claimed), Some(state), 1);
             }
             crate::verbs::life::ended(token.id, &ended.queue, ended.rerun, false)?;
             Ok(true)

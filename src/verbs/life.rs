@@ -34,7 +34,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
-use crate::backend::counters::{self, Event};
+use crate::backend::counters::{self, Event, ItemState};
 use crate::backend::{notify, wait, xact};
 use crate::base::error::{OrReport, Result, WorkfenceError};
 use crate::base::types::LostToken;
@@ -234,6 +234,9 @@ pub(crate) fn conflict(
         // enqueue; a pending item's new payload is not.
         counters::count(queue, Event::Enqueued, 1);
     }
+    if state != "pending" && state != "claimed" {
+        counters::moved(queue, ItemState::parse(&state), Some(ItemState::Pending), 1);
+    }
     if state != "claimed" {
         if state == "pending" && grouped {
             // Under the group's lock, taken above (or now, if the item
@@ -308,6 +311,12 @@ pub(crate) fn ended(id: i64, queue: &str, rerun: bool, finished: bool) -> Result
         Spi::connect_mut(|client| {
             plans::run(client, &RERUN, RerunParams { id, finished }, |_| Ok(()))
         })?;
+        let ended_as = if finished {
+            ItemState::Done
+        } else {
+            ItemState::Failed
+        };
+        counters::moved(queue, Some(ended_as), Some(ItemState::Pending), 1);
         wait::wake_after_commit(queue, 1);
     }
     xact::awaited_at_commit(id);
@@ -376,6 +385,7 @@ pub(crate) fn dead_lettered(
     )?;
     // No NOTIFY, as in `ended` (a claim's dead letter may be prepared too).
     for queue in again {
+        counters::moved(&queue, Some(ItemState::Failed), Some(ItemState::Pending), 1);
         wait::wake_after_commit(&queue, 1);
     }
     Ok(())

@@ -15,7 +15,7 @@ use pgrx::prelude::*;
 
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
-use crate::backend::counters::{self, Event};
+use crate::backend::counters::{self, Event, ItemState};
 use crate::backend::wait;
 use crate::base::error::{OrReport, Result, WorkfenceError};
 use crate::pg::jsonb::RawJsonb;
@@ -25,7 +25,9 @@ use crate::store::sql::QueueParams;
 
 // Put a failed or cancelled item back to pending, due at `$3` (NULL: now),
 // with at least one attempt left. The epoch, owner, attempts and errors
-// stay as they were (the history is kept; the old tokens stay dead).
+// stay as they were (the history is kept; the old tokens stay dead). The
+// row is locked in a subquery first, which reads the state it was in (as
+// CANCEL does): the second column, for the state counts.
 static RETRY: Statement<QueueKeyAt> = Statement::new(
     r#"
 UPDATE workfence.items AS i
@@ -34,10 +36,14 @@ UPDATE workfence.items AS i
        max_attempts = GREATEST(i.max_attempts, i.attempts OPERATOR(pg_catalog.+) 1),
        lease_until = NULL,
        finished_at = NULL
- WHERE i.queue OPERATOR(pg_catalog.=) $1
-   AND i.key OPERATOR(pg_catalog.=) $2
-   AND i.state OPERATOR(pg_catalog.=) ANY ('{failed,cancelled}'::workfence.item_state[])
-RETURNING i.id
+  FROM (SELECT o.id, o.state
+          FROM workfence.items AS o
+         WHERE o.queue OPERATOR(pg_catalog.=) $1
+           AND o.key OPERATOR(pg_catalog.=) $2
+           AND o.state OPERATOR(pg_catalog.=) ANY ('{failed,cancelled}'::workfence.item_state[])
+           FOR UPDATE) AS was
+ WHERE i.id OPERATOR(pg_catalog.=) was.id
+RETURNING i.id, was.state::pg_catalog.text
 "#,
 );
 
@@ -278,16 +284,29 @@ fn move_item(
             if rows.is_empty() {
                 return Ok(None);
             }
-            Ok(rows.first().get::<i64>(1)?)
+            let columns = rows.columns()?;
+            let row = rows.first();
+            let was = if columns >= 2 {
+                row.get::<String>(2)?
+            } else {
+                None
+            };
+            Ok(row.get::<i64>(1)?.map(|id| (id, was)))
         })
     })?;
-    let Some(id) = moved else {
+    let Some((id, was)) = moved else {
         return Ok(false);
     };
     if std::ptr::eq(stmt, &RESCHEDULE) {
         crate::verbs::flow::regroup(queue, id, false)?;
     } else {
         counters::count(queue, Event::Retried, 1);
+        counters::moved(
+            queue,
+            was.as_deref().and_then(ItemState::parse),
+            Some(ItemState::Pending),
+            1,
+        );
     }
     wait::wake_after_commit(queue, 1);
     Ok(true)

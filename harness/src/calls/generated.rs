@@ -1160,6 +1160,61 @@ pub fn queue_counter_rows(c: &mut impl GenericClient) -> CallResult<Vec<QueueCou
     call.rows(c, ") AS r", QueueCounterRowsRow::read)
 }
 
+/// A row of the result of [`queue_state_counts`] (its `RETURNS TABLE`), every column an `Option`:
+/// the catalog does not say which are never NULL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueStateCountsRow {
+    /// `queue text`.
+    pub queue: Option<String>,
+    /// `pending bigint`.
+    pub pending: Option<i64>,
+    /// `claimed bigint`.
+    pub claimed: Option<i64>,
+    /// `done bigint`.
+    pub done: Option<i64>,
+    /// `failed bigint`.
+    pub failed: Option<i64>,
+    /// `cancelled bigint`.
+    pub cancelled: Option<i64>,
+}
+
+impl QueueStateCountsRow {
+    /// The row's columns, in the order of the select list.
+    fn read(row: &Row) -> CallResult<QueueStateCountsRow> {
+        Ok(QueueStateCountsRow {
+            queue: row.try_get(0)?,
+            pending: row.try_get(1)?,
+            claimed: row.try_get(2)?,
+            done: row.try_get(3)?,
+            failed: row.try_get(4)?,
+            cancelled: row.try_get(5)?,
+        })
+    }
+}
+
+/// `workfence.queue_state_counts`: how many of each queue's items are in each state, kept by the
+/// server: what `work_queue_stats` reads.
+///
+/// ```sql
+/// workfence.queue_state_counts(rebuild boolean DEFAULT false)
+/// RETURNS TABLE(queue text, pending bigint, claimed bigint, done bigint, failed bigint,
+///     cancelled bigint)
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn queue_state_counts(
+    c: &mut impl GenericClient,
+    rebuild: Option<bool>,
+) -> CallResult<Vec<QueueStateCountsRow>> {
+    let mut call = Call::new(
+        "SELECT r.queue, r.pending, r.claimed, r.done, r.failed, r.cancelled \
+         FROM workfence.queue_state_counts(",
+    );
+    call.named("rebuild", &rebuild, Type::BOOL, "");
+    call.rows(c, ") AS r", QueueStateCountsRow::read)
+}
+
 /// `workfence.work_grant`: lets a role use a capability on queues.
 ///
 /// ```sql

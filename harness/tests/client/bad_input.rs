@@ -279,6 +279,7 @@ fn kind_of(name: &str, f: &Fixture) -> Option<Kind> {
         "priority" => kind(Some("0"), vec![]),
         "error" => kind(Some("boom"), vec![]),
         "enforced" => kind(Some("true"), vec![]),
+        "rebuild" => kind(Some("false"), vec![]),
         "after" | "result" => kind(None, vec![]),
         "capability" => kind(
             Some("claim"),

@@ -42,6 +42,9 @@
 //!   its own token is no refusal); so a verb that counts what it did not
 //!   do, or forgets to count, fails at that verb (the file's cluster
 //!   preloads the library);
+//! - (from 0.12.0) `work_queue_stats`' counts of the queue's items in
+//!   each state, which the server keeps at each commit instead of counting
+//!   the items, equal the model's items;
 //! - every item of the queue equals the model's (state, attempts,
 //!   max_attempts, group, priority, run_at, epoch, owner, lease lapsed or
 //!   not), and each call's result is the model's (a claim returns exactly
@@ -149,6 +152,13 @@ const FUNCTIONS: &[(&str, Kind)] = &[
         "queue_counter_rows",
         Kind::NotAVerb(
             "reads the counters, changing nothing; compared with the model after every verb",
+        ),
+    ),
+    (
+        "queue_state_counts",
+        Kind::NotAVerb(
+            "reads the state counts (a rebuild changes no item); compared with the model through \
+             work_queue_stats after every verb",
         ),
     ),
     (
@@ -1584,6 +1594,23 @@ impl Model {
                 ));
             }
         }
+        let mut states = [0i64; 5];
+        for item in &self.items {
+            states[match item.state {
+                State::Pending => 0,
+                State::Claimed => 1,
+                State::Done => 2,
+                State::Failed => 3,
+                State::Cancelled => 4,
+            }] += 1;
+        }
+        if seen.states != states {
+            diffs.push(format!(
+                "work_queue_stats (pending, claimed, done, failed, cancelled): the server has \
+                 {:?}, the model's items {states:?}",
+                seen.states
+            ));
+        }
         if seen.counts != self.counts {
             diffs.push(format!(
                 "work_queue_counters (enqueued, claimed, done, failed, retried, released, \
@@ -1633,6 +1660,9 @@ struct Observed {
     /// The queue's row of `work_queue_counters` (from 0.12.0), in
     /// [`Counted`] order; zeros when it has none (nothing counted yet).
     counts: [i64; COUNTED],
+    /// Its items per state as `work_queue_stats` counts them (pending,
+    /// claimed, done, failed, cancelled), from the server's state counts.
+    states: [i64; 5],
 }
 
 /// The test's three connections to one database, and its figures.
@@ -1756,11 +1786,22 @@ impl Ctx {
                     r.get(1),
                 )
             });
-        let paused = calls::queue_stats(&mut self.admin)
+        let stats_row = calls::queue_stats(&mut self.admin)
             .map_err(db)?
             .into_iter()
-            .find(|s| s.queue == m.queue)
-            .map(|s| s.paused);
+            .find(|s| s.queue == m.queue);
+        let paused = stats_row.as_ref().map(|s| s.paused);
+        // The state counts the server keeps (from 0.12.0): pending (due
+        // or scheduled), claimed (live or expired), done, failed, cancelled.
+        let states = stats_row.as_ref().map_or([0; 5], |s| {
+            [
+                s.pending + s.scheduled,
+                s.claimed + s.expired,
+                s.done,
+                s.failed,
+                s.cancelled,
+            ]
+        });
         let limits = calls::queue_limits(&mut self.admin)
             .map_err(db)?
             .into_iter()
@@ -1875,6 +1916,7 @@ impl Ctx {
             items,
             schedule,
             counts,
+            states,
         })
     }
 

@@ -271,3 +271,150 @@ fn reading_the_counters_reads_no_item() {
     );
     assert!(!plan.contains("items"), "{plan}");
 }
+
+/// The state counts `work_queue_stats` reads, of `queue`: (pending,
+/// claimed, done, failed, cancelled), zeros when it has no row.
+fn states(c: &mut Client, queue: &str) -> [i64; 5] {
+    let rows = ok(
+        c.query(
+            "SELECT s.pending, s.claimed, s.done, s.failed, s.cancelled
+               FROM workfence.queue_state_counts() AS s WHERE s.queue = $1",
+            &[&queue],
+        ),
+        "queue_state_counts",
+    );
+    rows.first().map_or([0; 5], |r| {
+        [r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)]
+    })
+}
+
+/// The same counted from the items, by `work_queue_stats_exact`.
+fn exact(c: &mut Client, queue: &str) -> [i64; 5] {
+    let rows = ok(
+        c.query(
+            "SELECT s.pending + s.scheduled, s.claimed + s.expired, s.done, s.failed, s.cancelled
+               FROM workfence.work_queue_stats_exact AS s WHERE s.queue = $1",
+            &[&queue],
+        ),
+        "work_queue_stats_exact",
+    );
+    rows.first().map_or([0; 5], |r| {
+        [r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)]
+    })
+}
+
+#[test]
+fn the_state_counts_follow_every_change_and_a_restart_rebuilds_them() {
+    let mut cluster = ok(
+        Cluster::builder(common::scratch_base())
+            .setting("shared_preload_libraries", "pg_workfence")
+            .start(),
+        "a preloaded cluster",
+    );
+    ok(cluster.create_database("states"), "create database");
+    let mut c = ok(cluster.connect_to("states"), "connect");
+    let q = "states";
+    for key in ["a", "b", "c", "d", "e", "f", "g"] {
+        common::enqueue_new(&mut c, &Enqueue::new(q).key(key).max_attempts(1));
+    }
+    // The first read rebuilds them (nothing counted yet), from here kept.
+    assert_eq!(states(&mut c, q), [7, 0, 0, 0, 0]);
+    let a = common::claimed_one(&mut c, q, "w", "1 minute").token("w");
+    assert!(ok(calls::finish(&mut c, &a, None), "finish a"));
+    let b = common::claimed_one(&mut c, q, "w", "1 minute").token("w");
+    assert!(ok(
+        calls::fail(&mut c, &b, "final", None),
+        "fail b (its only attempt)"
+    ));
+    let cc = common::claimed_one(&mut c, q, "w", "1 minute").token("w");
+    assert!(ok(calls::release(&mut c, &cc, None), "release c"));
+    assert!(ok(calls::cancel(&mut c, q, "d"), "cancel d (pending)"));
+    let claimed = common::claimed_one(&mut c, q, "w", "1 minute");
+    assert!(ok(
+        calls::cancel(&mut c, q, &claimed.key),
+        "cancel a claimed item"
+    ));
+    assert!(ok(calls::retry(&mut c, q, "b", None), "retry b (failed)"));
+    // A finished item run again by on_conflict.
+    let again = common::enqueued(&mut c, &Enqueue::new(q).key("a").on_conflict("replace"));
+    assert!(!again.inserted);
+    // A rolled-back change counts nothing.
+    ok(c.batch_execute("BEGIN"), "begin");
+    assert!(ok(calls::cancel(&mut c, q, "f"), "cancel f"));
+    ok(c.batch_execute("ROLLBACK"), "rollback");
+    assert_eq!(states(&mut c, q), exact(&mut c, q), "after the verbs");
+    // A purge takes the finished items out of the counts.
+    ok(c.batch_execute("SELECT workfence.work_purge('0')"), "purge");
+    assert_eq!(states(&mut c, q), exact(&mut c, q), "after the purge");
+    let before = exact(&mut c, q);
+    assert_ne!(before, [0; 5]);
+
+    // A restart forgets them: the first read rebuilds them from the items.
+    drop(c);
+    ok(cluster.stop(), "stop");
+    ok(cluster.start_again(), "start again");
+    let mut c = ok(cluster.connect_to("states"), "connect again");
+    assert_eq!(states(&mut c, q), before, "rebuilt after the restart");
+    // A DELETE by hand is not seen until a rebuild is asked for.
+    ok(
+        c.batch_execute("DELETE FROM workfence.items WHERE key = 'g'"),
+        "a delete by hand",
+    );
+    assert_ne!(states(&mut c, q), exact(&mut c, q));
+    let rebuilt = ok(
+        c.query(
+            "SELECT s.pending, s.claimed, s.done, s.failed, s.cancelled
+               FROM workfence.queue_state_counts(rebuild => true) AS s WHERE s.queue = $1",
+            &[&q],
+        ),
+        "rebuild",
+    );
+    let rebuilt: [i64; 5] = rebuilt.first().map_or([0; 5], |r| {
+        [r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)]
+    });
+    assert_eq!(rebuilt, exact(&mut c, q));
+}
+
+#[test]
+fn a_rebuild_counts_what_commits_while_it_runs_once() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "rebuilt");
+    let q = "rebuilt";
+    common::enqueue_new(&mut c, &Enqueue::new(q).key("before"));
+    // A writer in flight when the rebuild takes its snapshot: the rebuild
+    // waits for it to end (its commit comes after the snapshot, so the
+    // scan does not see it and the commit adds it).
+    let mut writer = ok(cluster.connect_to("rebuilt"), "the writer");
+    ok(writer.batch_execute("BEGIN"), "begin");
+    common::enqueue_new(&mut writer, &Enqueue::new(q).key("in flight"));
+    let mut reader = ok(cluster.connect_to("rebuilt"), "the reader");
+    let reader_pid = common::backend_pid(&mut reader);
+    let rebuild = std::thread::spawn(move || {
+        let rows = ok(
+            reader.query(
+                "SELECT s.pending FROM workfence.queue_state_counts(rebuild => true) AS s
+                  WHERE s.queue = 'rebuilt'",
+                &[],
+            ),
+            "the rebuild",
+        );
+        rows.first().map_or(0i64, |r| r.get(0))
+    });
+    // The rebuild waits for the writer's transaction (a virtual xid lock).
+    common::poll_until(
+        &mut c,
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+                         WHERE pid = $1 AND wait_event_type = 'Lock')",
+        &[&reader_pid],
+        "the rebuild waiting for the writer in flight",
+    );
+    // Another commit while it waits: after its snapshot too.
+    common::enqueue_new(&mut c, &Enqueue::new(q).key("meanwhile"));
+    ok(writer.batch_execute("COMMIT"), "the writer commits");
+    let pending = rebuild.join().expect("the rebuild's thread");
+    assert_eq!(pending, 3, "before, in flight and meanwhile, each once");
+    assert_eq!(states(&mut c, q), exact(&mut c, q));
+    // Kept from here on.
+    common::enqueue_new(&mut c, &Enqueue::new(q).key("after"));
+    assert_eq!(states(&mut c, q), [4, 0, 0, 0, 0]);
+}
