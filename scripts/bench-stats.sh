@@ -111,10 +111,11 @@ SQL
     stats="$(ms "SELECT count(*) FROM workfence.work_queue_stats")"
     exact="$(ms "SELECT count(*) FROM workfence.work_queue_stats_exact" 3)"
     counters="$(ms "SELECT count(*) FROM workfence.work_queue_counters")"
-    page="$(http /queues)"
+    page="$(http /)"
+    queue_page="$(http /queues/q1)"
     metrics="$(http /metrics)"
     missing="$(http /queues/no-such-queue)"
-    rows+=("| $size | $stats | $exact | $counters | $rebuild | $page | $metrics | $missing |")
+    rows+=("| $size | $stats | $exact | $counters | $rebuild | $page | $queue_page | $metrics | $missing |")
 done
 
 stage "purge: every done item, in calls of at most 10,000"
@@ -140,10 +141,54 @@ wal="$(psql_q -c "SELECT pg_size_pretty(pg_wal_lsn_diff('$wal_after', '$wal_befo
     echo "Median milliseconds per read, side by side in one run; \`work_queue_stats_exact\` is what"
     echo "\`work_queue_stats\` was until 0.11.0. The rebuild is the first read after a restart."
     echo
-    echo "| items | work_queue_stats | work_queue_stats_exact | work_queue_counters | rebuild | /queues | /metrics | 404 |"
-    echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| items | work_queue_stats | work_queue_stats_exact | work_queue_counters | rebuild | / (queues) | /queues/q1 | /metrics | 404 |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${rows[@]}"
     echo
     read -r purged med longest <<< "$purge"
     echo "work_purge of the history, 40 calls: $purged items, median $med ms per call (longest $longest ms), WAL $wal per call."
 } | tee ${out:+"$out"}
+
+# --- the cycle beside scraping and beside a purge ---------------------------
+# 8 connections run claim -> finish (pgbench, prepared) on a queue of fresh
+# items, 15 s each: alone, beside a reader of work_queue_stats back to back
+# (what a scraper does), beside one of work_queue_stats_exact (what every
+# read cost until 0.11.0), and beside work_purge calls of the history; per
+# phase the cycle's p50, p99 and longest, from pgbench's per-transaction log.
+stage "the cycle beside scraping and a purge"
+psql_q -c "SELECT count(*) FROM (SELECT workfence.work_enqueue('cycle') FROM pg_catalog.generate_series(1, 200000)) AS s" >/dev/null
+echo "SELECT workfence.work_finish(c.id, 'w', c.epoch) FROM workfence.work_claim('cycle', 'w', '1 minute') AS c;" > "$scratch/cycle.sql"
+chmod 644 "$scratch/cycle.sql"
+# phase NAME SQL: the cycle for 15 s while SQL (if any) runs back to back.
+phase() {
+    local name="$1" sql="$2" side=""
+    rm -f "$scratch"/pgbench_log.*
+    if [ -n "$sql" ]; then
+        ( while [ ! -f "$scratch/stop" ]; do psql_q -c "$sql" >/dev/null; done ) &
+        side=$!
+    fi
+    ( cd "$scratch" && "$PG_BIN/pgbench" -n -M prepared -c 8 -j 2 -T 15 -l -f "$scratch/cycle.sql" \
+        -h 127.0.0.1 -p "$port" -U postgres postgres >/dev/null 2>&1 )
+    touch "$scratch/stop"
+    [ -n "$side" ] && wait "$side" 2>/dev/null || true
+    rm -f "$scratch/stop"
+    cat "$scratch"/pgbench_log.* | python3 -c '
+import sys, statistics
+lat = sorted(int(l.split()[2]) / 1000 for l in sys.stdin if l.strip())
+n = len(lat)
+print(f"| {sys.argv[1]} | {n / 15:.0f} | {lat[n // 2]:.2f} | {lat[int(n * 0.99)]:.2f} | {lat[-1]:.1f} |")
+' "$name"
+}
+cycle_rows=()
+cycle_rows+=("$(phase "alone" "")")
+cycle_rows+=("$(phase "beside work_queue_stats, back to back" "SELECT * FROM workfence.work_queue_stats")")
+cycle_rows+=("$(phase "beside work_queue_stats_exact, back to back" "SELECT * FROM workfence.work_queue_stats_exact")")
+cycle_rows+=("$(phase "beside work_purge, back to back" "SELECT workfence.work_purge('0')")")
+{
+    echo
+    echo "Claim -> finish at 8 connections (pgbench, prepared), 15 s a phase, beside a reader running back to back:"
+    echo
+    echo "| beside | cycles/s | p50 ms | p99 ms | longest ms |"
+    echo "|---|---:|---:|---:|---:|"
+    printf '%s\n' "${cycle_rows[@]}"
+} | tee -a ${out:+"$out"}
