@@ -271,6 +271,9 @@ pub struct Table {
     databases: [Database; DATABASES],
     /// The rebuild in progress, if any (one at a time per server).
     building: Building,
+    /// The transactions between their pre-commit and their commit
+    /// callback that moved items (see [`rebuild`]).
+    committing: [Committing; COMMITTERS],
 }
 
 impl Default for Table {
@@ -280,8 +283,36 @@ impl Default for Table {
             full: false,
             databases: [Database::UNKNOWN; DATABASES],
             building: Building::NONE,
+            committing: [Committing::FREE; COMMITTERS],
         }
     }
+}
+
+/// How many transactions may be committing at once with their moves
+/// tracked (more than `max_connections` ever is): one more finds none free
+/// and makes its database's state counts unknown.
+const COMMITTERS: usize = 1024;
+
+/// A transaction that moved items, from its pre-commit (before it becomes
+/// visible) to its commit callback (after): a rebuild that counts it in
+/// its scan marks it `skip`, so that its callback does not add it again.
+/// `pid == 0` marks a free entry.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Committing {
+    pid: i32,
+    database: u32,
+    xid: pg_sys::TransactionId,
+    skip: bool,
+}
+
+impl Committing {
+    const FREE: Committing = Committing {
+        pid: 0,
+        database: 0,
+        xid: pg_sys::InvalidTransactionId,
+        skip: false,
+    };
 }
 
 /// How many databases' state counts the server keeps track of.
@@ -332,6 +363,9 @@ impl Database {
 struct Building {
     /// The database being rebuilt; 0: none.
     database: u32,
+    /// The backend rebuilding it (a rebuild whose backend is gone is taken
+    /// over).
+    owner: i32,
     xmin: pg_sys::TransactionId,
     xmax: pg_sys::TransactionId,
     in_progress: u32,
@@ -341,6 +375,7 @@ struct Building {
 impl Building {
     const NONE: Building = Building {
         database: 0,
+        owner: 0,
         xmin: pg_sys::InvalidTransactionId,
         xmax: pg_sys::InvalidTransactionId,
         in_progress: 0,
@@ -475,11 +510,17 @@ fn add_to(
     queue: &str,
     counts: &Counts,
     xid: pg_sys::TransactionId,
+    skip: bool,
 ) {
     let Some(i) = slot_of(table, database, queue) else {
         return;
     };
-    let status = table.status(database);
+    let status = if skip {
+        // A rebuild's scan counted this transaction.
+        Status::Unknown
+    } else {
+        table.status(database)
+    };
     let unseen = status == Status::Building
         && table.building.database == database
         && !table.building.sees(xid);
@@ -508,6 +549,7 @@ pub fn refused(queue: &str, n: u64) {
         queue,
         &counts,
         pg_sys::InvalidTransactionId,
+        false,
     );
 }
 
@@ -527,6 +569,15 @@ thread_local! {
     /// ([`before_commit`]).
     static COMMITTING: std::cell::Cell<pg_sys::TransactionId> =
         const { std::cell::Cell::new(pg_sys::InvalidTransactionId) };
+    /// Whether this backend holds an entry of [`Table::committing`].
+    static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this backend is rebuilding a database's state counts.
+    static REBUILDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn my_pid() -> i32 {
+    // SAFETY: a plain global of the backend.
+    unsafe { pg_sys::MyProcPid }
 }
 
 /// The running transaction's counts of `queue` in its current
@@ -616,6 +667,45 @@ pub fn before_commit() {
     // SAFETY: reads this backend's transaction state.
     let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() };
     COMMITTING.with(|c| c.set(xid));
+    let moves = PENDING.with(|p| p.borrow().iter().any(|p| p.counts.items != [0; STATES]));
+    if !moves || !enabled() {
+        return;
+    }
+    // Before the transaction becomes visible: a rebuild that counts it in
+    // its scan finds it here and marks it, so its callback skips it.
+    let database = database();
+    let mut table = TABLE.exclusive();
+    match table.committing.iter_mut().find(|c| c.pid == 0) {
+        Some(entry) => {
+            *entry = Committing {
+                pid: my_pid(),
+                database,
+                xid,
+                skip: false,
+            };
+            REGISTERED.with(|r| r.set(true));
+        }
+        // No room to track it: its moves could be counted twice by a
+        // rebuild, so the counts are unknown (rebuilt by the next reader).
+        None => table.set_status(database, Status::Unknown),
+    }
+}
+
+/// This backend's entry of [`Table::committing`] leaves `table`, and
+/// whether a rebuild marked it counted.
+fn unregister(table: &mut Table) -> bool {
+    if !REGISTERED.with(|r| r.replace(false)) {
+        return false;
+    }
+    let pid = my_pid();
+    match table.committing.iter_mut().find(|c| c.pid == pid) {
+        Some(entry) => {
+            let skip = entry.skip;
+            *entry = Committing::FREE;
+            skip
+        }
+        None => false,
+    }
 }
 
 /// The transaction committed (or was prepared): add its counts to the
@@ -629,8 +719,9 @@ pub fn at_commit() {
     }
     let database = database();
     let mut table = TABLE.exclusive();
+    let skip = unregister(&mut table);
     for p in &pending {
-        add_to(&mut table, database, &p.queue, &p.counts, xid);
+        add_to(&mut table, database, &p.queue, &p.counts, xid, skip);
     }
 }
 
@@ -638,6 +729,19 @@ pub fn at_commit() {
 pub fn at_abort() {
     PENDING.with(|pending| pending.borrow_mut().clear());
     COMMITTING.with(|c| c.set(pg_sys::InvalidTransactionId));
+    let registered = REGISTERED.with(|r| r.get());
+    let rebuilding = REBUILDING.with(|r| r.replace(false));
+    if (registered || rebuilding) && enabled() {
+        let mut table = TABLE.exclusive();
+        unregister(&mut table);
+        // A rebuild cut short (an error, a cancel, a FATAL: the abort runs
+        // for those too): its database's counts stay unknown.
+        if rebuilding && table.building.owner == my_pid() {
+            let database = table.building.database;
+            table.building.database = 0;
+            table.set_status(database, Status::Unknown);
+        }
+    }
 }
 
 /// Subtransaction `subid` rolled back: the counts it (or one inside it,
@@ -866,26 +970,6 @@ mod tests {
     }
 }
 
-/// Undoes a rebuild that did not finish (an error, a cancel): its
-/// database's state counts stay unknown and the next reader tries again.
-struct Unfinished {
-    database: u32,
-    done: bool,
-}
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let mut table = TABLE.exclusive();
-        if table.building.database == self.database {
-            table.building.database = 0;
-            table.set_status(self.database, Status::Unknown);
-        }
-    }
-}
-
 // Every item of the database, counted per queue and state.
 const COUNT_ITEMS: &std::ffi::CStr =
     c"SELECT i.queue, i.state::pg_catalog.text, pg_catalog.count(*)
@@ -959,28 +1043,31 @@ unsafe fn count_items(snapshot: Option<pg_sys::Snapshot>) -> Result<Vec<(String,
 }
 
 /// Rebuild this database's state counts by one scan of its items, while
-/// commits go on: true when they are valid now (false: another rebuild
-/// is running, or the server's tables are full).
+/// commits go on, waiting for no one: true when they are valid now (false:
+/// another rebuild is running, a transaction is prepared in the database,
+/// or the server's tables are full; then the caller counts the items).
 ///
 /// 1. Under the table's lock: the database's status becomes building, and
 ///    a snapshot S is taken and kept in shared memory. From here each
-///    commit judges its own transaction against S: one S does not see is
-///    added to the slot's `rebuild_add`; one it sees, left to the scan.
-/// 2. Wait for every transaction that holds a lock on `workfence.items`
-///    that a writer holds (`WaitForLockers`, as `CREATE INDEX
-///    CONCURRENTLY` waits): every transaction that changed items and that
-///    S sees has then run its commit callback (the callback runs before a
-///    transaction lets its locks go), so none can add to the counts after
-///    the scan what the scan counted. New writers are not held up.
-/// 3. Count the items with S.
-/// 4. Under the lock: the state counts are the scan's plus `rebuild_add`,
-///    and valid.
+///    commit callback judges its own transaction against S: one S does not
+///    see adds what it moved to its slot's `rebuild_add`; one S sees is
+///    left to the scan.
+/// 2. Count the items with S.
+/// 3. Under the lock: the state counts are the scan's plus `rebuild_add`,
+///    and valid. A transaction that S sees but whose commit callback has
+///    not run yet (it became visible between its pre-commit and its
+///    callback) is in [`Table::committing`] (it entered at its pre-commit,
+///    before it was visible): it is marked `skip`, and its callback adds
+///    nothing, since the scan counted it. Every other callback after this
+///    adds what it moved: its transaction is one S does not see.
 ///
-/// A transaction prepared before the rebuild and committed after it is
-/// missed (its commit runs no extension code, and its counts were filed at
-/// the prepare); a `ROLLBACK PREPARED` leaves its counts in. Both last
-/// until the next rebuild (a restart, or `queue_state_counts(rebuild =>
-/// true)`).
+/// A transaction prepared before the rebuild and committed after it would
+/// be missed (its counts were filed at the prepare, and `COMMIT PREPARED`
+/// runs no extension code), so no rebuild runs while one is prepared in
+/// the database. A `ROLLBACK PREPARED` of one that moved items leaves its
+/// moves counted until the next rebuild (a restart, or
+/// `queue_state_counts(rebuild => true)`). Nothing is rebuilt during
+/// recovery (a hot standby replays changes without extension code).
 ///
 /// # Safety
 /// Inside a transaction that has written nothing (no transaction id: its
@@ -988,70 +1075,86 @@ unsafe fn count_items(snapshot: Option<pg_sys::Snapshot>) -> Result<Vec<(String,
 /// rollback), in a database with the extension.
 unsafe fn rebuild(database: u32) -> Result<bool> {
     let items = crate::pg::plans::workfence_relation(c"items");
-    if items == pg_sys::InvalidOid {
+    if items == pg_sys::InvalidOid || pg_sys::RecoveryInProgress() || prepared_here()? {
         return Ok(false);
     }
     let snapshot = {
         let mut table = TABLE.exclusive();
-        if table.building.database != 0 || table.full {
+        let owner = table.building.owner;
+        // A rebuild whose backend is gone (killed outside a transaction's
+        // abort) is taken over.
+        let running = table.building.database != 0 && !pg_sys::BackendPidGetProc(owner).is_null();
+        if running || table.full {
             return Ok(false);
         }
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
         let count = (*snapshot).xcnt as usize;
-        if count > MAX_IN_PROGRESS {
+        table.set_status(database, Status::Building);
+        if count > MAX_IN_PROGRESS || table.status(database) != Status::Building {
+            // Too many transactions in progress, or no entry left for the
+            // database's status.
             pg_sys::UnregisterSnapshot(snapshot);
+            table.set_status(database, Status::Unknown);
             return Ok(false);
         }
         let building = &mut table.building;
         building.database = database;
+        building.owner = my_pid();
         building.xmin = (*snapshot).xmin;
         building.xmax = (*snapshot).xmax;
         building.in_progress = count as u32;
         for n in 0..count {
             building.xip[n] = *(*snapshot).xip.add(n);
         }
-        table.set_status(database, Status::Building);
         for slot in table.slots.iter_mut().filter(|s| s.database == database) {
             slot.rebuild_add = [0; STATES];
         }
+        REBUILDING.with(|r| r.set(true));
         snapshot
     };
-    let mut unfinished = Unfinished {
-        database,
-        done: false,
-    };
-    let tag = pg_sys::LOCKTAG {
-        locktag_field1: database,
-        locktag_field2: items.to_u32(),
-        locktag_field3: 0,
-        locktag_field4: 0,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
-        locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
-    };
-    pg_sys::WaitForLockers(tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false);
     let counted = count_items(Some(snapshot));
     pg_sys::UnregisterSnapshot(snapshot);
+    // An error unwinds through the transaction's abort ([`at_abort`]).
     let counted = counted?;
     let mut table = TABLE.exclusive();
+    REBUILDING.with(|r| r.set(false));
+    table.building.database = 0;
+    // A commit of this database that found no slot meanwhile made its
+    // counts unknown: then they stay so.
+    if table.status(database) != Status::Building || table.full {
+        table.set_status(database, Status::Unknown);
+        return Ok(false);
+    }
     for slot in table.slots.iter_mut().filter(|s| s.database == database) {
         slot.counts.items = slot.rebuild_add;
     }
     for (queue, counts) in &counted {
         let Some(i) = slot_of(&mut table, database, queue) else {
-            // The table is full (the status is unknown now).
-            table.building.database = 0;
-            unfinished.done = true;
+            table.set_status(database, Status::Unknown);
             return Ok(false);
         };
         for (mine, n) in table.slots[i].counts.items.iter_mut().zip(counts) {
             *mine += n;
         }
     }
-    table.building.database = 0;
+    let building = table.building;
+    for entry in table.committing.iter_mut() {
+        if entry.pid != 0 && entry.database == database && building.sees(entry.xid) {
+            entry.skip = true;
+        }
+    }
     table.set_status(database, Status::Valid);
     table.set_items(database, items.to_u32());
-    unfinished.done = true;
     Ok(true)
+}
+
+/// Whether a transaction is prepared in this database (`pg_prepared_xacts`).
+fn prepared_here() -> Result<bool> {
+    Ok(Spi::get_one::<bool>(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_prepared_xacts AS p
+                         WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database())",
+    )?
+    .unwrap_or(false))
 }
 
 /// The state counts of this database's queues, from shared memory when
@@ -1063,7 +1166,9 @@ fn state_counts(force: bool) -> Result<Vec<(String, [i64; STATES])>> {
         // SAFETY: reads this backend's transaction state.
         let wrote = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
         let items = crate::pg::plans::workfence_relation(c"items").to_u32();
-        let mut valid = TABLE.share().valid(database, items) && !force;
+        // SAFETY: reads the server's state.
+        let recovering = unsafe { pg_sys::RecoveryInProgress() };
+        let mut valid = TABLE.share().valid(database, items) && !force && !recovering;
         if !valid && !wrote {
             // SAFETY: in a transaction without a transaction id.
             valid = unsafe { rebuild(database)? };
@@ -1100,19 +1205,19 @@ type StateRow = (String, i64, i64, i64, i64, i64);
 /// (one scan of the items), as after a restart.
 ///
 /// With the library preloaded, the counts are kept in shared memory: each
-/// commit adds what its transaction moved between states (one lock
-/// acquisition per transaction, with the counters), so a read is
-/// O(queues). After a restart, or when they were given up, the first read
-/// rebuilds them with one scan of the items ([`rebuild`]) while commits go
-/// on, unless its transaction has written (then it counts the items, as
-/// it does without preloading). They stay exact as long as every change of
+/// commit adds what its transaction moved between states (with the
+/// counters, under the same lock), so a read is O(queues). After a
+/// restart, or when they were given up, the first read rebuilds them with
+/// one scan of the items ([`rebuild`]) while commits go on, unless its
+/// transaction has written, a transaction is prepared in the database or
+/// the server is in recovery (then it counts the items, as it does without
+/// preloading). They stay exact as long as every change of
 /// an item goes through the extension's functions; a `DELETE` or `UPDATE`
 /// of `workfence.items` by hand, or a transaction prepared across a
 /// rebuild, puts them off until the next rebuild (`rebuild => true`; the
 /// view `work_queue_stats_exact` counts the items whatever).
 ///
-/// Errors: 22004 for a NULL `rebuild`; 57014 when a rebuild's wait for
-/// writers in flight is cancelled (`statement_timeout`, `lock_timeout`).
+/// Errors: 22004 for a NULL `rebuild`.
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 pub fn queue_state_counts(
     rebuild: default!(Option<bool>, false),

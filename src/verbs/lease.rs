@@ -551,8 +551,15 @@ pub fn work_progress(
 // are used up the item is failed (the dead letter state). The failure goes
 // into the item's `errors` history too (not in a schema before 0.6.0).
 macro_rules! fail_sql {
+    // The forms of a schema before 0.12.0 return whether the failure was
+    // final too (the state counts need it, `counters::moved`), in the
+    // `_LIFE` forms' fourth column.
     ($mode:ident, $scope:ident) => {
-        fail_sql!($mode, $scope, "")
+        fail_sql!(
+            $mode,
+            $scope,
+            ", false, NULL::pg_catalog.timestamptz, i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state"
+        )
     };
     ($mode:ident, $scope:ident, $more:literal) => {
         concat!(
@@ -1216,21 +1223,20 @@ pub(crate) fn fail(
         validate::delay("retry_in", retry.into(), server_now())?;
     }
     let scope = grants::scope(Capability::Claim)?;
-    let life = crate::verbs::life::schema_has_life();
-    let stmt = if life { &FAIL_LIFE } else { &FAIL };
+    let stmt = if crate::verbs::life::schema_has_life() {
+        &FAIL_LIFE
+    } else {
+        &FAIL
+    };
     match run_handing_back(form(stmt, &scope), token.then((error, retry_in), &scope))? {
         Some(ended) => {
-            // A schema before 0.12.0 does not say how the failure ended:
-            // nothing is counted for it (see `counters::run_ended`).
-            if life {
-                let (event, state) = if ended.failed_for_good {
-                    (Event::Failed, ItemState::Failed)
-                } else {
-                    (Event::Retried, ItemState::Pending)
-                };
-                counters::run_ended(&ended.queue, event, ended.ran_micros);
-                counters::moved(&ended.queue, Some(ItemState::Claimed), Some(state), 1);
-            }
+            let (event, state) = if ended.failed_for_good {
+                (Event::Failed, ItemState::Failed)
+            } else {
+                (Event::Retried, ItemState::Pending)
+            };
+            counters::run_ended(&ended.queue, event, ended.ran_micros);
+            counters::moved(&ended.queue, Some(ItemState::Claimed), Some(state), 1);
             crate::verbs::life::ended(token.id, &ended.queue, ended.rerun, false)?;
             Ok(true)
         }

@@ -101,7 +101,15 @@ fn purge(older_than: Option<Interval>, queue: Option<String>) -> Result<i64> {
         Some(queue) => grants::check(Capability::Purge, queue)?,
         None => grants::check_every_queue(Capability::Purge)?,
     }
-    Spi::connect_mut(|client| purge_finished(client, older_than, queue.as_deref()))
+    let purged = Spi::connect_mut(|client| purge_finished(client, older_than, queue.as_deref()))?;
+    if purged >= i64::from(BATCH) {
+        // A caller that purged once a day until 0.11.0 and expects nothing
+        // left sees this in its log: more may be due.
+        notice!(
+            "work_purge deleted {purged} items, its most per call: more may be due; call it again (each call in its own transaction) until it returns fewer"
+        );
+    }
+    Ok(purged)
 }
 
 /// Delete at most [`BATCH`] of the finished items older than `older_than`

@@ -381,12 +381,29 @@ fn a_rebuild_counts_what_commits_while_it_runs_once() {
     let mut c = database(&cluster, "rebuilt");
     let q = "rebuilt";
     common::enqueue_new(&mut c, &Enqueue::new(q).key("before"));
-    // A writer in flight when the rebuild takes its snapshot: the rebuild
-    // waits for it to end (its commit comes after the snapshot, so the
-    // scan does not see it and the commit adds it).
+    // The order, made explicit with table locks: a writer in flight when
+    // the rebuild takes its snapshot (so its scan cannot see it) commits
+    // while the rebuild's scan waits for a lock, behind a session that
+    // queued for ACCESS EXCLUSIVE behind the writer.
     let mut writer = ok(cluster.connect_to("rebuilt"), "the writer");
     ok(writer.batch_execute("BEGIN"), "begin");
     common::enqueue_new(&mut writer, &Enqueue::new(q).key("in flight"));
+    let mut locker = ok(cluster.connect_to("rebuilt"), "the locker");
+    let locker_pid = common::backend_pid(&mut locker);
+    let lock = std::thread::spawn(move || {
+        ok(
+            locker.batch_execute("BEGIN; LOCK TABLE workfence.items IN ACCESS EXCLUSIVE MODE"),
+            "the lock",
+        );
+        locker
+    });
+    common::poll_until(
+        &mut c,
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+                         WHERE pid = $1 AND wait_event_type = 'Lock')",
+        &[&locker_pid],
+        "the locker queued behind the writer",
+    );
     let mut reader = ok(cluster.connect_to("rebuilt"), "the reader");
     let reader_pid = common::backend_pid(&mut reader);
     let rebuild = std::thread::spawn(move || {
@@ -400,21 +417,50 @@ fn a_rebuild_counts_what_commits_while_it_runs_once() {
         );
         rows.first().map_or(0i64, |r| r.get(0))
     });
-    // The rebuild waits for the writer's transaction (a virtual xid lock).
+    // Its snapshot taken, its scan queued behind the locker.
     common::poll_until(
         &mut c,
         "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
                          WHERE pid = $1 AND wait_event_type = 'Lock')",
         &[&reader_pid],
-        "the rebuild waiting for the writer in flight",
+        "the rebuild's scan waiting for its lock",
     );
-    // Another commit while it waits: after its snapshot too.
-    common::enqueue_new(&mut c, &Enqueue::new(q).key("meanwhile"));
+    // The writer commits during the rebuild: the locker gets its lock, and
+    // lets it go.
     ok(writer.batch_execute("COMMIT"), "the writer commits");
+    let mut locker = lock.join().expect("the locker's thread");
+    ok(locker.batch_execute("ROLLBACK"), "the locker lets go");
     let pending = rebuild.join().expect("the rebuild's thread");
-    assert_eq!(pending, 3, "before, in flight and meanwhile, each once");
+    assert_eq!(
+        pending, 2,
+        "before (the scan's) and in flight (its commit's), each once"
+    );
     assert_eq!(states(&mut c, q), exact(&mut c, q));
     // Kept from here on.
     common::enqueue_new(&mut c, &Enqueue::new(q).key("after"));
-    assert_eq!(states(&mut c, q), [4, 0, 0, 0, 0]);
+    assert_eq!(states(&mut c, q), [3, 0, 0, 0, 0]);
+}
+
+#[test]
+fn no_rebuild_runs_while_a_transaction_is_prepared_and_reads_count_the_items() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "prepared_rebuild");
+    let q = "prepared_rebuild";
+    common::enqueue_new(&mut c, &Enqueue::new(q).key("a"));
+    common::enqueue_new(&mut c, &Enqueue::new(q).key("b"));
+    ok(c.batch_execute("BEGIN"), "begin");
+    let token = common::claimed_one(&mut c, q, "w", "1 minute").token("w");
+    assert!(ok(calls::finish(&mut c, &token, None), "finish"));
+    ok(c.batch_execute("PREPARE TRANSACTION 'a finish'"), "prepare");
+    // A rebuild now would miss the prepared finish at its COMMIT PREPARED
+    // (counted at the prepare, before the rebuild): the reads count the
+    // items instead, which show neither the claim nor the finish yet.
+    assert_eq!(states(&mut c, q), [2, 0, 0, 0, 0]);
+    ok(
+        c.batch_execute("COMMIT PREPARED 'a finish'"),
+        "commit prepared",
+    );
+    // Now a rebuild runs, and the counts are the items'.
+    assert_eq!(states(&mut c, q), [1, 0, 1, 0, 0]);
+    assert_eq!(states(&mut c, q), exact(&mut c, q));
 }
