@@ -150,45 +150,52 @@ wal="$(psql_q -c "SELECT pg_size_pretty(pg_wal_lsn_diff('$wal_after', '$wal_befo
 } | tee ${out:+"$out"}
 
 # --- the cycle beside scraping and beside a purge ---------------------------
-# 8 connections run claim -> finish (pgbench, prepared) on a queue of fresh
-# items, 15 s each: alone, beside a reader of work_queue_stats back to back
-# (what a scraper does), beside one of work_queue_stats_exact (what every
-# read cost until 0.11.0), and beside work_purge calls of the history; per
-# phase the cycle's p50, p99 and longest, from pgbench's per-transaction log.
+# 8 connections offer claim -> finish at a fixed 1,000 cycles/s (pgbench -R,
+# prepared) on a queue of fresh items, 15 s a phase: alone, beside one
+# connection reading work_queue_stats back to back (a scraper with no
+# pause), beside one reading work_queue_stats_exact (what every read cost
+# until 0.11.0), and beside one calling work_purge of the history back to
+# back; per phase the cycle's completed rate, p50, p99 and longest (pgbench's
+# per-transaction log, schedule lag included), and the reader's calls/s.
 stage "the cycle beside scraping and a purge"
-psql_q -c "SELECT count(*) FROM (SELECT workfence.work_enqueue('cycle') FROM pg_catalog.generate_series(1, 200000)) AS s" >/dev/null
+psql_q -c "SELECT count(*) FROM (SELECT workfence.work_enqueue('cycle') FROM pg_catalog.generate_series(1, 100000)) AS s" >/dev/null
 echo "SELECT workfence.work_finish(c.id, 'w', c.epoch) FROM workfence.work_claim('cycle', 'w', '1 minute') AS c;" > "$scratch/cycle.sql"
 chmod 644 "$scratch/cycle.sql"
 # phase NAME SQL: the cycle for 15 s while SQL (if any) runs back to back.
 phase() {
-    local name="$1" sql="$2" side=""
-    rm -f "$scratch"/pgbench_log.*
+    local name="$1" sql="$2" side="" reads="-"
+    rm -f "$scratch"/pgbench_log.* "$scratch/side.out"
     if [ -n "$sql" ]; then
-        ( while [ ! -f "$scratch/stop" ]; do psql_q -c "$sql" >/dev/null; done ) &
+        echo "$sql;" > "$scratch/side.sql"
+        chmod 644 "$scratch/side.sql"
+        "$PG_BIN/pgbench" -n -M prepared -c 1 -T 15 -f "$scratch/side.sql" \
+            -h 127.0.0.1 -p "$port" -U postgres postgres > "$scratch/side.out" 2>&1 &
         side=$!
     fi
-    ( cd "$scratch" && "$PG_BIN/pgbench" -n -M prepared -c 8 -j 2 -T 15 -l -f "$scratch/cycle.sql" \
+    ( cd "$scratch" && "$PG_BIN/pgbench" -n -M prepared -c 8 -j 2 -R 1000 -T 15 -l -f "$scratch/cycle.sql" \
         -h 127.0.0.1 -p "$port" -U postgres postgres >/dev/null 2>&1 )
-    touch "$scratch/stop"
-    [ -n "$side" ] && wait "$side" 2>/dev/null || true
-    rm -f "$scratch/stop"
+    if [ -n "$side" ]; then
+        wait "$side" || true
+        reads="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$scratch/side.out" | head -1 | xargs printf '%.1f')"
+    fi
     cat "$scratch"/pgbench_log.* | python3 -c '
-import sys, statistics
+import sys
 lat = sorted(int(l.split()[2]) / 1000 for l in sys.stdin if l.strip())
 n = len(lat)
-print(f"| {sys.argv[1]} | {n / 15:.0f} | {lat[n // 2]:.2f} | {lat[int(n * 0.99)]:.2f} | {lat[-1]:.1f} |")
-' "$name"
+print(f"| {sys.argv[1]} | {sys.argv[2]} | {n / 15:.0f} | {lat[n // 2]:.2f} | {lat[int(n * 0.99)]:.2f} | {lat[-1]:.1f} |")
+' "$name" "$reads"
 }
 cycle_rows=()
-cycle_rows+=("$(phase "alone" "")")
-cycle_rows+=("$(phase "beside work_queue_stats, back to back" "SELECT * FROM workfence.work_queue_stats")")
-cycle_rows+=("$(phase "beside work_queue_stats_exact, back to back" "SELECT * FROM workfence.work_queue_stats_exact")")
-cycle_rows+=("$(phase "beside work_purge, back to back" "SELECT workfence.work_purge('0')")")
+cycle_rows+=("$(phase "nothing" "")")
+cycle_rows+=("$(phase "work_queue_stats" "SELECT count(*) FROM workfence.work_queue_stats")")
+cycle_rows+=("$(phase "work_queue_stats_exact (0.11.0's work_queue_stats)" "SELECT count(*) FROM workfence.work_queue_stats_exact")")
+cycle_rows+=("$(phase "work_purge('0')" "SELECT workfence.work_purge('0')")")
 {
     echo
-    echo "Claim -> finish at 8 connections (pgbench, prepared), 15 s a phase, beside a reader running back to back:"
+    echo "Claim -> finish offered at 1,000/s by 8 connections (pgbench -R, prepared), 15 s a phase,"
+    echo "beside one connection running a call back to back:"
     echo
-    echo "| beside | cycles/s | p50 ms | p99 ms | longest ms |"
-    echo "|---|---:|---:|---:|---:|"
+    echo "| beside | its calls/s | cycles/s done | p50 ms | p99 ms | longest ms |"
+    echo "|---|---:|---:|---:|---:|---:|"
     printf '%s\n' "${cycle_rows[@]}"
 } | tee -a ${out:+"$out"}
