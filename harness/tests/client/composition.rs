@@ -1004,10 +1004,9 @@ impl Model {
     /// item), is a refusal the counters count, at once; a finish repeated
     /// with its own token is not one.
     fn refusal(&mut self, token: &Token, finishing: bool) {
-        let counted = !self.current(token)
-            && !(finishing && self.done_by(token))
-            && self.may(Role::Worker, Cap::Claim)
-            && self.by_id(token.id).is_some();
+        let answered_true = self.current(token) || (finishing && self.done_by(token));
+        let counted =
+            !answered_true && self.may(Role::Worker, Cap::Claim) && self.by_id(token.id).is_some();
         if counted {
             self.counted(Counted::Refused, 1);
         }
