@@ -533,6 +533,11 @@ const SHADOWS: &[Shadow] = &[
         logged: "bool_or(boolean)",
         probe: "SELECT bool_or(x) FROM (VALUES (true)) AS v(x)",
     },
+    Shadow {
+        function: "current_database",
+        logged: "current_database()",
+        probe: "SELECT current_database()",
+    },
 ];
 
 /// What the would-be hijacker creates in its own schema `evil`: a table that
@@ -550,6 +555,8 @@ CREATE FUNCTION evil.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql SET 
 AS $$ BEGIN PERFORM evil.log('clock_timestamp()'); RETURN pg_catalog.clock_timestamp(); END $$;
 CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('now()'); RETURN pg_catalog.now(); END $$;
+CREATE FUNCTION evil.current_database() RETURNS name LANGUAGE plpgsql SET search_path = pg_catalog
+AS $$ BEGIN PERFORM evil.log('current_database()'); RETURN pg_catalog.current_database(); END $$;
 CREATE FUNCTION evil.random() RETURNS float8 LANGUAGE plpgsql SET search_path = pg_catalog
 AS $$ BEGIN PERFORM evil.log('random()'); RETURN pg_catalog.random(); END $$;
 CREATE FUNCTION evil.power(a float8, b float8) RETURNS float8 LANGUAGE plpgsql SET search_path = pg_catalog
