@@ -725,29 +725,39 @@ pub fn at_commit() {
     }
 }
 
-/// The transaction rolled back: its counts go.
+/// The transaction rolled back: its counts go, and so does a rebuild it
+/// was running.
 pub fn at_abort() {
     PENDING.with(|pending| pending.borrow_mut().clear());
     COMMITTING.with(|c| c.set(pg_sys::InvalidTransactionId));
     let registered = REGISTERED.with(|r| r.get());
-    let rebuilding = REBUILDING.with(|r| r.replace(false));
-    if (registered || rebuilding) && enabled() {
-        let mut table = TABLE.exclusive();
-        unregister(&mut table);
-        // A rebuild cut short (an error, a cancel, a FATAL: the abort runs
-        // for those too): its database's counts stay unknown.
-        if rebuilding && table.building.owner == my_pid() {
-            let database = table.building.database;
-            table.building.database = 0;
-            table.set_status(database, Status::Unknown);
-        }
+    if registered && enabled() {
+        unregister(&mut TABLE.exclusive());
     }
+    give_up_rebuild();
 }
 
 /// Subtransaction `subid` rolled back: the counts it (or one inside it,
-/// whose ids are larger) made go.
+/// whose ids are larger) made go, and so does a rebuild running in it
+/// (an error caught by an exception block: the transaction goes on).
 pub fn at_subxact_abort(subid: pg_sys::SubTransactionId) {
     PENDING.with(|pending| pending.borrow_mut().retain(|p| p.subid < subid));
+    give_up_rebuild();
+}
+
+/// A rebuild this backend was running was cut short (an error, a cancel,
+/// a FATAL: an abort runs for each): its database's counts stay unknown,
+/// and the next reader rebuilds them.
+fn give_up_rebuild() {
+    if !REBUILDING.with(|r| r.replace(false)) || !enabled() {
+        return;
+    }
+    let mut table = TABLE.exclusive();
+    if table.building.database != 0 && table.building.owner == my_pid() {
+        let database = table.building.database;
+        table.building.database = 0;
+        table.set_status(database, Status::Unknown);
+    }
 }
 
 /// Whether anything is counted at all (the library is preloaded): the

@@ -464,3 +464,61 @@ fn no_rebuild_runs_while_a_transaction_is_prepared_and_reads_count_the_items() {
     assert_eq!(states(&mut c, q), [1, 0, 1, 0, 0]);
     assert_eq!(states(&mut c, q), exact(&mut c, q));
 }
+
+#[test]
+fn a_rebuild_cut_short_inside_an_exception_block_lets_the_next_one_run() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "cut_short");
+    let q = "cut_short";
+    for key in ["a", "b"] {
+        common::enqueue_new(&mut c, &Enqueue::new(q).key(key));
+    }
+    // The rebuild's scan cannot get its lock (held ACCESS EXCLUSIVE) and
+    // fails with 55P03 inside an exception block: a subtransaction rolls
+    // back, the session and its transaction go on.
+    let mut locker = ok(cluster.connect_to("cut_short"), "the locker");
+    ok(
+        locker.batch_execute("BEGIN; LOCK TABLE workfence.items IN ACCESS EXCLUSIVE MODE"),
+        "the lock",
+    );
+    let mut cut = ok(cluster.connect_to("cut_short"), "the cut-short rebuild");
+    ok(
+        cut.batch_execute(
+            "SET lock_timeout = '50ms';
+             DO $$ BEGIN
+                 PERFORM * FROM workfence.queue_state_counts(rebuild => true);
+             EXCEPTION WHEN lock_not_available THEN
+                 PERFORM pg_catalog.set_config('test.caught', 'yes', false);
+             END $$;",
+        ),
+        "the cut-short rebuild",
+    );
+    let caught: Option<String> = common::scalar(
+        &mut cut,
+        "SELECT pg_catalog.current_setting('test.caught', true)",
+        &[],
+    );
+    let caught = caught.unwrap_or_default();
+    assert_eq!(caught, "yes", "the rebuild's scan was refused its lock");
+    ok(locker.batch_execute("ROLLBACK"), "the locker lets go");
+    // Another session's rebuild runs (the cut-short one left nothing
+    // behind, its backend still alive): from then on the counts are kept,
+    // so a DELETE by hand is not seen by them (it would be, were every
+    // read still counting the items).
+    let rebuilt = ok(
+        c.query(
+            "SELECT s.pending FROM workfence.queue_state_counts(rebuild => true) AS s
+              WHERE s.queue = $1",
+            &[&q],
+        ),
+        "the next rebuild",
+    );
+    assert_eq!(rebuilt.first().map(|r| r.get::<_, i64>(0)), Some(2));
+    ok(
+        c.batch_execute("DELETE FROM workfence.items WHERE queue = 'cut_short' AND key = 'a'"),
+        "a delete by hand",
+    );
+    assert_eq!(states(&mut c, q), [2, 0, 0, 0, 0], "kept, not counted");
+    assert_eq!(exact(&mut c, q), [1, 0, 0, 0, 0]);
+    drop(cut);
+}
