@@ -275,11 +275,20 @@ fn reading_the_counters_reads_no_item() {
 /// The state counts `work_queue_stats` reads, of `queue`: (pending,
 /// claimed, done, failed, cancelled), zeros when it has no row.
 fn states(c: &mut Client, queue: &str) -> [i64; 5] {
+    state_counts(c, queue, false)
+}
+
+/// [`states`] after a rebuild (`queue_state_counts(rebuild => true)`).
+fn states_rebuilt(c: &mut Client, queue: &str) -> [i64; 5] {
+    state_counts(c, queue, true)
+}
+
+fn state_counts(c: &mut Client, queue: &str, rebuild: bool) -> [i64; 5] {
     let rows = ok(
         c.query(
             "SELECT s.pending, s.claimed, s.done, s.failed, s.cancelled
-               FROM workfence.queue_state_counts() AS s WHERE s.queue = $1",
-            &[&queue],
+               FROM workfence.queue_state_counts(rebuild => $2) AS s WHERE s.queue = $1",
+            &[&queue, &rebuild],
         ),
         "queue_state_counts",
     );
@@ -361,18 +370,7 @@ fn the_state_counts_follow_every_change_and_a_restart_rebuilds_them() {
         "a delete by hand",
     );
     assert_ne!(states(&mut c, q), exact(&mut c, q));
-    let rebuilt = ok(
-        c.query(
-            "SELECT s.pending, s.claimed, s.done, s.failed, s.cancelled
-               FROM workfence.queue_state_counts(rebuild => true) AS s WHERE s.queue = $1",
-            &[&q],
-        ),
-        "rebuild",
-    );
-    let rebuilt: [i64; 5] = rebuilt.first().map_or([0; 5], |r| {
-        [r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)]
-    });
-    assert_eq!(rebuilt, exact(&mut c, q));
+    assert_eq!(states_rebuilt(&mut c, q), exact(&mut c, q));
 }
 
 #[test]
@@ -505,15 +503,11 @@ fn a_rebuild_cut_short_inside_an_exception_block_lets_the_next_one_run() {
     // behind, its backend still alive): from then on the counts are kept,
     // so a DELETE by hand is not seen by them (it would be, were every
     // read still counting the items).
-    let rebuilt = ok(
-        c.query(
-            "SELECT s.pending FROM workfence.queue_state_counts(rebuild => true) AS s
-              WHERE s.queue = $1",
-            &[&q],
-        ),
-        "the next rebuild",
+    assert_eq!(
+        states_rebuilt(&mut c, q),
+        [2, 0, 0, 0, 0],
+        "the next rebuild"
     );
-    assert_eq!(rebuilt.first().map(|r| r.get::<_, i64>(0)), Some(2));
     ok(
         c.batch_execute("DELETE FROM workfence.items WHERE queue = 'cut_short' AND key = 'a'"),
         "a delete by hand",
