@@ -997,9 +997,8 @@ unsafe fn count_items(snapshot: Option<pg_sys::Snapshot>) -> Result<Vec<(String,
     Spi::connect(|_| -> Result<()> {
         let plan = pg_sys::SPI_prepare(COUNT_ITEMS.as_ptr(), 0, std::ptr::null_mut());
         if plan.is_null() {
-            return Err(crate::base::error::WorkfenceError::UnexpectedNull {
-                column: "the plan of the item count",
-            });
+            // SPI_prepare leaves its error code in SPI_result.
+            Spi::check_status(pg_sys::SPI_result)?;
         }
         let status = match snapshot {
             Some(snapshot) => pg_sys::SPI_execute_snapshot(
@@ -1014,11 +1013,7 @@ unsafe fn count_items(snapshot: Option<pg_sys::Snapshot>) -> Result<Vec<(String,
             ),
             None => pg_sys::SPI_execute_plan(plan, std::ptr::null_mut(), std::ptr::null(), true, 0),
         };
-        if status != pg_sys::SPI_OK_SELECT as i32 {
-            return Err(crate::base::error::WorkfenceError::UnexpectedNull {
-                column: "the rows of the item count",
-            });
-        }
+        Spi::check_status(status)?;
         let table = pg_sys::SPI_tuptable;
         let rows = pg_sys::SPI_processed as usize;
         for n in 0..rows {
