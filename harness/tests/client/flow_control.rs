@@ -1875,14 +1875,15 @@ fn a_claim_beside_a_busy_group_does_not_walk_its_backlog() {
 }
 
 /// Buffers per item of a claim of `batch` items and their finishes, on a
-/// queue with 4,000 pending items (limited to 10 at a time if `limited`):
-/// the median of 20 claims after 5 to warm up, each counted on its own, so
-/// that a one-off read the claims did not cause (a kept plan replanned
+/// queue with 4,000 pending items (limited to 10 at a time if `limited`),
+/// and the sequential scans of `workfence.items` those claims made: the
+/// fewest buffers of 20 claims after 5 to warm up, each counted on its own,
+/// so that a one-off read the claims did not cause (a kept plan replanned
 /// after an invalidation reads the catalogs: one window of 20 once counted
 /// 82 buffers more) does not move it, while a plan that reads more on every
 /// claim does; `drained` items enqueued and deleted (and the table
 /// vacuumed) first, which leaves the indexes holding their pages.
-fn buffers_per_item(database: &str, limited: bool, batch: i32, drained: i32) -> f64 {
+fn buffers_per_item(database: &str, limited: bool, batch: i32, drained: i32) -> (f64, i64) {
     let db = Db::new(database);
     let mut c = db.connect();
     // No autovacuum's reads in the database's buffer counts (100,000 rows
@@ -1922,15 +1923,34 @@ fn buffers_per_item(database: &str, limited: bool, batch: i32, drained: i32) -> 
     for _ in 0..5 {
         cycle(&mut c);
     }
-    let mut per_item: Vec<f64> = (0..20)
+    let scans_before = item_seq_scans(&mut c);
+    // The fewest of 20 rounds: another backend of the database (the
+    // maintenance worker, an autovacuum of a small table) only adds to a
+    // round's count, and under a parallel test run it moved the median by
+    // 4 buffers, while a claim that reads the table reads it every round.
+    let fewest = (0..20)
         .map(|_| {
             let before = blocks(&mut c);
             cycle(&mut c);
             (blocks(&mut c) - before) as f64 / f64::from(batch)
         })
-        .collect();
-    per_item.sort_by(f64::total_cmp);
-    (per_item[9] + per_item[10]) / 2.0
+        .fold(f64::INFINITY, f64::min);
+    let seq_scans = item_seq_scans(&mut c) - scans_before;
+    (fewest, seq_scans)
+}
+
+/// Sequential scans of `workfence.items` so far (statistics flushed first).
+fn item_seq_scans(c: &mut Client) -> i64 {
+    ok(
+        c.batch_execute("SELECT pg_catalog.pg_stat_force_next_flush()"),
+        "flush",
+    );
+    scalar(
+        c,
+        "SELECT seq_scan FROM pg_catalog.pg_stat_all_tables
+          WHERE relid = 'workfence.items'::pg_catalog.regclass",
+        &[],
+    )
 }
 
 /// A claim walks the due items' index, also where the indexes kept the
@@ -1948,11 +1968,16 @@ fn claims_beside_drained_index_pages_walk_the_index() {
         ("unlimited, 10-item claims", false, 10),
     ] {
         let tag = if limited { "limited" } else { "batch" };
-        let fresh = buffers_per_item(&format!("{tag}_fresh"), limited, batch, 0);
-        let drained = buffers_per_item(&format!("{tag}_drained"), limited, batch, 100_000);
+        let (fresh, _) = buffers_per_item(&format!("{tag}_fresh"), limited, batch, 0);
+        let (drained, seq_scans) =
+            buffers_per_item(&format!("{tag}_drained"), limited, batch, 100_000);
         eprintln!(
             "{what}: buffers per item claimed and finished beside 4,000 items: fresh {fresh:.1}, \
-             after 100,000 drained {drained:.1}"
+             after 100,000 drained {drained:.1} ({seq_scans} sequential scans of the items)"
+        );
+        assert_eq!(
+            seq_scans, 0,
+            "{what}: the claims beside 100,000 drained items read the table instead of its index"
         );
         assert!(
             drained <= fresh + 3.0,
@@ -1970,8 +1995,8 @@ fn claims_beside_drained_index_pages_walk_the_index() {
 /// items/s at `concurrency => 100` in the flow benchmark).
 #[test]
 fn a_limited_one_item_claim_reads_what_a_plain_one_reads() {
-    let plain = buffers_per_item("one_item_plain", false, 1, 0);
-    let limited = buffers_per_item("one_item_limited", true, 1, 0);
+    let (plain, _) = buffers_per_item("one_item_plain", false, 1, 0);
+    let (limited, _) = buffers_per_item("one_item_limited", true, 1, 0);
     eprintln!(
         "buffers per item, one-item claims and their finishes beside 4,000 items: \
          unlimited {plain:.1}, concurrency 10 {limited:.1}"
