@@ -706,6 +706,22 @@ $$;
 COMMENT ON FUNCTION workfence.queue_counter_rows() IS
     'Router: runs queue_counter_rows on every shard: a row per queue and shard it was counted on.';
 
+-- Every shard's last hour of its queues (from 0.12.0): 60 rows per queue and
+-- shard it was counted on (one, but while it is drained after adding
+-- shards). With a queue, each shard answers for it (a bad queue or a missing
+-- read grant is refused by every shard alike); only those that counted it
+-- return rows.
+CREATE FUNCTION workfence.queue_history_rows(queue text DEFAULT NULL)
+RETURNS TABLE(queue text, minute timestamp with time zone, enqueued bigint, claimed bigint,
+              done bigint, failed bigint, time_in_queue_p50 double precision,
+              time_in_queue_p99 double precision, backlog bigint)
+LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.queue_history_rows');
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION workfence.queue_history_rows(text) IS
+    'Router: runs queue_history_rows on every shard: 60 rows per queue and shard it was counted on.';
+
 -- Every shard's state counts (from 0.12.0), as the shards' work_queue_stats
 -- read them (the router's work_queue_stats is the shards' views).
 CREATE FUNCTION workfence.queue_state_counts(rebuild boolean DEFAULT false)
@@ -725,6 +741,14 @@ SELECT c.queue, c.enqueued, c.claimed, c.done, c.failed, c.retried, c.released, 
   FROM workfence.queue_counter_rows() AS c;
 COMMENT ON VIEW workfence.work_queue_counters IS
     'Every shard''s work_queue_counters, as the calling role may read them there: a row per queue and '
+    'shard it was counted on (one shard, but while a queue is drained after adding shards).';
+
+CREATE VIEW workfence.work_queue_history AS
+SELECT h.queue, h.minute, h.enqueued, h.claimed, h.done, h.failed, h.time_in_queue_p50,
+       h.time_in_queue_p99, h.backlog
+  FROM workfence.queue_history_rows() AS h;
+COMMENT ON VIEW workfence.work_queue_history IS
+    'Every shard''s work_queue_history, as the calling role may read them there: 60 rows per queue and '
     'shard it was counted on (one shard, but while a queue is drained after adding shards).';
 
 -- Every shard's work_queue_stats_exact (from 0.12.0: every item counted).

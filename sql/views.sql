@@ -1,5 +1,5 @@
 -- pg_workfence: the views. Run after bootstrap (they read the tables) and
--- after the functions workfence.queue_counters, workfence.queue_counter_rows,
+-- after the functions workfence.queue_counters, workfence.queue_counter_rows, workfence.queue_history_rows,
 -- workfence.queue_state_counts and workfence.work_may (pgrx
 -- places them there: `requires`), before finalize.
 --
@@ -246,6 +246,36 @@ COMMENT ON COLUMN workfence.work_queue_counters.run_time_buckets IS
 COMMENT ON COLUMN workfence.work_queue_counters.run_time_sum IS 'Sum of the run times, in seconds.';
 
 REVOKE ALL ON TABLE workfence.work_queue_counters FROM PUBLIC;
+
+-- Each queue's last hour, minute by minute (from 0.12.0): what the
+-- dashboard's charts draw, kept in shared memory beside the counters
+-- (src/backend/history.rs). Where queue grants are enforced,
+-- queue_history_rows returns only the queues the reader may read.
+CREATE VIEW workfence.work_queue_history AS
+SELECT h.queue, h.minute, h.enqueued, h.claimed, h.done, h.failed,
+       h.time_in_queue_p50, h.time_in_queue_p99, h.backlog
+  FROM workfence.queue_history_rows() AS h;
+
+COMMENT ON VIEW workfence.work_queue_history IS
+    'From 0.12.0: each queue''s last hour in this database, 60 rows per queue, one per minute up to the current one: '
+    'what work_queue_counters counted in that minute, its claims'' time in queue (p50, p99) and the backlog at its end. '
+    'Reads shared memory only. Empty unless pg_workfence is in shared_preload_libraries; a restart starts the hour '
+    'afresh; at most 1024 queues per server keep a history. Where queue grants are enforced, only the queues the '
+    'reader may read. Not readable by PUBLIC; a reader needs EXECUTE on workfence.queue_history_rows too.';
+COMMENT ON COLUMN workfence.work_queue_history.queue IS 'Queue name.';
+COMMENT ON COLUMN workfence.work_queue_history.minute IS 'The minute''s start.';
+COMMENT ON COLUMN workfence.work_queue_history.enqueued IS 'Items enqueued (as work_queue_counters.enqueued) in the minute.';
+COMMENT ON COLUMN workfence.work_queue_history.claimed IS 'Items claimed in the minute.';
+COMMENT ON COLUMN workfence.work_queue_history.done IS 'Runs finished in the minute.';
+COMMENT ON COLUMN workfence.work_queue_history.failed IS 'Items that became failed in the minute.';
+COMMENT ON COLUMN workfence.work_queue_history.time_in_queue_p50 IS
+    'Median time in queue of the minute''s claims, in seconds, estimated from the counters'' buckets; NULL without claims.';
+COMMENT ON COLUMN workfence.work_queue_history.time_in_queue_p99 IS
+    '99th percentile of the time in queue of the minute''s claims, in seconds; NULL without claims.';
+COMMENT ON COLUMN workfence.work_queue_history.backlog IS
+    'Pending items (due or not) at the minute''s end, from the state counts work_queue_stats reads; NULL where unknown.';
+
+REVOKE ALL ON TABLE workfence.work_queue_history FROM PUBLIC;
 
 -- The schedules (from 0.12.0), as work_schedule made them, with what they
 -- last fired. Where queue grants are enforced, only the schedules of queues

@@ -50,6 +50,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::shmem::PGRXSharedMemory;
 
+use super::history::{self, Ring, RINGS};
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
 use crate::base::error::{OrReport, Result};
@@ -239,6 +240,8 @@ struct Slot {
     /// While its database's state counts are rebuilt: what transactions
     /// that the rebuild's scan does not see moved (see [`rebuild`]).
     rebuild_add: [i64; STATES],
+    /// Its last hour's ring in [`Table::rings`], plus one; 0: none (yet).
+    ring: u16,
 }
 
 impl Slot {
@@ -248,6 +251,7 @@ impl Slot {
         name: [0; validate::QUEUE_MAX_BYTES],
         counts: Counts::ZERO,
         rebuild_add: [0; STATES],
+        ring: 0,
     };
 
     fn is(&self, database: u32, name: &[u8]) -> bool {
@@ -274,6 +278,10 @@ pub struct Table {
     /// The transactions between their pre-commit and their commit
     /// callback that moved items (see [`rebuild`]).
     committing: [Committing; COMMITTERS],
+    /// How many of the rings of [`super::history`] are taken (the last
+    /// hour of the first [`RINGS`] queues counted, each named by its
+    /// slot's `ring`).
+    rings_used: u32,
 }
 
 impl Default for Table {
@@ -284,6 +292,7 @@ impl Default for Table {
             databases: [Database::UNKNOWN; DATABASES],
             building: Building::NONE,
             committing: [Committing::FREE; COMMITTERS],
+            rings_used: 0,
         }
     }
 }
@@ -459,11 +468,12 @@ pub fn init() {
     // libraries; read on the main thread.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         pg_shmem_init!(TABLE);
+        history::init();
         ENABLED.store(true, Ordering::Relaxed);
     }
 }
 
-fn database() -> u32 {
+pub(super) fn database() -> u32 {
     // SAFETY: a plain global of the connected backend.
     u32::from(unsafe { pg_sys::MyDatabaseId })
 }
@@ -503,7 +513,9 @@ fn slot_of(table: &mut Table, database: u32, queue: &str) -> Option<usize> {
 /// Add `counts` to `queue`'s slot of this database in `table`, those of a
 /// transaction `xid` committed: its events and observations, and what it
 /// moved between states to the state counts, as the database's [`Status`]
-/// says (while they are rebuilt, only what the rebuild's scan cannot see).
+/// says (while they are rebuilt, only what the rebuild's scan cannot see);
+/// and, with `minute` (the commit's, [`history::minute_of`]), to the
+/// queue's last hour.
 fn add_to(
     table: &mut Table,
     database: u32,
@@ -511,6 +523,7 @@ fn add_to(
     counts: &Counts,
     xid: pg_sys::TransactionId,
     skip: bool,
+    minute: Option<i64>,
 ) {
     let Some(i) = slot_of(table, database, queue) else {
         return;
@@ -533,6 +546,47 @@ fn add_to(
             _ => {}
         }
     }
+    let Some(minute) = minute else {
+        return;
+    };
+    if slot.ring == 0 {
+        if table.rings_used as usize >= RINGS {
+            return;
+        }
+        table.rings_used += 1;
+        // RINGS fits a u16.
+        table.slots[i].ring = table.rings_used as u16;
+    }
+    let slot = &table.slots[i];
+    let backlog = (table.status(database) == Status::Valid)
+        .then(|| slot.counts.items[ItemState::Pending as usize].max(0));
+    let ring = usize::from(slot.ring) - 1;
+    if let Some(ring) = history::rings_mut(table).get_mut(ring) {
+        ring.record(minute, &counts.events, &counts.waited.buckets, backlog);
+    }
+}
+
+/// The last hour of this database's queues that have one (`queue`: of
+/// that queue only), copied out under the table's lock in share mode: the
+/// queue and its ring ([`super::history`]). Empty when nothing is counted.
+pub(super) fn histories(queue: Option<&str>) -> Vec<(String, Ring)> {
+    if !enabled() {
+        return Vec::new();
+    }
+    let database = database();
+    let table = TABLE.share();
+    let rings = history::rings(&table);
+    let ring_of = |slot: &Slot| {
+        let ring = rings.get(usize::from(slot.ring).checked_sub(1)?)?;
+        (slot.database == database).then(|| (slot.queue(), *ring))
+    };
+    match queue {
+        Some(queue) => probe(&table, database, queue.as_bytes())
+            .and_then(|i| ring_of(&table.slots[i]))
+            .into_iter()
+            .collect(),
+        None => table.slots.iter().filter_map(ring_of).collect(),
+    }
 }
 
 /// Count `n` calls refused for a stale token on items of `queue`, at once
@@ -550,6 +604,7 @@ pub fn refused(queue: &str, n: u64) {
         &counts,
         pg_sys::InvalidTransactionId,
         false,
+        None,
     );
 }
 
@@ -718,10 +773,20 @@ pub fn at_commit() {
         return;
     }
     let database = database();
+    // SAFETY: reads the clock.
+    let minute = history::minute_of(unsafe { pg_sys::GetCurrentTimestamp() });
     let mut table = TABLE.exclusive();
     let skip = unregister(&mut table);
     for p in &pending {
-        add_to(&mut table, database, &p.queue, &p.counts, xid, skip);
+        add_to(
+            &mut table,
+            database,
+            &p.queue,
+            &p.counts,
+            xid,
+            skip,
+            Some(minute),
+        );
     }
 }
 

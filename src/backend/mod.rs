@@ -5,6 +5,8 @@
 
 // Per-queue counters of refused tokens and lapsed leases (shared memory, when preloaded).
 pub mod counters;
+// The last hour of each queue, minute by minute (the dashboard's charts).
+pub mod history;
 // Per-transaction state: wake-ups after commit, the fence of `work_assert` at commit.
 pub(crate) mod xact;
 // Which queues are paused, per backend, kept fresh by shared invalidation.

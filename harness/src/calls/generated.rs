@@ -1160,6 +1160,72 @@ pub fn queue_counter_rows(c: &mut impl GenericClient) -> CallResult<Vec<QueueCou
     call.rows(c, ") AS r", QueueCounterRowsRow::read)
 }
 
+/// A row of the result of [`queue_history_rows`] (its `RETURNS TABLE`), every column an `Option`:
+/// the catalog does not say which are never NULL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueHistoryRowsRow {
+    /// `queue text`.
+    pub queue: Option<String>,
+    /// `minute timestamp with time zone`, as the server renders it (`::text`).
+    pub minute: Option<String>,
+    /// `enqueued bigint`.
+    pub enqueued: Option<i64>,
+    /// `claimed bigint`.
+    pub claimed: Option<i64>,
+    /// `done bigint`.
+    pub done: Option<i64>,
+    /// `failed bigint`.
+    pub failed: Option<i64>,
+    /// `time_in_queue_p50 double precision`.
+    pub time_in_queue_p50: Option<f64>,
+    /// `time_in_queue_p99 double precision`.
+    pub time_in_queue_p99: Option<f64>,
+    /// `backlog bigint`.
+    pub backlog: Option<i64>,
+}
+
+impl QueueHistoryRowsRow {
+    /// The row's columns, in the order of the select list.
+    fn read(row: &Row) -> CallResult<QueueHistoryRowsRow> {
+        Ok(QueueHistoryRowsRow {
+            queue: row.try_get(0)?,
+            minute: row.try_get(1)?,
+            enqueued: row.try_get(2)?,
+            claimed: row.try_get(3)?,
+            done: row.try_get(4)?,
+            failed: row.try_get(5)?,
+            time_in_queue_p50: row.try_get(6)?,
+            time_in_queue_p99: row.try_get(7)?,
+            backlog: row.try_get(8)?,
+        })
+    }
+}
+
+/// `workfence.queue_history_rows`: each queue's last hour, minute by minute (throughput, time in
+/// queue, backlog): the rows of `work_queue_history`.
+///
+/// ```sql
+/// workfence.queue_history_rows(queue text DEFAULT NULL)
+/// RETURNS TABLE(queue text, minute timestamp with time zone, enqueued bigint, claimed bigint,
+///     done bigint, failed bigint, time_in_queue_p50 double precision,
+///     time_in_queue_p99 double precision, backlog bigint)
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn queue_history_rows(
+    c: &mut impl GenericClient,
+    queue: Option<&str>,
+) -> CallResult<Vec<QueueHistoryRowsRow>> {
+    let mut call = Call::new(
+        "SELECT r.queue, r.minute::text, r.enqueued, r.claimed, r.done, r.failed, \
+         r.time_in_queue_p50, r.time_in_queue_p99, r.backlog \
+         FROM workfence.queue_history_rows(",
+    );
+    call.named("queue", &queue, Type::TEXT, "");
+    call.rows(c, ") AS r", QueueHistoryRowsRow::read)
+}
+
 /// A row of the result of [`queue_state_counts`] (its `RETURNS TABLE`), every column an `Option`:
 /// the catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]

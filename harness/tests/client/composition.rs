@@ -155,6 +155,13 @@ const FUNCTIONS: &[(&str, Kind)] = &[
         ),
     ),
     (
+        "queue_history_rows",
+        Kind::NotAVerb(
+            "reads the last hour the counters keep, changing nothing; its sums compared with the \
+             counters after every verb",
+        ),
+    ),
+    (
         "queue_state_counts",
         Kind::NotAVerb(
             "reads the state counts (a rebuild changes no item); compared with the model through \
@@ -1610,6 +1617,23 @@ impl Model {
                 seen.states
             ));
         }
+        // The last hour adds up to the counters (every case runs within
+        // the hour of its queue's first count), and ends with the backlog
+        // the state counts have, once they are kept.
+        let (sums, backlog) = seen.hour;
+        if sums[..] != seen.counts[..4] {
+            diffs.push(format!(
+                "work_queue_history's sums (enqueued, claimed, done, failed) {sums:?}, \
+                 work_queue_counters {:?}",
+                &seen.counts[..4]
+            ));
+        }
+        if backlog.is_some_and(|b| b != seen.states[0]) {
+            diffs.push(format!(
+                "work_queue_history: the last backlog {backlog:?}, work_queue_stats' pending {}",
+                seen.states[0]
+            ));
+        }
         if seen.counts != self.counts {
             diffs.push(format!(
                 "work_queue_counters (enqueued, claimed, done, failed, retried, released, \
@@ -1662,6 +1686,10 @@ struct Observed {
     /// Its items per state as `work_queue_stats` counts them (pending,
     /// claimed, done, failed, cancelled), from the server's state counts.
     states: [i64; 5],
+    /// Its last hour (`work_queue_history`, from 0.12.0): the sums of
+    /// enqueued, claimed, done and failed over the hour, and the last
+    /// minute's backlog.
+    hour: ([i64; 4], Option<i64>),
 }
 
 /// The test's three connections to one database, and its figures.
@@ -1906,6 +1934,21 @@ impl Ctx {
                 <[i64; COUNTED]>::try_from(r.get::<_, Vec<i64>>(0))
                     .map_err(|v| format!("work_queue_counters: {v:?}"))
             })?;
+        let hour = self
+            .admin
+            .query_one(
+                "SELECT ARRAY[coalesce(sum(h.enqueued), 0), coalesce(sum(h.claimed), 0),
+                              coalesce(sum(h.done), 0), coalesce(sum(h.failed), 0)]::bigint[],
+                        (array_agg(h.backlog ORDER BY h.minute DESC))[1]
+                   FROM workfence.queue_history_rows($1) AS h",
+                &[&m.queue],
+            )
+            .map_err(db)
+            .and_then(|r| {
+                let sums = <[i64; 4]>::try_from(r.get::<_, Vec<i64>>(0))
+                    .map_err(|v| format!("work_queue_history: {v:?}"))?;
+                Ok((sums, r.get::<_, Option<i64>>(1)))
+            })?;
         Ok(Observed {
             now,
             row,
@@ -1916,6 +1959,7 @@ impl Ctx {
             schedule,
             counts,
             states,
+            hour,
         })
     }
 

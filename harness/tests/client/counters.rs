@@ -222,6 +222,8 @@ fn a_role_sees_the_counters_of_the_queues_it_may_read_only() {
              GRANT USAGE ON SCHEMA workfence TO counters_reader;
              GRANT SELECT ON workfence.work_queue_counters TO counters_reader;
              GRANT EXECUTE ON FUNCTION workfence.queue_counter_rows() TO counters_reader;
+             GRANT SELECT ON workfence.work_queue_history TO counters_reader;
+             GRANT EXECUTE ON FUNCTION workfence.queue_history_rows(text) TO counters_reader;
              SELECT workfence.work_grant('read', 'billing.*', 'counters_reader');
              SELECT workfence.work_enforce_grants(true);",
         ),
@@ -239,11 +241,162 @@ fn a_role_sees_the_counters_of_the_queues_it_may_read_only() {
     .map(|r| r.get(0))
     .collect();
     assert_eq!(seen, vec!["billing.a".to_owned()]);
+    // So with each queue's last hour: the reader's queues only, and a
+    // queue it may not read named is refused.
+    let seen: Vec<String> = ok(
+        reader.query(
+            "SELECT DISTINCT queue FROM workfence.work_queue_history ORDER BY queue",
+            &[],
+        ),
+        "the history as the reader",
+    )
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    assert_eq!(seen, vec!["billing.a".to_owned()]);
+    let refused = reader
+        .query(
+            "SELECT * FROM workfence.queue_history_rows('search.a')",
+            &[],
+        )
+        .expect_err("another team's history");
+    assert_eq!(
+        refused.code(),
+        Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+    );
     // The owner sees both.
     assert!(counts(&mut c, "search.a").is_some());
+    assert_eq!(history(&mut c, "search.a").len(), 60);
     ok(
         c.batch_execute("SELECT workfence.work_enforce_grants(false)"),
         "grants off",
+    );
+}
+
+/// One row of `work_queue_history`.
+#[derive(Debug)]
+struct Minute {
+    minute: std::time::SystemTime,
+    enqueued: i64,
+    claimed: i64,
+    done: i64,
+    failed: i64,
+    p50: Option<f64>,
+    p99: Option<f64>,
+    backlog: Option<i64>,
+}
+
+/// `queue`'s last hour, oldest minute first.
+fn history(c: &mut Client, queue: &str) -> Vec<Minute> {
+    ok(
+        c.query(
+            "SELECT minute, enqueued, claimed, done, failed, time_in_queue_p50,
+                    time_in_queue_p99, backlog
+               FROM workfence.queue_history_rows($1)",
+            &[&queue],
+        ),
+        "queue_history_rows",
+    )
+    .iter()
+    .map(|r| Minute {
+        minute: r.get(0),
+        enqueued: r.get(1),
+        claimed: r.get(2),
+        done: r.get(3),
+        failed: r.get(4),
+        p50: r.get(5),
+        p99: r.get(6),
+        backlog: r.get(7),
+    })
+    .collect()
+}
+
+/// A queue's last hour (`work_queue_history`, the dashboard's charts): 60
+/// minutes up to the current one, whose counts add up to what the
+/// counters counted in them (a rolled-back transaction nothing), with the
+/// time in queue of their claims and the backlog after their last commit.
+#[test]
+fn the_last_hour_adds_up_each_minutes_commits_and_ends_with_the_backlog() {
+    let cluster = cluster();
+    let mut c = database(&cluster, "history");
+    assert!(history(&mut c, "h").is_empty(), "no history before a count");
+    // The state counts are kept from their first read on (the backlog is
+    // unknown before).
+    states(&mut c, "h");
+    let started: std::time::SystemTime = common::scalar(
+        &mut c,
+        "SELECT date_trunc('minute', clock_timestamp())",
+        &[],
+    );
+    for k in ["a", "b", "c", "d"] {
+        common::enqueue_new(&mut c, &Enqueue::new("h").key(k).max_attempts(1));
+    }
+    let mut tx = ok(c.transaction(), "BEGIN");
+    common::enqueue_new(&mut tx, &Enqueue::new("h").key("rolled back"));
+    ok(tx.rollback(), "ROLLBACK");
+    let claimed = ok(
+        calls::claim(&mut c, "h", "w", "1 minute", Some(2), None),
+        "claim",
+    );
+    assert_eq!(claimed.len(), 2);
+    assert!(ok(
+        calls::finish(&mut c, &claimed[0].token("w"), None),
+        "finish"
+    ));
+    assert!(ok(
+        calls::fail(&mut c, &claimed[1].token("w"), "boom", None),
+        "fail"
+    ));
+    let minute_now = |c: &mut Client| -> std::time::SystemTime {
+        common::scalar(c, "SELECT date_trunc('minute', clock_timestamp())", &[])
+    };
+    let before = minute_now(&mut c);
+    let hour = history(&mut c, "h");
+    let after = minute_now(&mut c);
+    assert_eq!(hour.len(), 60, "{hour:?}");
+    let last = hour.last().expect("60 minutes");
+    assert!(
+        before <= last.minute && last.minute <= after,
+        "the last row is the current minute: {hour:?}"
+    );
+    assert!(
+        hour.windows(2).all(|w| w[1]
+            .minute
+            .duration_since(w[0].minute)
+            .is_ok_and(|d| d.as_secs() == 60)),
+        "one row a minute: {hour:?}"
+    );
+    let sum = |f: fn(&Minute) -> i64| hour.iter().map(f).sum::<i64>();
+    assert_eq!(
+        [
+            sum(|m| m.enqueued),
+            sum(|m| m.claimed),
+            sum(|m| m.done),
+            sum(|m| m.failed)
+        ],
+        [4, 2, 1, 1]
+    );
+    // Nothing was counted before the test's first commit; its claims came
+    // at once after their enqueues (well within 30 s, on a loaded machine).
+    for m in &hour {
+        if m.minute < started {
+            assert_eq!((m.claimed, m.backlog), (0, None), "{m:?}");
+        }
+        if m.claimed > 0 {
+            let (p50, p99) = (m.p50.expect("p50"), m.p99.expect("p99"));
+            assert!(p50 <= p99 && p99 <= 30.0, "{m:?}");
+        } else {
+            assert_eq!((m.p50, m.p99), (None, None), "{m:?}");
+        }
+    }
+    assert_eq!(last.backlog, Some(2), "two items pending: {hour:?}");
+    // A bad queue is refused as every function refuses it.
+    let bad = c
+        .query("SELECT * FROM workfence.queue_history_rows('')", &[])
+        .expect_err("an empty queue name");
+    assert_eq!(
+        bad.code(),
+        Some(&postgres::error::SqlState::INVALID_PARAMETER_VALUE)
     );
 }
 

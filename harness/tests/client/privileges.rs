@@ -105,11 +105,16 @@ fn owner_only() -> Vec<&'static str> {
     names
 }
 /// The relations a group may read (`workfence_monitor`): the queues'
-/// statistics, (from 0.12.0) their counters, and the schedules, which `workfence_operator`
-/// reads too.
+/// statistics, (from 0.12.0) their counters and last hour, and the schedules, which
+/// `workfence_operator` reads too.
 const STATS_VIEW: &str = "workfence.work_queue_stats";
 const COUNTERS_VIEW: &str = "workfence.work_queue_counters";
+const HISTORY_VIEW: &str = "workfence.work_queue_history";
 const SCHEDULES_VIEW: &str = "workfence.work_schedules";
+
+/// The functions whose every argument may be NULL: `queue_history_rows(NULL)`
+/// is every queue's history.
+const NULL_MEANS_ALL: [&str; 1] = ["queue_history_rows"];
 
 /// The operations guide's SQL block `marker`.
 fn operations_sql(marker: &str) -> &'static str {
@@ -248,6 +253,7 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
         "workfence.items_id_seq",
         STATS_VIEW,
         COUNTERS_VIEW,
+        HISTORY_VIEW,
         SCHEDULES_VIEW,
     ] {
         assert!(names.contains(expected), "{expected} is not in {names:?}");
@@ -289,8 +295,10 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
             let public = public_functions.contains(&name.as_str()) && role != NOBODY;
             if allowed.contains(&name.as_str()) || public {
                 let code = got.map(|(code, _)| code);
-                // A function without arguments has no NULL to refuse: it runs.
-                let expected = (!call.ends_with("()")).then_some("22004");
+                // A function without arguments has no NULL to refuse: it
+                // runs; so does one whose NULL argument means "every queue".
+                let expected = (!call.ends_with("()") && !NULL_MEANS_ALL.contains(&name.as_str()))
+                    .then_some("22004");
                 assert_eq!(code.as_deref(), expected, "{role}: {call}");
             } else {
                 let (code, message) = got.unwrap_or_else(|| panic!("{role} may run {call}"));
@@ -311,7 +319,7 @@ fn every_role_may_use_exactly_what_the_guide_grants() {
         for (rel, sql) in &statements {
             let readable = sql.starts_with("SELECT")
                 && ((role == MONITOR
-                    && (*rel == STATS_VIEW || *rel == COUNTERS_VIEW || *rel == SCHEDULES_VIEW))
+                    && [STATS_VIEW, COUNTERS_VIEW, HISTORY_VIEW, SCHEDULES_VIEW].contains(rel))
                     || (role == OPERATOR && *rel == SCHEDULES_VIEW));
             if readable {
                 assert_eq!(failure(&mut client, sql), None, "{role}: {sql}");
@@ -382,6 +390,7 @@ fn a_worker_changes_an_item_only_through_its_token() {
         "SELECT workfence.work_purge('0')".to_owned(),
         format!("SELECT * FROM {STATS_VIEW}"),
         format!("SELECT * FROM {COUNTERS_VIEW}"),
+        format!("SELECT * FROM {HISTORY_VIEW}"),
     ] {
         assert_denied(&mut worker, WORKER, &sql);
     }
