@@ -2,7 +2,8 @@
 # Installs what the Python worker library's tests and benchmark need, on a fresh Debian 12
 # machine as root: Debian's python3 with its venv module, then a virtual environment at
 # clients/python/.venv holding the pinned, hash-checked requirements-dev.txt (psycopg, pytest,
-# pytest-asyncio, and the build backend hatchling) and the library itself, editable, built
+# pytest-asyncio, opentelemetry-api and -sdk for the tracing tests, and the build backend
+# hatchling) and the library itself, editable, built
 # offline with that backend (no build isolation, so nothing unpinned is fetched).
 # Idempotent: a second run changes nothing. Run the tests with clients/python/test.sh.
 set -euo pipefail

@@ -9,12 +9,14 @@ external side effect (`job.guard()`) and name its attempt to other systems
 (`job.fencing_token`). The enqueue and operator helpers (`enqueue`, `retry`, ..., from 0.12.0
 the schedules: `schedule`, `unschedule`, `pause_schedule`, `resume_schedule`, `fire_schedules`,
 `schedules`, and `await_result`) run on a connection the caller passes (asyncio here, synchronous twins in
-`workfence.sync`); `workfence.errors` maps every SQLSTATE the functions raise to a class. Logs
+`workfence.sync`); `workfence.errors` maps every SQLSTATE the functions raise to a class. From
+0.12.0 an item carries the trace context it was enqueued in (`job.trace`), and the runner makes
+an OpenTelemetry span per job when an SDK is configured (`workfence.tracing`; optional). Logs
 go to `logging.getLogger("workfence")`. See clients/README.md (the common spec) and
 clients/python/README.md.
 """
 
-from . import errors, sync
+from . import errors, sync, tracing
 from .errors import (
     Cancelled,
     InvalidArgument,
@@ -84,6 +86,7 @@ __all__ = [
     "schedules",
     "errors",
     "sync",
+    "tracing",
     "WorkfenceError",
     "NullArgument",
     "InvalidArgument",

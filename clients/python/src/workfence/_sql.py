@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from .errors import InvalidArgument
 
-# Every column of the claim row, read by name (`Job`): from 0.12.0 the row ends with `progress`,
-# which an older server does not have.
+# Every column of the claim row, read by name (`Job`): from 0.12.0 the row ends with `progress`
+# and then `trace`, which an older server does not have.
 CLAIM = """
 SELECT * FROM workfence.work_claim(%s::text, %s::text, %s::interval, %s::integer, %s::interval)
 """
@@ -33,9 +33,19 @@ SELECT id, key, inserted
 """
 # The optional arguments added later, each passed by name and only when set, so that ENQUEUE
 # without them still calls an older database's work_enqueue: `group_key` (from 0.10.0; 0.9.0 has
-# the seven arguments above) and `on_conflict` (from 0.12.0).
+# the seven arguments above), `on_conflict` and `trace` (from 0.12.0).
 ENQUEUE_GROUP_KEY = "group_key => %s::text"
 ENQUEUE_ON_CONFLICT = "on_conflict => %s::text"
+ENQUEUE_TRACE = "trace => %s::text"
+# Whether the database's work_enqueue takes `trace`: asked once per connection, and only before
+# a trace the caller did not give (the current span's) is sent, so that an enqueue inside a span
+# still works against a server without it.
+ENQUEUE_TAKES_TRACE = """
+SELECT EXISTS (
+  SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+   WHERE n.nspname = 'workfence' AND p.proname = 'work_enqueue'
+     AND 'trace' = ANY (p.proargnames))
+"""
 ENQUEUE_NAMED = """
 SELECT id, key, inserted
   FROM workfence.work_enqueue(%s::text, %s::jsonb, %s::text, %s::timestamptz, %s::integer,

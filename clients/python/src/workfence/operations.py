@@ -10,6 +10,7 @@ here. Server errors are raised as `workfence.errors` classes; the synchronous tw
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from time import monotonic
@@ -18,7 +19,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import _sql
+from . import _sql, tracing
 from .errors import InvalidArgument, translate
 
 __all__ = [
@@ -198,12 +199,14 @@ def enqueue_call(
     max_run: float | timedelta | None,
     group_key: str | None,
     on_conflict: str | None = None,
+    trace: str | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
     """The statement and parameters of `enqueue` (shared with `workfence.sync`). Internal.
 
-    `group_key` and `on_conflict` are passed (by name) only when they are set, so that an
-    enqueue without them also works against an older database, whose `work_enqueue` has no such
-    argument (0.9.0: no `group_key`; 0.11.0: no `on_conflict`)."""
+    `group_key`, `on_conflict` and `trace` are passed (by name) only when they are set, so that
+    an enqueue without them also works against an older database, whose `work_enqueue` has no
+    such argument (0.9.0: no `group_key`; 0.11.0: no `on_conflict`; a 0.12.0 build before trace
+    context: no `trace`)."""
     params: tuple[Any, ...] = (
         queue,
         Jsonb({} if payload is None else payload),
@@ -220,9 +223,32 @@ def enqueue_call(
     if on_conflict is not None:
         named.append(_sql.ENQUEUE_ON_CONFLICT)
         params = (*params, on_conflict)
+    if trace is not None:
+        named.append(_sql.ENQUEUE_TRACE)
+        params = (*params, trace)
     if not named:
         return _sql.ENQUEUE, params
     return _sql.ENQUEUE_NAMED.format(named=", ".join(named)), params
+
+
+#: Whether the database of a connection takes `trace` in `work_enqueue`
+#: (`_sql.ENQUEUE_TAKES_TRACE`), by connection, asked at its first enqueue inside a span and
+#: forgotten with the connection. Internal (shared with `workfence.sync`).
+TAKES_TRACE: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+async def _current_trace(conn: psycopg.AsyncConnection[Any]) -> str | None:
+    """The trace an enqueue given no `trace=` sends: the current span's `traceparent`, when
+    there is one and the connection's database takes it (asked once per connection); else
+    None."""
+    traceparent = tracing.current_traceparent()
+    if traceparent is None:
+        return None
+    takes = TAKES_TRACE.get(conn)
+    if takes is None:
+        row = await _one(conn, _sql.ENQUEUE_TAKES_TRACE, ())
+        takes = TAKES_TRACE[conn] = bool(row[0])
+    return traceparent if takes else None
 
 
 def await_wait(timeout: float | timedelta | None) -> float | None:
@@ -304,6 +330,7 @@ async def enqueue(
     max_run: float | timedelta | None = None,
     group_key: str | None = None,
     on_conflict: OnConflict | None = None,
+    trace: str | None = None,
 ) -> Enqueued:
     """Add an item to `queue` with `workfence.work_enqueue`, in the caller's transaction.
 
@@ -318,13 +345,21 @@ async def enqueue(
     pending item this payload and run_at (None: now), `"preserve_run_at"` (throttle) this
     payload and its old run_at; with either, a finished item runs again and a claimed one runs
     exactly once more after its current run (`OnConflict`). None sends nothing, so that the call
-    also works against a 0.11.0 database. Result: `Enqueued(id, key, inserted)`, `inserted`
-    false whenever the key existed. Errors: `NullArgument` (22004), `InvalidArgument` (22023,
-    also an `on_conflict` the server does not know), `NotPermitted` (42501),
+    also works against a 0.11.0 database; `trace` (from 0.12.0) a W3C `traceparent`
+    (`00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`) stored with the item and handed to
+    its runs (`job.trace`), sent unchanged; None: the current OpenTelemetry span's context when
+    `opentelemetry-api` is installed and a valid span context is current (and the database's
+    `work_enqueue` takes a trace, asked once per connection), else nothing (`workfence.tracing`).
+    With `on_conflict` `replace` or `preserve_run_at` the item takes this call's trace; `keep`
+    leaves its own. Result: `Enqueued(id, key, inserted)`, `inserted` false whenever the key
+    existed. Errors: `NullArgument` (22004), `InvalidArgument` (22023, also an `on_conflict` the
+    server does not know, or a malformed `trace`), `NotPermitted` (42501),
     `SerializationFailure` (40001: a purge raced the enqueue; retry).
     """
+    if trace is None:
+        trace = await _current_trace(conn)
     query, params = enqueue_call(
-        queue, payload, key, run_at, priority, max_attempts, max_run, group_key, on_conflict
+        queue, payload, key, run_at, priority, max_attempts, max_run, group_key, on_conflict, trace
     )
     row = await _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])

@@ -10,9 +10,10 @@ from typing import Any
 
 import psycopg
 
-from . import _sql
+from . import _sql, tracing
 from .errors import translate
 from .operations import (
+    TAKES_TRACE,
     CatchUp,
     Enqueued,
     ItemInfo,
@@ -70,13 +71,30 @@ def enqueue(
     max_run: float | timedelta | None = None,
     group_key: str | None = None,
     on_conflict: OnConflict | None = None,
+    trace: str | None = None,
 ) -> Enqueued:
-    """`workfence.operations.enqueue` on a synchronous connection (see there)."""
+    """`workfence.operations.enqueue` on a synchronous connection (see there): `trace` given
+    is sent unchanged; None sends the current OpenTelemetry span's context, if any."""
+    if trace is None:
+        trace = _current_trace(conn)
     query, params = enqueue_call(
-        queue, payload, key, run_at, priority, max_attempts, max_run, group_key, on_conflict
+        queue, payload, key, run_at, priority, max_attempts, max_run, group_key, on_conflict, trace
     )
     row = _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])
+
+
+def _current_trace(conn: psycopg.Connection[Any]) -> str | None:
+    """The trace an enqueue given no `trace=` sends: the current span's `traceparent`, when
+    there is one and the connection's database takes it (asked once per connection); else
+    None."""
+    traceparent = tracing.current_traceparent()
+    if traceparent is None:
+        return None
+    takes = TAKES_TRACE.get(conn)
+    if takes is None:
+        takes = TAKES_TRACE[conn] = bool(_one(conn, _sql.ENQUEUE_TAKES_TRACE, ())[0])
+    return traceparent if takes else None
 
 
 def retry(

@@ -31,13 +31,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import datetime, timedelta
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from . import _sql
+from . import _sql, tracing
 from .errors import InvalidArgument, LeaseLost, WorkfenceError, translate
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, TracerProvider
 
 __all__ = ["Worker", "Job", "CancelFlag", "Handler", "RetryPolicy", "default_owner"]
 
@@ -103,7 +106,7 @@ _NO_EXTENSION_HINT = (
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 # The columns of a claim row the runner reads, by name, in the order `Job` takes them.
-_CLAIM_COLUMNS = ("id", "key", "payload", "epoch", "attempt", "lease_until", "progress")
+_CLAIM_COLUMNS = ("id", "key", "payload", "epoch", "attempt", "lease_until", "progress", "trace")
 
 LEASE_LOST = "lease lost"
 SHUTDOWN = "shutdown"
@@ -153,8 +156,10 @@ class Job:
     to other systems the job writes to, docs/writing-workers.md), `attempt` (1 on the first
     claim), `lease_until` (server time at the claim), `checkpoint` (from 0.12.0: the last
     progress an earlier attempt stored with `job.progress(value)`, None on a first attempt and
-    from an older server), `queue`, `owner`, `cancelled` (a `CancelFlag`), and `result`, the JSON
-    value `job.transaction()` (or `job.guard()`) finishes the item with; `fencing_token` is the
+    from an older server), `trace` (from 0.12.0: the W3C `traceparent` the item was enqueued
+    with, `00-<trace id>-<span id>-<flags>`; None when it has none, and from an older server),
+    `queue`, `owner`, `cancelled` (a `CancelFlag`), and `result`, the JSON value
+    `job.transaction()` (or `job.guard()`) finishes the item with; `fencing_token` is the
     string `"<id>:<epoch>"`, the idempotency key to give an external API.
     """
 
@@ -162,8 +167,8 @@ class Job:
         self, worker: Worker, row: tuple[Any, ...], claimed_at: float | None = None
     ) -> None:
         """The job for one row of `work_claim` (id, key, payload, epoch, attempt, lease_until,
-        and from 0.12.0 progress); `claimed_at` is the `monotonic()` time the claim was sent
-        (default: now), from which the runner counts the lease it is sure of."""
+        and from 0.12.0 progress and trace); `claimed_at` is the `monotonic()` time the claim was
+        sent (default: now), from which the runner counts the lease it is sure of."""
         self.id: int = row[0]
         self.key: str = row[1]
         self.payload: Any = row[2]
@@ -171,6 +176,7 @@ class Job:
         self.attempt: int = row[4]
         self.lease_until: datetime = row[5]
         self.checkpoint: Any = row[6] if len(row) > 6 else None
+        self.trace: str | None = row[7] if len(row) > 7 else None
         self.queue = worker.queue
         self.owner = worker.owner
         self.cancelled = CancelFlag()
@@ -560,7 +566,13 @@ class Worker:
     - `retry`: a `RetryPolicy` (attempt, error) -> delay for `work_fail`'s `retry_in` (default
       None: the server's exponential backoff with jitter);
     - `shutdown_grace`: seconds running handlers may still finish after a stop (default 10),
-      before they are cancelled and their items released.
+      before they are cancelled and their items released;
+    - `tracer_provider`: the OpenTelemetry `TracerProvider` of the jobs' spans (default None:
+      the global one). When there is one (an SDK is configured, or a provider is given), each
+      handler runs inside a span `process <queue>` (kind CONSUMER, a new trace) linked to the
+      span context of the item's `trace`, which records the handler's exception and the error
+      status when the run fails (`workfence.tracing`). Without `opentelemetry-api`, or with the
+      global no-op provider, no span is made.
 
     Run it with `await worker.run()` (returns after `worker.stop()`, or raises a claim error
     retrying cannot fix) or `worker.run_sync()` (SIGTERM and SIGINT stop it). One run per
@@ -581,6 +593,7 @@ class Worker:
         poll_wait: float | timedelta = 5.0,
         retry: RetryPolicy | None = None,
         shutdown_grace: float | timedelta = 10.0,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         """Check and keep the settings (see the class); connects nothing yet."""
         if not dsn:
@@ -610,6 +623,7 @@ class Worker:
         self.poll_wait = wait_s
         self.retry = retry
         self.shutdown_grace = grace_s
+        self.tracer_provider = tracer_provider
         # An `async def` function, or an object whose class has an `async def __call__`.
         self._is_async = inspect.iscoroutinefunction(handler) or (
             callable(handler) and inspect.iscoroutinefunction(type(handler).__call__)
@@ -763,8 +777,9 @@ class Worker:
 
     async def _claim(self) -> list[tuple[Any, ...]]:
         """One long poll for `batch_size` items; none when stopped (the poll is cancelled).
-        Each row is (id, key, payload, epoch, attempt, lease_until, progress), read by column
-        name: progress None from a server older than 0.12.0, which has no such column."""
+        Each row is (id, key, payload, epoch, attempt, lease_until, progress, trace), read by
+        column name: progress and trace None from a server without such columns (older than
+        0.12.0; trace: older than its trace context)."""
         conn = self._claim_conn
         assert conn is not None
         params = (
@@ -896,6 +911,8 @@ class Worker:
             return
         job._conn = conn
         interrupted = False
+        span: Span | None = None
+        failure: BaseException | None = None
         try:
             if job._lost:
                 self._abandon(job)
@@ -904,10 +921,13 @@ class Worker:
                 # The grace ended before the handler could start: hand the item back.
                 await self._settle(job, conn, None, asyncio.CancelledError())
                 return
-            if self._is_async:
-                job._task = asyncio.ensure_future(self.handler(job))
+            tracer = tracing.consumer_tracer(self.tracer_provider)
+            if tracer is None:
+                job._task = self._start_handler(job)
             else:
-                job._task = self._in_thread(job)
+                span = tracing.start_consumer_span(tracer, self.queue, job)
+                with tracing.activate(span):
+                    job._task = self._start_handler(job)
             try:
                 value = await asyncio.shield(job._task)
                 outcome: BaseException | None = None
@@ -931,8 +951,16 @@ class Worker:
                 value, outcome = None, asyncio.CancelledError()
             except Exception as error:
                 value, outcome = None, error
-            await self._settle(job, job._conn or conn, value, outcome)
+            failure = outcome  # kept should the settle itself be cancelled
+            failure = await self._settle(job, job._conn or conn, value, outcome)
         finally:
+            if span is not None:
+                reason = None
+                if interrupted or isinstance(failure, asyncio.CancelledError):
+                    reason = job.cancelled.reason or SHUTDOWN
+                elif job._lost:
+                    reason = LEASE_LOST
+                tracing.end_consumer_span(span, failure, reason)
             # The job's connection may have been replaced (a broken one, by job.progress(),
             # job.transaction() or a settle sent again); the replaced one is closed.
             current = job._conn if job._conn is not None else conn
@@ -948,6 +976,13 @@ class Worker:
             await self._release_conn(current)
             if conn is not current and not conn.closed:
                 await conn.close()
+
+    def _start_handler(self, job: Job) -> asyncio.Future[Any]:
+        """Start the handler of `job`: an async one as a task, a plain function in a thread of
+        its own; either runs in a copy of the current context (the job's span, when traced)."""
+        if self._is_async:
+            return asyncio.ensure_future(self.handler(job))
+        return self._in_thread(job)
 
     def _in_thread(self, job: Job) -> asyncio.Future[Any]:
         """Run the plain-function handler in a daemon thread of its own (with the caller's
@@ -985,25 +1020,27 @@ class Worker:
         conn: psycopg.AsyncConnection[Any],
         value: Any,
         outcome: BaseException | None,
-    ) -> None:
+    ) -> BaseException | None:
         """Finish, fail, release or abandon the item after its handler ended. A call whose
-        reply is lost is sent again with the same token (`_send`)."""
+        reply is lost is sent again with the same token (`_send`). Result: what the run failed
+        with (`outcome`, or the `ValueError` of a result that is not JSON), None when it did
+        not fail: for the job's span."""
         if job._lost or isinstance(outcome, LeaseLost):
             job._lost = True
             self._abandon(job)
-            return
+            return outcome
         if job._settled:
             if outcome is not None and not isinstance(outcome, asyncio.CancelledError):
                 log.warning(
                     "handler of id=%d raised after its transaction committed: %r", job.id, outcome
                 )
-            return
+            return outcome
         await self._heartbeat.drop(job)
         token = (job.id, self.owner, job.epoch)
         try:
             if isinstance(outcome, asyncio.CancelledError):
                 await self._release(conn, job)
-                return
+                return outcome
             if outcome is None:
                 try:
                     result = _result_json(value)
@@ -1023,6 +1060,7 @@ class Worker:
             # The outcome is unknown (no answer within the lease) or the call was rejected:
             # the item stays claimed until its lease lapses, then another claim takes it.
             log.error("settle id=%d epoch=%d error=%s", job.id, job.epoch, error)
+        return outcome
 
     async def _fail(
         self, conn: psycopg.AsyncConnection[Any], job: Job, error: BaseException
