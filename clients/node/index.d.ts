@@ -113,6 +113,15 @@ export interface EnqueueOptions {
    * run. Sent only when set (then the enqueue also works against 0.11.0).
    */
   onConflict?: OnConflict;
+  /**
+   * A W3C `traceparent` (from 0.12.0: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`)
+   * stored with the item and handed to its runs as `job.trace`; sent unchanged (a malformed one is
+   * refused with 22023). Left out: the active OpenTelemetry span's context, when
+   * `@opentelemetry/api` is installed, a valid span context is active and the database's
+   * `work_enqueue` takes a trace (asked once per client); else none. With onConflict 'replace' or
+   * 'preserve_run_at' the item takes this call's trace; 'keep' leaves its own.
+   */
+  trace?: string;
 }
 
 /** `EnqueueOptions.onConflict`: what an enqueue does to an existing item of its key. */
@@ -307,6 +316,45 @@ export interface Schedule {
 export function schedules(client: Queryable): Promise<Schedule[]>;
 
 // ---------------------------------------------------------------------------------------------
+// Trace context (from 0.12.0; OpenTelemetry optional)
+
+/** A span context as OpenTelemetry's API has it (`traceFlags` 1: sampled). */
+export interface TraceSpanContext {
+  /** 32 lowercase hex digits, not all zero. */
+  traceId: string;
+  /** 16 lowercase hex digits, not all zero. */
+  spanId: string;
+  traceFlags: number;
+  isRemote?: boolean;
+}
+
+/**
+ * What the runner needs of an OpenTelemetry `TracerProvider` (the type is `@opentelemetry/api`'s,
+ * an optional peer dependency, so it is not named here).
+ */
+export interface TracerProviderLike {
+  getTracer(name: string, version?: string, options?: unknown): unknown;
+}
+
+/**
+ * The W3C `traceparent` of a span context, `00-<traceId>-<spanId>-<flags>`; null for a missing or
+ * invalid one. Needs no OpenTelemetry package.
+ */
+export function formatTraceparent(spanContext: TraceSpanContext | null | undefined): string | null;
+/**
+ * The span context a W3C `traceparent` names (`isRemote` true); null for a missing or malformed
+ * value. Needs no OpenTelemetry package.
+ */
+export function parseTraceparent(value: string | null | undefined): (TraceSpanContext & { isRemote: true }) | null;
+/**
+ * The `traceparent` of the active span's context (what `enqueue` sends when given no `trace`); null
+ * without `@opentelemetry/api` or an active valid span context.
+ */
+export function currentTraceparent(): Promise<string | null>;
+/** Whether `@opentelemetry/api` can be imported. */
+export function tracingAvailable(): Promise<boolean>;
+
+// ---------------------------------------------------------------------------------------------
 // The worker runner
 
 /** The default owner name: `<hostname>:<pid>`. */
@@ -332,6 +380,11 @@ export class Job<P = any> {
    * calls do not change it).
    */
   readonly checkpoint: Json;
+  /**
+   * The claim row's `trace` (from 0.12.0): the W3C `traceparent` the item was enqueued with (the
+   * enqueuer's span), or null when it has none and on a server without trace context.
+   */
+  readonly trace: string | null;
   /**
    * `<id>:<epoch>`: this claim's fencing token as one stable string, the idempotency key to pass
    * to an external API (the same for repeats within this attempt, different for every claim).
@@ -415,6 +468,16 @@ export interface WorkerOptions<P = any> {
    * returns). Default true.
    */
   handleSignals?: boolean;
+  /**
+   * The OpenTelemetry `TracerProvider` of the jobs' spans; default the global one. When there is
+   * one (an SDK registered, or a provider given), each handler runs inside a span
+   * `process <queue>` (kind CONSUMER, a new trace) linked to the span context of the item's
+   * `trace`, with the attributes `messaging.system`, `messaging.destination.name`,
+   * `messaging.message.id`, `workfence.epoch` and `workfence.attempt`; a handler that throws
+   * has the exception recorded and the error status. Without `@opentelemetry/api`, or with the
+   * API's no-op provider, no span is made.
+   */
+  tracerProvider?: TracerProviderLike | null;
 }
 
 /** The worker runner for one queue (clients/README.md). */
@@ -435,6 +498,8 @@ export class Worker<P = any> {
   readonly retry: ((attempt: number, error: unknown) => number | null | undefined) | null;
   readonly handleSignals: boolean;
   readonly logger: Logger;
+  /** The `tracerProvider` option; null: the global one. */
+  readonly tracerProvider: TracerProviderLike | null;
   /**
    * Connects, claims and runs jobs until `stop()` (or SIGTERM/SIGINT), then shuts down: buffered
    * items released, running handlers given `shutdownGrace`, then aborted and released; logs `exit`.

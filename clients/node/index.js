@@ -12,3 +12,6 @@ export {
   pauseSchedule, resumeSchedule, fireSchedules, schedules,
 } from './lib/operations.js';
 export { Worker, Job, defaultOwner } from './lib/worker.js';
+export {
+  currentTraceparent, formatTraceparent, parseTraceparent, tracingAvailable,
+} from './lib/tracing.js';

@@ -2,6 +2,7 @@
 // connection the caller passes, so that they can be part of the caller's own transaction.
 
 import { InvalidArgument, fromPgError } from './errors.js';
+import { currentTraceparent } from './tracing.js';
 
 /**
  * Runs one statement on `client`, turning a pg_workfence SQLSTATE into its named error.
@@ -21,6 +22,38 @@ export async function query(client, text, values) {
 export function jsonText(value) {
   if (value === undefined) return null;
   return JSON.stringify(value);
+}
+
+/**
+ * Whether the database behind a client takes `trace` in `work_enqueue`, by client (a `pg.Client`,
+ * `pg.Pool` or pool client), asked at its first enqueue in a span and forgotten with the client.
+ * @type {WeakMap<object, boolean>}
+ */
+const takesTrace = new WeakMap();
+
+/** The question {@link takesTrace} caches: does `workfence.work_enqueue` have an argument `trace`? */
+const TAKES_TRACE_SQL = `SELECT EXISTS (
+  SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+   WHERE n.nspname = 'workfence' AND p.proname = 'work_enqueue'
+     AND 'trace' = ANY (p.proargnames)) AS takes`;
+
+/**
+ * The trace an enqueue given none sends: the active span's `traceparent`, when there is one and
+ * the client's database takes it (asked once per client, so that an enqueue in a span still works
+ * against a server without the argument); else null.
+ * @param {{query: Function}} client
+ * @returns {Promise<string | null>}
+ */
+async function activeTrace(client) {
+  const traceparent = await currentTraceparent();
+  if (traceparent === null) return null;
+  let takes = takesTrace.get(client);
+  if (takes === undefined) {
+    const { rows: [row] } = await query(client, TAKES_TRACE_SQL, []);
+    takes = row.takes === true;
+    if (client && typeof client === 'object') takesTrace.set(client, takes);
+  }
+  return takes ? traceparent : null;
 }
 
 /**
@@ -48,11 +81,19 @@ export function jsonText(value) {
  *   a claimed one takes the new payload at once (its holder keeps its token and old payload) and
  *   runs exactly once more after the current run. Sent (as `on_conflict`) only when set, so that
  *   an enqueue without it also works against a 0.11.0 database
+ * @param {string} [options.trace] a W3C `traceparent` (from 0.12.0:
+ *   `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`) stored with the item and handed to its
+ *   runs as `job.trace`, sent unchanged (a malformed one: 22023). Left out: the active
+ *   OpenTelemetry span's context, when `@opentelemetry/api` is installed, a valid span context is
+ *   active, and the database's `work_enqueue` takes a trace (asked once per client); else none.
+ *   With onConflict 'replace' or 'preserve_run_at' the item takes this call's trace; 'keep'
+ *   leaves its own
  * @returns {Promise<{id: string, key: string, inserted: boolean}>} `id` is the bigint as a
  *   decimal string; `inserted` true only when a new item was made (false whenever the key
  *   existed, kept or changed)
- * @throws {NullArgument} 22004, {@link InvalidArgument} 22023 (also an unknown onConflict),
- *   {@link NotPermitted} 42501, {@link SerializationFailure} 40001 (raced a purge: retry)
+ * @throws {NullArgument} 22004, {@link InvalidArgument} 22023 (also an unknown onConflict, a
+ *   malformed trace), {@link NotPermitted} 42501, {@link SerializationFailure} 40001 (raced a
+ *   purge: retry)
  */
 export async function enqueue(client, queue, payload = {}, options = {}) {
   const args = ['queue => $1', 'payload => $2::jsonb'];
@@ -69,6 +110,8 @@ export async function enqueue(client, queue, payload = {}, options = {}) {
   add('max_run', options.maxRun, 'make_interval(secs => $::double precision)');
   add('group_key', options.groupKey, '$::text');
   add('on_conflict', options.onConflict, '$::text');
+  const trace = options.trace ?? await activeTrace(client);
+  add('trace', trace, '$::text');
   const { rows: [row] } = await query(client,
     `SELECT id::text AS id, key, inserted FROM workfence.work_enqueue(${args.join(', ')})`, values);
   return row;

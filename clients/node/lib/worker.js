@@ -16,9 +16,13 @@ import {
 } from './errors.js';
 import { leaseLostToken } from './notify.js';
 import { jsonText } from './operations.js';
+import {
+  consumerTracer, endConsumerSpan, loadApi, startConsumerSpan, withSpan,
+} from './tracing.js';
 
-// Every column of the claim row (`c.*`), so that the last one, `progress` (from 0.12.0), is read
-// when the server has it and simply absent before; the bigints again as exact text.
+// Every column of the claim row (`c.*`), so that the last ones, `progress` and `trace` (from
+// 0.12.0), are read when the server has them and simply absent before; the bigints again as exact
+// text.
 const CLAIM_SQL = `SELECT c.*, c.id::text AS id_text, c.epoch::text AS epoch_text
   FROM workfence.work_claim($1, $2, make_interval(secs => $3), $4, make_interval(secs => $5)) AS c`;
 
@@ -52,6 +56,7 @@ class Held {
     this.attempt = row.attempt;
     this.leaseUntil = row.lease_until;
     this.checkpoint = row.progress ?? null; // absent before 0.12.0
+    this.trace = row.trace ?? null; // absent before 0.12.0's trace context
     this.leaseEnd = leaseEnd;
     this.status = 'buffered';
     this.renewing = true;
@@ -74,7 +79,8 @@ class Held {
  * `id` and `epoch` are bigints as decimal strings (exact, as node-postgres returns them);
  * `attempt` counts claims of the item, from 1; `payload` is the item's JSON payload;
  * `leaseUntil` the lease's end at claim time (server clock); `checkpoint` the last progress an
- * earlier attempt stored with {@link Job#progress} (null on a first attempt); `fencingToken`
+ * earlier attempt stored with {@link Job#progress} (null on a first attempt); `trace` the W3C
+ * traceparent the item was enqueued with (null: none); `fencingToken`
  * the string `<id>:<epoch>`; `signal` aborts when the lease is lost (reason: a
  * {@link LeaseLost}) or when the shutdown grace is over (reason: a {@link Cancelled}).
  */
@@ -95,6 +101,12 @@ export class Job {
      * `progress()` calls do not change it.
      */
     this.checkpoint = held.checkpoint;
+    /**
+     * The claim row's `trace` (from 0.12.0): the W3C `traceparent` the item was enqueued with
+     * (`00-<trace id>-<span id>-<flags>`, the enqueuer's span), or null when it has none and on a
+     * server without trace context. The runner's span links to it (see `tracerProvider`).
+     */
+    this.trace = held.trace;
     /**
      * `<id>:<epoch>`, e.g. `"7:42"`: this claim's fencing token as one stable string, to pass as
      * the idempotency key (or fencing token) of a call to an external API. It is the same for
@@ -206,6 +218,12 @@ export class Job {
     this._held.renewing = false;
   }
 }
+
+/**
+ * The error text of a job's span that ended without an error of its own, by the item's status:
+ * its token was refused, or the shutdown released the item while the handler ran on.
+ */
+const SPAN_REASONS = { lost: 'lease lost', releasing: 'cancelled: shutdown', released: 'cancelled: shutdown' };
 
 /** An event listener that does nothing. */
 function ignore() {}
@@ -406,6 +424,11 @@ export class Worker {
       { min: 0, max: 2 ** 31 / 1000 });
     this.retry = o.retry ?? null;
     this.handleSignals = o.handleSignals ?? true;
+    if (o.tracerProvider !== undefined && o.tracerProvider !== null
+      && typeof o.tracerProvider.getTracer !== 'function') {
+      throw invalid('tracerProvider must be an OpenTelemetry TracerProvider (with getTracer)');
+    }
+    this.tracerProvider = o.tracerProvider ?? null;
     this.logger = o.logger ?? console;
     for (const level of ['debug', 'info', 'warn', 'error']) {
       if (typeof this.logger[level] !== 'function') throw invalid(`logger.${level} must be a function`);
@@ -460,6 +483,7 @@ export class Worker {
     }
     try {
       try {
+        await loadApi(); // @opentelemetry/api, if installed: each job then checks for an SDK at once
         await this._connect();
         if (this._state === 'running') await this._claimLoop();
       } catch (err) {
@@ -735,13 +759,39 @@ export class Worker {
     }
   }
 
-  /** Runs the handler for one item and settles the item by its outcome. */
+  /**
+   * Runs the handler for one item and settles the item by its outcome; when there is a tracer
+   * (an OpenTelemetry SDK registered, or `tracerProvider` given), inside the job's span
+   * `process <queue>`, ended after the settle with the run's error, if any.
+   */
   async _execute(held) {
+    const tracer = consumerTracer(this.tracerProvider);
+    if (tracer === null) return this._executeIn(held, null);
+    const span = startConsumerSpan(tracer, this.queue, held);
+    let outcome = { threw: false };
+    try {
+      outcome = await this._executeIn(held, span);
+    } catch (err) {
+      outcome = { threw: true, error: err };
+      throw err;
+    } finally {
+      endConsumerSpan(span, { ...outcome, reason: SPAN_REASONS[held.status] ?? null });
+    }
+    return outcome;
+  }
+
+  /**
+   * {@link Worker#_execute} itself: the handler (inside `span` when there is one), then the
+   * settle. Resolves to whether the run failed and with what (for the span).
+   * @returns {Promise<{threw: boolean, error?: unknown}>}
+   */
+  async _executeIn(held, span) {
     let value;
     let error;
     let threw = false;
     try {
-      value = await this._handler(new Job(this, held));
+      const job = new Job(this, held);
+      value = await (span === null ? this._handler(job) : withSpan(span, () => this._handler(job)));
     } catch (err) {
       threw = true;
       error = err;
@@ -751,7 +801,7 @@ export class Worker {
       if (threw && held.status === 'finished') {
         this.logger.warn(`handler of id=${held.id} raised after its transaction finished: ${errorText(error)}`);
       }
-      return;
+      return { threw, error };
     }
     held.status = 'settling';
     let json;
@@ -777,6 +827,7 @@ export class Worker {
     } finally {
       this._forget(held);
     }
+    return { threw, error };
   }
 
   /**

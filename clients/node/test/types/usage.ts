@@ -4,7 +4,9 @@ import {
   Worker, Job, LeaseLost, WorkfenceError, NotPermitted, enqueue, item, limit, pause, resume, retry,
   reschedule, cancel, connectionConfig, fromPgError, defaultOwner, schedule, unschedule,
   pauseSchedule, resumeSchedule, fireSchedules, schedules, UndefinedObject, type Queryable,
-  type Logger, type Schedule, awaitResult, type AwaitedResult, type Json,
+  type Logger, type Schedule, awaitResult, type AwaitedResult, type Json, formatTraceparent,
+  parseTraceparent, currentTraceparent, tracingAvailable, type TraceSpanContext,
+  type TracerProviderLike,
 } from 'workfence';
 
 declare const client: Queryable;
@@ -66,6 +68,14 @@ async function usage(): Promise<void> {
   await awaitResult(client, 'q', 'k');
   // @ts-expect-error the timeout is a number of seconds
   await awaitResult(client, 'q', 'k', { timeout: '10s' });
+  await enqueue(client, 'q', {}, { trace: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' });
+  // @ts-expect-error the trace is a traceparent string
+  await enqueue(client, 'q', {}, { trace: { traceId: 'x' } });
+  const parsed: TraceSpanContext | null = parseTraceparent('00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
+  const header: string | null = formatTraceparent(parsed);
+  const active: string | null = await currentTraceparent();
+  const otel: boolean = await tracingAvailable();
+  void header; void active; void otel;
   const progressed = await item(client, 'q', 'k');
   if (progressed) { const p: Json = progressed.progress; void p; }
 
@@ -83,6 +93,8 @@ async function usage(): Promise<void> {
       void e;
       const token: string = job.fencingToken;
       const resumeFrom: Json = job.checkpoint;
+      const traceparent: string | null = job.trace;
+      void traceparent;
       const stored: boolean = await job.progress({ step: 1 });
       void resumeFrom; void stored;
       const sent: number = await job.guard(async (c) => {
@@ -98,6 +110,12 @@ async function usage(): Promise<void> {
       });
     },
   });
+  const provider: TracerProviderLike = { getTracer: () => ({}) };
+  const traced = new Worker({ dsn: 'x', queue: 'q', handler: async () => null, tracerProvider: provider });
+  const given: TracerProviderLike | null = traced.tracerProvider;
+  void given;
+  // @ts-expect-error a tracer provider has getTracer
+  new Worker({ dsn: 'x', queue: 'q', handler: async () => null, tracerProvider: {} });
   const stopped: Promise<void> = worker.stop();
   await worker.run();
   await stopped;
