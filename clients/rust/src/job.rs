@@ -57,6 +57,8 @@ pub struct Job {
     pub epoch: i64,
     /// The claim row's `progress` (from 0.12.0): the last checkpoint an earlier attempt stored.
     progress: Option<Value>,
+    /// The claim row's `trace` (from 0.12.0): the enqueuer's W3C traceparent.
+    trace: Option<String>,
     /// Cancelled on lease loss or at the end of the shutdown grace.
     cancel: CancellationToken,
     /// The worker's shared state.
@@ -72,23 +74,30 @@ impl fmt::Debug for Job {
             .field("attempt", &self.attempt)
             .field("epoch", &self.epoch)
             .field("checkpoint", &self.progress)
+            .field("trace", &self.trace)
             .field("owner", &self.shared.owner)
             .finish()
     }
 }
 
 impl Job {
-    /// Made by the runner for each claimed row. The row's `progress` column (its last, from
-    /// 0.12.0) is read by name when the row has it: a server without it gives `None`.
+    /// Made by the runner for each claimed row. The row's `progress` and `trace` columns (from
+    /// 0.12.0) are read by name when the row has them: a server without them gives `None`.
     pub(crate) fn new(
         row: &Row,
         cancel: CancellationToken,
         shared: Arc<Shared>,
     ) -> std::result::Result<Self, tokio_postgres::Error> {
         let Json(payload) = row.try_get::<_, Json<Value>>("payload")?;
-        let progress = if row.columns().iter().any(|c| c.name() == "progress") {
+        let has = |name: &str| row.columns().iter().any(|c| c.name() == name);
+        let progress = if has("progress") {
             row.try_get::<_, Option<Json<Value>>>("progress")?
                 .map(|Json(v)| v)
+        } else {
+            None
+        };
+        let trace = if has("trace") {
+            row.try_get("trace")?
         } else {
             None
         };
@@ -99,6 +108,7 @@ impl Job {
             attempt: row.try_get("attempt")?,
             epoch: row.try_get("epoch")?,
             progress,
+            trace,
             cancel,
             shared,
         })
@@ -123,6 +133,15 @@ impl Job {
     /// calls do not change it.
     pub fn checkpoint(&self) -> Option<&Value> {
         self.progress.as_ref()
+    }
+
+    /// The item's trace context (the claim row's `trace`, from 0.12.0): the W3C `traceparent`
+    /// its enqueue was given ([`crate::EnqueueOptions::trace`], or with the `otel` feature the
+    /// enqueuer's span), as stored; `None` when it was enqueued without one, or from a server
+    /// older than 0.12.0. With the `otel` feature the handler already runs in a `process
+    /// <queue>` span linked to it (README.md, *Tracing*).
+    pub fn trace(&self) -> Option<&str> {
+        self.trace.as_deref()
     }
 
     /// Stores `progress` as the item's checkpoint (`work_progress(id, owner, epoch, progress)`,

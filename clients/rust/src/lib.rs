@@ -18,7 +18,12 @@
 //!   lease is lost, the job's [`FencedTransaction`] (and [`Job::guard`] around a side effect
 //!   outside the database), checkpoints ([`Job::progress`], [`Job::checkpoint`]), failures with
 //!   a retry policy, settles sent again after a lost connection, release on SIGTERM/SIGINT;
-//! - [`Error`], one variant per SQLSTATE.
+//! - [`Error`], one variant per SQLSTATE;
+//! - trace context (from 0.12.0): [`EnqueueOptions::trace`] and [`Job::trace`], a W3C
+//!   `traceparent` stored with the item; with the cargo feature `otel` (off by default: nothing
+//!   of OpenTelemetry is compiled without it), [`enqueue`] sends the current OpenTelemetry span's
+//!   and the worker runs each handler in a `process <queue>` consumer span linked to it
+//!   (`traceparent` formats a context's).
 //!
 //! The behaviour, settings and log lines are those every pg_workfence library shares
 //! (clients/README.md); logging goes through `tracing`, target `workfence`.
@@ -51,9 +56,12 @@ mod error;
 mod failure;
 mod job;
 mod ops;
+#[cfg(feature = "otel")]
+mod otel;
 mod registry;
 mod schedules;
 mod settle;
+mod traceparent;
 mod worker;
 
 pub use error::{Error, Result, ServerError};
@@ -69,6 +77,9 @@ pub use schedules::{
 pub use worker::{
     Handle, Handler, HandlerError, HandlerResult, RetryPolicy, Worker, WorkerBuilder,
 };
+
+#[cfg(feature = "otel")]
+pub use otel::traceparent;
 
 /// tokio-util's cancellation token, as [`Job::cancellation_token`] returns it.
 pub use tokio_util::sync::CancellationToken;

@@ -2,6 +2,7 @@
 //! caller passes (a `Client` or a `Transaction`, so that an enqueue can be part of the caller's
 //! own transaction). clients/README.md, *Enqueue helpers*; docs/contract.md for each function.
 
+use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
@@ -10,29 +11,50 @@ use tokio_postgres::{GenericClient, Row};
 
 use crate::error::Result;
 
-/// `work_enqueue` with its optional named arguments after `max_run`: the durations go as seconds
-/// through `make_interval` (docs/writing-workers.md, *Passing intervals*); NULL `max_run` is no
-/// limit, NULL `run_at` now, NULL `key` a UUIDv7.
-macro_rules! enqueue_sql {
-    ($($named:literal),*) => {
-        concat!(
-            "SELECT id, key, inserted\n",
-            "  FROM workfence.work_enqueue($1, $2, key => $3, run_at => $4, priority => $5,\n",
-            "                              max_attempts => $6, max_run => make_interval(secs => $7)",
-            $(",\n                              ", $named,)*
-            ")\n"
-        )
-    };
+/// `work_enqueue` up to `max_run`: the durations go as seconds through `make_interval`
+/// (docs/writing-workers.md, *Passing intervals*); NULL `max_run` is no limit, NULL `run_at` now,
+/// NULL `key` a UUIDv7. Alone, the call a 0.9.0 database takes; [`enqueue_sql`] adds the
+/// optional named arguments that are set.
+const ENQUEUE_HEAD: &str = "SELECT id, key, inserted
+  FROM workfence.work_enqueue($1, $2, key => $3, run_at => $4, priority => $5,
+                              max_attempts => $6, max_run => make_interval(secs => $7)";
+
+/// The optional named arguments of `work_enqueue` the crate sends, each only when set, so that
+/// an enqueue without them works against the server that predates them: `group_key` (from
+/// 0.10.0), `on_conflict` (from 0.12.0), `trace` (from 0.12.0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    GroupKey,
+    OnConflict,
+    Trace,
 }
 
-/// The enqueue without `group_key` or `on_conflict`: the call a 0.9.0 database takes.
-const ENQUEUE_SQL: &str = enqueue_sql!();
-/// With `group_key` (from 0.10.0).
-const ENQUEUE_GROUPED_SQL: &str = enqueue_sql!("group_key => $8");
-/// With `on_conflict` (from 0.12.0).
-const ENQUEUE_ON_CONFLICT_SQL: &str = enqueue_sql!("on_conflict => $8");
-/// With both.
-const ENQUEUE_GROUPED_ON_CONFLICT_SQL: &str = enqueue_sql!("group_key => $8", "on_conflict => $9");
+impl Named {
+    /// The argument's name.
+    fn name(self) -> &'static str {
+        match self {
+            Named::GroupKey => "group_key",
+            Named::OnConflict => "on_conflict",
+            Named::Trace => "trace",
+        }
+    }
+}
+
+/// [`ENQUEUE_HEAD`] with `named` (in this order) as `$8`, `$9`, ...
+fn enqueue_sql(named: &[Named]) -> String {
+    let mut sql = String::from(ENQUEUE_HEAD);
+    for (i, arg) in named.iter().enumerate() {
+        // Writing to a String cannot fail.
+        let _ = write!(
+            sql,
+            ",\n                              {} => ${}",
+            arg.name(),
+            i + 8
+        );
+    }
+    sql.push_str(")\n");
+    sql
+}
 
 /// `work_limit` (from 0.10.0); `per` as seconds through `make_interval`.
 const LIMIT_SQL: &str = "SELECT workfence.work_limit($1, concurrency => $2, rate => $3, \
@@ -76,6 +98,17 @@ pub struct EnqueueOptions {
     /// `None`: the server's default, [`OnConflict::Keep`] (and then the enqueue also works
     /// against a 0.11.0 database: the argument is sent only when set).
     pub on_conflict: Option<OnConflict>,
+    /// The item's trace context (from 0.12.0): a W3C `traceparent` header value,
+    /// `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, stored with the item and handed to
+    /// every claim of it ([`crate::Job::trace`]), so that the job's run can be linked to the
+    /// enqueue. Sent unchanged; the server refuses a malformed one
+    /// ([`crate::Error::InvalidArgument`], 22023). `None`: with the `otel` feature, the current
+    /// OpenTelemetry span's traceparent when there is a valid one (README.md, *Tracing*);
+    /// otherwise none (and then the enqueue also works against a 0.11.0 database: the argument
+    /// is sent only when there is a trace). With [`OnConflict::Replace`] or
+    /// [`OnConflict::PreserveRunAt`] an existing item takes the new call's trace along with its
+    /// payload; [`OnConflict::Keep`] leaves it.
+    pub trace: Option<String>,
 }
 
 /// What [`enqueue`] does when the queue already has an item with the key (`work_enqueue`'s
@@ -117,6 +150,7 @@ impl Default for EnqueueOptions {
             max_run: None,
             group_key: None,
             on_conflict: None,
+            trace: None,
         }
     }
 }
@@ -163,6 +197,12 @@ impl EnqueueOptions {
         self.on_conflict = Some(on_conflict);
         self
     }
+
+    /// The options with `trace` set: a W3C `traceparent` value, sent unchanged (from 0.12.0).
+    pub fn trace(mut self, traceparent: impl Into<String>) -> Self {
+        self.trace = Some(traceparent.into());
+        self
+    }
 }
 
 /// What [`enqueue`] returns: the item's id and key, and whether this call inserted it (false:
@@ -183,16 +223,26 @@ pub struct Enqueued {
 /// `client` is any tokio-postgres client or transaction: the enqueue commits with the caller's
 /// transaction. Errors: [`crate::Error::NullArgument`] (22004),
 /// [`crate::Error::InvalidArgument`] (22023: bad queue, key or run_at, `max_attempts` out of
-/// 1..1000, `max_run` out of range, bad `group_key`), [`crate::Error::NotPermitted`] (42501: no
-/// `enqueue` grant), [`crate::Error::SerializationFailure`] (40001: raced a purge three times;
-/// retry). A `group_key` against a 0.9.0 database, or an `on_conflict` against one older than
+/// 1..1000, `max_run` out of range, bad `group_key`, a malformed `trace`),
+/// [`crate::Error::NotPermitted`] (42501: no `enqueue` grant),
+/// [`crate::Error::SerializationFailure`] (40001: raced a purge three times; retry). A
+/// `group_key` against a 0.9.0 database, or an `on_conflict` or a `trace` against one older than
 /// 0.12.0, is [`crate::Error::Database`] 42883 (no such function).
+///
+/// With the `otel` feature and no [`EnqueueOptions::trace`], the current OpenTelemetry span's
+/// traceparent is sent when there is a valid one and the database's `work_enqueue` takes a
+/// trace (asked once per process with a read of `pg_proc`, and again a minute after an answer
+/// of no), so that an older database is served without it.
 pub async fn enqueue(
     client: &impl GenericClient,
     queue: &str,
     payload: &Value,
     options: &EnqueueOptions,
 ) -> Result<Enqueued> {
+    let trace = match &options.trace {
+        Some(trace) => Some(trace.clone()),
+        None => current_trace(client).await?,
+    };
     let max_run = options.max_run.map(|d| d.as_secs_f64());
     let payload = Json(payload);
     let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
@@ -204,25 +254,82 @@ pub async fn enqueue(
         &options.max_attempts,
         &max_run,
     ];
+    let mut named = Vec::new();
     if let Some(group_key) = &options.group_key {
         params.push(group_key);
+        named.push(Named::GroupKey);
     }
     let on_conflict = options.on_conflict.map(OnConflict::as_str);
     if let Some(on_conflict) = &on_conflict {
         params.push(on_conflict);
+        named.push(Named::OnConflict);
     }
-    let sql = match (options.group_key.is_some(), on_conflict.is_some()) {
-        (false, false) => ENQUEUE_SQL,
-        (true, false) => ENQUEUE_GROUPED_SQL,
-        (false, true) => ENQUEUE_ON_CONFLICT_SQL,
-        (true, true) => ENQUEUE_GROUPED_ON_CONFLICT_SQL,
-    };
-    let row = client.query_one(sql, &params).await?;
+    if let Some(trace) = &trace {
+        params.push(trace);
+        named.push(Named::Trace);
+    }
+    let row = client.query_one(&enqueue_sql(&named), &params).await?;
     Ok(Enqueued {
         id: row.try_get("id")?,
         key: row.try_get("key")?,
         inserted: row.try_get("inserted")?,
     })
+}
+
+/// Without the `otel` feature an enqueue without a trace sends none.
+#[cfg(not(feature = "otel"))]
+async fn current_trace(_client: &impl GenericClient) -> Result<Option<String>> {
+    Ok(None)
+}
+
+/// The current OpenTelemetry span's traceparent, when there is a valid span and the database's
+/// `work_enqueue` takes a `trace` ([`takes_trace`]).
+#[cfg(feature = "otel")]
+async fn current_trace(client: &impl GenericClient) -> Result<Option<String>> {
+    let Some(trace) = crate::otel::current_traceparent() else {
+        return Ok(None);
+    };
+    Ok(takes_trace(client).await?.then_some(trace))
+}
+
+/// Whether `work_enqueue` has a `trace` argument (from 0.12.0).
+#[cfg(feature = "otel")]
+const TAKES_TRACE_SQL: &str = "SELECT EXISTS (
+  SELECT FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+   WHERE n.nspname = 'workfence' AND p.proname = 'work_enqueue' AND 'trace' = ANY (p.proargnames))";
+
+/// How long an answer of no from [`takes_trace`] is kept before the database is asked again
+/// (an `ALTER EXTENSION pg_workfence UPDATE` is then noticed).
+#[cfg(feature = "otel")]
+const TAKES_TRACE_NO_FOR: Duration = Duration::from_secs(60);
+
+/// What [`takes_trace`] last learned: `Some(None)` yes (kept), `Some(Some(at))` no, asked at
+/// `at`; `None` not asked yet.
+#[cfg(feature = "otel")]
+static TAKES_TRACE: std::sync::Mutex<Option<Option<std::time::Instant>>> =
+    std::sync::Mutex::new(None);
+
+/// Whether the database's `work_enqueue` takes a `trace` (0.12.0 and later): asked with
+/// [`TAKES_TRACE_SQL`] on `client` the first time, the answer kept for the process (a no for
+/// [`TAKES_TRACE_NO_FOR`]), so that only the first traced enqueue pays a round trip. One answer
+/// for every database the process enqueues into: a process enqueueing into databases of mixed
+/// versions passes [`EnqueueOptions::trace`] itself.
+#[cfg(feature = "otel")]
+async fn takes_trace(client: &impl GenericClient) -> Result<bool> {
+    let known = *TAKES_TRACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match known {
+        Some(None) => return Ok(true),
+        Some(Some(at)) if at.elapsed() < TAKES_TRACE_NO_FOR => return Ok(false),
+        _ => {}
+    }
+    let takes: bool = client.query_one(TAKES_TRACE_SQL, &[]).await?.try_get(0)?;
+    *TAKES_TRACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+        Some((!takes).then(std::time::Instant::now));
+    Ok(takes)
 }
 
 /// Runs `sql`, a call of one boolean SQL function, with `params`.
@@ -604,16 +711,24 @@ mod tests {
     }
 
     #[test]
-    fn group_key_and_on_conflict_are_sent_only_when_set() {
-        // Without a group the call is the one a 0.9.0 database takes.
-        assert!(!ENQUEUE_SQL.contains("group_key"));
-        assert!(!ENQUEUE_SQL.contains("on_conflict"));
-        assert!(ENQUEUE_GROUPED_SQL.contains("group_key => $8)"));
-        assert!(!ENQUEUE_GROUPED_SQL.contains("on_conflict"));
-        assert!(ENQUEUE_ON_CONFLICT_SQL.contains("on_conflict => $8)"));
-        assert!(!ENQUEUE_ON_CONFLICT_SQL.contains("group_key"));
-        assert!(ENQUEUE_GROUPED_ON_CONFLICT_SQL.contains("group_key => $8,"));
-        assert!(ENQUEUE_GROUPED_ON_CONFLICT_SQL.contains("on_conflict => $9)"));
+    fn group_key_on_conflict_and_trace_are_sent_only_when_set() {
+        // Without them the call is the one a 0.9.0 database takes.
+        let plain = enqueue_sql(&[]);
+        for name in ["group_key", "on_conflict", "trace"] {
+            assert!(!plain.contains(name), "{name}");
+        }
+        assert!(plain.ends_with("max_run => make_interval(secs => $7))\n"));
+        let grouped = enqueue_sql(&[Named::GroupKey]);
+        assert!(grouped.contains("group_key => $8)"));
+        assert!(!grouped.contains("on_conflict") && !grouped.contains("trace"));
+        assert!(enqueue_sql(&[Named::OnConflict]).contains("on_conflict => $8)"));
+        let traced = enqueue_sql(&[Named::Trace]);
+        assert!(traced.contains("trace => $8)"));
+        assert!(!traced.contains("group_key") && !traced.contains("on_conflict"));
+        let all = enqueue_sql(&[Named::GroupKey, Named::OnConflict, Named::Trace]);
+        assert!(all.contains("group_key => $8,"));
+        assert!(all.contains("on_conflict => $9,"));
+        assert!(all.contains("trace => $10)"));
         assert_eq!(
             [
                 OnConflict::Keep,
@@ -624,9 +739,11 @@ mod tests {
             ["keep", "replace", "preserve_run_at"]
         );
         let o = EnqueueOptions::default();
-        assert_eq!(o.on_conflict, None);
+        assert_eq!((o.on_conflict, o.trace.as_deref()), (None, None));
         let o = o.on_conflict(OnConflict::Replace);
         assert_eq!(o.on_conflict, Some(OnConflict::Replace));
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(o.trace(tp).trace.as_deref(), Some(tp));
     }
 
     #[test]

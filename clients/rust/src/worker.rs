@@ -27,9 +27,9 @@ use crate::registry::{Fate, Registry};
 use crate::settle::{settle, Settle, Settled};
 
 /// The long poll: up to `$4` items under a lease of `$3` seconds, waiting up to `$5` seconds.
-/// Every column of the claim row (from 0.12.0 the last one is `progress`, read by name when
-/// present, so that an older server works too), and what is left of the lease (less than the
-/// lease when `max_run` cuts it short).
+/// Every column of the claim row (from 0.12.0 the last ones are `progress` and `trace`, read by
+/// name when present, so that an older server works too), and what is left of the lease (less
+/// than the lease when `max_run` cuts it short).
 const CLAIM_SQL: &str = r#"
 SELECT c.*, extract(epoch FROM c.lease_until - clock_timestamp())::float8 AS lease_left
   FROM workfence.work_claim($1, $2, make_interval(secs => $3), $4, make_interval(secs => $5)) AS c
@@ -948,9 +948,16 @@ async fn release(shared: &Shared, id: i64, epoch: i64) {
     }
 }
 
+/// The error status of a job's span whose lease was lost (feature `otel`).
+#[cfg(feature = "otel")]
+const LEASE_LOST: &str = "lease lost: the job's result did not count";
+
 /// One job: runs the handler as a task of its own, aborting it when the job is cancelled, then
 /// settles the item (finish, fail, release on shutdown; nothing when the lease was lost or the
-/// fenced transaction finished it). Every outcome is logged.
+/// fenced transaction finished it). Every outcome is logged. With the `otel` feature the handler
+/// runs in the job's `process <queue>` span, which ends after the settle: error status when the
+/// handler failed (an `Err`, with an `exception` event, or a panic), its lease was lost, or it
+/// was cancelled at shutdown.
 async fn run_job<H: Handler>(
     handler: Arc<H>,
     job: Job,
@@ -960,7 +967,13 @@ async fn run_job<H: Handler>(
     let (id, epoch, attempt) = (job.id, job.epoch, job.attempt);
     let cancel = job.cancellation_token();
     let registry = Arc::clone(&shared.registry);
-    let mut task = tokio::spawn(async move { handler.handle(job).await });
+    // The job's `process <queue>` span, ended when this function returns (after the settle).
+    #[cfg(feature = "otel")]
+    let span = crate::otel::JobSpan::start(&settings.queue, id, epoch, attempt, job.trace());
+    let run = async move { handler.handle(job).await };
+    #[cfg(feature = "otel")]
+    let run = opentelemetry::context::FutureExt::with_context(run, span.context());
+    let mut task = tokio::spawn(run);
     let outcome = tokio::select! {
         biased;
         outcome = &mut task => Some(outcome),
@@ -974,9 +987,17 @@ async fn run_job<H: Handler>(
             // rolls back) before anything is released.
             let _aborted = task.await;
             match registry.fate(id, epoch) {
-                Some(Fate::Shutdown) => release(&shared, id, epoch).await,
+                Some(Fate::Shutdown) => {
+                    #[cfg(feature = "otel")]
+                    span.ended_unfinished("cancelled at shutdown: the item was released");
+                    release(&shared, id, epoch).await;
+                }
                 Some(Fate::Settled) => {}
-                _ => tracing::warn!(target: "workfence", "refused id={id} (lease lost)"),
+                _ => {
+                    #[cfg(feature = "otel")]
+                    span.ended_unfinished(LEASE_LOST);
+                    tracing::warn!(target: "workfence", "refused id={id} (lease lost)");
+                }
             }
             registry.forget(id, epoch);
             return;
@@ -989,6 +1010,8 @@ async fn run_job<H: Handler>(
             }
         }
         Some(Fate::Lost) | None => {
+            #[cfg(feature = "otel")]
+            span.ended_unfinished(LEASE_LOST);
             tracing::warn!(target: "workfence", "refused id={id} (lease lost)");
         }
         Some(Fate::Held | Fate::Shutdown) => {
@@ -996,10 +1019,16 @@ async fn run_job<H: Handler>(
             let settled = match outcome {
                 Ok(Ok(value)) => finish(&shared, id, epoch, value).await,
                 Ok(Err(e)) if e.downcast_ref::<Error>().is_some_and(Error::is_lease_lost) => {
+                    #[cfg(feature = "otel")]
+                    span.failed(&*e);
                     tracing::warn!(target: "workfence", "refused id={id} (lease lost)");
                     Ok(())
                 }
-                Ok(Err(e)) => fail(&shared, &settings, id, epoch, attempt, &*e).await,
+                Ok(Err(e)) => {
+                    #[cfg(feature = "otel")]
+                    span.failed(&*e);
+                    fail(&shared, &settings, id, epoch, attempt, &*e).await
+                }
                 Err(join) => {
                     let text = match join.try_into_panic() {
                         Ok(panic) => panic
@@ -1009,7 +1038,10 @@ async fn run_job<H: Handler>(
                             .unwrap_or_else(|| "a non-string panic".to_owned()),
                         Err(e) => e.to_string(),
                     };
-                    fail(&shared, &settings, id, epoch, attempt, &Panicked(text)).await
+                    let panicked = Panicked(text);
+                    #[cfg(feature = "otel")]
+                    span.failed(&panicked);
+                    fail(&shared, &settings, id, epoch, attempt, &panicked).await
                 }
             };
             if let Err(e) = settled {
