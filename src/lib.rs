@@ -50,7 +50,7 @@ extension_sql_file!(
         "bootstrap",
         counters::queue_counters,
         counters::queue_counter_rows,
-        backend::history::queue_history_rows,
+        counters::queue_history_rows,
         counters::queue_state_counts,
         access::grants::work_may
     ]

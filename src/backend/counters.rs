@@ -50,10 +50,11 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::shmem::PGRXSharedMemory;
 
+pub use super::buckets::{BOUNDS_MICROS, BUCKETS};
 use super::history::{self, Ring, RINGS};
 use crate::access::grants::{self, Capability};
 use crate::access::validate;
-use crate::base::error::{OrReport, Result};
+use crate::base::error::{OrReport, Result, WorkfenceError};
 
 /// How many (database, queue) pairs the server counts for (about 600
 /// bytes of shared memory each: 2.4 MB).
@@ -119,32 +120,6 @@ impl ItemState {
         })
     }
 }
-
-/// The histograms' upper bounds, in microseconds; a last, unbounded
-/// bucket follows (`le="+Inf"`). From 5 ms to an hour: a job queue's waits
-/// and runs span seconds to hours, where Prometheus' default buckets (5 ms
-/// to 10 s) would put most of them in `+Inf`.
-pub const BOUNDS_MICROS: [i64; 16] = [
-    5_000,
-    10_000,
-    25_000,
-    50_000,
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    30_000_000,
-    60_000_000,
-    300_000_000,
-    900_000_000,
-    3_600_000_000,
-];
-
-/// Buckets per histogram: one per bound, and `+Inf`.
-pub const BUCKETS: usize = BOUNDS_MICROS.len() + 1;
 
 /// A histogram of durations: observations per bucket (not cumulative) and
 /// their sum in microseconds.
@@ -561,21 +536,29 @@ fn add_to(
     let backlog = (table.status(database) == Status::Valid)
         .then(|| slot.counts.items[ItemState::Pending as usize].max(0));
     let ring = usize::from(slot.ring) - 1;
-    if let Some(ring) = history::rings_mut(table).get_mut(ring) {
-        ring.record(minute, &counts.events, &counts.waited.buckets, backlog);
+    let moved = history::Moved {
+        enqueued: counts.events[Event::Enqueued as usize],
+        claimed: counts.events[Event::Claimed as usize],
+        done: counts.events[Event::Done as usize],
+        failed: counts.events[Event::Failed as usize],
+    };
+    // SAFETY: the caller holds TABLE's lock exclusively (`table`).
+    if let Some(ring) = unsafe { history::rings_mut() }.get_mut(ring) {
+        ring.record(minute, moved, &counts.waited.buckets, backlog);
     }
 }
 
 /// The last hour of this database's queues that have one (`queue`: of
 /// that queue only), copied out under the table's lock in share mode: the
 /// queue and its ring ([`super::history`]). Empty when nothing is counted.
-pub(super) fn histories(queue: Option<&str>) -> Vec<(String, Ring)> {
+fn histories(queue: Option<&str>) -> Vec<(String, Ring)> {
     if !enabled() {
         return Vec::new();
     }
     let database = database();
     let table = TABLE.share();
-    let rings = history::rings(&table);
+    // SAFETY: read under TABLE's lock (`table`), held to the end.
+    let rings = unsafe { history::rings() };
     let ring_of = |slot: &Slot| {
         let ring = rings.get(usize::from(slot.ring).checked_sub(1)?)?;
         (slot.database == database).then(|| (slot.queue(), *ring))
@@ -1007,6 +990,100 @@ pub fn queue_counter_rows() -> TableIterator<
                 )
             })
             .collect())
+    })()
+    .map(TableIterator::new)
+    .or_report()
+}
+
+/// One row of [`queue_history_rows`].
+type HistoryRow = (
+    String,
+    TimestampWithTimeZone,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<f64>,
+    Option<f64>,
+    Option<i64>,
+);
+
+/// The last hour of this database's queues, minute by minute: the rows of
+/// the view `work_queue_history` ([`super::history`]), and what the dashboard's charts draw.
+///
+/// SQL: `workfence.queue_history_rows(queue text DEFAULT NULL) RETURNS
+/// TABLE (queue text, minute timestamptz, enqueued bigint, claimed bigint,
+/// done bigint, failed bigint, time_in_queue_p50 double precision,
+/// time_in_queue_p99 double precision, backlog bigint)`: for each queue
+/// with a history (of `queue` only, when given) and that the session's
+/// role may read, [`history::MINUTES`] rows, one per minute up to the current one,
+/// ordered by queue and minute. `minute` is the minute's start; the counts
+/// are those of `work_queue_counters` committed in that minute (the
+/// current minute so far); `time_in_queue_p50` and `_p99` estimate, in
+/// seconds, the quantiles of the time in queue of the minute's claims from
+/// the counters' buckets, as Prometheus' `histogram_quantile` does (NULL
+/// without claims); `backlog` is the queue's pending items (due or not) at
+/// the minute's end, NULL where unknown (before the first commit of the
+/// hour that counted for the queue, or while the state counts were not
+/// kept: see `queue_state_counts`). Reads shared memory only: O(queues ×
+/// 60). No rows unless pg_workfence is in `shared_preload_libraries`; a
+/// restart starts the hour afresh; at most [`RINGS`] queues per server
+/// have a history (`history::RINGS`).
+///
+/// Errors: 22023 for a bad queue (see `work_enqueue`); 42501
+/// (insufficient_privilege) for a `queue` the role has no read grant
+/// covering, where queue grants are enforced.
+#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
+#[allow(clippy::type_complexity)]
+pub fn queue_history_rows(
+    queue: default!(Option<String>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(queue, String),
+        name!(minute, TimestampWithTimeZone),
+        name!(enqueued, i64),
+        name!(claimed, i64),
+        name!(done, i64),
+        name!(failed, i64),
+        name!(time_in_queue_p50, Option<f64>),
+        name!(time_in_queue_p99, Option<f64>),
+        name!(backlog, Option<i64>),
+    ),
+> {
+    (|| -> Result<Vec<HistoryRow>> {
+        let only = match queue {
+            Some(queue) => {
+                let queue = validate::queue(Some(queue))?;
+                grants::check(Capability::Read, &queue)?;
+                Some(queue)
+            }
+            None => None,
+        };
+        // SAFETY: reads the clock.
+        let now = history::minute_of(unsafe { pg_sys::GetCurrentTimestamp() });
+        let mut rings = histories(only.as_deref());
+        rings.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let scope = grants::scope(Capability::Read)?;
+        let mut rows = Vec::new();
+        for (queue, ring) in rings.into_iter().filter(|(q, _)| scope.allows(q)) {
+            for point in ring.series(now) {
+                let minute = TimestampWithTimeZone::try_from(point.start())
+                    .map_err(|_| WorkfenceError::UnexpectedNull { column: "minute" })?;
+                rows.push((
+                    queue.clone(),
+                    minute,
+                    point.enqueued,
+                    point.claimed,
+                    point.done,
+                    point.failed,
+                    super::buckets::quantile(&point.waited, 0.5),
+                    super::buckets::quantile(&point.waited, 0.99),
+                    point.backlog,
+                ));
+            }
+        }
+        Ok(rows)
     })()
     .map(TableIterator::new)
     .or_report()

@@ -29,10 +29,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use super::counters::{self, Event, BOUNDS_MICROS, BUCKETS, EVENTS};
-use crate::access::grants::{self, Capability};
-use crate::access::validate;
-use crate::base::error::{OrReport, Result, WorkfenceError};
+use super::buckets::BUCKETS;
 
 /// Minutes of history a queue keeps (the last hour), the current minute
 /// included.
@@ -87,6 +84,15 @@ fn read(kept: i64) -> Option<i64> {
     (kept > 0).then(|| kept - 1)
 }
 
+/// What one commit did to a queue, as a minute counts it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Moved {
+    pub enqueued: u64,
+    pub claimed: u64,
+    pub done: u64,
+    pub failed: u64,
+}
+
 /// One queue's last hour. A queue's counter slot names its ring.
 #[derive(Clone, Copy)]
 #[repr(C)]
@@ -108,13 +114,13 @@ impl Ring {
         dropped_backlog: 0,
     };
 
-    /// Add one commit's counts to minute `minute`: its events, its
-    /// claims' time in queue (per bucket), and the queue's backlog after
-    /// it (`None`: unknown).
+    /// Add one commit's counts to minute `minute`: its items enqueued,
+    /// claimed, done and failed ([`Moved`]), its claims' time in queue
+    /// (per bucket), and the queue's backlog after it (`None`: unknown).
     pub fn record(
         &mut self,
         minute: i64,
-        events: &[u64; EVENTS],
+        moved: Moved,
         waited: &[u64; BUCKETS],
         backlog: Option<i64>,
     ) {
@@ -134,10 +140,10 @@ impl Ring {
         let add = |total: &mut u32, n: u64| {
             *total = total.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
         };
-        add(&mut slot.enqueued, events[Event::Enqueued as usize]);
-        add(&mut slot.claimed, events[Event::Claimed as usize]);
-        add(&mut slot.done, events[Event::Done as usize]);
-        add(&mut slot.failed, events[Event::Failed as usize]);
+        add(&mut slot.enqueued, moved.enqueued);
+        add(&mut slot.claimed, moved.claimed);
+        add(&mut slot.done, moved.done);
+        add(&mut slot.failed, moved.failed);
         for (total, &n) in slot.waited.iter_mut().zip(waited) {
             add(total, n);
         }
@@ -198,7 +204,7 @@ static mut PREVIOUS_REQUEST: pg_sys::shmem_request_hook_type = None;
 static mut PREVIOUS_STARTUP: pg_sys::shmem_startup_hook_type = None;
 
 /// Set the rings' segment aside when the postmaster preloads the library
-/// (called from [`counters::init`]). A segment of its own, zeroed in
+/// (called from `counters::init`). A segment of its own, zeroed in
 /// place: built as a value, as the counters' table is, its 6 MB would be
 /// a temporary on the postmaster's stack.
 pub fn init() {
@@ -249,22 +255,27 @@ unsafe extern "C-unwind" fn startup() {
     }
 }
 
-/// The rings, read under the counters' lock (`_lock`, held in share mode
-/// or more); empty when not preloaded.
-pub(super) fn rings(_lock: &counters::Table) -> &[Ring] {
+/// The rings; empty when not preloaded.
+///
+/// # Safety
+/// The caller holds the counters' lock (`counters::TABLE`) in share mode
+/// or more for as long as it reads them: that lock orders every access.
+pub(super) unsafe fn rings<'a>() -> &'a [Ring] {
     let at = RINGS_AT.load(Ordering::Relaxed);
     if at.is_null() {
         return &[];
     }
     // SAFETY: the segment holds RINGS rings for the server's life; the
-    // counters' lock, which the borrow of `_lock` shows held, orders every
-    // access.
+    // caller holds the lock.
     unsafe { std::slice::from_raw_parts(at, RINGS) }
 }
 
-/// The rings, written under the counters' lock held exclusively (`_lock`);
-/// empty when not preloaded.
-pub(super) fn rings_mut(_lock: &mut counters::Table) -> &mut [Ring] {
+/// The rings, to write; empty when not preloaded.
+///
+/// # Safety
+/// The caller holds the counters' lock exclusively for as long as it uses
+/// them.
+pub(super) unsafe fn rings_mut<'a>() -> &'a mut [Ring] {
     let at = RINGS_AT.load(Ordering::Relaxed);
     if at.is_null() {
         return &mut [];
@@ -301,136 +312,16 @@ pub fn minute_of(timestamp: i64) -> i64 {
     timestamp.div_euclid(MINUTE_MICROS)
 }
 
-/// The `q` quantile (0 to 1) of a histogram's observations, in seconds, as
-/// Prometheus' `histogram_quantile` estimates it: the bucket holding the
-/// observation of rank `q × count`, interpolated linearly between its
-/// bounds (0 below the first); an observation in the unbounded last bucket
-/// reads as the last bound. `None` without observations.
-pub fn quantile(buckets: &[u32; BUCKETS], q: f64) -> Option<f64> {
-    let count: u64 = buckets.iter().map(|&n| u64::from(n)).sum();
-    if count == 0 {
-        return None;
-    }
-    let rank = q.clamp(0.0, 1.0) * count as f64;
-    let mut below = 0u64;
-    for (i, &n) in buckets.iter().enumerate() {
-        let n = u64::from(n);
-        if n > 0 && (below + n) as f64 >= rank {
-            let Some(&upper) = BOUNDS_MICROS.get(i) else {
-                return Some(BOUNDS_MICROS[BOUNDS_MICROS.len() - 1] as f64 / 1e6);
-            };
-            let lower = if i == 0 { 0 } else { BOUNDS_MICROS[i - 1] };
-            let within = ((rank - below as f64) / n as f64).clamp(0.0, 1.0);
-            return Some((lower as f64 + within * (upper - lower) as f64) / 1e6);
-        }
-        below += n;
-    }
-    Some(BOUNDS_MICROS[BOUNDS_MICROS.len() - 1] as f64 / 1e6)
-}
-
-/// One row of [`queue_history_rows`].
-type HistoryRow = (
-    String,
-    TimestampWithTimeZone,
-    i64,
-    i64,
-    i64,
-    i64,
-    Option<f64>,
-    Option<f64>,
-    Option<i64>,
-);
-
-/// The last hour of this database's queues, minute by minute: the rows of
-/// the view `work_queue_history`, and what the dashboard's charts draw.
-///
-/// SQL: `workfence.queue_history_rows(queue text DEFAULT NULL) RETURNS
-/// TABLE (queue text, minute timestamptz, enqueued bigint, claimed bigint,
-/// done bigint, failed bigint, time_in_queue_p50 double precision,
-/// time_in_queue_p99 double precision, backlog bigint)`: for each queue
-/// with a history (of `queue` only, when given) and that the session's
-/// role may read, [`MINUTES`] rows, one per minute up to the current one,
-/// ordered by queue and minute. `minute` is the minute's start; the counts
-/// are those of `work_queue_counters` committed in that minute (the
-/// current minute so far); `time_in_queue_p50` and `_p99` estimate, in
-/// seconds, the quantiles of the time in queue of the minute's claims from
-/// the counters' buckets, as Prometheus' `histogram_quantile` does (NULL
-/// without claims); `backlog` is the queue's pending items (due or not) at
-/// the minute's end, NULL where unknown (before the first commit of the
-/// hour that counted for the queue, or while the state counts were not
-/// kept: see `queue_state_counts`). Reads shared memory only: O(queues ×
-/// 60). No rows unless pg_workfence is in `shared_preload_libraries`; a
-/// restart starts the hour afresh; at most [`RINGS`] queues per server
-/// have a history.
-///
-/// Errors: 22023 for a bad queue (see `work_enqueue`); 42501
-/// (insufficient_privilege) for a `queue` the role has no read grant
-/// covering, where queue grants are enforced.
-#[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
-#[allow(clippy::type_complexity)]
-pub fn queue_history_rows(
-    queue: default!(Option<String>, "NULL"),
-) -> TableIterator<
-    'static,
-    (
-        name!(queue, String),
-        name!(minute, TimestampWithTimeZone),
-        name!(enqueued, i64),
-        name!(claimed, i64),
-        name!(done, i64),
-        name!(failed, i64),
-        name!(time_in_queue_p50, Option<f64>),
-        name!(time_in_queue_p99, Option<f64>),
-        name!(backlog, Option<i64>),
-    ),
-> {
-    (|| -> Result<Vec<HistoryRow>> {
-        let only = match queue {
-            Some(queue) => {
-                let queue = validate::queue(Some(queue))?;
-                grants::check(Capability::Read, &queue)?;
-                Some(queue)
-            }
-            None => None,
-        };
-        // SAFETY: reads the clock.
-        let now = minute_of(unsafe { pg_sys::GetCurrentTimestamp() });
-        let mut rings = counters::histories(only.as_deref());
-        rings.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let scope = grants::scope(Capability::Read)?;
-        let mut rows = Vec::new();
-        for (queue, ring) in rings.into_iter().filter(|(q, _)| scope.allows(q)) {
-            for point in ring.series(now) {
-                let minute = TimestampWithTimeZone::try_from(point.start())
-                    .map_err(|_| WorkfenceError::UnexpectedNull { column: "minute" })?;
-                rows.push((
-                    queue.clone(),
-                    minute,
-                    point.enqueued,
-                    point.claimed,
-                    point.done,
-                    point.failed,
-                    quantile(&point.waited, 0.5),
-                    quantile(&point.waited, 0.99),
-                    point.backlog,
-                ));
-            }
-        }
-        Ok(rows)
-    })()
-    .map(TableIterator::new)
-    .or_report()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn events(claimed: u64, done: u64) -> [u64; EVENTS] {
-        let mut e = [0; EVENTS];
-        e[Event::Claimed as usize] = claimed;
-        e[Event::Done as usize] = done;
-        e
+    fn events(claimed: u64, done: u64) -> Moved {
+        Moved {
+            claimed,
+            done,
+            ..Moved::default()
+        }
     }
 
     #[test]
@@ -438,8 +329,8 @@ mod tests {
         let mut ring = Ring::EMPTY;
         let mut waited = [0; BUCKETS];
         waited[0] = 2;
-        ring.record(1_000, &events(2, 0), &waited, Some(8));
-        ring.record(1_000, &events(0, 2), &[0; BUCKETS], Some(6));
+        ring.record(1_000, events(2, 0), &waited, Some(8));
+        ring.record(1_000, events(0, 2), &[0; BUCKETS], Some(6));
         let series = ring.series(1_000);
         assert_eq!(series.len(), MINUTES);
         let now = series.last().unwrap();
@@ -456,8 +347,8 @@ mod tests {
     #[test]
     fn a_quiet_minute_carries_the_backlog_and_an_old_minute_leaves_the_hour() {
         let mut ring = Ring::EMPTY;
-        ring.record(100, &events(1, 0), &[0; BUCKETS], Some(5));
-        ring.record(130, &events(1, 0), &[0; BUCKETS], Some(4));
+        ring.record(100, events(1, 0), &[0; BUCKETS], Some(5));
+        ring.record(130, events(1, 0), &[0; BUCKETS], Some(4));
         let series = ring.series(150);
         let at = |minute: i64| series.iter().find(|p| p.minute == minute).unwrap();
         assert_eq!(
@@ -469,7 +360,7 @@ mod tests {
         assert_eq!(at(130).backlog, Some(4));
         assert_eq!(at(150).backlog, Some(4));
         // Minute 161 reuses minute 100's slot: its backlog is carried still.
-        ring.record(161, &events(0, 1), &[0; BUCKETS], None);
+        ring.record(161, events(0, 1), &[0; BUCKETS], None);
         let series = ring.series(161);
         assert!(series.iter().all(|p| p.minute != 100));
         assert_eq!(
@@ -489,21 +380,10 @@ mod tests {
     #[test]
     fn a_slot_of_a_minute_an_hour_old_is_not_read_as_now() {
         let mut ring = Ring::EMPTY;
-        ring.record(10, &events(3, 0), &[0; BUCKETS], Some(1));
+        ring.record(10, events(3, 0), &[0; BUCKETS], Some(1));
         // Minute 71 shares minute 10's slot; it was never written.
         let series = ring.series(71);
         assert_eq!(series.iter().map(|p| p.claimed).sum::<i64>(), 0);
         assert_eq!(series.last().unwrap().backlog, Some(1));
-    }
-
-    #[test]
-    fn quantiles_interpolate_within_their_bucket() {
-        let mut buckets = [0; BUCKETS];
-        assert_eq!(quantile(&buckets, 0.5), None);
-        buckets[0] = 100; // all at or below 5 ms
-        assert!((quantile(&buckets, 0.5).unwrap() - 0.0025).abs() < 1e-9);
-        buckets[BUCKETS - 1] = 100; // as many beyond an hour
-        assert_eq!(quantile(&buckets, 0.99), Some(3600.0));
-        assert!((quantile(&buckets, 0.5).unwrap() - 0.005).abs() < 1e-9);
     }
 }

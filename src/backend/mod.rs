@@ -4,6 +4,8 @@
 //! handed to `xact` by `_PG_init`.
 
 // Per-queue counters of refused tokens and lapsed leases (shared memory, when preloaded).
+// The histograms' fixed buckets, shared by the counters and the last hour.
+pub mod buckets;
 pub mod counters;
 // The last hour of each queue, minute by minute (the dashboard's charts).
 pub mod history;

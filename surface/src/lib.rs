@@ -576,7 +576,8 @@ impl Surface {
             sql.push('\n');
             if group == Execute::Monitor {
                 sql.push_str(&format!(
-                    "GRANT SELECT ON workfence.work_queue_stats, workfence.work_queue_counters, workfence.work_schedules TO {role};\n"
+                    "GRANT SELECT ON workfence.work_queue_stats, workfence.work_queue_counters,\n    \
+                     workfence.work_queue_history, workfence.work_schedules TO {role};\n"
                 ));
             }
             if group == Execute::Operator {
