@@ -161,12 +161,12 @@ COMMENT ON FUNCTION workfence_router.cluster(text) IS
 CREATE FUNCTION workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}',
     key text DEFAULT NULL, run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
     max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL,
-    on_conflict text DEFAULT 'keep')
+    on_conflict text DEFAULT 'keep', trace text DEFAULT NULL)
 RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_enqueue');
     RUN ON workfence_router.queue_shard(queue);
 $$;
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text) IS
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text) IS
     'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it '
     'returns carries the shard number (id >> 48). A queue''s items, and so each of its groups '
     '(group_key), are on its one shard, which keeps the group serial (or within work_limit''s '
@@ -175,7 +175,7 @@ COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integ
 CREATE FUNCTION workfence.work_claim(queue text, owner text, lease interval,
     max_items integer DEFAULT 1, wait interval DEFAULT '00:00:00')
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, progress jsonb) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, progress jsonb, trace text) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_claim');
     RUN ON workfence_router.queue_shard(queue);
 $$;
@@ -184,7 +184,7 @@ COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval
 
 CREATE FUNCTION workfence.work_claim_key(queue text, key text, owner text, lease interval)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, progress jsonb) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, progress jsonb, trace text) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_claim_key');
     RUN ON workfence_router.queue_shard(queue);
 $$;
@@ -387,7 +387,8 @@ COMMENT ON FUNCTION workfence.work_item(bigint) IS
 CREATE FUNCTION workfence_router.work_finish_and_claim(queue text, owner text, lease interval,
     last_id bigint, last_epoch bigint, result jsonb, max_items integer)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean, progress jsonb) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, settled boolean, progress jsonb,
+              trace text) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.work_finish_and_claim');
     RUN ON workfence_router.id_shard(last_id);
     TARGET workfence.work_finish_and_claim;
@@ -398,7 +399,8 @@ COMMENT ON FUNCTION workfence_router.work_finish_and_claim(text, text, interval,
 CREATE FUNCTION workfence_router.work_fail_and_claim(queue text, owner text, lease interval,
     last_id bigint, last_epoch bigint, error text, retry_in interval, max_items integer)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean, progress jsonb) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, settled boolean, progress jsonb,
+              trace text) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.work_fail_and_claim');
     RUN ON workfence_router.id_shard(last_id);
     TARGET workfence.work_fail_and_claim;
@@ -409,7 +411,7 @@ COMMENT ON FUNCTION workfence_router.work_fail_and_claim(text, text, interval, b
 CREATE FUNCTION workfence_router.claim_on_queue_shard(queue text, owner text, lease interval,
     max_items integer)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, progress jsonb) LANGUAGE plproxy AS $$
+              lease_until timestamp with time zone, progress jsonb, trace text) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.claim_on_queue_shard');
     RUN ON workfence_router.queue_shard(queue);
     TARGET workfence.work_claim;
@@ -425,7 +427,8 @@ COMMENT ON FUNCTION workfence_router.claim_on_queue_shard(text, text, interval, 
 CREATE FUNCTION workfence_router.second_half(queue text, owner text, lease interval,
     last_id bigint, max_items integer, was_settled boolean)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean, progress jsonb)
+              lease_until timestamp with time zone, settled boolean, progress jsonb,
+              trace text)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $second$
 DECLARE
     -- N - 1: the mask PL/Proxy maps a hash to a shard with.
@@ -434,7 +437,8 @@ BEGIN
     IF (workfence_router.id_shard(last_id) OPERATOR(pg_catalog.&) mask)
        OPERATOR(pg_catalog.<>) (workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&) mask) THEN
         RETURN QUERY
-            SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until, was_settled, c.progress
+            SELECT c.id, c.key, c.payload, c.epoch, c.attempt, c.lease_until, was_settled, c.progress,
+                   c.trace
               FROM workfence_router.claim_on_queue_shard(queue, owner, lease, max_items) AS c;
         IF FOUND THEN
             RETURN;
@@ -453,7 +457,8 @@ COMMENT ON FUNCTION workfence_router.second_half(text, text, interval, bigint, i
 CREATE FUNCTION workfence.work_finish_and_claim(queue text, owner text, lease interval,
     last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items integer DEFAULT 1)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean, progress jsonb)
+              lease_until timestamp with time zone, settled boolean, progress jsonb,
+              trace text)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fused$
 DECLARE
     r record;
@@ -463,7 +468,8 @@ BEGIN
     -- The extension's fused call on the token's shard: the finish, and the
     -- claim of what that shard holds of the queue (all of it when it is the
     -- queue's shard), in one transaction.
-    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled, f.progress
+    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled, f.progress,
+                    f.trace
                FROM workfence_router.work_finish_and_claim(queue, owner, lease, last_id, last_epoch,
                                                            result, max_items) AS f LOOP
         was_settled := r.settled;
@@ -471,7 +477,7 @@ BEGIN
             claimed := true;
             id := r.id; key := r.key; payload := r.payload; epoch := r.epoch;
             attempt := r.attempt; lease_until := r.lease_until; settled := r.settled;
-            progress := r.progress;
+            progress := r.progress; trace := r.trace;
             RETURN NEXT;
         END IF;
     END LOOP;
@@ -486,7 +492,8 @@ CREATE FUNCTION workfence.work_fail_and_claim(queue text, owner text, lease inte
     last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT NULL,
     max_items integer DEFAULT 1)
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-              lease_until timestamp with time zone, settled boolean, progress jsonb)
+              lease_until timestamp with time zone, settled boolean, progress jsonb,
+              trace text)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fused$
 DECLARE
     r record;
@@ -496,7 +503,8 @@ BEGIN
     -- The extension's fused call on the token's shard: the failure, and the
     -- claim of what that shard holds of the queue (all of it when it is the
     -- queue's shard), in one transaction.
-    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled, f.progress
+    FOR r IN SELECT f.id, f.key, f.payload, f.epoch, f.attempt, f.lease_until, f.settled, f.progress,
+                    f.trace
                FROM workfence_router.work_fail_and_claim(queue, owner, lease, last_id, last_epoch,
                                                          error, retry_in, max_items) AS f LOOP
         was_settled := r.settled;
@@ -504,7 +512,7 @@ BEGIN
             claimed := true;
             id := r.id; key := r.key; payload := r.payload; epoch := r.epoch;
             attempt := r.attempt; lease_until := r.lease_until; settled := r.settled;
-            progress := r.progress;
+            progress := r.progress; trace := r.trace;
             RETURN NEXT;
         END IF;
     END LOOP;

@@ -74,6 +74,7 @@ CREATE TABLE workfence.items (
     progress      jsonb,
     rerun_after   bigint,
     rerun_at      timestamptz,
+    trace         text,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -132,6 +133,9 @@ COMMENT ON COLUMN workfence.items.rerun_after IS
     'work_enqueue with on_conflict replace or preserve_run_at while the item was claimed; NULL otherwise.';
 COMMENT ON COLUMN workfence.items.rerun_at IS
     'From 0.12.0: when that run once more is due (NULL: at once), with rerun_after.';
+COMMENT ON COLUMN workfence.items.trace IS
+    'From 0.12.0: the W3C traceparent work_enqueue was given (trace), handed to every claim of the item so that the '
+    'worker''s span can link to the request that enqueued it; NULL: none.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).

@@ -256,6 +256,9 @@ pub struct Enqueue {
     /// What an enqueue of an existing key does (from 0.12.0): `keep`,
     /// `replace` or `preserve_run_at`; `None` sends nothing (keep).
     pub on_conflict: Option<String>,
+    /// The W3C `traceparent` stored with the item (from 0.12.0); `None`
+    /// sends nothing (no trace).
+    pub trace: Option<String>,
 }
 
 impl Enqueue {
@@ -314,6 +317,12 @@ impl Enqueue {
         self.on_conflict = Some(mode.into());
         self
     }
+
+    /// With a trace (0.12.0): a W3C `traceparent`.
+    pub fn trace(mut self, traceparent: impl Into<String>) -> Enqueue {
+        self.trace = Some(traceparent.into());
+        self
+    }
 }
 
 /// What `work_enqueue` returned.
@@ -342,6 +351,7 @@ pub fn enqueue(c: &mut impl GenericClient, item: &Enqueue) -> CallResult<Enqueue
         item.max_run.as_deref(),
         item.group_key.as_deref(),
         item.on_conflict.as_deref(),
+        item.trace.as_deref(),
     )?;
     let row = one(rows, "work_enqueue");
     Ok(Enqueued {

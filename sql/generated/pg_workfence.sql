@@ -84,6 +84,7 @@ CREATE TABLE workfence.items (
     progress      jsonb,
     rerun_after   bigint,
     rerun_at      timestamptz,
+    trace         text,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -142,6 +143,9 @@ COMMENT ON COLUMN workfence.items.rerun_after IS
     'work_enqueue with on_conflict replace or preserve_run_at while the item was claimed; NULL otherwise.';
 COMMENT ON COLUMN workfence.items.rerun_at IS
     'From 0.12.0: when that run once more is due (NULL: at once), with rerun_after.';
+COMMENT ON COLUMN workfence.items.trace IS
+    'From 0.12.0: the W3C traceparent work_enqueue was given (trace), handed to every claim of the item so that the '
+    'worker''s span can link to the request that enqueued it; NULL: none.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).
@@ -495,7 +499,7 @@ AS 'MODULE_PATHNAME', 'queue_counters_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_workfence::backend::history::queue_history_rows
+-- pg_workfence::backend::counters::queue_history_rows
 -- requires:
 --   bootstrap
 CREATE  FUNCTION "queue_history_rows"(
@@ -602,7 +606,8 @@ CREATE  FUNCTION "work_claim"(
 	"epoch" bigint,  /* i64 */
 	"attempt" INT,  /* i32 */
 	"lease_until" timestamp with time zone,  /* TimestampWithTimeZone */
-	"progress" jsonb  /* Option < RawJsonb > */
+	"progress" jsonb,  /* Option < RawJsonb > */
+	"trace" TEXT  /* Option < String > */
 )
 VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
@@ -630,7 +635,8 @@ CREATE  FUNCTION "work_claim_key"(
 	"epoch" bigint,  /* i64 */
 	"attempt" INT,  /* i32 */
 	"lease_until" timestamp with time zone,  /* TimestampWithTimeZone */
-	"progress" jsonb  /* Option < RawJsonb > */
+	"progress" jsonb,  /* Option < RawJsonb > */
+	"trace" TEXT  /* Option < String > */
 )
 VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
@@ -672,7 +678,8 @@ CREATE  FUNCTION "work_enqueue"(
 	"max_attempts" INT DEFAULT 25, /* Option < i32 > */
 	"max_run" interval DEFAULT NULL, /* Option < Interval > */
 	"group_key" TEXT DEFAULT NULL, /* Option < String > */
-	"on_conflict" TEXT DEFAULT 'keep' /* Option < String > */
+	"on_conflict" TEXT DEFAULT 'keep', /* Option < String > */
+	"trace" TEXT DEFAULT NULL /* Option < String > */
 ) RETURNS TABLE (
 	"id" bigint,  /* i64 */
 	"key" TEXT,  /* String */
@@ -735,7 +742,8 @@ CREATE  FUNCTION "work_fail_and_claim"(
 	"attempt" INT,  /* Option < i32 > */
 	"lease_until" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"settled" bool,  /* bool */
-	"progress" jsonb  /* Option < RawJsonb > */
+	"progress" jsonb,  /* Option < RawJsonb > */
+	"trace" TEXT  /* Option < String > */
 )
 VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
@@ -782,7 +790,8 @@ CREATE  FUNCTION "work_finish_and_claim"(
 	"attempt" INT,  /* Option < i32 > */
 	"lease_until" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"settled" bool,  /* bool */
-	"progress" jsonb  /* Option < RawJsonb > */
+	"progress" jsonb,  /* Option < RawJsonb > */
+	"trace" TEXT  /* Option < String > */
 )
 VOLATILE PARALLEL UNSAFE  
 LANGUAGE c /* Rust */
@@ -998,7 +1007,7 @@ AS 'MODULE_PATHNAME', 'work_may_wrapper';
 --   bootstrap
 --   counters::queue_counters
 --   counters::queue_counter_rows
---   backend::history::queue_history_rows
+--   counters::queue_history_rows
 --   counters::queue_state_counts
 --   access::grants::work_may
 
@@ -1531,14 +1540,14 @@ AS 'MODULE_PATHNAME', 'work_unschedule_wrapper';
 -- Runs last in the install script (pgrx `finalize`), after every function exists.
 
 -- surface:comments:begin (generated from sql/functions.toml by `cargo run -p workfence-surface`: edit the table)
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text) IS
-'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL, group_key DEFAULT NULL, on_conflict DEFAULT ''keep'') -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned with inserted = false, unchanged under on_conflict keep. From 0.12.0, on_conflict replace (debounce): a pending item takes the new payload and run_at; preserve_run_at (throttle): the new payload only; with either, a done, failed or cancelled item runs again (pending, attempts afresh, result and checkpoint cleared, errors history kept) and a claimed one takes the new payload and runs once more after its current run ends with a finish, a final failure or a dead letter (its holder''s token keeps working). run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). group_key (from 0.10.0): the item''s serial group, at most one item of a (queue, group_key) claimed at a time, claimed in claim order (NULL: no group). Errors: 22004 NULL argument, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days], group_key empty, over 128 bytes or with control characters, on_conflict not keep, replace or preserve_run_at; 25000 on_conflict of a pending item of a group under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue (with on_conflict running a cancelled item again: no operate grant); 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text) IS
+'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL, group_key DEFAULT NULL, on_conflict DEFAULT ''keep'', trace DEFAULT NULL) -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned with inserted = false, unchanged under on_conflict keep. From 0.12.0, on_conflict replace (debounce): a pending item takes the new payload and run_at; preserve_run_at (throttle): the new payload only; with either, a done, failed or cancelled item runs again (pending, attempts afresh, result and checkpoint cleared, errors history kept) and a claimed one takes the new payload and runs once more after its current run ends with a finish, a final failure or a dead letter (its holder''s token keeps working). run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). group_key (from 0.10.0): the item''s serial group, at most one item of a (queue, group_key) claimed at a time, claimed in claim order (NULL: no group). trace (from 0.12.0): a W3C traceparent stored with the item and returned by every claim of it (with on_conflict replace or preserve_run_at, the item takes the new trace with the payload). Errors: 22004 NULL argument, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days], group_key empty, over 128 bytes or with control characters, on_conflict not keep, replace or preserve_run_at, trace not a traceparent; 25000 on_conflict of a pending item of a group under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue (with on_conflict running a cancelled item again: no operate grant); 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
 
 COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
-'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until, progress). progress (from 0.12.0): the item''s checkpoint, the last work_progress of an earlier run under its lease (NULL on a first attempt). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';
+'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until, progress, trace). progress (from 0.12.0): the item''s checkpoint, the last work_progress of an earlier run under its lease (NULL on a first attempt); trace (from 0.12.0): the W3C traceparent work_enqueue stored with the item (NULL: none). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';
 
 COMMENT ON FUNCTION workfence.work_claim_key(text, text, text, interval) IS
-'work_claim_key(queue, key, owner, lease interval) -> zero or one (id, key, payload, epoch, attempt, lease_until, progress), progress as work_claim''s. Claims the named item if it is claimable and its queue is not paused, under the rules of work_claim (its group and its queue''s limits too, from 0.10.0). Errors: 22004 NULL argument, 22023 bad queue/key/owner/lease, 25000 a queue with groups or limits under REPEATABLE READ or SERIALIZABLE, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
+'work_claim_key(queue, key, owner, lease interval) -> zero or one (id, key, payload, epoch, attempt, lease_until, progress, trace), progress and trace as work_claim''s. Claims the named item if it is claimable and its queue is not paused, under the rules of work_claim (its group and its queue''s limits too, from 0.10.0). Errors: 22004 NULL argument, 22023 bad queue/key/owner/lease, 25000 a queue with groups or limits under REPEATABLE READ or SERIALIZABLE, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_renew(bigint, text, bigint, interval) IS
 'work_renew(id, owner, epoch, lease interval) -> boolean. True and lease_until = clock_timestamp() + lease, capped at claimed_at + max_run, only if the item is claimed under exactly this owner AND epoch and its max_run is not used up; false otherwise (stop the job). Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner or lease.';
@@ -1550,10 +1559,10 @@ COMMENT ON FUNCTION workfence.work_finish_many(text, bigint[], bigint[], jsonb[]
 'work_finish_many(owner, ids bigint[], epochs bigint[], results jsonb[] DEFAULT NULL) -> setof (id, finished). The batch form of work_finish in one statement; each (id, epoch) judged as work_finish would (queue grants included). Errors: 22004 NULL argument or element, 22023 bad owner or arrays of unequal length.';
 
 COMMENT ON FUNCTION workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer) IS
-'work_finish_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled, progress). From 0.9.0: a worker''s cycle in one statement and one commit: work_finish(last_id, owner, last_epoch, result), then work_claim(queue, owner, lease, max_items) without a wait, each judged exactly as those functions judge it. One row per claimed item, in claim order; exactly one row with NULL item columns when nothing was claimed. settled is what work_finish would have returned (false: the token was refused, nothing changed for that item). Both halves commit together; an error rolls back both. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch, 22023 bad queue/owner, lease not in (0, 7 days], max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
+'work_finish_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, result jsonb DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled, progress, trace). From 0.9.0: a worker''s cycle in one statement and one commit: work_finish(last_id, owner, last_epoch, result), then work_claim(queue, owner, lease, max_items) without a wait, each judged exactly as those functions judge it. One row per claimed item, in claim order; exactly one row with NULL item columns when nothing was claimed. settled is what work_finish would have returned (false: the token was refused, nothing changed for that item). Both halves commit together; an error rolls back both. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch, 22023 bad queue/owner, lease not in (0, 7 days], max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer) IS
-'work_fail_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled, progress). From 0.9.0: work_fail(last_id, owner, last_epoch, error, retry_in), then work_claim(queue, owner, lease, max_items) without a wait, in one statement and one commit, rows as work_finish_and_claim returns them; settled is what work_fail would have returned. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch/error, 22023 bad queue/owner, lease not in (0, 7 days], retry_in negative or over 365 days (real length from now), max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
+'work_fail_and_claim(queue, owner, lease interval, last_id bigint, last_epoch bigint, error text, retry_in interval DEFAULT NULL, max_items int DEFAULT 1) -> setof (id, key, payload, epoch, attempt, lease_until, settled, progress, trace). From 0.9.0: work_fail(last_id, owner, last_epoch, error, retry_in), then work_claim(queue, owner, lease, max_items) without a wait, in one statement and one commit, rows as work_finish_and_claim returns them; settled is what work_fail would have returned. Errors: 22004 NULL queue/owner/lease/last_id/last_epoch/error, 22023 bad queue/owner, lease not in (0, 7 days], retry_in negative or over 365 days (real length from now), max_items outside 1..1000, 25006 on a hot standby, 42501 when queue grants are enforced and the role has no claim grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_release(bigint, text, bigint, interval) IS
 'work_release(id, owner, epoch, delay interval DEFAULT ''0'') -> boolean. Hands a claimed item back unfinished: pending again from clock_timestamp() + delay (with no delay it keeps its run_at, so its place in claim order, from 0.10.0), attempt given back (from 0.12.0, when the run stored a checkpoint: kept, and max_attempts raised by one), token dead. False for any token but the current one. Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner, delay negative or over 365 days (its real length from now: months count as the calendar months that follow).';

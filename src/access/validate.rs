@@ -189,6 +189,63 @@ pub fn group_key(value: Option<String>) -> Result<Option<String>> {
     Ok(Some(value))
 }
 
+/// The longest `trace` `work_enqueue` keeps, in bytes: a version-00
+/// `traceparent` is 55; later versions may append fields.
+pub const TRACE_MAX_BYTES: usize = 256;
+
+/// A `trace` of `work_enqueue` (from 0.12.0): NULL (none), or a W3C Trace
+/// Context `traceparent` header value (<https://www.w3.org/TR/trace-context/#traceparent-header>):
+/// `version-trace_id-parent_id-flags`, lowercase hex of 2, 32, 16 and 2
+/// digits, the version not `ff`, neither id all zeros; exactly that for
+/// version `00`, and for a later version at most [`TRACE_MAX_BYTES`] with
+/// anything after a further `-` (as the recommendation asks a parser to
+/// accept a future version). Errors: 22023 otherwise.
+pub fn trace(value: Option<String>) -> Result<Option<String>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let hex = |part: &str, digits: usize| {
+        part.len() == digits && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let nonzero = |part: &str| part.bytes().any(|b| b != b'0');
+    let well_formed = value.len() <= TRACE_MAX_BYTES && {
+        let mut parts = value.splitn(5, '-');
+        match (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) {
+            // A version after 00 may append fields after the flags.
+            (Some(version), Some(trace_id), Some(parent_id), Some(flags), rest) => {
+                hex(version, 2)
+                    && version != "ff"
+                    && (version != "00" || rest.is_none())
+                    && hex(trace_id, 32)
+                    && nonzero(trace_id)
+                    && hex(parent_id, 16)
+                    && nonzero(parent_id)
+                    && hex(flags, 2)
+            }
+            _ => false,
+        }
+    };
+    if !well_formed {
+        return Err(WorkfenceError::invalid(
+            "trace",
+            "must be a W3C traceparent",
+            format!(
+                "The trace is {:?}.",
+                value.chars().take(80).collect::<String>()
+            ),
+            "Pass the traceparent header of the request that enqueues the item \
+             (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>, lowercase), or NULL.",
+        ));
+    }
+    Ok(Some(value))
+}
+
 /// A limit of `work_limit` (`concurrency` or `rate`, from 0.10.0): NULL (no
 /// limit) or 1 to [`LIMIT_CAP`].
 pub fn limit(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
@@ -548,6 +605,34 @@ pub fn role(value: Option<String>) -> Result<String> {
     }
     check_name("role", &value, ROLE_MAX_BYTES)?;
     Ok(value)
+}
+
+#[cfg(test)]
+mod trace_tests {
+    use super::trace;
+
+    #[test]
+    fn a_traceparent_is_kept_and_anything_else_refused() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(trace(Some(good.into())).unwrap().as_deref(), Some(good));
+        assert_eq!(trace(None).unwrap(), None);
+        // A later version may carry more fields.
+        let later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-next";
+        assert!(trace(Some(later.into())).is_ok());
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+        ] {
+            assert!(trace(Some(bad.into())).is_err(), "{bad:?}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -398,6 +398,9 @@ impl<P> Versioned<P> {
 /// form as a macro argument and pass it on, so the text they share is
 /// written once.
 macro_rules! by_schema {
+    (life, $current:expr, $legacy:expr) => {
+        $current
+    };
     (current, $current:expr, $legacy:expr) => {
         $current
     };
@@ -406,6 +409,41 @@ macro_rules! by_schema {
     };
 }
 pub(crate) use by_schema;
+
+/// A piece of SQL text only the `life` form of a [`Claiming`] statement
+/// has (it names what 0.12.0 added): `life_only!(life, "...")` is the
+/// text, any other form's is empty.
+macro_rules! life_only {
+    (life, $text:expr) => {
+        $text
+    };
+    ($other:ident, $text:expr) => {
+        ""
+    };
+}
+pub(crate) use life_only;
+
+/// A claim statement in three forms: `life` for a schema of 0.12.0 or
+/// later, which returns the item's `trace` too (a column only that schema
+/// has; `read_claim_result` finds it by name), and a [`Versioned`] pair for
+/// the schemas before it, whose claims hand out no trace.
+pub struct Claiming<P> {
+    /// For 0.12.0's schema (the index `workfence.items_head_idx` exists).
+    pub life: Statement<P>,
+    /// For the schemas before.
+    pub older: Versioned<P>,
+}
+
+impl<P> Claiming<P> {
+    /// The form for the database's schema now.
+    pub fn get(&'static self) -> &'static Statement<P> {
+        if schema_has_heads() {
+            &self.life
+        } else {
+            self.older.get()
+        }
+    }
+}
 
 /// Whether this database's schema has flow control (0.10.0 or later: the
 /// index `workfence.items_group_idx` exists). A library newer than the

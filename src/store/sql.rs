@@ -52,7 +52,9 @@ pub(crate) use errors_append;
 /// (see [`plans::Schema`]) neither column exists. `$owner`, `$lease` and
 /// `$now` are the statement's parameters for the owner, the lease and the
 /// server's clock. `nextval` is called for the claimed rows only (a CASE
-/// evaluates only the branch it takes).
+/// evaluates only the branch it takes). For schema `life` (0.12.0, see
+/// [`plans::Claiming`]) as `current`, and the rows end with the item's
+/// `trace`.
 macro_rules! claim_sets {
     ($mode:ident, $owner:literal, $lease:literal, $now:literal) => {
         concat!(
@@ -94,8 +96,9 @@ macro_rules! claim_sets {
   FROM picked AS p
  WHERE i.id OPERATOR(pg_catalog.=) p.id
 RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
-          p.lost_owner, p.lost_epoch, p.lost_at, p.dead, i.priority, i.run_at
-"#
+          p.lost_owner, p.lost_epoch, p.lost_at, p.dead, i.priority, i.run_at"#,
+            $crate::pg::plans::life_only!($mode, ", i.trace"),
+            "\n"
         )
     };
 }

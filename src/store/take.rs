@@ -15,8 +15,19 @@ use crate::pg::jsonb::RawJsonb;
 use crate::pg::plans::{self, params, Statement};
 use crate::store::sql::{due_probe, lapsed_probe};
 
-/// One claimed item: (id, key, payload, epoch, attempt, lease_until).
-pub(crate) type ClaimedRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
+/// One claimed item: (id, key, payload, epoch, attempt, lease_until,
+/// trace). The trace (a W3C `traceparent` given to `work_enqueue`, from
+/// 0.12.0) is `None` when the item has none, or when the claim statement
+/// was one for a schema before 0.12.0 (see `plans::Claiming`).
+pub(crate) type ClaimedRow = (
+    i64,
+    String,
+    RawJsonb,
+    i64,
+    i32,
+    TimestampWithTimeZone,
+    Option<String>,
+);
 
 // Whether queue `$1` has a claimed item whose lease has lapsed by the
 // server's clock `$2`, and whether it has a pending item due by then: one
@@ -98,6 +109,9 @@ pub(crate) fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
     // Every column of a claimed row is NOT NULL; a NULL here is a bug.
     let missing = |column| WorkfenceError::UnexpectedNull { column };
+    // The forms of 0.12.0's schema end with the item's trace (found by
+    // name: the statements' other columns differ), the others have none.
+    let trace_at = rows.column_ordinal("trace").ok();
     for row in rows {
         let id = row.get::<i64>(1)?.ok_or_else(|| missing("id"))?;
         let key = row.get::<String>(2)?.ok_or_else(|| missing("key"))?;
@@ -144,6 +158,10 @@ pub(crate) fn read_claim_result(queue: &str, rows: SpiTupleTable<'_>) -> Result<
                 attempts,
                 row.get::<TimestampWithTimeZone>(6)?
                     .ok_or_else(|| missing("lease_until"))?,
+                match trace_at {
+                    Some(at) => row.get::<String>(at)?,
+                    None => None,
+                },
             ),
         ));
     }

@@ -92,9 +92,12 @@ UPDATE workfence.items AS i"#,
 // cost every claim its start-up): column 10 (`dead`) false for a claimed
 // item, whose columns 7-9 carry the superseded token when it was a lapsed
 // lease claimed anew; true for a dead letter, 7-9 its superseded token.
-static CLAIM: plans::Versioned<ClaimParams> = plans::Versioned {
-    current: Statement::new(claim_sql!(current)),
-    legacy: Statement::new(claim_sql!(legacy)),
+static CLAIM: plans::Claiming<ClaimParams> = plans::Claiming {
+    life: Statement::new(claim_sql!(life)),
+    older: plans::Versioned {
+        current: Statement::new(claim_sql!(current)),
+        legacy: Statement::new(claim_sql!(legacy)),
+    },
 };
 
 params! {
@@ -146,8 +149,9 @@ UPDATE workfence.items AS i
             r#"
 RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
           NULL::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.timestamptz,
-          false, i.priority, i.run_at
-"#
+          false, i.priority, i.run_at"#,
+            plans::life_only!($mode, ", i.trace"),
+            "\n"
         )
     };
 }
@@ -167,9 +171,12 @@ RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
 // would otherwise start and end: their start-up was the largest part of
 // what a claim cost beyond the hand-written statement (callgrind,
 // docs/benchmarks.md, "What was changed").
-static CLAIM_DUE: plans::Versioned<ClaimParams> = plans::Versioned {
-    current: Statement::new(claim_due_sql!(current, "ANY (ARRAY(", "$4", "))")),
-    legacy: Statement::new(claim_due_sql!(legacy, "ANY (ARRAY(", "$4", "))")),
+static CLAIM_DUE: plans::Claiming<ClaimParams> = plans::Claiming {
+    life: Statement::new(claim_due_sql!(life, "ANY (ARRAY(", "$4", "))")),
+    older: plans::Versioned {
+        current: Statement::new(claim_due_sql!(current, "ANY (ARRAY(", "$4", "))")),
+        legacy: Statement::new(claim_due_sql!(legacy, "ANY (ARRAY(", "$4", "))")),
+    },
 };
 
 // CLAIM_DUE for one item (`max_items` 1, `$4` unused): the picked row's
@@ -180,9 +187,12 @@ static CLAIM_DUE: plans::Versioned<ClaimParams> = plans::Versioned {
 // a sequential scan would be kept until autovacuum's first ANALYZE. A batch
 // claim takes that risk for its first minute (measured: the one-item claim
 // is what the sustained-load benchmark's workers do).
-static CLAIM_ONE: plans::Versioned<ClaimParams> = plans::Versioned {
-    current: Statement::new(claim_due_sql!(current, "(", "1", ")")),
-    legacy: Statement::new(claim_due_sql!(legacy, "(", "1", ")")),
+static CLAIM_ONE: plans::Claiming<ClaimParams> = plans::Claiming {
+    life: Statement::new(claim_due_sql!(life, "(", "1", ")")),
+    older: plans::Versioned {
+        current: Statement::new(claim_due_sql!(current, "(", "1", ")")),
+        legacy: Statement::new(claim_due_sql!(legacy, "(", "1", ")")),
+    },
 };
 
 /// The claim statement of one key for schema `$mode`; see [`CLAIM_KEY`].
@@ -217,9 +227,12 @@ UPDATE workfence.items AS i"#,
 // Claim item `$2` of queue `$1`, if claimable, for owner `$3` under lease
 // `$4` by the server's clock `$5` (a fresh epoch, as CLAIM gives); a lapsed
 // final attempt is dead-lettered instead. The result has CLAIM's columns.
-static CLAIM_KEY: plans::Versioned<ClaimKeyParams> = plans::Versioned {
-    current: Statement::new(claim_key_sql!(current)),
-    legacy: Statement::new(claim_key_sql!(legacy)),
+static CLAIM_KEY: plans::Claiming<ClaimKeyParams> = plans::Claiming {
+    life: Statement::new(claim_key_sql!(life)),
+    older: plans::Versioned {
+        current: Statement::new(claim_key_sql!(current)),
+        legacy: Statement::new(claim_key_sql!(legacy)),
+    },
 };
 
 params! {
@@ -306,7 +319,9 @@ fn settle(queue: &str, outcome: &ClaimOutcome) -> Result<bool> {
 /// From 0.12.0 each row ends with `progress`: the item's checkpoint, the
 /// last `work_progress` an earlier run stored under its lease (NULL on a
 /// first attempt), so a retried run resumes from it
-/// ([`crate::verbs::life::with_progress`]).
+/// ([`crate::verbs::life::with_progress`]); and `trace`: the W3C
+/// `traceparent` `work_enqueue` stored with the item (NULL: none), for the
+/// worker's span to link to the request that enqueued it.
 #[pg_extern(
     name = "work_claim",
     volatile,
@@ -330,6 +345,7 @@ pub fn work_claim_progress(
         name!(attempt, i32),
         name!(lease_until, TimestampWithTimeZone),
         name!(progress, Option<RawJsonb>),
+        name!(trace, Option<String>),
     ),
 > {
     (|| {
@@ -341,7 +357,7 @@ pub fn work_claim_progress(
 }
 
 /// A claim row of the claim functions of 0.12.0: the columns of
-/// [`ClaimedRow`], then `progress`.
+/// [`ClaimedRow`] but its trace, then `progress`, then `trace`.
 type ClaimRowWithProgress = (
     i64,
     String,
@@ -350,13 +366,36 @@ type ClaimRowWithProgress = (
     i32,
     TimestampWithTimeZone,
     Option<RawJsonb>,
+    Option<String>,
 );
 
 /// A claimed row and its checkpoint as one result row.
 fn flatten(
-    ((id, key, payload, epoch, attempt, lease_until), progress): crate::verbs::life::ClaimedWithProgress,
+    ((id, key, payload, epoch, attempt, lease_until, trace), progress): crate::verbs::life::ClaimedWithProgress,
 ) -> ClaimRowWithProgress {
-    (id, key, payload, epoch, attempt, lease_until, progress)
+    (
+        id,
+        key,
+        payload,
+        epoch,
+        attempt,
+        lease_until,
+        progress,
+        trace,
+    )
+}
+
+/// A claim row of the claim functions before 0.12.0: no checkpoint, no
+/// trace.
+type OlderClaimRow = (i64, String, RawJsonb, i64, i32, TimestampWithTimeZone);
+
+/// The claimed rows as the claim functions before 0.12.0 return them.
+fn older(rows: Vec<ClaimedRow>) -> Vec<OlderClaimRow> {
+    rows.into_iter()
+        .map(|(id, key, payload, epoch, attempt, lease_until, _)| {
+            (id, key, payload, epoch, attempt, lease_until)
+        })
+        .collect()
 }
 
 /// The 5-argument `work_claim` of versions 0.2.0 to 0.11.0 (rows without
@@ -386,7 +425,7 @@ pub fn work_claim_wait(
 > {
     (|| {
         let wait = validate::wait(wait.map(Into::into))?;
-        claim(queue, owner, lease, max_items, wait)
+        claim(queue, owner, lease, max_items, wait).map(older)
     })()
     .map(TableIterator::new)
     .or_report()
@@ -415,6 +454,7 @@ pub fn work_claim(
     ),
 > {
     claim(queue, owner, lease, max_items, std::time::Duration::ZERO)
+        .map(older)
         .map(TableIterator::new)
         .or_report()
 }
@@ -559,7 +599,7 @@ fn claim_once(
 /// enforced and the session's role has no claim grant covering the queue
 /// (see `crate::access::grants`).
 ///
-/// From 0.12.0 the row ends with `progress`, as `work_claim`'s.
+/// From 0.12.0 the row ends with `progress` and `trace`, as `work_claim`'s.
 #[pg_extern(
     name = "work_claim_key",
     volatile,
@@ -582,6 +622,7 @@ pub fn work_claim_key_progress(
         name!(attempt, i32),
         name!(lease_until, TimestampWithTimeZone),
         name!(progress, Option<RawJsonb>),
+        name!(trace, Option<String>),
     ),
 > {
     claim_key(queue, key, owner, lease)
@@ -613,6 +654,7 @@ pub fn work_claim_key(
     ),
 > {
     claim_key(queue, key, owner, lease)
+        .map(older)
         .map(TableIterator::new)
         .or_report()
 }

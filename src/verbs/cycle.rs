@@ -54,7 +54,8 @@ type ClaimArgs = (
 );
 
 /// A row of a fused call of 0.12.0: a [`CycleRow`], then the claimed
-/// item's checkpoint (`progress`, see [`crate::verbs::life::with_progress`]).
+/// item's checkpoint (`progress`, see [`crate::verbs::life::with_progress`])
+/// and its trace (the `traceparent` it was enqueued with).
 type CycleRowWithProgress = (
     Option<i64>,
     Option<String>,
@@ -64,6 +65,7 @@ type CycleRowWithProgress = (
     Option<TimestampWithTimeZone>,
     bool,
     Option<RawJsonb>,
+    Option<String>,
 );
 
 /// A fused call: on a primary only, `settle` the previous item's token
@@ -101,12 +103,12 @@ fn rows(
     claimed: Vec<crate::verbs::life::ClaimedWithProgress>,
 ) -> Vec<CycleRowWithProgress> {
     if claimed.is_empty() {
-        return vec![(None, None, None, None, None, None, settled, None)];
+        return vec![(None, None, None, None, None, None, settled, None, None)];
     }
     claimed
         .into_iter()
         .map(
-            |((id, key, payload, epoch, attempt, lease_until), progress)| {
+            |((id, key, payload, epoch, attempt, lease_until, trace), progress)| {
                 (
                     Some(id),
                     Some(key),
@@ -116,6 +118,7 @@ fn rows(
                     Some(lease_until),
                     settled,
                     progress,
+                    trace,
                 )
             },
         )
@@ -126,7 +129,7 @@ fn rows(
 fn without_progress(rows: Vec<CycleRowWithProgress>) -> Vec<CycleRow> {
     rows.into_iter()
         .map(
-            |(id, key, payload, epoch, attempt, lease_until, settled, _)| {
+            |(id, key, payload, epoch, attempt, lease_until, settled, _, _)| {
                 (id, key, payload, epoch, attempt, lease_until, settled)
             },
         )
@@ -186,6 +189,7 @@ pub fn work_finish_and_claim_progress(
         name!(lease_until, Option<TimestampWithTimeZone>),
         name!(settled, bool),
         name!(progress, Option<RawJsonb>),
+        name!(trace, Option<String>),
     ),
 > {
     cycle(
@@ -288,6 +292,7 @@ pub fn work_fail_and_claim_progress(
         name!(lease_until, Option<TimestampWithTimeZone>),
         name!(settled, bool),
         name!(progress, Option<RawJsonb>),
+        name!(trace, Option<String>),
     ),
 > {
     cycle(

@@ -22,9 +22,11 @@ macro_rules! insert_sql {
             r#"
 INSERT INTO workfence.items (queue, key, payload, priority, run_at, max_attempts"#,
             plans::by_schema!($mode, ", max_run", ""),
+            plans::life_only!($mode, ", trace"),
             r#")
 VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6"#,
             plans::by_schema!($mode, ", $7", ""),
+            plans::life_only!($mode, ", $9"),
             r#")
     ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
 RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
@@ -37,6 +39,10 @@ static INSERT: plans::Versioned<InsertParams> = plans::Versioned {
     current: Statement::new(insert_sql!(current)),
     legacy: Statement::new(insert_sql!(legacy)),
 };
+
+// INSERT with the item's trace (`$9`, from 0.12.0: only 0.12.0's
+// work_enqueue passes one, and only its schema has the column).
+static INSERT_TRACED: Statement<InsertParams> = Statement::new(insert_sql!(life));
 
 // INSERT with a group_key (`$8`, from 0.10.0: only called once the schema
 // has the column, as only 0.10.0's work_enqueue passes one).
@@ -58,11 +64,13 @@ RETURNING id, run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
 // of the group may have taken that item meanwhile), so the transaction
 // checks again at its commit ([`crate::backend::xact`], [`VERIFY_BEHIND`]).
 // Columns: id, whether it is due, whether it is behind.
+// `$9`, the item's trace, is the last column (from 0.12.0, as the
+// statement's schema always is).
 static INSERT_GROUPED_BEHIND: Statement<InsertParams> = Statement::new(concat!(
     r#"
 INSERT INTO workfence.items AS n
-       (queue, key, payload, priority, run_at, max_attempts, max_run, group_key, behind)
-SELECT $1, $2, $3, $4, r.at, $6, $7, $8,
+       (queue, key, payload, priority, run_at, max_attempts, max_run, group_key, trace, behind)
+SELECT $1, $2, $3, $4, r.at, $6, $7, $8, $9,
        COALESCE((SELECT (o.priority, o.run_at) OPERATOR(pg_catalog.<=) ($4, r.at)
                    FROM workfence.items AS o
                   WHERE o.queue OPERATOR(pg_catalog.=) $1
@@ -144,7 +152,8 @@ params! {
 params! {
     /// `$1` queue, `$2` key, `$3` payload, `$4` priority, `$5` run_at (NULL:
     /// now), `$6` max_attempts, `$7` max_run (NULL: no limit), `$8`
-    /// group_key (only INSERT_GROUPED reads it).
+    /// group_key (only INSERT_GROUPED and _BEHIND read it), `$9` trace (only
+    /// INSERT_TRACED and INSERT_GROUPED_BEHIND read it).
     struct InsertParams<'a> {
         queue: &'a str = TEXTOID,
         key: &'a str = TEXTOID,
@@ -154,6 +163,7 @@ params! {
         max_attempts: i32 = INT4OID,
         max_run: Option<Interval> = INTERVALOID,
         group_key: Option<&'a str> = TEXTOID,
+        trace: Option<&'a str> = TEXTOID,
     }
 }
 
@@ -240,10 +250,12 @@ pub fn work_enqueue_on_conflict(
     max_run: default!(Option<Interval>, "NULL"),
     group_key: default!(Option<String>, "NULL"),
     on_conflict: default!(Option<String>, "'keep'"),
+    trace: default!(Option<String>, "NULL"),
 ) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
     (|| {
         let group_key = validate::group_key(group_key)?;
         let on_conflict = OnConflict::parse(on_conflict)?;
+        let trace = validate::trace(trace)?;
         enqueue(
             queue,
             payload,
@@ -253,7 +265,7 @@ pub fn work_enqueue_on_conflict(
             max_attempts,
             max_run,
             group_key,
-            on_conflict,
+            (on_conflict, trace),
         )
     })()
     .map(TableIterator::once)
@@ -290,7 +302,7 @@ pub fn work_enqueue_with_group(
             max_attempts,
             max_run,
             group_key,
-            OnConflict::Keep,
+            (OnConflict::Keep, None),
         )
     })()
     .map(TableIterator::once)
@@ -323,7 +335,7 @@ pub fn work_enqueue_with_max_run(
         max_attempts,
         max_run,
         None,
-        OnConflict::Keep,
+        (OnConflict::Keep, None),
     )
     .map(TableIterator::once)
     .or_report()
@@ -353,7 +365,7 @@ pub fn work_enqueue(
         max_attempts,
         None,
         None,
-        OnConflict::Keep,
+        (OnConflict::Keep, None),
     )
     .map(TableIterator::once)
     .or_report()
@@ -377,7 +389,7 @@ fn enqueue(
     max_attempts: Option<i32>,
     max_run: Option<Interval>,
     group_key: Option<String>,
-    on_conflict: OnConflict,
+    (on_conflict, trace): (OnConflict, Option<String>),
 ) -> Result<(i64, String, bool)> {
     let queue = validate::queue(queue)?;
     let payload = validate::required("payload", payload)?;
@@ -399,7 +411,7 @@ fn enqueue(
         max_attempts,
         max_run,
         group_key.as_deref(),
-        on_conflict,
+        (on_conflict, trace.as_deref()),
     )?;
     Ok((id, key, inserted))
 }
@@ -423,7 +435,7 @@ pub(crate) fn insert(
     max_attempts: i32,
     max_run: Option<Interval>,
     group_key: Option<&str>,
-    on_conflict: OnConflict,
+    (on_conflict, trace): (OnConflict, Option<&str>),
 ) -> Result<(i64, bool)> {
     if group_key.is_some() {
         crate::verbs::flow::enqueue_grouped(queue)?;
@@ -445,6 +457,7 @@ pub(crate) fn insert(
                     on_conflict,
                     payload.clone(),
                     run_at,
+                    trace,
                 )? {
                     return Ok((id, false));
                 }
@@ -454,6 +467,7 @@ pub(crate) fn insert(
                 match (&group_key, heads) {
                     (Some(_), true) => &INSERT_GROUPED_BEHIND,
                     (Some(_), false) => &INSERT_GROUPED,
+                    (None, _) if trace.is_some() => &INSERT_TRACED,
                     (None, _) => INSERT.get(),
                 },
                 InsertParams {
@@ -465,6 +479,7 @@ pub(crate) fn insert(
                     max_attempts,
                     max_run,
                     group_key,
+                    trace,
                 },
                 |rows| {
                     if rows.is_empty() {

@@ -515,7 +515,7 @@ params! {
 
 // Step 4 for schema `$mode`, see TAKE.
 macro_rules! take_sql {
-    ($mode:ident) => {
+    ($mode:ident, $claim:ident) => {
         concat!(
             "\nWITH ",
             per_group_cte!($mode),
@@ -547,7 +547,7 @@ macro_rules! take_sql {
             r#")))
 )
 UPDATE workfence.items AS i"#,
-            crate::store::sql::claim_sets!(current, "$2", "$3", "$5")
+            crate::store::sql::claim_sets!($claim, "$2", "$3", "$5")
         )
     };
 }
@@ -561,8 +561,8 @@ UPDATE workfence.items AS i"#,
 // CLAIM's result columns ([`crate::verbs::claim`]). `current`: 0.12.0 on, with the
 // queue's per_group; `legacy`: 0.10.0 and 0.11.0, serial groups.
 static TAKE: Versioned<TakeParams> = Versioned {
-    current: Statement::new(take_sql!(heads)),
-    legacy: Statement::new(take_sql!(flat)),
+    current: Statement::new(take_sql!(heads, life)),
+    legacy: Statement::new(take_sql!(flat, current)),
 };
 
 params! {
@@ -1188,7 +1188,8 @@ WITH clock AS (
                                JOIN free AS f ON f.n OPERATOR(pg_catalog.=) p.n
                               WHERE p.ctid OPERATOR(pg_catalog.=) i.ctid) END
      WHERE i.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT p.ctid FROM picked AS p))
-    RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at, i.slot
+    RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until, i.priority, i.run_at, i.slot,
+              i.trace
 ), used AS (
     UPDATE workfence.queue_slots AS s
        SET used_at = (SELECT clock.t FROM clock)
@@ -1198,7 +1199,7 @@ WITH clock AS (
 )
 SELECT c.id, c.key, c.payload, c.epoch, c.attempts, c.lease_until,
        NULL::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.timestamptz,
-       false, c.priority, c.run_at, c.slot
+       false, c.priority, c.run_at, c.slot, c.trace
   FROM claimed AS c
 "#
 ));
@@ -1559,7 +1560,7 @@ UPDATE workfence.items AS i
        FOR UPDATE SKIP LOCKED)
 RETURNING i.id, i.key, i.payload, i.epoch, i.attempts, i.lease_until,
           NULL::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.timestamptz,
-          false, i.priority, i.run_at
+          false, i.priority, i.run_at, i.trace
 "#
 ));
 

@@ -116,11 +116,14 @@ SELECT i.id, i.state::pg_catalog.text, i.group_key IS NOT NULL
 //   always with preserve_run_at: at once), so the end of this run sends it
 //   round once more ([`ended`]). Checkpoints the holder writes from now on
 //   are stored and shown, but not handed to the next claim (PROGRESS_OF).
+// In every state it takes trace `$5` (NULL: none) with the payload: the
+// next run serves the request that sent this payload.
 // Columns: whether it is pending and due now.
 static REPLACE: Statement<ReplaceParams> = Statement::new(
     r#"
 UPDATE workfence.items AS i
    SET payload = $2,
+       trace = $5,
        run_at = CASE
                   WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state THEN i.run_at
                   WHEN i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state AND $4 THEN i.run_at
@@ -150,12 +153,13 @@ RETURNING i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
 
 params! {
     /// `$1` id, `$2` payload, `$3` run_at (NULL: now), `$4` preserve the
-    /// pending item's run_at.
-    struct ReplaceParams {
+    /// pending item's run_at, `$5` the trace (NULL: none).
+    struct ReplaceParams<'a> {
         id: i64 = INT8OID,
         payload: RawJsonb = JSONBOID,
         run_at: Option<TimestampWithTimeZone> = TIMESTAMPTZOID,
         preserve_run_at: bool = BOOLOID,
+        trace: Option<&'a str> = TEXTOID,
     }
 }
 
@@ -173,6 +177,7 @@ pub(crate) fn conflict(
     mode: OnConflict,
     payload: RawJsonb,
     run_at: Option<TimestampWithTimeZone>,
+    trace: Option<&str>,
 ) -> Result<Option<i64>> {
     // A pending item of a group: its group's lock first, then its row (see
     // `flow::lock_group_before_change`). Another state needs no lock: a
@@ -225,6 +230,7 @@ pub(crate) fn conflict(
             payload,
             run_at,
             preserve_run_at: mode == OnConflict::PreserveRunAt,
+            trace,
         },
         |rows| Ok(!rows.is_empty() && rows.first().get::<bool>(1)?.unwrap_or(false)),
     )?;

@@ -700,7 +700,7 @@ fn fire_one(
             row.max_attempts,
             None,
             row.group_key.as_deref(),
-            crate::verbs::life::OnConflict::Keep,
+            (crate::verbs::life::OnConflict::Keep, None),
         )?;
         enqueued += i64::from(inserted);
         last = Some((slot, id));

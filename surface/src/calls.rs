@@ -39,6 +39,10 @@ use crate::{split_top_level, Error, Function};
 /// and `work_item`.
 const LATER_COLUMNS: &[&str] = &["progress"];
 
+/// As [`LATER_COLUMNS`], for text columns, read as `to_jsonb(r) ->>
+/// 'name'`. `trace`: 0.12.0's claim rows.
+const LATER_TEXT_COLUMNS: &[&str] = &["trace"];
+
 /// The generated file, relative to the repository's root.
 pub const PATH: &str = "harness/src/calls/generated.rs";
 
@@ -599,6 +603,8 @@ fn function(binding: &Binding) -> String {
                         // Read by name from the row, NULL where the
                         // function's version has no such column.
                         format!("pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) '{name}'")
+                    } else if LATER_TEXT_COLUMNS.contains(&&**name) {
+                        format!("pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) '{name}'")
                     } else {
                         format!("r.{name}{}", if *as_text { "::text" } else { "" })
                     }

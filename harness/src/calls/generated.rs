@@ -62,7 +62,7 @@ impl WorkEnqueueRow {
 /// workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key text DEFAULT NULL,
 ///     run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
 ///     max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL,
-///     on_conflict text DEFAULT 'keep')
+///     on_conflict text DEFAULT 'keep', trace text DEFAULT NULL)
 /// RETURNS TABLE(id bigint, key text, inserted boolean)
 /// ```
 ///
@@ -80,6 +80,7 @@ pub fn work_enqueue(
     max_run: Option<&str>,
     group_key: Option<&str>,
     on_conflict: Option<&str>,
+    trace: Option<&str>,
 ) -> CallResult<Vec<WorkEnqueueRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.key, r.inserted \
@@ -94,6 +95,7 @@ pub fn work_enqueue(
     call.named("max_run", &max_run, Type::TEXT, "::interval");
     call.named("group_key", &group_key, Type::TEXT, "");
     call.named("on_conflict", &on_conflict, Type::TEXT, "");
+    call.named("trace", &trace, Type::TEXT, "");
     call.rows(c, ") AS r", WorkEnqueueRow::read)
 }
 
@@ -115,6 +117,8 @@ pub struct WorkClaimRow {
     pub lease_until: Option<String>,
     /// `progress jsonb`.
     pub progress: Option<Value>,
+    /// `trace text`.
+    pub trace: Option<String>,
 }
 
 impl WorkClaimRow {
@@ -128,6 +132,7 @@ impl WorkClaimRow {
             attempt: row.try_get(4)?,
             lease_until: row.try_get(5)?,
             progress: row.try_get(6)?,
+            trace: row.try_get(7)?,
         })
     }
 }
@@ -139,7 +144,7 @@ impl WorkClaimRow {
 /// workfence.work_claim(queue text, owner text, lease interval, max_items integer DEFAULT 1,
 ///     wait interval DEFAULT '00:00:00')
 /// RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-///     lease_until timestamp with time zone, progress jsonb)
+///     lease_until timestamp with time zone, progress jsonb, trace text)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -154,7 +159,8 @@ pub fn work_claim(
 ) -> CallResult<Vec<WorkClaimRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, \
-         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress', \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'trace' \
          FROM workfence.work_claim(",
     );
     call.arg(&queue, Type::TEXT, "");
@@ -170,7 +176,7 @@ pub fn work_claim(
 /// ```sql
 /// workfence.work_claim_key(queue text, key text, owner text, lease interval)
 /// RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-///     lease_until timestamp with time zone, progress jsonb)
+///     lease_until timestamp with time zone, progress jsonb, trace text)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -184,7 +190,8 @@ pub fn work_claim_key(
 ) -> CallResult<Vec<WorkClaimRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, \
-         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress', \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'trace' \
          FROM workfence.work_claim_key(",
     );
     call.arg(&queue, Type::TEXT, "");
@@ -310,6 +317,8 @@ pub struct WorkFinishAndClaimRow {
     pub settled: Option<bool>,
     /// `progress jsonb`.
     pub progress: Option<Value>,
+    /// `trace text`.
+    pub trace: Option<String>,
 }
 
 impl WorkFinishAndClaimRow {
@@ -324,6 +333,7 @@ impl WorkFinishAndClaimRow {
             lease_until: row.try_get(5)?,
             settled: row.try_get(6)?,
             progress: row.try_get(7)?,
+            trace: row.try_get(8)?,
         })
     }
 }
@@ -335,7 +345,7 @@ impl WorkFinishAndClaimRow {
 /// workfence.work_finish_and_claim(queue text, owner text, lease interval, last_id bigint,
 ///     last_epoch bigint, result jsonb DEFAULT NULL, max_items integer DEFAULT 1)
 /// RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-///     lease_until timestamp with time zone, settled boolean, progress jsonb)
+///     lease_until timestamp with time zone, settled boolean, progress jsonb, trace text)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -353,7 +363,8 @@ pub fn work_finish_and_claim(
 ) -> CallResult<Vec<WorkFinishAndClaimRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, r.settled, \
-         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress', \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'trace' \
          FROM workfence.work_finish_and_claim(",
     );
     call.arg(&queue, Type::TEXT, "");
@@ -373,7 +384,7 @@ pub fn work_finish_and_claim(
 /// workfence.work_fail_and_claim(queue text, owner text, lease interval, last_id bigint,
 ///     last_epoch bigint, error text, retry_in interval DEFAULT NULL, max_items integer DEFAULT 1)
 /// RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,
-///     lease_until timestamp with time zone, settled boolean, progress jsonb)
+///     lease_until timestamp with time zone, settled boolean, progress jsonb, trace text)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -392,7 +403,8 @@ pub fn work_fail_and_claim(
 ) -> CallResult<Vec<WorkFinishAndClaimRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.key, r.payload, r.epoch, r.attempt, r.lease_until::text, r.settled, \
-         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress' \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->) 'progress', \
+         pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'trace' \
          FROM workfence.work_fail_and_claim(",
     );
     call.arg(&queue, Type::TEXT, "");

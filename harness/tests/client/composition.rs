@@ -403,6 +403,8 @@ enum Verb {
         max_attempts: i32,
         /// From 0.12.0: `on_conflict`, one of [`ON_CONFLICTS`].
         on_conflict: u8,
+        /// From 0.12.0: the trace, one of [`TRACES`].
+        trace: u8,
     },
     Claim {
         owner: Owner,
@@ -506,6 +508,14 @@ const CRONS: [&str; 2] = ["0 0 1 1 *", "0 0 2 1 *"];
 /// `work_enqueue`'s `on_conflict`s (from 0.12.0).
 const ON_CONFLICTS: [&str; 3] = ["keep", "replace", "preserve_run_at"];
 
+/// The traces an enqueue gives (from 0.12.0): index 0 none, else a W3C
+/// `traceparent` of a request.
+const TRACES: [Option<&str>; 3] = [
+    None,
+    Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+    Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"),
+];
+
 /// The case schedule's `catch_up`s.
 const CATCH_UPS: [&str; 3] = ["latest", "all", "none"];
 
@@ -598,15 +608,19 @@ fn verb() -> impl Strategy<Value = Verb> {
             prop_oneof![3 => Just(0), 1 => Just(-1), 1 => Just(1)],
             prop_oneof![Just(1), Just(2), Just(25)],
             prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
+            0..TRACES.len() as u8,
         )
-            .prop_map(|(key, group, run_at, priority, max_attempts, on_conflict)| Verb::Enqueue {
-                key,
-                group,
-                run_at,
-                priority,
-                max_attempts,
-                on_conflict,
-            }),
+            .prop_map(
+                |(key, group, run_at, priority, max_attempts, on_conflict, trace)| Verb::Enqueue {
+                    key,
+                    group,
+                    run_at,
+                    priority,
+                    max_attempts,
+                    on_conflict,
+                    trace,
+                },
+            ),
         6 => (claimer(), lease(), 1..=3i32)
             .prop_map(|(owner, lease, max_items)| Verb::Claim { owner, lease, max_items }),
         2 => (0..KEYS, claimer(), lease())
@@ -734,6 +748,7 @@ impl Case {
             priority: 0,
             max_attempts,
             on_conflict: 0,
+            trace: 0,
         };
         let grant = |capability, queues, role| Verb::Grant {
             capability,
@@ -846,6 +861,8 @@ struct Item {
     /// minus an epoch: that token finished, and the item runs once more).
     progress: Option<i64>,
     rerun: Option<i64>,
+    /// From 0.12.0: its trace, one of [`TRACES`] (what every claim hands out).
+    trace: u8,
 }
 
 /// The settings of a queue (a queue without a row has the defaults).
@@ -1881,7 +1898,7 @@ impl Ctx {
                         (extract(epoch FROM i.run_at) * 1000000)::int8, i.epoch, i.owner,
                         CASE WHEN i.lease_until IS NOT NULL THEN i.lease_until <= t.now END,
                         (extract(epoch FROM i.turn) * 1000000)::int8, i.behind,
-                        (i.progress OPERATOR(pg_catalog.->>) 'n')::int8, i.rerun_after
+                        (i.progress OPERATOR(pg_catalog.->>) 'n')::int8, i.rerun_after, i.trace
                    FROM t LEFT JOIN workfence.items AS i ON i.queue = $1
                   ORDER BY i.id",
                 &[&m.queue],
@@ -1909,6 +1926,14 @@ impl Ctx {
                 behind: r.get(13),
                 progress: r.get(14),
                 rerun: r.get(15),
+                trace: {
+                    let trace: Option<String> = r.get(16);
+                    TRACES
+                        .iter()
+                        .position(|t| *t == trace.as_deref())
+                        .ok_or_else(|| format!("an item's trace {trace:?} no enqueue gave"))?
+                        as u8
+                },
             });
         }
         let schedule = self
@@ -2040,6 +2065,7 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
             priority,
             max_attempts,
             on_conflict,
+            trace,
         } => {
             let mut item = Enqueue::new(q)
                 .key(key_name(*key))
@@ -2053,6 +2079,9 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
             }
             if *on_conflict != 0 {
                 item = item.on_conflict(ON_CONFLICTS[*on_conflict as usize]);
+            }
+            if let Some(traceparent) = TRACES[*trace as usize] {
+                item = item.trace(traceparent);
             }
             Outcome::Enqueued(calls::enqueue(w, &item)?)
         }
@@ -2339,6 +2368,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 priority,
                 max_attempts,
                 on_conflict,
+                trace,
             },
             Outcome::Enqueued(e),
         ) => {
@@ -2363,6 +2393,9 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                             1,
                         );
                         m.conflict(i, *run_at, *on_conflict == 2);
+                        // The run to come serves the request that sent the
+                        // new payload: the item takes its trace too.
+                        m.items[i].trace = *trace;
                     }
                 }
                 None => {
@@ -2387,6 +2420,7 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                         behind: false,
                         progress: None,
                         rerun: None,
+                        trace: *trace,
                     });
                 }
             }

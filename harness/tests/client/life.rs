@@ -604,3 +604,193 @@ fn a_checkpoint_over_64_kib_is_refused_however_it_is_stored() {
         assert_eq!(err.code().map(|s| s.code()), Some("22023"), "{name}: {err}");
     }
 }
+
+/// A W3C `traceparent` of the enqueuing request, and another one's.
+const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+const LATER_TRACE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/// `work_enqueue(queue, key, trace => ...)` with `on_conflict`.
+fn enqueue_traced(c: &mut Client, queue: &str, key: &str, trace: Option<&str>, mode: &str) {
+    ok(
+        c.execute(
+            "SELECT * FROM workfence.work_enqueue($1, key => $2, on_conflict => $3, trace => $4)",
+            &[&queue, &key, &mode, &trace],
+        ),
+        "work_enqueue with a trace",
+    );
+}
+
+/// Trace context (0.12.0, issue 36): the `traceparent` an item was
+/// enqueued with comes back in the `trace` column of every claim form
+/// (a plain queue's batch and one-item claims, a lapsed lease claimed anew,
+/// `work_claim_key`, the fused calls, a limited queue's and a grouped
+/// queue's claims), NULL for an item enqueued without one; a debounce
+/// gives the item the new request's trace with its payload, and anything
+/// but a traceparent is refused with 22023 before anything is written.
+#[test]
+fn the_trace_an_item_was_enqueued_with_comes_back_with_every_claim() {
+    let cluster = common::shared_cluster();
+    let mut c = database(&cluster, "life_trace");
+    let traces = |rows: Vec<postgres::Row>| -> Vec<(String, Option<String>)> {
+        rows.iter()
+            .filter(|r| r.get::<_, Option<i64>>("id").is_some())
+            .map(|r| (r.get("key"), r.get("trace")))
+            .collect()
+    };
+    let some = |key: &str, trace: &str| (key.to_owned(), Some(trace.to_owned()));
+
+    // A plain queue: a batch claim, then a one-item claim.
+    enqueue_traced(&mut c, "plain", "a", Some(TRACE), "keep");
+    enqueue_traced(&mut c, "plain", "b", None, "keep");
+    let batch = ok(
+        c.query(
+            "SELECT * FROM workfence.work_claim('plain', 'w', '1 minute', 2)",
+            &[],
+        ),
+        "a batch claim",
+    );
+    assert_eq!(
+        traces(batch),
+        vec![some("a", TRACE), ("b".to_owned(), None)]
+    );
+    enqueue_traced(&mut c, "plain", "c", Some(LATER_TRACE), "keep");
+    let one = ok(
+        c.query(
+            "SELECT * FROM workfence.work_claim('plain', 'w', '1 minute')",
+            &[],
+        ),
+        "a one-item claim",
+    );
+    assert_eq!(traces(one), vec![some("c", LATER_TRACE)]);
+
+    // A lapsed lease claimed anew keeps its trace (the claim's other branch).
+    enqueue_traced(&mut c, "lapsing", "l", Some(TRACE), "keep");
+    ok(
+        c.execute(
+            "SELECT * FROM workfence.work_claim('lapsing', 'w', '1 millisecond')",
+            &[],
+        ),
+        "a short lease",
+    );
+    let mut observer = ok(cluster.connect_to("life_trace"), "observer");
+    poll_until(
+        &mut observer,
+        "SELECT lease_until < clock_timestamp() FROM workfence.items WHERE key = 'l'",
+        &[],
+        "the lease lapsed",
+    );
+    let anew = ok(
+        c.query(
+            "SELECT * FROM workfence.work_claim('lapsing', 'w2', '1 minute')",
+            &[],
+        ),
+        "the lapsed lease claimed anew",
+    );
+    assert_eq!(traces(anew), vec![some("l", TRACE)]);
+
+    // work_claim_key, and the fused calls.
+    enqueue_traced(&mut c, "keyed", "k", Some(TRACE), "keep");
+    let keyed = ok(
+        c.query(
+            "SELECT * FROM workfence.work_claim_key('keyed', 'k', 'w', '1 minute')",
+            &[],
+        ),
+        "work_claim_key",
+    );
+    let first: (i64, i64) = (keyed[0].get("id"), keyed[0].get("epoch"));
+    assert_eq!(traces(keyed), vec![some("k", TRACE)]);
+    enqueue_traced(&mut c, "keyed", "next", Some(LATER_TRACE), "keep");
+    let fused = ok(
+        c.query(
+            "SELECT * FROM workfence.work_finish_and_claim('keyed', 'w', '1 minute', $1, $2)",
+            &[&first.0, &first.1],
+        ),
+        "work_finish_and_claim",
+    );
+    let next: (i64, i64) = (fused[0].get("id"), fused[0].get("epoch"));
+    assert_eq!(traces(fused), vec![some("next", LATER_TRACE)]);
+    let nothing = ok(
+        c.query(
+            "SELECT * FROM workfence.work_fail_and_claim('keyed', 'w', '1 minute', $1, $2, 'boom')",
+            &[&next.0, &next.1],
+        ),
+        "work_fail_and_claim",
+    );
+    // The failed item is due again only after its backoff: nothing claimed.
+    assert!(traces(nothing).is_empty());
+
+    // A limited queue's claims (slots) and a grouped queue's.
+    ok(
+        c.execute(
+            "SELECT workfence.work_limit('limited', concurrency => 2)",
+            &[],
+        ),
+        "work_limit",
+    );
+    enqueue_traced(&mut c, "limited", "x", Some(TRACE), "keep");
+    enqueue_traced(&mut c, "limited", "y", None, "keep");
+    let limited = ok(
+        c.query(
+            "SELECT * FROM workfence.work_claim('limited', 'w', '1 minute', 2)",
+            &[],
+        ),
+        "a limited queue's claim",
+    );
+    assert_eq!(
+        traces(limited),
+        vec![some("x", TRACE), ("y".to_owned(), None)]
+    );
+    ok(
+        c.execute(
+            "SELECT * FROM workfence.work_enqueue('grouped', key => 'g', group_key => 'customer',
+                                                 trace => $1)",
+            &[&TRACE],
+        ),
+        "a grouped item",
+    );
+    let grouped = ok(
+        c.query(
+            "SELECT * FROM workfence.work_claim('grouped', 'w', '1 minute')",
+            &[],
+        ),
+        "a grouped queue's claim",
+    );
+    assert_eq!(traces(grouped), vec![some("g", TRACE)]);
+
+    // A debounce: the item takes the new request's trace with its payload.
+    enqueue_traced(&mut c, "debounced", "d", Some(TRACE), "replace");
+    enqueue_traced(&mut c, "debounced", "d", Some(LATER_TRACE), "replace");
+    let debounced = ok(
+        c.query(
+            "SELECT * FROM workfence.work_claim('debounced', 'w', '1 minute')",
+            &[],
+        ),
+        "the debounced item",
+    );
+    assert_eq!(traces(debounced), vec![some("d", LATER_TRACE)]);
+
+    // Anything but a traceparent is refused, and nothing is written.
+    for bad in [
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+    ] {
+        let err = c
+            .execute(
+                "SELECT * FROM workfence.work_enqueue('refused', key => 'r', trace => $1)",
+                &[&bad],
+            )
+            .expect_err("a malformed traceparent");
+        assert_eq!(
+            err.code(),
+            Some(&postgres::error::SqlState::INVALID_PARAMETER_VALUE),
+            "{bad}: {err}"
+        );
+    }
+    let written: i64 = common::scalar(
+        &mut c,
+        "SELECT count(*) FROM workfence.items WHERE queue = 'refused'",
+        &[],
+    );
+    assert_eq!(written, 0);
+}
