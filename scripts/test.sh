@@ -200,6 +200,7 @@ chrt --idle 0 bash -c 'set -e
     bash bench/peers/awa/install.sh --smoke
     cargo test -p workfence-ui --release --no-run
     cargo test -p workfence -p workspace-hack --release --locked --no-run
+    cargo test -p workfence -p workspace-hack --release --locked --features workfence/otel --no-run
     cargo test -p workfence-bench --release --no-run
     cargo build --release --locked -p workfence-bench -p workfence-ui
     bash scripts/package-test.sh --prepare' >"$prepare_log" 2>&1 &
@@ -311,11 +312,13 @@ stage "dashboard: cargo test -p workfence-ui (HTTP and real-browser tests, Postg
 # The real workfence-ui binary against throwaway clusters (a hot standby
 # too): every route over HTTP, /metrics parsed, bad input, cross-site POSTs;
 # then Debian's Chromium through chromedriver (WebDriver) clicks through the
-# pages and saves a screenshot of each into target/dashboard-screenshots/.
+# pages (a queue's charts of its last hour included, on a cluster that
+# preloads the library) and saves a screenshot of each into
+# target/dashboard-screenshots/.
 # The UI's SQL is the extension's functions, tested on both majors above.
 WORKFENCE_PG_CONFIG="$PG15_CONFIG" WORKFENCE_SCRATCH="$(scratch_base "$ROOT")/dashboard" \
     cargo test -p workfence-ui --release
-for page in queues items item; do
+for page in queues items item charts; do
     if [ ! -s "target/dashboard-screenshots/$page.png" ]; then
         echo "the browser tests saved no screenshot of the $page page" >&2
         exit 1
