@@ -153,6 +153,12 @@ pub struct Session {
     pub schedules_exist: bool,
     /// The role may read `work_schedules` (it exists, and SELECT on it).
     pub schedules_readable: bool,
+    /// The database has the view `work_queue_history` (pg_workfence 0.12.0 or later).
+    pub history_exists: bool,
+    /// The role may read each queue's last hour: SELECT on `work_queue_history` and EXECUTE
+    /// on `queue_history_rows(text)`, which the view calls and a queue's page calls itself
+    /// (`workfence_monitor` has both, granted together).
+    pub history_readable: bool,
 }
 
 impl Session {
@@ -476,6 +482,47 @@ impl Histogram {
     }
 }
 
+/// One minute of a queue's last hour: a row of `queue_history_rows` (from 0.12.0, with the
+/// library in `shared_preload_libraries`), kept by the server in shared memory beside the
+/// counters of [`QueueCounters`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryMinute {
+    /// The minute's start, in unix seconds (a whole minute).
+    pub minute: i64,
+    /// Items enqueued in the minute (as `work_queue_counters.enqueued` counts them).
+    pub enqueued: i64,
+    /// Items handed out by claims in the minute.
+    pub claimed: i64,
+    /// Runs finished in the minute.
+    pub done: i64,
+    /// Items that became failed (dead letters) in the minute.
+    pub failed: i64,
+    /// The median time in queue (due to claimed) of the minute's claims, in seconds,
+    /// estimated from the counters' buckets; `None`: the minute had no claims.
+    pub time_in_queue_p50: Option<f64>,
+    /// The 99th percentile of the same, in seconds (3600 when beyond the last bucket);
+    /// `None`: the minute had no claims.
+    pub time_in_queue_p99: Option<f64>,
+    /// The queue's pending items (due or not) at the minute's end; `None`: not known (before
+    /// the queue's first counted commit of the hour, or while the state counts were not kept).
+    pub backlog: Option<i64>,
+}
+
+/// What a queue's page can chart of the queue's last hour ([`Conn::queue_history`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum History {
+    /// The database has no `work_queue_history` (pg_workfence older than 0.12.0).
+    Absent,
+    /// The role may not read it: no SELECT on `work_queue_history` or no EXECUTE on
+    /// `queue_history_rows`, or (queue grants) no read grant covering the queue.
+    NotReadable,
+    /// The minutes of the last hour, oldest first, the current one (so far) last: 60 of
+    /// them, or none when the server keeps nothing for the queue (the library not preloaded,
+    /// no activity of the queue since the server started, or 1024 queues with a history
+    /// already).
+    Minutes(Vec<HistoryMinute>),
+}
+
 /// The limits a `work_limit` call sets, every one of them (`None` lifts that limit).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -537,7 +584,12 @@ const SESSION: &str = "SELECT pg_catalog.pg_is_in_recovery(), CURRENT_USER::text
         AND p.proname OPERATOR(pg_catalog.=) 'work_resume_schedule'), false), \
     pg_catalog.to_regclass('workfence.work_schedules') IS NOT NULL, \
     COALESCE(pg_catalog.has_table_privilege( \
-        pg_catalog.to_regclass('workfence.work_schedules')::oid, 'SELECT'), false)";
+        pg_catalog.to_regclass('workfence.work_schedules')::oid, 'SELECT'), false), \
+    pg_catalog.to_regclass('workfence.work_queue_history') IS NOT NULL, \
+    COALESCE(pg_catalog.has_table_privilege( \
+        pg_catalog.to_regclass('workfence.work_queue_history')::oid, 'SELECT') \
+        AND pg_catalog.has_function_privilege( \
+        pg_catalog.to_regprocedure('workfence.queue_history_rows(text)')::oid, 'EXECUTE'), false)";
 
 // Whether the role may read work_schedules (0.12.0): /metrics, which reads no session, asks
 // before reading the view, so that a 0.11.0 database or a role without SELECT on it still
@@ -620,6 +672,15 @@ macro_rules! counters {
 const COUNTERS: &str = counters!("");
 
 const QUEUE_COUNTERS: &str = counters!("WHERE c.queue OPERATOR(pg_catalog.=) $1::text ");
+
+// A queue's last hour (0.12.0), one row per minute, oldest first: the function with the
+// queue, which copies that queue's ring of minutes out of shared memory and no other (the
+// view, which calls it without one, copies every queue's), and reads no item. Where queue
+// grants are enforced and the role may not read the queue: the server's 42501.
+const QUEUE_HISTORY: &str = "SELECT pg_catalog.date_part('epoch', h.minute)::int8, \
+    h.enqueued::int8, h.claimed::int8, h.done::int8, h.failed::int8, \
+    h.time_in_queue_p50::float8, h.time_in_queue_p99::float8, h.backlog::int8 \
+    FROM workfence.queue_history_rows($1::text) AS h ORDER BY h.minute";
 
 const ITEMS: &str = concat!(
     "SELECT w.id::int8, w.key::text, w.state::text, w.priority::int8, ",
@@ -723,6 +784,8 @@ impl Conn {
             resume_schedule: r.try_get(10)?,
             schedules_exist: r.try_get(11)?,
             schedules_readable: r.try_get(12)?,
+            history_exists: r.try_get(13)?,
+            history_readable: r.try_get(14)?,
         })
     }
 
@@ -822,6 +885,40 @@ impl Conn {
             Err(e) => return Err(e),
         };
         rows.iter().map(counters_row).collect()
+    }
+
+    /// `queue`'s last hour, minute by minute (`queue_history_rows`, from 0.12.0: one query,
+    /// shared memory only, no item read): [`History::Absent`] on an older database,
+    /// [`History::NotReadable`] when `session` says the role may not read it or the server
+    /// refuses the queue (42501, queue grants). Other errors are the server's.
+    pub async fn queue_history(&self, session: &Session, queue: &str) -> Result<History, AppError> {
+        if !session.history_exists {
+            return Ok(History::Absent);
+        }
+        if !session.history_readable {
+            return Ok(History::NotReadable);
+        }
+        let rows = match self.rows(QUEUE_HISTORY, &[&queue]).await {
+            Ok(rows) => rows,
+            Err(e) if e.sqlstate() == Some("42501") => return Ok(History::NotReadable),
+            Err(e) => return Err(e),
+        };
+        let minutes = rows
+            .iter()
+            .map(|r| {
+                Ok(HistoryMinute {
+                    minute: r.try_get(0)?,
+                    enqueued: r.try_get(1)?,
+                    claimed: r.try_get(2)?,
+                    done: r.try_get(3)?,
+                    failed: r.try_get(4)?,
+                    time_in_queue_p50: r.try_get(5)?,
+                    time_in_queue_p99: r.try_get(6)?,
+                    backlog: r.try_get(7)?,
+                })
+            })
+            .collect::<Result<Vec<_>, AppError>>()?;
+        Ok(History::Minutes(minutes))
     }
 
     /// A page of `queue`'s items: at most `max` rows after item `after`, in

@@ -9,6 +9,7 @@
 //! the operating functions, or a hot standby, gets read-only pages. See
 //! `--help` and `ui/README.md`.
 
+mod charts;
 mod cli;
 mod db;
 mod error;

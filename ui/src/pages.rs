@@ -6,9 +6,10 @@ use maud::{html, Markup, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
+use crate::charts;
 use crate::db::{
-    Histogram, Item, ItemRow, QueueCounters, QueueStats, ScheduleRow, Session, DEFAULT_PER,
-    ITEM_STATES,
+    Histogram, History, Item, ItemRow, QueueCounters, QueueStats, ScheduleRow, Session,
+    DEFAULT_PER, ITEM_STATES,
 };
 use crate::security::TOKEN_FIELD;
 use crate::throughput::Rate;
@@ -30,7 +31,10 @@ td.num,th.num{text-align:right}pre{background:#f6f6f6;padding:.5em;overflow:auto
 form.inline{display:inline}nav a{margin-right:1em}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}\
 dt{font-weight:bold}dd{margin:0}.muted{color:#777}\
 details.set-limits summary{cursor:pointer;color:#0645ad}details.set-limits label{display:block;margin:.2em 0}\
-details.set-limits input[type=number]{width:6em}#schedules td.name,#schedules td.cron,#queue-schedules td.cron{white-space:nowrap}";
+details.set-limits input[type=number]{width:6em}#schedules td.name,#schedules td.cron,#queue-schedules td.cron{white-space:nowrap}\
+.charts{display:flex;flex-wrap:wrap;gap:.5em 2em}figure.chart{margin:0}figure.chart figcaption{margin-bottom:.2em}\
+figure.chart>svg{display:block;max-width:100%;height:auto}.key{color:#555;font-size:.9em;margin-left:.5em}\
+.key svg{display:inline;vertical-align:middle}rect.minute:hover{fill-opacity:.06}";
 
 /// `/queues/NAME` for a queue name (percent-encoded).
 pub fn queue_href(queue: &str) -> String {
@@ -299,6 +303,64 @@ pub struct ItemsView<'a> {
     /// What the queue's items went through since the server started (`work_queue_counters`:
     /// from 0.12.0, with the library preloaded, for a role that may read it).
     pub counters: Option<&'a QueueCounters>,
+    /// The queue's last hour, minute by minute (`queue_history_rows`, from 0.12.0): its
+    /// charts, or the sentence that says why there are none.
+    pub history: &'a History,
+}
+
+/// The queue page's section *Last hour*: the charts of the queue's last hour
+/// ([`charts::queue_charts`]), or one sentence (`#no-history`) that says why there are none:
+/// an extension older than 0.12.0, a role that may not read the history, or no minute kept
+/// for the queue. `counted`: the server counts the queue (`work_queue_counters` has its row),
+/// so it is preloaded: a queue counted without a history had nothing but refusals since the
+/// server started, or came after the 1024 queues that have one.
+fn last_hour(history: &History, counted: bool) -> Markup {
+    let why = match history {
+        History::Minutes(minutes) if !minutes.is_empty() => None,
+        History::Absent => Some(
+            "No charts: the queue's last hour is kept from pg_workfence 0.12.0, and this \
+             database's extension is older (ALTER EXTENSION pg_workfence UPDATE)."
+                .to_owned(),
+        ),
+        History::NotReadable => Some(
+            "No charts: this role may not read the queue's last hour (it needs SELECT on \
+             workfence.work_queue_history and EXECUTE on workfence.queue_history_rows, as \
+             workfence_monitor has, and a read grant on the queue where queue grants are \
+             enforced)."
+                .to_owned(),
+        ),
+        History::Minutes(_) if counted => Some(
+            "No charts: the server counts this queue but keeps no history of it: it keeps one \
+             from a queue's first enqueue, claim or finish since it started, and for 1024 queues \
+             at most."
+                .to_owned(),
+        ),
+        History::Minutes(_) => Some(
+            "No charts yet: the server keeps each queue's last hour only with pg_workfence in \
+             shared_preload_libraries, from the queue's first enqueue, claim or finish since \
+             the server started."
+                .to_owned(),
+        ),
+    };
+    html! {
+        section #history {
+            h2 { "Last hour" }
+            @match (why, history) {
+                (Some(why), _) => p #no-history .muted { (why) },
+                (None, History::Minutes(minutes)) => {
+                    (charts::queue_charts(minutes))
+                    p.muted #history-note {
+                        "From the server's history of the queue (" code { "work_queue_history" }
+                        "), kept in shared memory since the server started: each minute's counts as "
+                        "committed, the current minute so far; time in queue from due to claimed, "
+                        "estimated from the counters' buckets. A line breaks where a minute had no "
+                        "claims or its backlog is not known. Hover a minute for its values."
+                    }
+                },
+                (None, _) => {},
+            }
+        }
+    }
 }
 
 /// The order `work_items` lists a state filter's items in, in words.
@@ -341,6 +403,7 @@ pub fn items(session: &Session, view: &ItemsView<'_>, csrf: &str) -> Markup {
         csrf: Some(csrf),
     };
     let body = html! {
+        (last_hour(view.history, view.counters.is_some()))
         p #filters {
             "State: "
             @if view.state.is_none() { strong { "all" } } @else { a href=(items_link(view.queue, None, None)) { "all" } }
@@ -437,19 +500,25 @@ pub fn items(session: &Session, view: &ItemsView<'_>, csrf: &str) -> Markup {
     page(&frame, body)
 }
 
-/// A quantile of a histogram in words: milliseconds below a second, else as [`age`] writes
-/// durations; `—` without observations; `> ` the largest finite bound when it falls beyond it.
-pub fn quantile(h: &Histogram, q: f64) -> String {
-    let Some(v) = h.quantile(q) else {
-        return "—".to_owned();
-    };
-    let text = if v < 0.01 {
+/// A short duration in words: milliseconds below a second (one decimal below 10 ms), else as
+/// [`age`] writes durations (`2.5 ms`, `340 ms`, `4.2 s`, `3 min 5 s`).
+pub fn seconds(v: f64) -> String {
+    if v < 0.01 {
         format!("{:.1} ms", v * 1000.0)
     } else if v < 1.0 {
         format!("{:.0} ms", v * 1000.0)
     } else {
         age(v)
+    }
+}
+
+/// A quantile of a histogram in words, as [`seconds`] writes durations; `—` without
+/// observations; `> ` the largest finite bound when it falls beyond it.
+pub fn quantile(h: &Histogram, q: f64) -> String {
+    let Some(v) = h.quantile(q) else {
+        return "—".to_owned();
     };
+    let text = seconds(v);
     if h.beyond_bounds(q) {
         format!("> {text}")
     } else {
@@ -969,6 +1038,7 @@ mod tests {
             role: "r".into(),
             ..Session::default()
         };
+        let history = History::Minutes(Vec::new());
         let view = |after: Option<i64>, after_left: Option<String>| ItemsView {
             queue: "q",
             state: Some("pending"),
@@ -979,6 +1049,7 @@ mod tests {
             may_operate: true,
             schedules: &[],
             counters: None,
+            history: &history,
         };
         let html = items(
             &session,
@@ -1058,6 +1129,43 @@ mod tests {
         assert!(html.contains("id=\"no-schedules\""), "{html}");
         let html = schedules(&session, None, "tok", None).into_string();
         assert!(html.contains("0.12.0"), "{html}");
+    }
+
+    #[test]
+    fn the_last_hour_says_why_there_are_no_charts() {
+        let why = |history: &History, counted: bool| last_hour(history, counted).into_string();
+        let none = History::Minutes(Vec::new());
+        for (html, says) in [
+            (why(&History::Absent, false), "pg_workfence 0.12.0"),
+            (why(&History::NotReadable, true), "this role may not read"),
+            (
+                why(&none, false),
+                "only with pg_workfence in shared_preload_libraries",
+            ),
+            (why(&none, true), "counts this queue but keeps no history"),
+        ] {
+            assert!(
+                html.contains("<p class=\"muted\" id=\"no-history\">"),
+                "{html}"
+            );
+            assert!(html.contains(says), "{says}: {html}");
+            assert!(!html.contains("<svg"), "{html}");
+        }
+        let minutes = (0..60)
+            .map(|i| crate::db::HistoryMinute {
+                minute: 60 * i,
+                enqueued: 0,
+                claimed: 0,
+                done: 0,
+                failed: 0,
+                time_in_queue_p50: None,
+                time_in_queue_p99: None,
+                backlog: None,
+            })
+            .collect();
+        let html = why(&History::Minutes(minutes), true);
+        assert!(!html.contains("no-history"), "{html}");
+        assert_eq!(html.matches("<figure class=\"chart\"").count(), 3, "{html}");
     }
 
     #[test]

@@ -405,6 +405,8 @@ async fn items(
     };
     let may_operate = conn.may_operate(&queue).await?;
     let counters = conn.queue_counters(&queue).await?;
+    // The queue's last hour (0.12.0): one query of shared memory, no item read.
+    let history = conn.queue_history(&session, &queue).await?;
     Ok(pages::items(
         &session,
         &pages::ItemsView {
@@ -417,6 +419,7 @@ async fn items(
             may_operate,
             schedules: &schedules,
             counters: counters.as_ref(),
+            history: &history,
         },
         &app.csrf_token,
     )

@@ -1,11 +1,12 @@
 //! The dashboard in a real browser: Debian's Chromium, headless, driven
 //! through WebDriver (Debian's `chromedriver`, with the `fantoccini` client),
 //! against the real `workfence-ui` binary on a throwaway cluster with the
-//! extension.
+//! extension, preloaded (`shared_preload_libraries`: the counters and the
+//! charts of a queue's last hour).
 //!
 //! What a person does with the pages: load each of them (the queues, a
 //! queue's items with a state filter and the next page, an item, the
-//! schedules), retry a failed item by clicking, pause and resume a queue and
+//! schedules, a queue's charts), retry a failed item by clicking, pause and resume a queue and
 //! a schedule by clicking; each time
 //! the database is checked to have changed and the page to show it. And what
 //! must not happen: a payload with a `<script>` runs no script (it stays
@@ -154,6 +155,36 @@ fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// `POST path` with the JSON `body` over plain HTTP/1.1: the response's body (read to its
+/// `Content-Length`).
+fn http_post(port: u16, path: &str, body: &Value) -> std::io::Result<String> {
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(DEADLINE))?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut reader = BufReader::new(stream);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 || line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.trim().eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
 /// A `chromedriver` child process on a port it chose itself.
 struct ChromeDriver {
     child: Child,
@@ -248,9 +279,13 @@ fn shared() -> Arc<Shared> {
     ));
     ok(fs::create_dir_all(&dir), "creating the scratch directory");
     let dir = ScratchDir(dir);
+    // The library preloaded, as the demo's cluster and a deployment that wants the counters
+    // and the charts have it: the server keeps each queue's last hour for the charts.
     let cluster = ok(
-        Cluster::builder(scratch_base()).start(),
-        "starting a throwaway PostgreSQL cluster",
+        Cluster::builder(scratch_base())
+            .setting("shared_preload_libraries", "pg_workfence")
+            .start(),
+        "starting a throwaway PostgreSQL cluster with the library preloaded",
     );
     let driver = ChromeDriver::start(&dir.0);
     let shared = Arc::new(Shared {
@@ -354,6 +389,8 @@ struct Browser {
     runtime: tokio::runtime::Runtime,
     client: Option<Client>,
     profile: PathBuf,
+    /// The port of the chromedriver the session runs in.
+    driver_port: u16,
 }
 
 impl Browser {
@@ -372,6 +409,9 @@ impl Browser {
             "browserName": "chrome",
             // A script's alert stays open, where the XSS test looks for it.
             "unhandledPromptBehavior": "ignore",
+            // The console's messages, a refused Content Security Policy's among them
+            // (console_messages).
+            "goog:loggingPrefs": { "browser": "ALL" },
             "goog:chromeOptions": {
                 "binary": CHROMIUM,
                 "args": [
@@ -406,6 +446,7 @@ impl Browser {
             runtime,
             client: Some(client),
             profile,
+            driver_port: shared.driver.port,
         };
         browser.run(set_viewport(browser.client(), WINDOW.1));
         browser
@@ -515,6 +556,34 @@ async fn open_alert(c: &Client) -> Option<String> {
         Err(e) if e.is_no_such_alert() => None,
         Err(e) => panic!("asking for an open alert: {e}"),
     }
+}
+
+/// The console's messages since the last call (chromedriver's browser log, which the session
+/// asks for with `goog:loggingPrefs`): each one's level and text. A style or script that the
+/// Content Security Policy refuses is a `SEVERE` message naming the policy.
+async fn console_messages(c: &Client, driver_port: u16) -> Vec<(String, String)> {
+    let session = ok(c.session_id().await, "the session's id").expect("a session");
+    let reply = ok(
+        http_post(
+            driver_port,
+            &format!("/session/{session}/se/log"),
+            &json!({ "type": "browser" }),
+        ),
+        "reading the browser's log",
+    );
+    let reply: Value = ok(serde_json::from_str(&reply), "the log is JSON");
+    let entries = reply["value"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a list of log entries: {reply}"));
+    entries
+        .iter()
+        .map(|e| {
+            (
+                e["level"].as_str().unwrap_or("").to_owned(),
+                e["message"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// Resizes the window so that its viewport is [`WINDOW`]`.0` wide and
@@ -662,6 +731,9 @@ fn tour_checkpoint() -> Value {
 /// The README's scene: a few queues with items in every state. Returns the
 /// id of the item the item page shows (claimed, after a failed attempt).
 fn seed_tour(db: &mut postgres::Client) -> i64 {
+    // A new database's state counts are not known until a read rebuilds them: read now, so
+    // that the history knows each queue's backlog (the queue page's chart) from here on.
+    ok(calls::queue_stats(db), "work_queue_stats");
     let people = [
         "ada", "grace", "alan", "edsger", "barbara", "ken", "dennis", "margaret",
     ];
@@ -1164,6 +1236,148 @@ fn pause_and_resume_a_schedule_by_click() {
         !schedule_paused(&mut f.db, "nightly-report"),
         "the resume reached the database"
     );
+}
+
+/// A queue's page charts its last hour (the server's history, the library preloaded): the
+/// three charts are drawn, as images with a name and a description, the throughput's lines
+/// rising in the minute of the finishes (their tooltips say how many), the time in queue and
+/// the backlog where they are known; the page's console has no refusal of the Content
+/// Security Policy. The README's screenshot of the charts.
+#[test]
+fn the_queue_page_charts_the_last_hour() {
+    let mut f = fixture("charts");
+    let q = "reports";
+    // The new database's state counts, known from here on (as in seed_tour): the backlog's.
+    ok(calls::queue_stats(&mut f.db), "work_queue_stats");
+    // Items due now, some due for a while (a longer time in queue), one attempt each.
+    for n in 0..36 {
+        let due = match n % 12 {
+            0 => Some(RunAt::In("-3 minutes".into())),
+            1 | 2 => Some(RunAt::In("-40 seconds".into())),
+            _ => None,
+        };
+        let mut item = Enqueue::new(q)
+            .key(format!("report-{n:03}"))
+            .payload(json!({ "report": n }))
+            .max_attempts(1);
+        if let Some(due) = due {
+            item = item.run_at(due);
+        }
+        enqueue(&mut f.db, item);
+    }
+    let mut claims = Vec::new();
+    for _ in 0..4 {
+        claims.extend(ok(
+            calls::claim(&mut f.db, q, "reporter-1", "5 minutes", Some(8), None),
+            "work_claim",
+        ));
+    }
+    assert_eq!(claims.len(), 32);
+    for (n, c) in claims.iter().take(30).enumerate() {
+        let token = c.token("reporter-1");
+        if n % 10 == 9 {
+            assert!(ok(
+                calls::fail(&mut f.db, &token, "timeout", None),
+                "work_fail"
+            ));
+        } else {
+            assert!(ok(calls::finish(&mut f.db, &token, None), "work_finish"));
+        }
+    }
+    let (b, ui) = (&f.browser, &f.ui);
+    let driver_port = b.driver_port;
+    b.run(async {
+        let c = b.client();
+        console_messages(c, driver_port).await;
+        goto(c, &ui.url(&format!("/queues/{q}"))).await;
+        wait_for(c, "#chart-backlog svg").await;
+        assert_eq!(count(c, "#history figure.chart").await, 3);
+        // Each chart an image with its name and description, and drawn its size.
+        for (id, title) in [
+            ("throughput", "Throughput"),
+            ("time-in-queue", "Time in queue"),
+            ("backlog", "Backlog"),
+        ] {
+            let drawn = ok(
+                c.execute(
+                    "const svg = document.querySelector('#chart-' + arguments[0] + ' > svg');
+                     const ids = svg.getAttribute('aria-labelledby').split(' ');
+                     const box = svg.getBoundingClientRect();
+                     return [svg.getAttribute('role'),
+                             document.getElementById(ids[0]).textContent,
+                             document.getElementById(ids[1]).textContent,
+                             box.width, box.height];",
+                    vec![json!(id)],
+                )
+                .await,
+                "the chart's name and size",
+            );
+            assert_eq!(drawn[0], json!("img"), "{id}: {drawn}");
+            assert_eq!(drawn[1], json!(title), "{id}: {drawn}");
+            assert!(!drawn[2].as_str().unwrap_or("").is_empty(), "{id}: {drawn}");
+            assert!(
+                drawn[3].as_f64() > Some(400.0) && drawn[4].as_f64() > Some(150.0),
+                "{id} is drawn its size: {drawn}"
+            );
+        }
+        // Throughput: the tooltips count every finish and failure, and the lines rise
+        // (drawn, unfilled: their presentation attributes apply) where they happened.
+        let throughput = ok(
+            c.execute(
+                "const chart = document.querySelector('#chart-throughput');
+                 let done = 0, failed = 0, claimed = 0;
+                 for (const t of chart.querySelectorAll('rect[data-minute] > title')) {
+                     const m = t.textContent.match(/done (\\d+), failed (\\d+), claimed (\\d+)/);
+                     done += +m[1]; failed += +m[2]; claimed += +m[3];
+                 }
+                 const line = chart.querySelector('polyline[data-series=\"done\"]');
+                 const style = getComputedStyle(line);
+                 return [done, failed, claimed, line.points.length,
+                         line.getBBox().height, style.fill, style.stroke];",
+                vec![],
+            )
+            .await,
+            "the throughput chart",
+        );
+        assert_eq!(
+            throughput,
+            json!([27, 3, 32, 60, throughput[4], "none", "rgb(26, 127, 55)"]),
+            "done, failed, claimed, the done line's points and look"
+        );
+        assert!(
+            throughput[4].as_f64() > Some(50.0),
+            "the done line rises: {throughput}"
+        );
+        // Time in queue and backlog: drawn where known, in the minute(s) of the activity.
+        let drawn = ok(
+            c.execute(
+                "const n = (css) => document.querySelectorAll(css).length;
+                 const known = (id, none) => [...document.querySelectorAll(
+                     '#chart-' + id + ' rect[data-minute] > title')]
+                     .filter(t => !t.textContent.endsWith(none)).length;
+                 return [known('time-in-queue', ': no claims'), known('backlog', ': not known'),
+                         n('#chart-time-in-queue [data-series=\"p99\"]'),
+                         n('#chart-backlog [data-series=\"pending\"]')];",
+                vec![],
+            )
+            .await,
+            "the time in queue and backlog charts",
+        );
+        let known = |i: usize| drawn[i].as_i64().unwrap_or(-1);
+        assert!((1..=2).contains(&known(0)), "minutes with claims: {drawn}");
+        assert!(
+            (1..=2).contains(&known(1)),
+            "minutes with a known backlog: {drawn}"
+        );
+        assert!(known(2) >= 1 && known(3) >= 1, "drawn: {drawn}");
+        let messages = console_messages(c, driver_port).await;
+        let refused: Vec<_> = messages
+            .iter()
+            .filter(|(_, m)| m.contains("Content Security Policy"))
+            .collect();
+        assert!(refused.is_empty(), "the CSP refused: {refused:?}");
+        screenshot(c, "charts", true).await;
+    });
 }
 
 /// A payload, a checkpoint, a key and an error message made of HTML stay text: shown

@@ -3020,3 +3020,356 @@ fn a_database_before_0120_has_no_schedules_and_its_pages_still_work() {
         "{error}"
     );
 }
+
+/// One chart of a queue's page, as drawn: its minutes (`HH:MM`, the left and right edge of
+/// the minute's column, its tooltip), the points of each series (`data-series`), and the
+/// height of the plot's bottom (the x axis: a count of 0).
+struct DrawnChart {
+    minutes: Vec<(String, f64, f64, String)>,
+    points: std::collections::HashMap<String, Vec<(f64, f64)>>,
+    baseline: f64,
+}
+
+impl DrawnChart {
+    /// The chart `id` (`throughput`, `time-in-queue`, `backlog`) of `page`.
+    fn of(page: &str, id: &str) -> DrawnChart {
+        let figure = section(
+            page,
+            &format!("<figure class=\"chart\" id=\"chart-{id}\""),
+            "</figure>",
+        );
+        let number = |tag: &str, name: &str| -> f64 {
+            attr(tag, name)
+                .unwrap_or_else(|| panic!("{name} in {tag}"))
+                .parse()
+                .unwrap_or_else(|e| panic!("{name} in {tag}: {e}"))
+        };
+        let mut minutes = Vec::new();
+        for (tag, rest) in start_tags(figure, "rect") {
+            let Some(minute) = attr(tag, "data-minute") else {
+                continue;
+            };
+            let title = section(rest, "<title>", "</title>").to_owned();
+            let (x, width) = (number(tag, "x"), number(tag, "width"));
+            minutes.push((minute.to_owned(), x, x + width, title));
+        }
+        let mut points: std::collections::HashMap<String, Vec<(f64, f64)>> = Default::default();
+        for (tag, _) in start_tags(figure, "polyline") {
+            let series = attr(tag, "data-series").expect("a series").to_owned();
+            for point in attr(tag, "points").expect("points").split(' ') {
+                let (x, y) = point.split_once(',').expect("x,y");
+                points
+                    .entry(series.clone())
+                    .or_default()
+                    .push((x.parse().expect("x"), y.parse().expect("y")));
+            }
+        }
+        for (tag, _) in start_tags(figure, "circle") {
+            let series = attr(tag, "data-series").expect("a series").to_owned();
+            points
+                .entry(series)
+                .or_default()
+                .push((number(tag, "cx"), number(tag, "cy")));
+        }
+        let axis = start_tags(figure, "line")
+            .into_iter()
+            .map(|(tag, _)| tag)
+            .find(|tag| tag.contains("class=\"axis\"") && attr(tag, "y1") == attr(tag, "y2"))
+            .expect("the x axis");
+        DrawnChart {
+            minutes,
+            points,
+            baseline: number(axis, "y1"),
+        }
+    }
+
+    /// The points of `series` drawn in the column of minute `i`.
+    fn at(&self, series: &str, i: usize) -> Vec<(f64, f64)> {
+        let (_, left, right, _) = &self.minutes[i];
+        self.points
+            .get(series)
+            .map(|p| {
+                p.iter()
+                    .filter(|(x, _)| x >= left && x <= right)
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The start tags `<tag ...>` in `html`, each with the text after it.
+fn start_tags<'a>(html: &'a str, tag: &str) -> Vec<(&'a str, &'a str)> {
+    let open = format!("<{tag} ");
+    html.match_indices(&open)
+        .map(|(at, _)| {
+            let end = at + html[at..].find('>').expect("a start tag's end") + 1;
+            (&html[at..end], &html[end..])
+        })
+        .collect()
+}
+
+/// The value of the attribute `name` of a start tag.
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let marker = format!(" {name}=\"");
+    let start = tag.find(&marker)? + marker.len();
+    Some(&tag[start..start + tag[start..].find('"')?])
+}
+
+/// The number after `word ` in `text` (`done 3, failed 1` → `done`: 3).
+fn count_after(text: &str, word: &str) -> i64 {
+    let start = text
+        .find(&format!("{word} "))
+        .unwrap_or_else(|| panic!("{word} in {text:?}"))
+        + word.len()
+        + 1;
+    text[start..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a count after {word} in {text:?}"))
+}
+
+/// `queue_history_rows(queue)` by minute (`HH:MM` UTC): done, failed, claimed, whether the
+/// minute has a time in queue, the backlog.
+fn history_of(
+    db: &mut postgres::Client,
+    queue: &str,
+) -> std::collections::HashMap<String, (i64, i64, i64, bool, Option<i64>)> {
+    ok(
+        db.query(
+            "SELECT pg_catalog.to_char(pg_catalog.timezone('UTC', h.minute), 'HH24:MI'), \
+                    h.done, h.failed, h.claimed, h.time_in_queue_p50 IS NOT NULL, h.backlog \
+               FROM workfence.queue_history_rows($1) AS h",
+            &[&queue],
+        ),
+        "queue_history_rows",
+    )
+    .iter()
+    .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))))
+    .collect()
+}
+
+/// A queue's page charts the queue's last hour from the server's history: after claims,
+/// finishes and a failure, the throughput's lines rise in the minutes that had them (their
+/// tooltips say how many), the time in queue is drawn only where a minute had claims and the
+/// backlog only where it is known (gaps, not zeros), all as `queue_history_rows` has them, and
+/// without a scan of the items. Without the library preloaded, for a role that may not read
+/// the history, and on a database before 0.12.0, one sentence says why instead.
+#[test]
+fn the_queue_page_charts_the_last_hour() {
+    let preloaded = preloaded_cluster();
+    let name = "ui_history";
+    let mut db = database(&preloaded, name);
+    // Items enough beside the charted queue that a scan of them would be the plan only if
+    // something asked for one.
+    ok(
+        db.batch_execute(
+            "SELECT pg_catalog.count(*) FROM pg_catalog.generate_series(1, 5000) AS n, \
+                    LATERAL workfence.work_enqueue('hist.bulk', '{}', 'k' || n) AS e; \
+             ANALYZE workfence.items;",
+        ),
+        "loading the items",
+    );
+    // A new database's state counts are not known until a read rebuilds them (one scan, in a
+    // transaction that wrote nothing): until then the history knows no backlog.
+    ok(
+        db.batch_execute("SELECT pg_catalog.count(*) FROM workfence.work_queue_stats"),
+        "work_queue_stats",
+    );
+    let q = "hist.work";
+    for key in ["a", "b", "c", "d", "e"] {
+        enqueue(&mut db, Enqueue::new(q).key(key).max_attempts(1));
+    }
+    let claims = ok(
+        calls::claim(&mut db, q, "w", "1 hour", Some(4), None),
+        "claim",
+    );
+    assert_eq!(claims.len(), 4);
+    for c in &claims[..3] {
+        assert!(ok(calls::finish(&mut db, &c.token("w"), None), "finish"));
+    }
+    assert!(ok(
+        calls::fail(&mut db, &claims[3].token("w"), "boom", None),
+        "work_fail: failed, its last attempt"
+    ));
+    drop(db);
+    let mut admin = ok(preloaded.connect_to(name), "connect");
+    until_alone(&mut admin);
+    let scans_before = items_scans(&mut admin);
+
+    for user in [None, Some("ui_watcher")] {
+        let ui = match user {
+            None => Ui::on(&preloaded.connection_string(name)),
+            Some(user) => Ui::on(&dsn_as(&preloaded, name, user)),
+        };
+        let page = ui.get(&pages_href(q));
+        assert_eq!(page.status, 200, "{user:?}: {}", page.body);
+        let body = &page.body;
+        assert!(!body.contains("id=\"no-history\""), "{user:?}: {body}");
+        let truth = history_of(&mut admin, q);
+        assert_eq!(truth.len(), 60, "{truth:?}");
+
+        // Throughput: a tooltip per minute, as the server counted it, and the lines above
+        // the axis exactly in the minutes with finishes, higher for more.
+        let throughput = DrawnChart::of(body, "throughput");
+        assert_eq!(throughput.minutes.len(), 60);
+        assert!(body.contains(
+            "role=\"img\" aria-labelledby=\"chart-throughput-title chart-throughput-desc\""
+        ));
+        assert!(body.contains("<title id=\"chart-throughput-title\">Throughput</title>"));
+        assert!(
+            body.contains(">items per minute</text>"),
+            "the y axis' name and unit"
+        );
+        assert!(
+            body.contains("3 done, 1 failed and 4 claimed in all"),
+            "{body}"
+        );
+        let (mut done, mut failed, mut claimed) = (0, 0, 0);
+        for (i, (minute, _, _, tip)) in throughput.minutes.iter().enumerate() {
+            let (d, f, c) = (
+                count_after(tip, "done"),
+                count_after(tip, "failed"),
+                count_after(tip, "claimed"),
+            );
+            (done, failed, claimed) = (done + d, failed + f, claimed + c);
+            if let Some(&(td, tf, tc, _, _)) = truth.get(minute) {
+                assert_eq!((d, f, c), (td, tf, tc), "{minute}: {tip}");
+            }
+            for (series, n) in [("done", d), ("failed", f), ("claimed", c)] {
+                let at = throughput.at(series, i);
+                assert_eq!(at.len(), 1, "{series} at {minute}: {at:?}");
+                let above = at[0].1 < throughput.baseline - 0.01;
+                assert_eq!(above, n > 0, "{series} at {minute} ({tip}): {at:?}");
+            }
+            if d > 0 && f > 0 && d > f {
+                assert!(throughput.at("done", i)[0].1 < throughput.at("failed", i)[0].1);
+            }
+        }
+        assert_eq!((done, failed, claimed), (3, 1, 4), "the page's minutes");
+
+        // Time in queue: a point only in a minute with claims; none where there were none.
+        let latency = DrawnChart::of(body, "time-in-queue");
+        assert!(body.contains(">seconds (log scale)</text>"));
+        let mut with_claims = 0;
+        for (i, (minute, _, _, tip)) in latency.minutes.iter().enumerate() {
+            let has = !tip.ends_with(": no claims");
+            if has {
+                with_claims += 1;
+                assert!(tip.contains("p50 ") && tip.contains(", p99 "), "{tip}");
+            }
+            if let Some(&(_, _, _, known, _)) = truth.get(minute) {
+                assert_eq!(has, known, "{minute}: {tip}");
+            }
+            for series in ["p50", "p99"] {
+                assert_eq!(
+                    latency.at(series, i).len(),
+                    usize::from(has),
+                    "{series} at {minute} ({tip})"
+                );
+            }
+        }
+        assert!((1..=2).contains(&with_claims), "the claims' minute(s)");
+
+        // Backlog: the pending item now; minutes before the queue's first commit not known,
+        // and not drawn.
+        let backlog = DrawnChart::of(body, "backlog");
+        assert!(body.contains(">pending items</text>"));
+        let last = backlog.minutes.last().expect("a minute");
+        assert!(last.3.ends_with("(so far): 1 pending"), "{last:?}");
+        let mut unknown = 0;
+        for (i, (minute, _, _, tip)) in backlog.minutes.iter().enumerate() {
+            let known = !tip.ends_with(": not known");
+            if !known {
+                unknown += 1;
+            }
+            if let Some(&(_, _, _, _, b)) = truth.get(minute) {
+                match b {
+                    Some(n) => assert!(tip.ends_with(&format!(": {n} pending")), "{tip}"),
+                    None => assert!(!known, "{tip}"),
+                }
+            }
+            assert_eq!(
+                backlog.at("pending", i).len(),
+                usize::from(known),
+                "{minute} ({tip})"
+            );
+        }
+        assert!(
+            unknown >= 57,
+            "before this test's first commit: {unknown} minutes unknown"
+        );
+        assert!(
+            !body.contains(" style="),
+            "no inline style: the CSP refuses it"
+        );
+    }
+    until_alone(&mut admin);
+    let scans_after = items_scans(&mut admin);
+    assert_eq!(
+        scans_after.0, scans_before.0,
+        "the queue pages scanned workfence.items ({scans_before:?}, {scans_after:?})"
+    );
+
+    // A role that may not read the history (no SELECT on the view, or no EXECUTE on the
+    // function): the sentence, no chart.
+    for revoke in [
+        "REVOKE SELECT ON workfence.work_queue_history FROM workfence_monitor",
+        "REVOKE EXECUTE ON FUNCTION workfence.queue_history_rows(text) FROM workfence_monitor",
+    ] {
+        ok(admin.batch_execute(revoke), revoke);
+        let ui = Ui::on(&dsn_as(&preloaded, name, "ui_watcher"));
+        let page = ui.get(&pages_href(q));
+        assert_eq!(page.status, 200, "{revoke}: {}", page.body);
+        let why = section(&page.body, "<p class=\"muted\" id=\"no-history\">", "</p>");
+        assert!(
+            why.contains("this role may not read the queue's last hour"),
+            "{why}"
+        );
+        assert!(!page.body.contains("<svg"), "{revoke}: no chart");
+        ok(
+            admin.batch_execute(
+                "GRANT SELECT ON workfence.work_queue_history TO workfence_monitor; \
+                 GRANT EXECUTE ON FUNCTION workfence.queue_history_rows(text) TO workfence_monitor;",
+            ),
+            "the grants again",
+        );
+    }
+
+    // A database still on 0.11.0: no such view.
+    let old_name = "ui_history_0110";
+    ok(preloaded.create_database(old_name), "create database");
+    let mut old = ok(preloaded.connect_to(old_name), "connect");
+    ok(
+        old.batch_execute(
+            "DROP EXTENSION pg_workfence;
+             CREATE EXTENSION pg_workfence VERSION '0.11.0';",
+        ),
+        "pg_workfence 0.11.0",
+    );
+    enqueue(&mut old, Enqueue::new("q").key("k"));
+    let ui = Ui::on(&preloaded.connection_string(old_name));
+    let page = ui.get("/queues/q");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let why = section(&page.body, "<p class=\"muted\" id=\"no-history\">", "</p>");
+    assert!(why.contains("pg_workfence 0.12.0"), "{why}");
+    assert!(!page.body.contains("<svg"));
+
+    // Without the library preloaded the server keeps no history: the sentence says so.
+    let plain = cluster();
+    let plain_name = "ui_history_plain";
+    let mut db = database(&plain, plain_name);
+    enqueue(&mut db, Enqueue::new(q).key("a"));
+    let c = ok(calls::claim_key(&mut db, q, "a", "w", "1 hour"), "claim").expect("a");
+    assert!(ok(calls::finish(&mut db, &c.token("w"), None), "finish"));
+    let ui = Ui::on(&dsn_as(&plain, plain_name, "ui_watcher"));
+    let page = ui.get(&pages_href(q));
+    assert_eq!(page.status, 200, "{}", page.body);
+    let why = section(&page.body, "<p class=\"muted\" id=\"no-history\">", "</p>");
+    assert!(
+        why.contains("only with pg_workfence in shared_preload_libraries"),
+        "{why}"
+    );
+    assert!(!page.body.contains("<svg"));
+}
