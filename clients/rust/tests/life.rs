@@ -10,33 +10,11 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use common::{spawn, stop};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio_postgres::{Client, NoTls};
 use workfence::{CancellationToken, EnqueueOptions, Error, Job, OnConflict, Worker};
-
-/// Runs `worker` with `handler` in a task; returns the stop handle and the task.
-fn spawn<H: workfence::Handler>(
-    worker: Worker,
-    handler: H,
-) -> (
-    workfence::Handle,
-    tokio::task::JoinHandle<workfence::Result<()>>,
-) {
-    let handle = worker.handle();
-    let task = tokio::spawn(async move { worker.run(handler, std::future::pending()).await });
-    (handle, task)
-}
-
-/// Stops the worker and waits (bounded) for `run` to return Ok.
-async fn stop(handle: workfence::Handle, task: tokio::task::JoinHandle<workfence::Result<()>>) {
-    handle.stop();
-    tokio::time::timeout(common::DEADLINE, task)
-        .await
-        .expect("run returns after stop")
-        .expect("the run task")
-        .expect("run returns Ok");
-}
 
 /// The item of `queue` with `key`.
 async fn item(c: &Client, queue: &str, key: &str) -> workfence::Item {

@@ -14,6 +14,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use common::{spawn, stop};
 use opentelemetry::trace::{
     FutureExt, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceId, Tracer,
 };
@@ -22,7 +23,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::json;
 use tokio::sync::mpsc;
-use workfence::{EnqueueOptions, Error, Job, OnConflict, Worker};
+use workfence::{EnqueueOptions, Error, Job, OnConflict};
 
 /// The in-memory exporter of the global tracer provider, installed on first use.
 fn exporter() -> &'static InMemorySpanExporter {
@@ -53,29 +54,6 @@ fn traceparent_of(sc: &SpanContext) -> String {
         sc.span_id(),
         sc.trace_flags().to_u8()
     )
-}
-
-/// Runs `worker` with `handler` in a task; returns the stop handle and the task.
-fn spawn<H: workfence::Handler>(
-    worker: Worker,
-    handler: H,
-) -> (
-    workfence::Handle,
-    tokio::task::JoinHandle<workfence::Result<()>>,
-) {
-    let handle = worker.handle();
-    let task = tokio::spawn(async move { worker.run(handler, std::future::pending()).await });
-    (handle, task)
-}
-
-/// Stops the worker and waits (bounded) for `run` to return Ok: every job's span has ended.
-async fn stop(handle: workfence::Handle, task: tokio::task::JoinHandle<workfence::Result<()>>) {
-    handle.stop();
-    tokio::time::timeout(common::DEADLINE, task)
-        .await
-        .expect("run returns after stop")
-        .expect("the run task")
-        .expect("run returns Ok");
 }
 
 /// The ended spans named `process <queue>`, keyed by their `messaging.message.id`.

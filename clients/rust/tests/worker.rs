@@ -9,32 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use common::{spawn, stop};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, Barrier};
 use workfence::{CancellationToken, EnqueueOptions, Error, Job, Limits, Worker};
-
-/// Runs `worker` with `handler` in a task; returns the stop handle and the task.
-fn spawn<H: workfence::Handler>(
-    worker: Worker,
-    handler: H,
-) -> (
-    workfence::Handle,
-    tokio::task::JoinHandle<workfence::Result<()>>,
-) {
-    let handle = worker.handle();
-    let task = tokio::spawn(async move { worker.run(handler, std::future::pending()).await });
-    (handle, task)
-}
-
-/// Stops the worker and waits (bounded) for `run` to return Ok.
-async fn stop(handle: workfence::Handle, task: tokio::task::JoinHandle<workfence::Result<()>>) {
-    handle.stop();
-    tokio::time::timeout(common::DEADLINE, task)
-        .await
-        .expect("run returns after stop")
-        .expect("the run task")
-        .expect("run returns Ok");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_is_finished_with_the_handlers_value() {

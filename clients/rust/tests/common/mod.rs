@@ -172,3 +172,27 @@ pub fn worker(queue: &str) -> workfence::WorkerBuilder {
         .owner("tests/shared-owner")
         .poll_wait(Duration::from_secs(1))
 }
+
+/// Runs `worker` with `handler` in a task; returns the stop handle and the task.
+pub fn spawn<H: workfence::Handler>(
+    worker: workfence::Worker,
+    handler: H,
+) -> (
+    workfence::Handle,
+    tokio::task::JoinHandle<workfence::Result<()>>,
+) {
+    let handle = worker.handle();
+    let task = tokio::spawn(async move { worker.run(handler, std::future::pending()).await });
+    (handle, task)
+}
+
+/// Stops the worker and waits (bounded) for `run` to return Ok: every job it ran has been
+/// settled (and, with the `otel` feature, every job's span has ended).
+pub async fn stop(handle: workfence::Handle, task: tokio::task::JoinHandle<workfence::Result<()>>) {
+    handle.stop();
+    tokio::time::timeout(DEADLINE, task)
+        .await
+        .expect("run returns after stop")
+        .expect("the run task")
+        .expect("run returns Ok");
+}
