@@ -260,7 +260,7 @@ COMMENT ON VIEW workfence.work_queue_history IS
     'From 0.12.0: each queue''s last hour in this database, 60 rows per queue, one per minute up to the current one: '
     'what work_queue_counters counted in that minute, its claims'' time in queue (p50, p99) and the backlog at its end. '
     'Reads shared memory only. Empty unless pg_workfence is in shared_preload_libraries; a restart starts the hour '
-    'afresh; at most 1024 queues per server keep a history. Where queue grants are enforced, only the queues the '
+    'afresh; at most 1024 queues per server are charted within one hour. Where queue grants are enforced, only the queues the '
     'reader may read. Not readable by PUBLIC; a reader needs EXECUTE on workfence.queue_history_rows too.';
 COMMENT ON COLUMN workfence.work_queue_history.queue IS 'Queue name.';
 COMMENT ON COLUMN workfence.work_queue_history.minute IS 'The minute''s start.';
@@ -269,11 +269,13 @@ COMMENT ON COLUMN workfence.work_queue_history.claimed IS 'Items claimed in the 
 COMMENT ON COLUMN workfence.work_queue_history.done IS 'Runs finished in the minute.';
 COMMENT ON COLUMN workfence.work_queue_history.failed IS 'Items that became failed in the minute.';
 COMMENT ON COLUMN workfence.work_queue_history.time_in_queue_p50 IS
-    'Median time in queue of the minute''s claims, in seconds, estimated from the counters'' buckets; NULL without claims.';
+    'Median time in queue of the minute''s claims of pending items, in seconds, estimated from the counters'' buckets; '
+    'NULL without one (a lapsed lease claimed anew is not timed).';
 COMMENT ON COLUMN workfence.work_queue_history.time_in_queue_p99 IS
-    '99th percentile of the time in queue of the minute''s claims, in seconds; NULL without claims.';
+    '99th percentile of the time in queue of the minute''s claims of pending items, in seconds; NULL without one.';
 COMMENT ON COLUMN workfence.work_queue_history.backlog IS
-    'Pending items (due or not) at the minute''s end, from the state counts work_queue_stats reads; NULL where unknown.';
+    'Pending items (due or not) at the minute''s end (the current minute''s: now), from the state counts '
+    'work_queue_stats reads; NULL where unknown.';
 
 REVOKE ALL ON TABLE workfence.work_queue_history FROM PUBLIC;
 

@@ -198,8 +198,9 @@ pub const TRACE_MAX_BYTES: usize = 256;
 /// `version-trace_id-parent_id-flags`, lowercase hex of 2, 32, 16 and 2
 /// digits, the version not `ff`, neither id all zeros; exactly that for
 /// version `00`, and for a later version at most [`TRACE_MAX_BYTES`] with
-/// anything after a further `-` (as the recommendation asks a parser to
-/// accept a future version). Errors: 22023 otherwise.
+/// more fields after a further `-` (as the recommendation asks a parser to
+/// accept a future version), lowercase hex and `-` only, so that a worker
+/// may pass it on as an HTTP header as it is. Errors: 22023 otherwise.
 pub fn trace(value: Option<String>) -> Result<Option<String>> {
     let Some(value) = value else {
         return Ok(None);
@@ -222,6 +223,11 @@ pub fn trace(value: Option<String>) -> Result<Option<String>> {
                 hex(version, 2)
                     && version != "ff"
                     && (version != "00" || rest.is_none())
+                    // Nothing a header could not carry as it is (no control
+                    // character, no space): hex fields, as the known ones.
+                    && rest.is_none_or(|rest| {
+                        rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'))
+                    })
                     && hex(trace_id, 32)
                     && nonzero(trace_id)
                     && hex(parent_id, 16)
@@ -617,7 +623,7 @@ mod trace_tests {
         assert_eq!(trace(Some(good.into())).unwrap().as_deref(), Some(good));
         assert_eq!(trace(None).unwrap(), None);
         // A later version may carry more fields.
-        let later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-next";
+        let later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-beef-0a";
         assert!(trace(Some(later.into())).is_ok());
         for bad in [
             "",
@@ -629,6 +635,8 @@ mod trace_tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
             "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-\r\nX-Injected: 1",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what next",
         ] {
             assert!(trace(Some(bad.into())).is_err(), "{bad:?}");
         }

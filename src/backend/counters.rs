@@ -524,44 +524,91 @@ fn add_to(
     let Some(minute) = minute else {
         return;
     };
-    if slot.ring == 0 {
-        if table.rings_used as usize >= RINGS {
-            return;
-        }
-        table.rings_used += 1;
-        // RINGS fits a u16.
-        table.slots[i].ring = table.rings_used as u16;
-    }
-    let slot = &table.slots[i];
-    let backlog = (table.status(database) == Status::Valid)
-        .then(|| slot.counts.items[ItemState::Pending as usize].max(0));
-    let ring = usize::from(slot.ring) - 1;
     let moved = history::Moved {
         enqueued: counts.events[Event::Enqueued as usize],
         claimed: counts.events[Event::Claimed as usize],
         done: counts.events[Event::Done as usize],
         failed: counts.events[Event::Failed as usize],
     };
+    if slot.ring == 0 {
+        // A queue gets its hour from a commit that charts something (a
+        // purge, which moves only finished items, does not take one).
+        let charted = moved.enqueued + moved.claimed + moved.done + moved.failed > 0
+            || counts.items[ItemState::Pending as usize] != 0;
+        if !charted || !give_ring(table, i, minute) {
+            return;
+        }
+    }
+    let slot = &table.slots[i];
+    let backlog = (table.status(database) == Status::Valid)
+        .then(|| slot.counts.items[ItemState::Pending as usize].max(0));
+    let ring = usize::from(slot.ring) - 1;
     // SAFETY: the caller holds TABLE's lock exclusively (`table`).
     if let Some(ring) = unsafe { history::rings_mut() }.get_mut(ring) {
         ring.record(minute, moved, &counts.waited.buckets, backlog);
     }
 }
 
-/// The last hour of this database's queues that have one (`queue`: of
-/// that queue only), copied out under the table's lock in share mode: the
-/// queue and its ring ([`super::history`]). Empty when nothing is counted.
-fn histories(queue: Option<&str>) -> Vec<(String, Ring)> {
+/// Give slot `i` of `table` (held exclusively) a ring of the last hour: a
+/// new one while some are left, else one whose newest minute left the hour
+/// by minute `now` (its queue's view shows nothing of it any more), taken
+/// from its queue. False when every ring holds some of the hour (more than
+/// [`RINGS`] queues charted within it).
+fn give_ring(table: &mut Table, i: usize, now: i64) -> bool {
+    // SAFETY: the caller holds TABLE's lock exclusively (`table`).
+    let rings = unsafe { history::rings_mut() };
+    let taken = if (table.rings_used as usize) < rings.len() {
+        table.rings_used += 1;
+        table.rings_used as usize - 1
+    } else {
+        let Some(stale) = rings.iter().position(|r| r.stale(now)) else {
+            return false;
+        };
+        let owner = rings[stale].owner as usize;
+        if let Some(previous) = owner.checked_sub(1).and_then(|o| table.slots.get_mut(o)) {
+            if usize::from(previous.ring) == stale + 1 {
+                previous.ring = 0;
+            }
+        }
+        rings[stale] = Ring::EMPTY;
+        stale
+    };
+    rings[taken].owner = i as u32 + 1;
+    // RINGS fits a u16.
+    table.slots[i].ring = taken as u16 + 1;
+    true
+}
+
+/// The last hour of this database's queues (`queue`: of that queue only),
+/// copied out under the table's lock in share mode: the queue, its ring
+/// ([`super::history`]), and its pending items now when the state counts
+/// of table `items` (its OID) are valid. A queue without a ring is
+/// included, with an empty one, when the state counts are valid and it has
+/// items, and no queue was ever refused a ring (then it charted nothing
+/// since the server started: a queue nothing moves still has its backlog).
+/// Empty when nothing is counted.
+fn histories(queue: Option<&str>, items: u32) -> Vec<(String, Ring, Option<i64>)> {
     if !enabled() {
         return Vec::new();
     }
     let database = database();
     let table = TABLE.share();
+    let valid = table.valid(database, items);
+    let complete = (table.rings_used as usize) < RINGS;
     // SAFETY: read under TABLE's lock (`table`), held to the end.
     let rings = unsafe { history::rings() };
     let ring_of = |slot: &Slot| {
-        let ring = rings.get(usize::from(slot.ring).checked_sub(1)?)?;
-        (slot.database == database).then(|| (slot.queue(), *ring))
+        if slot.database != database {
+            return None;
+        }
+        let pending = valid.then(|| slot.counts.items[ItemState::Pending as usize].max(0));
+        match usize::from(slot.ring).checked_sub(1) {
+            Some(ring) => Some((slot.queue(), *rings.get(ring)?, pending)),
+            None if valid && complete && slot.counts.items.iter().any(|&n| n != 0) => {
+                Some((slot.queue(), Ring::EMPTY, pending))
+            }
+            None => None,
+        }
     };
     match queue {
         Some(queue) => probe(&table, database, queue.as_bytes())
@@ -1020,15 +1067,20 @@ type HistoryRow = (
 /// ordered by queue and minute. `minute` is the minute's start; the counts
 /// are those of `work_queue_counters` committed in that minute (the
 /// current minute so far); `time_in_queue_p50` and `_p99` estimate, in
-/// seconds, the quantiles of the time in queue of the minute's claims from
-/// the counters' buckets, as Prometheus' `histogram_quantile` does (NULL
-/// without claims); `backlog` is the queue's pending items (due or not) at
-/// the minute's end, NULL where unknown (before the first commit of the
-/// hour that counted for the queue, or while the state counts were not
-/// kept: see `queue_state_counts`). Reads shared memory only: O(queues ×
-/// 60). No rows unless pg_workfence is in `shared_preload_libraries`; a
-/// restart starts the hour afresh; at most [`RINGS`] queues per server
-/// have a history (`history::RINGS`).
+/// seconds, the quantiles of the time in queue of the minute's claims of
+/// pending items from the counters' buckets, as Prometheus'
+/// `histogram_quantile` does (NULL without one: a lapsed lease claimed
+/// anew is not timed); `backlog` is the queue's pending items (due or not)
+/// at the minute's end, the current minute's as the state counts say now,
+/// NULL where unknown (before the hour's first commit that counted for the
+/// queue, or while the state counts were not kept: see
+/// `queue_state_counts`). A queue with items nothing moved since the
+/// restart has rows too (zeros, and its backlog now) once the state
+/// counts are kept, unless some queue was ever refused a ring. Reads
+/// shared memory only: O(queues × 60). No rows unless pg_workfence is in
+/// `shared_preload_libraries`; a restart starts the hour afresh; at most
+/// [`RINGS`] queues per server are charted within one hour
+/// ([`give_ring`]).
 ///
 /// Errors: 22023 for a bad queue (see `work_enqueue`); 42501
 /// (insufficient_privilege) for a `queue` the role has no read grant
@@ -1062,12 +1114,20 @@ pub fn queue_history_rows(
         };
         // SAFETY: reads the clock.
         let now = history::minute_of(unsafe { pg_sys::GetCurrentTimestamp() });
-        let mut rings = histories(only.as_deref());
+        let items = crate::pg::plans::workfence_relation(c"items").to_u32();
+        let mut rings = histories(only.as_deref(), items);
         rings.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let scope = grants::scope(Capability::Read)?;
         let mut rows = Vec::new();
-        for (queue, ring) in rings.into_iter().filter(|(q, _)| scope.allows(q)) {
-            for point in ring.series(now) {
+        for (queue, ring, pending) in rings.into_iter().filter(|(q, _, _)| scope.allows(q)) {
+            let mut series = ring.series(now);
+            // The current minute ends with the backlog as it is now, when
+            // the state counts say (a queue nothing moved since a restart
+            // has no commit that recorded one).
+            if let (Some(now), Some(pending)) = (series.last_mut(), pending) {
+                now.backlog = Some(pending);
+            }
+            for point in series {
                 let minute = TimestampWithTimeZone::try_from(point.start())
                     .map_err(|_| WorkfenceError::UnexpectedNull { column: "minute" })?;
                 rows.push((

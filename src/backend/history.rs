@@ -18,11 +18,12 @@
 //! counts when they are valid; a minute without such a commit had the
 //! backlog of the minute before it (nothing moved an item).
 //!
-//! At most [`RINGS`] queues per server have a history (the first to be
-//! counted): about 6 MB of shared memory, a segment of its own
+//! At most [`RINGS`] queues per server are charted within one hour (a
+//! queue's ring goes to another queue once nothing of it is in the hour):
+//! about 6 MB of shared memory, a segment of its own
 //! ([`init`]), zeroed in place (a zeroed ring is an empty one), and read
 //! and written only under the counters' lock ([`rings`], [`rings_mut`]).
-//! Queues counted after that have counters but no history.
+//! A queue beyond those has counters but no history.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -103,16 +104,28 @@ pub struct Ring {
     /// no slot of their own.
     dropped_minute: i64,
     dropped_backlog: i64,
+    /// The newest minute recorded (0: none): a ring whose newest minute
+    /// left the hour shows nothing, and may go to another queue.
+    latest: i64,
+    /// The counter slot it belongs to, plus one (0: none).
+    pub owner: u32,
 }
 
 impl Ring {
     /// A ring with nothing in it: all zeros.
-    #[cfg(test)]
-    const EMPTY: Ring = Ring {
+    pub const EMPTY: Ring = Ring {
         minutes: [Minute::UNUSED; RING],
         dropped_minute: 0,
         dropped_backlog: 0,
+        latest: 0,
+        owner: 0,
     };
+
+    /// Whether nothing it holds is in the hour up to minute `now`: it
+    /// reads as empty, and may be given to another queue.
+    pub fn stale(&self, now: i64) -> bool {
+        self.latest <= now - MINUTES as i64
+    }
 
     /// Add one commit's counts to minute `minute`: its items enqueued,
     /// claimed, done and failed ([`Moved`]), its claims' time in queue
@@ -125,18 +138,20 @@ impl Ring {
         backlog: Option<i64>,
     ) {
         let slot = &mut self.minutes[minute.rem_euclid(RING as i64) as usize];
-        if slot.minute < minute {
-            if slot.minute > self.dropped_minute {
+        if slot.minute != minute {
+            if slot.minute < minute && slot.minute > self.dropped_minute {
                 self.dropped_minute = slot.minute;
                 self.dropped_backlog = slot.backlog;
             }
+            // A slot of a minute an hour or more ahead (the clock was set
+            // back after running ahead) is reused too: kept, it would hold
+            // the counts of now where no reader looks until then.
             *slot = Minute {
                 minute,
                 ..Minute::UNUSED
             };
         }
-        // A slot of a later minute (the clock stepped back) takes the
-        // counts as they come: they stay in the hour either way.
+        self.latest = minute;
         let add = |total: &mut u32, n: u64| {
             *total = total.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
         };
@@ -375,6 +390,17 @@ mod tests {
             None,
             "unknown after minute 161's commit"
         );
+    }
+
+    #[test]
+    fn after_the_clock_ran_ahead_and_came_back_the_hour_is_read_again() {
+        let mut ring = Ring::EMPTY;
+        ring.record(1_000 + 61 * 3, events(5, 0), &[0; BUCKETS], Some(1));
+        ring.record(1_000, events(2, 0), &[0; BUCKETS], Some(1));
+        let series = ring.series(1_000);
+        assert_eq!(series.last().unwrap().claimed, 2);
+        assert!(!ring.stale(1_000));
+        assert!(ring.stale(1_060));
     }
 
     #[test]

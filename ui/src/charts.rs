@@ -427,9 +427,9 @@ pub fn queue_charts(minutes: &[HistoryMinute]) -> Markup {
                 seconds(p99),
                 m.claimed
             ),
-            _ => "no claims".to_owned(),
+            _ => "no timed claims".to_owned(),
         }),
-        if_none: "no claims in the last hour",
+        if_none: "no timed claims in the last hour",
     };
 
     let backlog: Vec<Option<f64>> = minutes
@@ -612,7 +612,7 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("<title>00:59 UTC (so far): done 0, failed 0, claimed 0</title>"));
-        assert!(html.contains("<title>00:57 UTC: no claims</title>"));
+        assert!(html.contains("<title>00:57 UTC: no timed claims</title>"));
         assert!(
             html.contains("<title>00:58 UTC: p50 2.5 ms, p99 4.9 ms (2 claimed)</title>"),
             "{html}"
@@ -641,7 +641,7 @@ mod tests {
         let minutes: Vec<HistoryMinute> = (0..60).map(minute).collect();
         let html = queue_charts(&minutes).into_string();
         assert!(
-            html.contains(">no claims in the last hour</text>"),
+            html.contains(">no timed claims in the last hour</text>"),
             "{html}"
         );
         assert!(html.contains("No claims from 00:00 to 00:59 UTC"), "{html}");

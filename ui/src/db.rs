@@ -498,10 +498,11 @@ pub struct HistoryMinute {
     /// Items that became failed (dead letters) in the minute.
     pub failed: i64,
     /// The median time in queue (due to claimed) of the minute's claims, in seconds,
-    /// estimated from the counters' buckets; `None`: the minute had no claims.
+    /// estimated from the counters' buckets; `None`: the minute had no claim of a pending item
+    /// (a lapsed lease claimed anew is not timed).
     pub time_in_queue_p50: Option<f64>,
     /// The 99th percentile of the same, in seconds (3600 when beyond the last bucket);
-    /// `None`: the minute had no claims.
+    /// `None`: as for the p50.
     pub time_in_queue_p99: Option<f64>,
     /// The queue's pending items (due or not) at the minute's end; `None`: not known (before
     /// the queue's first counted commit of the hour, or while the state counts were not kept).
@@ -518,8 +519,8 @@ pub enum History {
     NotReadable,
     /// The minutes of the last hour, oldest first, the current one (so far) last: 60 of
     /// them, or none when the server keeps nothing for the queue (the library not preloaded,
-    /// no activity of the queue since the server started, or 1024 queues with a history
-    /// already).
+    /// nothing charted for the queue since the server started, or 1024 other queues charted
+    /// within the hour).
     Minutes(Vec<HistoryMinute>),
 }
 

@@ -312,8 +312,8 @@ pub struct ItemsView<'a> {
 /// ([`charts::queue_charts`]), or one sentence (`#no-history`) that says why there are none:
 /// an extension older than 0.12.0, a role that may not read the history, or no minute kept
 /// for the queue. `counted`: the server counts the queue (`work_queue_counters` has its row),
-/// so it is preloaded: a queue counted without a history had nothing but refusals since the
-/// server started, or came after the 1024 queues that have one.
+/// so it is preloaded: a queue counted without a history had nothing charted since the
+/// server started (refusals, purges), or 1024 other queues were charted within the hour.
 fn last_hour(history: &History, counted: bool) -> Markup {
     let why = match history {
         History::Minutes(minutes) if !minutes.is_empty() => None,
@@ -331,8 +331,8 @@ fn last_hour(history: &History, counted: bool) -> Markup {
         ),
         History::Minutes(_) if counted => Some(
             "No charts: the server counts this queue but keeps no history of it: it keeps one \
-             from a queue's first enqueue, claim or finish since it started, and for 1024 queues \
-             at most."
+             from a queue's first enqueue, claim, finish or failure since it started, for at \
+             most 1024 queues charted within one hour."
                 .to_owned(),
         ),
         History::Minutes(_) => Some(

@@ -1355,7 +1355,7 @@ fn the_queue_page_charts_the_last_hour() {
                  const known = (id, none) => [...document.querySelectorAll(
                      '#chart-' + id + ' rect[data-minute] > title')]
                      .filter(t => !t.textContent.endsWith(none)).length;
-                 return [known('time-in-queue', ': no claims'), known('backlog', ': not known'),
+                 return [known('time-in-queue', ': no timed claims'), known('backlog', ': not known'),
                          n('#chart-time-in-queue [data-series=\"p99\"]'),
                          n('#chart-backlog [data-series=\"pending\"]')];",
                 vec![],

@@ -3254,7 +3254,7 @@ fn the_queue_page_charts_the_last_hour() {
         assert!(body.contains(">seconds (log scale)</text>"));
         let mut with_claims = 0;
         for (i, (minute, _, _, tip)) in latency.minutes.iter().enumerate() {
-            let has = !tip.ends_with(": no claims");
+            let has = !tip.ends_with(": no timed claims");
             if has {
                 with_claims += 1;
                 assert!(tip.contains("p50 ") && tip.contains(", p99 "), "{tip}");

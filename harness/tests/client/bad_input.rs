@@ -236,8 +236,11 @@ fn kind_of(name: &str, f: &Fixture) -> Option<Kind> {
                 invalid("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"),
                 invalid(&format!(
                     "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-{}",
-                    long('x', 256)
+                    long('a', 256)
                 )),
+                invalid(
+                    "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-\r\nX-Injected: 1",
+                ),
             ],
         ),
         // `work_progress` (0.12.0): at most 64 KiB of jsonb.

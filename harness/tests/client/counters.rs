@@ -517,6 +517,18 @@ fn the_state_counts_follow_every_change_and_a_restart_rebuilds_them() {
     ok(cluster.start_again(), "start again");
     let mut c = ok(cluster.connect_to("states"), "connect again");
     assert_eq!(states(&mut c, q), before, "rebuilt after the restart");
+    // Its last hour starts afresh: nothing moved since the restart, and the
+    // current minute has the backlog of the rebuilt counts (a queue whose
+    // workers are all down still shows what waits).
+    let hour = history(&mut c, q);
+    assert_eq!(hour.len(), 60, "{hour:?}");
+    assert!(
+        hour.iter()
+            .all(|m| m.enqueued + m.claimed + m.done + m.failed == 0),
+        "{hour:?}"
+    );
+    assert_eq!(hour.last().and_then(|m| m.backlog), Some(before[0]));
+    assert!(hour[..59].iter().all(|m| m.backlog.is_none()), "{hour:?}");
     // A DELETE by hand is not seen until a rebuild is asked for.
     ok(
         c.batch_execute("DELETE FROM workfence.items WHERE key = 'g'"),
