@@ -27,9 +27,12 @@ export function jsonText(value) {
 /**
  * Whether the database behind a client takes `trace` in `work_enqueue`, by client (a `pg.Client`,
  * `pg.Pool` or pool client), asked at its first enqueue in a span and forgotten with the client.
- * @type {WeakMap<object, boolean>}
+ * @type {WeakMap<object, {takes: boolean, at: number}>}
  */
 const takesTrace = new WeakMap();
+
+/** How long (ms) a database without a `trace` argument is believed before it is asked again. */
+const TAKES_TRACE_RECHECK_MS = 60_000;
 
 /** The question {@link takesTrace} caches: does `workfence.work_enqueue` have an argument `trace`? */
 const TAKES_TRACE_SQL = `SELECT EXISTS (
@@ -47,11 +50,16 @@ const TAKES_TRACE_SQL = `SELECT EXISTS (
 async function activeTrace(client) {
   const traceparent = await currentTraceparent();
   if (traceparent === null) return null;
-  let takes = takesTrace.get(client);
+  const known = takesTrace.get(client);
+  // A "no" is asked again after TAKES_TRACE_RECHECK_MS: an ALTER EXTENSION ... UPDATE may have
+  // added the argument while a pool lives on.
+  let takes = known && (known.takes || Date.now() - known.at <= TAKES_TRACE_RECHECK_MS)
+    ? known.takes
+    : undefined;
   if (takes === undefined) {
     const { rows: [row] } = await query(client, TAKES_TRACE_SQL, []);
     takes = row.takes === true;
-    if (client && typeof client === 'object') takesTrace.set(client, takes);
+    if (client && typeof client === 'object') takesTrace.set(client, { takes, at: Date.now() });
   }
   return takes ? traceparent : null;
 }

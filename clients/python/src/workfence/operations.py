@@ -233,8 +233,25 @@ def enqueue_call(
 
 #: Whether the database of a connection takes `trace` in `work_enqueue`
 #: (`_sql.ENQUEUE_TAKES_TRACE`), by connection, asked at its first enqueue inside a span and
-#: forgotten with the connection. Internal (shared with `workfence.sync`).
-TAKES_TRACE: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+#: forgotten with the connection: (answer, `monotonic()` when asked). A "no" is asked again
+#: after `TAKES_TRACE_RECHECK` seconds (an `ALTER EXTENSION ... UPDATE` may have added it while
+#: a pooled connection lives on). Internal (shared with `workfence.sync`).
+TAKES_TRACE: weakref.WeakKeyDictionary[Any, tuple[bool, float]] = weakref.WeakKeyDictionary()
+
+#: Seconds after which a database that had no `trace` argument is asked again.
+TAKES_TRACE_RECHECK = 60.0
+
+
+def known_takes_trace(conn: Any) -> bool | None:
+    """The cached answer of `TAKES_TRACE` for `conn`: None when never asked, or when a "no"
+    is older than `TAKES_TRACE_RECHECK`. Internal (shared with `workfence.sync`)."""
+    known = TAKES_TRACE.get(conn)
+    if known is None:
+        return None
+    takes, asked = known
+    if not takes and monotonic() - asked > TAKES_TRACE_RECHECK:
+        return None
+    return takes
 
 
 async def _current_trace(conn: psycopg.AsyncConnection[Any]) -> str | None:
@@ -244,10 +261,11 @@ async def _current_trace(conn: psycopg.AsyncConnection[Any]) -> str | None:
     traceparent = tracing.current_traceparent()
     if traceparent is None:
         return None
-    takes = TAKES_TRACE.get(conn)
+    takes = known_takes_trace(conn)
     if takes is None:
         row = await _one(conn, _sql.ENQUEUE_TAKES_TRACE, ())
-        takes = TAKES_TRACE[conn] = bool(row[0])
+        takes = bool(row[0])
+        TAKES_TRACE[conn] = (takes, monotonic())
     return traceparent if takes else None
 
 

@@ -14,6 +14,7 @@ from . import _sql, tracing
 from .errors import translate
 from .operations import (
     TAKES_TRACE,
+    known_takes_trace,
     CatchUp,
     Enqueued,
     ItemInfo,
@@ -91,9 +92,10 @@ def _current_trace(conn: psycopg.Connection[Any]) -> str | None:
     traceparent = tracing.current_traceparent()
     if traceparent is None:
         return None
-    takes = TAKES_TRACE.get(conn)
+    takes = known_takes_trace(conn)
     if takes is None:
-        takes = TAKES_TRACE[conn] = bool(_one(conn, _sql.ENQUEUE_TAKES_TRACE, ())[0])
+        takes = bool(_one(conn, _sql.ENQUEUE_TAKES_TRACE, ())[0])
+        TAKES_TRACE[conn] = (takes, monotonic())
     return traceparent if takes else None
 
 
