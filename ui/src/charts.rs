@@ -490,16 +490,7 @@ mod tests {
     use super::*;
 
     fn minute(i: i64) -> HistoryMinute {
-        HistoryMinute {
-            minute: 1_767_225_600 + 60 * i, // 2026-01-01 00:00 UTC
-            enqueued: 0,
-            claimed: 0,
-            done: 0,
-            failed: 0,
-            time_in_queue_p50: None,
-            time_in_queue_p99: None,
-            backlog: None,
-        }
+        HistoryMinute::quiet(1_767_225_600 + 60 * i) // 2026-01-01 00:00 UTC
     }
 
     #[test]

@@ -509,6 +509,23 @@ pub struct HistoryMinute {
     pub backlog: Option<i64>,
 }
 
+#[cfg(test)]
+impl HistoryMinute {
+    /// A minute (Unix seconds of its start) in which nothing happened and nothing is known.
+    pub fn quiet(minute: i64) -> HistoryMinute {
+        HistoryMinute {
+            minute,
+            enqueued: 0,
+            claimed: 0,
+            done: 0,
+            failed: 0,
+            time_in_queue_p50: None,
+            time_in_queue_p99: None,
+            backlog: None,
+        }
+    }
+}
+
 /// What a queue's page can chart of the queue's last hour ([`Conn::queue_history`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum History {

@@ -1152,16 +1152,7 @@ mod tests {
             assert!(!html.contains("<svg"), "{html}");
         }
         let minutes = (0..60)
-            .map(|i| crate::db::HistoryMinute {
-                minute: 60 * i,
-                enqueued: 0,
-                claimed: 0,
-                done: 0,
-                failed: 0,
-                time_in_queue_p50: None,
-                time_in_queue_p99: None,
-                backlog: None,
-            })
+            .map(|i| crate::db::HistoryMinute::quiet(60 * i))
             .collect();
         let html = why(&History::Minutes(minutes), true);
         assert!(!html.contains("no-history"), "{html}");
