@@ -106,6 +106,14 @@ base_version="$(crate_version "$base_dir")"
 head_version="$(crate_version "$ROOT")"
 
 install_build() { # name: copy its library, control file and scripts over the system's
+    # The libraries are unlinked first: copied over in place, a library a
+    # running server has mapped (another run's cluster that preloads it)
+    # changes under it, and that server crashes (scripts/install-build.sh
+    # does the same).
+    local lib
+    while IFS= read -r -d '' lib; do
+        rm -f "/${lib#"$ab/$1/pkg/"}"
+    done < <(find "$ab/$1/pkg" -name '*.so' -print0)
     cp -a "$ab/$1/pkg/." /
 }
 
