@@ -232,17 +232,36 @@ params! {
 /// the row rewritten when `rewrite` (this backend holds the table lock),
 /// and a LOG line for the operator when this call moved the sequence.
 fn bump(history: History, rewrite: bool) -> Result<()> {
+    // The backends that move the sequence take turns, and each reads the
+    // clock only once it has its turn: the read of the sequence and its
+    // setval are two steps, and a backend that had read the clock earlier
+    // (a lower floor) and moved the sequence after another one had moved it
+    // higher moved it back, below epochs already handed out (the soak test
+    // caught it after a failover: an epoch of the new history at or below
+    // one the same history had committed). Claims drawing with nextval take
+    // a lock this one does not conflict with, so they never wait for it;
+    // it is released as soon as the sequence is moved, not held to the end
+    // of the claim's transaction.
+    let seq = plans::workfence_relation(c"epoch_seq");
+    let lock = pg_sys::ShareUpdateExclusiveLock as pg_sys::LOCKMODE;
+    // SAFETY: a lock on the extension's sequence, released below.
+    unsafe { pg_sys::LockRelationOid(seq, lock) };
     // SAFETY: reads the system clock.
     let floor = floor_at(unsafe { pg_sys::GetCurrentTimestamp() });
+    let moved_to = Spi::connect_mut(|client| {
+        plans::run(client, &SEQUENCE_TO_FLOOR, FloorParams { floor }, |rows| {
+            let row = rows.first();
+            Ok((
+                row.get::<i64>(1)?.unwrap_or(floor),
+                row.get::<bool>(2)?.unwrap_or(false),
+            ))
+        })
+    });
+    // SAFETY: the lock taken above (an error above ends the transaction,
+    // which releases it).
+    unsafe { pg_sys::UnlockRelationOid(seq, lock) };
+    let (next, moved) = moved_to?;
     let (next, moved) = Spi::connect_mut(|client| {
-        let (next, moved) =
-            plans::run(client, &SEQUENCE_TO_FLOOR, FloorParams { floor }, |rows| {
-                let row = rows.first();
-                Ok((
-                    row.get::<i64>(1)?.unwrap_or(floor),
-                    row.get::<bool>(2)?.unwrap_or(false),
-                ))
-            })?;
         if rewrite {
             plans::run(
                 client,
