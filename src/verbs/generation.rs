@@ -49,7 +49,10 @@
 //! rewrote the row commits (a long poll that claimed nothing, or a claim
 //! rolled back, takes its row back with it). Moving the sequence is safe to
 //! repeat: it only ever moves it forward, to the floor, and leaves it
-//! alone once it is there.
+//! alone once it is there. The backends that move it take turns for that
+//! one statement (a lock claims' `nextval` does not conflict with), each
+//! reading the clock in its turn, so that none moves it back to a floor it
+//! read before another moved it higher.
 //!
 //! **Hot standby.** A claim on a server in recovery is refused at once
 //! with 25006, not left to fail in its statement or to wait.
