@@ -1979,8 +1979,15 @@ fn claims_beside_drained_index_pages_walk_the_index() {
             seq_scans, 0,
             "{what}: the claims beside 100,000 drained items read the table instead of its index"
         );
+        // The buffers are a coarser check: under a parallel run another
+        // test's open snapshot can keep VACUUM from removing the deleted
+        // rows, whose index entries every claim then steps over (PostgreSQL
+        // 18 in CI: 44 against 40 in every round, 40 and 40 alone). What
+        // catches a plan that reads the table is the count of sequential
+        // scans above (20 of 20 rounds without enable_seqscan off); this
+        // bound catches a claim that reads a quarter more on every round.
         assert!(
-            drained <= fresh + 3.0,
+            drained <= fresh * 1.25 + 3.0,
             "{what}: after 100,000 drained items, {drained:.1} buffers per item, fresh {fresh:.1}"
         );
     }
