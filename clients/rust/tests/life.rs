@@ -528,27 +528,18 @@ async fn await_result_is_woken_by_the_finish_and_times_out_with_the_last_state()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_older_than_0_12_0_is_served_without_the_new_arguments_and_columns() {
-    let c = common::connect().await;
-    let name = common::unique("workfence_rs_life_0110");
-    c.batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .expect("CREATE DATABASE");
-    let dsn = format!("{} dbname={name}", common::dsn());
-    let (old, connection) = tokio_postgres::connect(&dsn, NoTls).await.expect("connect");
-    let connection = tokio::spawn(connection);
-    old.batch_execute("CREATE EXTENSION pg_workfence VERSION '0.11.0'")
-        .await
-        .expect("0.11.0");
+    let db = common::old_database("workfence_rs_life_0110", "0.11.0").await;
+    let (old, dsn) = (&db.client, db.dsn.clone());
     let queue = common::unique("l_0110");
     let plain = workfence::enqueue(
-        &old,
+        old,
         &queue,
         &json!({"n": 1}),
         &EnqueueOptions::default().key("k"),
     )
     .await;
     let replaced = workfence::enqueue(
-        &old,
+        old,
         &queue,
         &json!({"n": 2}),
         &EnqueueOptions::default()
@@ -577,7 +568,7 @@ async fn a_database_older_than_0_12_0_is_served_without_the_new_arguments_and_co
     });
     let ran = tokio::time::timeout(common::DEADLINE, seen.recv()).await;
     let k = common::wait_for("k done", || async {
-        let k = workfence::item(&old, &queue, "k")
+        let k = workfence::item(old, &queue, "k")
             .await
             .expect("item")
             .expect("exists");
@@ -585,11 +576,7 @@ async fn a_database_older_than_0_12_0_is_served_without_the_new_arguments_and_co
     })
     .await;
     stop(handle, task).await;
-    drop(old);
-    let _closed = connection.await;
-    c.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
-        .await
-        .expect("DROP DATABASE");
+    db.remove().await;
     assert!(
         plain
             .expect("an enqueue without on_conflict on 0.11.0")

@@ -15,7 +15,6 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use serde_json::json;
 use tokio::sync::mpsc;
-use tokio_postgres::NoTls;
 use workfence::{EnqueueOptions, Job, Worker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,22 +26,13 @@ async fn a_database_older_than_0_12_0_is_served_without_a_trace() {
             .build(),
     );
     global::set_text_map_propagator(TraceContextPropagator::new());
-    let c = common::connect().await;
-    let name = common::unique("workfence_rs_trace_0110");
-    c.batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .expect("CREATE DATABASE");
-    let dsn = format!("{} dbname={name}", common::dsn());
-    let (old, connection) = tokio_postgres::connect(&dsn, NoTls).await.expect("connect");
-    let connection = tokio::spawn(connection);
-    old.batch_execute("CREATE EXTENSION pg_workfence VERSION '0.11.0'")
-        .await
-        .expect("0.11.0");
+    let db = common::old_database("workfence_rs_trace_0110", "0.11.0").await;
+    let (old, dsn) = (&db.client, db.dsn.clone());
     let queue = common::unique("t_0110");
     let cx = Context::new().with_span(global::tracer("tests/producer").start("enqueue"));
     assert!(cx.span().span_context().is_valid());
     let traced = workfence::enqueue(
-        &old,
+        old,
         &queue,
         &json!({"n": 1}),
         &EnqueueOptions::default().key("k"),
@@ -50,7 +40,7 @@ async fn a_database_older_than_0_12_0_is_served_without_a_trace() {
     .with_context(cx.clone())
     .await;
     let explicit = workfence::enqueue(
-        &old,
+        old,
         &queue,
         &json!({"n": 2}),
         &EnqueueOptions::default()
@@ -83,7 +73,7 @@ async fn a_database_older_than_0_12_0_is_served_without_a_trace() {
     });
     let ran = tokio::time::timeout(common::DEADLINE, seen.recv()).await;
     common::wait_for("k done", || async {
-        let k = workfence::item(&old, &queue, "k")
+        let k = workfence::item(old, &queue, "k")
             .await
             .expect("item")
             .expect("exists");
@@ -96,11 +86,7 @@ async fn a_database_older_than_0_12_0_is_served_without_a_trace() {
         .expect("run returns after stop")
         .expect("the run task")
         .expect("run returns Ok");
-    drop(old);
-    let _closed = connection.await;
-    c.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
-        .await
-        .expect("DROP DATABASE");
+    db.remove().await;
 
     assert!(
         traced.expect("an enqueue in a span on 0.11.0").inserted,

@@ -196,3 +196,54 @@ pub async fn stop(handle: workfence::Handle, task: tokio::task::JoinHandle<workf
         .expect("the run task")
         .expect("run returns Ok");
 }
+
+/// A database of its own with the extension at an older release (`version`), for the tests of
+/// the library against a schema it must still serve: its connection string, a connection to it,
+/// and what [`OldDatabase::remove`] needs to drop it.
+pub struct OldDatabase {
+    /// The database's connection string.
+    pub dsn: String,
+    /// A connection to it.
+    pub client: Client,
+    name: String,
+    admin: Client,
+    connection: tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+}
+
+/// Creates a database named from `prefix` with `CREATE EXTENSION pg_workfence VERSION version`.
+pub async fn old_database(prefix: &str, version: &str) -> OldDatabase {
+    let admin = connect().await;
+    let name = unique(prefix);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("CREATE DATABASE");
+    let dsn = format!("{} dbname={name}", dsn());
+    let (client, connection) = tokio_postgres::connect(&dsn, NoTls).await.expect("connect");
+    let connection = tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "CREATE EXTENSION pg_workfence VERSION '{version}'"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("CREATE EXTENSION pg_workfence VERSION '{version}': {e}"));
+    OldDatabase {
+        dsn,
+        client,
+        name,
+        admin,
+        connection,
+    }
+}
+
+impl OldDatabase {
+    /// Closes the connection and drops the database (its other sessions ended by force).
+    pub async fn remove(self) {
+        drop(self.client);
+        let _closed = self.connection.await;
+        self.admin
+            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .await
+            .expect("DROP DATABASE");
+    }
+}
