@@ -88,9 +88,13 @@ fn read(kept: i64) -> Option<i64> {
 /// What one commit did to a queue, as a minute counts it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Moved {
+    /// Items enqueued (as the counters' `enqueued`).
     pub enqueued: u64,
+    /// Items claimed.
     pub claimed: u64,
+    /// Runs finished.
     pub done: u64,
+    /// Items that became failed.
     pub failed: u64,
 }
 
@@ -304,9 +308,13 @@ pub(super) unsafe fn rings_mut<'a>() -> &'a mut [Ring] {
 pub struct Point {
     /// Minutes since PostgreSQL's epoch.
     pub minute: i64,
+    /// Items enqueued in the minute.
     pub enqueued: i64,
+    /// Items claimed in the minute.
     pub claimed: i64,
+    /// Runs finished in the minute.
     pub done: i64,
+    /// Items that became failed in the minute.
     pub failed: i64,
     /// Claims per bucket of time in queue.
     pub waited: [u32; BUCKETS],
