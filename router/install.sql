@@ -161,12 +161,13 @@ COMMENT ON FUNCTION workfence_router.cluster(text) IS
 CREATE FUNCTION workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}',
     key text DEFAULT NULL, run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
     max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL,
-    on_conflict text DEFAULT 'keep', trace text DEFAULT NULL)
+    on_conflict text DEFAULT 'keep', trace text DEFAULT NULL, after bigint[] DEFAULT NULL,
+    on_parent_failure text DEFAULT 'cancel')
 RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_enqueue');
     RUN ON workfence_router.queue_shard(queue);
 $$;
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text) IS
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text, bigint[], text) IS
     'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it '
     'returns carries the shard number (id >> 48). A queue''s items, and so each of its groups '
     '(group_key), are on its one shard, which keeps the group serial (or within work_limit''s '
@@ -340,6 +341,22 @@ RETURNS boolean LANGUAGE plproxy AS $$
 $$;
 COMMENT ON FUNCTION workfence.work_progress(bigint, text, bigint, jsonb) IS
     'Router: runs work_progress on the item''s shard (id >> 48).';
+
+CREATE FUNCTION workfence.work_parent_results(id bigint, owner text, epoch bigint)
+RETURNS jsonb LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.work_parent_results');
+    RUN ON workfence_router.id_shard(id);
+$$;
+COMMENT ON FUNCTION workfence.work_parent_results(bigint, text, bigint) IS
+    'Router: runs work_parent_results on the item''s shard (id >> 48).';
+
+CREATE FUNCTION workfence.work_workflow(id bigint)
+RETURNS TABLE(id bigint, queue text, key text, state text, depth integer, parents bigint[]) LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.work_workflow');
+    RUN ON workfence_router.id_shard(id);
+$$;
+COMMENT ON FUNCTION workfence.work_workflow(bigint) IS
+    'Router: runs work_workflow on the item''s shard (id >> 48).';
 
 CREATE FUNCTION workfence.work_lease_status(id bigint, owner text, epoch bigint)
 RETURNS text LANGUAGE plproxy AS $$

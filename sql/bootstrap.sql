@@ -13,12 +13,14 @@ COMMENT ON SEQUENCE workfence.epoch_seq IS
     'The fencing-token source: every successful claim takes nextval() as its epoch. Never reset: '
     'a token must never be handed out twice, not after finish, delete, re-enqueue nor dump and restore.';
 
-CREATE TYPE workfence.item_state AS ENUM ('pending', 'claimed', 'done', 'failed', 'cancelled');
+CREATE TYPE workfence.item_state AS ENUM ('pending', 'claimed', 'done', 'failed', 'cancelled', 'waiting');
 COMMENT ON TYPE workfence.item_state IS
     'Life cycle of an item: pending -> claimed -> done | failed; pending or claimed -> cancelled; '
     'claimed -> pending on release or on a retryable failure. An expired lease is claimed anew '
     'directly (claimed -> claimed, with a new epoch and attempts + 1), or, on the final attempt, '
-    'made failed. failed or cancelled -> pending only by an operator''s work_retry (from 0.6.0); done is final.';
+    'made failed. failed or cancelled -> pending only by an operator''s work_retry (from 0.6.0); done is final. '
+    'From 0.12.0, waiting: enqueued with parents (after) not all done; waiting -> pending in the transaction of the '
+    'last parent''s finish, waiting -> cancelled when a parent ends failed or cancelled (on_parent_failure cancel).';
 
 -- The shapes of two JSON objects the functions build: an entry of an item's
 -- `errors` history, and the payload of NOTIFY work_lease_lost (to_jsonb /
@@ -75,6 +77,9 @@ CREATE TABLE workfence.items (
     rerun_after   bigint,
     rerun_at      timestamptz,
     trace         text,
+    has_children  boolean NOT NULL DEFAULT false,
+    waiting_on    integer NOT NULL DEFAULT 0,
+    on_parent_failure text,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -92,7 +97,7 @@ COMMENT ON COLUMN workfence.items.key IS 'Key, unique within the queue; a UUIDv7
 COMMENT ON COLUMN workfence.items.payload IS 'What the worker needs to do the work, stored byte for byte as given.';
 COMMENT ON COLUMN workfence.items.priority IS 'Lower runs first.';
 COMMENT ON COLUMN workfence.items.run_at IS 'Not claimable before this server time (also the retry time after a failure).';
-COMMENT ON COLUMN workfence.items.state IS 'pending, claimed, done, failed or cancelled.';
+COMMENT ON COLUMN workfence.items.state IS 'pending, claimed, done, failed, cancelled or (from 0.12.0) waiting.';
 COMMENT ON COLUMN workfence.items.attempts IS 'Claims that counted as attempts (a release gives its attempt back).';
 COMMENT ON COLUMN workfence.items.max_attempts IS
     'How many attempts the item may have: every claim counts as one (a lapsed lease too), a release '
@@ -136,6 +141,17 @@ COMMENT ON COLUMN workfence.items.rerun_at IS
 COMMENT ON COLUMN workfence.items.trace IS
     'From 0.12.0: the W3C traceparent work_enqueue was given (trace), handed to every claim of the item so that the '
     'worker''s span can link to the request that enqueued it; NULL: none.';
+
+COMMENT ON COLUMN workfence.items.has_children IS
+    'From 0.12.0: some item was enqueued with this one in its after (workflows, src/verbs/workflow.rs), so the '
+    'item''s finish, failure or cancel settles the edges to its children; false for every other item, whose settle '
+    'reads no edge.';
+COMMENT ON COLUMN workfence.items.waiting_on IS
+    'From 0.12.0: how many of the item''s edges from its parents (workfence.item_edges) are not resolved yet, kept '
+    'under the item''s row lock; a waiting item becomes pending when it reaches 0. 0 for an item without parents.';
+COMMENT ON COLUMN workfence.items.on_parent_failure IS
+    'From 0.12.0: cancel or run, what a parent ending failed or cancelled does to the item while it waits (work_enqueue''s '
+    'on_parent_failure); NULL for an item without parents.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).
@@ -240,6 +256,36 @@ CREATE TRIGGER items_sequence_floor AFTER INSERT ON workfence.items
     WHEN (NEW.epoch IS NOT NULL
           OR NEW.created_at OPERATOR(pg_catalog.<) pg_catalog.transaction_timestamp())
     EXECUTE FUNCTION workfence.items_sequence_floor();
+
+-- Workflows (from 0.12.0, issue 37; src/verbs/workflow.rs): an edge per
+-- (parent, child) of an item enqueued with `after`. Edges are made only
+-- when the child is inserted, from items that exist already, so they never
+-- form a cycle. `resolved`: the parent has settled (done, failed or
+-- cancelled) and the child's waiting_on counted it, once. `cancelled`: the
+-- parent ended failed or cancelled and the child's on_parent_failure is
+-- cancel, so a work_retry of the parent knows which children to bring back.
+CREATE TABLE workfence.item_edges (
+    parent     bigint NOT NULL,
+    child      bigint NOT NULL,
+    resolved   boolean NOT NULL DEFAULT false,
+    cancelled  boolean NOT NULL DEFAULT false,
+    CONSTRAINT item_edges_pkey PRIMARY KEY (parent, child)
+);
+COMMENT ON TABLE workfence.item_edges IS
+    'Workflow edges: the child waits for the parent (work_enqueue''s after). Written only by the extension''s functions; '
+    'a purge deletes the edges of the items it deletes. Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.item_edges.parent IS 'The item waited for (workfence.items.id).';
+COMMENT ON COLUMN workfence.item_edges.child IS 'The waiting item (workfence.items.id).';
+COMMENT ON COLUMN workfence.item_edges.resolved IS
+    'The parent settled (done, failed or cancelled) and the child''s waiting_on counted it; resolved once, so a parent '
+    'finished again after an on_conflict re-run releases nothing.';
+COMMENT ON COLUMN workfence.item_edges.cancelled IS
+    'The parent ended failed or cancelled and the child''s on_parent_failure is cancel: work_retry of the parent brings '
+    'the child back to waiting.';
+COMMENT ON INDEX workfence.item_edges_pkey IS 'A parent''s children: what its finish, failure or cancel settles.';
+CREATE INDEX item_edges_child_idx ON workfence.item_edges (child, parent);
+COMMENT ON INDEX workfence.item_edges_child_idx IS
+    'An item''s parents: work_parent_results, work_workflow and a purge.';
 
 -- Settings of a queue, one row per queue that has any (a queue exists by
 -- its items; this table holds only what an operator set). `paused`: claims
@@ -427,6 +473,7 @@ REVOKE ALL ON TABLE workfence.schedules FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grants FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grant_mode FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.generation FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.item_edges FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.epoch_seq FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.items_id_seq FROM PUBLIC;
 
@@ -441,6 +488,7 @@ SELECT pg_catalog.pg_extension_config_dump('workfence.schedules', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grant_mode', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.generation', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.item_edges', '');
 
 COMMENT ON INDEX workfence.items_pkey IS 'Items by id: every token call finds its row here.';
 COMMENT ON INDEX workfence.items_queue_key_unique IS 'One item per (queue, key): idempotent enqueue and work_claim_key.';

@@ -256,7 +256,9 @@ CREATE FUNCTION workfence."work_enqueue"(
 	"max_run" interval DEFAULT NULL,
 	"group_key" TEXT DEFAULT NULL,
 	"on_conflict" TEXT DEFAULT 'keep',
-	"trace" TEXT DEFAULT NULL
+	"trace" TEXT DEFAULT NULL,
+	"after" bigint[] DEFAULT NULL,
+	"on_parent_failure" TEXT DEFAULT 'cancel'
 ) RETURNS TABLE (
 	"id" bigint,
 	"key" TEXT,
@@ -402,19 +404,49 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'work_await_wrapper';
 
+CREATE FUNCTION workfence."work_parent_results"(
+	"id" bigint,
+	"owner" TEXT,
+	"epoch" bigint
+) RETURNS jsonb
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_parent_results_wrapper';
+
+CREATE FUNCTION workfence."work_workflow"(
+	"id" bigint
+) RETURNS TABLE (
+	"id" bigint,
+	"queue" TEXT,
+	"key" TEXT,
+	"state" TEXT,
+	"depth" INT,
+	"parents" bigint[]
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_workflow_wrapper';
+
+COMMENT ON FUNCTION workfence.work_parent_results(bigint, text, bigint) IS
+'work_parent_results(id, owner, epoch) -> jsonb. From 0.12.0 (workflows): while the item is claimed under exactly this owner AND epoch (a lapsed lease nobody re-claimed still counts, as for work_renew), an object with a key per parent of the item (work_enqueue''s after; its id as text): the parent''s result if it ended done (JSON null without one), else {"state": its state, "error": its last_error} (what an on_parent_failure run child sees of a failed parent); {} for an item without parents; a purged parent is left out. NULL for any other token, or where queue grants are enforced an item in a queue the role may not claim. Reads only. Errors: 22004 NULL argument, 22023 bad owner.';
+COMMENT ON FUNCTION workfence.work_workflow(bigint) IS
+'work_workflow(id) -> setof (id, queue, key, state, depth, parents bigint[]). From 0.12.0 (workflows): the item (depth 0), its ancestors (depth -1 its parents, -2 theirs, ...) and its descendants (1, 2, ...), each once at its nearest depth, nearest first then by id, with the ids of its parents (every edge into it, so the rows draw the graph). At most 1000 rows and 1000 levels each way. Zero rows for an unknown id. Where queue grants are enforced: zero rows unless the role may read the item''s queue, and only the rows of queues it may read. Errors: 22004 NULL id.';
+
 DO $life$
 DECLARE
     routine pg_catalog.text;
 BEGIN
     FOREACH routine IN ARRAY ARRAY[
-        'workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text)',
+        'workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text, bigint[], text)',
         'workfence.work_claim(text, text, interval, integer, interval)',
         'workfence.work_claim_key(text, text, text, interval)',
         'workfence.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer)',
         'workfence.work_fail_and_claim(text, text, interval, bigint, bigint, text, interval, integer)',
         'workfence.work_items(text, text, bigint, integer)',
         'workfence.work_progress(bigint, text, bigint, jsonb)',
-        'workfence.work_await(text, text, interval)'
+        'workfence.work_await(text, text, interval)',
+        'workfence.work_parent_results(bigint, text, bigint)',
+        'workfence.work_workflow(bigint)'
     ] LOOP
         -- Function signatures written above, not user data.
         EXECUTE pg_catalog.format(
@@ -434,7 +466,7 @@ DECLARE
 BEGIN
     FOREACH pair SLICE 1 IN ARRAY ARRAY[
         ['workfence.work_enqueue_retired_0_11_0(text, jsonb, text, timestamptz, integer, integer, interval, text)',
-         'workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text)'],
+         'workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text, bigint[], text)'],
         ['workfence.work_claim_retired_0_11_0(text, text, interval, integer, interval)',
          'workfence.work_claim(text, text, interval, integer, interval)'],
         ['workfence.work_claim_key_retired_0_11_0(text, text, text, interval)',
@@ -567,6 +599,56 @@ COMMENT ON COLUMN workfence.items.rerun_at IS
 COMMENT ON COLUMN workfence.items.trace IS
     'From 0.12.0: the W3C traceparent work_enqueue was given (trace), handed to every claim of the item so that the '
     'worker''s span can link to the request that enqueued it; NULL: none.';
+
+-- ---- issue 37: workflows ----
+-- An item may wait for others (work_enqueue's after): the new state
+-- waiting, the edges' table, and three columns of the items. The enum's new
+-- value cannot be used in this transaction (PostgreSQL refuses a value
+-- added in the same transaction): nothing below names it but as text
+-- (work_queue_stats_exact), and the library's statements run after commit.
+ALTER TYPE workfence.item_state ADD VALUE 'waiting';
+COMMENT ON TYPE workfence.item_state IS
+    'Life cycle of an item: pending -> claimed -> done | failed;
+COMMENT ON COLUMN workfence.items.state IS 'pending, claimed, done, failed, cancelled or (from 0.12.0) waiting.';
+ALTER TABLE workfence.items ADD COLUMN has_children boolean NOT NULL DEFAULT false;
+ALTER TABLE workfence.items ADD COLUMN waiting_on integer NOT NULL DEFAULT 0;
+ALTER TABLE workfence.items ADD COLUMN on_parent_failure text;
+COMMENT ON COLUMN workfence.items.has_children IS
+    'From 0.12.0: some item was enqueued with this one in its after (workflows, src/verbs/workflow.rs), so the '
+    'item''s finish, failure or cancel settles the edges to its children; false for every other item, whose settle '
+    'reads no edge.';
+COMMENT ON COLUMN workfence.items.waiting_on IS
+    'From 0.12.0: how many of the item''s edges from its parents (workfence.item_edges) are not resolved yet, kept '
+    'under the item''s row lock; a waiting item becomes pending when it reaches 0. 0 for an item without parents.';
+COMMENT ON COLUMN workfence.items.on_parent_failure IS
+    'From 0.12.0: cancel or run, what a parent ending failed or cancelled does to the item while it waits (work_enqueue''s '
+    'on_parent_failure); NULL for an item without parents.';
+
+CREATE TABLE workfence.item_edges (
+    parent     bigint NOT NULL,
+    child      bigint NOT NULL,
+    resolved   boolean NOT NULL DEFAULT false,
+    cancelled  boolean NOT NULL DEFAULT false,
+    CONSTRAINT item_edges_pkey PRIMARY KEY (parent, child)
+);
+COMMENT ON TABLE workfence.item_edges IS
+    'Workflow edges: the child waits for the parent (work_enqueue''s after). Written only by the extension''s functions; '
+    'a purge deletes the edges of the items it deletes. Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.item_edges.parent IS 'The item waited for (workfence.items.id).';
+COMMENT ON COLUMN workfence.item_edges.child IS 'The waiting item (workfence.items.id).';
+COMMENT ON COLUMN workfence.item_edges.resolved IS
+    'The parent settled (done, failed or cancelled) and the child''s waiting_on counted it; resolved once, so a parent '
+    'finished again after an on_conflict re-run releases nothing.';
+COMMENT ON COLUMN workfence.item_edges.cancelled IS
+    'The parent ended failed or cancelled and the child''s on_parent_failure is cancel: work_retry of the parent brings '
+    'the child back to waiting.';
+COMMENT ON INDEX workfence.item_edges_pkey IS 'A parent''s children: what its finish, failure or cancel settles.';
+CREATE INDEX item_edges_child_idx ON workfence.item_edges (child, parent);
+COMMENT ON INDEX workfence.item_edges_child_idx IS
+    'An item''s parents: work_parent_results, work_workflow and a purge.';
+
+REVOKE ALL ON TABLE workfence.item_edges FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('workfence.item_edges', '');
 
 -- ---- issue 33: anything due, and the next run_at, in one probe ----
 CREATE INDEX items_ready_idx ON workfence.items (queue, run_at)
@@ -733,7 +815,7 @@ COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval
 
 -- ---- issue 33: cancel and reschedule of a grouped item need READ COMMITTED ----
 COMMENT ON FUNCTION workfence.work_cancel(text, text) IS
-'work_cancel(queue, key) -> boolean. Cancels the item if it is pending or claimed: state cancelled, finished_at = clock_timestamp(), not claimed again unless work_retry puts it back (under a new epoch); the holder''s token is refused from then on (work_assert: 55000, cancelled). False, changing nothing, when the item is missing or already done, failed or cancelled. Errors: 22004 NULL argument, 22023 bad queue/key, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
+'work_cancel(queue, key) -> boolean. Cancels the item if it is pending, claimed or (from 0.12.0) waiting, and with it its waiting children that say on_parent_failure cancel (transitively; run: they count it as ended): state cancelled, finished_at = clock_timestamp(), not claimed again unless work_retry puts it back (under a new epoch); the holder''s token is refused from then on (work_assert: 55000, cancelled). False, changing nothing, when the item is missing or already done, failed or cancelled. Errors: 22004 NULL argument, 22023 bad queue/key, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamptz) IS
 'work_reschedule(queue, key, run_at) -> boolean. Moves a pending item''s run_at (run it now: now()); wakes long polls at commit. True if it changed the item; false for a missing item or one that is not pending. Errors: 22004 NULL argument, 22023 bad queue/key/run_at, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 
@@ -890,8 +972,8 @@ COMMENT ON FUNCTION workfence.work_fire_schedules() IS
 'work_fire_schedules() -> integer. From 0.12.0: fires every due slot of every schedule that is not paused and that no other transaction is firing (passed over, never waited for), in the caller''s transaction; returns how many items it enqueued (a slot whose key exists enqueues none). Safe to call from any number of sessions at once, as often as wanted: no slot is fired twice. At most 1000 schedules and 100 slots of each per call. No queue grant is checked: it does only what the schedules'' makers asked for, at the time they asked; but where queue grants are enforced it fires (and so holds, until the caller''s transaction ends) only the schedules of queues the session''s role holds a grant of any capability on. Each schedule fires without waiting for a lock: one whose slot''s item key another transaction is inserting is passed over and stays due, as is one whose fire fails (a WARNING names it). Errors: 25006 on a hot standby or in a read-only transaction.';
 
 -- ---- a job's life (issue 35): documentation ----
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text) IS
-'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL, group_key DEFAULT NULL, on_conflict DEFAULT ''keep'', trace DEFAULT NULL) -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned with inserted = false, unchanged under on_conflict keep. From 0.12.0, on_conflict replace (debounce): a pending item takes the new payload and run_at; preserve_run_at (throttle): the new payload only; with either, a done, failed or cancelled item runs again (pending, attempts afresh, result and checkpoint cleared, errors history kept) and a claimed one takes the new payload and runs once more after its current run ends with a finish, a final failure or a dead letter (its holder''s token keeps working). run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). group_key (from 0.10.0): the item''s serial group, at most one item of a (queue, group_key) claimed at a time, claimed in claim order (NULL: no group). trace (from 0.12.0): a W3C traceparent stored with the item and returned by every claim of it (with on_conflict replace or preserve_run_at, the item takes the new trace with the payload). Errors: 22004 NULL argument, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days], group_key empty, over 128 bytes or with control characters, on_conflict not keep, replace or preserve_run_at, trace not a traceparent; 25000 on_conflict of a pending item of a group under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue (with on_conflict running a cancelled item again: no operate grant); 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text, bigint[], text) IS
+'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL, group_key DEFAULT NULL, on_conflict DEFAULT ''keep'', trace DEFAULT NULL, after bigint[] DEFAULT NULL, on_parent_failure DEFAULT ''cancel'') -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned with inserted = false, unchanged under on_conflict keep. From 0.12.0, on_conflict replace (debounce): a pending item takes the new payload and run_at; preserve_run_at (throttle): the new payload only; with either, a done, failed or cancelled item runs again (pending, attempts afresh, result and checkpoint cleared, errors history kept) and a claimed one takes the new payload and runs once more after its current run ends with a finish, a final failure or a dead letter (its holder''s token keeps working). run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). group_key (from 0.10.0): the item''s serial group, at most one item of a (queue, group_key) claimed at a time, claimed in claim order (NULL: no group). trace (from 0.12.0): a W3C traceparent stored with the item and returned by every claim of it (with on_conflict replace or preserve_run_at, the item takes the new trace with the payload). after (from 0.12.0, workflows): the ids of up to 1000 parent items of the same database; a new item waits (state waiting) until every parent is done, and becomes pending (due at run_at) in the transaction of the last parent''s accepted finish; on_parent_failure: when a parent ends failed or cancelled, cancel (the waiting item and its waiting descendants are cancelled) or run (the parent counts as ended); an existing key''s after is ignored. Errors: 22004 NULL argument or NULL element of after, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days], group_key empty, over 128 bytes or with control characters, on_conflict not keep, replace or preserve_run_at, trace not a traceparent, after naming over 1000 items, on_parent_failure not cancel or run; 23503 an after id of no item (or of a queue the role may not read); 25000 on_conflict of a pending item of a group under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue (with on_conflict running a cancelled item again: no operate grant); 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
 
 COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
 'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until, progress, trace). progress (from 0.12.0): the item''s checkpoint, the last work_progress of an earlier run under its lease (NULL on a first attempt); trace (from 0.12.0): the W3C traceparent work_enqueue stored with the item (NULL: none). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';
@@ -1062,7 +1144,8 @@ CREATE FUNCTION workfence."queue_state_counts"(
 	"claimed" bigint,
 	"done" bigint,
 	"failed" bigint,
-	"cancelled" bigint
+	"cancelled" bigint,
+	"waiting" bigint
 )
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c
@@ -1070,7 +1153,7 @@ AS 'MODULE_PATHNAME', 'queue_state_counts_wrapper';
 ALTER ROUTINE workfence.queue_state_counts(boolean) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION workfence.queue_state_counts(boolean) FROM PUBLIC;
 COMMENT ON FUNCTION workfence.queue_state_counts(boolean) IS
-'queue_state_counts(rebuild boolean DEFAULT false) -> setof (queue, pending, claimed, done, failed, cancelled). From 0.12.0: per queue of this database with items, how many are in each state, as work_queue_stats reads them. With pg_workfence in shared_preload_libraries the server keeps these counts in shared memory, each commit adding what its transaction moved, so a read touches no item; after a restart (or with rebuild true) the first read rebuilds them with one scan of the items while commits go on, waiting for no one, unless its own transaction has written, a transaction is prepared in the database, or the server is in recovery (then it counts the items). Without preloading it counts the items. Exact while items change only through the extension''s functions (a DELETE or UPDATE of workfence.items by hand, or a transaction prepared across a rebuild, needs rebuild true; work_queue_stats_exact counts the items). Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_stats. Errors: 22004 NULL rebuild.';
+'queue_state_counts(rebuild boolean DEFAULT false) -> setof (queue, pending, claimed, done, failed, cancelled, waiting). From 0.12.0: per queue of this database with items, how many are in each state, as work_queue_stats reads them. With pg_workfence in shared_preload_libraries the server keeps these counts in shared memory, each commit adding what its transaction moved, so a read touches no item; after a restart (or with rebuild true) the first read rebuilds them with one scan of the items while commits go on, waiting for no one, unless its own transaction has written, a transaction is prepared in the database, or the server is in recovery (then it counts the items). Without preloading it counts the items. Exact while items change only through the extension''s functions (a DELETE or UPDATE of workfence.items by hand, or a transaction prepared across a rebuild, needs rebuild true; work_queue_stats_exact counts the items). Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_stats. Errors: 22004 NULL rebuild.';
 COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
 'work_purge(older_than interval DEFAULT ''7 days'', queue DEFAULT NULL) -> bigint. Deletes the done, failed and cancelled items whose finished_at is before clock_timestamp() - older_than, in one queue or (NULL) all; returns how many: from 0.12.0 at most 10000 per call, the oldest first (call it again, each call its own transaction, until it returns fewer). Never touches pending or claimed items; skips rows another transaction has locked (FOR UPDATE SKIP LOCKED), so it never waits. Ids and epochs are never reused after a purge. Errors: 22004 NULL older_than, 22023 older_than negative, with a negative field or over 3650 days, bad queue; 42501 when queue grants are enforced and the role has no purge grant covering the queue (with queue NULL: no purge grant of *).';
 
@@ -1100,7 +1183,7 @@ CREATE OR REPLACE VIEW workfence.work_queue_stats WITH (security_barrier) AS
 WITH server_time AS MATERIALIZED (
     SELECT pg_catalog.clock_timestamp() AS now
 ), states AS MATERIALIZED (
-    SELECT s.queue, s.pending, s.claimed, s.done, s.failed, s.cancelled
+    SELECT s.queue, s.pending, s.claimed, s.done, s.failed, s.cancelled, s.waiting
       FROM workfence.queue_state_counts() AS s
 ), counts AS (
     -- The split of pending into due and scheduled, and of claimed into
@@ -1112,7 +1195,7 @@ WITH server_time AS MATERIALIZED (
            LEAST(f.scheduled, s.pending) AS scheduled,
            GREATEST(s.claimed OPERATOR(pg_catalog.-) x.expired, 0) AS claimed,
            LEAST(x.expired, s.claimed) AS expired,
-           s.done, s.failed, s.cancelled,
+           s.done, s.failed, s.cancelled, s.waiting,
            t.now OPERATOR(pg_catalog.-) LEAST(o.run_at, o.created_at) AS oldest_due_age
       FROM states AS s
      CROSS JOIN server_time AS t
@@ -1168,11 +1251,15 @@ SELECT n.queue,
        q.concurrency,
        q.rate,
        q.per,
-       q.per_group
+       q.per_group,
+       COALESCE(c.waiting, 0) AS waiting
   FROM names AS n
   LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN LATERAL workfence.queue_counters(n.queue) AS f ON true;
+COMMENT ON COLUMN workfence.work_queue_stats.waiting IS
+    'From 0.12.0: items waiting for their parents (work_enqueue''s after): each becomes pending in the transaction of '
+    'its last parent''s finish.';
 
 COMMENT ON VIEW workfence.work_queue_stats IS
     'One row per queue that has items or settings (work_pause, work_limit): how many items are in each state, how '
@@ -1210,6 +1297,10 @@ WITH server_time AS MATERIALIZED (
                WHERE i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state) AS failed,
            pg_catalog.count(*) FILTER (
                WHERE i.state OPERATOR(pg_catalog.=) 'cancelled'::workfence.item_state) AS cancelled,
+           -- (As text: an update to 0.12.0 creates this view in the
+           -- transaction that adds the enum's value, which may not use it.)
+           pg_catalog.count(*) FILTER (
+               WHERE i.state::pg_catalog.text OPERATOR(pg_catalog.=) 'waiting') AS waiting,
            -- An item due at '-infinity' has been due since its enqueue (and
            -- subtracting an infinite timestamp is an error in PostgreSQL 15).
            t.now OPERATOR(pg_catalog.-) pg_catalog.min(
@@ -1242,7 +1333,8 @@ SELECT n.queue,
        q.concurrency,
        q.rate,
        q.per,
-       q.per_group
+       q.per_group,
+       COALESCE(c.waiting, 0) AS waiting
   FROM names AS n
   LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue

@@ -18,7 +18,7 @@ CREATE VIEW workfence.work_queue_stats WITH (security_barrier) AS
 WITH server_time AS MATERIALIZED (
     SELECT pg_catalog.clock_timestamp() AS now
 ), states AS MATERIALIZED (
-    SELECT s.queue, s.pending, s.claimed, s.done, s.failed, s.cancelled
+    SELECT s.queue, s.pending, s.claimed, s.done, s.failed, s.cancelled, s.waiting
       FROM workfence.queue_state_counts() AS s
 ), counts AS (
     -- The split of pending into due and scheduled, and of claimed into
@@ -30,7 +30,7 @@ WITH server_time AS MATERIALIZED (
            LEAST(f.scheduled, s.pending) AS scheduled,
            GREATEST(s.claimed OPERATOR(pg_catalog.-) x.expired, 0) AS claimed,
            LEAST(x.expired, s.claimed) AS expired,
-           s.done, s.failed, s.cancelled,
+           s.done, s.failed, s.cancelled, s.waiting,
            t.now OPERATOR(pg_catalog.-) LEAST(o.run_at, o.created_at) AS oldest_due_age
       FROM states AS s
      CROSS JOIN server_time AS t
@@ -86,7 +86,8 @@ SELECT n.queue,
        q.concurrency,
        q.rate,
        q.per,
-       q.per_group
+       q.per_group,
+       COALESCE(c.waiting, 0) AS waiting
   FROM names AS n
   LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
@@ -127,6 +128,9 @@ COMMENT ON COLUMN workfence.work_queue_stats.per IS 'From 0.10.0: the window of 
 COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
     'From 0.12.0: the queue''s per-group limit (work_limit): at most this many items of one group_key claimed at once; '
     'NULL: one (serial groups).';
+COMMENT ON COLUMN workfence.work_queue_stats.waiting IS
+    'From 0.12.0: items waiting for their parents (work_enqueue''s after): each becomes pending in the transaction of '
+    'its last parent''s finish.';
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
 
@@ -157,6 +161,10 @@ WITH server_time AS MATERIALIZED (
                WHERE i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state) AS failed,
            pg_catalog.count(*) FILTER (
                WHERE i.state OPERATOR(pg_catalog.=) 'cancelled'::workfence.item_state) AS cancelled,
+           -- (As text: an update to 0.12.0 creates this view in the
+           -- transaction that adds the enum's value, which may not use it.)
+           pg_catalog.count(*) FILTER (
+               WHERE i.state::pg_catalog.text OPERATOR(pg_catalog.=) 'waiting') AS waiting,
            -- An item due at '-infinity' has been due since its enqueue (and
            -- subtracting an infinite timestamp is an error in PostgreSQL 15).
            t.now OPERATOR(pg_catalog.-) pg_catalog.min(
@@ -189,7 +197,8 @@ SELECT n.queue,
        q.concurrency,
        q.rate,
        q.per,
-       q.per_group
+       q.per_group,
+       COALESCE(c.waiting, 0) AS waiting
   FROM names AS n
   LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue

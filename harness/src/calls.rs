@@ -259,6 +259,12 @@ pub struct Enqueue {
     /// The W3C `traceparent` stored with the item (from 0.12.0); `None`
     /// sends nothing (no trace).
     pub trace: Option<String>,
+    /// The ids of the parents the item waits for (workflows, from
+    /// 0.12.0); `None` sends nothing (no parents).
+    pub after: Option<Vec<i64>>,
+    /// What a parent's failure does to it (from 0.12.0): `cancel` or
+    /// `run`; `None` sends nothing (cancel).
+    pub on_parent_failure: Option<String>,
 }
 
 impl Enqueue {
@@ -323,6 +329,18 @@ impl Enqueue {
         self.trace = Some(traceparent.into());
         self
     }
+
+    /// Waiting for the items `parents` (0.12.0, workflows).
+    pub fn after(mut self, parents: &[i64]) -> Enqueue {
+        self.after = Some(parents.to_vec());
+        self
+    }
+
+    /// With `on_parent_failure` (0.12.0): `cancel` or `run`.
+    pub fn on_parent_failure(mut self, mode: impl Into<String>) -> Enqueue {
+        self.on_parent_failure = Some(mode.into());
+        self
+    }
 }
 
 /// What `work_enqueue` returned.
@@ -352,6 +370,8 @@ pub fn enqueue(c: &mut impl GenericClient, item: &Enqueue) -> CallResult<Enqueue
         item.group_key.as_deref(),
         item.on_conflict.as_deref(),
         item.trace.as_deref(),
+        item.after.as_deref(),
+        item.on_parent_failure.as_deref(),
     )?;
     let row = one(rows, "work_enqueue");
     Ok(Enqueued {

@@ -23,12 +23,14 @@ COMMENT ON SEQUENCE workfence.epoch_seq IS
     'The fencing-token source: every successful claim takes nextval() as its epoch. Never reset: '
     'a token must never be handed out twice, not after finish, delete, re-enqueue nor dump and restore.';
 
-CREATE TYPE workfence.item_state AS ENUM ('pending', 'claimed', 'done', 'failed', 'cancelled');
+CREATE TYPE workfence.item_state AS ENUM ('pending', 'claimed', 'done', 'failed', 'cancelled', 'waiting');
 COMMENT ON TYPE workfence.item_state IS
     'Life cycle of an item: pending -> claimed -> done | failed; pending or claimed -> cancelled; '
     'claimed -> pending on release or on a retryable failure. An expired lease is claimed anew '
     'directly (claimed -> claimed, with a new epoch and attempts + 1), or, on the final attempt, '
-    'made failed. failed or cancelled -> pending only by an operator''s work_retry (from 0.6.0); done is final.';
+    'made failed. failed or cancelled -> pending only by an operator''s work_retry (from 0.6.0); done is final. '
+    'From 0.12.0, waiting: enqueued with parents (after) not all done; waiting -> pending in the transaction of the '
+    'last parent''s finish, waiting -> cancelled when a parent ends failed or cancelled (on_parent_failure cancel).';
 
 -- The shapes of two JSON objects the functions build: an entry of an item's
 -- `errors` history, and the payload of NOTIFY work_lease_lost (to_jsonb /
@@ -85,6 +87,9 @@ CREATE TABLE workfence.items (
     rerun_after   bigint,
     rerun_at      timestamptz,
     trace         text,
+    has_children  boolean NOT NULL DEFAULT false,
+    waiting_on    integer NOT NULL DEFAULT 0,
+    on_parent_failure text,
     CONSTRAINT items_queue_key_unique UNIQUE (queue, key)
 );
 -- No CHECK constraints (0.2.0 had two: attempts in range, a claimed item has
@@ -102,7 +107,7 @@ COMMENT ON COLUMN workfence.items.key IS 'Key, unique within the queue; a UUIDv7
 COMMENT ON COLUMN workfence.items.payload IS 'What the worker needs to do the work, stored byte for byte as given.';
 COMMENT ON COLUMN workfence.items.priority IS 'Lower runs first.';
 COMMENT ON COLUMN workfence.items.run_at IS 'Not claimable before this server time (also the retry time after a failure).';
-COMMENT ON COLUMN workfence.items.state IS 'pending, claimed, done, failed or cancelled.';
+COMMENT ON COLUMN workfence.items.state IS 'pending, claimed, done, failed, cancelled or (from 0.12.0) waiting.';
 COMMENT ON COLUMN workfence.items.attempts IS 'Claims that counted as attempts (a release gives its attempt back).';
 COMMENT ON COLUMN workfence.items.max_attempts IS
     'How many attempts the item may have: every claim counts as one (a lapsed lease too), a release '
@@ -146,6 +151,17 @@ COMMENT ON COLUMN workfence.items.rerun_at IS
 COMMENT ON COLUMN workfence.items.trace IS
     'From 0.12.0: the W3C traceparent work_enqueue was given (trace), handed to every claim of the item so that the '
     'worker''s span can link to the request that enqueued it; NULL: none.';
+
+COMMENT ON COLUMN workfence.items.has_children IS
+    'From 0.12.0: some item was enqueued with this one in its after (workflows, src/verbs/workflow.rs), so the '
+    'item''s finish, failure or cancel settles the edges to its children; false for every other item, whose settle '
+    'reads no edge.';
+COMMENT ON COLUMN workfence.items.waiting_on IS
+    'From 0.12.0: how many of the item''s edges from its parents (workfence.item_edges) are not resolved yet, kept '
+    'under the item''s row lock; a waiting item becomes pending when it reaches 0. 0 for an item without parents.';
+COMMENT ON COLUMN workfence.items.on_parent_failure IS
+    'From 0.12.0: cancel or run, what a parent ending failed or cancelled does to the item while it waits (work_enqueue''s '
+    'on_parent_failure); NULL for an item without parents.';
 
 -- The two claim paths, each with an index it can walk in order (a single OR
 -- over both cannot use either partial index).
@@ -250,6 +266,36 @@ CREATE TRIGGER items_sequence_floor AFTER INSERT ON workfence.items
     WHEN (NEW.epoch IS NOT NULL
           OR NEW.created_at OPERATOR(pg_catalog.<) pg_catalog.transaction_timestamp())
     EXECUTE FUNCTION workfence.items_sequence_floor();
+
+-- Workflows (from 0.12.0, issue 37; src/verbs/workflow.rs): an edge per
+-- (parent, child) of an item enqueued with `after`. Edges are made only
+-- when the child is inserted, from items that exist already, so they never
+-- form a cycle. `resolved`: the parent has settled (done, failed or
+-- cancelled) and the child's waiting_on counted it, once. `cancelled`: the
+-- parent ended failed or cancelled and the child's on_parent_failure is
+-- cancel, so a work_retry of the parent knows which children to bring back.
+CREATE TABLE workfence.item_edges (
+    parent     bigint NOT NULL,
+    child      bigint NOT NULL,
+    resolved   boolean NOT NULL DEFAULT false,
+    cancelled  boolean NOT NULL DEFAULT false,
+    CONSTRAINT item_edges_pkey PRIMARY KEY (parent, child)
+);
+COMMENT ON TABLE workfence.item_edges IS
+    'Workflow edges: the child waits for the parent (work_enqueue''s after). Written only by the extension''s functions; '
+    'a purge deletes the edges of the items it deletes. Not readable by PUBLIC.';
+COMMENT ON COLUMN workfence.item_edges.parent IS 'The item waited for (workfence.items.id).';
+COMMENT ON COLUMN workfence.item_edges.child IS 'The waiting item (workfence.items.id).';
+COMMENT ON COLUMN workfence.item_edges.resolved IS
+    'The parent settled (done, failed or cancelled) and the child''s waiting_on counted it; resolved once, so a parent '
+    'finished again after an on_conflict re-run releases nothing.';
+COMMENT ON COLUMN workfence.item_edges.cancelled IS
+    'The parent ended failed or cancelled and the child''s on_parent_failure is cancel: work_retry of the parent brings '
+    'the child back to waiting.';
+COMMENT ON INDEX workfence.item_edges_pkey IS 'A parent''s children: what its finish, failure or cancel settles.';
+CREATE INDEX item_edges_child_idx ON workfence.item_edges (child, parent);
+COMMENT ON INDEX workfence.item_edges_child_idx IS
+    'An item''s parents: work_parent_results, work_workflow and a purge.';
 
 -- Settings of a queue, one row per queue that has any (a queue exists by
 -- its items; this table holds only what an operator set). `paused`: claims
@@ -437,6 +483,7 @@ REVOKE ALL ON TABLE workfence.schedules FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grants FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.queue_grant_mode FROM PUBLIC;
 REVOKE ALL ON TABLE workfence.generation FROM PUBLIC;
+REVOKE ALL ON TABLE workfence.item_edges FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.epoch_seq FROM PUBLIC;
 REVOKE ALL ON SEQUENCE workfence.items_id_seq FROM PUBLIC;
 
@@ -451,6 +498,7 @@ SELECT pg_catalog.pg_extension_config_dump('workfence.schedules', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.queue_grant_mode', '');
 SELECT pg_catalog.pg_extension_config_dump('workfence.generation', '');
+SELECT pg_catalog.pg_extension_config_dump('workfence.item_edges', '');
 
 COMMENT ON INDEX workfence.items_pkey IS 'Items by id: every token call finds its row here.';
 COMMENT ON INDEX workfence.items_queue_key_unique IS 'One item per (queue, key): idempotent enqueue and work_claim_key.';
@@ -532,7 +580,8 @@ CREATE  FUNCTION "queue_state_counts"(
 	"claimed" bigint,  /* i64 */
 	"done" bigint,  /* i64 */
 	"failed" bigint,  /* i64 */
-	"cancelled" bigint  /* i64 */
+	"cancelled" bigint,  /* i64 */
+	"waiting" bigint  /* i64 */
 )
 VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
@@ -679,7 +728,9 @@ CREATE  FUNCTION "work_enqueue"(
 	"max_run" interval DEFAULT NULL, /* Option < Interval > */
 	"group_key" TEXT DEFAULT NULL, /* Option < String > */
 	"on_conflict" TEXT DEFAULT 'keep', /* Option < String > */
-	"trace" TEXT DEFAULT NULL /* Option < String > */
+	"trace" TEXT DEFAULT NULL, /* Option < String > */
+	"after" bigint[] DEFAULT NULL, /* :: std :: option :: Option < Vec < Option < i64 > > > */
+	"on_parent_failure" TEXT DEFAULT 'cancel' /* Option < String > */
 ) RETURNS TABLE (
 	"id" bigint,  /* i64 */
 	"key" TEXT,  /* String */
@@ -1031,7 +1082,7 @@ CREATE VIEW workfence.work_queue_stats WITH (security_barrier) AS
 WITH server_time AS MATERIALIZED (
     SELECT pg_catalog.clock_timestamp() AS now
 ), states AS MATERIALIZED (
-    SELECT s.queue, s.pending, s.claimed, s.done, s.failed, s.cancelled
+    SELECT s.queue, s.pending, s.claimed, s.done, s.failed, s.cancelled, s.waiting
       FROM workfence.queue_state_counts() AS s
 ), counts AS (
     -- The split of pending into due and scheduled, and of claimed into
@@ -1043,7 +1094,7 @@ WITH server_time AS MATERIALIZED (
            LEAST(f.scheduled, s.pending) AS scheduled,
            GREATEST(s.claimed OPERATOR(pg_catalog.-) x.expired, 0) AS claimed,
            LEAST(x.expired, s.claimed) AS expired,
-           s.done, s.failed, s.cancelled,
+           s.done, s.failed, s.cancelled, s.waiting,
            t.now OPERATOR(pg_catalog.-) LEAST(o.run_at, o.created_at) AS oldest_due_age
       FROM states AS s
      CROSS JOIN server_time AS t
@@ -1099,7 +1150,8 @@ SELECT n.queue,
        q.concurrency,
        q.rate,
        q.per,
-       q.per_group
+       q.per_group,
+       COALESCE(c.waiting, 0) AS waiting
   FROM names AS n
   LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
@@ -1140,6 +1192,9 @@ COMMENT ON COLUMN workfence.work_queue_stats.per IS 'From 0.10.0: the window of 
 COMMENT ON COLUMN workfence.work_queue_stats.per_group IS
     'From 0.12.0: the queue''s per-group limit (work_limit): at most this many items of one group_key claimed at once; '
     'NULL: one (serial groups).';
+COMMENT ON COLUMN workfence.work_queue_stats.waiting IS
+    'From 0.12.0: items waiting for their parents (work_enqueue''s after): each becomes pending in the transaction of '
+    'its last parent''s finish.';
 
 REVOKE ALL ON TABLE workfence.work_queue_stats FROM PUBLIC;
 
@@ -1170,6 +1225,10 @@ WITH server_time AS MATERIALIZED (
                WHERE i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state) AS failed,
            pg_catalog.count(*) FILTER (
                WHERE i.state OPERATOR(pg_catalog.=) 'cancelled'::workfence.item_state) AS cancelled,
+           -- (As text: an update to 0.12.0 creates this view in the
+           -- transaction that adds the enum's value, which may not use it.)
+           pg_catalog.count(*) FILTER (
+               WHERE i.state::pg_catalog.text OPERATOR(pg_catalog.=) 'waiting') AS waiting,
            -- An item due at '-infinity' has been due since its enqueue (and
            -- subtracting an infinite timestamp is an error in PostgreSQL 15).
            t.now OPERATOR(pg_catalog.-) pg_catalog.min(
@@ -1202,7 +1261,8 @@ SELECT n.queue,
        q.concurrency,
        q.rate,
        q.per,
-       q.per_group
+       q.per_group,
+       COALESCE(c.waiting, 0) AS waiting
   FROM names AS n
   LEFT JOIN counts AS c ON c.queue OPERATOR(pg_catalog.=) n.queue
   LEFT JOIN workfence.queues AS q ON q.queue OPERATOR(pg_catalog.=) n.queue
@@ -1354,6 +1414,20 @@ COMMENT ON COLUMN workfence.work_queue_grants.queues IS
 COMMENT ON COLUMN workfence.work_queue_grants.granted_at IS 'Server time of the work_grant that made it.';
 
 REVOKE ALL ON TABLE workfence.work_queue_grants FROM PUBLIC;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_workfence::verbs::workflow::work_parent_results
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "work_parent_results"(
+	"id" bigint, /* Option < i64 > */
+	"owner" TEXT, /* Option < String > */
+	"epoch" bigint /* Option < i64 > */
+) RETURNS jsonb /* Option < pgrx :: JsonB > */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'work_parent_results_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1537,13 +1611,32 @@ AS 'MODULE_PATHNAME', 'work_unschedule_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_workfence::verbs::workflow::work_workflow
+-- requires:
+--   bootstrap
+CREATE  FUNCTION "work_workflow"(
+	"id" bigint /* Option < i64 > */
+) RETURNS TABLE (
+	"id" bigint,  /* i64 */
+	"queue" TEXT,  /* String */
+	"key" TEXT,  /* String */
+	"state" TEXT,  /* String */
+	"depth" INT,  /* i32 */
+	"parents" bigint[]  /* Vec < i64 > */
+)
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'work_workflow_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- finalize
 -- pg_workfence: documentation of every function, for \df+ and \dd.
 -- Runs last in the install script (pgrx `finalize`), after every function exists.
 
 -- surface:comments:begin (generated from sql/functions.toml by `cargo run -p workfence-surface`: edit the table)
-COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text) IS
-'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL, group_key DEFAULT NULL, on_conflict DEFAULT ''keep'', trace DEFAULT NULL) -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned with inserted = false, unchanged under on_conflict keep. From 0.12.0, on_conflict replace (debounce): a pending item takes the new payload and run_at; preserve_run_at (throttle): the new payload only; with either, a done, failed or cancelled item runs again (pending, attempts afresh, result and checkpoint cleared, errors history kept) and a claimed one takes the new payload and runs once more after its current run ends with a finish, a final failure or a dead letter (its holder''s token keeps working). run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). group_key (from 0.10.0): the item''s serial group, at most one item of a (queue, group_key) claimed at a time, claimed in claim order (NULL: no group). trace (from 0.12.0): a W3C traceparent stored with the item and returned by every claim of it (with on_conflict replace or preserve_run_at, the item takes the new trace with the payload). Errors: 22004 NULL argument, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days], group_key empty, over 128 bytes or with control characters, on_conflict not keep, replace or preserve_run_at, trace not a traceparent; 25000 on_conflict of a pending item of a group under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue (with on_conflict running a cancelled item again: no operate grant); 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
+COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text, bigint[], text) IS
+'work_enqueue(queue, payload jsonb DEFAULT ''{}'', key DEFAULT NULL, run_at DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, max_run interval DEFAULT NULL, group_key DEFAULT NULL, on_conflict DEFAULT ''keep'', trace DEFAULT NULL, after bigint[] DEFAULT NULL, on_parent_failure DEFAULT ''cancel'') -> (id, key, inserted). Adds an item; a NULL key gets a UUIDv7; an existing (queue, key) is returned with inserted = false, unchanged under on_conflict keep. From 0.12.0, on_conflict replace (debounce): a pending item takes the new payload and run_at; preserve_run_at (throttle): the new payload only; with either, a done, failed or cancelled item runs again (pending, attempts afresh, result and checkpoint cleared, errors history kept) and a claimed one takes the new payload and runs once more after its current run ends with a finish, a final failure or a dead letter (its holder''s token keeps working). run_at NULL = now (server time). max_run: a run-time limit, no claim or renew sets lease_until past claimed_at + max_run (NULL: none). group_key (from 0.10.0): the item''s serial group, at most one item of a (queue, group_key) claimed at a time, claimed in claim order (NULL: no group). trace (from 0.12.0): a W3C traceparent stored with the item and returned by every claim of it (with on_conflict replace or preserve_run_at, the item takes the new trace with the payload). after (from 0.12.0, workflows): the ids of up to 1000 parent items of the same database; a new item waits (state waiting) until every parent is done, and becomes pending (due at run_at) in the transaction of the last parent''s accepted finish; on_parent_failure: when a parent ends failed or cancelled, cancel (the waiting item and its waiting descendants are cancelled) or run (the parent counts as ended); an existing key''s after is ignored. Errors: 22004 NULL argument or NULL element of after, 22023 bad queue/key/run_at, max_attempts out of 1..1000, max_run not in (0, 365 days], group_key empty, over 128 bytes or with control characters, on_conflict not keep, replace or preserve_run_at, trace not a traceparent, after naming over 1000 items, on_parent_failure not cancel or run; 23503 an after id of no item (or of a queue the role may not read); 25000 on_conflict of a pending item of a group under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue (with on_conflict running a cancelled item again: no operate grant); 40001 when the existing item of the key was deleted while this enqueue ran (retry the transaction).';
 
 COMMENT ON FUNCTION workfence.work_claim(text, text, interval, integer, interval) IS
 'work_claim(queue, owner, lease interval, max_items DEFAULT 1, wait interval DEFAULT ''0'') -> setof (id, key, payload, epoch, attempt, lease_until, progress, trace). progress (from 0.12.0): the item''s checkpoint, the last work_progress of an earlier run under its lease (NULL on a first attempt); trace (from 0.12.0): the W3C traceparent work_enqueue stored with the item (NULL: none). Claims up to max_items (1..1000) items that are pending and due or whose lease lapsed, in order priority, run_at, id, with FOR UPDATE SKIP LOCKED; each gets a fresh epoch (fencing token), claimed_at = clock_timestamp() and lease_until = clock_timestamp() + lease (at most claimed_at + max_run). A lapsed lease claimed anew sends NOTIFY work_lease_lost with the superseded token. A paused queue (work_pause) hands out nothing. From 0.10.0: an item with a group_key is claimed only when no item of its group is claimed (from 0.12.0: fewer than the queue''s per_group, see work_limit) and no pending item of the group comes before it in claim order (a lapsed one is claimed anew first), a batch takes at most one item per group, and a queue''s limits (work_limit) cap what a claim hands out; such a claim returns fewer rows, never waits. Every row is claimed when the call runs, whether or not the query reads it (LIMIT, EXISTS, a cursor): call it as a query of its own. wait (0..1 hour): when nothing is claimable, sleeps in the server until an enqueue/release/retry/reschedule/resume in the queue commits (COMMIT PREPARED too) or a run_at/lease_until is reached, then claims again; zero rows when wait passes; ends the session if the client disconnects; READ COMMITTED only. Errors: 22004 NULL argument, 22023 bad queue/owner, lease not in (0, 7 days], max_items out of range, wait not in [0, 1 hour]; 25000 wait > 0 under REPEATABLE READ or SERIALIZABLE, or a queue with groups or limits claimed under them; 25006 on a hot standby (claim on the primary); 42501 when queue grants are enforced and the role has no claim grant covering the queue (also when revoked while waiting); 57014 when cancelled while waiting. The first claim of a new history (a promoted standby, a point-in-time recovery, a restored or copied database) moves the epoch sequence to the generation floor (milliseconds since 2000-01-01 x 1024), above every epoch the old history handed out.';
@@ -1575,11 +1668,17 @@ COMMENT ON FUNCTION workfence.work_fail(bigint, text, bigint, text, interval) IS
 COMMENT ON FUNCTION workfence.work_progress(bigint, text, bigint, jsonb) IS
 'work_progress(id, owner, epoch, progress jsonb) -> boolean. From 0.12.0: true and progress stored as the item''s checkpoint only under the current token (owner AND epoch, state claimed; a lapsed lease nobody re-claimed still counts, as for work_renew); false and nothing changed for any other token. The checkpoint is shown by work_item and returned by the item''s next claim (the progress column), so a retried run resumes from it; a superseded token can never overwrite a newer run''s checkpoint. At most 64 KiB of jsonb. Where queue grants are enforced, a token of an item in a queue the role may not claim is refused as for a missing item. Errors: 22004 NULL argument, 22023 bad owner or progress over 64 KiB.';
 
+COMMENT ON FUNCTION workfence.work_parent_results(bigint, text, bigint) IS
+'work_parent_results(id, owner, epoch) -> jsonb. From 0.12.0 (workflows): while the item is claimed under exactly this owner AND epoch (a lapsed lease nobody re-claimed still counts, as for work_renew), an object with a key per parent of the item (work_enqueue''s after; its id as text): the parent''s result if it ended done (JSON null without one), else {"state": its state, "error": its last_error} (what an on_parent_failure run child sees of a failed parent); {} for an item without parents; a purged parent is left out. NULL for any other token, or where queue grants are enforced an item in a queue the role may not claim. Reads only. Errors: 22004 NULL argument, 22023 bad owner.';
+
+COMMENT ON FUNCTION workfence.work_workflow(bigint) IS
+'work_workflow(id) -> setof (id, queue, key, state, depth, parents bigint[]). From 0.12.0 (workflows): the item (depth 0), its ancestors (depth -1 its parents, -2 theirs, ...) and its descendants (1, 2, ...), each once at its nearest depth, nearest first then by id, with the ids of its parents (every edge into it, so the rows draw the graph). At most 1000 rows and 1000 levels each way. Zero rows for an unknown id. Where queue grants are enforced: zero rows unless the role may read the item''s queue, and only the rows of queues it may read. Errors: 22004 NULL id.';
+
 COMMENT ON FUNCTION workfence.work_assert(bigint, text, bigint) IS
 'work_assert(id, owner, epoch) -> void. Call inside a transaction block (after BEGIN). Raises SQLSTATE 55000 (lease lost; DETAIL says why, HINT what to do) unless the token is current, and holds the item''s row lock (FOR NO KEY UPDATE) to the end of the transaction, so the worker''s own writes in that transaction commit only while it holds the lease. If a savepoint or exception block that held the lock rolls back, COMMIT re-checks the token and fails with 55000 (lease lost before commit) when it is no longer current. Where queue grants are enforced, an item in a queue the role may not claim is missing to it. Errors: 55000 lease lost, 25P01 a current token outside a transaction block (autocommit, also a DO block or function run by one autocommit statement: the lock would end with the statement), 22004 NULL argument, 22023 bad owner.';
 
 COMMENT ON FUNCTION workfence.work_cancel(text, text) IS
-'work_cancel(queue, key) -> boolean. Cancels the item if it is pending or claimed: state cancelled, finished_at = clock_timestamp(), not claimed again unless work_retry puts it back (under a new epoch); the holder''s token is refused from then on (work_assert: 55000, cancelled). False, changing nothing, when the item is missing or already done, failed or cancelled. Errors: 22004 NULL argument, 22023 bad queue/key, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
+'work_cancel(queue, key) -> boolean. Cancels the item if it is pending, claimed or (from 0.12.0) waiting, and with it its waiting children that say on_parent_failure cancel (transitively; run: they count it as ended): state cancelled, finished_at = clock_timestamp(), not claimed again unless work_retry puts it back (under a new epoch); the holder''s token is refused from then on (work_assert: 55000, cancelled). False, changing nothing, when the item is missing or already done, failed or cancelled. Errors: 22004 NULL argument, 22023 bad queue/key, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_purge(interval, text) IS
 'work_purge(older_than interval DEFAULT ''7 days'', queue DEFAULT NULL) -> bigint. Deletes the done, failed and cancelled items whose finished_at is before clock_timestamp() - older_than, in one queue or (NULL) all; returns how many: from 0.12.0 at most 10000 per call, the oldest first (call it again, each call its own transaction, until it returns fewer). Never touches pending or claimed items; skips rows another transaction has locked (FOR UPDATE SKIP LOCKED), so it never waits. Ids and epochs are never reused after a purge. Errors: 22004 NULL older_than, 22023 older_than negative, with a negative field or over 3650 days, bad queue; 42501 when queue grants are enforced and the role has no purge grant covering the queue (with queue NULL: no purge grant of *).';
@@ -1588,7 +1687,7 @@ COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
 'work_lease_status(id, owner, epoch) -> text: current, uncommitted, superseded, finished, cancelled, wrong_owner or missing. Why the token is (not) honoured, read with the statement''s snapshot (READ COMMITTED: the newest committed state; REPEATABLE READ: the transaction''s snapshot). A lapsed lease nobody claimed anew is current; uncommitted: the epoch is newer than the item''s committed one and a transaction still in progress is changing the item (the claim that handed the epoch out has not committed: only its own transaction can use the token until it commits); a lease handed back (work_release, retryable work_fail), a newer claim, or a claim that rolled back is superseded. Where queue grants are enforced, an item in a queue the role may not claim is missing. Changes nothing. Errors: 22004 NULL argument, 22023 bad owner.';
 
 COMMENT ON FUNCTION workfence.work_retry(text, text, timestamptz) IS
-'work_retry(queue, key, run_at DEFAULT NULL) -> boolean. A failed or cancelled item back to pending, due at run_at (NULL: now), with at least one more attempt (max_attempts raised to attempts + 1 when used up); its errors history is kept, its old tokens stay dead; wakes long polls at commit. True if it changed the item; false for a missing item or any other state. Errors: 22004 NULL queue/key, 22023 bad queue/key/run_at, 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
+'work_retry(queue, key, run_at DEFAULT NULL) -> boolean. A failed or cancelled item back to pending, due at run_at (NULL: now), with at least one more attempt (max_attempts raised to attempts + 1 when used up); its errors history is kept, its old tokens stay dead; wakes long polls at commit. From 0.12.0 (workflows) an item whose parents have not all ended goes back to waiting instead, and the children the item''s failure cancelled wait again (transitively). True if it changed the item; false for a missing item or any other state. Errors: 22004 NULL queue/key, 22023 bad queue/key/run_at, 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamptz) IS
 'work_reschedule(queue, key, run_at) -> boolean. Moves a pending item''s run_at (run it now: now()); wakes long polls at commit. True if it changed the item; false for a missing item or one that is not pending. Errors: 22004 NULL argument, 22023 bad queue/key/run_at, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
@@ -1639,7 +1738,7 @@ COMMENT ON FUNCTION workfence.queue_history_rows(text) IS
 'queue_history_rows(queue DEFAULT NULL) -> setof (queue, minute, enqueued, claimed, done, failed, time_in_queue_p50, time_in_queue_p99, backlog). From 0.12.0: the rows of the view work_queue_history: per queue of this database with a history (queue given: that one only), 60 rows, one per minute up to the current one (minute: its start), ordered by queue and minute: the counts of work_queue_counters committed in that minute, the p50 and p99 of the time in queue of its claims of pending items in seconds (estimated from the counters'' buckets as Prometheus'' histogram_quantile does; NULL without one), and backlog, the queue''s pending items at the minute''s end, the current minute''s as they are now (NULL where unknown). Reads shared memory only. No rows unless pg_workfence is in shared_preload_libraries; a restart starts the hour afresh; at most 1024 queues per server are charted within one hour. Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_history. Errors: 22023 bad queue; 42501 when queue grants are enforced and the role has no read grant covering the given queue.';
 
 COMMENT ON FUNCTION workfence.queue_state_counts(boolean) IS
-'queue_state_counts(rebuild boolean DEFAULT false) -> setof (queue, pending, claimed, done, failed, cancelled). From 0.12.0: per queue of this database with items, how many are in each state, as work_queue_stats reads them. With pg_workfence in shared_preload_libraries the server keeps these counts in shared memory, each commit adding what its transaction moved, so a read touches no item; after a restart (or with rebuild true) the first read rebuilds them with one scan of the items while commits go on, waiting for no one, unless its own transaction has written, a transaction is prepared in the database, or the server is in recovery (then it counts the items). Without preloading it counts the items. Exact while items change only through the extension''s functions (a DELETE or UPDATE of workfence.items by hand, or a transaction prepared across a rebuild, needs rebuild true; work_queue_stats_exact counts the items). Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_stats. Errors: 22004 NULL rebuild.';
+'queue_state_counts(rebuild boolean DEFAULT false) -> setof (queue, pending, claimed, done, failed, cancelled, waiting). From 0.12.0: per queue of this database with items, how many are in each state, as work_queue_stats reads them. With pg_workfence in shared_preload_libraries the server keeps these counts in shared memory, each commit adding what its transaction moved, so a read touches no item; after a restart (or with rebuild true) the first read rebuilds them with one scan of the items while commits go on, waiting for no one, unless its own transaction has written, a transaction is prepared in the database, or the server is in recovery (then it counts the items). Without preloading it counts the items. Exact while items change only through the extension''s functions (a DELETE or UPDATE of workfence.items by hand, or a transaction prepared across a rebuild, needs rebuild true; work_queue_stats_exact counts the items). Where queue grants are enforced, only the queues the role has a read grant covering. Grant it with work_queue_stats. Errors: 22004 NULL rebuild.';
 
 COMMENT ON FUNCTION workfence.work_grant(text, text, text) IS
 'work_grant(capability, queues, role) -> boolean. Lets role (and its members) use capability on queues: enqueue (work_enqueue), claim (work_claim, work_claim_key and the token calls), operate (work_cancel, work_retry, work_reschedule, work_pause, work_resume, work_limit), read (work_queue_stats, work_item, queue_counters) or purge (work_purge); queues is a queue name or a prefix followed by * (* alone: every queue). Checked only while queue grants are enforced (work_enforce_grants); every session sees it from its next call after the commit. True if the grant is new. For the extension''s owner. Errors: 22004 NULL argument, 22023 unknown capability, empty queues, name or prefix over 128 bytes or with control characters, empty role or one over 63 bytes; 42704 role does not exist; 42501 when the session''s role is neither a superuser nor a member of the extension''s owner.';

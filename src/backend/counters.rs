@@ -102,10 +102,13 @@ pub enum ItemState {
     Done,
     Failed,
     Cancelled,
+    /// Enqueued after parents that are not all done (from 0.12.0,
+    /// [`crate::verbs::workflow`]).
+    Waiting,
 }
 
 /// How many [`ItemState`]s there are.
-pub const STATES: usize = 5;
+pub const STATES: usize = 6;
 
 impl ItemState {
     /// The state named `text` (`workfence.item_state`'s labels).
@@ -116,6 +119,7 @@ impl ItemState {
             "done" => ItemState::Done,
             "failed" => ItemState::Failed,
             "cancelled" => ItemState::Cancelled,
+            "waiting" => ItemState::Waiting,
             _ => return None,
         })
     }
@@ -1398,15 +1402,16 @@ fn state_counts(force: bool) -> Result<Vec<(String, [i64; STATES])>> {
 }
 
 /// One row of [`queue_state_counts`]: queue, pending, claimed, done,
-/// failed, cancelled.
-type StateRow = (String, i64, i64, i64, i64, i64);
+/// failed, cancelled, waiting.
+type StateRow = (String, i64, i64, i64, i64, i64, i64);
 
 /// How many of each queue's items are in each state, without reading the
 /// items when the server keeps the counts: what `work_queue_stats` reads.
 ///
 /// SQL: `workfence.queue_state_counts(rebuild boolean DEFAULT false)
 /// RETURNS TABLE (queue text, pending bigint, claimed bigint, done bigint,
-/// failed bigint, cancelled bigint)`, a row per queue of this database
+/// failed bigint, cancelled bigint, waiting bigint)` (`waiting` from
+/// 0.12.0's workflows), a row per queue of this database
 /// that has items and that the session's role may read (where queue grants
 /// are enforced), in no order. `rebuild` true rebuilds the counts first
 /// (one scan of the items), as after a restart.
@@ -1437,6 +1442,7 @@ pub fn queue_state_counts(
         name!(done, i64),
         name!(failed, i64),
         name!(cancelled, i64),
+        name!(waiting, i64),
     ),
 > {
     (|| -> Result<Vec<StateRow>> {
@@ -1445,7 +1451,7 @@ pub fn queue_state_counts(
         Ok(state_counts(rebuild)?
             .into_iter()
             .filter(|(queue, _)| scope.allows(queue))
-            .map(|(queue, c)| (queue, c[0], c[1], c[2], c[3], c[4]))
+            .map(|(queue, c)| (queue, c[0], c[1], c[2], c[3], c[4], c[5]))
             .collect())
     })()
     .map(TableIterator::new)

@@ -406,6 +406,16 @@ pub enum WorkfenceError {
         name: String,
     },
 
+    /// `work_enqueue`'s `after` named an item that does not exist, or one
+    /// in a queue the role may not read (the error does not tell the two
+    /// apart), from 0.12.0. SQLSTATE 23503 (foreign_key_violation), as a
+    /// reference to a missing row is.
+    #[error("parent item {id} does not exist")]
+    UnknownParent {
+        /// The parent id as given.
+        id: i64,
+    },
+
     /// A required array argument held a NULL element. SQLSTATE 22004.
     #[error("argument \"{arg}\" must not contain NULL elements")]
     NullElement {
@@ -466,6 +476,7 @@ impl WorkfenceError {
                 PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT
             }
             WorkfenceError::HotStandby { .. } => PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            WorkfenceError::UnknownParent { .. } => PgSqlErrorCode::ERRCODE_FOREIGN_KEY_VIOLATION,
             WorkfenceError::InvalidArgument { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
             }
@@ -516,6 +527,10 @@ impl WorkfenceError {
                 capability.as_str()
             )),
             WorkfenceError::UnknownRole { .. } => None,
+            WorkfenceError::UnknownParent { id } => Some(format!(
+                "\"after\" names item {id}: no item has that id, or it is in a queue the role may \
+                 not read. Nothing was enqueued."
+            )),
             WorkfenceError::UnknownSchedule { .. } => Some(
                 "Where queue grants are enforced, workfence.work_schedules lists only the schedules \
                  of queues the role may read."
@@ -608,6 +623,10 @@ impl WorkfenceError {
             }
             WorkfenceError::UnknownRole { .. } => Some(
                 "Create the role first, or check the spelling (role names are case-sensitive).",
+            ),
+            WorkfenceError::UnknownParent { .. } => Some(
+                "Enqueue the parents first (in this transaction or an earlier one) and pass the ids \
+                 work_enqueue returned; a purged item cannot be waited for.",
             ),
             WorkfenceError::UnknownSchedule { .. } => Some(
                 "workfence.work_schedules lists the schedules; work_schedule makes one.",

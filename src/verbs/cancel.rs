@@ -18,7 +18,9 @@ use crate::store::sql::QueueKey;
 // subquery first, which reads the state the item was in (the newest
 // version, rechecked after a concurrent change as the UPDATE itself would
 // be): the second column, for the state counts
-// (`crate::backend::counters`).
+// (`crate::backend::counters`). From 0.12.0 a waiting item (workflows) is
+// cancelled too; the state is compared as text, which a schema before
+// 0.12.0, whose enum has no `waiting`, reads as well.
 static CANCEL: Statement<QueueKey> = Statement::new(
     r#"
 UPDATE workfence.items AS i
@@ -29,7 +31,7 @@ UPDATE workfence.items AS i
           FROM workfence.items AS o
          WHERE o.queue OPERATOR(pg_catalog.=) $1
            AND o.key OPERATOR(pg_catalog.=) $2
-           AND o.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed}'::workfence.item_state[])
+           AND o.state::pg_catalog.text OPERATOR(pg_catalog.=) ANY ('{pending,claimed,waiting}'::pg_catalog.text[])
            FOR UPDATE) AS was
  WHERE i.id OPERATOR(pg_catalog.=) was.id
 RETURNING i.id, was.state::pg_catalog.text
@@ -39,7 +41,7 @@ RETURNING i.id, was.state::pg_catalog.text
 /// Cancel the item `key` of `queue` unless it is already finished.
 ///
 /// SQL: `workfence.work_cancel(queue text, key text) RETURNS boolean`. True
-/// when the item was pending or claimed and is now `cancelled` (with
+/// when the item was pending, claimed or (from 0.12.0) waiting and is now `cancelled` (with
 /// `finished_at` = `clock_timestamp()`): it is not claimed again (unless an
 /// operator puts it back with `work_retry`, from 0.6.0, under a new epoch), and the
 /// token of a worker holding it is dead from then on (renew, finish, release
@@ -51,6 +53,10 @@ RETURNING i.id, was.state::pg_catalog.text
 /// A worker in the middle of the job is not interrupted; it learns of the
 /// cancel at its next renew or assert (so a job that writes its effects under
 /// `work_assert` never commits them after a cancel).
+///
+/// From 0.12.0, the item's waiting children (workflows) are cancelled with
+/// it, or, with `on_parent_failure => 'run'`, count it as settled
+/// ([`crate::verbs::workflow::settled`]).
 ///
 /// From 0.12.0, for an item in a group it takes the group's lock (waiting
 /// for a claim of the group in flight) and makes the group's next item its
@@ -104,6 +110,16 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
         crate::verbs::flow::freed(&queue)?;
         // Its `work_await` callers learn of it at commit.
         crate::backend::xact::awaited_at_commit(id);
+        // Its waiting children learn of it now (workflows).
+        if crate::pg::plans::schema_has_heads() {
+            Spi::connect_mut(|client| {
+                crate::verbs::workflow::settled(
+                    client,
+                    vec![id],
+                    crate::verbs::workflow::Outcome::Cancelled,
+                )
+            })?;
+        }
     }
     Ok(cancelled.is_some())
 }

@@ -13,6 +13,7 @@ use crate::pg::jsonb::RawJsonb;
 use crate::pg::plans::{self, params, Statement};
 use crate::store::sql::QueueKey;
 use crate::verbs::life::OnConflict;
+use crate::verbs::workflow::{self, Entry, OnParentFailure, Parents};
 
 // Insert the item unless (queue, key) exists; the id, and whether it is due.
 // (A schema before 0.6.0 has no `max_run`; `$7` is then NULL and unused.)
@@ -86,6 +87,48 @@ SELECT $1, $2, $3, $4, r.at, $6, $7, $8, $9,
 RETURNING n.id, n.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(), n.behind
 "#
 ));
+
+// INSERT of a child (from 0.12.0, [`crate::verbs::workflow`]): an item
+// enqueued with `after`, whose parents `work_enqueue` has locked and read.
+// Its state `$10` is waiting (`$11` parents not settled), pending, or
+// cancelled (a parent ended failed or cancelled and `$12`, its
+// on_parent_failure, is cancel; `$13` says which). A grouped child is not
+// `behind`: it is not pending, or came pending after its parents, and a
+// head that is not its group's first is passed over by claims (safety
+// never rests on `behind`, [`crate::verbs::flow`]).
+static INSERT_CHILD: Statement<ChildParams> = Statement::new(
+    r#"
+INSERT INTO workfence.items AS n
+       (queue, key, payload, priority, run_at, max_attempts, max_run, group_key, trace,
+        state, waiting_on, on_parent_failure, last_error, finished_at)
+VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.clock_timestamp()), $6, $7, $8, $9,
+        $10::pg_catalog.text::workfence.item_state, $11, $12, $13,
+        CASE WHEN $10 OPERATOR(pg_catalog.=) 'cancelled' THEN pg_catalog.clock_timestamp() END)
+    ON CONFLICT ON CONSTRAINT items_queue_key_unique DO NOTHING
+RETURNING n.id, n.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+"#,
+);
+
+params! {
+    /// `$1`..`$9` as [`InsertParams`], `$10` the state, `$11` the parents
+    /// not settled, `$12` on_parent_failure, `$13` the last error (a
+    /// cancelled child's).
+    struct ChildParams<'a> {
+        queue: &'a str = TEXTOID,
+        key: &'a str = TEXTOID,
+        payload: RawJsonb = JSONBOID,
+        priority: i32 = INT4OID,
+        run_at: Option<TimestampWithTimeZone> = TIMESTAMPTZOID,
+        max_attempts: i32 = INT4OID,
+        max_run: Option<Interval> = INTERVALOID,
+        group_key: Option<&'a str> = TEXTOID,
+        trace: Option<&'a str> = TEXTOID,
+        state: &'a str = TEXTOID,
+        waiting_on: i32 = INT4OID,
+        on_parent_failure: &'a str = TEXTOID,
+        last_error: Option<&'a str> = TEXTOID,
+    }
+}
 
 /// At the commit of a transaction that enqueued items `behind` ([`crate::backend::xact`]):
 /// each item of `$1` (whose group lock the commit holds, taken after this
@@ -213,13 +256,24 @@ SELECT i.id
 ///   token keeps working). Its priority,
 ///   max_attempts, max_run and group stay the first enqueue's. `inserted`
 ///   is true only for a new row.
+/// - `after` (from 0.12.0, workflows, [`crate::verbs::workflow`]): the ids
+///   of up to 1000 parents (1000 items at most, duplicates ignored); the new
+///   item waits (state `waiting`) until every parent is `done`, and becomes
+///   pending in the transaction of the last parent's accepted finish.
+///   `on_parent_failure`: `cancel` (a parent ending failed or cancelled
+///   cancels it, transitively) or `run` (the parent counts as ended). An
+///   existing key's `after` is ignored.
 /// - An inserted item that is due (`run_at` NULL or not after
 ///   `clock_timestamp()`) runs `pg_notify('work_enqueued', queue)`: listeners
 ///   hear of it when the transaction commits (one notification per queue per
 ///   transaction, as PostgreSQL folds identical ones). A re-submit
 ///   (`inserted = false`) or a future `run_at` notifies nobody.
 ///
-/// Errors: 22004 for a NULL `queue`, `payload`, `priority` or `max_attempts`;
+/// Errors: 22004 for a NULL `queue`, `payload`, `priority`, `max_attempts`
+/// or `on_parent_failure`, or a NULL element of `after`; 23503
+/// (foreign_key_violation) for an `after` id of no item, or of an item in
+/// a queue the role may not read; 22023 also for `after` naming over 1000
+/// items or an `on_parent_failure` other than cancel or run;
 /// 22023 for an empty, oversized (> 128 bytes) or control-character queue, an
 /// empty or oversized (> 512 bytes) key, `run_at` = 'infinity',
 /// `max_attempts` outside 1..1000, `max_run` not in (0, 365 days], a
@@ -251,11 +305,15 @@ pub fn work_enqueue_on_conflict(
     group_key: default!(Option<String>, "NULL"),
     on_conflict: default!(Option<String>, "'keep'"),
     trace: default!(Option<String>, "NULL"),
+    after: default!(Option<Vec<Option<i64>>>, "NULL"),
+    on_parent_failure: default!(Option<String>, "'cancel'"),
 ) -> TableIterator<'static, (name!(id, i64), name!(key, String), name!(inserted, bool))> {
     (|| {
         let group_key = validate::group_key(group_key)?;
         let on_conflict = OnConflict::parse(on_conflict)?;
         let trace = validate::trace(trace)?;
+        let on_parent_failure = OnParentFailure::parse(on_parent_failure)?;
+        let after = workflow::parent_ids(after)?.map(|ids| (ids, on_parent_failure));
         enqueue(
             queue,
             payload,
@@ -265,7 +323,11 @@ pub fn work_enqueue_on_conflict(
             max_attempts,
             max_run,
             group_key,
-            (on_conflict, trace),
+            Extras {
+                on_conflict,
+                trace,
+                after,
+            },
         )
     })()
     .map(TableIterator::once)
@@ -302,7 +364,7 @@ pub fn work_enqueue_with_group(
             max_attempts,
             max_run,
             group_key,
-            (OnConflict::Keep, None),
+            Extras::default(),
         )
     })()
     .map(TableIterator::once)
@@ -335,7 +397,7 @@ pub fn work_enqueue_with_max_run(
         max_attempts,
         max_run,
         None,
-        (OnConflict::Keep, None),
+        Extras::default(),
     )
     .map(TableIterator::once)
     .or_report()
@@ -365,10 +427,20 @@ pub fn work_enqueue(
         max_attempts,
         None,
         None,
-        (OnConflict::Keep, None),
+        Extras::default(),
     )
     .map(TableIterator::once)
     .or_report()
+}
+
+/// `work_enqueue`'s arguments after `group_key`, checked: `on_conflict`,
+/// `trace` (from 0.12.0), and `after` with `on_parent_failure` (from
+/// 0.12.0's workflows: the distinct parent ids, `None` without parents).
+#[derive(Default)]
+struct Extras {
+    on_conflict: OnConflict,
+    trace: Option<String>,
+    after: Option<(Vec<i64>, OnParentFailure)>,
 }
 
 /// The id in the first row, if the statement returned any.
@@ -389,7 +461,7 @@ fn enqueue(
     max_attempts: Option<i32>,
     max_run: Option<Interval>,
     group_key: Option<String>,
-    (on_conflict, trace): (OnConflict, Option<String>),
+    extras: Extras,
 ) -> Result<(i64, String, bool)> {
     let queue = validate::queue(queue)?;
     let payload = validate::required("payload", payload)?;
@@ -411,7 +483,8 @@ fn enqueue(
         max_attempts,
         max_run,
         group_key.as_deref(),
-        (on_conflict, trace.as_deref()),
+        (extras.on_conflict, extras.trace.as_deref()),
+        extras.after,
     )?;
     Ok((id, key, inserted))
 }
@@ -436,6 +509,7 @@ pub(crate) fn insert(
     max_run: Option<Interval>,
     group_key: Option<&str>,
     (on_conflict, trace): (OnConflict, Option<&str>),
+    after: Option<(Vec<i64>, OnParentFailure)>,
 ) -> Result<(i64, bool)> {
     if group_key.is_some() {
         crate::verbs::flow::enqueue_grouped(queue)?;
@@ -443,6 +517,12 @@ pub(crate) fn insert(
 
     let heads = group_key.is_some() && crate::pg::plans::schema_has_heads();
     Spi::connect_mut(|client| {
+        // A child's parents are locked first, once: their states decide
+        // how it enters (and a finish of one waits for this transaction).
+        let parents = match after {
+            Some((ids, on_failure)) => Some(workflow::lock_parents(client, ids, on_failure)?),
+            None => None,
+        };
         // The existing row can vanish between the two statements (purged in
         // between); then the INSERT is simply tried again.
         for _ in 0..3 {
@@ -462,7 +542,25 @@ pub(crate) fn insert(
                     return Ok((id, false));
                 }
             }
-            let inserted = plans::run(
+            if let Some(parents) = &parents {
+                if let Some(id) = insert_child(
+                    client,
+                    parents,
+                    InsertParams {
+                        queue,
+                        key,
+                        payload: payload.clone(),
+                        priority,
+                        run_at,
+                        max_attempts,
+                        max_run,
+                        group_key,
+                        trace,
+                    },
+                )? {
+                    return Ok((id, true));
+                }
+            } else if let Some(inserted) = plans::run(
                 client,
                 match (&group_key, heads) {
                     (Some(_), true) => &INSERT_GROUPED_BEHIND,
@@ -492,8 +590,8 @@ pub(crate) fn insert(
                         .zip(row.get::<bool>(2)?)
                         .map(|(id, due)| (id, due, behind)))
                 },
-            )?;
-            if let Some((id, due, behind)) = inserted {
+            )? {
+                let (id, due, behind) = inserted;
                 counters::count(queue, Event::Enqueued, 1);
                 counters::moved(queue, None, Some(ItemState::Pending), 1);
                 if let (true, Some(group)) = (behind, group_key) {
@@ -521,4 +619,69 @@ pub(crate) fn insert(
             key: key.to_string(),
         })
     })
+}
+
+/// Insert a child of the locked `parents` ([`INSERT_CHILD`]) with its
+/// edges ([`workflow::link`]): its id, or `None` if its (queue, key)
+/// exists. A pending child is an enqueue like any other (notified if due,
+/// long polls woken); a waiting one is woken by its last parent's finish.
+fn insert_child(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    parents: &Parents,
+    item: InsertParams<'_>,
+) -> Result<Option<i64>> {
+    let entry = parents.entry();
+    let (state, waiting_on, last_error) = match &entry {
+        Entry::Pending => (ItemState::Pending, 0, None),
+        Entry::Waiting(n) => (ItemState::Waiting, *n, None),
+        Entry::Cancelled(why) => (ItemState::Cancelled, 0, Some(why.as_str())),
+    };
+    let queue = item.queue;
+    let inserted = plans::run(
+        client,
+        &INSERT_CHILD,
+        ChildParams {
+            queue: item.queue,
+            key: item.key,
+            payload: item.payload,
+            priority: item.priority,
+            run_at: item.run_at,
+            max_attempts: item.max_attempts,
+            max_run: item.max_run,
+            group_key: item.group_key,
+            trace: item.trace,
+            state: match state {
+                ItemState::Waiting => "waiting",
+                ItemState::Cancelled => "cancelled",
+                _ => "pending",
+            },
+            waiting_on,
+            on_parent_failure: parents.on_failure.as_str(),
+            last_error,
+        },
+        |rows| {
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let row = rows.first();
+            Ok(row.get::<i64>(1)?.zip(row.get::<bool>(2)?))
+        },
+    )?;
+    let Some((id, due)) = inserted else {
+        return Ok(None);
+    };
+    workflow::link(client, id, parents)?;
+    counters::count(queue, Event::Enqueued, 1);
+    counters::moved(queue, None, Some(state), 1);
+    match state {
+        ItemState::Pending => {
+            if due {
+                notify::enqueued(client, queue)?;
+            }
+            wait::wake_after_commit(queue, 1);
+        }
+        ItemState::Cancelled => counters::count(queue, Event::Cancelled, 1),
+        _ => {}
+    }
+    Ok(Some(id))
 }

@@ -246,9 +246,12 @@ static FINISH: Fenced<Guarded<Option<RawJsonb>>> = fenced!(finish_sql);
 // FINISH from 0.12.0: also whether the item is to run once more
 // (`rerun_after` is this run's epoch: a `work_enqueue` with `on_conflict`
 // replaced it while it ran, [`crate::verbs::life`]).
+// And (from 0.12.0's workflows) whether it has children to settle
+// ([`crate::verbs::workflow`]), after a placeholder for FAIL_LIFE's
+// fourth column.
 static FINISH_LIFE: Fenced<Guarded<Option<RawJsonb>>> = fenced_life!(
     finish_sql,
-    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false), i.claimed_at"
+    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false), i.claimed_at, false, i.has_children"
 );
 
 // After a token-guarded statement matched nothing: how the item stands
@@ -339,9 +342,10 @@ static FINISH_MANY: Fenced<FinishManyParams> = fenced!(finish_many_sql);
 
 // FINISH_MANY from 0.12.0: also whether each item is to run once more (see
 // FINISH_LIFE), and when it was claimed (for the run-time histogram).
+// And whether it has children to settle (see FINISH_LIFE).
 static FINISH_MANY_LIFE: Fenced<FinishManyParams> = fenced_life!(
     finish_many_sql,
-    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false), i.claimed_at"
+    ", COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false), i.claimed_at, i.has_children"
 );
 
 params! {
@@ -612,10 +616,11 @@ static FAIL: Fenced<Guarded<(String, Option<Interval>)>> = fenced!(fail_sql);
 
 // FAIL from 0.12.0: also whether the item, failed for good, is to run
 // once more (see FINISH_LIFE).
-// And whether it failed for good (else it goes round again: a retry).
+// And whether it failed for good (else it goes round again: a retry),
+// and whether it has children to settle (see FINISH_LIFE).
 static FAIL_LIFE: Fenced<Guarded<(String, Option<Interval>)>> = fenced_life!(
     fail_sql,
-    ", i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state AND COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false), i.claimed_at, i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state"
+    ", i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state AND COALESCE(i.rerun_after OPERATOR(pg_catalog.=) i.epoch, false), i.claimed_at, i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state, i.has_children"
 );
 
 // Lock the row of the current token. FOR NO KEY UPDATE: the row lock an
@@ -738,6 +743,23 @@ struct Ended {
     /// A failure that used up the attempts (the item is failed), not one
     /// that goes round again.
     failed_for_good: bool,
+    /// The item has children (workflows, from 0.12.0), whose edges its
+    /// settle resolves ([`crate::verbs::workflow::settled`]).
+    has_children: bool,
+}
+
+impl Ended {
+    /// Whether the run's end settled the item for its children: it is
+    /// done or failed for good (`outcome`), not sent round once more.
+    fn settles_children(&self) -> bool {
+        self.has_children && !self.rerun
+    }
+}
+
+/// The item `id`'s settle (an accepted finish or final failure) settled it
+/// as `outcome` for its children (see [`Ended::settles_children`]).
+fn settle_children(id: i64, outcome: crate::verbs::workflow::Outcome) -> Result<()> {
+    Spi::connect_mut(|client| crate::verbs::workflow::settled(client, vec![id], outcome))
 }
 
 /// How long ago `claimed_at` was, in microseconds.
@@ -775,6 +797,7 @@ fn run_returning_queue<P: Params>(
                 rerun: flag(2).unwrap_or(false),
                 ran_micros: claimed_at.map(since),
                 failed_for_good: flag(4).unwrap_or(false),
+                has_children: flag(5).unwrap_or(false),
             }))
         })
     })
@@ -942,6 +965,9 @@ pub(crate) fn finish(
                 1,
             );
             crate::verbs::life::ended(token.id, &ended.queue, ended.rerun, true)?;
+            if ended.settles_children() {
+                settle_children(token.id, crate::verbs::workflow::Outcome::Done)?;
+            }
             Ok(true)
         }
         None => after_refusal(&token, true, &scope),
@@ -1013,6 +1039,7 @@ fn finish_many(
     let mut queues = Vec::new();
     let life = crate::verbs::life::schema_has_life();
     let mut ended = Vec::new();
+    let mut parents = Vec::new();
     let mut pairs_done = |rows: pgrx::spi::SpiTupleTable<'_>| -> Result<HashSet<(i64, i64)>> {
         let mut set = HashSet::with_capacity(rows.len());
         for row in rows {
@@ -1020,7 +1047,11 @@ fn finish_many(
             if let (Some(id), Some(epoch)) = (row.get::<i64>(1)?, row.get::<i64>(2)?) {
                 set.insert((id, epoch));
                 if let (true, Some(queue)) = (life, &queue) {
-                    ended.push((id, queue.clone(), row.get::<bool>(4)?.unwrap_or(false)));
+                    let rerun = row.get::<bool>(4)?.unwrap_or(false);
+                    ended.push((id, queue.clone(), rerun));
+                    if !rerun && row.get::<bool>(6)?.unwrap_or(false) {
+                        parents.push(id);
+                    }
                     let ran = row.get::<TimestampWithTimeZone>(5)?.map(since);
                     counters::run_ended(queue, Event::Done, ran);
                 } else if let Some(queue) = &queue {
@@ -1064,6 +1095,11 @@ fn finish_many(
     }
     for (id, queue, rerun) in &ended {
         crate::verbs::life::ended(*id, queue, *rerun, true)?;
+    }
+    if !parents.is_empty() {
+        Spi::connect_mut(|client| {
+            crate::verbs::workflow::settled(client, parents, crate::verbs::workflow::Outcome::Done)
+        })?;
     }
     if finished.len() < ids.len() {
         // Pairs the UPDATE did not take may be finishes repeated with the same token.
@@ -1238,6 +1274,9 @@ pub(crate) fn fail(
             counters::run_ended(&ended.queue, event, ended.ran_micros);
             counters::moved(&ended.queue, Some(ItemState::Claimed), Some(state), 1);
             crate::verbs::life::ended(token.id, &ended.queue, ended.rerun, false)?;
+            if ended.failed_for_good && ended.settles_children() {
+                settle_children(token.id, crate::verbs::workflow::Outcome::Failed)?;
+            }
             Ok(true)
         }
         None => after_refusal(&token, false, &scope),

@@ -52,10 +52,11 @@ pub(crate) fn schema_has_life() -> bool {
 }
 
 /// What `work_enqueue` does with a key that exists (`on_conflict`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum OnConflict {
     /// Leave the item as it is (the default, and the only behaviour before
     /// 0.12.0).
+    #[default]
     Keep,
     /// New payload and `run_at` (debounce).
     Replace,
@@ -118,7 +119,11 @@ SELECT i.id, i.state::pg_catalog.text, i.group_key IS NOT NULL
 //   are stored and shown, but not handed to the next claim (PROGRESS_OF).
 // In every state it takes trace `$5` (NULL: none) with the payload: the
 // next run serves the request that sent this payload.
-// Columns: whether it is pending and due now.
+// From 0.12.0's workflows, an item with parents not yet settled
+// (`waiting_on` > 0) is waiting, not pending: a waiting item takes the
+// payload and `run_at` as a pending one does and keeps waiting, and a
+// finished one comes back waiting.
+// Columns: whether it is pending and due now, its state.
 static REPLACE: Statement<ReplaceParams> = Statement::new(
     r#"
 UPDATE workfence.items AS i
@@ -143,11 +148,13 @@ UPDATE workfence.items AS i
                           THEN i.epoch ELSE NULL END,
        rerun_at = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state AND NOT $4
                        THEN $3 ELSE NULL END,
-       state = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state
-                    THEN i.state ELSE 'pending'::workfence.item_state END
+       state = CASE WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state THEN i.state
+                    WHEN i.waiting_on OPERATOR(pg_catalog.>) 0 THEN 'waiting'::workfence.item_state
+                    ELSE 'pending'::workfence.item_state END
  WHERE i.id OPERATOR(pg_catalog.=) $1
 RETURNING i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
-      AND i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+      AND i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(),
+          i.state::pg_catalog.text
 "#,
 );
 
@@ -222,7 +229,7 @@ pub(crate) fn conflict(
         // done or failed, not bring back what an operator stopped.
         grants::check(Capability::Operate, queue)?;
     }
-    let due = plans::run(
+    let (due, now) = plans::run(
         client,
         &REPLACE,
         ReplaceParams {
@@ -232,18 +239,28 @@ pub(crate) fn conflict(
             preserve_run_at: mode == OnConflict::PreserveRunAt,
             trace,
         },
-        |rows| Ok(!rows.is_empty() && rows.first().get::<bool>(1)?.unwrap_or(false)),
+        |rows| {
+            if rows.is_empty() {
+                return Ok((false, None));
+            }
+            let row = rows.first();
+            Ok((
+                row.get::<bool>(1)?.unwrap_or(false),
+                row.get::<String>(2)?.as_deref().and_then(ItemState::parse),
+            ))
+        },
     )?;
-    if state != "pending" {
+    let unfinished = state == "pending" || state == "waiting";
+    if !unfinished {
         // A finished item runs again (now), a claimed one once more (after
         // its run): either is one more run asked for, counted as an
-        // enqueue; a pending item's new payload is not.
+        // enqueue; a pending or waiting item's new payload is not.
         counters::count(queue, Event::Enqueued, 1);
     }
-    if state != "pending" && state != "claimed" {
-        counters::moved(queue, ItemState::parse(&state), Some(ItemState::Pending), 1);
+    if !unfinished && state != "claimed" {
+        counters::moved(queue, ItemState::parse(&state), now, 1);
     }
-    if state != "claimed" {
+    if state != "claimed" && now == Some(ItemState::Pending) {
         if state == "pending" && grouped {
             // Under the group's lock, taken above (or now, if the item
             // became pending since the look: a rare release or failure in
@@ -382,19 +399,26 @@ pub(crate) fn dead_lettered(
         |rows| {
             let mut again = Vec::with_capacity(rows.len());
             for row in rows {
-                if let Some(queue) = row.get::<String>(2)? {
-                    again.push(queue);
+                if let (Some(id), Some(queue)) = (row.get::<i64>(1)?, row.get::<String>(2)?) {
+                    again.push((id, queue));
                 }
             }
             Ok(again)
         },
     )?;
     // No NOTIFY, as in `ended` (a claim's dead letter may be prepared too).
-    for queue in again {
-        counters::moved(&queue, Some(ItemState::Failed), Some(ItemState::Pending), 1);
-        wait::wake_after_commit(&queue, 1);
+    for (_, queue) in &again {
+        counters::moved(queue, Some(ItemState::Failed), Some(ItemState::Pending), 1);
+        wait::wake_after_commit(queue, 1);
     }
-    Ok(())
+    // The dead letters that stay failed have failed for good: their
+    // waiting children learn it in this transaction (workflows).
+    let failed: Vec<i64> = dead
+        .iter()
+        .map(|t| t.id)
+        .filter(|id| !again.iter().any(|(again, _)| again == id))
+        .collect();
+    crate::verbs::workflow::settled(client, failed, crate::verbs::workflow::Outcome::Failed)
 }
 
 // The checkpoints of the items `$1` (just claimed by this transaction)

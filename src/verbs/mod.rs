@@ -6,6 +6,8 @@
 pub mod flow;
 // Epochs that survive a failover: the generation floor of a new history.
 pub mod generation;
+// Workflows (0.12.0): items that wait for others (`after`), `work_parent_results`, `work_workflow`.
+pub mod workflow;
 // `work_enqueue`.
 pub mod enqueue;
 // `work_claim`, `work_claim_key`.

@@ -22,6 +22,7 @@ use crate::pg::jsonb::RawJsonb;
 use crate::pg::plans::{self, params, Statement};
 use crate::store::sql::QueueKey;
 use crate::store::sql::QueueParams;
+use crate::verbs::workflow;
 
 // Put a failed or cancelled item back to pending, due at `$3` (NULL: now),
 // with at least one attempt left. The epoch, owner, attempts and errors
@@ -44,6 +45,31 @@ UPDATE workfence.items AS i
            FOR UPDATE) AS was
  WHERE i.id OPERATOR(pg_catalog.=) was.id
 RETURNING i.id, was.state::pg_catalog.text
+"#,
+);
+
+// RETRY from 0.12.0 (workflows, [`crate::verbs::workflow`]): an item with
+// parents not yet settled (`waiting_on` > 0) goes back to waiting, not
+// pending. Columns: id, the state before, the state after, whether it has
+// children, whether it has parents.
+static RETRY_LIFE: Statement<QueueKeyAt> = Statement::new(
+    r#"
+UPDATE workfence.items AS i
+   SET state = CASE WHEN i.waiting_on OPERATOR(pg_catalog.>) 0 THEN 'waiting'::workfence.item_state
+                    ELSE 'pending'::workfence.item_state END,
+       run_at = COALESCE($3, pg_catalog.clock_timestamp()),
+       max_attempts = GREATEST(i.max_attempts, i.attempts OPERATOR(pg_catalog.+) 1),
+       lease_until = NULL,
+       finished_at = NULL
+  FROM (SELECT o.id, o.state
+          FROM workfence.items AS o
+         WHERE o.queue OPERATOR(pg_catalog.=) $1
+           AND o.key OPERATOR(pg_catalog.=) $2
+           AND o.state OPERATOR(pg_catalog.=) ANY ('{failed,cancelled}'::workfence.item_state[])
+           FOR UPDATE) AS was
+ WHERE i.id OPERATOR(pg_catalog.=) was.id
+RETURNING i.id, was.state::pg_catalog.text, i.state::pg_catalog.text, i.has_children,
+          i.on_parent_failure IS NOT NULL
 "#,
 );
 
@@ -213,7 +239,11 @@ params! {
 /// new epoch). Claimers long-polling the queue are woken at commit. False,
 /// changing nothing, for a missing item or one that is `pending`, `claimed`
 /// or `done`. (Bulk: `SELECT work_retry(queue, key) FROM ...` over the keys
-/// `work_item` or a query of the operator's own finds.)
+/// `work_item` or a query of the operator's own finds.) From 0.12.0
+/// (workflows): an item whose parents have not all settled goes back to
+/// `waiting`, not pending, and the children a retried item's failure
+/// cancelled wait again ([`workflow::reopened`]), so a retried parent keeps
+/// its workflow.
 ///
 /// Errors: 22004 for a NULL queue or key; 22023 for a bad queue or key (see
 /// `work_enqueue`), or `run_at` = 'infinity'; 42501 (insufficient_privilege) when queue grants are
@@ -230,6 +260,9 @@ pub fn work_retry(
         let key = validate::key(validate::required("key", key)?)?;
         let run_at = validate::finite_run_at(run_at)?;
         grants::check(Capability::Operate, &queue)?;
+        if crate::verbs::life::schema_has_life() {
+            return retry(&queue, &key, run_at);
+        }
         move_item(&RETRY, &queue, &key, run_at)
     })()
     .or_report()
@@ -266,6 +299,57 @@ pub fn work_reschedule(
         move_item(&RESCHEDULE, &queue, &key, run_at)
     })()
     .or_report()
+}
+
+/// `work_retry` on a schema of 0.12.0 or later ([`RETRY_LIFE`]): as
+/// [`move_item`] does with RETRY, and for workflows: a retried child waits
+/// again for its parents not yet settled, and its parents' failures no
+/// longer cancel it ([`workflow::forgiven`]); a retried parent's children
+/// that its failure cancelled wait again ([`workflow::reopened`]).
+fn retry(queue: &str, key: &str, run_at: Option<TimestampWithTimeZone>) -> Result<bool> {
+    Spi::connect_mut(|client| {
+        let moved = plans::run(
+            client,
+            &RETRY_LIFE,
+            QueueKeyAt { queue, key, run_at },
+            |rows| {
+                if rows.is_empty() {
+                    return Ok(None);
+                }
+                let row = rows.first();
+                let state = |n: usize| -> Result<Option<ItemState>> {
+                    Ok(row.get::<String>(n)?.as_deref().and_then(ItemState::parse))
+                };
+                Ok(row.get::<i64>(1)?.map(|id| (id, state(2), state(3))).map(
+                    |(id, was, now)| -> Result<_> {
+                        Ok((
+                            id,
+                            was?,
+                            now?,
+                            row.get::<bool>(4)?.unwrap_or(false),
+                            row.get::<bool>(5)?.unwrap_or(false),
+                        ))
+                    },
+                ))
+            },
+        )?;
+        let Some(moved) = moved else {
+            return Ok(false);
+        };
+        let (id, was, now, has_children, has_parents) = moved?;
+        counters::count(queue, Event::Retried, 1);
+        counters::moved(queue, was, now, 1);
+        if has_parents {
+            workflow::forgiven(client, id)?;
+        }
+        if has_children {
+            workflow::reopened(client, id)?;
+        }
+        if now == Some(ItemState::Pending) {
+            wait::wake_after_commit(queue, 1);
+        }
+        Ok(true)
+    })
 }
 
 /// Run RETRY or RESCHEDULE; when it changed the item, wake a claimer

@@ -28,8 +28,10 @@ use crate::pg::plans::{self, params, Statement};
 // and a bigger purge is that many transactions. The rows are what was
 // deleted per queue and state (for the state counts,
 // `crate::backend::counters`).
-static PURGE: Statement<PurgeParams> = Statement::new(
-    r#"
+macro_rules! purge_sql {
+    ($gone:literal, $unlink:literal) => {
+        concat!(
+            r#"
 WITH doomed AS (
     SELECT i.id
       FROM workfence.items AS i
@@ -43,13 +45,43 @@ WITH doomed AS (
 ), gone AS (
     DELETE FROM workfence.items AS i
      WHERE i.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.id FROM doomed AS d))
-    RETURNING i.queue, i.state
-)
+    RETURNING i.queue, i.state"#,
+            $gone,
+            r#"
+)"#,
+            $unlink,
+            r#"
 SELECT g.queue, g.state::pg_catalog.text, pg_catalog.count(*)
   FROM gone AS g
  GROUP BY g.queue, g.state
-"#,
-);
+"#
+        )
+    };
+}
+
+static PURGE: Statement<PurgeParams> = Statement::new(purge_sql!("", ""));
+
+// PURGE from 0.12.0 (workflows, [`crate::verbs::workflow`]): the edges of
+// the items deleted go with them, into them and out of them, each found by
+// one of the edges' indexes (only for items that had any). An edge to a
+// purged parent is resolved already (the parent was finished), so no
+// waiting child loses a count.
+static PURGE_LIFE: Statement<PurgeParams> = Statement::new(purge_sql!(
+    ", i.id, i.has_children OR i.on_parent_failure IS NOT NULL AS linked",
+    r#", unlinked AS (
+    DELETE FROM workfence.item_edges AS e
+     WHERE e.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+           SELECT x.ctid
+             FROM gone AS g
+            CROSS JOIN LATERAL (
+                  SELECT c.ctid FROM workfence.item_edges AS c
+                   WHERE c.child OPERATOR(pg_catalog.=) g.id
+                  UNION ALL
+                  SELECT p.ctid FROM workfence.item_edges AS p
+                   WHERE p.parent OPERATOR(pg_catalog.=) g.id) AS x
+            WHERE g.linked))
+)"#
+));
 
 /// The most items one `work_purge` call (one statement, one transaction of
 /// the maintenance worker) deletes: about 10 MB of WAL and 10,000 row locks
@@ -124,7 +156,11 @@ pub(crate) fn purge_finished(
 ) -> Result<i64> {
     plans::run(
         client,
-        &PURGE,
+        if crate::verbs::life::schema_has_life() {
+            &PURGE_LIFE
+        } else {
+            &PURGE
+        },
         PurgeParams {
             older_than,
             queue,

@@ -701,6 +701,7 @@ fn fire_one(
             None,
             row.group_key.as_deref(),
             (crate::verbs::life::OnConflict::Keep, None),
+            None,
         )?;
         enqueued += i64::from(inserted);
         last = Some((slot, id));

@@ -62,7 +62,8 @@ impl WorkEnqueueRow {
 /// workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}', key text DEFAULT NULL,
 ///     run_at timestamp with time zone DEFAULT NULL, priority integer DEFAULT 0,
 ///     max_attempts integer DEFAULT 25, max_run interval DEFAULT NULL, group_key text DEFAULT NULL,
-///     on_conflict text DEFAULT 'keep', trace text DEFAULT NULL)
+///     on_conflict text DEFAULT 'keep', trace text DEFAULT NULL, after bigint[] DEFAULT NULL,
+///     on_parent_failure text DEFAULT 'cancel')
 /// RETURNS TABLE(id bigint, key text, inserted boolean)
 /// ```
 ///
@@ -81,6 +82,8 @@ pub fn work_enqueue(
     group_key: Option<&str>,
     on_conflict: Option<&str>,
     trace: Option<&str>,
+    after: Option<&[i64]>,
+    on_parent_failure: Option<&str>,
 ) -> CallResult<Vec<WorkEnqueueRow>> {
     let mut call = Call::new(
         "SELECT r.id, r.key, r.inserted \
@@ -96,6 +99,8 @@ pub fn work_enqueue(
     call.named("group_key", &group_key, Type::TEXT, "");
     call.named("on_conflict", &on_conflict, Type::TEXT, "");
     call.named("trace", &trace, Type::TEXT, "");
+    call.named("after", &after, Type::INT8_ARRAY, "");
+    call.named("on_parent_failure", &on_parent_failure, Type::TEXT, "");
     call.rows(c, ") AS r", WorkEnqueueRow::read)
 }
 
@@ -492,6 +497,80 @@ pub fn work_progress(
     call.arg(&epoch, Type::INT8, "");
     call.arg(&progress, Type::JSONB, "");
     call.value(c, ")")
+}
+
+/// `workfence.work_parent_results`: under the current lease, the results of the item's parents
+/// (workflows): `{"<parent id>": result}`.
+///
+/// ```sql
+/// workfence.work_parent_results(id bigint, owner text, epoch bigint)
+/// RETURNS jsonb
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn work_parent_results(
+    c: &mut impl GenericClient,
+    id: i64,
+    owner: &str,
+    epoch: i64,
+) -> CallResult<Value> {
+    let mut call = Call::new("SELECT workfence.work_parent_results(");
+    call.arg(&id, Type::INT8, "");
+    call.arg(&owner, Type::TEXT, "");
+    call.arg(&epoch, Type::INT8, "");
+    call.value(c, ")")
+}
+
+/// A row of the result of [`work_workflow`] (its `RETURNS TABLE`), every column an `Option`: the
+/// catalog does not say which are never NULL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkWorkflowRow {
+    /// `id bigint`.
+    pub id: Option<i64>,
+    /// `queue text`.
+    pub queue: Option<String>,
+    /// `key text`.
+    pub key: Option<String>,
+    /// `state text`.
+    pub state: Option<String>,
+    /// `depth integer`.
+    pub depth: Option<i32>,
+    /// `parents bigint[]`.
+    pub parents: Option<Vec<i64>>,
+}
+
+impl WorkWorkflowRow {
+    /// The row's columns, in the order of the select list.
+    fn read(row: &Row) -> CallResult<WorkWorkflowRow> {
+        Ok(WorkWorkflowRow {
+            id: row.try_get(0)?,
+            queue: row.try_get(1)?,
+            key: row.try_get(2)?,
+            state: row.try_get(3)?,
+            depth: row.try_get(4)?,
+            parents: row.try_get(5)?,
+        })
+    }
+}
+
+/// `workfence.work_workflow`: the workflow graph around an item: its ancestors and descendants,
+/// each with its state and parents.
+///
+/// ```sql
+/// workfence.work_workflow(id bigint)
+/// RETURNS TABLE(id bigint, queue text, key text, state text, depth integer, parents bigint[])
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+pub fn work_workflow(c: &mut impl GenericClient, id: i64) -> CallResult<Vec<WorkWorkflowRow>> {
+    let mut call = Call::new(
+        "SELECT r.id, r.queue, r.key, r.state, r.depth, r.parents \
+         FROM workfence.work_workflow(",
+    );
+    call.arg(&id, Type::INT8, "");
+    call.rows(c, ") AS r", WorkWorkflowRow::read)
 }
 
 /// `workfence.work_assert`: raises 55000 unless the token is current; fences the transaction's
@@ -1254,6 +1333,8 @@ pub struct QueueStateCountsRow {
     pub failed: Option<i64>,
     /// `cancelled bigint`.
     pub cancelled: Option<i64>,
+    /// `waiting bigint`.
+    pub waiting: Option<i64>,
 }
 
 impl QueueStateCountsRow {
@@ -1266,6 +1347,7 @@ impl QueueStateCountsRow {
             done: row.try_get(3)?,
             failed: row.try_get(4)?,
             cancelled: row.try_get(5)?,
+            waiting: row.try_get(6)?,
         })
     }
 }
@@ -1276,7 +1358,7 @@ impl QueueStateCountsRow {
 /// ```sql
 /// workfence.queue_state_counts(rebuild boolean DEFAULT false)
 /// RETURNS TABLE(queue text, pending bigint, claimed bigint, done bigint, failed bigint,
-///     cancelled bigint)
+///     cancelled bigint, waiting bigint)
 /// ```
 ///
 /// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
@@ -1286,7 +1368,7 @@ pub fn queue_state_counts(
     rebuild: Option<bool>,
 ) -> CallResult<Vec<QueueStateCountsRow>> {
     let mut call = Call::new(
-        "SELECT r.queue, r.pending, r.claimed, r.done, r.failed, r.cancelled \
+        "SELECT r.queue, r.pending, r.claimed, r.done, r.failed, r.cancelled, r.waiting \
          FROM workfence.queue_state_counts(",
     );
     call.named("rebuild", &rebuild, Type::BOOL, "");
