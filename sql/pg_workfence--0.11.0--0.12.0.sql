@@ -608,7 +608,12 @@ COMMENT ON COLUMN workfence.items.trace IS
 -- (work_queue_stats_exact), and the library's statements run after commit.
 ALTER TYPE workfence.item_state ADD VALUE 'waiting';
 COMMENT ON TYPE workfence.item_state IS
-    'Life cycle of an item: pending -> claimed -> done | failed;
+    'Life cycle of an item: pending -> claimed -> done | failed; pending or claimed -> cancelled; '
+    'claimed -> pending on release or on a retryable failure. An expired lease is claimed anew '
+    'directly (claimed -> claimed, with a new epoch and attempts + 1), or, on the final attempt, '
+    'made failed. failed or cancelled -> pending only by an operator''s work_retry (from 0.6.0); done is final. '
+    'From 0.12.0, waiting: enqueued with parents (after) not all done; waiting -> pending in the transaction of the '
+    'last parent''s finish, waiting -> cancelled when a parent ends failed or cancelled (on_parent_failure cancel).';
 COMMENT ON COLUMN workfence.items.state IS 'pending, claimed, done, failed, cancelled or (from 0.12.0) waiting.';
 ALTER TABLE workfence.items ADD COLUMN has_children boolean NOT NULL DEFAULT false;
 ALTER TABLE workfence.items ADD COLUMN waiting_on integer NOT NULL DEFAULT 0;
