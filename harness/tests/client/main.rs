@@ -46,3 +46,4 @@ mod server_major;
 mod soak;
 mod upgrade;
 mod wake_ups;
+mod workflow;
