@@ -84,3 +84,16 @@ SELECT count(*) AS claimed_while_paused FROM work_claim('reports', 'rep-1', '1 m
 SELECT work_resume('reports') AS resumed;
 SELECT key, attempt FROM work_claim('reports', 'rep-1', '1 minute', max_items => 2);
 SELECT queue, paused, pending, claimed, failed FROM work_queue_stats WHERE queue = 'reports';
+-- 11. Workflows (0.12.0): a job that waits for others. It is released in the
+--     transaction of its last parent's finish, and reads their results.
+SELECT id AS fetch_a FROM work_enqueue('fetch', '{"url": "a"}') \gset
+SELECT id AS fetch_b FROM work_enqueue('fetch', '{"url": "b"}') \gset
+SELECT id AS merge FROM work_enqueue('merge', after => ARRAY[:fetch_a, :fetch_b]) \gset
+SELECT state FROM workfence.items WHERE id = :merge;
+SELECT count(*) AS finished
+  FROM work_claim('fetch', 'fetcher', '1 minute', max_items => 2) AS c,
+       LATERAL work_finish(c.id, 'fetcher', c.epoch, jsonb_build_object('bytes', c.id - :fetch_a + 10)) AS f
+ WHERE f;
+SELECT id AS m, epoch AS m_epoch FROM work_claim('merge', 'merger', '1 minute') \gset
+SELECT work_parent_results(:m, 'merger', :m_epoch) = jsonb_build_object(:'fetch_a', '{"bytes": 10}'::jsonb, :'fetch_b', '{"bytes": 11}'::jsonb) AS both_results;
+SELECT depth, state, cardinality(parents) AS parents FROM work_workflow(:m) ORDER BY depth, id;
