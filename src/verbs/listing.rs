@@ -13,6 +13,7 @@
 //! | `pending` | claim order: `priority, run_at, id` | `items_due_idx` |
 //! | `claimed` | soonest lease end first: `lease_until, id` (lapsed leases on top) | `items_lease_idx` |
 //! | `done`, `failed`, `cancelled` | newest finish first: `finished_at, id` descending | `items_finished_idx` |
+//! | `waiting` (from 0.12.0) | oldest first: `id` | `items_waiting_idx` |
 //!
 //! No index is added for it: every claim and finish would pay for its upkeep
 //! (not measured for this listing; docs/benchmarks.md counts what 0.10.0's
@@ -169,6 +170,24 @@ macro_rules! list_statements {
  LIMIT $3
 "#
             )),
+
+            // Waiting items of queue `$1` (workflows, from 0.12.0), oldest
+            // first, after item `$2`: the states after cancelled, as the
+            // partial index items_waiting_idx names them (an update to
+            // 0.12.0 makes the index in the transaction that adds the
+            // value); on a schema before 0.12.0 there are none.
+            waiting: Statement::new(concat!(
+                listed_columns!($more),
+                r#"
+ WHERE i.queue OPERATOR(pg_catalog.=) $1
+   AND i.state OPERATOR(pg_catalog.>) 'cancelled'::workfence.item_state
+   AND i.id OPERATOR(pg_catalog.>) "#,
+                cursor!("id", "(-9223372036854775807)::pg_catalog.int8"),
+                r#"
+ ORDER BY i.id
+ LIMIT $3
+"#
+            )),
         }
     };
 }
@@ -180,6 +199,7 @@ struct ListStatements {
     pending: Statement<ListParams<'static>>,
     claimed: Statement<ListParams<'static>>,
     finished: Statement<ListFinishedParams<'static>>,
+    waiting: Statement<ListParams<'static>>,
 }
 
 /// The statements of 0.11.0's `work_items`.
@@ -220,6 +240,7 @@ enum Listing {
     Pending,
     Claimed,
     Finished(&'static str),
+    Waiting,
 }
 
 /// `state` of `work_items`: NULL (every item) or an item state.
@@ -231,10 +252,11 @@ fn listing(value: Option<String>) -> Result<Listing> {
         Some("done") => Listing::Finished("done"),
         Some("failed") => Listing::Finished("failed"),
         Some("cancelled") => Listing::Finished("cancelled"),
+        Some("waiting") => Listing::Waiting,
         Some(other) => {
             return Err(WorkfenceError::invalid(
                 "state",
-                "must be NULL or one of pending, claimed, done, failed, cancelled",
+                "must be NULL or one of pending, claimed, done, failed, cancelled, waiting",
                 format!("The state is {other:?}."),
                 "work_queue_stats' scheduled items are pending ones with run_at in the future, \
                  its expired ones claimed ones with lease_until in the past: list pending or \
@@ -329,7 +351,8 @@ fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
 /// soonest lease end first (`lease_until, id`: lapsed leases on top; a
 /// hung job is one whose `claimed_at` is long ago); `done`, `failed` (the
 /// dead letters) and `cancelled` newest finish first
-/// (`finished_at, id` descending). `after` is the id of the last row of the
+/// (`finished_at, id` descending); from 0.12.0 `waiting` (workflows)
+/// oldest first (`id`). `after` is the id of the last row of the
 /// previous page (NULL: the first page); the page continues after that
 /// item's place in the order as it is now (its sort key, even after it
 /// left the listed state); the page is empty when that sort key is gone (a
@@ -344,7 +367,7 @@ fn read_listed(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<ListedRow>> {
 /// page size, not the queue's; keyset pagination, not `OFFSET`.
 ///
 /// Errors: 22004 for a NULL queue or max; 22023 for a bad queue (see
-/// `work_enqueue`), a state that is not one of the five item states, or a
+/// `work_enqueue`), a state that is not one of the six item states, or a
 /// max outside 1 to 1000; 42501 (insufficient_privilege) when queue grants
 /// are enforced and the session's role has no read grant covering the
 /// queue (see `crate::access::grants`).
@@ -455,6 +478,7 @@ fn listed(
         Listing::All => plans::run(client, &statements.all, params, read_listed),
         Listing::Pending => plans::run(client, &statements.pending, params, read_listed),
         Listing::Claimed => plans::run(client, &statements.claimed, params, read_listed),
+        Listing::Waiting => plans::run(client, &statements.waiting, params, read_listed),
         Listing::Finished(state) => plans::run(
             client,
             &statements.finished,
