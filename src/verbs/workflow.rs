@@ -340,6 +340,41 @@ params! {
     }
 }
 
+// SETTLE for the commonest call: one parent `$1`, done (an accepted
+// `work_finish`). Each of its edges is unique (the primary key), so each
+// child is updated once, by one, with no aggregate and no separate lock:
+// half SETTLE's time (0.06 ms against 0.12 ms, EXPLAIN ANALYZE with
+// generic plans). A child whose count reaches 0 while waiting becomes
+// pending; it was waiting (a child with an unresolved edge and state
+// pending cannot be: its count would be above 0, and a retry or a replace
+// makes such an item waiting). Columns: id, queue, state after.
+static SETTLE_DONE: Statement<SettleDoneParams> = Statement::new(
+    r#"
+WITH e AS (
+    UPDATE workfence.item_edges AS e
+       SET resolved = true
+     WHERE e.parent OPERATOR(pg_catalog.=) $1
+       AND NOT e.resolved
+    RETURNING e.child
+)
+UPDATE workfence.items AS c
+   SET waiting_on = c.waiting_on OPERATOR(pg_catalog.-) 1,
+       state = CASE WHEN c.state OPERATOR(pg_catalog.=) 'waiting'::workfence.item_state
+                         AND c.waiting_on OPERATOR(pg_catalog.<=) 1
+                    THEN 'pending'::workfence.item_state ELSE c.state END
+  FROM e
+ WHERE c.id OPERATOR(pg_catalog.=) e.child
+RETURNING c.id, c.queue, c.state::pg_catalog.text
+"#,
+);
+
+params! {
+    /// `$1` the parent, done.
+    struct SettleDoneParams {
+        parent: i64 = INT8OID,
+    }
+}
+
 /// How parents settled, for [`settled`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -389,6 +424,34 @@ fn changed_rows(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Vec<Changed>> {
 /// cancels, level by level down the graph (edges never form a cycle). A
 /// call for parents without unresolved edges changes nothing.
 pub fn settled(client: &mut SpiClient<'_>, parents: Vec<i64>, outcome: Outcome) -> Result<()> {
+    if let (Outcome::Done, [parent]) = (outcome, parents.as_slice()) {
+        let released = plans::run(
+            client,
+            &SETTLE_DONE,
+            SettleDoneParams { parent: *parent },
+            |rows| {
+                let mut released = Vec::new();
+                for row in rows {
+                    if let (Some(queue), Some("pending")) =
+                        (row.get::<String>(2)?, row.get::<String>(3)?.as_deref())
+                    {
+                        released.push(queue);
+                    }
+                }
+                Ok(released)
+            },
+        )?;
+        for queue in released {
+            counters::moved(
+                &queue,
+                Some(ItemState::Waiting),
+                Some(ItemState::Pending),
+                1,
+            );
+            wait::wake_after_commit(&queue, 1);
+        }
+        return Ok(());
+    }
     let mut level = parents;
     let mut outcome = outcome;
     while !level.is_empty() {

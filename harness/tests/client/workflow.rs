@@ -515,40 +515,59 @@ fn fan_out_and_fan_in_under_eight_workers_runs_the_join_once_after_every_parent(
     );
 }
 
-/// The `SETTLE` statement of src/verbs/workflow.rs, as the extension runs
-/// it (read from the source, so the plan shown is the real one's).
-fn settle_sql() -> String {
+/// A statement of src/verbs/workflow.rs (`static NAME: Statement<PARAMS>`),
+/// as the extension runs it (read from the source, so the plan shown is
+/// the real one's).
+fn statement_sql(name: &str, params: &str) -> String {
     let sources = common::extension_sources();
     let (_, text) = sources
         .iter()
         .find(|(path, _)| path == "verbs/workflow.rs")
         .expect("src/verbs/workflow.rs");
     let start = text
-        .find("static SETTLE: Statement<SettleParams> = Statement::new(\n    r#\"")
-        .expect("the SETTLE statement");
+        .find(&format!(
+            "static {name}: Statement<{params}> = Statement::new(\n    r#\""
+        ))
+        .unwrap_or_else(|| panic!("the {name} statement"));
     let body = &text[start..];
     let open = body.find("r#\"").expect("its raw string") + 3;
     let close = body[open..].find("\"#").expect("its end") + open;
     body[open..close].to_owned()
 }
 
-/// EXPLAIN (ANALYZE, BUFFERS) of SETTLE for `parent` done, in a
-/// transaction rolled back: the plan's JSON.
-fn explain_settle(c: &mut Client, sql: &str, parent: i64) -> Value {
+/// EXPLAIN (ANALYZE, BUFFERS) of a release of `parent`'s children, done, in
+/// a transaction rolled back: SETTLE_DONE (a finish's, `single`) or SETTLE
+/// (a batch's and a failure's). The plan's JSON.
+fn explain_settle(c: &mut Client, parent: i64, single: bool) -> Value {
+    let (prepare, execute) = if single {
+        (
+            format!(
+                "PREPARE settle (bigint) AS {}",
+                statement_sql("SETTLE_DONE", "SettleDoneParams")
+            ),
+            format!("EXECUTE settle({parent})"),
+        )
+    } else {
+        (
+            format!(
+                "PREPARE settle (bigint[], boolean, text) AS {}",
+                statement_sql("SETTLE", "SettleParams")
+            ),
+            format!("EXECUTE settle(ARRAY[{parent}::bigint], false, 'done')"),
+        )
+    };
     let mut tx = ok(c.transaction(), "BEGIN");
+    // As the extension plans its statements (src/pg/plans.rs).
     ok(
-        tx.batch_execute(&format!(
-            "PREPARE settle (bigint[], boolean, text) AS {sql}"
-        )),
-        "PREPARE",
+        tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan"),
+        "generic plans",
     );
+    ok(tx.batch_execute(&prepare), "PREPARE");
+    // (EXPLAIN EXECUTE takes no bind parameters: the id, an integer, is
+    // written into the text.)
     let plan: Value = ok(
         tx.query_one(
-            // (EXPLAIN EXECUTE takes no bind parameters: the id, an
-            // integer, is written into the text.)
-            &format!(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE settle(ARRAY[{parent}::bigint], false, 'done')"
-            ),
+            &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {execute}"),
             &[],
         ),
         "EXPLAIN",
@@ -627,31 +646,36 @@ fn releasing_a_child_costs_the_same_at_depth_one_and_ten_thousand() {
         &[],
     );
 
-    let sql = settle_sql();
-    let (shallow_shape, shallow_buffers) = plan_shape(&explain_settle(&mut c, &sql, first));
-    let (deep_shape, deep_buffers) = plan_shape(&explain_settle(&mut c, &sql, deepest));
-    println!(
-        "10,000-item diamond chain built in {:.0} ms; SETTLE at depth 1: {shallow_buffers} buffers, \
-         at depth 9,998: {deep_buffers} buffers; plan {shallow_shape:?}",
-        built.as_secs_f64() * 1000.0
-    );
-    assert_eq!(shallow_shape, deep_shape, "the plan depends on the depth");
-    assert!(
-        shallow_shape
-            .iter()
-            .all(|node| !node.starts_with("Seq Scan")),
-        "the release reads a table whole: {shallow_shape:?}"
-    );
-    for index in ["item_edges_pkey", "items_pkey"] {
+    for single in [true, false] {
+        let name = if single { "SETTLE_DONE" } else { "SETTLE" };
+        let (shallow_shape, shallow_buffers) = plan_shape(&explain_settle(&mut c, first, single));
+        let (deep_shape, deep_buffers) = plan_shape(&explain_settle(&mut c, deepest, single));
+        println!(
+            "10,000-item diamond chain built in {:.0} ms; {name} at depth 1: {shallow_buffers} \
+             buffers, at depth 9,998: {deep_buffers} buffers; plan {shallow_shape:?}",
+            built.as_secs_f64() * 1000.0
+        );
+        assert_eq!(
+            shallow_shape, deep_shape,
+            "{name}'s plan depends on the depth"
+        );
         assert!(
-            shallow_shape.iter().any(|node| node.ends_with(index)),
-            "the release does not use {index}: {shallow_shape:?}"
+            shallow_shape
+                .iter()
+                .all(|node| !node.starts_with("Seq Scan")),
+            "{name} reads a table whole: {shallow_shape:?}"
+        );
+        for index in ["item_edges_pkey", "items_pkey"] {
+            assert!(
+                shallow_shape.iter().any(|node| node.ends_with(index)),
+                "{name} does not use {index}: {shallow_shape:?}"
+            );
+        }
+        assert!(
+            deep_buffers <= shallow_buffers + 4,
+            "{name} at depth 9,998 reads {deep_buffers} buffers, at depth 1 {shallow_buffers}"
         );
     }
-    assert!(
-        deep_buffers <= shallow_buffers + 4,
-        "the release at depth 9,998 reads {deep_buffers} buffers, at depth 1 {shallow_buffers}"
-    );
 
     // And through the functions: the finish of a left node at the top and
     // at the bottom of the chain moves the same rows, with no sequential
