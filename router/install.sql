@@ -10,6 +10,12 @@
 -- user=CURRENT_USER), so the shards' EXECUTE and queue grants judge it:
 --
 --   calls that name a queue          the queue's shard: hashtext(queue) & (N - 1)
+--   work_enqueue with after          the queue's shard, once every parent id
+--   (0.12.0, workflows)              is checked to be on it (id >> 48): a
+--                                    child and its parents are on one shard,
+--                                    an id of another shard is refused
+--                                    (22023) on the router (below, "parents
+--                                    on the queue's shard")
 --   calls that name an item by id    the item's shard: id >> 48
 --   work_finish_and_claim,           the token's shard (id >> 48), one
 --   work_fail_and_claim              transaction, when it is the queue's
@@ -155,6 +161,76 @@ COMMENT ON FUNCTION workfence_router.cluster(text) IS
     'The PL/Proxy cluster of every router function: workfence_shards, or 42501 when the call runs as a role '
     'other than the session''s (a SECURITY DEFINER function calling the router).';
 
+-- ---- parents on the queue's shard (0.12.0, workflows) ----
+--
+-- work_enqueue's after names the parents its item waits for. The shard
+-- that inserts the item locks its parents and links them (item_edges), and
+-- the parents' finishes there release it, in their own transactions: so a
+-- child and its parents are items of one shard, the queue's. Item ids are
+-- the shards' own, unchanged through the router (shard S numbers its items
+-- from S << 48), so an after id names its shard, and the ids go to the
+-- shard as given. An id of another of the router's shards (0 <= id >> 48 < N,
+-- not the queue's) is refused here, on the router, before any shard is
+-- called: 22023, its id and both shards in the detail. An id that names
+-- no shard of the router (negative, or id >> 48 of N or more), a NULL
+-- element, a NULL queue, go on to the queue's shard, which refuses them as
+-- the extension does (23503, 22004).
+
+-- The shard-checking half of queue_shard_after: raises 22023 for the first
+-- id of `after` on one of the N shards but the queue's; else queue_shard.
+CREATE FUNCTION workfence_router.parents_on_queue_shard(queue text, after bigint[])
+RETURNS integer
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $parents$
+DECLARE
+    n pg_catalog.int4 := workfence_router.shard_count();
+    home pg_catalog.int4 := workfence_router.queue_shard(queue) OPERATOR(pg_catalog.&)
+                            (n OPERATOR(pg_catalog.-) 1);
+    parent pg_catalog.int8;
+    part pg_catalog.int8;
+BEGIN
+    -- unnest reads every dimension, flat, as the extension reads after.
+    FOR parent IN SELECT a FROM pg_catalog.unnest(after) AS a LOOP
+        part := parent OPERATOR(pg_catalog.>>) workfence_router.id_bits();
+        IF part OPERATOR(pg_catalog.>=) 0 AND part OPERATOR(pg_catalog.<) n
+           AND part OPERATOR(pg_catalog.<>) home THEN
+            RAISE EXCEPTION USING
+                ERRCODE = '22023',
+                MESSAGE = pg_catalog.format(
+                    'argument "after" must name items on the shard of queue %s through the '
+                    'pg_workfence router: item %s is on shard %s, the queue on shard %s',
+                    pg_catalog.to_json(queue), parent, part, home),
+                DETAIL = pg_catalog.format(
+                    'Item %s is on shard %s (id >> 48); queue %s is on shard %s (hashtext(queue) '
+                    '& (N - 1), N = %s). A workflow''s items are on one shard: the child''s shard '
+                    'links its parents and their finishes there release it.',
+                    parent, part, pg_catalog.to_json(queue), home, n),
+                HINT = 'Put a workflow''s queues on one shard: name them so that they hash '
+                       'together (workfence_router.queue_shard(name) & (N - 1) the same), or '
+                       'enqueue its parents and children in one queue.';
+        END IF;
+    END LOOP;
+    RETURN workfence_router.queue_shard(queue);
+END
+$parents$;
+COMMENT ON FUNCTION workfence_router.parents_on_queue_shard(text, bigint[]) IS
+    'queue_shard(queue), or 22023 when an id of after is on another of the router''s shards than the '
+    'queue''s (id >> 48).';
+
+-- Where work_enqueue runs (its RUN ON, which PL/Proxy evaluates on the
+-- router, after its CLUSTER and before it connects to a shard): the
+-- queue's hash, as queue_shard, once its parents are checked. An enqueue
+-- without parents (after NULL or empty) calls queue_shard only: no
+-- catalog read, no PL/pgSQL.
+CREATE FUNCTION workfence_router.queue_shard_after(queue text, after bigint[]) RETURNS integer
+LANGUAGE sql STABLE AS
+$$ SELECT CASE WHEN queue IS NULL OR after IS NULL
+                    OR pg_catalog.cardinality(after) OPERATOR(pg_catalog.=) 0
+               THEN workfence_router.queue_shard(queue)
+               ELSE workfence_router.parents_on_queue_shard(queue, after) END $$;
+COMMENT ON FUNCTION workfence_router.queue_shard_after(text, bigint[]) IS
+    'work_enqueue''s partition hash: queue_shard(queue), once every after id is checked to be on the '
+    'queue''s shard (22023 for an id of another shard of the router).';
+
 -- ---- calls that name a queue ----
 
 -- surface:queue:begin (generated from sql/functions.toml by `cargo run -p workfence-surface`: edit the table)
@@ -165,13 +241,15 @@ CREATE FUNCTION workfence.work_enqueue(queue text, payload jsonb DEFAULT '{}',
     on_parent_failure text DEFAULT 'cancel')
 RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.work_enqueue');
-    RUN ON workfence_router.queue_shard(queue);
+    RUN ON workfence_router.queue_shard_after(queue, after);
 $$;
 COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text, bigint[], text) IS
     'Router: runs work_enqueue on the queue''s shard (hashtext(queue) & (N - 1)); the id it '
     'returns carries the shard number (id >> 48). A queue''s items, and so each of its groups '
     '(group_key), are on its one shard, which keeps the group serial (or within work_limit''s '
-    'per_group).';
+    'per_group). From 0.12.0, every after id must be an item of that shard (a workflow lives on '
+    'one shard): an id of another of the router''s shards is refused on the router with 22023 '
+    '(workfence_router.queue_shard_after), before any shard is called.';
 
 CREATE FUNCTION workfence.work_claim(queue text, owner text, lease interval,
     max_items integer DEFAULT 1, wait interval DEFAULT '00:00:00')
@@ -696,19 +774,20 @@ CREATE FUNCTION workfence_router.queue_stats()
 RETURNS TABLE(queue text, pending bigint, scheduled bigint, claimed bigint, expired bigint,
               done bigint, failed bigint, cancelled bigint, oldest_due_age interval,
               paused boolean, refused bigint, lapsed bigint, concurrency integer, rate integer,
-              per interval, per_group integer)
+              per interval, per_group integer, waiting bigint)
 LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.queue_stats');
     RUN ON ALL;
     SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
            s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per,
-           s.per_group
+           s.per_group, s.waiting
       FROM workfence.work_queue_stats AS s;
 $$;
 
 CREATE VIEW workfence.work_queue_stats AS
 SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
-       s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per, s.per_group
+       s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per, s.per_group,
+       s.waiting
   FROM workfence_router.queue_stats() AS s;
 COMMENT ON VIEW workfence.work_queue_stats IS
     'Every shard''s work_queue_stats, as the calling role may read them there: a row per queue and '
@@ -751,7 +830,7 @@ COMMENT ON FUNCTION workfence.queue_history_rows(text) IS
 -- read them (the router's work_queue_stats is the shards' views).
 CREATE FUNCTION workfence.queue_state_counts(rebuild boolean DEFAULT false)
 RETURNS TABLE(queue text, pending bigint, claimed bigint, done bigint, failed bigint,
-              cancelled bigint)
+              cancelled bigint, waiting bigint)
 LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence.queue_state_counts');
     RUN ON ALL;
@@ -781,19 +860,20 @@ CREATE FUNCTION workfence_router.queue_stats_exact()
 RETURNS TABLE(queue text, pending bigint, scheduled bigint, claimed bigint, expired bigint,
               done bigint, failed bigint, cancelled bigint, oldest_due_age interval,
               paused boolean, refused bigint, lapsed bigint, concurrency integer, rate integer,
-              per interval, per_group integer)
+              per interval, per_group integer, waiting bigint)
 LANGUAGE plproxy AS $$
     CLUSTER workfence_router.cluster('workfence_router.queue_stats_exact');
     RUN ON ALL;
     SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
            s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per,
-           s.per_group
+           s.per_group, s.waiting
       FROM workfence.work_queue_stats_exact AS s;
 $$;
 
 CREATE VIEW workfence.work_queue_stats_exact AS
 SELECT s.queue, s.pending, s.scheduled, s.claimed, s.expired, s.done, s.failed, s.cancelled,
-       s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per, s.per_group
+       s.oldest_due_age, s.paused, s.refused, s.lapsed, s.concurrency, s.rate, s.per, s.per_group,
+       s.waiting
   FROM workfence_router.queue_stats_exact() AS s;
 COMMENT ON VIEW workfence.work_queue_stats_exact IS
     'Every shard''s work_queue_stats_exact (every item counted), as the calling role may read them there.';
@@ -1049,6 +1129,8 @@ REVOKE ALL ON SCHEMA workfence FROM PUBLIC;
 GRANT USAGE ON SCHEMA workfence_router TO PUBLIC;
 GRANT EXECUTE ON FUNCTION workfence_router.id_bits(), workfence_router.queue_shard(text),
     workfence_router.id_shard(bigint), workfence_router.shard_count(),
+    workfence_router.queue_shard_after(text, bigint[]),
+    workfence_router.parents_on_queue_shard(text, bigint[]),
     workfence_router.session_role(), workfence_router.refuse_other_role(text),
     workfence_router.cluster(text),
     workfence_router.work_finish_and_claim(text, text, interval, bigint, bigint, jsonb, integer),

@@ -249,6 +249,12 @@ impl Execute {
 pub enum Route {
     /// On the queue's shard, `hashtext(queue) & (N - 1)`: a generated wrapper.
     Queue,
+    /// On the queue's shard, as [`Route::Queue`], once the router has
+    /// checked that every item id of the function's `after bigint[]` (the
+    /// parents of a workflow's item) is on that shard (`id >> 48`): 22023
+    /// otherwise, since a child and its parents must be on one shard. A
+    /// generated wrapper, in the `queue` region.
+    QueueAfter,
     /// On the item's shard, `id >> 48`: a generated wrapper.
     Id,
     /// A wrapper written by hand (several shards, or two calls).
@@ -259,6 +265,11 @@ impl Route {
     fn describe(self) -> &'static str {
         match self {
             Route::Queue => "runs on the queue's shard",
+            Route::QueueAfter => {
+                "runs on the queue's shard; every `after` id must be an item of that shard \
+                 (`id >> 48`), else 22023 ([`scaling.md`](scaling.md), *Workflows live on one \
+                 shard*)"
+            }
             Route::Id => "runs on the item's shard (`id >> 48`)",
             Route::ByHand => {
                 "written by hand in `router/install.sql`, whose header says where it runs"
@@ -403,9 +414,21 @@ impl Surface {
                     function.signature()
                 )));
             }
-            if function.router == Route::Queue && !function.argument_names().contains(&"queue") {
+            if matches!(function.router, Route::Queue | Route::QueueAfter)
+                && !function.argument_names().contains(&"queue")
+            {
                 return Err(Error::Table(format!(
                     "{name}: routed by queue, but has no argument queue"
+                )));
+            }
+            if function.router == Route::QueueAfter
+                && !function
+                    .argument_list()
+                    .iter()
+                    .any(|argument| argument.starts_with("after bigint[]"))
+            {
+                return Err(Error::Table(format!(
+                    "{name}: routed by queue and after, but has no argument after bigint[]"
                 )));
             }
             if function.router == Route::Id && !function.argument_names().contains(&"id") {
@@ -634,20 +657,31 @@ impl Surface {
     }
 
     /// A region of `router/install.sql`: a PL/Proxy wrapper per function
-    /// routed by `route`.
+    /// routed by `route` (the `queue` region: by [`Route::Queue`] and
+    /// [`Route::QueueAfter`], in the table's order).
     fn wrappers(&self, route: Route) -> String {
-        let (target, shard) = match route {
-            Route::Queue => ("workfence_router.queue_shard(queue)", "the queue's shard"),
-            Route::Id => (
-                "workfence_router.id_shard(id)",
-                "the item's shard (id >> 48)",
-            ),
-            Route::ByHand => unreachable!("hand-written wrappers are not generated"),
-        };
         self.functions
             .iter()
-            .filter(|function| function.router == route)
+            .filter(|function| match route {
+                Route::Queue => matches!(function.router, Route::Queue | Route::QueueAfter),
+                _ => function.router == route,
+            })
             .map(|function| {
+                let (target, shard) = match function.router {
+                    Route::Queue => ("workfence_router.queue_shard(queue)", "the queue's shard"),
+                    // The hash of the queue, once the parents are checked
+                    // (PL/Proxy evaluates it on the router, before it
+                    // connects to any shard).
+                    Route::QueueAfter => (
+                        "workfence_router.queue_shard_after(queue, after)",
+                        "the queue's shard",
+                    ),
+                    Route::Id => (
+                        "workfence_router.id_shard(id)",
+                        "the item's shard (id >> 48)",
+                    ),
+                    Route::ByHand => unreachable!("hand-written wrappers are not generated"),
+                };
                 let head = wrap(
                     &format!("CREATE FUNCTION workfence.{}(", function.name),
                     &function.argument_list(),
@@ -868,6 +902,20 @@ doc = "Pauses."
         ));
         let by_id = one.replace("router = \"queue\"", "router = \"id\"");
         assert!(matches!(Surface::parse(&by_id), Err(Error::Table(_))));
+        // Routed by queue and after: needs `after bigint[]` beside queue.
+        let by_after = one.replace("router = \"queue\"", "router = \"queue_after\"");
+        assert!(matches!(Surface::parse(&by_after), Err(Error::Table(_))));
+        let with_after = by_after.replace(
+            "arguments = \"queue text\"",
+            "arguments = \"queue text, after bigint[] DEFAULT NULL\"",
+        );
+        let surface = Surface::parse(&with_after).unwrap();
+        let wrapper = surface.wrappers(Route::Queue);
+        assert!(
+            wrapper.contains("RUN ON workfence_router.queue_shard_after(queue, after);"),
+            "{wrapper}"
+        );
+        assert!(surface.wrappers(Route::Id).is_empty());
         assert!(matches!(
             Surface::parse(&one.replace("grant", "grants")),
             Err(Error::Parse(_))

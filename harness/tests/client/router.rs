@@ -31,6 +31,13 @@
 //!   router: a grouped enqueue lands on the queue's shard, where the group
 //!   stays serial for claimers through the router and on the shard, and
 //!   `work_limit` through the router limits the queue on its shard;
+//! - workflows (0.12.0) run on one shard: a child enqueued through the
+//!   router with parents on its queue's shard waits and is released there
+//!   by their finishes through the router; `after`, `work_parent_results`'s
+//!   keys and `work_workflow`'s ids and parents are the ids the router
+//!   hands out (the shards' own, carrying their number); an `after` id of
+//!   another shard is refused (22023) on the router, a moved queue's too
+//!   after doubling;
 //! - a soak through the router (worker threads under one owner name, stalls
 //!   past the lease, terminated router and shard backends, abandoned
 //!   workers): every item done, no token handed out twice, at most one
@@ -1416,6 +1423,444 @@ fn router_work_limit_limits_the_queue_on_its_shard() {
         "the claim after lifting the limits",
     );
     assert_eq!(rest.len(), 2, "no limit: {rest:?}");
+}
+
+/// A queue on the shard of `queue`, other than it: the first of
+/// `<queue>.step1`, `<queue>.step2`, ... whose hash picks the same shard.
+fn queue_beside(router: &Router, r: &mut Client, queue: &str) -> String {
+    let shard = ok(router.shard_of_queue(r, queue), "the shard of a queue");
+    (1..100)
+        .map(|n| format!("{queue}.step{n}"))
+        .find(|name| ok(router.shard_of_queue(r, name), "the shard of a queue") == shard)
+        .expect("a name of the same shard among 99")
+}
+
+/// The error docs/scaling.md shows for an `after` id of another shard: the
+/// first code block of its section *Workflows live on one shard*.
+fn scaling_guide_after_error() -> String {
+    const GUIDE: &str = include_str!("../../../docs/scaling.md");
+    let section = GUIDE
+        .split_once("## Workflows live on one shard")
+        .expect("docs/scaling.md has the section")
+        .1;
+    let block = section
+        .split("```")
+        .nth(1)
+        .expect("the section's first code block");
+    block.trim().to_string()
+}
+
+/// `work_parent_results` under `token` through `c`: NULL (`None`) for a
+/// token that is not current.
+fn parent_results(c: &mut Client, token: &Token) -> Option<serde_json::Value> {
+    scalar(
+        c,
+        "SELECT workfence.work_parent_results($1, $2, $3)",
+        &[&token.id, &token.owner, &token.epoch],
+    )
+}
+
+/// The rows of `work_workflow(id)` through `c` as (id, depth, state,
+/// parents).
+fn workflow(c: &mut Client, id: i64) -> Vec<(i64, i32, String, Vec<i64>)> {
+    ok(generated::work_workflow(c, id), "work_workflow")
+        .into_iter()
+        .map(|row| {
+            (
+                row.id.expect("id"),
+                row.depth.expect("depth"),
+                row.state.expect("state"),
+                row.parents.expect("parents"),
+            )
+        })
+        .collect()
+}
+
+/// Workflows through the router (0.12.0; docs/scaling.md, *Workflows*): a
+/// child and its parents in two queues of one shard, all enqueued, claimed
+/// and finished through the router. The ids the router hands out are the
+/// shard's own (they carry its number), and they are what `after` takes,
+/// what `work_parent_results` keys its object by and what `work_workflow`
+/// returns, through the router and on the shard alike. The child waits
+/// (the router's `work_queue_stats` counts it) until the last parent's
+/// accepted finish (one by `work_finish`, one by `work_finish_many` through
+/// the router) releases it; a parent's final failure through the router
+/// cancels its waiting child there.
+#[test]
+fn router_runs_a_workflow_on_its_queues_shard() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_workflow");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+    let on_shard = one_queue_per_shard(&router, &mut r);
+    let (queue, shard) = (QUEUES[2], on_shard[2]);
+    let beside = queue_beside(&router, &mut r, queue);
+
+    let extract = common::enqueue_new(&mut r, &Enqueue::new(queue).key("extract"));
+    let fetch = common::enqueue_new(&mut r, &Enqueue::new(&beside).key("fetch"));
+    let join = common::enqueued(
+        &mut r,
+        &Enqueue::new(queue).key("join").after(&[extract, fetch]),
+    );
+    assert!(join.inserted);
+    for id in [extract, fetch, join.id] {
+        assert_eq!(
+            Router::shard_of_id(id),
+            shard,
+            "item {id} on the queue's shard"
+        );
+    }
+    let edges: i64 = scalar(
+        &mut shards[shard],
+        "SELECT count(*) FROM workfence.item_edges WHERE child = $1",
+        &[&join.id],
+    );
+    assert_eq!(edges, 2, "the shard linked the child to both parents");
+    let state = |r: &mut Client, id: i64| -> String {
+        ok(calls::item_by_id(r, id), "work_item(id)")
+            .expect("the item")
+            .state
+    };
+    assert_eq!(state(&mut r, join.id), "waiting");
+    let waiting: i64 = scalar(
+        &mut r,
+        "SELECT waiting FROM workfence.work_queue_stats WHERE queue = $1",
+        &[&queue],
+    );
+    assert_eq!(
+        waiting, 1,
+        "the router's work_queue_stats counts it waiting"
+    );
+    // The same key again with the same after: the existing item, as on one
+    // server.
+    let again = common::enqueued(
+        &mut r,
+        &Enqueue::new(queue).key("join").after(&[extract, fetch]),
+    );
+    assert_eq!((again.id, again.inserted), (join.id, false));
+
+    // The graph through the router is the shard's, in router ids.
+    let graph = workflow(&mut r, join.id);
+    assert_eq!(
+        graph,
+        [
+            (join.id, 0, "waiting".to_string(), vec![extract, fetch]),
+            (extract, -1, "pending".to_string(), vec![]),
+            (fetch, -1, "pending".to_string(), vec![]),
+        ]
+    );
+    assert_eq!(
+        graph,
+        workflow(&mut shards[shard], join.id),
+        "as on the shard"
+    );
+    assert_eq!(
+        workflow(&mut r, extract),
+        [
+            (extract, 0, "pending".to_string(), vec![]),
+            (join.id, 1, "waiting".to_string(), vec![extract, fetch]),
+        ]
+    );
+
+    // The parents finish through the router, each with a result.
+    let e = ok(
+        calls::claim_key(&mut r, queue, "extract", "w", "1 minute"),
+        "claiming extract",
+    )
+    .expect("extract is due")
+    .token("w");
+    assert!(ok(
+        calls::finish(&mut r, &e, Some(&serde_json::json!({"rows": 3}))),
+        "work_finish of extract through the router"
+    ));
+    assert_eq!(state(&mut r, join.id), "waiting", "one parent is left");
+    let f = ok(
+        calls::claim_key(&mut r, &beside, "fetch", "w", "1 minute"),
+        "claiming fetch",
+    )
+    .expect("fetch is due")
+    .token("w");
+    let finished = ok(
+        calls::finish_many(
+            &mut r,
+            "w",
+            &[f.id],
+            &[f.epoch],
+            Some(&[serde_json::json!({"pages": 7})]),
+        ),
+        "work_finish_many of fetch through the router",
+    );
+    assert_eq!(finished, [(f.id, true)]);
+    assert_eq!(
+        state(&mut r, join.id),
+        "pending",
+        "the last finish released it"
+    );
+
+    // The child's claim: its parents' results, keyed by the router ids.
+    let j = ok(
+        calls::claim(&mut r, queue, "w", "1 minute", None, None),
+        "claiming the child",
+    );
+    assert_eq!(j.iter().map(|c| c.id).collect::<Vec<_>>(), [join.id]);
+    let j = j[0].token("w");
+    let results = parent_results(&mut r, &j).expect("the child's current token");
+    assert_eq!(
+        results,
+        serde_json::json!({
+            extract.to_string(): {"rows": 3},
+            fetch.to_string(): {"pages": 7},
+        })
+    );
+    assert_eq!(
+        parent_results(&mut shards[shard], &j),
+        Some(results),
+        "the same object on the shard"
+    );
+    let stale = Token::new(j.id, "w", j.epoch + 1);
+    assert_eq!(parent_results(&mut r, &stale), None, "another token: NULL");
+    assert!(ok(calls::finish(&mut r, &j, None), "the child's finish"));
+    assert_eq!(
+        workflow(&mut r, join.id)
+            .into_iter()
+            .map(|(id, _, state, _)| (id, state))
+            .collect::<Vec<_>>(),
+        [
+            (join.id, "done".to_string()),
+            (extract, "done".to_string()),
+            (fetch, "done".to_string()),
+        ]
+    );
+
+    // A parent's final failure through the router cancels its waiting
+    // child on the shard.
+    let doomed = common::enqueue_new(&mut r, &Enqueue::new(&beside).key("doomed").max_attempts(1));
+    let orphan = common::enqueue_new(&mut r, &Enqueue::new(queue).key("orphan").after(&[doomed]));
+    let d = ok(
+        calls::claim_key(&mut r, &beside, "doomed", "w", "1 minute"),
+        "claiming doomed",
+    )
+    .expect("doomed is due")
+    .token("w");
+    assert!(ok(calls::fail(&mut r, &d, "boom", None), "work_fail"));
+    assert_eq!(item_state(&mut shards[shard], doomed), "failed");
+    assert_eq!(state(&mut r, orphan), "cancelled");
+}
+
+/// An `after` id on another shard than the queue's is refused by the router
+/// (docs/scaling.md, *Workflows*): 22023 with the id and both shards in the
+/// detail and a hint, before any shard is called, so nothing changes on any
+/// shard (not a sequence); also when the key exists already (the router
+/// cannot know), when one id of several is elsewhere, and in a
+/// two-dimensional array. What is not another shard's goes on to the
+/// queue's shard, which answers as the extension does: an id that names no
+/// shard of the router is no item there (23503); a NULL element, or a NULL
+/// queue, is 22004. An empty `after` is no parents. A call from another
+/// role's definer function is refused (42501) before `after` is looked at.
+#[test]
+fn router_refuses_an_after_id_of_another_shard() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_after");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+    let on_shard = one_queue_per_shard(&router, &mut r);
+    let (home, away) = (QUEUES[0], QUEUES[1]);
+    let (home_shard, away_shard) = (on_shard[0], on_shard[1]);
+    let local = common::enqueue_new(&mut r, &Enqueue::new(home).key("local"));
+    let remote = common::enqueue_new(&mut r, &Enqueue::new(away).key("remote"));
+    assert_eq!(Router::shard_of_id(remote), away_shard);
+    common::enqueue_new(&mut r, &Enqueue::new(home).key("exists"));
+    let before = common::shards_snapshot(&mut shards);
+
+    let refused = |r: &mut Client, item: Enqueue, what: &str| -> postgres::error::DbError {
+        common::server_error(calls::enqueue(r, &item), "22023", what)
+    };
+    let err = refused(
+        &mut r,
+        Enqueue::new(home).key("child").after(&[remote]),
+        "a parent on another shard",
+    );
+    assert!(
+        err.message().contains("argument \"after\"") && err.message().contains(&remote.to_string()),
+        "{}",
+        err.message()
+    );
+    let detail = err.detail().expect("a DETAIL");
+    for part in [
+        format!("Item {remote} is on shard {away_shard}"),
+        format!("queue \"{home}\" is on shard {home_shard}"),
+        "N = 4".to_string(),
+    ] {
+        assert!(detail.contains(&part), "{part:?} in {detail:?}");
+    }
+    let hint = err.hint().expect("a HINT");
+    assert!(hint.contains("one shard"), "{hint}");
+    // The guide shows this very error (the first item of shard 1).
+    assert_eq!(remote, 1 << 48);
+    let shown = format!(
+        "ERROR:  {}\nDETAIL:  {detail}\nHINT:  {hint}",
+        err.message()
+    );
+    assert_eq!(shown, scaling_guide_after_error(), "docs/scaling.md");
+    // One of several, the key of an existing item, a 2-D array.
+    refused(
+        &mut r,
+        Enqueue::new(home).key("child").after(&[local, remote]),
+        "one parent of two on another shard",
+    );
+    refused(
+        &mut r,
+        Enqueue::new(home).key("exists").after(&[remote]),
+        "an existing key, a parent on another shard",
+    );
+    let flat = common::server_error(
+        r.query(
+            "SELECT * FROM workfence.work_enqueue($1, after => ARRAY[[$2::bigint, $3::bigint]])",
+            &[&home, &local, &remote],
+        ),
+        "22023",
+        "a 1x2 array",
+    );
+    assert!(
+        flat.message().contains(&remote.to_string()),
+        "{}",
+        flat.message()
+    );
+    assert_eq!(
+        common::shards_snapshot(&mut shards),
+        before,
+        "a refused enqueue changes nothing on any shard"
+    );
+
+    // What names no other shard goes on to the queue's shard.
+    let nowhere = [-1_i64, 7 << 48];
+    for id in nowhere {
+        common::server_error(
+            calls::enqueue(&mut r, &Enqueue::new(home).key("child").after(&[id])),
+            "23503",
+            "an id of no shard",
+        );
+    }
+    common::server_error(
+        r.query(
+            "SELECT * FROM workfence.work_enqueue($1, after => ARRAY[NULL]::bigint[])",
+            &[&home],
+        ),
+        "22004",
+        "a NULL element",
+    );
+    common::server_error(
+        r.query(
+            "SELECT * FROM workfence.work_enqueue(NULL, after => ARRAY[$1::bigint])",
+            &[&remote],
+        ),
+        "22004",
+        "a NULL queue",
+    );
+    let empty: i64 = scalar(
+        &mut r,
+        "SELECT id FROM workfence.work_enqueue($1, key => 'no parents', after => '{}')",
+        &[&home],
+    );
+    assert_eq!(Router::shard_of_id(empty), home_shard);
+    assert_eq!(item_state(&mut shards[home_shard], empty), "pending");
+    // On the queue's shard: accepted.
+    let child = common::enqueue_new(&mut r, &Enqueue::new(home).key("child").after(&[local]));
+    assert_eq!(item_state(&mut shards[home_shard], child), "waiting");
+
+    // The role check comes first.
+    ok(
+        r.batch_execute(
+            "CREATE ROLE router_after_owner NOLOGIN;
+             GRANT USAGE ON SCHEMA workfence, workfence_router TO router_after_owner;
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA workfence, workfence_router
+                TO router_after_owner;
+             CREATE FUNCTION public.enqueue_as_owner(parent bigint) RETURNS bigint
+             LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS
+             $$ SELECT id FROM workfence.work_enqueue('mail', after => ARRAY[parent]) $$;
+             ALTER FUNCTION public.enqueue_as_owner(bigint) OWNER TO router_after_owner;",
+        ),
+        "a definer function of another role",
+    );
+    let err = common::server_error(
+        r.query("SELECT public.enqueue_as_owner($1)", &[&remote]),
+        "42501",
+        "a definer's enqueue with a parent on another shard",
+    );
+    assert!(
+        err.message().contains("through the pg_workfence router"),
+        "{}",
+        err.message()
+    );
+}
+
+/// Doubling the shards moves a queue away from the parents it has on its
+/// old shard (docs/scaling.md, *Workflows*): a child enqueued through the
+/// router after the doubling, with such a parent, is refused (22023); on
+/// the old shard directly (the drain's worker) it is linked there, and its
+/// parent's finish releases it. A queue that stayed keeps its workflows.
+#[test]
+fn router_refuses_a_child_whose_queue_moved_away_from_its_parent() {
+    let cluster = cluster();
+    let mut router = ok(
+        Router::create(&cluster, "router_after_doubling", 2),
+        "a router of two shards",
+    );
+    let mut r = ok(cluster.connect_to(&router.database), "the router");
+    // "mail" is on shard 0 of two and moves to shard 2 of four; "sms" stays
+    // on shard 0 (as in router_doubling_moves_queues_only_by_draining).
+    let hash = |r: &mut Client, q: &str| -> i32 {
+        scalar(r, "SELECT workfence_router.queue_shard($1)", &[&q])
+    };
+    let (mail, sms) = (hash(&mut r, "mail"), hash(&mut r, "sms"));
+    assert_eq!((mail & 1, mail & 3, sms & 1, sms & 3), (0, 2, 0, 0));
+    let mail_parent = common::enqueue_new(&mut r, &Enqueue::new("mail").key("parent"));
+    let sms_parent = common::enqueue_new(&mut r, &Enqueue::new("sms").key("parent"));
+    ok(router.double(&cluster), "doubling the shards");
+
+    let err = common::server_error(
+        calls::enqueue(
+            &mut r,
+            &Enqueue::new("mail").key("child").after(&[mail_parent]),
+        ),
+        "22023",
+        "a moved queue's child of a parent left on the old shard",
+    );
+    let detail = err.detail().expect("a DETAIL");
+    assert!(
+        detail.contains(&format!("Item {mail_parent} is on shard 0"))
+            && detail.contains("queue \"mail\" is on shard 2"),
+        "{detail}"
+    );
+    // "sms" did not move: its workflow goes on through the router.
+    let sms_child = common::enqueue_new(
+        &mut r,
+        &Enqueue::new("sms").key("child").after(&[sms_parent]),
+    );
+    assert_eq!(Router::shard_of_id(sms_child), 0);
+
+    // On the old shard directly, with the drain: linked, and released by
+    // its parent's finish there.
+    let mut old = ok(cluster.connect_to(&router.shards[0]), "the old shard");
+    let child = common::enqueue_new(
+        &mut old,
+        &Enqueue::new("mail").key("child").after(&[mail_parent]),
+    );
+    assert_eq!(item_state(&mut old, child), "waiting");
+    let p = ok(
+        calls::claim_key(&mut old, "mail", "parent", "w", "1 minute"),
+        "the drain's claim",
+    )
+    .expect("the parent is due")
+    .token("w");
+    assert!(ok(calls::finish(&mut old, &p, None), "the drain's finish"));
+    assert_eq!(item_state(&mut old, child), "pending");
 }
 
 #[test]
