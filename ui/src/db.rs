@@ -30,8 +30,24 @@ pub const PAGE_SIZE: i32 = 50;
 /// form sends when its field is left empty.
 pub const DEFAULT_PER: &str = "1 second";
 
-/// The states `work_items` filters by.
-pub const ITEM_STATES: [&str; 5] = ["pending", "claimed", "done", "failed", "cancelled"];
+/// Every state an item can be in, in the order of its life: `waiting` (from 0.12.0: for its
+/// parents, workflows), `pending`, `claimed`, then one of the three ends; the states
+/// `work_items` lists by (`waiting` from 0.12.0).
+pub const ITEM_STATES: [&str; 6] = [
+    "waiting",
+    "pending",
+    "claimed",
+    "done",
+    "failed",
+    "cancelled",
+];
+
+/// The most items an item's page draws of its workflow: the nearest to the item
+/// (`work_workflow` returns at most [`WORKFLOW_MAX_ROWS`]).
+pub const WORKFLOW_MAX_DRAWN: usize = 200;
+
+/// The most rows `work_workflow` returns (pg_workfence 0.12.0).
+pub const WORKFLOW_MAX_ROWS: usize = 1000;
 
 /// A timestamptz column formatted by the server: `YYYY-MM-DD HH:MM:SS.mmm UTC`,
 /// or `infinity` / `-infinity`, NULL as NULL.
@@ -159,6 +175,10 @@ pub struct Session {
     /// on `queue_history_rows(text)`, which the view calls and a queue's page calls itself
     /// (`workfence_monitor` has both, granted together).
     pub history_readable: bool,
+    /// The database has `work_workflow(bigint)` (pg_workfence 0.12.0 or later).
+    pub workflow_exists: bool,
+    /// EXECUTE on `work_workflow(bigint)` (`workfence_monitor` has it).
+    pub workflow_callable: bool,
 }
 
 impl Session {
@@ -196,6 +216,9 @@ pub struct QueueStats {
     pub failed: i64,
     /// Cancelled items (until purged).
     pub cancelled: i64,
+    /// Items waiting for their parents (workflows, from 0.12.0; 0 on an older database, which
+    /// has no such state).
+    pub waiting: i64,
     /// Seconds the oldest due item has waited, if any is due.
     pub oldest_due_age: Option<f64>,
     /// Whether the queue is paused.
@@ -541,6 +564,38 @@ pub enum History {
     Minutes(Vec<HistoryMinute>),
 }
 
+/// One row of `work_workflow(id)` (from 0.12.0): an item of the workflow around an item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowRow {
+    /// The item's id.
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its key.
+    pub key: String,
+    /// Its state (`waiting` included).
+    pub state: String,
+    /// Its nearest distance from the item asked about: 0 that item, -1 its parents, -2
+    /// theirs, ..., 1 its children, 2 theirs, ...
+    pub depth: i32,
+    /// The ids of its parents, every edge into it (some may be items not returned: not
+    /// ancestors of the item asked about, or in queues the role may not read).
+    pub parents: Vec<i64>,
+}
+
+/// What an item's page can draw of the item's workflow ([`Conn::workflow`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Workflow {
+    /// The database has no `work_workflow` (pg_workfence older than 0.12.0), where no item
+    /// has parents: nothing to draw, and nothing said.
+    Absent,
+    /// The role may not call `work_workflow` (no EXECUTE; `workfence_monitor` has it).
+    NotCallable,
+    /// Its rows, nearest first, then by id: the item itself, its ancestors and its
+    /// descendants (only the item, or none, when it has neither or the role may read none).
+    Rows(Vec<WorkflowRow>),
+}
+
 /// The limits a `work_limit` call sets, every one of them (`None` lifts that limit).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -607,7 +662,10 @@ const SESSION: &str = "SELECT pg_catalog.pg_is_in_recovery(), CURRENT_USER::text
     COALESCE(pg_catalog.has_table_privilege( \
         pg_catalog.to_regclass('workfence.work_queue_history')::oid, 'SELECT') \
         AND pg_catalog.has_function_privilege( \
-        pg_catalog.to_regprocedure('workfence.queue_history_rows(text)')::oid, 'EXECUTE'), false)";
+        pg_catalog.to_regprocedure('workfence.queue_history_rows(text)')::oid, 'EXECUTE'), false), \
+    pg_catalog.to_regprocedure('workfence.work_workflow(bigint)') IS NOT NULL, \
+    COALESCE(pg_catalog.has_function_privilege( \
+        pg_catalog.to_regprocedure('workfence.work_workflow(bigint)')::oid, 'EXECUTE'), false)";
 
 // Whether the role may read work_schedules (0.12.0): /metrics, which reads no session, asks
 // before reading the view, so that a 0.11.0 database or a role without SELECT on it still
@@ -650,17 +708,18 @@ const RESUME_SCHEDULE: &str = "SELECT workfence.work_resume_schedule($1::text)";
 pub const SCHEDULES_ADVICE: &str = "schedules need pg_workfence 0.12.0 or later in this \
     database: update the extension (ALTER EXTENSION pg_workfence UPDATE)";
 
-// per_group (0.12.0) is read from the row as jsonb, so that a database still on 0.11.0, whose
-// view has no such column, shows its queues too (per_group NULL); whether the row has the
-// key at all says whether work_limit takes per_group (the view and the function are of one
-// version).
+// per_group and waiting (0.12.0) are read from the row as jsonb, so that a database still on
+// 0.11.0, whose view has no such columns, shows its queues too (per_group NULL, waiting 0: that
+// database has no waiting state); whether the row has the key per_group at all says whether
+// work_limit takes per_group (the view and the function are of one version).
 const QUEUE_STATS: &str = "SELECT s.queue::text, s.pending::int8, s.scheduled::int8, \
     s.claimed::int8, s.expired::int8, s.done::int8, s.failed::int8, s.cancelled::int8, \
     pg_catalog.date_part('epoch', s.oldest_due_age)::float8, s.paused, s.refused::int8, \
     s.lapsed::int8, s.concurrency::int8, s.rate::int8, s.per::text, \
     workfence.work_may('operate', s.queue), \
     (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'per_group')::int8, \
-    pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.?) 'per_group' \
+    pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.?) 'per_group', \
+    COALESCE((pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'waiting')::int8, 0) \
     FROM workfence.work_queue_stats AS s ORDER BY s.queue";
 
 // Whether the role may read work_queue_counters (0.12.0): the view exists and SELECT on it.
@@ -751,6 +810,13 @@ const ITEM: &str = concat!(
     "FROM workfence.work_item($1::int8) AS i"
 );
 
+// The workflow around an item (0.12.0): the item, its ancestors and its descendants, at most
+// 1000 rows, walked through the edges' two indexes (no scan, whatever the number of items),
+// in the function's order: nearest first, then by id.
+const WORKFLOW: &str = "SELECT w.id::int8, w.queue::text, w.key::text, w.state::text, \
+    w.depth::int4, w.parents::int8[] \
+    FROM workfence.work_workflow($1::int8) AS w";
+
 const MAY_OPERATE: &str = "SELECT workfence.work_may('operate', $1::text)";
 
 const ITEM_BY_KEY: &str = "SELECT i.id::int8 FROM workfence.work_item($1::text, $2::text) AS i";
@@ -804,6 +870,8 @@ impl Conn {
             schedules_readable: r.try_get(12)?,
             history_exists: r.try_get(13)?,
             history_readable: r.try_get(14)?,
+            workflow_exists: r.try_get(15)?,
+            workflow_callable: r.try_get(16)?,
         })
     }
 
@@ -865,6 +933,7 @@ impl Conn {
                     may_operate: r.try_get(15)?,
                     per_group: r.try_get(16)?,
                     per_group_settable: r.try_get(17)?,
+                    waiting: r.try_get(18)?,
                 })
             })
             .collect()
@@ -1025,6 +1094,38 @@ impl Conn {
             may_operate: r.try_get(19)?,
             progress: r.try_get::<_, Option<Value>>(20)?.filter(|p| !p.is_null()),
         }))
+    }
+
+    /// The workflow around item `id` (`work_workflow`, from 0.12.0: index probes of the
+    /// edges, at most [`WORKFLOW_MAX_ROWS`] rows): [`Workflow::Absent`] on an older database,
+    /// [`Workflow::NotCallable`] when `session` says the role may not call it or the server
+    /// refuses it (42501). Other errors are the server's.
+    pub async fn workflow(&self, session: &Session, id: i64) -> Result<Workflow, AppError> {
+        if !session.workflow_exists {
+            return Ok(Workflow::Absent);
+        }
+        if !session.workflow_callable {
+            return Ok(Workflow::NotCallable);
+        }
+        let rows = match self.rows(WORKFLOW, &[&id]).await {
+            Ok(rows) => rows,
+            Err(e) if e.sqlstate() == Some("42501") => return Ok(Workflow::NotCallable),
+            Err(e) => return Err(e),
+        };
+        let rows = rows
+            .iter()
+            .map(|r| {
+                Ok(WorkflowRow {
+                    id: r.try_get(0)?,
+                    queue: r.try_get(1)?,
+                    key: r.try_get(2)?,
+                    state: r.try_get(3)?,
+                    depth: r.try_get(4)?,
+                    parents: r.try_get::<_, Option<Vec<i64>>>(5)?.unwrap_or_default(),
+                })
+            })
+            .collect::<Result<Vec<_>, AppError>>()?;
+        Ok(Workflow::Rows(rows))
     }
 
     /// The id of the item with `key` in `queue`, if any.

@@ -1,7 +1,8 @@
 //! `workfence-ui`: a small web dashboard for pg_workfence.
 //!
 //! Serves server-rendered pages of the queues (`/`), a queue's items
-//! (`/queues/NAME`), one item (`/items/ID`), the schedules (`/schedules`,
+//! (`/queues/NAME`), one item (`/items/ID`, from 0.12.0 with its workflow's
+//! graph), the schedules (`/schedules`,
 //! from 0.12.0), operator actions as POST forms through the extension's
 //! functions (retry, run now, reschedule, cancel, pause, resume, a queue's
 //! limits, pause and resume a schedule), and `/metrics` in the Prometheus
@@ -18,6 +19,7 @@ mod pages;
 mod routes;
 mod security;
 mod throughput;
+mod workflow;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,7 +1,8 @@
 //! `/metrics`: the queue statistics in the Prometheus text format (0.0.4).
 //!
 //! Per queue: the gauge `workfence_items{state=...}` for every state
-//! (pending, scheduled, claimed, expired, done, failed, cancelled), the
+//! (waiting, pending, scheduled, claimed, expired, done, failed, cancelled; waiting from
+//! 0.12.0's workflows, 0 on an older database, which has no such state), the
 //! gauges `workfence_oldest_due_age_seconds` (0 when nothing is due) and
 //! `workfence_paused`; and, when the library is preloaded, the counters
 //! `workfence_refused_total` and `workfence_lapsed_total` (monotonic since
@@ -199,13 +200,15 @@ pub fn render(
         Family {
             name: "workfence_items",
             kind: "gauge",
-            help: "Items of the queue now, by state: pending (due), scheduled (not yet due), \
+            help: "Items of the queue now, by state: waiting (for their parents, workflows: \
+                   from 0.12.0, 0 before), pending (due), scheduled (not yet due), \
                    claimed (lease running), expired (lease ran out, not yet claimed anew), and \
                    the finished items still kept: done, failed, cancelled (these fall when \
                    work_purge removes items or work_retry sends one back to pending).",
         },
         stats.iter().flat_map(|s| {
             [
+                ("waiting", s.waiting),
                 ("pending", s.pending),
                 ("scheduled", s.scheduled),
                 ("claimed", s.claimed),
@@ -349,6 +352,7 @@ mod tests {
             done: 10,
             failed: 1,
             cancelled: 0,
+            waiting: 4,
             oldest_due_age: Some(1.5),
             paused: true,
             refused: None,
@@ -428,6 +432,7 @@ mod tests {
         let text = render(&[stats("q\"1")], &[], &[]);
         assert!(text.contains("# TYPE workfence_items gauge\n"));
         assert!(text.contains("workfence_items{queue=\"q\\\"1\",state=\"pending\"} 3\n"));
+        assert!(text.contains("workfence_items{queue=\"q\\\"1\",state=\"waiting\"} 4\n"));
         assert!(text.contains("workfence_oldest_due_age_seconds{queue=\"q\\\"1\"} 1.5\n"));
         assert!(text.contains("workfence_paused{queue=\"q\\\"1\"} 1\n"));
         assert!(text.contains("workfence_items{queue=\"q\\\"1\",state=\"done\"} 10\n"));

@@ -6,13 +6,13 @@ use maud::{html, Markup, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
-use crate::charts;
 use crate::db::{
-    Histogram, History, Item, ItemRow, QueueCounters, QueueStats, ScheduleRow, Session,
-    DEFAULT_PER, ITEM_STATES,
+    Histogram, History, Item, ItemRow, QueueCounters, QueueStats, ScheduleRow, Session, Workflow,
+    DEFAULT_PER, ITEM_STATES, WORKFLOW_MAX_DRAWN, WORKFLOW_MAX_ROWS,
 };
 use crate::security::TOKEN_FIELD;
 use crate::throughput::Rate;
+use crate::{charts, workflow};
 
 /// What a path segment keeps unencoded: letters, digits and `-._~`.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -34,7 +34,9 @@ details.set-limits summary{cursor:pointer;color:#0645ad}details.set-limits label
 details.set-limits input[type=number]{width:6em}#schedules td.name,#schedules td.cron,#queue-schedules td.cron{white-space:nowrap}\
 .charts{display:flex;flex-wrap:wrap;gap:.5em 2em}figure.chart{margin:0}figure.chart figcaption{margin-bottom:.2em}\
 figure.chart>svg{display:block;max-width:100%;height:auto}.key{color:#555;font-size:.9em;margin-left:.5em}\
-.key svg{display:inline;vertical-align:middle}rect.minute:hover{fill-opacity:.06}";
+.key svg{display:inline;vertical-align:middle}rect.minute:hover{fill-opacity:.06}\
+figure#workflow-graph{margin:0}.workflow-scroll{display:inline-block;overflow:auto;max-height:40em;max-width:100%;border:1px solid #eee}\
+.workflow-scroll>svg{display:block}a.node:hover rect.box,a.node:focus rect.box{stroke-width:3}";
 
 /// `/queues/NAME` for a queue name (percent-encoded).
 pub fn queue_href(queue: &str) -> String {
@@ -210,6 +212,7 @@ pub fn queues(
             table #queues {
                 thead { tr {
                     th { "queue" }
+                    th.num title="waiting for their parents (workflows, from 0.12.0)" { "waiting" }
                     th.num { "pending" } th.num { "scheduled" } th.num { "claimed" }
                     th.num { "expired" } th.num { "done" } th.num { "failed" }
                     th.num { "cancelled" } th { "oldest due" } th { "paused" }
@@ -221,6 +224,7 @@ pub fn queues(
                     @for s in stats {
                         tr data-queue=(s.queue) {
                             td.queue { a href=(queue_href(&s.queue)) { (s.queue) } }
+                            td.num.waiting { (s.waiting) }
                             td.num.pending { (s.pending) }
                             td.num.scheduled { (s.scheduled) }
                             td.num.claimed { (s.claimed) }
@@ -371,6 +375,7 @@ pub fn listing_order(state: Option<&str>) -> &'static str {
             "Claim order: priority, then due time, then id (those not yet due included)."
         }
         Some("claimed") => "Soonest lease end first (lapsed leases on top).",
+        Some("waiting") => "Oldest first (by id): the items waiting for their parents.",
         Some(_) => "Newest finish first.",
     }
 }
@@ -407,7 +412,8 @@ pub fn items(session: &Session, view: &ItemsView<'_>, csrf: &str) -> Markup {
         p #filters {
             "State: "
             @if view.state.is_none() { strong { "all" } } @else { a href=(items_link(view.queue, None, None)) { "all" } }
-            @for s in ITEM_STATES {
+            // Waiting items (workflows) from 0.12.0, where work_items lists them.
+            @for s in ITEM_STATES.into_iter().filter(|s| *s != "waiting" || session.workflow_exists) {
                 " · "
                 @if view.state == Some(s) { strong { (s) } } @else { a href=(items_link(view.queue, Some(s), None)) data-state=(s) { (s) } }
             }
@@ -767,14 +773,92 @@ fn json(value: &Option<Value>) -> Option<String> {
         .map(|v| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()))
 }
 
+/// What the item page shows.
+pub struct ItemView<'a> {
+    /// The item.
+    pub item: &'a Item,
+    /// What `work_lease_status` says about its last lease, in words ([`lease_words`]).
+    pub lease: &'a str,
+    /// The workflow around it (`work_workflow`, from 0.12.0).
+    pub workflow: &'a Workflow,
+}
+
+/// The item page's section *Workflow* (`#workflow`), when there is something to show: the
+/// graph of the item's parents and children ([`workflow::graph`]) when `work_workflow`
+/// returned another item than this one; a sentence when it returned only this one, with
+/// parents that the role may not read, or when the role may not call it. Nothing for an item
+/// without parents or children, nor on a database older than 0.12.0.
+fn workflow_section(item: &Item, workflow: &Workflow) -> Markup {
+    let rows = match workflow {
+        Workflow::Absent => return html! {},
+        Workflow::NotCallable => {
+            return html! {
+                section #workflow {
+                    h2 { "Workflow" }
+                    p #no-workflow .muted {
+                        "Not shown: this role may not call workfence.work_workflow (workfence_monitor may), "
+                        "which reads an item's parents and children."
+                    }
+                }
+            }
+        }
+        Workflow::Rows(rows) => rows,
+    };
+    let me = rows.iter().find(|r| r.id == item.id);
+    let parents: &[i64] = me.map(|r| r.parents.as_slice()).unwrap_or_default();
+    let others = rows.iter().filter(|r| r.id != item.id).count();
+    if others == 0 && parents.is_empty() {
+        return html! {};
+    }
+    let state_of = |id: &i64| rows.iter().find(|r| r.id == *id).map(|r| r.state.as_str());
+    let done = parents
+        .iter()
+        .filter(|p| state_of(p) == Some("done"))
+        .count();
+    let unseen = parents.iter().filter(|p| state_of(p).is_none()).count();
+    let left_out = rows.len().saturating_sub(WORKFLOW_MAX_DRAWN);
+    html! {
+        section #workflow {
+            h2 { "Workflow" }
+            @if item.state == "waiting" && !parents.is_empty() {
+                p #workflow-waiting {
+                    "Waiting for its parents: it becomes pending in the transaction of its last parent's finish. "
+                    (done) " of its " (parents.len()) " " @if parents.len() == 1 { "parent is" } @else { "parents are" } " done"
+                    @if unseen > 0 { " (" (unseen) " not shown: in queues this role may not read)" }
+                    "."
+                }
+            }
+            @if others == 0 {
+                p #workflow-unreadable .muted {
+                    "This item has " (parents.len()) " " @if parents.len() == 1 { "parent" } @else { "parents" }
+                    " (" (parents.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")) ") in queues this role may not read."
+                }
+            } @else {
+                (workflow::graph(item.id, rows))
+                @if left_out > 0 {
+                    p #workflow-left-out {
+                        (left_out) " of the " (rows.len()) " items of the workflow are not drawn: the graph shows the "
+                        (WORKFLOW_MAX_DRAWN) " nearest to this item (+N on a box: its parents or children not drawn)."
+                        @if rows.len() >= WORKFLOW_MAX_ROWS {
+                            " work_workflow returns at most " (WORKFLOW_MAX_ROWS) " items: the workflow may have more."
+                        }
+                    }
+                }
+                p.muted #workflow-note {
+                    "From work_workflow: the item's ancestors to its left, a column per step, and its descendants to "
+                    "its right; an arrow goes from a parent to the item that waits for it. Each box is an item, with "
+                    "its state, queue and key (shortened: the tooltip has them whole), linked to its page. +N: parents "
+                    "or children of that item not drawn (not ancestors of this item, in queues this role may not read, "
+                    "or left out)."
+                }
+            }
+        }
+    }
+}
+
 /// The item page.
-pub fn item(
-    session: &Session,
-    item: &Item,
-    lease: &str,
-    csrf: &str,
-    flash: Option<String>,
-) -> Markup {
+pub fn item(session: &Session, view: &ItemView<'_>, csrf: &str, flash: Option<String>) -> Markup {
+    let (item, lease) = (view.item, view.lease);
     let read_only = session_read_only(session).or(if item.may_operate {
         None
     } else {
@@ -783,7 +867,8 @@ pub fn item(
     let can = |allowed: bool| read_only.is_none() && allowed;
     let retry = can(session.retry) && matches!(item.state.as_str(), "failed" | "cancelled");
     let reschedule = can(session.reschedule) && item.state == "pending";
-    let cancel = can(session.cancel) && matches!(item.state.as_str(), "pending" | "claimed");
+    let cancel =
+        can(session.cancel) && matches!(item.state.as_str(), "waiting" | "pending" | "claimed");
     let frame = Frame {
         title: format!("Item {}", item.id),
         read_only,
@@ -831,6 +916,7 @@ pub fn item(
                 }
             }
         }
+        (workflow_section(item, view.workflow))
         h2 { "Lease" }
         dl #lease {
             dt { "owner" } dd.owner { (item.owner.as_deref().unwrap_or("—")) }
@@ -931,6 +1017,96 @@ mod tests {
         }
     }
 
+    fn render_item(session: &Session, it: &Item, workflow: &Workflow) -> Markup {
+        let view = ItemView {
+            item: it,
+            lease: "x",
+            workflow,
+        };
+        super::item(session, &view, "tok", None)
+    }
+
+    fn wf_row(id: i64, state: &str, depth: i32, parents: &[i64]) -> crate::db::WorkflowRow {
+        crate::db::WorkflowRow {
+            id,
+            queue: "q".into(),
+            key: format!("k{id}"),
+            state: state.into(),
+            depth,
+            parents: parents.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_workflow_is_drawn_only_when_there_is_one() {
+        let session = Session {
+            role: "r".into(),
+            cancel: true,
+            ..Session::default()
+        };
+        let mut it = item("waiting", false);
+        it.id = 3;
+        let page = |w: &Workflow, it: &Item| render_item(&session, it, w).into_string();
+        // Before 0.12.0, and an item on its own: no section.
+        let alone = Workflow::Rows(vec![wf_row(3, "pending", 0, &[])]);
+        for w in [&Workflow::Absent, &alone, &Workflow::Rows(Vec::new())] {
+            let html = page(w, &it);
+            assert!(!html.contains("id=\"workflow"), "{w:?}: {html}");
+        }
+        let html = page(&Workflow::NotCallable, &it);
+        assert!(
+            html.contains("<p class=\"muted\" id=\"no-workflow\">"),
+            "{html}"
+        );
+        assert!(!html.contains("<svg"), "{html}");
+        // A fan-in seen from its child: three boxes, the child framed, waiting said.
+        let fan_in = Workflow::Rows(vec![
+            wf_row(3, "waiting", 0, &[1, 2]),
+            wf_row(1, "done", -1, &[]),
+            wf_row(2, "pending", -1, &[]),
+        ]);
+        let html = page(&fan_in, &it);
+        assert_eq!(html.matches("<a class=\"node\"").count(), 3, "{html}");
+        assert!(html.contains("1 of its 2 parents are done."), "{html}");
+        assert!(!html.contains("workflow-left-out"), "{html}");
+        // A waiting item can be cancelled (work_cancel, 0.12.0), not retried or rescheduled.
+        assert!(html.contains("data-action=\"cancel\""), "{html}");
+        assert!(!html.contains("data-action=\"retry\""), "{html}");
+        assert!(!html.contains("data-action=\"run-now\""), "{html}");
+        // Parents only in queues the role may not read: said, no graph.
+        let unreadable = Workflow::Rows(vec![wf_row(3, "waiting", 0, &[8, 9])]);
+        let html = page(&unreadable, &it);
+        assert!(html.contains("id=\"workflow-unreadable\""), "{html}");
+        assert!(
+            html.contains("(8, 9) in queues this role may not read"),
+            "{html}"
+        );
+        assert!(
+            html.contains("0 of its 2 parents are done (2 not shown"),
+            "{html}"
+        );
+        assert!(!html.contains("<svg"), "{html}");
+        // More than the graph draws: the rest counted.
+        let mut rows = vec![wf_row(3, "done", 0, &[])];
+        rows.extend((10..10 + 250).map(|id| wf_row(id, "waiting", 1, &[3])));
+        it.state = "done".into();
+        let html = page(&Workflow::Rows(rows), &it);
+        assert_eq!(
+            html.matches("<a class=\"node\"").count(),
+            200,
+            "{}",
+            html.len()
+        );
+        assert!(
+            html.contains("51 of the 251 items of the workflow are not drawn"),
+            "{html}"
+        );
+        assert!(
+            html.contains("class=\"hidden-children\" data-parent=\"3\" data-count=\"51\""),
+            "{html}"
+        );
+    }
+
     fn said(status: &str) -> LeaseStatus {
         LeaseStatus::Said(status.into())
     }
@@ -986,7 +1162,7 @@ mod tests {
         };
         let mut it = item("claimed", true);
         it.progress = Some(serde_json::json!({"step": "</pre><script>alert(2)</script>"}));
-        let html = super::item(&session, &it, "x", "tok", None).into_string();
+        let html = render_item(&session, &it, &Workflow::Absent).into_string();
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;"));
         assert!(html.contains("w&lt;1&gt;"));
@@ -1003,7 +1179,7 @@ mod tests {
             ..Session::default()
         };
         let mut it = item("pending", false);
-        let html = super::item(&session, &it, "x", "tok", None).into_string();
+        let html = render_item(&session, &it, &Workflow::Absent).into_string();
         assert!(!html.contains("id=\"errors\""), "{html}");
         assert!(html.contains("No failed attempt or lapsed lease."));
         assert!(html.contains("— (no result)"), "{html}");
@@ -1021,7 +1197,7 @@ mod tests {
         }];
         it.result = Some(Value::Null);
         it.progress = Some(serde_json::json!({"page": 3}));
-        let html = super::item(&session, &it, "x", "tok", None).into_string();
+        let html = render_item(&session, &it, &Workflow::Absent).into_string();
         assert!(html.contains("<table id=\"errors\">"), "{html}");
         assert!(
             html.contains("<pre id=\"progress\">{\n  &quot;page&quot;: 3\n}</pre>"),
@@ -1070,6 +1246,17 @@ mod tests {
         let html = items(&session, &view(None, None), "tok").into_string();
         assert!(html.contains("<p id=\"no-items\">No items.</p>"), "{html}");
         assert!(html.contains("Claim order"), "{html}");
+        // The filter waiting from 0.12.0 (work_items lists waiting items there).
+        assert!(!html.contains("state=waiting"), "{html}");
+        let session = Session {
+            workflow_exists: true,
+            ..session
+        };
+        let html = items(&session, &view(None, None), "tok").into_string();
+        assert!(
+            html.contains("<a href=\"/queues/q?state=waiting\" data-state=\"waiting\">"),
+            "{html}"
+        );
     }
 
     fn schedule_row(name: &str, paused: bool, may_operate: bool) -> ScheduleRow {
@@ -1188,6 +1375,7 @@ mod tests {
             done: 0,
             failed: 0,
             cancelled: 0,
+            waiting: 0,
             oldest_due_age: None,
             paused: false,
             refused: None,
@@ -1219,6 +1407,7 @@ mod tests {
             done: 0,
             failed: 0,
             cancelled: 0,
+            waiting: 0,
             oldest_due_age: None,
             paused: false,
             refused: None,

@@ -452,10 +452,15 @@ async fn item(
         _ => LeaseStatus::NotCallable,
     };
     let words = pages::lease_words(&item, &status);
+    // The workflow around the item (0.12.0): index probes of the edges, at most 1000 rows.
+    let workflow = conn.workflow(&session, id).await?;
     Ok(pages::item(
         &session,
-        &item,
-        &words,
+        &pages::ItemView {
+            item: &item,
+            lease: &words,
+            workflow: &workflow,
+        },
         &app.csrf_token,
         flash(&params),
     ))
@@ -622,7 +627,7 @@ async fn item_action(
         "retry" => (
             conn.retry(queue, key).await?,
             "retried",
-            format!("work_retry changed nothing: only a failed or cancelled item goes back to pending, and this one is {state}."),
+            format!("work_retry changed nothing: only a failed or cancelled item goes back (to pending, or to waiting for its parents), and this one is {state}."),
         ),
         "run-now" => (
             conn.reschedule(queue, key, &RunAt::Now).await?,
@@ -637,7 +642,7 @@ async fn item_action(
         _ => (
             conn.cancel(queue, key).await?,
             "cancelled",
-            format!("work_cancel changed nothing: only a pending or claimed item can be cancelled, and this one is {state}."),
+            format!("work_cancel changed nothing: only a waiting, pending or claimed item can be cancelled, and this one is {state}."),
         ),
     };
     if !changed {

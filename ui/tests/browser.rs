@@ -6,7 +6,7 @@
 //!
 //! What a person does with the pages: load each of them (the queues, a
 //! queue's items with a state filter and the next page, an item, the
-//! schedules, a queue's charts), retry a failed item by clicking, pause and resume a queue and
+//! schedules, a queue's charts, an item's workflow graph, following its links), retry a failed item by clicking, pause and resume a queue and
 //! a schedule by clicking; each time
 //! the database is checked to have changed and the page to show it. And what
 //! must not happen: a payload with a `<script>` runs no script (it stays
@@ -1377,6 +1377,155 @@ fn the_queue_page_charts_the_last_hour() {
             .collect();
         assert!(refused.is_empty(), "the CSP refused: {refused:?}");
         screenshot(c, "charts", true).await;
+    });
+}
+
+/// An item's page draws its workflow: a report that waits for three extracts (one done, one
+/// running, one done) and that two steps wait for. Each item is a box with its state in a word
+/// and its colour, the parents left of the report, the children right of it, the report
+/// framed; a click on a box leads to that item's page, whose graph is drawn around it; nothing
+/// is refused by the Content Security Policy.
+#[test]
+fn the_item_page_draws_its_workflow() {
+    let mut f = fixture("workflow");
+    let db = &mut f.db;
+    let orders = enqueue(db, Enqueue::new("etl.extract").key("orders-2026-12"));
+    let refunds = enqueue(db, Enqueue::new("etl.extract").key("refunds-2026-12"));
+    let rates = enqueue(db, Enqueue::new("etl.fx").key("rates-2026-12"));
+    let report = enqueue(
+        db,
+        Enqueue::new("etl.report")
+            .key("report-2026-12")
+            .after(&[orders, refunds, rates]),
+    );
+    let email = enqueue(
+        db,
+        Enqueue::new("etl.send")
+            .key("email-finance-2026-12")
+            .after(&[report]),
+    );
+    let archive = enqueue(
+        db,
+        Enqueue::new("etl.archive")
+            .key("archive-2026-12")
+            .after(&[report]),
+    );
+    for (queue, key) in [
+        ("etl.extract", "orders-2026-12"),
+        ("etl.fx", "rates-2026-12"),
+    ] {
+        let token = claim(db, queue, key, "etl-1", "5 minutes");
+        assert!(ok(calls::finish(db, &token, None), "work_finish"));
+    }
+    claim(db, "etl.extract", "refunds-2026-12", "etl-2", "5 minutes");
+    assert_eq!(state_of(db, report), "waiting");
+    let (b, ui) = (&f.browser, &f.ui);
+    let driver_port = b.driver_port;
+    b.run(async {
+        let c = b.client();
+        console_messages(c, driver_port).await;
+        goto(c, &ui.url(&format!("/items/{report}"))).await;
+        wait_for(c, "#workflow-graph svg").await;
+        // Each box as drawn: its id, state word, framed or not, left edge, fill.
+        let drawn = ok(
+            c.execute(
+                "return [...document.querySelectorAll('#workflow-graph a.node')].map(a => {
+                     const box = a.querySelector('rect.box').getBoundingClientRect();
+                     return [+a.dataset.id, a.querySelector('text.state').textContent,
+                             a.getAttribute('aria-current'), Math.round(box.left),
+                             getComputedStyle(a.querySelector('rect.box')).fill,
+                             a.getAttribute('href')];
+                 }).sort((x, y) => x[0] - y[0]);",
+                vec![],
+            )
+            .await,
+            "the workflow's boxes",
+        );
+        let boxes = drawn.as_array().expect("a list of boxes");
+        let expected = [
+            (orders, "done", "rgb(218, 251, 225)"),
+            (refunds, "claimed", "rgb(255, 248, 197)"),
+            (rates, "done", "rgb(218, 251, 225)"),
+            (report, "waiting", "rgb(251, 239, 255)"),
+            (email, "waiting", "rgb(251, 239, 255)"),
+            (archive, "waiting", "rgb(251, 239, 255)"),
+        ];
+        assert_eq!(boxes.len(), expected.len(), "{drawn}");
+        let left = |id: i64| -> i64 {
+            boxes
+                .iter()
+                .find(|b| b[0].as_i64() == Some(id))
+                .and_then(|b| b[3].as_i64())
+                .unwrap_or_else(|| panic!("box {id} in {drawn}"))
+        };
+        for (b, (id, state, fill)) in boxes.iter().zip(expected) {
+            assert_eq!(b[0].as_i64(), Some(id), "{drawn}");
+            assert_eq!(b[1], json!(state), "{id}: {drawn}");
+            assert_eq!(b[4], json!(fill), "{id}: {drawn}");
+            assert_eq!(b[5], json!(format!("/items/{id}")), "{id}: {drawn}");
+            let framed = if id == report {
+                json!("page")
+            } else {
+                Value::Null
+            };
+            assert_eq!(b[2], framed, "{id}: {drawn}");
+        }
+        for parent in [orders, refunds, rates] {
+            assert!(
+                left(parent) < left(report),
+                "{parent} left of the report: {drawn}"
+            );
+        }
+        for child in [email, archive] {
+            assert!(
+                left(report) < left(child),
+                "{child} right of the report: {drawn}"
+            );
+        }
+        assert_eq!(count(c, "#workflow-graph path.edge").await, 5);
+        let waiting = text_of(c, "#workflow-waiting").await;
+        assert!(waiting.contains("2 of its 3 parents are done"), "{waiting}");
+        screenshot(c, "workflow", true).await;
+
+        // A box is a link: to that item's page, whose graph is drawn around it.
+        let node = wait_for(c, &format!("#workflow-graph a.node[data-id=\"{orders}\"]")).await;
+        ok(node.click().await, "clicking the orders box");
+        wait_for_script(
+            c,
+            "the orders item's page",
+            &format!(
+                "return location.pathname === '/items/{orders}' \
+                        && document.readyState === 'complete';"
+            ),
+        )
+        .await;
+        wait_for(c, "#workflow-graph svg").await;
+        assert_eq!(text_of(c, "#state").await.trim(), "done");
+        assert_eq!(count(c, "#workflow-graph a.node").await, 4);
+        assert_eq!(
+            count(
+                c,
+                &format!("#workflow-graph a.node[data-id=\"{orders}\"][aria-current=\"page\"]")
+            )
+            .await,
+            1
+        );
+        // The report's other parents are not the orders' ancestors: counted, not drawn.
+        assert_eq!(
+            text_of(
+                c,
+                &format!("#workflow-graph .hidden-parents[data-child=\"{report}\"] text")
+            )
+            .await,
+            "+2"
+        );
+        screenshot(c, "workflow-parent", false).await;
+        let messages = console_messages(c, driver_port).await;
+        let refused: Vec<_> = messages
+            .iter()
+            .filter(|(_, m)| m.contains("Content Security Policy"))
+            .collect();
+        assert!(refused.is_empty(), "the CSP refused: {refused:?}");
     });
 }
 

@@ -2968,6 +2968,7 @@ fn schedule_metrics_are_the_unix_seconds_of_work_schedules() {
 /// that says schedules need 0.12.0.
 #[test]
 fn a_database_before_0120_has_no_schedules_and_its_pages_still_work() {
+    // (Nor workflows: its item pages draw none, its queues count no waiting item.)
     let cluster = cluster();
     ok(
         cluster.create_database("ui_schedules_0110"),
@@ -3011,6 +3012,17 @@ fn a_database_before_0120_has_no_schedules_and_its_pages_still_work() {
         "{}",
         page.body
     );
+    // No work_workflow before 0.12.0: no workflow section, and no waiting state to count or
+    // list.
+    assert!(
+        !ui.get("/queues/q").body.contains("state=waiting"),
+        "no waiting filter on 0.11.0"
+    );
+    assert!(!page.body.contains("id=\"workflow"), "{}", page.body);
+    assert_eq!(cell(&queue_row(&ui, "q"), "num waiting"), "0");
+    assert!(metrics
+        .body
+        .contains("workfence_items{queue=\"q\",state=\"waiting\"} 0\n"));
     let reply = ui.submit("/schedules/nightly/pause", &[]);
     assert_eq!(reply.status, 503, "{}", reply.body);
     let error = reply.error();
@@ -3372,4 +3384,249 @@ fn the_queue_page_charts_the_last_hour() {
         "{why}"
     );
     assert!(!page.body.contains("<svg"));
+}
+
+/// The boxes of an item page's workflow graph: (id, state, link, framed as the page's item).
+fn workflow_nodes(page: &str) -> Vec<(i64, String, String, bool)> {
+    let mut nodes: Vec<_> = start_tags(page, "a")
+        .into_iter()
+        .map(|(tag, _)| tag)
+        .filter(|tag| attr(tag, "class") == Some("node"))
+        .map(|tag| {
+            (
+                attr(tag, "data-id")
+                    .and_then(|id| id.parse().ok())
+                    .expect("a data-id"),
+                attr(tag, "data-state").expect("a data-state").to_owned(),
+                attr(tag, "href").expect("an href").to_owned(),
+                attr(tag, "data-current") == Some("true")
+                    && attr(tag, "aria-current") == Some("page"),
+            )
+        })
+        .collect();
+    nodes.sort();
+    nodes
+}
+
+/// The arrows of an item page's workflow graph: (parent, child).
+fn workflow_edges(page: &str) -> Vec<(i64, i64)> {
+    let mut edges: Vec<(i64, i64)> = start_tags(page, "path")
+        .into_iter()
+        .map(|(tag, _)| tag)
+        .filter(|tag| attr(tag, "class") == Some("edge"))
+        .map(|tag| {
+            let id = |name: &str| -> i64 {
+                attr(tag, name)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("{name} in {tag}"))
+            };
+            (id("data-parent"), id("data-child"))
+        })
+        .collect();
+    edges.sort();
+    edges
+}
+
+/// `work_queue_stats.waiting` of `queue` (0.12.0).
+fn waiting_of(db: &mut postgres::Client, queue: &str) -> i64 {
+    ok(
+        db.query_one(
+            "SELECT s.waiting FROM workfence.work_queue_stats AS s WHERE s.queue = $1",
+            &[&queue],
+        ),
+        "work_queue_stats.waiting",
+    )
+    .get(0)
+}
+
+/// A fan-in (two parents, one child waiting for both) on the item pages, as the monitoring
+/// role sees them: the child's page draws the three items, each with its state and a link to
+/// its page, the child framed, and an arrow from each parent, as `work_workflow` has them; a
+/// parent's page draws itself and the child, and marks the child's other parent (not its
+/// ancestor) as not drawn; an item without parents or children has no graph. The queues page
+/// and `/metrics` count the waiting child, and the state filter waiting lists it; a waiting
+/// item is cancelled from its page; a role that may not call `work_workflow` gets the page
+/// with a sentence instead.
+#[test]
+fn the_item_page_draws_a_fan_in() {
+    let cluster = cluster();
+    let mut db = database(&cluster, "ui_workflow");
+    let extract = enqueue(&mut db, Enqueue::new("wf.extract").key("orders-2026-12"));
+    let fetch = enqueue(&mut db, Enqueue::new("wf.fetch").key("<b>rates</b>"));
+    let join = enqueue(
+        &mut db,
+        Enqueue::new("wf.join")
+            .key("report-2026-12")
+            .after(&[extract, fetch]),
+    );
+    let alone = enqueue(&mut db, Enqueue::new("wf.extract").key("alone"));
+    let claim = ok(
+        calls::claim_key(&mut db, "wf.extract", "orders-2026-12", "w", "1 hour"),
+        "work_claim_key",
+    )
+    .expect("claimable");
+    assert!(ok(
+        calls::finish(&mut db, &claim.token("w"), None),
+        "finish"
+    ));
+    assert_eq!(state_of(&mut db, extract), "done");
+    assert_eq!(state_of(&mut db, fetch), "pending");
+    assert_eq!(state_of(&mut db, join), "waiting");
+
+    let ui = Ui::on(&dsn_as(&cluster, "ui_workflow", "ui_watcher"));
+    let reply = ui.get(&format!("/items/{join}"));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let page = reply.body;
+    assert!(page.contains("<span id=\"state\">waiting</span>"), "{page}");
+    let graph = section(&page, "<section id=\"workflow\">", "</section>");
+    assert_eq!(
+        workflow_nodes(graph),
+        vec![
+            (extract, "done".into(), format!("/items/{extract}"), false),
+            (fetch, "pending".into(), format!("/items/{fetch}"), false),
+            (join, "waiting".into(), format!("/items/{join}"), true),
+        ],
+        "{graph}"
+    );
+    assert_eq!(
+        workflow_edges(graph),
+        vec![(extract, join), (fetch, join)],
+        "{graph}"
+    );
+    // As work_workflow has them.
+    let rows = ok(
+        calls::generated::work_workflow(&mut db, join),
+        "work_workflow",
+    );
+    let mut listed: Vec<(i64, String)> = rows
+        .iter()
+        .map(|r| (r.id.expect("id"), r.state.clone().expect("state")))
+        .collect();
+    listed.sort();
+    let drawn: Vec<(i64, String)> = workflow_nodes(graph)
+        .into_iter()
+        .map(|(id, state, _, _)| (id, state))
+        .collect();
+    assert_eq!(drawn, listed);
+    // Each state in a word, every text escaped.
+    assert!(graph.contains("&lt;b&gt;rates&lt;/b&gt;"), "{graph}");
+    assert!(!graph.contains("<b>"), "{graph}");
+    assert!(
+        section(graph, "<p id=\"workflow-waiting\">", "</p>")
+            .contains("1 of its 2 parents are done"),
+        "{graph}"
+    );
+    assert!(!graph.contains("hidden-parents"), "{graph}");
+    assert!(!graph.contains("workflow-left-out"), "{graph}");
+
+    // A parent's page: itself and the child, whose other parent is not its ancestor.
+    let page = ui.get(&format!("/items/{extract}")).body;
+    let graph = section(&page, "<section id=\"workflow\">", "</section>");
+    assert_eq!(
+        workflow_nodes(graph),
+        vec![
+            (extract, "done".into(), format!("/items/{extract}"), true),
+            (join, "waiting".into(), format!("/items/{join}"), false),
+        ],
+        "{graph}"
+    );
+    assert_eq!(workflow_edges(graph), vec![(extract, join)], "{graph}");
+    assert!(
+        graph.contains(&format!(
+            "<a class=\"hidden-parents\" href=\"/items/{fetch}\" data-child=\"{join}\" data-count=\"1\">"
+        )),
+        "{graph}"
+    );
+    assert!(!page.contains("workflow-waiting"), "{page}");
+
+    // An item on its own: no section, no graph.
+    let reply = ui.get(&format!("/items/{alone}"));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(!reply.body.contains("id=\"workflow"), "{}", reply.body);
+    assert!(!reply.body.contains("<svg"), "{}", reply.body);
+
+    // Waiting in the stats: the queues page and /metrics, as work_queue_stats has it.
+    assert_eq!(waiting_of(&mut db, "wf.join"), 1);
+    let row = queue_row(&ui, "wf.join");
+    assert_eq!(cell(&row, "num waiting"), "1", "{row}");
+    assert_eq!(cell(&queue_row(&ui, "wf.extract"), "num waiting"), "0");
+    let metrics = ui.get("/metrics").body;
+    assert!(
+        metrics.contains("workfence_items{queue=\"wf.join\",state=\"waiting\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("workfence_items{queue=\"wf.fetch\",state=\"waiting\"} 0\n"),
+        "{metrics}"
+    );
+    // Listed under every state, with its state, and by the filter waiting (work_items).
+    let listing = ui.get("/queues/wf.join");
+    assert_eq!(listing.status, 200, "{}", listing.body);
+    assert!(
+        section(&listing.body, &format!("<tr data-id=\"{join}\">"), "</tr>")
+            .contains("<td class=\"state\">waiting</td>"),
+        "{}",
+        listing.body
+    );
+    assert!(
+        listing.body.contains(
+            "<a href=\"/queues/wf.join?state=waiting\" data-state=\"waiting\">waiting</a>"
+        ),
+        "{}",
+        listing.body
+    );
+    let filtered = ui.get("/queues/wf.join?state=waiting");
+    assert_eq!(filtered.status, 200, "{}", filtered.body);
+    assert_eq!(row_ids(&filtered.body), vec![join], "{}", filtered.body);
+    assert!(
+        filtered.body.contains("Oldest first (by id)"),
+        "{}",
+        filtered.body
+    );
+    assert_eq!(
+        row_ids(&ui.get("/queues/wf.fetch?state=waiting").body),
+        Vec::<i64>::new()
+    );
+
+    // A waiting item may be cancelled (work_cancel, 0.12.0), by a role that may call it.
+    let operator = Ui::on(&cluster.connection_string("ui_workflow"));
+    let page = operator.get(&format!("/items/{join}")).body;
+    assert!(page.contains("data-action=\"cancel\""), "{page}");
+    assert!(!page.contains("data-action=\"retry\""), "{page}");
+    assert!(!page.contains("data-action=\"run-now\""), "{page}");
+    let reply = operator.submit_from(
+        &format!("/items/{join}"),
+        &format!("/items/{join}/cancel"),
+        &[],
+    );
+    assert_eq!(reply.status, 303, "{}", reply.body);
+    assert_eq!(state_of(&mut db, join), "cancelled");
+    assert_eq!(waiting_of(&mut db, "wf.join"), 0);
+    let page = ui.get(&format!("/items/{join}")).body;
+    let graph = section(&page, "<section id=\"workflow\">", "</section>");
+    assert!(
+        workflow_nodes(graph).contains(&(join, "cancelled".into(), format!("/items/{join}"), true)),
+        "{graph}"
+    );
+
+    // A role that may not call work_workflow: the page, and a sentence instead of the graph.
+    ok(
+        db.batch_execute(
+            "REVOKE EXECUTE ON FUNCTION workfence.work_workflow(bigint) FROM workfence_monitor",
+        ),
+        "revoke work_workflow",
+    );
+    let reply = ui.get(&format!("/items/{join}"));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        section(
+            &reply.body,
+            "<p class=\"muted\" id=\"no-workflow\">",
+            "</p>"
+        )
+        .contains("may not call workfence.work_workflow"),
+        "{}",
+        reply.body
+    );
+    assert!(!reply.body.contains("<svg"), "{}", reply.body);
 }
