@@ -51,6 +51,11 @@ export class NotPermitted extends WorkfenceError {}
 /** 42704: a grant naming an unknown role or capability; pause/resume of an unknown schedule. */
 export class UndefinedObject extends WorkfenceError {}
 /**
+ * 23503 (from 0.12.0): an enqueue's `after` names an item that does not exist, or one in a queue
+ * the role may not read. Nothing was enqueued.
+ */
+export class UnknownParent extends WorkfenceError {}
+/**
  * 55000: the token is not current (`work_assert`, also at `COMMIT`); also the `reason` of a job's
  * signal aborted for a lost lease.
  */
@@ -122,7 +127,24 @@ export interface EnqueueOptions {
    * 'preserve_run_at' the item takes this call's trace; 'keep' leaves its own.
    */
   trace?: string;
+  /**
+   * The ids of the items this one waits for (from 0.12.0, workflows: its parents, any queue of
+   * the database, at most 1000), as `enqueue` returned them: the item is `waiting` until every
+   * parent is done, then pending, and its handler reads their results with
+   * `job.parentResults()`. An existing key's `after` is ignored. Sent only when it names an id
+   * (then the enqueue also works against a database before workflows).
+   */
+  after?: ReadonlyArray<string | bigint | number>;
+  /**
+   * What a parent that ends failed (for good) or cancelled does to the waiting item (from
+   * 0.12.0; default 'cancel'): 'cancel' cancels it (and its waiting descendants that say
+   * 'cancel'); 'run' runs it once every parent has ended. Sent only when set.
+   */
+  onParentFailure?: OnParentFailure;
 }
+
+/** `EnqueueOptions.onParentFailure`: what a parent's failure or cancel does to a waiting item. */
+export type OnParentFailure = 'cancel' | 'run';
 
 /** `EnqueueOptions.onConflict`: what an enqueue does to an existing item of its key. */
 export type OnConflict = 'keep' | 'replace' | 'preserve_run_at';
@@ -130,8 +152,9 @@ export type OnConflict = 'keep' | 'replace' | 'preserve_run_at';
 /**
  * `workfence.work_enqueue`. A repeated key returns the existing item with `inserted: false`
  * (changed as `onConflict` says); `inserted` is true only when a new item was made.
- * @throws NullArgument (22004), InvalidArgument (22023, also an unknown onConflict),
- *   NotPermitted (42501), SerializationFailure (40001: retry)
+ * @throws NullArgument (22004, also a null in `after`), InvalidArgument (22023, also an unknown
+ *   onConflict or onParentFailure, over 1000 parents), UnknownParent (23503: an `after` id of no
+ *   item, or one the role may not read), NotPermitted (42501), SerializationFailure (40001: retry)
  */
 export function enqueue(
   client: Queryable, queue: string, payload?: unknown, options?: EnqueueOptions,
@@ -141,7 +164,11 @@ export function enqueue(
 export function retry(client: Queryable, queue: string, key: string, runAt?: Date | string | null): Promise<boolean>;
 /** `workfence.work_reschedule`: a pending item's new `run_at`; true if it changed. */
 export function reschedule(client: Queryable, queue: string, key: string, runAt: Date | string): Promise<boolean>;
-/** `workfence.work_cancel`: true if the item was pending or claimed and is now cancelled. */
+/**
+ * `workfence.work_cancel`: true if the item was pending, claimed or (from 0.12.0) waiting and is
+ * now cancelled; its waiting children are cancelled with it (those with onParentFailure 'run'
+ * count it as ended).
+ */
 export function cancel(client: Queryable, queue: string, key: string): Promise<boolean>;
 /** `workfence.work_pause`: true if the queue was not paused. */
 export function pause(client: Queryable, queue: string): Promise<boolean>;
@@ -174,7 +201,8 @@ export interface Item {
   id: string;
   queue: string;
   key: string;
-  state: 'pending' | 'claimed' | 'done' | 'failed' | 'cancelled';
+  /** `waiting` (from 0.12.0): enqueued with `after`, its parents not all ended. */
+  state: 'pending' | 'claimed' | 'done' | 'failed' | 'cancelled' | 'waiting';
   priority: number;
   run_at: Date;
   attempts: number;
@@ -201,11 +229,32 @@ export interface Item {
 export function item(client: Queryable, queue: string, key: string): Promise<Item | null>;
 export function item(client: Queryable, id: string | bigint | number): Promise<Item | null>;
 
+/** A row of `workfence.work_workflow` (from 0.12.0). */
+export interface WorkflowItem {
+  /** The item's id, a decimal string. */
+  id: string;
+  queue: string;
+  key: string;
+  state: Item['state'];
+  /** 0 for the item asked for, -1 its parents, -2 theirs, ..., 1 its children, 2 theirs. */
+  depth: number;
+  /** The ids of this row's own parents (every edge into it), decimal strings. */
+  parents: string[];
+}
+
+/**
+ * `workfence.work_workflow` (from 0.12.0): the workflow around the item `id` (the item, its
+ * ancestors and descendants, each once at its nearest depth, nearest first, at most 1000 rows);
+ * empty for an unknown id (or one the role may not read).
+ * @throws NullArgument (22004), NotPermitted (42501)
+ */
+export function workflow(client: Queryable, id: string | bigint | number): Promise<WorkflowItem[]>;
+
 /** What `awaitResult` resolves to for an item that exists. */
 export interface AwaitedResult {
   /**
    * `done`, `failed` or `cancelled` when the run is over; after the timeout, the state then
-   * (`pending` or `claimed`).
+   * (`pending`, `claimed` or `waiting`).
    */
   state: Item['state'];
   /** What `work_finish` stored (the handler's result) when done; else null. */
@@ -414,6 +463,15 @@ export class Job<P = any> {
    * @throws NullArgument (22004: null or undefined), InvalidArgument (22023: over 64 KiB)
    */
   progress(value: unknown): Promise<boolean>;
+  /**
+   * The results of the items this one waited for (`enqueue(..., { after })`), read with
+   * `workfence.work_parent_results` (from 0.12.0), fenced: one key per parent id (decimal
+   * string), a done parent's result, or `{ state: 'failed' | 'cancelled', error }` for one that
+   * ended so (an item with onParentFailure 'run'); `{}` without parents. Resolves null when the
+   * lease is lost (then handled as a refused renew: the signal aborts with LeaseLost and nothing
+   * more is sent for the item).
+   */
+  parentResults(): Promise<Record<string, Json> | null>;
   /**
    * Runs `fn` (an external side effect) while the lease is checked and held: BEGIN,
    * `work_assert` (no re-claim of the item until this ends), `work_renew`, `fn(client)`, COMMIT.

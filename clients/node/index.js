@@ -3,13 +3,14 @@
 
 export {
   WorkfenceError, NullArgument, InvalidArgument, ReadOnly, NoTransaction, SerializationFailure,
-  NotPermitted, UndefinedObject, LeaseLost, Cancelled, ERRORS_BY_SQLSTATE, fromPgError,
+  NotPermitted, UndefinedObject, UnknownParent, LeaseLost, Cancelled, ERRORS_BY_SQLSTATE,
+  fromPgError,
 } from './lib/errors.js';
 export { connectionConfig } from './lib/dsn.js';
 export { leaseLostToken } from './lib/notify.js';
 export {
-  enqueue, retry, reschedule, cancel, pause, resume, limit, item, awaitResult, schedule, unschedule,
-  pauseSchedule, resumeSchedule, fireSchedules, schedules,
+  enqueue, retry, reschedule, cancel, pause, resume, limit, item, workflow, awaitResult, schedule,
+  unschedule, pauseSchedule, resumeSchedule, fireSchedules, schedules,
 } from './lib/operations.js';
 export { Worker, Job, defaultOwner } from './lib/worker.js';
 export {

@@ -56,6 +56,14 @@ export class UndefinedObject extends WorkfenceError {}
 UndefinedObject.sqlstate = '42704';
 
 /**
+ * 23503 (from 0.12.0): an enqueue's `after` names an item that does not exist (never enqueued,
+ * or purged), or one in a queue the role may not read (the two are not told apart). Nothing was
+ * enqueued.
+ */
+export class UnknownParent extends WorkfenceError {}
+UnknownParent.sqlstate = '23503';
+
+/**
  * 55000: the token is not current (`work_assert`, also at `COMMIT`), or the runner learned that
  * the lease was lost (a refused renew, a `work_lease_lost` notification, a refused finish). It is
  * also the `reason` of a job's `AbortSignal` aborted for a lost lease.
@@ -73,7 +81,7 @@ Cancelled.sqlstate = '57014';
 /** The classes above by SQLSTATE. */
 export const ERRORS_BY_SQLSTATE = Object.freeze(Object.fromEntries(
   [NullArgument, InvalidArgument, ReadOnly, NoTransaction, SerializationFailure, NotPermitted,
-    UndefinedObject, LeaseLost, Cancelled].map((cls) => [cls.sqlstate, cls]),
+    UndefinedObject, UnknownParent, LeaseLost, Cancelled].map((cls) => [cls.sqlstate, cls]),
 ));
 
 /**

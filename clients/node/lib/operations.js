@@ -96,12 +96,25 @@ async function activeTrace(client) {
  *   active, and the database's `work_enqueue` takes a trace (asked once per client); else none.
  *   With onConflict 'replace' or 'preserve_run_at' the item takes this call's trace; 'keep'
  *   leaves its own
+ * @param {Array<string|bigint|number>} [options.after] the ids of the items this one waits for
+ *   (from 0.12.0, workflows: its parents, in any queue of the database, at most 1000), as
+ *   `enqueue` returned them: the item is `waiting` until every parent is done, then pending (due
+ *   at its runAt), and its handler reads their results with {@link Job#parentResults}. An
+ *   existing key's `after` is ignored (edges are made only at the insert). Sent only when it
+ *   names an id, so that an enqueue without it also works against a database before workflows
+ * @param {'cancel'|'run'} [options.onParentFailure] what a parent that ends failed (for good)
+ *   or cancelled does to the waiting item (from 0.12.0; default 'cancel'): 'cancel' cancels it
+ *   and its own waiting descendants that say 'cancel'; 'run' runs it once every parent has
+ *   ended, and `parentResults()` shows the failure as `{state: 'failed', error}`. Sent (as
+ *   `on_parent_failure`) only when set
  * @returns {Promise<{id: string, key: string, inserted: boolean}>} `id` is the bigint as a
  *   decimal string; `inserted` true only when a new item was made (false whenever the key
  *   existed, kept or changed)
- * @throws {NullArgument} 22004, {@link InvalidArgument} 22023 (also an unknown onConflict, a
- *   malformed trace), {@link NotPermitted} 42501, {@link SerializationFailure} 40001 (raced a
- *   purge: retry)
+ * @throws {NullArgument} 22004 (also a null in `after`), {@link InvalidArgument} 22023 (also an
+ *   unknown onConflict, a malformed trace, over 1000 parents, an onParentFailure not 'cancel' or
+ *   'run', an `after` that is not an array), {@link UnknownParent} 23503 (an `after` id of no
+ *   item, or of one in a queue the role may not read), {@link NotPermitted} 42501,
+ *   {@link SerializationFailure} 40001 (raced a purge: retry)
  */
 export async function enqueue(client, queue, payload = {}, options = {}) {
   const args = ['queue => $1', 'payload => $2::jsonb'];
@@ -118,11 +131,30 @@ export async function enqueue(client, queue, payload = {}, options = {}) {
   add('max_run', options.maxRun, 'make_interval(secs => $::double precision)');
   add('group_key', options.groupKey, '$::text');
   add('on_conflict', options.onConflict, '$::text');
+  const parents = parentIds(options.after);
   const trace = options.trace ?? await activeTrace(client);
   add('trace', trace, '$::text');
+  if (parents.length > 0) add('after', parents, '$::bigint[]');
+  add('on_parent_failure', options.onParentFailure, '$::text');
   const { rows: [row] } = await query(client,
     `SELECT id::text AS id, key, inserted FROM workfence.work_enqueue(${args.join(', ')})`, values);
   return row;
+}
+
+/**
+ * `after` as the array sent for `work_enqueue`'s `bigint[]`: each id as its decimal string (a
+ * bigint or a number as well as the string `enqueue` returns), null kept for the server's 22004.
+ * @param {unknown} after
+ * @returns {Array<string|null>} empty when `after` is undefined or null
+ * @throws {InvalidArgument} 22023 when `after` is not an array
+ */
+function parentIds(after) {
+  if (after === undefined || after === null) return [];
+  if (!Array.isArray(after)) {
+    throw new InvalidArgument(`after must be an array of item ids, got ${String(after)}`,
+      { code: '22023' });
+  }
+  return after.map((id) => (id === null || id === undefined ? null : String(id)));
 }
 
 /**
@@ -154,7 +186,9 @@ export async function reschedule(client, queue, key, runAt) {
 }
 
 /**
- * `workfence.work_cancel`: cancels a `pending` or `claimed` item; its holder's token is refused.
+ * `workfence.work_cancel`: cancels a `pending` or `claimed` item (from 0.12.0 also a `waiting`
+ * one, and its waiting children with it, transitively, but for those enqueued with
+ * `onParentFailure: 'run'`, which count it as ended); its holder's token is refused.
  * @param {{query: Function}} client
  * @param {string} queue
  * @param {string} key
@@ -248,6 +282,26 @@ export async function item(client, queueOrId, key) {
   return rows[0] ?? null;
 }
 
+/**
+ * `workfence.work_workflow` (from 0.12.0): the workflow around the item `id`, for operators and
+ * dashboards: the item itself (`depth` 0), its ancestors (-1 its parents, -2 theirs, ...) and its
+ * descendants (1, 2, ...), each once at its nearest depth, nearest first, at most 1000 rows.
+ * @param {{query: Function}} client
+ * @param {string|bigint|number} id the item's id (its decimal string, as `enqueue` returns it)
+ * @returns {Promise<Array<{id: string, queue: string, key: string, state: string, depth: number,
+ *   parents: string[]}>>} one row per item (ids as decimal strings); `parents` the ids of the
+ *   row's own parents (every edge into it), so the rows draw the graph; `state` the item's
+ *   (`waiting` included). Empty for an unknown id (or, with queue grants enforced, an item in a
+ *   queue the role may not read; rows of other such queues are left out)
+ * @throws {NullArgument} 22004, {@link NotPermitted} 42501; 42883 from a server before 0.12.0
+ */
+export async function workflow(client, id) {
+  const { rows } = await query(client,
+    `SELECT id::text AS id, queue, key, state, depth, parents::text[] AS parents
+       FROM workfence.work_workflow($1::bigint)`, [String(id)]);
+  return rows;
+}
+
 /** The states in which an item's run is over: `awaitResult` returns at once for them. */
 const FINAL_STATES = new Set(['done', 'failed', 'cancelled']);
 
@@ -274,9 +328,9 @@ const AWAIT_CALL_MAX = 3600;
  * @returns {Promise<{state: string, result: unknown, lastError: string|null}|null>} the item's
  *   state (`done`, `failed`, `cancelled`), its `result` (what `work_finish` stored; null unless
  *   done) and `lastError` (the last failure's text, if any); after `timeout`, the item's state
- *   then (`pending` or `claimed`, result null), so the caller tells a timeout by the state; null
- *   when there is no such item (never enqueued, purged, or where queue grants are enforced, in
- *   a queue the role may not read)
+ *   then (`pending`, `claimed` or `waiting`, result null), so the caller tells a timeout by the
+ *   state; null when there is no such item (never enqueued, purged, or where queue grants are
+ *   enforced, in a queue the role may not read)
  * @throws {InvalidArgument} 22023 (a bad queue or key; `timeout` negative or not a number, raised
  *   before anything is sent), {@link NullArgument} 22004, {@link NotPermitted} 42501 (no `read`
  *   grant), 25000 from the server in a REPEATABLE READ or SERIALIZABLE transaction

@@ -82,7 +82,9 @@ class Held {
  * earlier attempt stored with {@link Job#progress} (null on a first attempt); `trace` the W3C
  * traceparent the item was enqueued with (null: none); `fencingToken`
  * the string `<id>:<epoch>`; `signal` aborts when the lease is lost (reason: a
- * {@link LeaseLost}) or when the shutdown grace is over (reason: a {@link Cancelled}).
+ * {@link LeaseLost}) or when the shutdown grace is over (reason: a {@link Cancelled}). A step of
+ * a workflow (enqueued with `after`, from 0.12.0) reads what its parents ended with from
+ * {@link Job#parentResults}.
  */
 export class Job {
   /** @param {Worker} worker @param {Held} held */
@@ -142,6 +144,30 @@ export class Job {
    */
   progress(value) {
     return this._worker._progress(this._held, value);
+  }
+
+  /**
+   * The results of the items this one waited for (its parents, `enqueue(..., { after })`), read
+   * with `workfence.work_parent_results(id, owner, epoch)` (from 0.12.0), fenced like a renew.
+   *
+   * Inside {@link Job#transaction} or {@link Job#guard} it is read on that transaction's
+   * connection; otherwise on a pool connection. It only reads.
+   *
+   * @returns {Promise<Record<string, unknown> | null>} an object with one key per parent, its id
+   *   as a decimal string (as `enqueue` returns ids): a parent that is done maps to its result
+   *   (null when it finished without one); one that ended failed or cancelled (only an item
+   *   enqueued with `onParentFailure: 'run'` runs after that) to `{state: 'failed' | 'cancelled',
+   *   error: <its last error text, or null>}`; `{}` for an item without parents (a purged parent
+   *   is left out). **null** when the lease is lost (the item was claimed anew, cancelled or
+   *   finished: a stalled copy reads nothing), which the runner then handles as a refused renew:
+   *   the job's signal aborts with {@link LeaseLost}, `parent_results id=<id> refused` and
+   *   `refused id=<id> (lease lost)` are logged, and nothing more is sent for the item. Also
+   *   null, with no statement sent, once the runner has stopped acting for the token.
+   * @throws a server error as its named class; a connection error as node-postgres raises it
+   *   (nothing is known then: call again); 42883 from a server before 0.12.0
+   */
+  parentResults() {
+    return this._worker._parentResults(this._held);
   }
 
   /**
@@ -1245,6 +1271,24 @@ export class Worker {
       this._lose(held, 'progress refused');
     }
     return ok;
+  }
+
+  /** Job.parentResults: see its doc comment. */
+  async _parentResults(held) {
+    if (held.status !== 'running') return null;
+    let results;
+    try {
+      ({ rows: [{ results }] } = await (held.txClient ?? this._pool).query(
+        'SELECT workfence.work_parent_results($1, $2, $3) AS results',
+        [held.id, this.owner, held.epoch]));
+    } catch (err) {
+      throw fromPgError(err);
+    }
+    if (results === null && held.status === 'running') {
+      this.logger.warn(`parent_results id=${held.id} refused`);
+      this._lose(held, 'parent_results refused');
+    }
+    return results;
   }
 
   /** Buffered items released; running handlers get the grace, then are cancelled and released. */

@@ -8,7 +8,8 @@ import pg from 'pg';
 
 import {
   Cancelled, ERRORS_BY_SQLSTATE, InvalidArgument, LeaseLost, NoTransaction, NotPermitted,
-  NullArgument, ReadOnly, SerializationFailure, UndefinedObject, Worker, WorkfenceError,
+  NullArgument, ReadOnly, SerializationFailure, UndefinedObject, UnknownParent, Worker,
+  WorkfenceError,
   awaitResult, connectionConfig, defaultOwner, enqueue, fromPgError, leaseLostToken, limit,
 } from '../index.js';
 import { ERROR_HEAD_MAX_BYTES, ERROR_TEXT_MAX_BYTES, failureText, heals } from '../lib/worker.js';
@@ -17,7 +18,7 @@ test('every SQLSTATE of clients/README.md maps to its named error class', () => 
   const expected = {
     '22004': NullArgument, '22023': InvalidArgument, '25006': ReadOnly, '25P01': NoTransaction,
     '40001': SerializationFailure, '42501': NotPermitted, '42704': UndefinedObject,
-    '55000': LeaseLost, '57014': Cancelled,
+    '23503': UnknownParent, '55000': LeaseLost, '57014': Cancelled,
   };
   assert.deepEqual(Object.keys(ERRORS_BY_SQLSTATE).sort(), Object.keys(expected).sort());
   for (const [code, cls] of Object.entries(expected)) {
@@ -239,6 +240,23 @@ test('enqueue sends on_conflict (by name) only when onConflict is set, so 0.11.0
   assert.deepEqual(client.calls[1].values, ['q', '{"n":2}', 'k', 'replace']);
   await enqueue(client, 'q', {}, { key: 'k', groupKey: 'g', onConflict: 'preserve_run_at' });
   assert.match(client.calls[2].text, /group_key => \$4::text, on_conflict => \$5::text/);
+});
+
+test('enqueue sends after and on_parent_failure (by name) only when set, so older databases still take it', async () => {
+  const client = recordingClient({ id: '3', key: 'c', inserted: true });
+  for (const after of [undefined, null, []]) {
+    await enqueue(client, 'q', {}, { key: 'c', after });
+  }
+  for (const { text } of client.calls) assert.doesNotMatch(text, /after|on_parent_failure/);
+  await enqueue(client, 'q', {}, { key: 'c', after: ['1', 2n, 3] });
+  assert.match(client.calls[3].text, /after => \$4::bigint\[\]\)/);
+  assert.deepEqual(client.calls[3].values, ['q', '{}', 'c', ['1', '2', '3']]);
+  await enqueue(client, 'q', {}, { groupKey: 'g', onConflict: 'keep', after: ['1', null], onParentFailure: 'run' });
+  assert.match(client.calls[4].text,
+    /group_key => \$3::text, on_conflict => \$4::text, after => \$5::bigint\[\], on_parent_failure => \$6::text\)/);
+  assert.deepEqual(client.calls[4].values, ['q', '{}', 'g', 'keep', ['1', null], 'run']);
+  await assert.rejects(enqueue(client, 'q', {}, { after: '1' }), InvalidArgument);
+  assert.equal(client.calls.length, 5, 'nothing sent for an after that is not an array');
 });
 
 /** A client answering each statement with the next of `answers` (rows), recording the calls. */

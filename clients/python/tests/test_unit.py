@@ -6,6 +6,7 @@ import os
 import socket
 import threading
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -86,6 +87,7 @@ def test_every_documented_sqlstate_has_its_class() -> None:
         "40001": "SerializationFailure",
         "42501": "NotPermitted",
         "42704": "UndefinedObject",
+        "23503": "UnknownParent",
         "55000": "LeaseLost",
         "57014": "Cancelled",
     }
@@ -253,6 +255,34 @@ def test_on_conflict_is_sent_by_name_and_only_when_set() -> None:
     both, params = enqueue_call("q", None, "k", None, 0, 25, None, "g", "preserve_run_at")
     assert both.index("group_key =>") < both.index("on_conflict =>")
     assert params[-2:] == ("g", "preserve_run_at")
+
+
+def test_after_and_on_parent_failure_are_sent_by_name_and_only_when_set() -> None:
+    # Without them (or with an empty after) the statement is the one a server before workflows
+    # takes; with them, `after => ` (bigint[]) and `on_parent_failure => ` are added by name,
+    # after the older optional arguments.
+    from workfence.operations import enqueue_call
+
+    for after in (None, [], ()):
+        plain, params = enqueue_call("q", None, None, None, 0, 25, None, None, after=after)
+        assert "after" not in plain and "on_parent_failure" not in plain and len(params) == 7
+    query, params = enqueue_call("q", None, "k", None, 0, 25, None, None, after=iter([3, 4]))
+    assert "after => %s::bigint[]" in query and "on_parent_failure" not in query
+    assert params[-1] == [3, 4] and len(params) == 8
+    query, params = enqueue_call(
+        "q", None, "k", None, 0, 25, None, "g", "keep", None, [5], "run"
+    )
+    assert query.index("group_key =>") < query.index("on_conflict =>") < query.index("after =>")
+    assert query.index("after =>") < query.index("on_parent_failure => %s::text")
+    assert params[-4:] == ("g", "keep", [5], "run")
+
+
+@pytest.mark.parametrize("after", ["12", b"12", [1, "2"], [True], [1.5]])
+def test_after_must_be_a_list_of_int_ids(after: Any) -> None:
+    from workfence.operations import enqueue_call
+
+    with pytest.raises(errors.InvalidArgument):
+        enqueue_call("q", None, None, None, 0, 25, None, None, after=after)
 
 
 def _job(row: tuple[object, ...]) -> workfence.Job:

@@ -94,6 +94,11 @@ pub enum Error {
     /// [`crate::pause_schedule`] / [`crate::resume_schedule`] of a schedule that does not exist.
     #[error("undefined object: {0}")]
     UndefinedObject(ServerError, #[source] Option<tokio_postgres::Error>),
+    /// 23503 foreign_key_violation (from 0.12.0): [`crate::EnqueueOptions::after`] names an item
+    /// that does not exist (never enqueued, or purged), or one in a queue the role may not read
+    /// (the two are not told apart). Nothing was enqueued.
+    #[error("unknown parent: {0}")]
+    UnknownParent(ServerError, #[source] Option<tokio_postgres::Error>),
     /// 55000 object_not_in_prerequisite_state: `work_assert` (or the `COMMIT` after it) for a
     /// token that is not current; also a `work_finish` that returned false in the fenced
     /// transaction. The transaction was rolled back: nothing of it is committed. Drop the job.
@@ -142,6 +147,7 @@ impl Error {
             | Error::SerializationFailure(e, _)
             | Error::NotPermitted(e, _)
             | Error::UndefinedObject(e, _)
+            | Error::UnknownParent(e, _)
             | Error::LeaseLost(e, _)
             | Error::Cancelled(e, _)
             | Error::Database(e, _) => Some(e),
@@ -198,6 +204,7 @@ impl Error {
             "40001" => Error::SerializationFailure,
             "42501" => Error::NotPermitted,
             "42704" => Error::UndefinedObject,
+            "23503" => Error::UnknownParent,
             "55000" => Error::LeaseLost,
             "57014" => Error::Cancelled,
             _ => Error::Database,
@@ -254,7 +261,7 @@ mod tests {
     #[test]
     fn every_sqlstate_of_the_spec_has_its_variant() {
         type IsVariant = fn(&Error) -> bool;
-        let cases: [(&str, IsVariant); 10] = [
+        let cases: [(&str, IsVariant); 11] = [
             ("22004", |e| matches!(e, Error::NullArgument(..))),
             ("22023", |e| matches!(e, Error::InvalidArgument(..))),
             ("25006", |e| matches!(e, Error::ReadOnly(..))),
@@ -262,6 +269,7 @@ mod tests {
             ("40001", |e| matches!(e, Error::SerializationFailure(..))),
             ("42501", |e| matches!(e, Error::NotPermitted(..))),
             ("42704", |e| matches!(e, Error::UndefinedObject(..))),
+            ("23503", |e| matches!(e, Error::UnknownParent(..))),
             ("55000", |e| matches!(e, Error::LeaseLost(..))),
             ("57014", |e| matches!(e, Error::Cancelled(..))),
             ("42883", |e| matches!(e, Error::Database(..))),

@@ -2,6 +2,7 @@
 //! under a current lease (docs/writing-workers.md, *The loop*, step 3; docs/contract.md,
 //! promise 1).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -21,6 +22,9 @@ pub(crate) const ASSERT_SQL: &str = "SELECT workfence.work_assert($1, $2, $3)";
 pub(crate) const FINISH_SQL: &str = "SELECT workfence.work_finish($1, $2, $3, $4)";
 /// Stores the job's progress under its token (from 0.12.0); false for a token not current.
 const PROGRESS_SQL: &str = "SELECT workfence.work_progress($1, $2, $3, $4)";
+/// The results of the item's parents under its token (from 0.12.0, workflows); NULL for a
+/// token not current.
+const PARENT_RESULTS_SQL: &str = "SELECT workfence.work_parent_results($1, $2, $3)";
 
 /// What every job of one worker shares: the held tokens, the pool, the owner name.
 pub(crate) struct Shared {
@@ -36,6 +40,9 @@ pub(crate) struct Shared {
 
 /// One claimed item, handed to the handler. The public fields are the claim's row of
 /// `work_claim`; the token is (`id`, the worker's owner, `epoch`).
+///
+/// A step of a workflow (enqueued with [`crate::EnqueueOptions::after`], from 0.12.0) reads what
+/// its parents ended with from [`Job::parent_results`].
 ///
 /// A job is cancelled ([`Job::cancelled`]) when its lease is lost (a renew refused, or `NOTIFY
 /// work_lease_lost` naming exactly this id and epoch) or when the shutdown grace runs out. The
@@ -184,6 +191,43 @@ impl Job {
             registry.lose(id, epoch, true);
         }
         Ok(stored)
+    }
+
+    /// The results of the items this one waited for (its *parents*,
+    /// [`crate::EnqueueOptions::after`]), read with `work_parent_results(id, owner, epoch)`
+    /// (from 0.12.0) on a connection of the runner's pool, fenced like a renew.
+    ///
+    /// `Ok(Some(map))`: each parent's id to what it ended with: a parent that is done maps to
+    /// its result (`Value::Null` when it finished without one); one that ended failed or
+    /// cancelled (only an item enqueued with [`crate::OnParentFailure::Run`] runs after that)
+    /// maps to `{"state": "failed" | "cancelled", "error": <its last error text or null>}`. An
+    /// empty map for an item without parents (a purged parent is left out).
+    ///
+    /// **`Ok(None)` when the lease is lost** (the item was claimed anew, cancelled or finished:
+    /// a stalled copy reads nothing); the runner then treats it as a refused renew (logged
+    /// `parent_results id=.. refused`, warn): the job is cancelled and its item abandoned. No
+    /// statement is sent for a job already known lost. It only reads, so it may be called
+    /// while the job's fenced transaction is open (it does not wait for that transaction's row
+    /// lock). Other errors: [`Error::Connection`] / [`Error::Pool`] (the job goes on), 42883 in
+    /// [`Error::Database`] against a server older than 0.12.0.
+    pub async fn parent_results(&self) -> Result<Option<BTreeMap<i64, Value>>> {
+        let (id, epoch) = (self.id, self.epoch);
+        let registry = &self.shared.registry;
+        if registry.fate(id, epoch) != Some(Fate::Held) {
+            return Ok(None);
+        }
+        let conn = self.shared.pool.get().await?;
+        let stmt = conn.prepare_cached(PARENT_RESULTS_SQL).await?;
+        // The object's keys are the parents' ids as text, which serde_json reads as i64 keys.
+        let results: Option<Json<BTreeMap<i64, Value>>> = conn
+            .query_one(&stmt, &[&id, &self.shared.owner, &epoch])
+            .await?
+            .try_get(0)?;
+        if results.is_none() {
+            tracing::warn!(target: "workfence", "parent_results id={id} refused");
+            registry.lose(id, epoch, true);
+        }
+        Ok(results.map(|Json(results)| results))
     }
 
     /// The owner name the item was claimed under (the worker's `owner` setting).

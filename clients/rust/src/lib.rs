@@ -18,6 +18,9 @@
 //!   lease is lost, the job's [`FencedTransaction`] (and [`Job::guard`] around a side effect
 //!   outside the database), checkpoints ([`Job::progress`], [`Job::checkpoint`]), failures with
 //!   a retry policy, settles sent again after a lost connection, release on SIGTERM/SIGINT;
+//! - workflows (from 0.12.0): [`EnqueueOptions::after`] makes an item wait for its parents
+//!   (with [`OnParentFailure`] for a parent that fails), [`Job::parent_results`] reads what
+//!   they ended with, and [`workflow`] the graph around an item (each row a [`WorkflowItem`]);
 //! - [`Error`], one variant per SQLSTATE;
 //! - trace context (from 0.12.0): [`EnqueueOptions::trace`] and [`Job::trace`], a W3C
 //!   `traceparent` stored with the item; with the cargo feature `otel` (off by default: nothing
@@ -68,7 +71,8 @@ pub use error::{Error, Result, ServerError};
 pub use job::{FencedTransaction, Job};
 pub use ops::{
     await_result, cancel, enqueue, item, item_by_id, limit, pause, reschedule, reschedule_in,
-    resume, retry, EnqueueOptions, Enqueued, Item, Limits, OnConflict, Outcome,
+    resume, retry, workflow, EnqueueOptions, Enqueued, Item, Limits, OnConflict, OnParentFailure,
+    Outcome, WorkflowItem,
 };
 pub use schedules::{
     fire_schedules, pause_schedule, resume_schedule, schedule, schedules, unschedule, CatchUp,

@@ -21,12 +21,15 @@ const ENQUEUE_HEAD: &str = "SELECT id, key, inserted
 
 /// The optional named arguments of `work_enqueue` the crate sends, each only when set, so that
 /// an enqueue without them works against the server that predates them: `group_key` (from
-/// 0.10.0), `on_conflict` (from 0.12.0), `trace` (from 0.12.0).
+/// 0.10.0), `on_conflict` (from 0.12.0), `trace` (from 0.12.0), and a workflow's `after` and
+/// `on_parent_failure` (from 0.12.0, issue 37).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Named {
     GroupKey,
     OnConflict,
     Trace,
+    After,
+    OnParentFailure,
 }
 
 impl Named {
@@ -36,6 +39,8 @@ impl Named {
             Named::GroupKey => "group_key",
             Named::OnConflict => "on_conflict",
             Named::Trace => "trace",
+            Named::After => "after",
+            Named::OnParentFailure => "on_parent_failure",
         }
     }
 }
@@ -109,6 +114,44 @@ pub struct EnqueueOptions {
     /// [`OnConflict::PreserveRunAt`] an existing item takes the new call's trace along with its
     /// payload; [`OnConflict::Keep`] leaves it.
     pub trace: Option<String>,
+    /// The ids of the items this one waits for (from 0.12.0, workflows: its *parents*, in any
+    /// queue of the database, at most 1000 distinct ids), as [`Enqueued::id`] gave them. The
+    /// item is `waiting` until every parent is done, then pending (due at its `run_at`), and its
+    /// handler reads their results with [`crate::Job::parent_results`]. Edges are made only at
+    /// the insert: an existing key's `after` is ignored. Empty (the default): no parents (and
+    /// then the enqueue also works against a database before workflows: the argument is sent
+    /// only when it names an id).
+    pub after: Vec<i64>,
+    /// What a parent that ends failed (for good) or cancelled does to the waiting item (from
+    /// 0.12.0; [`OnParentFailure`]). `None`: the server's default, [`OnParentFailure::Cancel`]
+    /// (and the argument is not sent).
+    pub on_parent_failure: Option<OnParentFailure>,
+}
+
+/// What a parent that ends `failed` (for good) or `cancelled` does to an item enqueued with
+/// [`EnqueueOptions::after`] while it waits (`work_enqueue`'s `on_parent_failure`, from 0.12.0;
+/// docs/reference.md, `work_enqueue`). A failure with attempts left is a retry: the item keeps
+/// waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnParentFailure {
+    /// `cancel`, the server's default: the waiting item is cancelled (its `last_error` names the
+    /// parent, `parent <id> ended failed`), and so are its own waiting descendants that say
+    /// `cancel`, in the same transaction. A `retry` of the parent brings them back to waiting.
+    Cancel,
+    /// `run`: the parent counts as ended, so the item runs once all its parents have ended,
+    /// whatever their outcome; [`crate::Job::parent_results`] shows the failed one as
+    /// `{"state": "failed" | "cancelled", "error": <its last error>}`.
+    Run,
+}
+
+impl OnParentFailure {
+    /// The server's name: `cancel` or `run`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnParentFailure::Cancel => "cancel",
+            OnParentFailure::Run => "run",
+        }
+    }
 }
 
 /// What [`enqueue`] does when the queue already has an item with the key (`work_enqueue`'s
@@ -151,6 +194,8 @@ impl Default for EnqueueOptions {
             group_key: None,
             on_conflict: None,
             trace: None,
+            after: Vec::new(),
+            on_parent_failure: None,
         }
     }
 }
@@ -203,6 +248,19 @@ impl EnqueueOptions {
         self.trace = Some(traceparent.into());
         self
     }
+
+    /// The options with `after` set: the ids of the items this one waits for (from 0.12.0;
+    /// sent only when it names an id).
+    pub fn after(mut self, parents: impl IntoIterator<Item = i64>) -> Self {
+        self.after = parents.into_iter().collect();
+        self
+    }
+
+    /// The options with `on_parent_failure` set (from 0.12.0; sent only when set).
+    pub fn on_parent_failure(mut self, on_parent_failure: OnParentFailure) -> Self {
+        self.on_parent_failure = Some(on_parent_failure);
+        self
+    }
 }
 
 /// What [`enqueue`] returns: the item's id and key, and whether this call inserted it (false:
@@ -218,16 +276,19 @@ pub struct Enqueued {
     pub inserted: bool,
 }
 
-/// Adds a `pending` item to `queue` with `payload` (`work_enqueue`).
+/// Adds a `pending` item to `queue` with `payload` (`work_enqueue`); with
+/// [`EnqueueOptions::after`] (from 0.12.0) a `waiting` one, a step of a workflow.
 ///
 /// `client` is any tokio-postgres client or transaction: the enqueue commits with the caller's
 /// transaction. Errors: [`crate::Error::NullArgument`] (22004),
 /// [`crate::Error::InvalidArgument`] (22023: bad queue, key or run_at, `max_attempts` out of
-/// 1..1000, `max_run` out of range, bad `group_key`, a malformed `trace`),
-/// [`crate::Error::NotPermitted`] (42501: no `enqueue` grant),
+/// 1..1000, `max_run` out of range, bad `group_key`, a malformed `trace`, over 1000 parents),
+/// [`crate::Error::UnknownParent`] (23503: an `after` id of no item, or of one in a queue the
+/// role may not read), [`crate::Error::NotPermitted`] (42501: no `enqueue` grant),
 /// [`crate::Error::SerializationFailure`] (40001: raced a purge three times; retry). A
-/// `group_key` against a 0.9.0 database, or an `on_conflict` or a `trace` against one older than
-/// 0.12.0, is [`crate::Error::Database`] 42883 (no such function).
+/// `group_key` against a 0.9.0 database, or an `on_conflict`, a `trace`, an `after` or an
+/// `on_parent_failure` against one older than 0.12.0, is [`crate::Error::Database`] 42883 (no
+/// such function).
 ///
 /// With the `otel` feature and no [`EnqueueOptions::trace`], the current OpenTelemetry span's
 /// traceparent is sent when there is a valid one and the database's `work_enqueue` takes a
@@ -267,6 +328,15 @@ pub async fn enqueue(
     if let Some(trace) = &trace {
         params.push(trace);
         named.push(Named::Trace);
+    }
+    if !options.after.is_empty() {
+        params.push(&options.after);
+        named.push(Named::After);
+    }
+    let on_parent_failure = options.on_parent_failure.map(OnParentFailure::as_str);
+    if let Some(on_parent_failure) = &on_parent_failure {
+        params.push(on_parent_failure);
+        named.push(Named::OnParentFailure);
     }
     let row = client.query_one(&enqueue_sql(&named), &params).await?;
     Ok(Enqueued {
@@ -397,7 +467,9 @@ pub async fn reschedule_in(
 }
 
 /// Cancels a `pending` or `claimed` item (`work_cancel`): its tokens are dead from then on, so a
-/// worker running it has its next renew refused. True if it changed the item. Errors: 22004,
+/// worker running it has its next renew refused. From 0.12.0 also a `waiting` one; the cancel
+/// reaches its waiting children (cancelled with it, transitively, but for those enqueued with
+/// [`OnParentFailure::Run`], which count it as ended). True if it changed the item. Errors: 22004,
 /// 22023, 42501 (no `operate` grant).
 pub async fn cancel(client: &impl GenericClient, queue: &str, key: &str) -> Result<bool> {
     call_bool(
@@ -512,7 +584,8 @@ pub struct Item {
     pub queue: String,
     /// Its key.
     pub key: String,
-    /// `pending`, `claimed`, `done`, `failed` or `cancelled`.
+    /// `pending`, `claimed`, `done`, `failed` or `cancelled`; from 0.12.0 also `waiting`
+    /// (enqueued with [`EnqueueOptions::after`], its parents not all ended).
     pub state: String,
     /// Lower is claimed first.
     pub priority: i32,
@@ -607,6 +680,54 @@ pub async fn item_by_id(client: &impl GenericClient, id: i64) -> Result<Option<I
     }
 }
 
+/// `work_workflow` (from 0.12.0): the rows in the server's order (nearest first).
+const WORKFLOW_SQL: &str = r#"
+SELECT id, queue, key, state, depth, parents FROM workfence.work_workflow($1::bigint)
+"#;
+
+/// One row of [`workflow`] (`work_workflow`, from 0.12.0): an item of the workflow around the
+/// one asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowItem {
+    /// The item's id.
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its key.
+    pub key: String,
+    /// Its state (`waiting` included).
+    pub state: String,
+    /// 0 for the item asked for, -1 for its parents, -2 for theirs, ..., 1 for its children, 2
+    /// for theirs: each item once, at its nearest depth.
+    pub depth: i32,
+    /// The ids of this item's own parents (every edge into it), so that the rows draw the graph.
+    pub parents: Vec<i64>,
+}
+
+/// The workflow around item `id` (`work_workflow`, from 0.12.0), for operators and dashboards:
+/// the item itself (depth 0), its ancestors and its descendants, transitively, nearest first,
+/// at most 1000 rows. Empty for an unknown id (or, with queue grants enforced, an item in a
+/// queue the role may not read; rows of other such queues are left out). Only reads. Errors:
+/// [`crate::Error::NullArgument`] (22004), [`crate::Error::NotPermitted`] (42501), 42883 in
+/// [`crate::Error::Database`] against a database older than 0.12.0.
+pub async fn workflow(client: &impl GenericClient, id: i64) -> Result<Vec<WorkflowItem>> {
+    client
+        .query(WORKFLOW_SQL, &[&id])
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(WorkflowItem {
+                id: row.try_get("id")?,
+                queue: row.try_get("queue")?,
+                key: row.try_get("key")?,
+                state: row.try_get("state")?,
+                depth: row.try_get("depth")?,
+                parents: row.try_get("parents")?,
+            })
+        })
+        .collect()
+}
+
 /// `work_await` (from 0.12.0): one wait of up to `$3` seconds (the server caps it at
 /// `workfence.long_poll_max`, 3 s by default).
 const AWAIT_SQL: &str = r#"
@@ -620,12 +741,13 @@ const MAX_AWAIT_WAIT: Duration = Duration::from_secs(3600);
 /// An item's state as [`await_result`] last saw it (`work_await`'s row).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    /// `done`, `failed` or `cancelled` when the item finished; `pending` or `claimed` when the
-    /// timeout ran out first.
+    /// `done`, `failed` or `cancelled` when the item finished; `pending`, `claimed` or
+    /// `waiting` when the timeout ran out first.
     pub state: String,
     /// The result `work_finish` stored (`None` unless `done`, and for a NULL result).
     pub result: Option<Value>,
-    /// The item's last error (`work_fail`'s text), if any.
+    /// The item's last error (`work_fail`'s text), if any; for an item a parent's end
+    /// cancelled ([`OnParentFailure::Cancel`]), `parent <id> ended failed` (or `cancelled`).
     pub last_error: Option<String>,
 }
 
@@ -744,6 +866,33 @@ mod tests {
         assert_eq!(o.on_conflict, Some(OnConflict::Replace));
         let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
         assert_eq!(o.trace(tp).trace.as_deref(), Some(tp));
+    }
+
+    #[test]
+    fn after_and_on_parent_failure_are_sent_only_when_set() {
+        // Without them (or with an empty after) the call is the one a database before
+        // workflows takes; enqueue names After only for a non-empty list.
+        let o = EnqueueOptions::default();
+        assert!(o.after.is_empty() && o.on_parent_failure.is_none());
+        let both = enqueue_sql(&[Named::After, Named::OnParentFailure]);
+        assert!(both.contains("after => $8,"));
+        assert!(both.contains("on_parent_failure => $9)"));
+        let all = enqueue_sql(&[
+            Named::GroupKey,
+            Named::OnConflict,
+            Named::Trace,
+            Named::After,
+            Named::OnParentFailure,
+        ]);
+        assert!(all.contains("trace => $10,") && all.contains("after => $11,"));
+        assert!(all.contains("on_parent_failure => $12)"));
+        let o = o.after([3, 4]).on_parent_failure(OnParentFailure::Run);
+        assert_eq!(o.after, [3, 4]);
+        assert_eq!(o.on_parent_failure, Some(OnParentFailure::Run));
+        assert_eq!(
+            [OnParentFailure::Cancel, OnParentFailure::Run].map(OnParentFailure::as_str),
+            ["cancel", "run"]
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ import {
   pauseSchedule, resumeSchedule, fireSchedules, schedules, UndefinedObject, type Queryable,
   type Logger, type Schedule, awaitResult, type AwaitedResult, type Json, formatTraceparent,
   parseTraceparent, currentTraceparent, tracingAvailable, type TraceSpanContext,
-  type TracerProviderLike,
+  type TracerProviderLike, workflow, type WorkflowItem, type OnParentFailure, UnknownParent,
 } from 'workfence';
 
 declare const client: Queryable;
@@ -61,7 +61,7 @@ async function usage(): Promise<void> {
   await enqueue(client, 'q', {}, { key: 'k', onConflict: 'update' });
   const awaited: AwaitedResult | null = await awaitResult(client, 'q', 'k', { timeout: 10 });
   if (awaited) {
-    const st: 'pending' | 'claimed' | 'done' | 'failed' | 'cancelled' = awaited.state;
+    const st: 'pending' | 'claimed' | 'done' | 'failed' | 'cancelled' | 'waiting' = awaited.state;
     const res: Json = awaited.result; const le: string | null = awaited.lastError;
     void st; void res; void le;
   }
@@ -78,6 +78,24 @@ async function usage(): Promise<void> {
   void header; void active; void otel;
   const progressed = await item(client, 'q', 'k');
   if (progressed) { const p: Json = progressed.progress; void p; }
+
+  const p1 = await enqueue(client, 'q', { n: 1 });
+  const p2 = await enqueue(client, 'q', { n: 2 });
+  await enqueue(client, 'q', {}, { after: [p1.id, p2.id] });
+  const policy: OnParentFailure = 'run';
+  await enqueue(client, 'q', {}, { after: [1n, 2], onParentFailure: policy });
+  // @ts-expect-error onParentFailure is 'cancel' or 'run'
+  await enqueue(client, 'q', {}, { after: [p1.id], onParentFailure: 'ignore' });
+  // @ts-expect-error after is an array of ids
+  await enqueue(client, 'q', {}, { after: p1.id });
+  const graph: WorkflowItem[] = await workflow(client, p1.id);
+  for (const step of graph) {
+    const depth: number = step.depth; const parents: string[] = step.parents;
+    const waiting: boolean = step.state === 'waiting';
+    void depth; void parents; void waiting;
+  }
+  const refused = fromPgError(new Error('x'));
+  if (refused instanceof UnknownParent) { void refused.code; }
 
   const logger: Logger = console;
   const worker = new Worker<Payload>({
@@ -96,6 +114,8 @@ async function usage(): Promise<void> {
       const traceparent: string | null = job.trace;
       void traceparent;
       const stored: boolean = await job.progress({ step: 1 });
+      const parentResults: Record<string, Json> | null = await job.parentResults();
+      void parentResults;
       void resumeFrom; void stored;
       const sent: number = await job.guard(async (c) => {
         await c.query('INSERT INTO sent (token) VALUES ($1)', [token]);

@@ -11,7 +11,9 @@ the schedules: `schedule`, `unschedule`, `pause_schedule`, `resume_schedule`, `f
 `schedules`, and `await_result`) run on a connection the caller passes (asyncio here, synchronous twins in
 `workfence.sync`); `workfence.errors` maps every SQLSTATE the functions raise to a class. From
 0.12.0 an item carries the trace context it was enqueued in (`job.trace`), and the runner makes
-an OpenTelemetry span per job when an SDK is configured (`workfence.tracing`; optional). Logs
+an OpenTelemetry span per job when an SDK is configured (`workfence.tracing`; optional), and
+items make workflows (`enqueue(..., after=[ids])`: a step runs once the items it waits for are
+done, and reads their results with `job.parent_results()`; `workflow(conn, id)` the graph). Logs
 go to `logging.getLogger("workfence")`. See clients/README.md (the common spec) and
 clients/python/README.md.
 """
@@ -27,6 +29,7 @@ from .errors import (
     ReadOnly,
     SerializationFailure,
     UndefinedObject,
+    UnknownParent,
     WorkfenceError,
 )
 from .operations import (
@@ -34,8 +37,10 @@ from .operations import (
     Enqueued,
     ItemInfo,
     OnConflict,
+    OnParentFailure,
     Outcome,
     Schedule,
+    WorkflowItem,
     await_result,
     cancel,
     enqueue,
@@ -51,6 +56,7 @@ from .operations import (
     schedule,
     schedules,
     unschedule,
+    workflow,
 )
 from .worker import CancelFlag, Handler, Job, RetryPolicy, Worker, default_owner
 
@@ -66,7 +72,9 @@ __all__ = [
     "Enqueued",
     "ItemInfo",
     "OnConflict",
+    "OnParentFailure",
     "Outcome",
+    "WorkflowItem",
     "enqueue",
     "await_result",
     "retry",
@@ -76,6 +84,7 @@ __all__ = [
     "resume",
     "limit",
     "item",
+    "workflow",
     "CatchUp",
     "Schedule",
     "schedule",
@@ -95,6 +104,7 @@ __all__ = [
     "SerializationFailure",
     "NotPermitted",
     "UndefinedObject",
+    "UnknownParent",
     "LeaseLost",
     "Cancelled",
 ]

@@ -22,6 +22,9 @@ SELECT workfence.work_fail(%s::bigint, %s::text, %s::bigint, %s::text, retry_in 
 RELEASE = "SELECT workfence.work_release(%s::bigint, %s::text, %s::bigint)"
 # From 0.12.0: a checkpoint, fenced like a renew.
 PROGRESS = "SELECT workfence.work_progress(%s::bigint, %s::text, %s::bigint, %s::jsonb)"
+# From 0.12.0 (workflows): the results of the item's parents, fenced like a renew (NULL for a
+# token that is not current).
+PARENT_RESULTS = "SELECT workfence.work_parent_results(%s::bigint, %s::text, %s::bigint)"
 # Why a token is (not) honoured: read after a settle whose reply was lost.
 LEASE_STATUS = "SELECT workfence.work_lease_status(%s::bigint, %s::text, %s::bigint)"
 LISTEN = "LISTEN work_lease_lost"
@@ -33,10 +36,13 @@ SELECT id, key, inserted
 """
 # The optional arguments added later, each passed by name and only when set, so that ENQUEUE
 # without them still calls an older database's work_enqueue: `group_key` (from 0.10.0; 0.9.0 has
-# the seven arguments above), `on_conflict` and `trace` (from 0.12.0).
+# the seven arguments above), `on_conflict` and `trace` (from 0.12.0), and a workflow's `after`
+# and `on_parent_failure` (from 0.12.0, issue 37).
 ENQUEUE_GROUP_KEY = "group_key => %s::text"
 ENQUEUE_ON_CONFLICT = "on_conflict => %s::text"
 ENQUEUE_TRACE = "trace => %s::text"
+ENQUEUE_AFTER = "after => %s::bigint[]"
+ENQUEUE_ON_PARENT_FAILURE = "on_parent_failure => %s::text"
 # Whether the database's work_enqueue takes `trace`: asked once per connection, and only before
 # a trace the caller did not give (the current span's) is sent, so that an enqueue inside a span
 # still works against a server without it.
@@ -89,6 +95,10 @@ SELECT name, cron, timezone, queue, catch_up, paused,
 # older server does not have.
 ITEM_BY_KEY = "SELECT * FROM workfence.work_item(%s::text, %s::text)"
 ITEM_BY_ID = "SELECT * FROM workfence.work_item(%s::bigint)"
+# From 0.12.0: the workflow around an item, nearest first (the server's order).
+WORKFLOW = """
+SELECT id, queue, key, state, depth, parents FROM workfence.work_workflow(%s::bigint)
+"""
 
 
 def interval(value: float | timedelta | None, what: str) -> timedelta | None:

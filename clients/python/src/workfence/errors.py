@@ -24,6 +24,7 @@ __all__ = [
     "SerializationFailure",
     "NotPermitted",
     "UndefinedObject",
+    "UnknownParent",
     "LeaseLost",
     "Cancelled",
     "BY_SQLSTATE",
@@ -112,6 +113,14 @@ class UndefinedObject(WorkfenceError):
     SQLSTATE = "42704"
 
 
+class UnknownParent(WorkfenceError):
+    """23503 (from 0.12.0): an enqueue's `after` names an item that does not exist (never
+    enqueued, or purged), or one in a queue the role may not `read` (the two are not told apart).
+    Nothing was enqueued."""
+
+    SQLSTATE = "23503"
+
+
 class LeaseLost(WorkfenceError):
     """55000: the token is not current (`work_assert`, also at `COMMIT`: "lease lost before
     commit"); the DETAIL says why. The library also raises it, with `sqlstate` 55000, when a
@@ -138,6 +147,7 @@ BY_SQLSTATE: dict[str, type[WorkfenceError]] = {
         SerializationFailure,
         NotPermitted,
         UndefinedObject,
+        UnknownParent,
         LeaseLost,
         Cancelled,
     )

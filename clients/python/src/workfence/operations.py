@@ -11,6 +11,7 @@ here. Server errors are raised as `workfence.errors` classes; the synchronous tw
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from time import monotonic
@@ -26,7 +27,9 @@ __all__ = [
     "Enqueued",
     "ItemInfo",
     "OnConflict",
+    "OnParentFailure",
     "Outcome",
+    "WorkflowItem",
     "enqueue",
     "await_result",
     "retry",
@@ -36,6 +39,7 @@ __all__ = [
     "resume",
     "limit",
     "item",
+    "workflow",
     "CatchUp",
     "Schedule",
     "schedule",
@@ -60,6 +64,13 @@ CatchUp = Literal["latest", "all", "none"]
 #: and runs exactly once more after its current run (its holder's token keeps working).
 OnConflict = Literal["keep", "replace", "preserve_run_at"]
 
+#: What a parent that ends `failed` (for good) or `cancelled` does to an item enqueued with
+#: `after=` (from 0.12.0, `on_parent_failure=`): `cancel` (the server's default) cancels the
+#: waiting item, and its own waiting descendants that say `cancel`; `run` counts the parent as
+#: ended, so the item runs once every parent has ended, and `job.parent_results()` shows the
+#: failure (`{"state": "failed", "error": ...}`).
+OnParentFailure = Literal["cancel", "run"]
+
 #: The states in which an item's outcome is known: `await_result` stops waiting there.
 FINAL_STATES = frozenset({"done", "failed", "cancelled"})
 # The longest single `work_await` call `await_result` makes, in seconds (the server caps each
@@ -82,7 +93,8 @@ class Enqueued:
 @dataclass(frozen=True)
 class ItemInfo:
     """One item as `workfence.work_item` shows it to an operator (docs/contract.md): state is
-    one of pending, claimed, done, failed, cancelled; times are aware datetimes (server time);
+    one of pending, claimed, done, failed, cancelled, and from 0.12.0 waiting (enqueued with
+    `after=`, its parents not all ended); times are aware datetimes (server time);
     `errors` is the JSON list of failed attempts and lapsed leases, oldest first."""
 
     id: int
@@ -119,9 +131,10 @@ def item_info(names: list[str], row: tuple[Any, ...]) -> ItemInfo:
 @dataclass(frozen=True)
 class Outcome:
     """What `await_result` returns: the item's `state` (`done`, `failed`, `cancelled`, or, when
-    the timeout passed first, `pending` or `claimed`), its `result` (the JSON value it finished
-    with; None unless `done`) and `last_error` (the text of its last failure, None when it never
-    failed)."""
+    the timeout passed first, `pending`, `claimed` or `waiting`), its `result` (the JSON value it
+    finished with; None unless `done`) and `last_error` (the text of its last failure, None when
+    it never failed; for an item that a parent's end cancelled, `parent <id> ended failed` or
+    `parent <id> ended cancelled`)."""
 
     state: str
     result: Any
@@ -132,6 +145,21 @@ class Outcome:
         """Whether the outcome is known: the state is done, failed or cancelled (false when
         `await_result` timed out first)."""
         return self.state in FINAL_STATES
+
+
+@dataclass(frozen=True)
+class WorkflowItem:
+    """One row of `workfence.work_workflow` (from 0.12.0): an item of the workflow around the
+    one asked for. `depth` is 0 for that item, -1 for its parents, -2 for theirs, ..., 1 for its
+    children, 2 for theirs; `parents` the ids of the row's own parents (every edge into it), so
+    that the rows draw the graph; `state` the item's (`waiting` included)."""
+
+    id: int
+    queue: str
+    key: str
+    state: str
+    depth: int
+    parents: list[int]
 
 
 @dataclass(frozen=True)
@@ -200,13 +228,17 @@ def enqueue_call(
     group_key: str | None,
     on_conflict: str | None = None,
     trace: str | None = None,
+    after: Iterable[int] | None = None,
+    on_parent_failure: str | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
     """The statement and parameters of `enqueue` (shared with `workfence.sync`). Internal.
 
-    `group_key`, `on_conflict` and `trace` are passed (by name) only when they are set, so that
-    an enqueue without them also works against an older database, whose `work_enqueue` has no
-    such argument (0.9.0: no `group_key`; 0.11.0: no `on_conflict`; a 0.12.0 build before trace
-    context: no `trace`)."""
+    `group_key`, `on_conflict`, `trace`, `after` and `on_parent_failure` are passed (by name)
+    only when they are set (`after`: only when it names an id, as an empty one is no parents to
+    the server too), so that an enqueue without them also works against an older database,
+    whose `work_enqueue` has no such argument (0.9.0: no `group_key`; 0.11.0: no `on_conflict`;
+    a 0.12.0 build before trace context: no `trace`; one before workflows: no `after`, no
+    `on_parent_failure`)."""
     params: tuple[Any, ...] = (
         queue,
         Jsonb({} if payload is None else payload),
@@ -226,9 +258,32 @@ def enqueue_call(
     if trace is not None:
         named.append(_sql.ENQUEUE_TRACE)
         params = (*params, trace)
+    parents = parent_ids(after)
+    if parents:
+        named.append(_sql.ENQUEUE_AFTER)
+        params = (*params, parents)
+    if on_parent_failure is not None:
+        named.append(_sql.ENQUEUE_ON_PARENT_FAILURE)
+        params = (*params, on_parent_failure)
     if not named:
         return _sql.ENQUEUE, params
     return _sql.ENQUEUE_NAMED.format(named=", ".join(named)), params
+
+
+def parent_ids(after: Iterable[int] | None) -> list[int | None]:
+    """`after` as the list sent for `work_enqueue`'s `bigint[]` (None: none). Raises
+    `InvalidArgument` (22023) for a str or bytes (not a list of ids) and for an element that is
+    not an int (a bool, a float, a str); a None element is sent, for the server's 22004.
+    Internal (shared with `workfence.sync`)."""
+    if after is None:
+        return []
+    if isinstance(after, str | bytes):
+        raise InvalidArgument(f"after must be a list of item ids, not {after!r}")
+    ids = list(after)
+    for parent in ids:
+        if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int)):
+            raise InvalidArgument(f"after must hold item ids (int), not {parent!r}")
+    return ids
 
 
 #: Whether the database of a connection takes `trace` in `work_enqueue`
@@ -349,6 +404,8 @@ async def enqueue(
     group_key: str | None = None,
     on_conflict: OnConflict | None = None,
     trace: str | None = None,
+    after: Iterable[int] | None = None,
+    on_parent_failure: OnParentFailure | None = None,
 ) -> Enqueued:
     """Add an item to `queue` with `workfence.work_enqueue`, in the caller's transaction.
 
@@ -369,15 +426,36 @@ async def enqueue(
     `opentelemetry-api` is installed and a valid span context is current (and the database's
     `work_enqueue` takes a trace, asked once per connection), else nothing (`workfence.tracing`).
     With `on_conflict` `replace` or `preserve_run_at` the item takes this call's trace; `keep`
-    leaves its own. Result: `Enqueued(id, key, inserted)`, `inserted` false whenever the key
-    existed. Errors: `NullArgument` (22004), `InvalidArgument` (22023, also an `on_conflict` the
-    server does not know, or a malformed `trace`), `NotPermitted` (42501),
-    `SerializationFailure` (40001: a purge raced the enqueue; retry).
+    leaves its own. `after` (from 0.12.0, workflows) the ids of items this one waits for (its
+    parents, any queue of the database, at most 1000): it is `waiting` until every parent is
+    done, then pending (due at its `run_at`), and its handler reads their results with
+    `job.parent_results()`; `on_parent_failure` (`OnParentFailure`) what a parent that ends
+    failed or cancelled does to it: `"cancel"` (the server's default) cancels it, `"run"` runs
+    it once every parent has ended. An existing key's `after` is ignored (edges are made only at
+    the insert). Either is sent only when given (`after` only when it names an id), so that an
+    enqueue without them also works against a database before workflows. Result:
+    `Enqueued(id, key, inserted)`, `inserted` false whenever the key existed. Errors:
+    `NullArgument` (22004, also a None in `after`), `InvalidArgument` (22023, also an
+    `on_conflict` the server does not know, a malformed `trace`, over 1000 parents, an
+    `on_parent_failure` not `cancel` or `run`), `UnknownParent` (23503: an `after` id of no item,
+    or of one in a queue the role may not read), `NotPermitted` (42501), `SerializationFailure`
+    (40001: a purge raced the enqueue; retry).
     """
     if trace is None:
         trace = await _current_trace(conn)
     query, params = enqueue_call(
-        queue, payload, key, run_at, priority, max_attempts, max_run, group_key, on_conflict, trace
+        queue,
+        payload,
+        key,
+        run_at,
+        priority,
+        max_attempts,
+        max_run,
+        group_key,
+        on_conflict,
+        trace,
+        after,
+        on_parent_failure,
     )
     row = await _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])
@@ -403,7 +481,10 @@ async def reschedule(
 
 async def cancel(conn: psycopg.AsyncConnection[Any], queue: str, key: str) -> bool:
     """Cancel a pending or claimed item (`workfence.work_cancel`); its holder's token is refused
-    from then on. Result: true if it changed the item. Errors: 22004, 22023, 42501."""
+    from then on. From 0.12.0 also a waiting one; the cancel reaches its waiting children
+    (cancelled with it, transitively, but for those enqueued with `on_parent_failure="run"`,
+    which count it as ended). Result: true if it changed the item. Errors: 22004, 22023,
+    42501."""
     row = await _one(conn, _sql.CANCEL, (queue, key))
     return bool(row[0])
 
@@ -476,8 +557,8 @@ async def await_result(
     when the item's settle commits, calling `work_await` again (each call waiting at most 3 s,
     the server's `workfence.long_poll_max` by default) until the outcome is known or `timeout`
     (seconds or a timedelta; None: no limit) has passed. Result: `Outcome(state, result,
-    last_error)`; on a timeout the item's state then (`pending` or `claimed`, result None:
-    `outcome.finished` is false); None when there is no such item (or, with queue grants
+    last_error)`; on a timeout the item's state then (`pending`, `claimed` or `waiting`, result
+    None: `outcome.finished` is false); None when there is no such item (or, with queue grants
     enforced, none the role may read). An item that runs again (`retry`, an `on_conflict`
     rerun) after it finished is reported finished: the first outcome seen is returned.
 
@@ -497,6 +578,23 @@ async def await_result(
         outcome = Outcome(state=row[0], result=row[1], last_error=row[2])
         if outcome.finished or (deadline is not None and monotonic() >= deadline):
             return outcome
+
+
+async def workflow(conn: psycopg.AsyncConnection[Any], item_id: int) -> list[WorkflowItem]:
+    """The workflow around item `item_id` (`workfence.work_workflow`, from 0.12.0): the item
+    itself (`depth` 0), its ancestors (-1 its parents, -2 theirs, ...) and its descendants (1, 2,
+    ...), each once at its nearest depth, nearest first, at most 1000 rows; each row's `parents`
+    lists the ids of its parents, so the rows draw the graph. An empty list for an unknown id
+    (or, with queue grants enforced, an item in a queue the role may not read; rows of other
+    such queues are left out). Result: a list of `WorkflowItem`. Errors: `NullArgument` (22004),
+    `NotPermitted` (42501), 42883 from a server older than 0.12.0."""
+    try:
+        cur = await conn.execute(_sql.WORKFLOW, (item_id,))
+        rows = await cur.fetchall()
+    except psycopg.Error as error:
+        _raise(error)
+        raise  # unreachable: _raise always raises
+    return [WorkflowItem(*row) for row in rows]
 
 
 def item_query(queue_or_id: str | int, key: str | None) -> tuple[str, tuple[Any, ...]]:

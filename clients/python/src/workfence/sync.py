@@ -4,6 +4,7 @@ web request handler enqueueing in its own transaction. Nothing is committed here
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from time import monotonic
 from typing import Any
@@ -19,8 +20,10 @@ from .operations import (
     Enqueued,
     ItemInfo,
     OnConflict,
+    OnParentFailure,
     Outcome,
     Schedule,
+    WorkflowItem,
     await_call_wait,
     await_wait,
     enqueue_call,
@@ -40,6 +43,7 @@ __all__ = [
     "resume",
     "limit",
     "item",
+    "workflow",
     "schedule",
     "unschedule",
     "pause_schedule",
@@ -73,13 +77,27 @@ def enqueue(
     group_key: str | None = None,
     on_conflict: OnConflict | None = None,
     trace: str | None = None,
+    after: Iterable[int] | None = None,
+    on_parent_failure: OnParentFailure | None = None,
 ) -> Enqueued:
     """`workfence.operations.enqueue` on a synchronous connection (see there): `trace` given
-    is sent unchanged; None sends the current OpenTelemetry span's context, if any."""
+    is sent unchanged; None sends the current OpenTelemetry span's context, if any; `after` and
+    `on_parent_failure` (workflows) are sent only when given."""
     if trace is None:
         trace = _current_trace(conn)
     query, params = enqueue_call(
-        queue, payload, key, run_at, priority, max_attempts, max_run, group_key, on_conflict, trace
+        queue,
+        payload,
+        key,
+        run_at,
+        priority,
+        max_attempts,
+        max_run,
+        group_key,
+        on_conflict,
+        trace,
+        after,
+        on_parent_failure,
     )
     row = _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])
@@ -155,6 +173,18 @@ def item(
     if row is None:
         return None
     return item_info([column.name for column in cur.description or ()], row)
+
+
+def workflow(conn: psycopg.Connection[Any], item_id: int) -> list[WorkflowItem]:
+    """`workfence.operations.workflow` on a synchronous connection (see there)."""
+    try:
+        rows = conn.execute(_sql.WORKFLOW, (item_id,)).fetchall()
+    except psycopg.Error as error:
+        translated = translate(error)
+        if translated is error:
+            raise
+        raise translated from error
+    return [WorkflowItem(*row) for row in rows]
 
 
 def await_result(

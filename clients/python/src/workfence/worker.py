@@ -160,7 +160,9 @@ class Job:
     with, `00-<trace id>-<span id>-<flags>`; None when it has none, and from an older server),
     `queue`, `owner`, `cancelled` (a `CancelFlag`), and `result`, the JSON value
     `job.transaction()` (or `job.guard()`) finishes the item with; `fencing_token` is the
-    string `"<id>:<epoch>"`, the idempotency key to give an external API.
+    string `"<id>:<epoch>"`, the idempotency key to give an external API. A step of a workflow
+    (enqueued with `after=`, from 0.12.0) reads what its parents ended with from
+    `await job.parent_results()`.
     """
 
     def __init__(
@@ -238,6 +240,46 @@ class Job:
         self._worker._heartbeat.discard(self)
         self._worker._lose(self)
         return False
+
+    async def parent_results(self) -> dict[int, Any] | None:
+        """The results of the items this one waited for (its parents: `enqueue(..., after=)`),
+        read with `workfence.work_parent_results(id, owner, epoch)` (from 0.12.0), fenced like a
+        renew. Result: a dict from each parent's id to what it ended with: a parent that is done
+        maps to its result (None when it finished without one); one that ended failed or
+        cancelled (only an item enqueued with `on_parent_failure="run"` runs after that) maps to
+        `{"state": "failed" | "cancelled", "error": <its last error text or None>}`. `{}` for an
+        item without parents (a purged parent is left out).
+
+        None when the token is stale (the item was claimed anew, cancelled or finished: a
+        stalled copy reads nothing); the runner then treats it as a refused renew, as
+        `progress`: `job.cancelled` is set, an async handler is cancelled at its next `await`,
+        nothing is settled for the item (`parent_results id=.. refused`, then `refused id=..
+        (lease lost)`). Also None, without a call, when the runner already lost the lease or let
+        the job go. Sent on the job's connection (inside `job.transaction()`, in that
+        transaction); reads only. Async handlers only. Errors: server errors as
+        `workfence.errors` classes, `psycopg.OperationalError` for a lost connection; 42883 from
+        a server older than 0.12.0.
+        """
+        if self._lost or self._abandoned:
+            return None
+        if self._settled:
+            raise RuntimeError(f"job {self.id} is already settled")
+        conn = await self._connection()
+        try:
+            cur = await conn.execute(_sql.PARENT_RESULTS, (self.id, self.owner, self.epoch))
+            row = await cur.fetchone()
+        except psycopg.Error as error:
+            translated = translate(error)
+            if translated is error:
+                raise
+            raise translated from error
+        results = None if row is None else row[0]
+        if results is None:
+            log.warning("parent_results id=%d refused", self.id)
+            self._worker._heartbeat.discard(self)
+            self._worker._lose(self)
+            return None
+        return {int(parent): value for parent, value in results.items()}
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         """The job's connection, replaced by a new one when it broke while idle (a terminated
