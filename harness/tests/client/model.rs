@@ -197,6 +197,46 @@
 //! `Sql::CancelInTransactionSnapshot` (`regroup` under REPEATABLE READ,
 //! reading a snapshot from before the lock).
 //!
+//! **Workflows** (issue 37, 0.12.0; docs/contract.md, promise 13). A child
+//! enqueued `after` its parents is `waiting` while one of them has not
+//! settled (`done`, `failed` or `cancelled`), and its `waiting_on` counts
+//! its edges (`workfence.item_edges`) that are not resolved. The statement
+//! that ends a parent (an accepted finish, a failure on the last attempt,
+//! a claim's dead letter, a cancel) resolves each of the parent's edges
+//! once, in its own transaction ([`LeaseModel::settle`], `SETTLE` in
+//! `src/verbs/workflow.rs`): a child whose count reaches 0 is released
+//! (`pending`); a failure or a cancel instead cancels a waiting child
+//! enqueued with `on_parent_failure => 'cancel'` (the edge marked
+//! `cancelled`), and that cancel passes down to the child's own children,
+//! while a `'run'` child counts the parent settled. `work_retry` of a
+//! parent unresolves its `cancelled` edges and brings back a child that no
+//! other parent's failure forbids ([`LeaseModel::reopen`], `REOPEN`); a
+//! child the operator retries waits on every parent that has not settled.
+//! The configurations ([`LeaseModel::with_workflow`]): two parents and
+//! their child, with `'cancel'` and with `'run'`, and a chain of three with
+//! `'cancel'`; two workers, who keep every token they were given for one
+//! parent (the zombie's) and use it at any moment; leases lapsing; the
+//! operator's cancel and retry. The checker proves, besides every fencing
+//! property: a waiting item has a parent that has not settled;
+//! `waiting_on` counts the unresolved edges, and no parent of one has
+//! settled; a `'cancel'` child waits only while no parent has failed and
+//! runs only once every parent is done (unless the operator retried it
+//! past a failed parent); a child is released only once every parent has
+//! ended, never by a token that is not current, and leaves `waiting` once
+//! per time it entered it. Its `sometimes` properties: a child done after
+//! its parents; a zombie's finish of a parent refused after the worker
+//! that took the parent over finished it and the child was released; a
+//! failed parent cancelling the child; a child a retried parent brought
+//! back, released; a `'run'` child running after a parent failed; a cancel
+//! and a retry passing down the chain. It must catch a release guarded by
+//! the owner name alone (`Sql::ReleaseOnOwnerOnly`), one that counts an
+//! edge without its `resolved` flag (`Sql::ReleaseWithoutResolved`) or
+//! releases a child whatever its state (`Sql::ReleaseIgnoresState`), an
+//! edge marked `cancelled` only by the failure that cancels
+//! (`Sql::CancelMarksOneEdge`), and a child's retry judged by its count
+//! alone (`Sql::RetryByCount`, what `RETRY_LIFE` did when this was
+//! written: the model found it).
+//!
 //! The checker must also catch broken protocols: fencing by owner name only
 //! (as the queues this project answers do), a finish retry that writes the
 //! row again, a retry that undoes a cancel under the old token, a retry that
@@ -206,7 +246,8 @@
 //! then a retry, and a dead letter's retry step by step.
 //!
 //! Runs in under a minute with `--release` (about 45 s on two shared cores,
-//! the group heads' configurations 7 to 14 s each; docs/model.md, Figures):
+//! the group heads' configurations 7 to 14 s each, the workflows' 2.5 to
+//! 9.5 s; docs/model.md, Figures):
 //! `cargo test -p workfence-harness --release --test client -- model:: --nocapture`.
 
 use std::collections::BTreeSet;
@@ -248,6 +289,17 @@ const LATE_ITEM: usize = 2;
 const FLOW_WORKERS: usize = 2;
 /// `max_items` of a flow claim.
 const BATCH: usize = 2;
+/// Workers that act in a workflow configuration: a zombie and the worker
+/// that took its lease over.
+const WORKFLOW_WORKERS: usize = 2;
+/// A workflow configuration's edges (issue 37), per child its parents:
+/// `i2` enqueued `after => ARRAY[i0, i1]`. Counting: the child waits for
+/// two parents, and one may fail while the other finishes.
+const TWO_PARENTS: [ItemSet; ITEMS] = [ItemSet(0), ItemSet(0), ItemSet(0b011)];
+/// A workflow configuration's edges: `i1` after `i0`, `i2` after `i1`.
+/// What passes down: a cancel that propagates, and a retry that brings
+/// back a child and its own child.
+const CHAIN: [ItemSet; ITEMS] = [ItemSet(0), ItemSet(0b001), ItemSet(0b010)];
 /// The `work_limit(concurrency => 1)` of a flow configuration.
 const LIMIT: u8 = 1;
 /// The concurrency slots of `workfence.queue_slots` the model keeps: those
@@ -378,6 +430,45 @@ enum Sql {
     /// cancel is two steps ([`Action::CancelBegin`], then
     /// [`Action::Cancel`]).
     CancelInTransactionSnapshot,
+    /// Broken (workflows, issue 37): a parent's children are released by
+    /// a statement guarded by the owner name alone (`WHERE p.id = $1 AND
+    /// p.owner = $2`), apart from `FINISH`'s token guard: every finish
+    /// whose owner name is the parent row's resolves the parent's edges
+    /// and releases its children, whether or not `FINISH` matched. A
+    /// zombie with a superseded token and the same owner name releases the
+    /// children while the parent is claimed by another worker, or pending.
+    ReleaseOnOwnerOnly,
+    /// Broken (workflows): the release decrements `waiting_on` for every
+    /// edge from the parent, without reading the edge's `resolved` flag
+    /// (it still sets it). A parent that ends twice (failed, retried, then
+    /// done) counts twice towards a child that its failure did not cancel.
+    ReleaseWithoutResolved,
+    /// Broken (workflows): the release makes a child whose `waiting_on`
+    /// reaches 0 `pending` without looking at its state (`state = CASE WHEN
+    /// waiting_on = 1 THEN 'pending' ELSE state END`, no `state =
+    /// 'waiting'`): a child that a failed parent cancelled comes back when
+    /// its other parent is done.
+    ReleaseIgnoresState,
+    /// Broken (workflows): a parent that ends failed or cancelled marks its
+    /// edge `cancelled` only when that cancels a waiting child, as the
+    /// design's first sentence on `work_retry` reads ("the children its
+    /// failure cancelled"), not also when another parent's failure has
+    /// cancelled the child already. Of two parents that both failed, the
+    /// second's edge is not marked, so the retry of the first brings the
+    /// child back while the second is still failed; or, the second retried
+    /// first (which brings nothing back), the child waits for the first
+    /// alone, and runs while the second is pending.
+    CancelMarksOneEdge,
+    /// Broken (workflows), what `RETRY_LIFE` (`src/verbs/operate.rs`,
+    /// 743ea60) does when this variant was written: `work_retry` of a
+    /// child goes back to `waiting` when `waiting_on > 0`, else to
+    /// `pending`, with its edges as they are. An edge resolved by a
+    /// parent's failure or cancel that did not cancel the child (the
+    /// operator had cancelled it first), whose parent was retried since,
+    /// stays resolved: the child goes by the other parents alone, and runs
+    /// while that parent is pending (or, in a chain, before its own parent
+    /// has run).
+    RetryByCount,
 }
 
 /// The statement a token is used with.
@@ -428,8 +519,15 @@ enum Status {
     Done,
     /// `failed`.
     Failed(FailedBy),
-    /// `cancelled` by `work_cancel`.
+    /// `cancelled` by `work_cancel`, or (workflows) by a parent that ended
+    /// failed or cancelled.
     Cancelled,
+    /// `waiting` (workflows, issue 37): a child with an edge from a parent
+    /// that has not settled, counted by [`State::waiting_on`]. No claim
+    /// sees it (it is not `pending`); the statement that settles its last
+    /// such parent makes it `pending` (due: see [`LeaseModel::settle`]),
+    /// or `cancelled`.
+    Waiting,
     /// No row yet: an item the run has not enqueued (the late item of a
     /// group heads' configuration before its [`Action::Enqueue`], and the
     /// rows past [`LeaseModel::items`], for ever).
@@ -542,6 +640,28 @@ struct History {
     /// The item's retry, if it had one ([`MAX_RETRIES`] is 1), and what it
     /// took back.
     retried: Option<RetriedFrom>,
+    /// Workflows: the item is in a time of waiting, from its insert as
+    /// `waiting` (or its coming back to `waiting`) to the statement that
+    /// takes it out: the ground truth of "waiting", set and cleared by the
+    /// model's record of those events, apart from the row the statements
+    /// write. Equal to the row's `waiting` unless a statement writes a
+    /// child that is not waiting as if it were.
+    waiting: bool,
+    /// Workflows: the parents that have ended (their rows `done`, `failed`
+    /// or `cancelled`) at least once: the ground truth of "every parent has
+    /// ended", judged by the parents' rows, not by the edges the statements
+    /// write. (A parent retried and pending again has ended before: a
+    /// `'run'` child counts its failure, and a child its retry brings back
+    /// is judged by [`always::CANCEL_CHILD_AFTER_DONE_PARENTS`].)
+    parents_ended: ItemSet,
+    /// Workflows: the item came back to `waiting` by the retry of a parent
+    /// whose failure had cancelled it (transitively, of an ancestor's), and
+    /// has not left `waiting` since.
+    reopened: bool,
+    /// Workflows: the operator's `work_retry` took the item back while one
+    /// of its parents had ended failed or cancelled (the operator's
+    /// decision: that parent does not cancel it again).
+    overruled: bool,
 }
 
 /// What a standby has replayed: the rows and their histories as they stood
@@ -653,16 +773,53 @@ enum Event {
     /// Group heads: an enqueue committed an item ahead of every pending
     /// item of its group.
     EnqueuedAhead,
+    /// Workflows: the statement that ended a parent released `child`
+    /// (`waiting` to `pending`; the first such child, if one step
+    /// released more).
+    ChildReleased {
+        /// Which child.
+        child: usize,
+        /// It had come back to `waiting` by the retry of a parent whose
+        /// failure had cancelled it ([`History::reopened`]).
+        reopened: bool,
+    },
 }
 
-/// The items a flow claim picked, a bit per item (bit `i` for item `i`).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A set of items, a bit per item (bit `i` for item `i`): the items a flow
+/// claim picked; a child's parents, or those of its edges that are
+/// resolved.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct ItemSet(u8);
 
 impl ItemSet {
     /// The items of the set, in id order.
     fn items(self) -> impl Iterator<Item = usize> {
         (0..ITEMS).filter(move |&item| self.0 & (1 << item) != 0)
+    }
+
+    /// Whether `item` is in the set.
+    fn contains(self, item: usize) -> bool {
+        self.0 & (1 << item) != 0
+    }
+
+    /// The set with `item` added.
+    fn with(self, item: usize) -> ItemSet {
+        ItemSet(self.0 | 1 << item)
+    }
+
+    /// The set without `item`.
+    fn without(self, item: usize) -> ItemSet {
+        ItemSet(self.0 & !(1 << item))
+    }
+
+    /// How many items the set has.
+    fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    /// Whether the set has no item.
+    fn is_empty(self) -> bool {
+        self.0 == 0
     }
 }
 
@@ -928,6 +1085,30 @@ struct State {
     /// Under [`Sql::CancelInTransactionSnapshot`], the cancel in flight
     /// between its snapshot and its `CANCEL`; None otherwise.
     snapshot_cancel: Option<SnapshotCancel>,
+    /// Workflows (issue 37): `workfence.items.waiting_on`, the unresolved
+    /// edges into each item, kept under its row lock. Signed, as the
+    /// column is: [`Sql::ReleaseWithoutResolved`] takes it below 0.
+    waiting_on: [i8; ITEMS],
+    /// Workflows: per child, the parents whose edge
+    /// (`workfence.item_edges`) is `resolved`.
+    resolved: [ItemSet; ITEMS],
+    /// Workflows: per child, the parents whose edge is `cancelled`: the
+    /// parent ended failed or cancelled while the child, with `'cancel'`,
+    /// was waiting (the edge cancelled it) or cancelled by another parent's
+    /// failure. Its failure forbids the child: the parent's `work_retry`
+    /// unresolves the edge, and brings the child back once no such edge is
+    /// left.
+    edge_cancelled: [ItemSet; ITEMS],
+    /// Workflows: a token statement took a child out of `waiting`
+    /// (released or cancelled it) with a token that was not current.
+    stale_release: bool,
+    /// Workflows: a child was released (made `pending`) while one of its
+    /// parents had never ended ([`History::parents_ended`]).
+    early_release: bool,
+    /// Workflows: a statement took a child out of `waiting` (released or
+    /// cancelled it) that was in no time of waiting ([`History::waiting`]):
+    /// a second exit for one entry.
+    left_twice: bool,
 }
 
 /// A `work_cancel` in a REPEATABLE READ transaction, between the snapshot
@@ -1345,6 +1526,42 @@ enum Action {
     Resume,
 }
 
+/// `on_parent_failure` of the children of a workflow configuration (every
+/// child has the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnParentFailure {
+    /// `'cancel'`: a parent that ends failed or cancelled cancels the child
+    /// while it waits.
+    Cancel,
+    /// `'run'`: such a parent counts as settled; the child runs once every
+    /// parent has settled.
+    Run,
+}
+
+/// How a parent ended, in the statement that settles its edges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// `done`, by an accepted finish.
+    Done,
+    /// `failed` (`work_fail` on the last attempt, or a claim's dead letter)
+    /// or `cancelled` (`work_cancel`, or its own parent's failure).
+    Failed,
+}
+
+/// The statement that settles a parent's edges, as the workflow's
+/// monitors judge it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settler {
+    /// `work_finish` or `work_fail`, with a token: whether that token was
+    /// current before the statement (the ground truth, [`State::is_current`]).
+    Token {
+        /// The token was current.
+        current: bool,
+    },
+    /// A claim's dead letter, or the operator's `work_cancel`: no token.
+    Untokened,
+}
+
 /// Whether a claim of `row` dead-letters it: claimed under a lapsed lease on
 /// its last attempt (the claim's `exhausted` CTE).
 fn dead_letter(row: &Row) -> bool {
@@ -1411,6 +1628,19 @@ struct LeaseModel {
     /// `sometimes` properties that need a stale token or a long history
     /// are not asked of it.
     lean: bool,
+    /// Workflows (issue 37): per item, the parents it was enqueued
+    /// `after` ([`TWO_PARENTS`], [`CHAIN`]); none outside a workflow
+    /// configuration.
+    parents: [ItemSet; ITEMS],
+    /// Workflows: the children's `on_parent_failure`.
+    on_parent_failure: OnParentFailure,
+    /// Workflows: the parent whose workers keep every token they were given,
+    /// stale ones included (the zombies); the other items' tokens that are
+    /// not current are forgotten ([`LeaseModel::others_forgotten`]).
+    zombie: usize,
+    /// Whether an operator may retry an item that is no item's parent
+    /// (every item outside a workflow configuration).
+    retry_leaves: bool,
 }
 
 impl LeaseModel {
@@ -1434,7 +1664,71 @@ impl LeaseModel {
             heads: false,
             late: None,
             lean: false,
+            parents: [ItemSet(0); ITEMS],
+            on_parent_failure: OnParentFailure::Cancel,
+            zombie: 0,
+            retry_leaves: true,
         }
+    }
+
+    /// A workflow configuration (issue 37): three items, with the edges of
+    /// `parents` and the children's `on_parent_failure`, each child
+    /// `waiting` from the start; [`WORKFLOW_WORKERS`] workers, who keep
+    /// every token they were given for `zombie` (a parent) and use it at any
+    /// moment, the current token of each other item; leases lapsing; the
+    /// operator's cancel and retry; delays of `'0'` only (a later `run_at`
+    /// only holds a claim back, which a claim that finds nothing does too).
+    fn with_workflow(
+        self,
+        parents: [ItemSet; ITEMS],
+        on_failure: OnParentFailure,
+        zombie: usize,
+    ) -> LeaseModel {
+        assert!(!self.flow && !self.failover, "workflows are apart");
+        assert!(
+            (0..ITEMS).all(|child| parents[child].items().all(|parent| parent < child)),
+            "a child is enqueued after its parents (an edge is made only from an item that \
+             exists), so the edges go from lower ids to higher ones and no cycle forms"
+        );
+        let model = LeaseModel {
+            items: ITEMS,
+            workers: WORKFLOW_WORKERS,
+            parents,
+            on_parent_failure: on_failure,
+            zombie,
+            ..self
+        };
+        assert!(model.is_parent(zombie), "the zombies are a parent's");
+        model
+    }
+
+    /// The workflow configuration without the operator's retry of its leaf
+    /// (the child that is no parent). `work_retry` of a child reads no
+    /// `on_parent_failure` ([`LeaseModel::retry`]), so the `'cancel'`
+    /// configurations check it for both shapes; without it the `'run'`
+    /// configuration has a fifth of the states (181,230 instead of 895,563,
+    /// 3 s instead of 18 s).
+    fn without_leaf_retries(self) -> LeaseModel {
+        assert!(self.workflow(), "leaves are a workflow's");
+        LeaseModel {
+            retry_leaves: false,
+            ..self
+        }
+    }
+
+    /// Whether `item` is a parent of another item.
+    fn is_parent(&self, item: usize) -> bool {
+        self.children(item).next().is_some()
+    }
+
+    /// Whether this is a workflow configuration.
+    fn workflow(&self) -> bool {
+        self.parents.iter().any(|parents| !parents.is_empty())
+    }
+
+    /// The children of `parent`.
+    fn children(&self, parent: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.items).filter(move |&child| self.parents[child].contains(parent))
     }
 
     /// A flow configuration (issue 17): items in the groups of `groups`,
@@ -1517,6 +1811,53 @@ impl LeaseModel {
         state
     }
 
+    /// `state` with what a workflow configuration does not keep of its
+    /// items but [`LeaseModel::zombie`] forgotten: as
+    /// [`LeaseModel::forgotten`] does, every token that is not current,
+    /// and, but for what the retry bound and the workflow read (`retried`,
+    /// `cancelled`, `waiting`, `parents_ended`, `reopened`, `overruled`),
+    /// the item's history, and its row's `owner` and `epoch` when it is not
+    /// claimed.
+    ///
+    /// Nothing is lost for the extension's SQL: a token that is not current
+    /// changes nothing and gets false from every statement (the lease
+    /// configuration proves it for every item, and this one for the zombie
+    /// parent), so a statement under such a token makes no step that
+    /// changes a row or an edge, and no workflow property reads the refusal.
+    /// A broken release that a stale token can reach
+    /// ([`Sql::ReleaseOnOwnerOnly`]) is reached through the zombie parent's
+    /// tokens. Each of these items is still claimed, renewed, finished,
+    /// failed, released, cancelled and retried, by the holder of its
+    /// current token. (With both parents' tokens kept, the two parents'
+    /// configuration has 1,531,403 states, five times as many, and takes
+    /// 35 s.)
+    fn others_forgotten(&self, mut state: State) -> State {
+        for item in (0..self.items).filter(|&item| item != self.zombie) {
+            for w in 0..WORKERS {
+                if state.tokens[w][item].is_some_and(|epoch| !state.is_current(item, epoch)) {
+                    state.tokens[w][item] = None;
+                }
+            }
+            let history = state.history[item];
+            let claimed = matches!(state.rows[item].status, Status::Claimed(_));
+            state.history[item] = History {
+                newest: history.newest.filter(|_| claimed),
+                cancelled: history.cancelled,
+                retried: history.retried,
+                waiting: history.waiting,
+                parents_ended: history.parents_ended,
+                reopened: history.reopened,
+                overruled: history.overruled,
+                ..History::default()
+            };
+            if !claimed {
+                state.rows[item].owner = None;
+                state.rows[item].epoch = None;
+            }
+        }
+        state
+    }
+
     /// The flow configuration with an operator who may pause and resume the
     /// queue at any moment (issue 30), between and across the claims' picks
     /// and commits and the holders' settles.
@@ -1584,7 +1925,12 @@ impl LeaseModel {
             | Sql::TakeCountsInPickSnapshot
             | Sql::CancelSkipsNormalize
             | Sql::NormalizeSkipsLockedHead
-            | Sql::CancelInTransactionSnapshot => owner_ok && epoch_ok && claimed,
+            | Sql::CancelInTransactionSnapshot
+            | Sql::ReleaseOnOwnerOnly
+            | Sql::ReleaseWithoutResolved
+            | Sql::ReleaseIgnoresState
+            | Sql::CancelMarksOneEdge
+            | Sql::RetryByCount => owner_ok && epoch_ok && claimed,
             Sql::OwnerOnly => owner_ok && claimed,
             Sql::FinishRewrites if stmt == Stmt::Finish => {
                 owner_ok && epoch_ok && (claimed || row.status == Status::Done)
@@ -1633,6 +1979,7 @@ impl LeaseModel {
             }
             Status::Claimed(Lease::Lapsed) => {
                 next.rows[item].status = Status::Failed(FailedBy::LapsedOnFinalAttempt);
+                self.settle(&mut next, item, Ended::Failed, Settler::Untokened);
                 return Some(next);
             }
             _ => return None,
@@ -2615,6 +2962,8 @@ impl LeaseModel {
     fn delays(&self, item: usize) -> &'static [Retry] {
         if self.groups[item].is_some() {
             &[Retry::Now, Retry::Later, Retry::Sooner]
+        } else if self.workflow() {
+            &[Retry::Now]
         } else {
             &[Retry::Now, Retry::Later]
         }
@@ -2633,6 +2982,8 @@ impl LeaseModel {
                 Retry::Later,
                 Retry::Sooner,
             ]
+        } else if self.workflow() {
+            &[Retry::Now]
         } else {
             &[Retry::Now, Retry::Later]
         }
@@ -2690,6 +3041,14 @@ impl LeaseModel {
             Status::Claimed(_) => {
                 next.last = Some(Event::CancelledWhileClaimed { item });
             }
+            Status::Waiting => {
+                let history = &mut next.history[item];
+                if !history.waiting {
+                    next.left_twice = true;
+                }
+                history.waiting = false;
+                history.reopened = false;
+            }
             Status::Done
             | Status::Failed(_)
             | Status::Cancelled
@@ -2701,6 +3060,9 @@ impl LeaseModel {
         history.revoked = history.newest;
         history.cancelled = true;
         history.taken_over = false;
+        // Workflows: its edges end as a failure's do, in the cancel's
+        // transaction.
+        self.settle(&mut next, item, Ended::Failed, Settler::Untokened);
         if let Some(group) = self.groups[item].filter(|_| self.heads) {
             if self.group_locked(state, group, None) {
                 return None;
@@ -2859,6 +3221,16 @@ impl LeaseModel {
     /// `owner`, `epoch` and `attempts` stay. None (no step) for any other
     /// state, and once the item has had its [`MAX_RETRIES`] retry.
     ///
+    /// Workflows (`RETRY_LIFE`, then `workflow::forgiven` and
+    /// `workflow::reopened`, `src/verbs/operate.rs`): an item with a parent
+    /// that has not settled goes back to `waiting` instead, its edges from
+    /// those parents unresolved again and `waiting_on` their number (the
+    /// design: "waiting if some parent is still unsettled, else pending");
+    /// the item's own edges are no longer `cancelled` (its parents'
+    /// failures no longer cancel it: the operator's decision); and the
+    /// children its failure cancelled come back ([`LeaseModel::reopen`]).
+    /// [`Sql::RetryByCount`] judges by `waiting_on` as it stands.
+    ///
     /// The history records, apart from the row, that every token handed out
     /// for the item so far is dead and that it is no longer cancelled.
     fn retry(&self, state: &State, item: usize, run_at: Retry) -> Option<State> {
@@ -2873,6 +3245,7 @@ impl LeaseModel {
             Status::Pending { .. }
             | Status::Claimed(_)
             | Status::Done
+            | Status::Waiting
             | Status::Unborn
             | Status::Inserted { .. } => return None,
         };
@@ -2897,7 +3270,161 @@ impl LeaseModel {
         history.cancelled = false;
         history.retried = Some(retried);
         history.taken_over = false;
+        if self.sql != Sql::RetryByCount {
+            // Its edges from the parents that have not settled are
+            // unresolved again, and counted.
+            let unsettled = ItemSet(
+                self.parents[item]
+                    .items()
+                    .filter(|&parent| !Self::settled(&next, parent))
+                    .fold(0, |set, parent| set | 1 << parent),
+            );
+            next.resolved[item] = ItemSet(next.resolved[item].0 & !unsettled.0);
+            next.waiting_on[item] = i8::try_from(unsettled.len()).expect("few parents");
+        }
+        if next.waiting_on[item] > 0 {
+            next.rows[item].status = Status::Waiting;
+            next.history[item].waiting = true;
+        }
+        if self.parents[item]
+            .items()
+            .any(|parent| Self::failed_or_cancelled(&next, parent))
+        {
+            next.history[item].overruled = true;
+        }
+        next.edge_cancelled[item] = ItemSet(0);
+        self.reopen(&mut next, item);
         Some(next)
+    }
+
+    /// Whether `item` has settled: `done`, `failed` or `cancelled`.
+    fn settled(state: &State, item: usize) -> bool {
+        matches!(
+            state.rows[item].status,
+            Status::Done | Status::Failed(_) | Status::Cancelled
+        )
+    }
+
+    /// Whether `item` has ended `failed` or `cancelled`.
+    fn failed_or_cancelled(state: &State, item: usize) -> bool {
+        matches!(
+            state.rows[item].status,
+            Status::Failed(_) | Status::Cancelled
+        )
+    }
+
+    /// The workflow's part of a statement that has just ended `parent`
+    /// (its row written in `next`), in that statement's transaction
+    /// (`workflow::settled`, `src/verbs/workflow.rs`: `SETTLE`, and
+    /// `SETTLE_DONE` for one parent done). Each edge from `parent` that is
+    /// not resolved is resolved, once (`... AND NOT e.resolved`), and the
+    /// child's `waiting_on` drops by one under its row lock. A parent that
+    /// ended failed or cancelled marks the edge `cancelled` when it forbids
+    /// the child: the child says `'cancel'` and is waiting, or a parent's
+    /// failure has cancelled it already. Then a waiting child is cancelled
+    /// if the edge is `cancelled` (its `last_error` names the parent), and
+    /// that ends the child's own edges the same way, down the graph;
+    /// otherwise a waiting child whose count reaches 0 becomes `pending` (a
+    /// `'run'` child counts a failed parent as ended). A child that is not
+    /// waiting keeps its state. Under [`Sql::ReleaseWithoutResolved`]
+    /// every edge from the parent counts, resolved or not; under
+    /// [`Sql::ReleaseIgnoresState`] a count reaching 0 makes the child
+    /// `pending` whatever its state; under [`Sql::CancelMarksOneEdge`] an
+    /// edge is `cancelled` only when it cancels a waiting child.
+    ///
+    /// A released child is `pending` and due. A child whose `run_at` is
+    /// later would come due later, which [`Action::ComesDue`] does: a
+    /// claim between the two would find nothing, a step that changes
+    /// nothing.
+    ///
+    /// The monitors, judged by the ground truth: a child taken out of
+    /// `waiting` that was in no time of waiting, or by a token that was not
+    /// current; a child released while one of its parents never ended.
+    fn settle(&self, next: &mut State, parent: usize, ended: Ended, settler: Settler) {
+        let parent_ended = Self::settled(next, parent);
+        for child in self.children(parent) {
+            if parent_ended {
+                let history = &mut next.history[child];
+                history.parents_ended = history.parents_ended.with(parent);
+            }
+            if next.resolved[child].contains(parent) && self.sql != Sql::ReleaseWithoutResolved {
+                continue;
+            }
+            next.resolved[child] = next.resolved[child].with(parent);
+            next.waiting_on[child] -= 1;
+            let waiting = next.rows[child].status == Status::Waiting;
+            let forbids = ended == Ended::Failed
+                && self.on_parent_failure == OnParentFailure::Cancel
+                && (waiting
+                    || (self.sql != Sql::CancelMarksOneEdge
+                        && !next.edge_cancelled[child].is_empty()));
+            if forbids {
+                next.edge_cancelled[child] = next.edge_cancelled[child].with(parent);
+            }
+            let cancels = forbids && waiting;
+            let releases = !forbids
+                && next.waiting_on[child] <= 0
+                && (waiting || self.sql == Sql::ReleaseIgnoresState);
+            if !cancels && !releases {
+                continue;
+            }
+            let history = &mut next.history[child];
+            if !history.waiting {
+                next.left_twice = true;
+            }
+            history.waiting = false;
+            let reopened = std::mem::take(&mut history.reopened);
+            if settler == (Settler::Token { current: false }) {
+                next.stale_release = true;
+            }
+            if cancels {
+                next.rows[child].status = Status::Cancelled;
+                let history = &mut next.history[child];
+                history.revoked = history.newest;
+                history.cancelled = true;
+                history.taken_over = false;
+                self.settle(next, child, Ended::Failed, settler);
+            } else {
+                next.rows[child].status = Status::Pending { due: true };
+                if next.history[child].parents_ended != self.parents[child] {
+                    next.early_release = true;
+                }
+                if next.last.is_none() {
+                    next.last = Some(Event::ChildReleased { child, reopened });
+                }
+            }
+        }
+    }
+
+    /// The workflow's part of `work_retry` of `parent` (back to `pending`
+    /// or `waiting` in `next`; `workflow::reopened`, `REOPEN`): each edge
+    /// from it that its failure marked `cancelled` is unresolved again (and
+    /// no longer `cancelled`), and the child's `waiting_on` rises by one; a
+    /// cancelled child none of whose other edges is still `cancelled` (no
+    /// other parent's failure forbids it) comes back to `waiting`, and so,
+    /// level by level down the graph, do the children its cancellation
+    /// cancelled.
+    fn reopen(&self, next: &mut State, parent: usize) {
+        for child in self.children(parent) {
+            if !next.edge_cancelled[child].contains(parent) {
+                continue;
+            }
+            next.edge_cancelled[child] = next.edge_cancelled[child].without(parent);
+            next.resolved[child] = next.resolved[child].without(parent);
+            next.waiting_on[child] += 1;
+            if next.rows[child].status != Status::Cancelled
+                || !next.edge_cancelled[child].is_empty()
+            {
+                continue;
+            }
+            next.rows[child].status = Status::Waiting;
+            let history = &mut next.history[child];
+            history.waiting = true;
+            history.reopened = true;
+            history.cancelled = false;
+            history.taken_over = false;
+            self.reopen(next, child);
+        }
     }
 
     /// A token-guarded statement by `worker` with its token for `item`, after
@@ -2980,6 +3507,25 @@ impl LeaseModel {
                 matched
             }
         };
+        // Workflows: an accepted finish, or a failure on the last attempt,
+        // settles the parent's edges in the same transaction. Under
+        // `Sql::ReleaseOnOwnerOnly` every finish with the row's owner name
+        // settles them, whether or not `FINISH` matched.
+        let settler = Settler::Token {
+            current: state.is_current(item, epoch),
+        };
+        match stmt {
+            Stmt::Finish
+                if matched
+                    || (self.sql == Sql::ReleaseOnOwnerOnly && before.owner == Some(owner)) =>
+            {
+                self.settle(&mut next, item, Ended::Done, settler);
+            }
+            Stmt::Fail(_) if matched && matches!(next.rows[item].status, Status::Failed(_)) => {
+                self.settle(&mut next, item, Ended::Failed, settler);
+            }
+            Stmt::Renew | Stmt::Finish | Stmt::Release(_) | Stmt::Fail(_) => {}
+        }
         if !state.is_current(item, epoch) && (matched || next.rows[item] != before) {
             next.stale_write = true;
         }
@@ -3082,6 +3628,41 @@ mod always {
     /// a release, a failure with a retry or a `work_retry` brings it back
     /// one.
     pub const BEHIND_ONLY_PENDING: &str = "no item outside pending is behind";
+    /// Workflows (issue 37), the issue's words: every item in state
+    /// `waiting` has a parent that is not `done`, `failed` or `cancelled`,
+    /// so a child never waits for nothing.
+    pub const WAITING_ON_A_PARENT: &str = "a waiting item has a parent that has not settled";
+    /// Workflows: `waiting_on` is what the design says it is, the number of
+    /// the item's edges that are not resolved, and no parent of such an
+    /// edge has settled: so the statement that settles its last parent
+    /// finds it at 1, and releases it.
+    pub const WAITING_ON_COUNTS_EDGES: &str =
+        "waiting_on counts an item's unresolved edges, and their parents have not settled";
+    /// Workflows, `on_parent_failure => 'cancel'`: a child in `waiting`
+    /// has no parent `failed` or `cancelled` (a re-opened one only once
+    /// every such parent was retried), and a child `pending`, `claimed` or
+    /// `done` has every parent `done`, unless the operator's `work_retry`
+    /// took the child back while a parent had failed
+    /// ([`super::History::overruled`]).
+    pub const CANCEL_CHILD_AFTER_DONE_PARENTS: &str =
+        "a 'cancel' child waits only while no parent has failed, and runs only once every \
+         parent is done, unless the operator retried it past a failed parent";
+    /// Workflows: the step that makes a child `pending` from `waiting`
+    /// comes after every parent has ended (done, failed or cancelled), by
+    /// the parents' rows ([`super::History::parents_ended`]), whatever the
+    /// edges say.
+    pub const RELEASED_AFTER_EVERY_PARENT: &str =
+        "a child is released only once every parent has ended";
+    /// Workflows: no `work_finish` or `work_fail` whose token is not
+    /// current (superseded, or its lease ended) releases or cancels a
+    /// child; the state records it ([`super::State::stale_release`]).
+    pub const NO_STALE_RELEASE: &str = "no token that is not current takes a child out of waiting";
+    /// Workflows: every step that takes a child out of `waiting` (a
+    /// release, a cancel) finds it in a time of waiting by the ground truth
+    /// ([`super::History::waiting`]), which that step ends: one exit per
+    /// entry (the insert, or a coming back).
+    pub const LEFT_WAITING_ONCE: &str =
+        "a child leaves waiting at most once per time it entered waiting";
 }
 
 /// Names of the `sometimes` properties (reachability: the check is not vacuous).
@@ -3194,6 +3775,26 @@ mod sometimes {
     /// waits for the group.
     pub const GROUP_FULL_AT_TWO: &str =
         "two items of a group claimed at once while a third waits for the group";
+    /// Workflows: the workflow's purpose, a child run after its parents.
+    pub const CHILD_RELEASED_DONE: &str = "a child is done after every parent was done";
+    /// Workflows: the bug report's scenario on a parent, with the child
+    /// released by the finish that was accepted.
+    pub const ZOMBIE_REFUSED_AFTER_RELEASE: &str =
+        "a zombie's finish of a parent is refused after the worker that took it over \
+         finished it and its child was released";
+    /// Workflows, `'cancel'`.
+    pub const FAILED_PARENT_CANCELLED_CHILD: &str = "a parent that failed has cancelled its child";
+    /// Workflows, `'cancel'`.
+    pub const REOPENED_CHILD_RELEASED: &str =
+        "a child that a retried parent brought back to waiting is released";
+    /// Workflows, `'run'`.
+    pub const RUN_AFTER_A_FAILED_PARENT: &str = "a 'run' child runs after a parent failed";
+    /// Workflows, a chain of `'cancel'` children.
+    pub const CANCELLED_DOWN_THE_CHAIN: &str =
+        "a parent that failed has cancelled its child and, through it, its grandchild";
+    /// Workflows, a chain of `'cancel'` children.
+    pub const REOPENED_DOWN_THE_CHAIN: &str =
+        "a retried parent has brought back its child and its grandchild";
 }
 
 impl Model for LeaseModel {
@@ -3233,7 +3834,23 @@ impl Model for LeaseModel {
             paused_claimed: false,
             behind: [false; ITEMS],
             snapshot_cancel: None,
+            waiting_on: [0; ITEMS],
+            resolved: [ItemSet(0); ITEMS],
+            edge_cancelled: [ItemSet(0); ITEMS],
+            stale_release: false,
+            early_release: false,
+            left_twice: false,
         };
+        // Workflows: each child is inserted after its parents, all pending
+        // then, so it is `waiting` on every one of them.
+        for child in 0..self.items {
+            let parents = self.parents[child];
+            if !parents.is_empty() {
+                enqueued.rows[child].status = Status::Waiting;
+                enqueued.waiting_on[child] = i8::try_from(parents.len()).expect("few parents");
+                enqueued.history[child].waiting = true;
+            }
+        }
         // Each item's enqueue saw the items enqueued before it pending: with
         // group heads, all but a group's first are behind (and stay so
         // through their pre-commits' re-checks).
@@ -3328,7 +3945,7 @@ impl Model for LeaseModel {
             if self.operators && self.sql == Sql::CancelInTransactionSnapshot {
                 actions.push(Action::CancelBegin { item });
             }
-            if self.operators && self.retries {
+            if self.operators && self.retries && (self.retry_leaves || self.is_parent(item)) {
                 for &run_at in self.delays(item) {
                     actions.push(Action::Retry { item, run_at });
                 }
@@ -3533,6 +4150,8 @@ impl Model for LeaseModel {
         next.map(|next| {
             let mut next = if self.lean {
                 Self::forgotten(next)
+            } else if self.workflow() {
+                self.others_forgotten(next)
             } else {
                 next
             };
@@ -3896,7 +4515,149 @@ impl Model for LeaseModel {
                 ));
             }
         }
+        if self.workflow() {
+            self.workflow_properties(&mut properties);
+        }
         properties
+    }
+}
+
+impl LeaseModel {
+    /// The workflow configurations' properties (issue 37).
+    fn workflow_properties(&self, properties: &mut Vec<Property<Self>>) {
+        properties.extend([
+            Property::always(
+                always::WAITING_ON_A_PARENT,
+                |model: &LeaseModel, s: &State| {
+                    (0..ITEMS).all(|child| {
+                        s.rows[child].status != Status::Waiting
+                            || model.parents[child]
+                                .items()
+                                .any(|parent| !Self::settled(s, parent))
+                    })
+                },
+            ),
+            Property::always(
+                always::WAITING_ON_COUNTS_EDGES,
+                |model: &LeaseModel, s: &State| {
+                    (0..ITEMS).all(|child| {
+                        let unresolved = ItemSet(model.parents[child].0 & !s.resolved[child].0);
+                        i8::try_from(unresolved.len()).ok() == Some(s.waiting_on[child])
+                            && unresolved.items().all(|parent| !Self::settled(s, parent))
+                    })
+                },
+            ),
+            Property::always(always::RELEASED_AFTER_EVERY_PARENT, |_, s: &State| {
+                !s.early_release
+            }),
+            Property::always(always::NO_STALE_RELEASE, |_, s: &State| !s.stale_release),
+            Property::always(always::LEFT_WAITING_ONCE, |_, s: &State| !s.left_twice),
+            Property::sometimes(
+                sometimes::CHILD_RELEASED_DONE,
+                |model: &LeaseModel, s: &State| {
+                    (0..ITEMS).any(|child| {
+                        !model.parents[child].is_empty()
+                            && s.rows[child].status == Status::Done
+                            && model.parents[child]
+                                .items()
+                                .all(|parent| s.rows[parent].status == Status::Done)
+                    })
+                },
+            ),
+            Property::sometimes(
+                sometimes::ZOMBIE_REFUSED_AFTER_RELEASE,
+                |model: &LeaseModel, s: &State| {
+                    matches!(s.last, Some(Event::StaleFinishRefused { item })
+                    if s.rows[item].status == Status::Done
+                        && s.history[item].taken_over
+                        && model.children(item).any(|child| !matches!(
+                            s.rows[child].status,
+                            Status::Waiting | Status::Cancelled
+                        )))
+                },
+            ),
+        ]);
+        match self.on_parent_failure {
+            OnParentFailure::Cancel => properties.extend([
+                Property::always(
+                    always::CANCEL_CHILD_AFTER_DONE_PARENTS,
+                    |model: &LeaseModel, s: &State| {
+                        (0..ITEMS).all(|child| {
+                            let mut parents = model.parents[child].items();
+                            s.history[child].overruled
+                                || match s.rows[child].status {
+                                    Status::Waiting => {
+                                        !parents.any(|parent| Self::failed_or_cancelled(s, parent))
+                                    }
+                                    Status::Pending { .. } | Status::Claimed(_) | Status::Done => {
+                                        parents.all(|parent| s.rows[parent].status == Status::Done)
+                                    }
+                                    Status::Failed(_)
+                                    | Status::Cancelled
+                                    | Status::Unborn
+                                    | Status::Inserted { .. } => true,
+                                }
+                        })
+                    },
+                ),
+                Property::sometimes(sometimes::FAILED_PARENT_CANCELLED_CHILD, |_, s: &State| {
+                    (0..ITEMS).any(|child| {
+                        s.rows[child].status == Status::Cancelled
+                            && s.edge_cancelled[child]
+                                .items()
+                                .any(|parent| matches!(s.rows[parent].status, Status::Failed(_)))
+                    })
+                }),
+                Property::sometimes(sometimes::REOPENED_CHILD_RELEASED, |_, s: &State| {
+                    matches!(s.last, Some(Event::ChildReleased { reopened: true, .. }))
+                }),
+            ]),
+            OnParentFailure::Run => properties.push(Property::sometimes(
+                sometimes::RUN_AFTER_A_FAILED_PARENT,
+                |model: &LeaseModel, s: &State| {
+                    (0..ITEMS).any(|child| {
+                        matches!(s.rows[child].status, Status::Claimed(_) | Status::Done)
+                            && !s.history[child].overruled
+                            && model.parents[child]
+                                .items()
+                                .any(|parent| matches!(s.rows[parent].status, Status::Failed(_)))
+                    })
+                },
+            )),
+        }
+        let chain = (0..ITEMS).any(|child| {
+            self.parents[child]
+                .items()
+                .any(|parent| !self.parents[parent].is_empty())
+        });
+        if chain && self.on_parent_failure == OnParentFailure::Cancel {
+            properties.extend([
+                Property::sometimes(sometimes::CANCELLED_DOWN_THE_CHAIN, |_, s: &State| {
+                    (0..ITEMS).any(|grandchild| {
+                        s.rows[grandchild].status == Status::Cancelled
+                            && s.edge_cancelled[grandchild].items().any(|child| {
+                                s.rows[child].status == Status::Cancelled
+                                    && s.edge_cancelled[child].items().any(|parent| {
+                                        matches!(s.rows[parent].status, Status::Failed(_))
+                                    })
+                            })
+                    })
+                }),
+                Property::sometimes(
+                    sometimes::REOPENED_DOWN_THE_CHAIN,
+                    |model: &LeaseModel, s: &State| {
+                        (0..ITEMS).any(|grandchild| {
+                            s.rows[grandchild].status == Status::Waiting
+                                && s.history[grandchild].reopened
+                                && model.parents[grandchild].items().any(|child| {
+                                    s.rows[child].status == Status::Waiting
+                                        && s.history[child].reopened
+                                })
+                        })
+                    },
+                ),
+            ]);
+        }
     }
 }
 
@@ -4010,6 +4771,56 @@ fn group_heads_hold_with_two_per_group() {
         "group heads, a group of three, per_group 2, a late enqueue",
         LeaseModel::new(Sql::Extension)
             .with_group_of_three(2, 2)
+            .with_symmetry(),
+    );
+}
+
+/// Workflows (issue 37): two parents and a child enqueued `after` both
+/// with `on_parent_failure => 'cancel'`, two workers using every token
+/// they were given, leases lapsing, the operator's cancel and retry. Every
+/// `always` property holds (a waiting item has a parent that has not
+/// settled; `waiting_on` counts the unresolved edges; the child runs only
+/// once both parents are done and waits only while neither has failed; it
+/// is released only once every parent has ended, never by a token that is
+/// not current, and leaves `waiting` once per time it entered it; and every
+/// fencing property as before), and every `sometimes` property is reached,
+/// among them a zombie's finish of a parent refused after the child was
+/// released, and a child a retried parent brought back, released.
+#[test]
+fn workflow_holds_in_every_state() {
+    check_exhaustively(
+        "workflow, two parents, 'cancel'",
+        LeaseModel::new(Sql::Extension)
+            .with_workflow(TWO_PARENTS, OnParentFailure::Cancel, 0)
+            .with_symmetry(),
+    );
+}
+
+/// Workflows: as [`workflow_holds_in_every_state`], the child with
+/// `on_parent_failure => 'run'`: a parent that ends failed or cancelled
+/// counts as settled, and the child runs once both have settled. The
+/// operator retries the parents, not the child
+/// ([`LeaseModel::without_leaf_retries`]).
+#[test]
+fn workflow_holds_with_run_on_parent_failure() {
+    check_exhaustively(
+        "workflow, two parents, 'run'",
+        LeaseModel::new(Sql::Extension)
+            .with_workflow(TWO_PARENTS, OnParentFailure::Run, 0)
+            .without_leaf_retries()
+            .with_symmetry(),
+    );
+}
+
+/// Workflows: a chain, a parent, its child and its grandchild, each child
+/// with `'cancel'`: a failure cancels down the chain, and a retry of the
+/// parent brings both back.
+#[test]
+fn workflow_holds_down_a_chain() {
+    check_exhaustively(
+        "workflow, a chain of three, 'cancel'",
+        LeaseModel::new(Sql::Extension)
+            .with_workflow(CHAIN, OnParentFailure::Cancel, 1)
             .with_symmetry(),
     );
 }
@@ -5371,6 +6182,368 @@ fn pause_and_resume_in_the_model() {
         !wiped.holds(always::LIMIT_HELD, &a_claimed),
         "after 0.11.0's resume, A passes the limit"
     );
+}
+
+/// Workflows, step by step (workers keep their numbers), two parents and
+/// a child with `'cancel'`: A claims parent `i0`, its lease lapses, B takes
+/// it over and finishes it: the child still waits for `i1`. A claims and
+/// finishes `i1`, which releases the child; A's late finish of `i0` is
+/// refused and releases nothing. B runs the child. Every `always` property
+/// holds at every step.
+#[test]
+fn workflow_scenario_in_the_model() {
+    const A: usize = 0;
+    const B: usize = 1;
+    const P0: usize = 0;
+    const P1: usize = 1;
+    const CHILD: usize = 2;
+    let mut replay = Replay::of(LeaseModel::new(Sql::Extension).with_workflow(
+        TWO_PARENTS,
+        OnParentFailure::Cancel,
+        P0,
+    ));
+    assert_eq!(replay.now().rows[CHILD].status, Status::Waiting);
+    assert_eq!(replay.now().waiting_on[CHILD], 2);
+    replay.no_step(Action::Claim {
+        worker: A,
+        item: CHILD,
+    });
+
+    replay.step(Action::Claim {
+        worker: A,
+        item: P0,
+    });
+    replay.step(Action::LeaseLapses { item: P0 });
+    replay.step(Action::Claim {
+        worker: B,
+        item: P0,
+    });
+    let b_finished = replay.step(Action::Finish {
+        worker: B,
+        item: P0,
+    });
+    assert_eq!(b_finished.rows[P0].status, Status::Done);
+    assert_eq!(b_finished.rows[CHILD].status, Status::Waiting);
+    assert_eq!(b_finished.waiting_on[CHILD], 1);
+
+    replay.step(Action::Claim {
+        worker: A,
+        item: P1,
+    });
+    let released = replay.step(Action::Finish {
+        worker: A,
+        item: P1,
+    });
+    assert_eq!(released.rows[CHILD].status, Status::Pending { due: true });
+    assert_eq!(released.waiting_on[CHILD], 0);
+    assert_eq!(
+        released.last,
+        Some(Event::ChildReleased {
+            child: CHILD,
+            reopened: false
+        })
+    );
+
+    let zombie = replay.step(Action::Finish {
+        worker: A,
+        item: P0,
+    });
+    assert_eq!(
+        zombie.rows, released.rows,
+        "the zombie's finish changes nothing"
+    );
+    replay.assert_reached(sometimes::ZOMBIE_REFUSED_AFTER_RELEASE, &zombie);
+
+    replay.step(Action::Claim {
+        worker: B,
+        item: CHILD,
+    });
+    let done = replay.step(Action::Finish {
+        worker: B,
+        item: CHILD,
+    });
+    replay.assert_reached(sometimes::CHILD_RELEASED_DONE, &done);
+    replay.assert_always();
+}
+
+/// Workflows, step by step: parent `i1` fails on its first attempt (a
+/// retry: the child still waits), then on its last, which cancels the
+/// child. The operator's retry of `i1` brings the child back to wait for
+/// both parents; once both are done it is released. Every `always`
+/// property holds at every step.
+#[test]
+fn workflow_failed_parent_retried_in_the_model() {
+    const A: usize = 0;
+    const B: usize = 1;
+    const P0: usize = 0;
+    const P1: usize = 1;
+    const CHILD: usize = 2;
+    let mut replay = Replay::of(LeaseModel::new(Sql::Extension).with_workflow(
+        TWO_PARENTS,
+        OnParentFailure::Cancel,
+        P0,
+    ));
+    let fail = |worker| Action::Fail {
+        worker,
+        item: P1,
+        retry: Retry::Now,
+    };
+    replay.step(Action::Claim {
+        worker: A,
+        item: P1,
+    });
+    let retried = replay.step(fail(A));
+    assert_eq!(retried.rows[P1].status, Status::Pending { due: true });
+    assert_eq!(retried.rows[CHILD].status, Status::Waiting);
+    assert_eq!(retried.waiting_on[CHILD], 2);
+
+    replay.step(Action::Claim {
+        worker: A,
+        item: P1,
+    });
+    let failed = replay.step(fail(A));
+    assert_eq!(failed.rows[P1].status, Status::Failed(FailedBy::WorkFail));
+    assert_eq!(failed.rows[CHILD].status, Status::Cancelled);
+    assert_eq!(failed.edge_cancelled[CHILD], ItemSet(0).with(P1));
+    replay.assert_reached(sometimes::FAILED_PARENT_CANCELLED_CHILD, &failed);
+    replay.no_step(Action::Cancel { item: CHILD });
+    replay.no_step(Action::Claim {
+        worker: B,
+        item: CHILD,
+    });
+
+    let reopened = replay.step(Action::Retry {
+        item: P1,
+        run_at: Retry::Now,
+    });
+    assert_eq!(reopened.rows[P1].status, Status::Pending { due: true });
+    assert_eq!(reopened.rows[CHILD].status, Status::Waiting);
+    assert_eq!(reopened.waiting_on[CHILD], 2);
+    assert!(reopened.history[CHILD].reopened);
+
+    replay.step(Action::Claim {
+        worker: B,
+        item: P0,
+    });
+    replay.step(Action::Finish {
+        worker: B,
+        item: P0,
+    });
+    replay.step(Action::Claim {
+        worker: A,
+        item: P1,
+    });
+    let released = replay.step(Action::Finish {
+        worker: A,
+        item: P1,
+    });
+    assert_eq!(released.rows[CHILD].status, Status::Pending { due: true });
+    replay.assert_reached(sometimes::REOPENED_CHILD_RELEASED, &released);
+    replay.assert_always();
+}
+
+/// The state `model` reaches by `path`, replayed with the workers keeping
+/// their numbers.
+fn replayed(model: LeaseModel, path: &[Action]) -> State {
+    let mut replay = Replay::of(model);
+    for &action in path {
+        replay.step(action);
+    }
+    replay.now().clone()
+}
+
+/// Workflows: children released by a statement that checks the parent's
+/// owner name alone. A zombie, whose token for the parent the other worker
+/// (under the same name) superseded, or whose lease ended, finishes: its
+/// `FINISH` matches nothing, but the release runs, resolves the parent's
+/// edges and lets the child out while the parent is not done. The checker
+/// must find it: the release (or cancel) by that finish breaks the first
+/// two properties; the third breaks by that finish, or later, when the
+/// parent, its edge resolved already, fails or is cancelled and no longer
+/// cancels the child.
+#[test]
+fn a_release_on_the_owner_name_only_is_caught() {
+    let model = || {
+        LeaseModel::new(Sql::ReleaseOnOwnerOnly).with_workflow(
+            TWO_PARENTS,
+            OnParentFailure::Cancel,
+            0,
+        )
+    };
+    let broken = [
+        always::NO_STALE_RELEASE,
+        always::RELEASED_AFTER_EVERY_PARENT,
+        always::CANCEL_CHILD_AFTER_DONE_PARENTS,
+    ];
+    let paths = assert_caught_in(model(), &broken);
+    for (path, name) in paths.iter().zip(broken) {
+        let prefix = breaking_prefix(model(), path, name).expect("the property breaks");
+        // The finishes on the path whose token was not current and that
+        // resolved an edge.
+        let mut replay = Replay::of(model());
+        let stale: Vec<usize> = prefix
+            .iter()
+            .enumerate()
+            .filter_map(|(at, &action)| {
+                let before = replay.now().clone();
+                let after = replay.step(action);
+                let Action::Finish { worker, item } = action else {
+                    return None;
+                };
+                let epoch = before.tokens[worker][item]?;
+                (!before.is_current(item, epoch) && after.resolved != before.resolved).then_some(at)
+            })
+            .collect();
+        assert!(
+            !stale.is_empty(),
+            "a finish whose token was not current resolved an edge: {prefix:?}"
+        );
+        if name != always::CANCEL_CHILD_AFTER_DONE_PARENTS {
+            assert_eq!(
+                stale.last(),
+                Some(&(prefix.len() - 1)),
+                "\"{name}\" was broken by that finish: {prefix:?}"
+            );
+        }
+    }
+}
+
+/// Workflows: a release that counts every edge from the parent, resolved or
+/// not. With `'run'`, a parent that ended (its edge resolved, the child
+/// still waiting for the other), was retried and then ended again counts
+/// twice, and the child is released while its other parent has not ended.
+/// The checker must find it, each property broken by the second end of a
+/// retried parent.
+#[test]
+fn a_release_without_the_resolved_flag_is_caught() {
+    let model = || {
+        LeaseModel::new(Sql::ReleaseWithoutResolved)
+            .with_workflow(TWO_PARENTS, OnParentFailure::Run, 0)
+            .without_leaf_retries()
+    };
+    let broken = [
+        always::RELEASED_AFTER_EVERY_PARENT,
+        always::WAITING_ON_COUNTS_EDGES,
+    ];
+    for (path, name) in assert_caught_in(model(), &broken).iter().zip(broken) {
+        let prefix = breaking_prefix(model(), path, name).expect("the property breaks");
+        let (&last, before) = prefix.split_last().expect("a step");
+        let before = replayed(model(), before);
+        let parent = acted_on(last).expect("a step on an item");
+        assert!(
+            model().is_parent(parent) && before.history[parent].retried.is_some(),
+            "\"{name}\" was broken by {last:?}, not by a retried parent's end: {prefix:?}"
+        );
+    }
+}
+
+/// Workflows: a release that makes a child `pending` when its count reaches
+/// 0, whatever its state: a child that one parent's failure cancelled comes
+/// back when the other parent is done, and runs. The checker must find it.
+#[test]
+fn a_release_that_ignores_the_state_is_caught() {
+    assert_caught_in(
+        LeaseModel::new(Sql::ReleaseIgnoresState).with_workflow(
+            TWO_PARENTS,
+            OnParentFailure::Cancel,
+            0,
+        ),
+        &[
+            always::LEFT_WAITING_ONCE,
+            always::CANCEL_CHILD_AFTER_DONE_PARENTS,
+        ],
+    );
+}
+
+/// Workflows: an edge marked `cancelled` only by the failure that cancels a
+/// waiting child. Both parents end failed or cancelled, the second's edge
+/// unmarked, so the first's retry brings the child back while the second
+/// is still failed or cancelled; or, the second retried first (it brings
+/// nothing back), the child comes back waiting for the first alone, and
+/// runs while the second is pending. The checker must find it, broken by a
+/// step on a parent after a parent's retry brought the child back.
+#[test]
+fn an_edge_marked_by_the_first_failure_only_is_caught() {
+    const CHILD: usize = 2;
+    let model = || {
+        LeaseModel::new(Sql::CancelMarksOneEdge).with_workflow(
+            TWO_PARENTS,
+            OnParentFailure::Cancel,
+            0,
+        )
+    };
+    let name = always::CANCEL_CHILD_AFTER_DONE_PARENTS;
+    let path = assert_caught_in(model(), &[name]).remove(0);
+    let prefix = breaking_prefix(model(), &path, name).expect("the property breaks");
+    let mut replay = Replay::of(model());
+    let reopened = prefix.iter().any(|&action| {
+        let before = replay.now().rows[CHILD].status;
+        let after = replay.step(action).rows[CHILD].status;
+        matches!(action, Action::Retry { item, .. } if item != CHILD)
+            && before == Status::Cancelled
+            && after == Status::Waiting
+    });
+    let last = *prefix.last().expect("a step");
+    assert!(
+        reopened && acted_on(last).is_some_and(|item| item != CHILD),
+        "\"{name}\" was broken by {last:?}, not by a parent's step after a parent's retry \
+         brought the child back: {prefix:?}"
+    );
+}
+
+/// Workflows: `work_retry` of a child by its `waiting_on` alone, as
+/// `RETRY_LIFE` does when this was written. The operator cancels the
+/// waiting child, then a parent (whose edge resolves without cancelling
+/// anything: the child is cancelled already), retries that parent, and
+/// retries the child: its count leaves out the retried parent, so it is
+/// released while that parent is pending, or, in the chain, is `pending`
+/// at once while its parent waits. The checker must find both.
+#[test]
+fn a_child_retried_by_its_count_is_caught() {
+    for parents in [TWO_PARENTS, CHAIN] {
+        let model = || {
+            LeaseModel::new(Sql::RetryByCount).with_workflow(parents, OnParentFailure::Cancel, 0)
+        };
+        let name = always::CANCEL_CHILD_AFTER_DONE_PARENTS;
+        let path = assert_caught_in(model(), &[name]).remove(0);
+        let prefix = breaking_prefix(model(), &path, name).expect("the property breaks");
+        assert!(
+            prefix.iter().any(|&action| matches!(
+                action,
+                Action::Retry { item, .. } if !model().parents[item].is_empty()
+            )),
+            "a child's retry is on the path: {prefix:?}"
+        );
+    }
+}
+
+/// The item a step's statement acts on, if it names one.
+fn acted_on(action: Action) -> Option<usize> {
+    match action {
+        Action::Claim { item, .. }
+        | Action::Renew { item, .. }
+        | Action::Finish { item, .. }
+        | Action::Release { item, .. }
+        | Action::Fail { item, .. }
+        | Action::Cancel { item }
+        | Action::Retry { item, .. }
+        | Action::LeaseLapses { item }
+        | Action::ComesDue { item }
+        | Action::CancelBegin { item }
+        | Action::Enqueue { item, .. }
+        | Action::EnqueueCommit { item } => Some(item),
+        Action::Begin { .. }
+        | Action::Pick { .. }
+        | Action::Commit { .. }
+        | Action::Replicate
+        | Action::LoseSuffix
+        | Action::Pause
+        | Action::PauseReleased
+        | Action::Snapshot { .. }
+        | Action::Take { .. }
+        | Action::Normalize { .. }
+        | Action::Resume => None,
+    }
 }
 
 /// Schedules (issue 34, 0.12.0): firing as a model of its own, explored
