@@ -427,6 +427,8 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'work_workflow_wrapper';
 
+COMMENT ON FUNCTION workfence.work_retry(text, text, timestamptz) IS
+'work_retry(queue, key, run_at DEFAULT NULL) -> boolean. A failed or cancelled item back to pending, due at run_at (NULL: now), with at least one more attempt (max_attempts raised to attempts + 1 when used up); its errors history is kept, its old tokens stay dead; wakes long polls at commit. From 0.12.0 (workflows) an item some of whose parents have not settled now (pending, claimed or waiting) goes back to waiting for them instead, and the children the item''s failure cancelled wait again (transitively). True if it changed the item; false for a missing item or any other state. Errors: 22004 NULL queue/key, 22023 bad queue/key/run_at, 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 COMMENT ON FUNCTION workfence.work_parent_results(bigint, text, bigint) IS
 'work_parent_results(id, owner, epoch) -> jsonb. From 0.12.0 (workflows): while the item is claimed under exactly this owner AND epoch (a lapsed lease nobody re-claimed still counts, as for work_renew), an object with a key per parent of the item (work_enqueue''s after; its id as text): the parent''s result if it ended done (JSON null without one), else {"state": its state, "error": its last_error} (what an on_parent_failure run child sees of a failed parent); {} for an item without parents; a purged parent is left out. NULL for any other token, or where queue grants are enforced an item in a queue the role may not claim. Reads only. Errors: 22004 NULL argument, 22023 bad owner.';
 COMMENT ON FUNCTION workfence.work_workflow(bigint) IS

@@ -122,8 +122,10 @@ SELECT i.id, i.state::pg_catalog.text, i.group_key IS NOT NULL
 // From 0.12.0's workflows, an item with parents not yet settled
 // (`waiting_on` > 0) is waiting, not pending: a waiting item takes the
 // payload and `run_at` as a pending one does and keeps waiting, and a
-// finished one comes back waiting.
-// Columns: whether it is pending and due now, its state.
+// finished one comes back waiting (and then waits again for a parent
+// retried since, [`crate::verbs::workflow::rewait`]).
+// Columns: whether it is pending and due now, its state, whether it has
+// parents.
 static REPLACE: Statement<ReplaceParams> = Statement::new(
     r#"
 UPDATE workfence.items AS i
@@ -154,7 +156,7 @@ UPDATE workfence.items AS i
  WHERE i.id OPERATOR(pg_catalog.=) $1
 RETURNING i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
       AND i.run_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(),
-          i.state::pg_catalog.text
+          i.state::pg_catalog.text, i.on_parent_failure IS NOT NULL
 "#,
 );
 
@@ -229,7 +231,7 @@ pub(crate) fn conflict(
         // done or failed, not bring back what an operator stopped.
         grants::check(Capability::Operate, queue)?;
     }
-    let (due, now) = plans::run(
+    let (mut due, mut now, has_parents) = plans::run(
         client,
         &REPLACE,
         ReplaceParams {
@@ -241,15 +243,23 @@ pub(crate) fn conflict(
         },
         |rows| {
             if rows.is_empty() {
-                return Ok((false, None));
+                return Ok((false, None, false));
             }
             let row = rows.first();
             Ok((
                 row.get::<bool>(1)?.unwrap_or(false),
                 row.get::<String>(2)?.as_deref().and_then(ItemState::parse),
+                row.get::<bool>(3)?.unwrap_or(false),
             ))
         },
     )?;
+    let finished = matches!(state.as_str(), "done" | "failed" | "cancelled");
+    if finished && has_parents {
+        if let Some(state) = crate::verbs::workflow::rewait(client, id)? {
+            now = Some(state);
+            due = false;
+        }
+    }
     let unfinished = state == "pending" || state == "waiting";
     if !unfinished {
         // A finished item runs again (now), a claimed one once more (after

@@ -303,7 +303,8 @@ pub fn work_reschedule(
 
 /// `work_retry` on a schema of 0.12.0 or later ([`RETRY_LIFE`]): as
 /// [`move_item`] does with RETRY, and for workflows: a retried child waits
-/// again for its parents not yet settled, and its parents' failures no
+/// again for its parents not settled now, a parent retried since it
+/// settled included ([`workflow::rewait`]), and its parents' failures no
 /// longer cancel it ([`workflow::forgiven`]); a retried parent's children
 /// that its failure cancelled wait again ([`workflow::reopened`]).
 fn retry(queue: &str, key: &str, run_at: Option<TimestampWithTimeZone>) -> Result<bool> {
@@ -336,12 +337,15 @@ fn retry(queue: &str, key: &str, run_at: Option<TimestampWithTimeZone>) -> Resul
         let Some(moved) = moved else {
             return Ok(false);
         };
-        let (id, was, now, has_children, has_parents) = moved?;
-        counters::count(queue, Event::Retried, 1);
-        counters::moved(queue, was, now, 1);
+        let (id, was, mut now, has_children, has_parents) = moved?;
         if has_parents {
             workflow::forgiven(client, id)?;
+            if let Some(state) = workflow::rewait(client, id)? {
+                now = Some(state);
+            }
         }
+        counters::count(queue, Event::Retried, 1);
+        counters::moved(queue, was, now, 1);
         if has_children {
             workflow::reopened(client, id)?;
         }

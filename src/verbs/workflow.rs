@@ -579,6 +579,69 @@ UPDATE workfence.item_edges AS e
 "#,
 );
 
+// A child `$1` sent back by `work_retry` or an `on_conflict` re-run: it
+// waits again for each parent that has not settled now (pending, claimed
+// or waiting: one retried since it settled too), whose edge was resolved
+// before. Those parents' rows are locked (FOR SHARE, rechecked on their
+// newest version), so none of them finishes between this statement's look
+// and its commit: a finish waits, then finds the edge unresolved and
+// counts it. Its count rises by those edges, and a pending child becomes
+// waiting. Found by the model (docs/model.md, `Sql::RetryByCount`): a
+// child whose count had reached 0 while a parent was cancelled and then
+// retried ran before that parent. Columns: the state after, or no row
+// when nothing was re-opened.
+static REWAIT: Statement<ReopenParams> = Statement::new(
+    r#"
+WITH parents AS (
+    SELECT p.id
+      FROM workfence.item_edges AS e
+      JOIN workfence.items AS p ON p.id OPERATOR(pg_catalog.=) e.parent
+     WHERE e.child OPERATOR(pg_catalog.=) ANY ($1)
+       AND e.resolved
+       AND p.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,waiting}'::workfence.item_state[])
+       FOR SHARE OF p
+), e AS (
+    UPDATE workfence.item_edges AS e
+       SET resolved = false
+     WHERE e.child OPERATOR(pg_catalog.=) ANY ($1)
+       AND e.parent OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT parents.id FROM parents))
+       AND e.resolved
+    RETURNING e.parent
+), n AS (
+    SELECT pg_catalog.count(*)::pg_catalog.int4 AS n FROM e
+)
+UPDATE workfence.items AS c
+   SET waiting_on = c.waiting_on OPERATOR(pg_catalog.+) n.n,
+       state = CASE WHEN c.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state
+                    THEN 'waiting'::workfence.item_state ELSE c.state END
+  FROM n
+ WHERE c.id OPERATOR(pg_catalog.=) ANY ($1)
+   AND n.n OPERATOR(pg_catalog.>) 0
+RETURNING c.state::pg_catalog.text
+"#,
+);
+
+/// The child `id` came back (a `work_retry`, or an `on_conflict` re-run of
+/// a finished item): see [`REWAIT`]. Its state now, if the statement
+/// changed it (waiting).
+pub fn rewait(client: &mut SpiClient<'_>, id: i64) -> Result<Option<ItemState>> {
+    plans::run(
+        client,
+        &REWAIT,
+        ReopenParams { parents: vec![id] },
+        |rows| {
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            Ok(rows
+                .first()
+                .get::<String>(1)?
+                .as_deref()
+                .and_then(ItemState::parse))
+        },
+    )
+}
+
 /// `work_retry` sent the child `id` back (to waiting or pending): see
 /// [`FORGIVE`].
 pub fn forgiven(client: &mut SpiClient<'_>, id: i64) -> Result<()> {

@@ -746,3 +746,55 @@ fn releasing_a_child_costs_the_same_at_depth_one_and_ten_thousand() {
         "the bottom of the chain is released"
     );
 }
+
+#[test]
+fn a_retried_child_waits_for_a_parent_retried_before_it() {
+    // The model's counterexample to a retry decided by the count alone
+    // (docs/model.md, `Sql::RetryByCount`): a chain i0 -> i1 -> i2, both
+    // children cancelled while waiting, i1 retried (waiting for i0 again),
+    // then i2 retried: i2 must wait for i1, not run before it.
+    let cluster = common::shared_cluster();
+    let mut c = database(&cluster, "wf_retry_chain");
+    let i0 = node(&mut c, "wf.0", "i0", &[], "cancel");
+    let i1 = node(&mut c, "wf.1", "i1", &[i0], "cancel");
+    let i2 = node(&mut c, "wf.2", "i2", &[i1], "cancel");
+    assert!(ok(calls::cancel(&mut c, "wf.2", "i2"), "work_cancel"));
+    assert!(ok(calls::cancel(&mut c, "wf.1", "i1"), "work_cancel"));
+    assert!(ok(calls::retry(&mut c, "wf.1", "i1", None), "work_retry"));
+    assert_eq!(standing(&mut c, i1), ("waiting".to_owned(), 1));
+    assert!(ok(calls::retry(&mut c, "wf.2", "i2", None), "work_retry"));
+    assert_eq!(
+        standing(&mut c, i2),
+        ("waiting".to_owned(), 1),
+        "the retried child runs before its retried parent"
+    );
+    assert_eq!(common::claim_count(&mut c, "wf.2"), 0);
+    // The same through on_conflict: a re-run of a finished child waits too.
+    assert!(ok(calls::cancel(&mut c, "wf.2", "i2"), "work_cancel"));
+    let again = common::enqueued(
+        &mut c,
+        &Enqueue::new("wf.2").key("i2").on_conflict("replace"),
+    );
+    assert_eq!(again.id, i2);
+    assert_eq!(standing(&mut c, i2), ("waiting".to_owned(), 1));
+    // And the chain runs in order.
+    let t0 = claim_key(&mut c, "wf.0", "i0", "w");
+    assert!(finish(&mut c, &t0, &json!(0)));
+    assert_eq!(state(&mut c, i1), "pending");
+    assert_eq!(state(&mut c, i2), "waiting");
+    let t1 = claim_key(&mut c, "wf.1", "i1", "w");
+    assert!(finish(&mut c, &t1, &json!(1)));
+    assert_eq!(standing(&mut c, i2), ("pending".to_owned(), 0));
+    let stats: (i64, i64) = {
+        let row = ok(
+            c.query_one(
+                "SELECT s.waiting, e.waiting FROM workfence.work_queue_stats AS s
+                   JOIN workfence.work_queue_stats_exact AS e USING (queue) WHERE queue = 'wf.2'",
+                &[],
+            ),
+            "the stats",
+        );
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(stats, (0, 0), "the kept counts follow the retries");
+}
