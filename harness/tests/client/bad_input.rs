@@ -101,10 +101,44 @@ fn count_kind(valid: &str) -> Kind {
 /// this table does not know yet (the test then names it: a new argument
 /// name needs its row here; a new function whose arguments are named as
 /// others are needs none).
-fn kind_of(name: &str, f: &Fixture) -> Option<Kind> {
+fn kind_of(name: &str, sql_type: &str, f: &Fixture) -> Option<Kind> {
     let id = f.a_id.to_string();
     let epoch = f.a_epoch.to_string();
     Some(match name {
+        // `work_enqueue`'s parents (0.12.0, workflows; `work_items`' `after`
+        // is a page's last id, below): NULL (no parents) is valid. Every id
+        // is on item A's shard (ids carry it, id >> 48), so through a router
+        // each reaches the shard of queue `q`, where A is.
+        "after" if sql_type == "bigint[]" => {
+            let ids = |ids: Vec<i64>| {
+                let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+                format!("{{{}}}", ids.join(","))
+            };
+            let unknown = f.a_id + 1_000_000;
+            kind(
+                None,
+                vec![
+                    bad(Some(&format!("{{{id},NULL}}")), "22004"),
+                    bad(Some("{NULL}"), "22004"),
+                    // 1001 distinct parents: one over the cap.
+                    invalid(&ids((1..=1001).map(|n| f.a_id + n).collect())),
+                    // No item has it: refused as a missing row is.
+                    bad(Some(&ids(vec![unknown])), "23503"),
+                    bad(Some(&ids(vec![f.a_id, unknown])), "23503"),
+                ],
+            )
+        }
+        // `work_enqueue` (0.12.0): cancel or run.
+        "on_parent_failure" => kind(
+            Some("cancel"),
+            vec![
+                invalid(""),
+                invalid("x"),
+                invalid("Cancel"),
+                invalid("run "),
+                invalid("ignore"),
+            ],
+        ),
         "queue" => kind(
             Some("q"),
             vec![
@@ -364,7 +398,7 @@ fn functions(f: &Fixture) -> Vec<Function> {
             let nullable = function.argument_nullable();
             let args = (0..names.len())
                 .filter_map(|i| {
-                    let Some(kind) = kind_of(names[i], f) else {
+                    let Some(kind) = kind_of(names[i], &types[i], f) else {
                         unknown.push(format!("{}({})", function.name, names[i]));
                         return None;
                     };
@@ -540,6 +574,7 @@ fn every_bad_argument(
     let functions = functions(&fixture);
 
     let mut cases = 0;
+    let mut covered = std::collections::BTreeSet::new();
     for function in &functions {
         let sql = call_sql(function);
         let valid: Vec<Option<String>> = function.args.iter().map(|a| a.valid.clone()).collect();
@@ -563,6 +598,7 @@ fn every_bad_argument(
         for (position, argument) in function.args.iter().enumerate() {
             for bad in &argument.bad {
                 cases += 1;
+                covered.insert((function.name.as_str(), argument.name.as_str(), bad.sqlstate));
                 let mut values = valid.clone();
                 values[position] = bad.value.clone();
                 let what = format!("{}({} = {:?})", function.name, argument.name, bad.value);
@@ -572,12 +608,23 @@ fn every_bad_argument(
                 };
                 let db = db_error(&err);
                 assert_eq!(db.code().code(), bad.sqlstate, "{what}: {db:?}");
-                let named = format!("argument \"{}\"", argument.name);
-                assert!(
-                    db.message().contains(&named),
-                    "{what}: message {:?}",
-                    db.message()
-                );
+                if bad.sqlstate == "23503" {
+                    // A parent no item is (work_enqueue's after): the
+                    // message names the item, the detail the argument.
+                    let named = format!("\"{}\" names item", argument.name);
+                    assert!(
+                        db.detail().is_some_and(|detail| detail.contains(&named)),
+                        "{what}: detail {:?}",
+                        db.detail()
+                    );
+                } else {
+                    let named = format!("argument \"{}\"", argument.name);
+                    assert!(
+                        db.message().contains(&named),
+                        "{what}: message {:?}",
+                        db.message()
+                    );
+                }
                 assert!(db.hint().is_some(), "{what}: no HINT");
                 if bad.sqlstate == "22023" {
                     assert!(db.detail().is_some(), "{what}: no DETAIL");
@@ -587,6 +634,25 @@ fn every_bad_argument(
         }
     }
     assert!(cases >= 100, "only {cases} cases: the table lost its rows");
+    // Workflows (0.12.0): their arguments are in the table, each bad value
+    // with its SQLSTATE.
+    for expected in [
+        ("work_enqueue", "after", "22004"),
+        ("work_enqueue", "after", "22023"),
+        ("work_enqueue", "after", "23503"),
+        ("work_enqueue", "on_parent_failure", "22004"),
+        ("work_enqueue", "on_parent_failure", "22023"),
+        ("work_parent_results", "id", "22004"),
+        ("work_parent_results", "owner", "22004"),
+        ("work_parent_results", "owner", "22023"),
+        ("work_parent_results", "epoch", "22004"),
+        ("work_workflow", "id", "22004"),
+    ] {
+        assert!(
+            covered.contains(&expected),
+            "the table has no bad call {expected:?}"
+        );
+    }
     format!(
         "{cases} bad calls over {} functions rejected",
         functions.len()
@@ -634,6 +700,9 @@ fn tokens_that_are_not_current(client: &mut Client, snapshot: &mut dyn FnMut() -
         "SELECT workfence.work_release($1, $2, $3)",
         "SELECT workfence.work_fail($1, $2, $3, 'boom')",
     ];
+    // A read under the token (0.12.0, workflows): NULL for a token not
+    // current, as work_renew answers false.
+    let reads = ["SELECT workfence.work_parent_results($1, $2, $3) IS NULL"];
     let finishes = [
         "SELECT workfence.work_finish($1, $2, $3)",
         "SELECT finished FROM workfence.work_finish_many($2, ARRAY[$1::bigint], ARRAY[$3::bigint])",
@@ -643,6 +712,10 @@ fn tokens_that_are_not_current(client: &mut Client, snapshot: &mut dyn FnMut() -
         for sql in refusals {
             let accepted: bool = ok(client.query_one(sql, &[id, owner, epoch]), sql).get(0);
             assert!(!accepted, "{sql} with a token with {what}");
+        }
+        for sql in reads {
+            let refused: bool = ok(client.query_one(sql, &[id, owner, epoch]), sql).get(0);
+            assert!(refused, "{sql} with a token with {what}");
         }
         // A finished item's own token may repeat its finish (true, no
         // change); every other token is refused.

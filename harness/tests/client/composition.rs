@@ -43,8 +43,26 @@
 //!   do, or forgets to count, fails at that verb (the file's cluster
 //!   preloads the library);
 //! - (from 0.12.0) `work_queue_stats`' counts of the queue's items in
-//!   each state, which the server keeps at each commit instead of counting
-//!   the items, equal the model's items;
+//!   each state (`waiting` too), which the server keeps at each commit
+//!   instead of counting the items, equal the model's items, and equal
+//!   `queue_state_counts()` and `work_queue_stats_exact` (counted from the
+//!   items);
+//! - (from 0.12.0, issue 37) workflows: an enqueue names up to three of
+//!   the case's keys as its parents (`after`, with `on_parent_failure`
+//!   cancel or run; a purged key by its old id, refused 23503, as is a
+//!   parent the worker may not `read`), so every verb meets items in the
+//!   state `waiting` and their edges: a finish, a final failure, a dead
+//!   letter or a cancel of a parent settles its children (released, pending
+//!   even in a paused queue, or cancelled, transitively), `work_retry` of a
+//!   parent brings back what its failure cancelled and of a child waits
+//!   again for its open parents, `on_conflict` replaces a waiting item's
+//!   payload and it keeps waiting, `work_purge` deletes the edges of what it
+//!   purges. Each item's `waiting_on` and `on_parent_failure` and every edge
+//!   of the case's items in `workfence.item_edges` (resolved, cancelled) are
+//!   compared with the model's; after every verb `work_workflow` of each item
+//!   with edges, as the operator, returns the model's graph (no row while
+//!   the operator may not read the queue), and each claimed child's
+//!   `work_parent_results` its parents' outcomes;
 //! - every item of the queue equals the model's (state, attempts,
 //!   max_attempts, group, priority, run_at, epoch, owner, lease lapsed or
 //!   not), and each call's result is the model's (a claim returns exactly
@@ -107,7 +125,7 @@ use postgres::Client;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
-use workfence_harness::calls::{self, Cycle, Enqueue, Enqueued, RunAt, SqlState, Token};
+use workfence_harness::calls::{self, generated, Cycle, Enqueue, Enqueued, RunAt, SqlState, Token};
 use workfence_harness::{Claim, Cluster};
 
 /// The seed when `WORKFENCE_COMPOSITION_SEED` is not set.
@@ -203,6 +221,20 @@ const FUNCTIONS: &[(&str, Kind)] = &[
         ),
     ),
     ("work_limit", Kind::Verb),
+    (
+        "work_parent_results",
+        Kind::NotAVerb(
+            "reads a claimed item's parents' outcomes under its token, changing nothing; \
+             compared with the model after every claim of a child",
+        ),
+    ),
+    (
+        "work_workflow",
+        Kind::NotAVerb(
+            "reads the graph around an item, changing nothing; compared with the model after \
+             every verb",
+        ),
+    ),
     (
         "work_may",
         Kind::NotAVerb(
@@ -405,6 +437,12 @@ enum Verb {
         on_conflict: u8,
         /// From 0.12.0: the trace, one of [`TRACES`].
         trace: u8,
+        /// From 0.12.0 (workflows): the keys of its parents, `after`
+        /// ([`Model::parents_for`] turns them into ids); none: no `after`.
+        after: Vec<u8>,
+        /// From 0.12.0: `on_parent_failure => 'run'` (else the default,
+        /// cancel).
+        run: bool,
     },
     Claim {
         owner: Owner,
@@ -609,16 +647,25 @@ fn verb() -> impl Strategy<Value = Verb> {
             prop_oneof![Just(1), Just(2), Just(25)],
             prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
             0..TRACES.len() as u8,
+            prop_oneof![
+                3 => Just(Vec::new()),
+                2 => prop::collection::vec(0..KEYS, 1..=3),
+            ],
+            prop::bool::weighted(0.3),
         )
             .prop_map(
-                |(key, group, run_at, priority, max_attempts, on_conflict, trace)| Verb::Enqueue {
-                    key,
-                    group,
-                    run_at,
-                    priority,
-                    max_attempts,
-                    on_conflict,
-                    trace,
+                |(key, group, run_at, priority, max_attempts, on_conflict, trace, after, run)| {
+                    Verb::Enqueue {
+                        key,
+                        group,
+                        run_at,
+                        priority,
+                        max_attempts,
+                        on_conflict,
+                        trace,
+                        after,
+                        run,
+                    }
                 },
             ),
         6 => (claimer(), lease(), 1..=3i32)
@@ -739,7 +786,10 @@ impl Case {
     /// grants of both roles (enforced), grouped (if `grouped`) and
     /// ungrouped items, limits,
     /// four claims in the rate window, an item of each state (a scheduled
-    /// one, a live and a lapsed lease, done, failed, cancelled), a pause.
+    /// one, a live and a lapsed lease, done, failed, cancelled, and from
+    /// 0.12.0 two children: `k7`, waiting for the claimed `k0` and the
+    /// pending `k1` with `on_parent_failure` run, and `k8`, enqueued
+    /// cancelled after `k7` and the failed `k4`), a pause.
     fn setup(&self) -> Vec<Verb> {
         let enqueue = |key, group: Option<u8>, run_at, max_attempts| Verb::Enqueue {
             key,
@@ -749,6 +799,19 @@ impl Case {
             max_attempts,
             on_conflict: 0,
             trace: 0,
+            after: Vec::new(),
+            run: false,
+        };
+        let child = |key, group: Option<u8>, after, run| Verb::Enqueue {
+            key,
+            group: group.filter(|_| self.grouped),
+            run_at: When::Now,
+            priority: 0,
+            max_attempts: 25,
+            on_conflict: 0,
+            trace: 0,
+            after,
+            run,
         };
         let grant = |capability, queues, role| Verb::Grant {
             capability,
@@ -759,6 +822,8 @@ impl Case {
         vec![
             grant(Cap::Enqueue, Pat::Name, Role::Worker),
             grant(Cap::Claim, Pat::Prefix, Role::Worker),
+            // A workflow's parents must be readable to its enqueuer.
+            grant(Cap::Read, Pat::Prefix, Role::Worker),
             grant(Cap::Operate, Pat::Name, Role::Operator),
             grant(Cap::Enqueue, Pat::Name, Role::Operator),
             grant(Cap::Purge, Pat::Prefix, Role::Operator),
@@ -789,6 +854,8 @@ impl Case {
             Verb::Cancel { key: 6 },
             claim_key(0, Owner::W2, Lease::Long),
             claim_key(2, Owner::W1, Lease::Short),
+            child(7, Some(2), vec![0, 1], true),
+            child(8, None, vec![7, 4], false),
             Verb::Pause,
         ]
     }
@@ -805,18 +872,45 @@ enum State {
     Done,
     Failed,
     Cancelled,
+    /// From 0.12.0 (workflows): waiting for its parents.
+    Waiting,
 }
+
+/// Every state, in the order of the counts compared ([`Model::check`]):
+/// `work_queue_stats`' pending (due and scheduled), claimed (live and
+/// expired), done, failed, cancelled, waiting.
+const STATES: [State; 6] = [
+    State::Pending,
+    State::Claimed,
+    State::Done,
+    State::Failed,
+    State::Cancelled,
+    State::Waiting,
+];
 
 impl State {
     fn parse(text: &str) -> Result<State, String> {
-        Ok(match text {
-            "pending" => State::Pending,
-            "claimed" => State::Claimed,
-            "done" => State::Done,
-            "failed" => State::Failed,
-            "cancelled" => State::Cancelled,
-            other => return Err(format!("unknown state {other:?}")),
-        })
+        STATES
+            .into_iter()
+            .find(|state| state.name() == text)
+            .ok_or_else(|| format!("unknown state {text:?}"))
+    }
+
+    /// As the server names it.
+    fn name(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Claimed => "claimed",
+            State::Done => "done",
+            State::Failed => "failed",
+            State::Cancelled => "cancelled",
+            State::Waiting => "waiting",
+        }
+    }
+
+    /// Done, failed or cancelled: what a child counts as settled.
+    fn settled(self) -> bool {
+        self.finished()
     }
 
     fn finished(self) -> bool {
@@ -863,7 +957,40 @@ struct Item {
     rerun: Option<i64>,
     /// From 0.12.0: its trace, one of [`TRACES`] (what every claim hands out).
     trace: u8,
+    /// From 0.12.0 (workflows): its edges from parents not resolved yet,
+    /// and its `on_parent_failure` (None without parents).
+    waiting_on: i32,
+    on_parent_failure: Option<String>,
 }
+
+/// An edge of `workfence.item_edges` (from 0.12.0), as the model has it:
+/// its parent has settled and the child counted it (`resolved`); the
+/// parent's failure cancelled the child (`cancelled`), so that a retry of
+/// the parent brings the child back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Edge {
+    resolved: bool,
+    cancelled: bool,
+}
+
+/// Issue 37 bug, reported (`a_child_enqueued_cancelled_counts_its_open_parents`
+/// shows it, ignored until fixed): a child enqueued `cancelled` because a
+/// parent had already ended failed or cancelled gets `waiting_on` 0 however
+/// many of its parents are still open, and only the first such parent's
+/// edge is marked `cancelled`; so a `work_retry` of the child makes it
+/// pending while a parent is still open, and one of that parent brings it
+/// back to wait for it alone. While true, the model does as the server
+/// does there (and so keeps checking everything else); set it to false
+/// with the fix: the model then holds the server to the design.
+const BUG_37_CHILD_ENQUEUED_CANCELLED: bool = true;
+
+/// Issue 37 bug, reported (`preserve_run_at_keeps_a_waiting_items_run_at`
+/// shows it, ignored until fixed): `on_conflict => 'preserve_run_at'` of a
+/// waiting item moves its `run_at` to the call's (now), where the reference
+/// says a waiting item takes the payload and `run_at` as a pending one
+/// does, and a pending one keeps its `run_at`. As above: true while the bug
+/// is there, false with the fix.
+const BUG_37_PRESERVE_RUN_AT_OF_A_WAITING_ITEM: bool = true;
 
 /// The settings of a queue (a queue without a row has the defaults).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -911,6 +1038,15 @@ struct Model {
     /// What the queue's counters must say (from 0.12.0,
     /// `work_queue_counters`), indexed by [`Counted`].
     counts: [i64; COUNTED],
+    /// From 0.12.0 (workflows): the edges, by (parent, child).
+    edges: BTreeMap<(i64, i64), Edge>,
+    /// The ids of the keys a purge deleted (the newest per key), which an
+    /// `after` may still name (refused, 23503).
+    gone: BTreeMap<String, i64>,
+    /// Every id the case's queue has had (its edges are read by them).
+    ids_ever: BTreeSet<i64>,
+    /// What the last verb's workflows went through (the figures).
+    events: BTreeMap<&'static str, u64>,
 }
 
 /// The columns of `work_queue_counters` the model counts, in the view's
@@ -938,6 +1074,14 @@ struct Sched {
     cron: u8,
     catch_up: u8,
     paused: bool,
+}
+
+/// How items settled for their children (workflows, from 0.12.0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settled {
+    Done,
+    Failed,
+    Cancelled,
 }
 
 /// What a claim takes, by the model.
@@ -994,6 +1138,10 @@ impl Model {
             progress_next: 1,
             reruns: 0,
             rerun_at: BTreeMap::new(),
+            edges: BTreeMap::new(),
+            gone: BTreeMap::new(),
+            ids_ever: BTreeSet::new(),
+            events: BTreeMap::new(),
         }
     }
 
@@ -1388,6 +1536,9 @@ impl Model {
         if self.items[i].rerun.is_some() && self.items[i].rerun == self.items[i].epoch {
             self.run_once_more(i, false);
         }
+        if self.items[i].state == State::Failed {
+            self.settle(vec![id], Settled::Failed);
+        }
     }
 
     /// The keys of `ids`, for messages.
@@ -1415,12 +1566,16 @@ impl Model {
         if self.items[i].rerun == Some(token.epoch) {
             self.run_once_more(i, true);
         }
+        // A run sent round once more is not done: it releases nothing.
+        if self.items[i].state == State::Done {
+            self.settle(vec![token.id], Settled::Done);
+        }
     }
 
     /// `on_conflict` replace (or, `preserve`, preserve_run_at) of item `i`
     /// (from 0.12.0, src/verbs/life.rs).
     fn conflict(&mut self, i: usize, run_at: When, preserve: bool) {
-        if self.items[i].state != State::Pending {
+        if !matches!(self.items[i].state, State::Pending | State::Waiting) {
             // One more run asked for: an enqueue to the counters.
             self.counted(Counted::Enqueued, 1);
         }
@@ -1433,6 +1588,15 @@ impl Model {
                 item.progress = None;
                 item.rerun = None;
             }
+            // From 0.12.0 (workflows): a waiting item takes the payload
+            // and run_at as a pending one does, and keeps waiting.
+            State::Waiting => {
+                if !preserve || BUG_37_PRESERVE_RUN_AT_OF_A_WAITING_ITEM {
+                    item.run_at = run_at.at();
+                }
+                item.progress = None;
+                item.rerun = None;
+            }
             State::Claimed => {
                 item.rerun = item.epoch;
                 item.progress = None;
@@ -1440,12 +1604,21 @@ impl Model {
                 self.rerun_at.insert(item.id, at);
             }
             State::Done | State::Failed | State::Cancelled => {
-                item.state = State::Pending;
+                // From 0.12.0: back to waiting while a parent is open.
+                item.state = if item.waiting_on > 0 {
+                    State::Waiting
+                } else {
+                    State::Pending
+                };
                 item.attempts = 0;
                 item.run_at = run_at.at();
                 item.lapsed = None;
                 item.progress = None;
                 item.rerun = None;
+                if item.on_parent_failure.is_some() {
+                    let id = item.id;
+                    self.rewait(id);
+                }
             }
         }
     }
@@ -1488,6 +1661,9 @@ impl Model {
             if item.rerun == Some(token.epoch) {
                 self.run_once_more(i, false);
             }
+            if self.items[i].state == State::Failed {
+                self.settle(vec![token.id], Settled::Failed);
+            }
         } else {
             item.state = State::Pending;
             item.run_at = match retry_in {
@@ -1495,6 +1671,326 @@ impl Model {
                 Delay::Hour => At::Future,
             };
         }
+    }
+
+    /// Counts a workflow event of the verb (the figures).
+    fn event(&mut self, what: &'static str) {
+        *self.events.entry(what).or_default() += 1;
+    }
+
+    /// The ids an enqueue of `key` names as `after`, in its order: the
+    /// items of the keys `after` names, and for a key the model has none of
+    /// (purged) its old id, unless the key exists (then its `after` is
+    /// ignored, so only live parents are named); and whether one of them is
+    /// an id of no item. None: no `after` (none given, or the key exists and
+    /// the worker may not read its queue, where the parents' check comes
+    /// before the key's).
+    fn parents_for(&self, after: &[u8], key: u8) -> Option<(Vec<i64>, bool)> {
+        if after.is_empty() {
+            return None;
+        }
+        let exists = self.by_key(&key_name(key)).is_some();
+        if exists && !self.may(Role::Worker, Cap::Read) {
+            return None;
+        }
+        let mut ids = Vec::new();
+        let mut unknown = false;
+        for parent in after {
+            let name = key_name(*parent);
+            if let Some(i) = self.by_key(&name) {
+                ids.push(self.items[i].id);
+            } else if let (false, Some(&id)) = (exists, self.gone.get(&name)) {
+                ids.push(id);
+                unknown = true;
+            }
+        }
+        Some((ids, unknown))
+    }
+
+    /// An enqueue the server refuses with 23503 (a parent no item is, or in
+    /// a queue the worker may not read): a new key naming parents.
+    fn parent_refused(&self, after: &[u8], key: u8) -> bool {
+        self.by_key(&key_name(key)).is_none()
+            && self.parents_for(after, key).is_some_and(|(ids, unknown)| {
+                !ids.is_empty() && (unknown || !self.may(Role::Worker, Cap::Read))
+            })
+    }
+
+    /// A new child `id` of the distinct `parents` (in `after`'s order):
+    /// how it enters (docs/reference.md, `work_enqueue`'s after), its
+    /// edges. Returns its state, `waiting_on` and `on_parent_failure`.
+    fn enter(&mut self, id: i64, parents: &[i64], run: bool) -> (State, i32, Option<String>) {
+        let states: Vec<State> = parents
+            .iter()
+            .map(|p| self.items[self.by_id(*p).expect("a live parent")].state)
+            .collect();
+        let ended_badly: Vec<bool> = states
+            .iter()
+            .map(|s| matches!(s, State::Failed | State::Cancelled))
+            .collect();
+        let open = states.iter().filter(|s| !s.settled()).count() as i32;
+        let first_bad = ended_badly.iter().position(|bad| *bad);
+        let state = if first_bad.is_some() && !run {
+            self.counted(Counted::Cancelled, 1);
+            self.event("children enqueued cancelled (a parent had ended failed or cancelled)");
+            State::Cancelled
+        } else if open == 0 {
+            self.event("children enqueued pending (their parents had ended)");
+            State::Pending
+        } else {
+            self.event("children enqueued waiting");
+            State::Waiting
+        };
+        let buggy = BUG_37_CHILD_ENQUEUED_CANCELLED && state == State::Cancelled;
+        for (n, parent) in parents.iter().enumerate() {
+            let cancelled = !run && ended_badly[n] && (!buggy || Some(n) == first_bad);
+            self.edges.insert(
+                (*parent, id),
+                Edge {
+                    resolved: states[n].settled(),
+                    cancelled,
+                },
+            );
+        }
+        let waiting_on = if buggy { 0 } else { open };
+        let policy = if run { "run" } else { "cancel" };
+        (state, waiting_on, Some(policy.to_owned()))
+    }
+
+    /// The items `parents` settled as `outcome` in the verb's transaction
+    /// (an accepted finish, a final failure, a dead letter, a cancel): each
+    /// unresolved edge from them resolves once, the child counts it; a
+    /// waiting child whose count reaches 0 is pending; with a failure or
+    /// cancel, a waiting child whose policy is cancel is cancelled, and so,
+    /// level by level, are its own (src/verbs/workflow.rs, SETTLE). An edge
+    /// is marked cancelled when the parent's end forbids its child: policy
+    /// cancel, and the child waiting or cancelled already by another
+    /// parent's end (judged as the items and edges were before the level).
+    fn settle(&mut self, parents: Vec<i64>, outcome: Settled) {
+        let mut level = parents;
+        let mut failed = outcome != Settled::Done;
+        while !level.is_empty() {
+            let marks: Vec<((i64, i64), bool)> = self
+                .edges
+                .iter()
+                .filter(|((parent, _), edge)| level.contains(parent) && !edge.resolved)
+                .map(|(&(parent, child), _)| {
+                    let forbids = failed
+                        && self.by_id(child).is_some_and(|i| {
+                            let c = &self.items[i];
+                            c.on_parent_failure.as_deref() == Some("cancel")
+                                && (c.state == State::Waiting
+                                    || self
+                                        .edges
+                                        .iter()
+                                        .any(|(&(_, to), edge)| to == child && edge.cancelled))
+                        });
+                    ((parent, child), forbids)
+                })
+                .collect();
+            let mut children: BTreeMap<i64, (i32, bool)> = BTreeMap::new();
+            for ((parent, child), forbids) in marks {
+                let edge = self.edges.get_mut(&(parent, child)).expect("an edge");
+                edge.resolved = true;
+                edge.cancelled = forbids;
+                let counted = children.entry(child).or_default();
+                counted.0 += 1;
+                counted.1 |= forbids;
+            }
+            let mut next = Vec::new();
+            for (child, (n, cancel)) in children {
+                let Some(i) = self.by_id(child) else {
+                    continue;
+                };
+                self.items[i].waiting_on -= n;
+                if self.items[i].state != State::Waiting {
+                    continue;
+                }
+                if cancel {
+                    self.items[i].state = State::Cancelled;
+                    self.counted(Counted::Cancelled, 1);
+                    self.event("waiting children cancelled by a parent's end (transitively)");
+                    next.push(child);
+                } else if self.items[i].waiting_on <= 0 {
+                    self.items[i].state = State::Pending;
+                    self.event("waiting children released (pending)");
+                    if self.settings.paused {
+                        self.event("children released into their paused queue");
+                    }
+                    if failed {
+                        self.event("children released by a parent's failure (run)");
+                    }
+                }
+            }
+            level = next;
+            failed = true;
+        }
+    }
+
+    /// `work_retry` sent `id` back: the children its failure cancelled wait
+    /// again (their edges from it unresolved, counted again), unless
+    /// another parent's end still forbids them, level by level
+    /// (src/verbs/workflow.rs, REOPEN).
+    fn reopen(&mut self, id: i64) {
+        let mut level = vec![id];
+        while !level.is_empty() {
+            let reopened: Vec<(i64, i64)> = self
+                .edges
+                .iter()
+                .filter(|((parent, _), edge)| level.contains(parent) && edge.cancelled)
+                .map(|(&key, _)| key)
+                .collect();
+            let mut children: BTreeMap<i64, i32> = BTreeMap::new();
+            for (_, child) in &reopened {
+                *children.entry(*child).or_default() += 1;
+            }
+            let back: Vec<i64> = children
+                .keys()
+                .copied()
+                .filter(|child| {
+                    self.by_id(*child)
+                        .is_some_and(|i| self.items[i].state == State::Cancelled)
+                        && !self.edges.iter().any(|(&(parent, to), edge)| {
+                            to == *child && edge.cancelled && !level.contains(&parent)
+                        })
+                })
+                .collect();
+            for key in reopened {
+                self.edges.insert(
+                    key,
+                    Edge {
+                        resolved: false,
+                        cancelled: false,
+                    },
+                );
+            }
+            for (child, n) in children {
+                if let Some(i) = self.by_id(child) {
+                    self.items[i].waiting_on += n;
+                }
+            }
+            for child in &back {
+                let i = self.by_id(*child).expect("a child");
+                self.items[i].state = State::Waiting;
+                self.event("cancelled children back to waiting by a parent's retry");
+            }
+            level = back;
+        }
+    }
+
+    /// A child `id` back by `work_retry` or an `on_conflict` re-run: it
+    /// waits again for each parent that has not settled now (retried or
+    /// run again since it settled), whose edge was resolved
+    /// (src/verbs/workflow.rs, REWAIT).
+    fn rewait(&mut self, id: i64) {
+        let open: Vec<(i64, i64)> = self
+            .edges
+            .iter()
+            .filter(|(&(parent, child), edge)| {
+                child == id
+                    && edge.resolved
+                    && self.by_id(parent).is_some_and(|i| {
+                        matches!(
+                            self.items[i].state,
+                            State::Pending | State::Claimed | State::Waiting
+                        )
+                    })
+            })
+            .map(|(&key, _)| key)
+            .collect();
+        if open.is_empty() {
+            return;
+        }
+        for key in &open {
+            self.edges.get_mut(key).expect("an edge").resolved = false;
+        }
+        let i = self.by_id(id).expect("the child");
+        self.items[i].waiting_on += open.len() as i32;
+        if self.items[i].state == State::Pending {
+            self.items[i].state = State::Waiting;
+        }
+        self.event("children back waiting again for a parent run again since");
+    }
+
+    /// `work_retry` of the child `id`: its parents' ends no longer forbid
+    /// it (src/verbs/workflow.rs, FORGIVE).
+    fn forgive(&mut self, id: i64) {
+        for (_, edge) in self.edges.iter_mut().filter(|((_, child), _)| *child == id) {
+            edge.cancelled = false;
+        }
+    }
+
+    /// What `work_workflow(id)` returns, by the model: the item (depth
+    /// 0), its ancestors (-1, -2, ...) and descendants (1, 2, ...), each
+    /// at its nearest depth, nearest first, then by id; each row's parents
+    /// sorted. Rows: (id, key, state, depth, parents).
+    fn workflow(&self, id: i64) -> Vec<(i64, String, String, i32, Vec<i64>)> {
+        let mut depth: BTreeMap<i64, i32> = BTreeMap::new();
+        if self.by_id(id).is_none() {
+            return Vec::new();
+        }
+        depth.insert(id, 0);
+        for step in [-1, 1] {
+            let mut frontier = vec![id];
+            let mut d = 0;
+            while !frontier.is_empty() {
+                d += step;
+                let mut next = Vec::new();
+                for &(parent, child) in self.edges.keys() {
+                    let (from, to) = if step < 0 {
+                        (child, parent)
+                    } else {
+                        (parent, child)
+                    };
+                    if frontier.contains(&from) && !depth.contains_key(&to) {
+                        depth.insert(to, d);
+                        next.push(to);
+                    }
+                }
+                frontier = next;
+            }
+        }
+        let mut rows: Vec<(i64, String, String, i32, Vec<i64>)> = depth
+            .into_iter()
+            .filter_map(|(node, d)| {
+                let item = &self.items[self.by_id(node)?];
+                let parents: Vec<i64> = self
+                    .edges
+                    .keys()
+                    .filter(|(_, child)| *child == node)
+                    .map(|(parent, _)| *parent)
+                    .collect();
+                Some((
+                    node,
+                    item.key.clone(),
+                    item.state.name().to_owned(),
+                    d,
+                    parents,
+                ))
+            })
+            .collect();
+        rows.sort_by_key(|r| (r.3.abs(), r.3, r.0));
+        rows
+    }
+
+    /// The items with an edge, either end.
+    fn linked(&self) -> BTreeSet<i64> {
+        self.edges.keys().flat_map(|&(p, c)| [p, c]).collect()
+    }
+
+    /// What `work_parent_results` under a current token of `id` says of
+    /// each parent, by the model: its id and its state (a done parent's
+    /// value is its result, JSON null in these cases; another's is an
+    /// object with its state).
+    fn parent_states(&self, id: i64) -> BTreeMap<String, State> {
+        self.edges
+            .keys()
+            .filter(|(_, child)| *child == id)
+            .filter_map(|(parent, _)| {
+                let i = self.by_id(*parent)?;
+                Some((parent.to_string(), self.items[i].state))
+            })
+            .collect()
     }
 
     /// Compares the server with the model; the model takes the server's
@@ -1617,21 +2113,34 @@ impl Model {
                 ));
             }
         }
-        let mut states = [0i64; 5];
+        let mut states = [0i64; 6];
         for item in &self.items {
-            states[match item.state {
-                State::Pending => 0,
-                State::Claimed => 1,
-                State::Done => 2,
-                State::Failed => 3,
-                State::Cancelled => 4,
-            }] += 1;
+            states[STATES
+                .iter()
+                .position(|s| *s == item.state)
+                .expect("a state")] += 1;
         }
         if seen.states != states {
             diffs.push(format!(
-                "work_queue_stats (pending, claimed, done, failed, cancelled): the server has \
-                 {:?}, the model's items {states:?}",
+                "work_queue_stats (pending, claimed, done, failed, cancelled, waiting): the \
+                 server has {:?}, the model's items {states:?}",
                 seen.states
+            ));
+        }
+        // The counts the server keeps, read by the function under the view
+        // and counted from the items (from 0.12.0, waiting too).
+        if seen.state_counts != seen.states || seen.exact != seen.states {
+            diffs.push(format!(
+                "state counts (pending, claimed, done, failed, cancelled, waiting): \
+                 work_queue_stats {:?}, queue_state_counts() {:?}, work_queue_stats_exact {:?}",
+                seen.states, seen.state_counts, seen.exact
+            ));
+        }
+        // Workflows (from 0.12.0): every edge of the case's items.
+        if seen.edges != self.edges {
+            diffs.push(format!(
+                "workfence.item_edges (parent, child): the server has {:?}, the model {:?}",
+                seen.edges, self.edges
             ));
         }
         // The last hour adds up to the counters (every case runs within
@@ -1701,8 +2210,15 @@ struct Observed {
     /// [`Counted`] order; zeros when it has none (nothing counted yet).
     counts: [i64; COUNTED],
     /// Its items per state as `work_queue_stats` counts them (pending,
-    /// claimed, done, failed, cancelled), from the server's state counts.
-    states: [i64; 5],
+    /// claimed, done, failed, cancelled, waiting), from the server's state
+    /// counts; as `queue_state_counts()` reads them; and as
+    /// `work_queue_stats_exact` counts the items.
+    states: [i64; 6],
+    state_counts: [i64; 6],
+    exact: [i64; 6],
+    /// The edges (from 0.12.0) into or out of an item the case's queue
+    /// has had.
+    edges: BTreeMap<(i64, i64), Edge>,
     /// Its last hour (`work_queue_history`, from 0.12.0): the sums of
     /// enqueued, claimed, done and failed over the hour, and the last
     /// minute's backlog.
@@ -1837,15 +2353,65 @@ impl Ctx {
         let paused = stats_row.as_ref().map(|s| s.paused);
         // The state counts the server keeps (from 0.12.0): pending (due
         // or scheduled), claimed (live or expired), done, failed, cancelled.
-        let states = stats_row.as_ref().map_or([0; 5], |s| {
+        // (The harness's row has no `waiting`: read beside it.)
+        let waiting: i64 = self
+            .admin
+            .query_opt(
+                "SELECT s.waiting FROM workfence.work_queue_stats AS s WHERE s.queue = $1",
+                &[&m.queue],
+            )
+            .map_err(db)?
+            .map_or(0, |r| r.get(0));
+        let states = stats_row.as_ref().map_or([0; 6], |s| {
             [
                 s.pending + s.scheduled,
                 s.claimed + s.expired,
                 s.done,
                 s.failed,
                 s.cancelled,
+                waiting,
             ]
         });
+        let six = |sql: &str, client: &mut Client| -> Result<[i64; 6], String> {
+            client
+                .query_opt(sql, &[&m.queue])
+                .map_err(db)?
+                .map_or(Ok([0; 6]), |r| {
+                    <[i64; 6]>::try_from(r.get::<_, Vec<i64>>(0))
+                        .map_err(|v| format!("{sql}: {v:?}"))
+                })
+        };
+        let state_counts = six(
+            "SELECT ARRAY[s.pending, s.claimed, s.done, s.failed, s.cancelled, s.waiting]
+               FROM workfence.queue_state_counts() AS s WHERE s.queue = $1",
+            &mut self.admin,
+        )?;
+        let exact = six(
+            "SELECT ARRAY[s.pending + s.scheduled, s.claimed + s.expired, s.done, s.failed,
+                          s.cancelled, s.waiting]
+               FROM workfence.work_queue_stats_exact AS s WHERE s.queue = $1",
+            &mut self.admin,
+        )?;
+        let ids: Vec<i64> = m.ids_ever.iter().copied().collect();
+        let edges = self
+            .admin
+            .query(
+                "SELECT e.parent, e.child, e.resolved, e.cancelled FROM workfence.item_edges AS e
+                  WHERE e.parent = ANY ($1) OR e.child = ANY ($1)",
+                &[&ids],
+            )
+            .map_err(db)?
+            .iter()
+            .map(|r| {
+                (
+                    (r.get(0), r.get(1)),
+                    Edge {
+                        resolved: r.get(2),
+                        cancelled: r.get(3),
+                    },
+                )
+            })
+            .collect();
         let limits = calls::queue_limits(&mut self.admin)
             .map_err(db)?
             .into_iter()
@@ -1898,7 +2464,8 @@ impl Ctx {
                         (extract(epoch FROM i.run_at) * 1000000)::int8, i.epoch, i.owner,
                         CASE WHEN i.lease_until IS NOT NULL THEN i.lease_until <= t.now END,
                         (extract(epoch FROM i.turn) * 1000000)::int8, i.behind,
-                        (i.progress OPERATOR(pg_catalog.->>) 'n')::int8, i.rerun_after, i.trace
+                        (i.progress OPERATOR(pg_catalog.->>) 'n')::int8, i.rerun_after, i.trace,
+                        i.waiting_on, i.on_parent_failure
                    FROM t LEFT JOIN workfence.items AS i ON i.queue = $1
                   ORDER BY i.id",
                 &[&m.queue],
@@ -1934,6 +2501,8 @@ impl Ctx {
                         .ok_or_else(|| format!("an item's trace {trace:?} no enqueue gave"))?
                         as u8
                 },
+                waiting_on: r.get(17),
+                on_parent_failure: r.get(18),
             });
         }
         let schedule = self
@@ -1984,8 +2553,77 @@ impl Ctx {
             schedule,
             counts,
             states,
+            state_counts,
+            exact,
+            edges,
             hour,
         })
+    }
+
+    /// Workflows (from 0.12.0), read as the roles that would: the graph
+    /// around every item with an edge (`work_workflow`, as the operator:
+    /// none while it may not read the queue), and the parents' outcomes of
+    /// every child the verb claimed (`work_parent_results`, as the worker,
+    /// under the claim's token).
+    fn check_workflows(&mut self, m: &Model, claimed: &[i64]) -> Result<(), String> {
+        let readable = m.may(Role::Operator, Cap::Read);
+        for id in m.linked() {
+            let rows = generated::work_workflow(&mut self.operator, id)
+                .map_err(|e| format!("work_workflow({id}): {}", error_text(&e)))?;
+            let got: Vec<(i64, String, String, i32, Vec<i64>)> = rows
+                .into_iter()
+                .map(|r| {
+                    (
+                        r.id.unwrap_or_default(),
+                        r.key.unwrap_or_default(),
+                        r.state.unwrap_or_default(),
+                        r.depth.unwrap_or_default(),
+                        r.parents.unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let expected = if readable { m.workflow(id) } else { Vec::new() };
+            if got != expected {
+                return Err(format!(
+                    "work_workflow({id}) as the operator (read: {readable}): the server has \
+                     {got:?}, the model {expected:?}"
+                ));
+            }
+            if !got.is_empty() {
+                self.count("work_workflow graphs compared", 1);
+            }
+        }
+        for &id in claimed {
+            let expected = m.parent_states(id);
+            let Some(i) = m.by_id(id) else { continue };
+            let item = &m.items[i];
+            if item.on_parent_failure.is_none() || item.state != State::Claimed {
+                continue;
+            }
+            let (Some(owner), Some(epoch)) = (item.owner.clone(), item.epoch) else {
+                continue;
+            };
+            let got = generated::work_parent_results(&mut self.worker, id, &owner, epoch)
+                .map_err(|e| format!("work_parent_results of {}: {}", item.key, error_text(&e)))?;
+            let object = got.as_object().cloned().unwrap_or_default();
+            let keys: BTreeSet<&String> = object.keys().collect();
+            let ok = keys == expected.keys().collect::<BTreeSet<_>>()
+                && expected.iter().all(|(parent, state)| match state {
+                    State::Done => object[parent].is_null(),
+                    other => object[parent]["state"] == other.name(),
+                });
+            if !ok {
+                return Err(format!(
+                    "work_parent_results of {} is {got}; its parents are {expected:?}",
+                    item.key
+                ));
+            }
+            self.count("claimed children read their parents' outcomes", 1);
+            if expected.values().any(|s| *s != State::Done) {
+                self.count("claimed children read a parent that did not end done", 1);
+            }
+        }
+        Ok(())
     }
 
     /// `work_may` of both roles for every capability against the model.
@@ -2066,6 +2704,8 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
             max_attempts,
             on_conflict,
             trace,
+            after,
+            run,
         } => {
             let mut item = Enqueue::new(q)
                 .key(key_name(*key))
@@ -2082,6 +2722,13 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
             }
             if let Some(traceparent) = TRACES[*trace as usize] {
                 item = item.trace(traceparent);
+            }
+            if let Some((parents, _)) = m.parents_for(after, *key) {
+                // Possibly empty (every key named gone): no parents.
+                item = item.after(&parents);
+            }
+            if *run {
+                item = item.on_parent_failure("run");
             }
             Outcome::Enqueued(calls::enqueue(w, &item)?)
         }
@@ -2355,6 +3002,30 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
         let seen = ctx.observe(m)?;
         return m.check(&seen);
     }
+    // Workflows (from 0.12.0): a new key's parent that is no item (purged),
+    // or in a queue the worker may not read, is refused as a missing row
+    // is, 23503, and the refusal changes nothing.
+    if let Verb::Enqueue { key, after, .. } = verb {
+        if m.parent_refused(after, *key) {
+            let before = snapshot(&mut ctx.admin);
+            match call(ctx, m, verb) {
+                Err(e) if e.sqlstate() == Some("23503") => {}
+                other => {
+                    return Err(format!(
+                        "{other:?}; expected 23503: a parent is no item or in a queue the worker \
+                         may not read (read: {})",
+                        m.may(Role::Worker, Cap::Read)
+                    ))
+                }
+            }
+            if snapshot(&mut ctx.admin) != before {
+                return Err("an enqueue refused with 23503 changed the database".into());
+            }
+            ctx.count("enqueues refused: a parent purged or unreadable (23503)", 1);
+            let seen = ctx.observe(m)?;
+            return m.check(&seen);
+        }
+    }
     let reruns = m.reruns;
     let outcome = call(ctx, m, verb).map_err(|e| format!("failed: {}", error_text(&e)))?;
     let mut facts = None;
@@ -2369,12 +3040,15 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 max_attempts,
                 on_conflict,
                 trace,
+                after,
+                run,
             },
             Outcome::Enqueued(e),
         ) => {
             if group.is_some() {
                 m.settings.grouped = true;
             }
+            let parents = m.parents_for(after, *key);
             let key = key_name(*key);
             match m.by_key(&key) {
                 Some(i) => {
@@ -2383,10 +3057,16 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                         (m.items[i].id, false),
                         "an existing key is returned, not inserted",
                     )?;
+                    if parents.is_some() {
+                        ctx.count("enqueues of an existing key with after (ignored)", 1);
+                    }
                     if *on_conflict != 0 {
                         ctx.count(
                             match m.items[i].state {
                                 State::Pending => "on_conflict: a pending item replaced",
+                                State::Waiting => {
+                                    "on_conflict: a waiting item replaced (it keeps waiting)"
+                                }
                                 State::Claimed => "on_conflict: a claimed item to run once more",
                                 _ => "on_conflict: a finished item run again",
                             },
@@ -2404,6 +3084,20 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                     if m.items.last().is_some_and(|last| last.id >= e.id) {
                         return Err(format!("the new item's id {} is not the largest", e.id));
                     }
+                    // Its parents, each once, in after's order.
+                    let mut distinct: Vec<i64> = Vec::new();
+                    for id in parents.map(|p| p.0).unwrap_or_default() {
+                        if !distinct.contains(&id) {
+                            distinct.push(id);
+                        }
+                    }
+                    let parents = distinct;
+                    let (state, waiting_on, on_parent_failure) = if parents.is_empty() {
+                        (State::Pending, 0, None)
+                    } else {
+                        m.enter(e.id, &parents, *run)
+                    };
+                    m.ids_ever.insert(e.id);
                     m.items.push(Item {
                         id: e.id,
                         key,
@@ -2421,7 +3115,12 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                         progress: None,
                         rerun: None,
                         trace: *trace,
+                        waiting_on,
+                        on_parent_failure,
                     });
+                    // Sorted by id: the new one is the largest.
+                    let i = m.items.len() - 1;
+                    m.items[i].state = state;
                 }
             }
         }
@@ -2596,17 +3295,27 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
         }
         (Verb::Cancel { key }, Outcome::Bool(cancelled)) => {
             let i = m.by_key(&key_name(*key));
-            let cancellable =
-                i.is_some_and(|i| matches!(m.items[i].state, State::Pending | State::Claimed));
+            let cancellable = i.is_some_and(|i| {
+                matches!(
+                    m.items[i].state,
+                    State::Pending | State::Claimed | State::Waiting
+                )
+            });
             expect(
                 *cancelled,
                 cancellable,
-                "work_cancel: a pending or claimed item",
+                "work_cancel: a pending, claimed or (from 0.12.0) waiting item",
             )?;
             if let (true, Some(i)) = (cancellable, i) {
                 m.counted(Counted::Cancelled, 1);
+                if m.items[i].state == State::Waiting {
+                    m.event("waiting items cancelled by an operator");
+                }
                 m.items[i].state = State::Cancelled;
                 m.items[i].lapsed = None;
+                // Its waiting children learn of it (workflows).
+                let id = m.items[i].id;
+                m.settle(vec![id], Settled::Cancelled);
             }
         }
         (Verb::Retry { key, run_at }, Outcome::Bool(retried)) => {
@@ -2621,9 +3330,27 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
             if let (true, Some(i)) = (retriable, i) {
                 m.counted(Counted::Retried, 1);
                 let item = &mut m.items[i];
-                item.state = State::Pending;
+                // From 0.12.0: back to waiting while a parent is open.
+                item.state = if item.waiting_on > 0 {
+                    State::Waiting
+                } else {
+                    State::Pending
+                };
                 item.run_at = run_at.map_or(At::Fresh, When::at);
                 item.max_attempts = item.max_attempts.max(item.attempts + 1);
+                let (id, waiting, child) = (
+                    item.id,
+                    item.state == State::Waiting,
+                    item.on_parent_failure.is_some(),
+                );
+                if waiting {
+                    m.event("children retried back to waiting for an open parent");
+                }
+                if child {
+                    m.forgive(id);
+                    m.rewait(id);
+                }
+                m.reopen(id);
             }
         }
         (Verb::Reschedule { key, run_at }, Outcome::Bool(moved)) => {
@@ -2715,7 +3442,21 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                     "work_purge: every finished item of the queue",
                 )?;
             }
+            let purged: Vec<(i64, String)> = m
+                .items
+                .iter()
+                .filter(|i| i.state.finished())
+                .map(|i| (i.id, i.key.clone()))
+                .collect();
             m.items.retain(|i| !i.state.finished());
+            // Their edges go with them (from 0.12.0).
+            let edges = m.edges.len();
+            m.edges
+                .retain(|(p, c), _| !purged.iter().any(|(id, _)| id == p || id == c));
+            for _ in m.edges.len()..edges {
+                m.event("edges deleted by a purge");
+            }
+            m.gone.extend(purged.into_iter().map(|(id, key)| (key, id)));
         }
         (
             Verb::Grant {
@@ -2763,6 +3504,15 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
     let seen = ctx.observe(m)?;
     m.check(&seen)?;
     promises(&seen, facts.as_ref())?;
+    let claimed: Vec<i64> = match &outcome {
+        Outcome::Claims(claims) => claims.iter().map(|c| c.id).collect(),
+        Outcome::Cycle(cycle) => cycle.claimed.iter().map(|c| c.id).collect(),
+        _ => Vec::new(),
+    };
+    ctx.check_workflows(m, &claimed)?;
+    for (what, n) in std::mem::take(&mut m.events) {
+        ctx.count(what, n);
+    }
     ctx.count("runs sent round once more (on_conflict)", m.reruns - reruns);
     if let Some(f) = &facts {
         ctx.count("items claimed", f.handed as u64);
@@ -2907,13 +3657,16 @@ fn run_case(ctx: &mut Ctx, case: &Case) -> Result<(), TestCaseError> {
     ctx.check_may(&m).map_err(fail)?;
     // The case's rows go, so that every case reads a database of one
     // case's size (the views read every queue).
+    let ids: Vec<i64> = m.ids_ever.iter().copied().collect();
     ctx.admin
         .execute(
             "WITH items AS (DELETE FROM workfence.items WHERE queue = $1),
                   queues AS (DELETE FROM workfence.queues WHERE queue = $1),
-                  schedules AS (DELETE FROM workfence.schedules WHERE queue = $1)
+                  schedules AS (DELETE FROM workfence.schedules WHERE queue = $1),
+                  edges AS (DELETE FROM workfence.item_edges
+                             WHERE parent = ANY ($3) OR child = ANY ($3))
              DELETE FROM workfence.queue_grants WHERE queues IN ($1, $2)",
-            &[&m.queue, &m.prefix],
+            &[&m.queue, &m.prefix, &ids],
         )
         .map_err(|e| fail(format!("removing the case's rows: {}", error_text(&e))))?;
     Ok(())
@@ -3114,5 +3867,333 @@ fn every_function_of_the_extension_is_classified() {
     assert_eq!(
         generated, verbs,
         "the generator's verbs and FUNCTIONS' verbs differ"
+    );
+}
+
+/// Workflows (issue 37) with the operator verbs, a fixed sequence through
+/// the same model and checks as the random ones, so that each seam is met
+/// whatever the seed: `on_conflict` replace of a waiting item (it keeps
+/// waiting, with the new run_at), a cancel and a retry of a waiting child,
+/// a parent's finish releasing a child into its paused queue (no claim
+/// takes it until the resume), a claimed child reading its parents'
+/// outcomes, a parent's cancel releasing an `on_parent_failure => 'run'`
+/// child and cancelling a cancel one, a retry of a failed and of a
+/// cancelled parent bringing back the children their ends cancelled, a
+/// final failure cancelling a child again, a purge deleting the edges of
+/// what it purged (`workfence.item_edges`), an `after` naming a purged id
+/// or a queue the worker may no longer read (23503), and `work_workflow`
+/// answering nothing to an operator who may not read the queue. After
+/// every verb the state counts equal `work_queue_stats_exact`, `waiting`
+/// included.
+#[test]
+fn workflows_compose_with_the_operator_verbs() {
+    let enqueue = |key: u8, after: Vec<u8>, run: bool| Verb::Enqueue {
+        key,
+        group: None,
+        run_at: When::Now,
+        priority: 0,
+        max_attempts: 25,
+        on_conflict: 0,
+        trace: 0,
+        after,
+        run,
+    };
+    let newest = Pick::NEWEST;
+    let claim_key = |key| Verb::ClaimKey {
+        key,
+        owner: Owner::W2,
+        lease: Lease::Long,
+    };
+    // After the setup: k0 claimed (W2, the second newest token), k1
+    // pending, k2 a lapsed lease (the newest), k3 done, k4 failed, k5
+    // pending an hour ahead, k6 cancelled, k7 (run) waiting for k0 and k1,
+    // k8 (cancel) enqueued cancelled after k7 and the failed k4; the queue
+    // paused.
+    let verbs = vec![
+        // A waiting item replaced: new run_at (an hour ahead), still waiting.
+        Verb::Enqueue {
+            key: 7,
+            group: None,
+            run_at: When::Later,
+            priority: 0,
+            max_attempts: 25,
+            on_conflict: 1,
+            trace: 0,
+            after: Vec::new(),
+            run: false,
+        },
+        // A waiting item cancelled (its edge to k8 marked: k4's end already
+        // forbids k8), and retried: back to waiting for k0 and k1; k8 stays
+        // cancelled (k4 failed).
+        Verb::Cancel { key: 7 },
+        Verb::Retry {
+            key: 7,
+            run_at: None,
+        },
+        // k0 done: k7 waits for k1 alone.
+        Verb::Finish {
+            token: Pick {
+                back: 1,
+                wrong_owner: false,
+            },
+        },
+        Verb::Resume,
+        claim_key(1),
+        Verb::Pause,
+        // k1 done: k7 released, pending (an hour ahead) in its paused queue.
+        Verb::Finish { token: newest },
+        Verb::Reschedule {
+            key: 7,
+            run_at: When::Now,
+        },
+        Verb::Claim {
+            owner: Owner::W1,
+            lease: Lease::Long,
+            max_items: 3,
+        },
+        Verb::Resume,
+        // k7 claimed: its parents' outcomes (k0, k1 done).
+        claim_key(7),
+        // A failure with attempts left keeps k8 as it is.
+        Verb::Fail {
+            token: newest,
+            retry_in: Delay::Zero,
+        },
+        // The failed k4 retried: k8 back to waiting (for k7 and k4); k4's
+        // final failure cancels it again, the next retry brings it back,
+        // k4's finish leaves it waiting for k7.
+        Verb::Retry {
+            key: 4,
+            run_at: None,
+        },
+        claim_key(4),
+        Verb::Fail {
+            token: newest,
+            retry_in: Delay::Zero,
+        },
+        Verb::Retry {
+            key: 4,
+            run_at: None,
+        },
+        claim_key(4),
+        Verb::Finish { token: newest },
+        // k9 (cancel) and k10 (run) wait for k5: k5's cancel cancels k9 and
+        // releases k10, which reads k5's end; k5's retry brings k9 back.
+        enqueue(9, vec![5], false),
+        enqueue(10, vec![5], true),
+        Verb::Cancel { key: 5 },
+        claim_key(10),
+        Verb::Finish { token: newest },
+        Verb::Retry {
+            key: 5,
+            run_at: None,
+        },
+        // Everything finished goes, with its edges; an after naming a
+        // purged key is refused.
+        Verb::Purge { every_queue: false },
+        enqueue(11, vec![0, 9], false),
+        // A parent the worker may not read is refused as a missing one.
+        Verb::Revoke {
+            capability: Cap::Read,
+            queues: Pat::Prefix,
+            role: Role::Worker,
+        },
+        enqueue(11, vec![9], false),
+        Verb::Grant {
+            capability: Cap::Read,
+            queues: Pat::Prefix,
+            role: Role::Worker,
+        },
+        enqueue(11, vec![9, 8], true),
+        // The operator may not read the queue: work_workflow shows nothing.
+        Verb::Revoke {
+            capability: Cap::Read,
+            queues: Pat::Name,
+            role: Role::Operator,
+        },
+        Verb::Cancel { key: 9 },
+    ];
+    let case = Case {
+        grouped: false,
+        concurrency: 5,
+        rate: 14,
+        per: Per::Day,
+        per_group: None,
+        lapsed_attempts: 25,
+        verbs,
+    };
+    let mut ctx = Ctx::new("composition_workflows", ResumeAs::Installed);
+    if let Err(e) = run_case(&mut ctx, &case) {
+        panic!("{e}");
+    }
+    println!(
+        "composition (workflows): what the verbs met: {:?}",
+        ctx.seen
+    );
+    for seam in [
+        "on_conflict: a waiting item replaced (it keeps waiting)",
+        "waiting items cancelled by an operator",
+        "children retried back to waiting for an open parent",
+        "waiting children released (pending)",
+        "children released into their paused queue",
+        "claimed children read their parents' outcomes",
+        "claimed children read a parent that did not end done",
+        "children released by a parent's failure (run)",
+        "waiting children cancelled by a parent's end (transitively)",
+        "children enqueued waiting",
+        "children enqueued cancelled (a parent had ended failed or cancelled)",
+        "cancelled children back to waiting by a parent's retry",
+        "edges deleted by a purge",
+        "enqueues refused: a parent purged or unreadable (23503)",
+        "work_workflow graphs compared",
+    ] {
+        assert!(
+            ctx.seen.contains_key(seam),
+            "the sequence never met {seam:?}: {:?}",
+            ctx.seen
+        );
+    }
+}
+
+/// A database of the file's cluster for one of the focused tests below, and
+/// the superuser's connection to it.
+fn focused_database(name: &str) -> (Arc<Cluster>, Client) {
+    let cluster = cluster();
+    ok(cluster.create_database(name), "creating the database");
+    let client = ok(cluster.connect_to(name), "connecting");
+    (cluster, client)
+}
+
+/// `(state, waiting_on)` of the item `key` of `queue`.
+fn standing(c: &mut Client, queue: &str, key: &str) -> (String, i32) {
+    let row = ok(
+        c.query_one(
+            "SELECT state::text, waiting_on FROM workfence.items WHERE queue = $1 AND key = $2",
+            &[&queue, &key],
+        ),
+        "an item's state",
+    );
+    (row.get(0), row.get(1))
+}
+
+/// Issue 37 bug: a child enqueued after a parent that has already failed
+/// (`on_parent_failure` cancel) is inserted cancelled with `waiting_on` 0
+/// although another parent is still pending, and only the first ended
+/// parent's edge is marked cancelled. The design: a retried child waits
+/// for its parents not yet settled, and a retried parent brings back only
+/// the children no other parent's end forbids: as a child enqueued first
+/// and cancelled by the same ends at run time is treated.
+#[test]
+#[ignore = "issue 37 bug: a child enqueued cancelled counts none of its open parents \
+            (waiting_on 0) and marks only its first ended parent's edge cancelled"]
+fn a_child_enqueued_cancelled_counts_its_open_parents() {
+    let (_cluster, mut c) = focused_database("composition_enqueued_cancelled");
+    let q = "wf";
+    let failed = common::enqueue_new(&mut c, &Enqueue::new(q).key("failed").max_attempts(1));
+    let open = common::enqueue_new(&mut c, &Enqueue::new(q).key("open"));
+    let token = ok(
+        calls::claim_key(&mut c, q, "failed", "w", "1 hour"),
+        "claim",
+    )
+    .expect("claimable")
+    .token("w");
+    assert!(ok(calls::fail(&mut c, &token, "boom", None), "fail"));
+    common::enqueue_new(&mut c, &Enqueue::new(q).key("child").after(&[failed, open]));
+    assert_eq!(
+        standing(&mut c, q, "child"),
+        ("cancelled".into(), 1),
+        "one parent is open"
+    );
+    // The operator retries the child: it waits for the open parent.
+    assert!(ok(
+        calls::retry(&mut c, q, "child", None),
+        "retry the child"
+    ));
+    assert_eq!(standing(&mut c, q, "child"), ("waiting".into(), 1));
+    assert_eq!(
+        claim_count(&mut c, q, "child"),
+        0,
+        "the child ran before its parent"
+    );
+
+    // Two parents cancelled before the child is enqueued: a retry of one
+    // does not bring it back, the other still forbids it.
+    let a = common::enqueue_new(&mut c, &Enqueue::new(q).key("a"));
+    let b = common::enqueue_new(&mut c, &Enqueue::new(q).key("b"));
+    assert!(ok(calls::cancel(&mut c, q, "a"), "cancel a"));
+    assert!(ok(calls::cancel(&mut c, q, "b"), "cancel b"));
+    common::enqueue_new(&mut c, &Enqueue::new(q).key("child2").after(&[a, b]));
+    assert!(ok(calls::retry(&mut c, q, "a", None), "retry a"));
+    assert_eq!(
+        standing(&mut c, q, "child2").0,
+        "cancelled",
+        "b's cancel still forbids the child"
+    );
+}
+
+/// Claims of `queue` (as owner `w`) until one returns nothing; how many of
+/// them took `key`.
+fn claim_count(c: &mut Client, queue: &str, key: &str) -> usize {
+    let mut took = 0;
+    loop {
+        let claims = ok(
+            calls::claim(c, queue, "w", "1 hour", Some(10), None),
+            "claim",
+        );
+        if claims.is_empty() {
+            return took;
+        }
+        took += claims.iter().filter(|claim| claim.key == key).count();
+    }
+}
+
+/// Issue 37 bug: `on_conflict => 'preserve_run_at'` of a waiting item moves
+/// its `run_at` to now; the reference: a waiting item takes the payload and
+/// `run_at` as a pending one does (and preserve_run_at keeps a pending
+/// one's).
+#[test]
+#[ignore = "issue 37 bug: preserve_run_at moves a waiting item's run_at"]
+fn preserve_run_at_keeps_a_waiting_items_run_at() {
+    let (_cluster, mut c) = focused_database("composition_preserve_waiting");
+    let q = "wf";
+    let later = RunAt::At("2030-01-01 00:00:00+00".into());
+    let parent = common::enqueue_new(&mut c, &Enqueue::new(q).key("parent"));
+    for (key, after) in [("child", Some(parent)), ("plain", None)] {
+        let mut item = Enqueue::new(q).key(key).run_at(later.clone());
+        if let Some(parent) = after {
+            item = item.after(&[parent]);
+        }
+        common::enqueue_new(&mut c, &item);
+        let again = Enqueue::new(q)
+            .key(key)
+            .payload(serde_json::json!({"v": 2}))
+            .on_conflict("preserve_run_at");
+        assert!(!common::enqueued(&mut c, &again).inserted);
+    }
+    let run_ats: Vec<(String, String, String)> = ok(
+        c.query(
+            "SELECT key, state::text, run_at::text FROM workfence.items
+              WHERE queue = $1 AND key IN ('child', 'plain') ORDER BY key",
+            &[&q],
+        ),
+        "run_at",
+    )
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect();
+    assert_eq!(
+        run_ats,
+        vec![
+            (
+                "child".into(),
+                "waiting".into(),
+                "2030-01-01 00:00:00+00".into()
+            ),
+            (
+                "plain".into(),
+                "pending".into(),
+                "2030-01-01 00:00:00+00".into()
+            ),
+        ]
     );
 }

@@ -291,3 +291,127 @@ fn an_older_copy_of_the_schedules_restored_fires_no_slot_whose_item_exists() {
         "the schedule moved on, recording the existing items"
     );
 }
+
+/// Workflows (0.12.0) as a restore must keep them: every item's workflow
+/// columns and every edge, in id order.
+fn workflows(client: &mut Client) -> Vec<String> {
+    client
+        .query(
+            "SELECT concat_ws(' ', i.id, i.key, i.state, i.waiting_on, i.on_parent_failure,
+                              i.has_children, i.last_error)
+               FROM workfence.items AS i
+             UNION ALL
+             SELECT concat_ws(' ', 'edge', e.parent, e.child, e.resolved, e.cancelled)
+               FROM workfence.item_edges AS e
+             ORDER BY 1",
+            &[],
+        )
+        .expect("reading the workflows")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// A workflow dumped with its database and restored into a new one goes on
+/// where it was (issue 37): the waiting children, their counts and every
+/// edge (resolved, cancelled) come back, `work_workflow` draws the same
+/// graph, and after the restore a parent's finish releases its child, the
+/// child reads its parent's result, and a retry of a failed parent brings
+/// back the child its failure cancelled. The state counts count the
+/// restored waiting items (`work_queue_stats` as `work_queue_stats_exact`).
+#[test]
+fn a_workflow_survives_pg_dump_and_restore() {
+    let (cluster, mut src) = common::own_cluster_with_database("workflow_source");
+    let enqueue = |c: &mut Client, item: Enqueue| common::enqueue_new(c, &item);
+    let extract = enqueue(&mut src, Enqueue::new("etl").key("extract"));
+    let audit = enqueue(&mut src, Enqueue::new("etl").key("audit").max_attempts(1));
+    let transform = enqueue(
+        &mut src,
+        Enqueue::new("etl").key("transform").after(&[extract]),
+    );
+    let load = enqueue(
+        &mut src,
+        Enqueue::new("etl").key("load").after(&[transform, extract]),
+    );
+    let report = enqueue(&mut src, Enqueue::new("etl").key("report").after(&[audit]));
+    // extract claimed (its token kept across the restore), audit failed
+    // for good: report is cancelled.
+    let extracting = common::claimed_one(&mut src, "etl", "w", "1 hour");
+    assert_eq!(extracting.id, extract);
+    let auditing = ok(
+        calls::claim_key(&mut src, "etl", "audit", "w", "1 hour"),
+        "claim",
+    )
+    .expect("audit")
+    .token("w");
+    assert!(ok(calls::fail(&mut src, &auditing, "boom", None), "fail"));
+    let before = workflows(&mut src);
+    assert!(
+        before
+            .iter()
+            .any(|l| l.starts_with(&format!("{load} load waiting 2")))
+            && before
+                .iter()
+                .any(|l| l.starts_with(&format!("{report} report cancelled"))),
+        "{before:#?}"
+    );
+    let graph =
+        |c: &mut Client, id: i64| ok(calls::generated::work_workflow(c, id), "work_workflow");
+    let drawn = graph(&mut src, transform);
+    assert_eq!(drawn.len(), 3, "{drawn:?}");
+
+    let dump = cluster.data_dir().with_extension("workflow.sql");
+    run_client(&cluster, "pg_dump", "workflow_source", &["-f"], &dump);
+    let mut admin = ok(cluster.connect(), "connecting");
+    ok(
+        admin.batch_execute("CREATE DATABASE workflow_restored"),
+        "create database",
+    );
+    let restore = ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"];
+    run_client(&cluster, "psql", "workflow_restored", &restore, &dump);
+    std::fs::remove_file(&dump).ok();
+    let mut dst = ok(cluster.connect_to("workflow_restored"), "connecting");
+    assert_eq!(workflows(&mut dst), before, "items and edges restored");
+    assert_eq!(graph(&mut dst, transform), drawn, "the same graph");
+    let counts = "SELECT ARRAY[s.waiting, s.cancelled, s.failed, s.claimed + s.expired]
+                    FROM workfence.work_queue_stats AS s WHERE s.queue = 'etl'";
+    let kept: Vec<i64> = scalar(&mut dst, counts, &[]);
+    let exact: Vec<i64> = scalar(
+        &mut dst,
+        &counts.replace("work_queue_stats", "work_queue_stats_exact"),
+        &[],
+    );
+    assert_eq!((kept.clone(), exact), (vec![2, 1, 1, 1], vec![2, 1, 1, 1]));
+
+    // The workflow goes on: extract's kept token finishes it, transform is
+    // released and reads its result; transform's finish releases load.
+    let extracted = serde_json::json!({"rows": 7});
+    assert!(ok(
+        calls::finish(&mut dst, &extracting.token("w"), Some(&extracted)),
+        "finish extract after the restore"
+    ));
+    let next = common::claimed_one(&mut dst, "etl", "w", "1 hour");
+    assert_eq!(next.id, transform, "the released child");
+    let results = ok(
+        calls::generated::work_parent_results(&mut dst, transform, "w", next.epoch),
+        "work_parent_results",
+    );
+    assert_eq!(
+        results,
+        serde_json::json!({ extract.to_string(): {"rows": 7} })
+    );
+    assert!(ok(
+        calls::finish(&mut dst, &next.token("w"), None),
+        "finish"
+    ));
+    let last = common::claimed_one(&mut dst, "etl", "w", "1 hour");
+    assert_eq!(last.id, load, "load, released by its last parent");
+    // audit retried: report, which its failure cancelled, waits again.
+    assert!(ok(calls::retry(&mut dst, "etl", "audit", None), "retry"));
+    let report_state: String = scalar(
+        &mut dst,
+        "SELECT state::text FROM workfence.items WHERE id = $1",
+        &[&report],
+    );
+    assert_eq!(report_state, "waiting");
+}

@@ -24,6 +24,12 @@
 //!   maintenance command's restricted operation reaches no queue; a revoke
 //!   counts inside an open REPEATABLE READ transaction; queue names with
 //!   `LIKE`'s wildcards are matched literally; a dropped role's grants go.
+//! - Workflows (0.12.0): a parent (`work_enqueue`'s `after`) in a queue the
+//!   role may not read is refused exactly as an id of no item (23503), even
+//!   in the role's own queue without `read`; a child in a queue it may not
+//!   enqueue to is 42501; `work_workflow` shows only the rows of queues the
+//!   role may read, none around an item it may not; `work_parent_results`
+//!   answers a token only to a role with `claim` on the child's queue.
 
 use crate::common;
 
@@ -94,7 +100,8 @@ fn cluster() -> Arc<Cluster> {
                  CREATE ROLE qg_stayer LOGIN;
                  CREATE ROLE qg_grafana LOGIN IN ROLE workfence_monitor;
                  CREATE ROLE qg_patterns LOGIN;
-                 CREATE ROLE qg_gone LOGIN;",
+                 CREATE ROLE qg_gone LOGIN;
+                 CREATE ROLE qg_flow LOGIN;",
             ),
             "the other tests' roles",
         );
@@ -414,6 +421,41 @@ fn ops() -> Vec<Op> {
             refusal: Refusal::AsMissing,
             call: |c, case| Outcome::of(calls::lease_status(c, case.token())),
             permitted: Some("\"current\""),
+            every_queue: false,
+        },
+        Op {
+            name: "work_parent_results",
+            capability: "claim",
+            fixture: Fixture::Claimed,
+            refusal: Refusal::AsMissing,
+            // NULL for a token the role may not present, as for a missing
+            // item; `{}` for a current one of an item without parents.
+            call: |c, case| {
+                let t = case.token();
+                Outcome::of(
+                    c.query_one(
+                        "SELECT workfence.work_parent_results($1, $2, $3)::text",
+                        &[&t.id, &t.owner, &t.epoch],
+                    )
+                    .map(|row| row.get::<_, Option<String>>(0)),
+                )
+            },
+            permitted: Some("Some(\"{}\")"),
+            every_queue: false,
+        },
+        Op {
+            name: "work_workflow",
+            capability: "read",
+            fixture: Fixture::Claimed,
+            refusal: Refusal::AsMissing,
+            // Zero rows for an item the role may not read, as for a
+            // missing one; the item alone for one without edges.
+            call: |c, case| {
+                Outcome::of(
+                    calls::generated::work_workflow(c, case.token().id).map(|rows| rows.len()),
+                )
+            },
+            permitted: Some("1"),
             every_queue: false,
         },
         Op {
@@ -1354,4 +1396,182 @@ fn a_dropped_roles_grants_are_forgotten_at_the_next_change() {
             queues: "*".into(),
         }]
     );
+}
+
+/// An error's SQLSTATE, message, detail and hint with the id `id` written
+/// `<id>`, so that the answers for two ids compare.
+fn error_without(outcome: &Outcome, id: i64) -> Outcome {
+    match outcome {
+        Outcome::Error {
+            code,
+            message,
+            detail,
+            hint,
+        } => {
+            let id = id.to_string();
+            Outcome::Error {
+                code: code.clone(),
+                message: message.replace(&id, "<id>"),
+                detail: detail.as_ref().map(|d| d.replace(&id, "<id>")),
+                hint: hint.clone(),
+            }
+        }
+        value => value.clone(),
+    }
+}
+
+#[test]
+fn a_workflows_parents_children_and_graph_follow_the_queue_grants() {
+    let cluster = cluster();
+    let db = "workflow_grants";
+    let mut admin = database(&cluster, db, &["qg_flow", "qg_enqueue", "qg_read"]);
+    for capability in ["enqueue", "read", "claim"] {
+        grant(&mut admin, capability, "billing.*", "qg_flow");
+    }
+    grant(&mut admin, "enqueue", "billing.*", "qg_enqueue");
+    grant(&mut admin, "read", "billing.*", "qg_read");
+    enforce(&mut admin);
+    let billed = common::enqueue_new(&mut admin, &Enqueue::new(PERMITTED).key("billed"));
+    let payroll = common::enqueue_new(&mut admin, &Enqueue::new(FORBIDDEN).key("payroll"));
+    let mut flow = connect_as(&cluster, db, "qg_flow", SESSION);
+
+    // A parent the role may read: the child waits for it.
+    let child = common::enqueue_new(
+        &mut flow,
+        &Enqueue::new(PERMITTED).key("child").after(&[billed]),
+    );
+    let state: String = scalar(
+        &mut admin,
+        "SELECT state::text FROM workfence.items WHERE id = $1",
+        &[&child],
+    );
+    assert_eq!(state, "waiting");
+
+    // A parent in a queue it may not read is refused exactly as an id no
+    // item has, and changes nothing; so is every parent of a role that may
+    // not read, its own queue's too.
+    let before = common::snapshot(&mut admin);
+    let with_parent = |c: &mut Client, queue: &str, parent: i64| {
+        Outcome::of(
+            calls::enqueue(c, &Enqueue::new(queue).key("late").after(&[parent])).map(|e| e.id),
+        )
+    };
+    let hidden = with_parent(&mut flow, PERMITTED, payroll);
+    let missing_id = payroll + 1_000_000;
+    let missing = with_parent(&mut flow, PERMITTED, missing_id);
+    assert_eq!(hidden.code(), Some("23503"), "{hidden:?}");
+    assert_eq!(
+        error_without(&hidden, payroll),
+        error_without(&missing, missing_id),
+        "a parent the role may not read is not told from a missing one"
+    );
+    let mut blind = connect_as(&cluster, db, "qg_enqueue", SESSION);
+    let unread = with_parent(&mut blind, PERMITTED, billed);
+    assert_eq!(
+        error_without(&unread, billed),
+        error_without(&with_parent(&mut blind, PERMITTED, missing_id), missing_id),
+        "an enqueuer without read: its own queue's parent is missing to it"
+    );
+    // A child in a queue the role may not enqueue to: 42501 naming it.
+    match with_parent(&mut flow, FORBIDDEN, billed) {
+        Outcome::Error { code, message, .. } => {
+            assert_eq!(code, "42501", "{message}");
+            assert!(message.contains(FORBIDDEN), "{message}");
+        }
+        value => panic!("a child in {FORBIDDEN} was enqueued: {value:?}"),
+    }
+    assert_eq!(
+        common::snapshot(&mut admin),
+        before,
+        "a refusal changed something"
+    );
+
+    // A graph across two queues (the superuser's): the role sees the rows
+    // of the queues it may read, and nothing around an item it may not.
+    let joined = common::enqueue_new(
+        &mut admin,
+        &Enqueue::new(PERMITTED)
+            .key("joined")
+            .after(&[billed, payroll]),
+    );
+    let graph = |c: &mut Client, id: i64| -> Vec<(i64, String, i32, Vec<i64>)> {
+        ok(calls::generated::work_workflow(c, id), "work_workflow")
+            .into_iter()
+            .map(|r| {
+                (
+                    r.id.expect("id"),
+                    r.queue.expect("queue"),
+                    r.depth.expect("depth"),
+                    r.parents.expect("parents"),
+                )
+            })
+            .collect()
+    };
+    let everything = graph(&mut admin, joined);
+    assert_eq!(everything.len(), 3, "{everything:?}");
+    assert_eq!(
+        graph(&mut flow, joined),
+        [
+            (joined, PERMITTED.to_owned(), 0, vec![billed, payroll]),
+            (billed, PERMITTED.to_owned(), -1, vec![]),
+        ],
+        "the rows of billing.* only (the parents array still names every parent)"
+    );
+    assert_eq!(
+        graph(&mut flow, payroll),
+        [],
+        "nothing around an unreadable item"
+    );
+    assert_eq!(graph(&mut flow, billed).len(), 3, "billed, child, joined");
+
+    // The parents done, the joined child is claimed: its token reads the
+    // parents' results for a role with claim on its queue, and for a role
+    // without it is a missing item's (NULL).
+    for (queue, key) in [(PERMITTED, "billed"), (FORBIDDEN, "payroll")] {
+        let token = ok(
+            calls::claim_key(&mut admin, queue, key, "w", "1 minute"),
+            "claim",
+        )
+        .expect("a parent to run")
+        .token("w");
+        let result = serde_json::json!({ "from": key });
+        assert!(ok(
+            calls::finish(&mut admin, &token, Some(&result)),
+            "finish"
+        ));
+    }
+    let claim = ok(
+        calls::claim_key(&mut flow, PERMITTED, "joined", "w", "1 minute"),
+        "claim the joined child",
+    )
+    .expect("released by its parents' finishes");
+    let results = |c: &mut Client, id: i64| -> Option<String> {
+        ok(
+            c.query_one(
+                "SELECT workfence.work_parent_results($1, 'w', $2)::text",
+                &[&id, &claim.epoch],
+            ),
+            "work_parent_results",
+        )
+        .get(0)
+    };
+    // Every parent's result, the unreadable queue's too: the claim grant on
+    // the child's queue decides, as the enqueue of the child was allowed
+    // to name its parents.
+    let read: serde_json::Value =
+        serde_json::from_str(&results(&mut flow, joined).expect("a current token")).unwrap();
+    assert_eq!(
+        read,
+        serde_json::json!({
+            billed.to_string(): {"from": "billed"},
+            payroll.to_string(): {"from": "payroll"},
+        })
+    );
+    let mut reader = connect_as(&cluster, db, "qg_read", SESSION);
+    assert_eq!(
+        results(&mut reader, joined),
+        None,
+        "no claim grant: as missing"
+    );
+    assert_eq!(results(&mut reader, joined + 1_000_000), None);
 }

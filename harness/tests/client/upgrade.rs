@@ -9,6 +9,8 @@
 //!   exactly as before (a live lease renews, a lapsed one nobody re-claimed
 //!   is still current, a superseded or released one is refused, a finished
 //!   one may repeat its finish), and new claims take epochs above all of them;
+//! - a workflow (0.12.0) runs in the updated database, an item from before
+//!   the update among its parents;
 //! - the updated extension is the same as a fresh install of the current
 //!   version, object by object (functions with their definitions, security
 //!   and settings, tables, columns, constraints, indexes, views, sequences,
@@ -428,6 +430,7 @@ fn upgrade_from(previous: &str) {
         "work_cancel after the update",
     );
     assert!(cancelled);
+    workflow_after_the_update(&mut old);
 
     // The updated extension is object for object a fresh install, but for
     // the old signatures an update keeps under another name until the next
@@ -485,6 +488,74 @@ fn upgrade_from(previous: &str) {
          In a fresh install only:\n{missing:#?}\nAfter the update only:\n{extra:#?}"
     );
     assert!(updated.len() > 20, "the fingerprint lost its rows");
+}
+
+/// Workflows (0.12.0, issue 37) in a database updated to this version,
+/// with an item from before the update among the parents (its row has the
+/// new columns' defaults): the child waits, counted waiting (the kept
+/// counts as the exact ones), and becomes pending in the transaction of its
+/// last parent's finish; its claim reads both parents' results.
+fn workflow_after_the_update(c: &mut Client) {
+    let old_parent: i64 = common::scalar(
+        c,
+        "SELECT id FROM workfence.items WHERE queue = 'q' AND key = 'released'",
+        &[],
+    );
+    let new_parent = common::enqueue_new(c, &Enqueue::new("q").key("wf-parent"));
+    let child = common::enqueue_new(
+        c,
+        &Enqueue::new("q")
+            .key("wf-child")
+            .after(&[old_parent, new_parent]),
+    );
+    let state = |c: &mut Client| -> (String, i32) {
+        let row = ok(
+            c.query_one(
+                "SELECT state::text, waiting_on FROM workfence.items WHERE id = $1",
+                &[&child],
+            ),
+            "the child",
+        );
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(state(c), ("waiting".to_owned(), 2));
+    let waiting = |c: &mut Client, view: &str| -> i64 {
+        common::scalar(
+            c,
+            &format!("SELECT s.waiting FROM workfence.{view} AS s WHERE s.queue = 'q'"),
+            &[],
+        )
+    };
+    assert_eq!(
+        (
+            waiting(c, "work_queue_stats"),
+            waiting(c, "work_queue_stats_exact")
+        ),
+        (1, 1)
+    );
+    let old_run = claim_key(c, "released", "1 minute");
+    assert!(finish(c, &old_run), "the old parent's finish");
+    assert_eq!(state(c), ("waiting".to_owned(), 1));
+    let new_run = claim_key(c, "wf-parent", "1 minute");
+    assert!(finish(c, &new_run), "the new parent's finish");
+    assert_eq!(
+        state(c),
+        ("pending".to_owned(), 0),
+        "released by its last parent"
+    );
+    let run = claim_key(c, "wf-child", "1 minute");
+    let results = ok(
+        calls::generated::work_parent_results(c, child, &run.owner, run.epoch),
+        "work_parent_results",
+    );
+    assert_eq!(
+        results,
+        serde_json::json!({
+            old_parent.to_string(): null,
+            new_parent.to_string(): null,
+        })
+    );
+    assert!(finish(c, &run));
 }
 
 /// A signature an update renamed out of the way (`*_retired_*`) is dropped
