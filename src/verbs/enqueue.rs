@@ -517,12 +517,8 @@ pub(crate) fn insert(
 
     let heads = group_key.is_some() && crate::pg::plans::schema_has_heads();
     Spi::connect_mut(|client| {
-        // A child's parents are locked first, once: their states decide
-        // how it enters (and a finish of one waits for this transaction).
-        let parents = match after {
-            Some((ids, on_failure)) => Some(workflow::lock_parents(client, ids, on_failure)?),
-            None => None,
-        };
+        let mut after = after;
+        let mut parents: Option<Parents> = None;
         // The existing row can vanish between the two statements (purged in
         // between); then the INSERT is simply tried again.
         for _ in 0..3 {
@@ -541,6 +537,21 @@ pub(crate) fn insert(
                 )? {
                     return Ok((id, false));
                 }
+            }
+            if let Some((ids, on_failure)) = after.take() {
+                // A child's parents are locked before its insert, once:
+                // their states decide how it enters (and a finish of one
+                // waits for this transaction). Not for a key that exists:
+                // its edges stay as they are, whatever this `after` says
+                // (a resubmit after a parent was purged is no error).
+                if on_conflict == OnConflict::Keep {
+                    let existing =
+                        plans::run(client, &EXISTING, QueueKey { queue, key }, first_id)?;
+                    if let Some(id) = existing {
+                        return Ok((id, false));
+                    }
+                }
+                parents = Some(workflow::lock_parents(client, ids, on_failure)?);
             }
             if let Some(parents) = &parents {
                 if let Some(id) = insert_child(
@@ -634,7 +645,7 @@ fn insert_child(
     let (state, waiting_on, last_error) = match &entry {
         Entry::Pending => (ItemState::Pending, 0, None),
         Entry::Waiting(n) => (ItemState::Waiting, *n, None),
-        Entry::Cancelled(why) => (ItemState::Cancelled, 0, Some(why.as_str())),
+        Entry::Cancelled(why, n) => (ItemState::Cancelled, *n, Some(why.as_str())),
     };
     let queue = item.queue;
     let inserted = plans::run(

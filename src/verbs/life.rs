@@ -107,7 +107,8 @@ SELECT i.id, i.state::pg_catalog.text, i.group_key IS NOT NULL
 
 // The item `$1` (locked by LOCK_EXISTING, so its state is the one read
 // there) takes payload `$2`:
-// - pending: `run_at` `$3` (NULL: now), unless `$4` (preserve_run_at);
+// - pending (or, from 0.12.0, waiting): `run_at` `$3` (NULL: now), unless
+//   `$4` (preserve_run_at);
 //   its checkpoint, from an earlier attempt at the old payload, is dropped;
 // - done, failed or cancelled: pending again, due at `$3` (NULL: now),
 //   attempts counted afresh, result, last error and checkpoint cleared
@@ -133,7 +134,8 @@ UPDATE workfence.items AS i
        trace = $5,
        run_at = CASE
                   WHEN i.state OPERATOR(pg_catalog.=) 'claimed'::workfence.item_state THEN i.run_at
-                  WHEN i.state OPERATOR(pg_catalog.=) 'pending'::workfence.item_state AND $4 THEN i.run_at
+                  WHEN i.state OPERATOR(pg_catalog.=) ANY ('{pending,waiting}'::workfence.item_state[]) AND $4
+                  THEN i.run_at
                   ELSE COALESCE($3, pg_catalog.clock_timestamp()) END,
        attempts = CASE WHEN i.state OPERATOR(pg_catalog.=) ANY ('{done,failed,cancelled}'::workfence.item_state[])
                        THEN 0 ELSE i.attempts END,
@@ -362,16 +364,19 @@ pub(crate) fn ended(id: i64, queue: &str, rerun: bool, finished: bool) -> Result
 // items are found by `id = ANY ($1)` on `items_pkey`: joined with the
 // pairs alone, a generic plan on a table with few dead letters walked
 // `items_finished_idx` over every failed item of every queue (EXPLAIN on
-// 100,000 items; the pairs are then matched in a hash of two columns).
+// 100,000 items); the pairs are then matched by an EXISTS with qualified
+// operators (a row comparison `(id, rerun_after) IN (...)` resolved its
+// `=` by the search_path, which a hostile one could shadow).
 static RERUN_DEAD: Statement<DeadParams> = Statement::new(concat!(
     "\nUPDATE workfence.items AS i",
     once_more_sets!("NULL"),
     r#"
  WHERE i.id OPERATOR(pg_catalog.=) ANY ($1)
    AND i.state OPERATOR(pg_catalog.=) 'failed'::workfence.item_state
-   AND (i.id, i.rerun_after) IN (
-           SELECT d.id, d.epoch
-             FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(id, epoch))
+   AND EXISTS (
+           SELECT FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(id, epoch)
+            WHERE d.id OPERATOR(pg_catalog.=) i.id
+              AND d.epoch OPERATOR(pg_catalog.=) i.rerun_after)
 RETURNING i.id, i.queue
 "#
 ));

@@ -144,6 +144,8 @@ pub struct Parents {
     pub ids: Vec<i64>,
     /// Per id: whether the parent has settled (done, failed or cancelled).
     settled: Vec<bool>,
+    /// Per id: whether the parent ended failed or cancelled.
+    ended_badly: Vec<bool>,
     /// The first parent (in `ids`' order) that ended failed or cancelled,
     /// with that state.
     failed: Option<(i64, String)>,
@@ -159,22 +161,25 @@ pub enum Entry {
     /// Waiting for this many parents.
     Waiting(i32),
     /// A parent ended failed or cancelled and the policy is `cancel`: the
-    /// child is inserted cancelled, with this `last_error`.
-    Cancelled(String),
+    /// child is inserted cancelled, with this `last_error`, still counting
+    /// its parents that have not settled (its edges from them stay
+    /// unresolved, so that a retry finds it waiting for them).
+    Cancelled(String, i32),
 }
 
 impl Parents {
     /// How the child enters its queue.
     pub fn entry(&self) -> Entry {
+        // At most MAX_PARENTS.
+        let open = i32::try_from(self.settled.iter().filter(|settled| !**settled).count())
+            .unwrap_or(i32::MAX);
         if let (Some((id, state)), OnParentFailure::Cancel) = (&self.failed, self.on_failure) {
-            return Entry::Cancelled(format!("parent {id} ended {state}"));
+            return Entry::Cancelled(format!("parent {id} ended {state}"), open);
         }
-        let open = self.settled.iter().filter(|settled| !**settled).count();
         if open == 0 {
             Entry::Pending
         } else {
-            // At most MAX_PARENTS.
-            Entry::Waiting(i32::try_from(open).unwrap_or(i32::MAX))
+            Entry::Waiting(open)
         }
     }
 }
@@ -207,6 +212,7 @@ pub fn lock_parents(
         },
     )?;
     let mut settled = Vec::with_capacity(ids.len());
+    let mut ended_bad = Vec::with_capacity(ids.len());
     let mut failed = None;
     for id in &ids {
         let Some((_, state)) = found.iter().find(|(found, _)| found == id) else {
@@ -217,10 +223,12 @@ pub fn lock_parents(
             failed = Some((*id, state.clone()));
         }
         settled.push(ended_badly || state == "done");
+        ended_bad.push(ended_badly);
     }
     Ok(Parents {
         ids,
         settled,
+        ended_badly: ended_bad,
         failed,
         on_failure,
     })
@@ -249,14 +257,11 @@ params! {
 
 /// Write the edges from `parents` to the child `child` just inserted.
 pub fn link(client: &mut SpiClient<'_>, child: i64, parents: &Parents) -> Result<()> {
-    let cancelling = |n: usize| {
-        parents.on_failure == OnParentFailure::Cancel
-            && parents.settled[n]
-            && parents
-                .failed
-                .as_ref()
-                .is_some_and(|(first, _)| *first == parents.ids[n])
-    };
+    // Every parent that ended failed or cancelled forbids a `cancel`
+    // child, as SETTLE marks the edges of parents that fail after it was
+    // cancelled: a retry of one of them alone does not bring it back.
+    let cancelling =
+        |n: usize| parents.on_failure == OnParentFailure::Cancel && parents.ended_badly[n];
     plans::run(
         client,
         &LINK,

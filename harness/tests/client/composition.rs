@@ -973,25 +973,6 @@ struct Edge {
     cancelled: bool,
 }
 
-/// Issue 37 bug, reported (`a_child_enqueued_cancelled_counts_its_open_parents`
-/// shows it, ignored until fixed): a child enqueued `cancelled` because a
-/// parent had already ended failed or cancelled gets `waiting_on` 0 however
-/// many of its parents are still open, and only the first such parent's
-/// edge is marked `cancelled`; so a `work_retry` of the child makes it
-/// pending while a parent is still open, and one of that parent brings it
-/// back to wait for it alone. While true, the model does as the server
-/// does there (and so keeps checking everything else); set it to false
-/// with the fix: the model then holds the server to the design.
-const BUG_37_CHILD_ENQUEUED_CANCELLED: bool = true;
-
-/// Issue 37 bug, reported (`preserve_run_at_keeps_a_waiting_items_run_at`
-/// shows it, ignored until fixed): `on_conflict => 'preserve_run_at'` of a
-/// waiting item moves its `run_at` to the call's (now), where the reference
-/// says a waiting item takes the payload and `run_at` as a pending one
-/// does, and a pending one keeps its `run_at`. As above: true while the bug
-/// is there, false with the fix.
-const BUG_37_PRESERVE_RUN_AT_OF_A_WAITING_ITEM: bool = true;
-
 /// The settings of a queue (a queue without a row has the defaults).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Settings {
@@ -1591,7 +1572,7 @@ impl Model {
             // From 0.12.0 (workflows): a waiting item takes the payload
             // and run_at as a pending one does, and keeps waiting.
             State::Waiting => {
-                if !preserve || BUG_37_PRESERVE_RUN_AT_OF_A_WAITING_ITEM {
+                if !preserve {
                     item.run_at = run_at.at();
                 }
                 item.progress = None;
@@ -1729,8 +1710,7 @@ impl Model {
             .map(|s| matches!(s, State::Failed | State::Cancelled))
             .collect();
         let open = states.iter().filter(|s| !s.settled()).count() as i32;
-        let first_bad = ended_badly.iter().position(|bad| *bad);
-        let state = if first_bad.is_some() && !run {
+        let state = if ended_badly.iter().any(|bad| *bad) && !run {
             self.counted(Counted::Cancelled, 1);
             self.event("children enqueued cancelled (a parent had ended failed or cancelled)");
             State::Cancelled
@@ -1741,9 +1721,9 @@ impl Model {
             self.event("children enqueued waiting");
             State::Waiting
         };
-        let buggy = BUG_37_CHILD_ENQUEUED_CANCELLED && state == State::Cancelled;
         for (n, parent) in parents.iter().enumerate() {
-            let cancelled = !run && ended_badly[n] && (!buggy || Some(n) == first_bad);
+            // Every parent that ended badly forbids a `cancel` child.
+            let cancelled = !run && ended_badly[n];
             self.edges.insert(
                 (*parent, id),
                 Edge {
@@ -1752,9 +1732,8 @@ impl Model {
                 },
             );
         }
-        let waiting_on = if buggy { 0 } else { open };
         let policy = if run { "run" } else { "cancel" };
-        (state, waiting_on, Some(policy.to_owned()))
+        (state, open, Some(policy.to_owned()))
     }
 
     /// The items `parents` settled as `outcome` in the verb's transaction
@@ -4076,16 +4055,14 @@ fn standing(c: &mut Client, queue: &str, key: &str) -> (String, i32) {
     (row.get(0), row.get(1))
 }
 
-/// Issue 37 bug: a child enqueued after a parent that has already failed
-/// (`on_parent_failure` cancel) is inserted cancelled with `waiting_on` 0
-/// although another parent is still pending, and only the first ended
-/// parent's edge is marked cancelled. The design: a retried child waits
-/// for its parents not yet settled, and a retried parent brings back only
-/// the children no other parent's end forbids: as a child enqueued first
-/// and cancelled by the same ends at run time is treated.
+/// A child enqueued after a parent that has already failed
+/// (`on_parent_failure` cancel) is inserted cancelled, still counting its
+/// parents not yet settled, and every ended parent's edge marked cancelled
+/// (a bug of the first build of issue 37 counted none and marked one): a
+/// retried child waits for its parents not yet settled, and a retried
+/// parent brings back only the children no other parent's end forbids, as
+/// for a child enqueued first and cancelled by the same ends at run time.
 #[test]
-#[ignore = "issue 37 bug: a child enqueued cancelled counts none of its open parents \
-            (waiting_on 0) and marks only its first ended parent's edge cancelled"]
 fn a_child_enqueued_cancelled_counts_its_open_parents() {
     let (_cluster, mut c) = focused_database("composition_enqueued_cancelled");
     let q = "wf";
@@ -4147,12 +4124,11 @@ fn claim_count(c: &mut Client, queue: &str, key: &str) -> usize {
     }
 }
 
-/// Issue 37 bug: `on_conflict => 'preserve_run_at'` of a waiting item moves
-/// its `run_at` to now; the reference: a waiting item takes the payload and
-/// `run_at` as a pending one does (and preserve_run_at keeps a pending
-/// one's).
+/// `on_conflict => 'preserve_run_at'` of a waiting item keeps its
+/// `run_at` (the first build of issue 37 moved it to now): a waiting item
+/// takes the payload and `run_at` as a pending one does, and
+/// preserve_run_at keeps a pending one's.
 #[test]
-#[ignore = "issue 37 bug: preserve_run_at moves a waiting item's run_at"]
 fn preserve_run_at_keeps_a_waiting_items_run_at() {
     let (_cluster, mut c) = focused_database("composition_preserve_waiting");
     let q = "wf";

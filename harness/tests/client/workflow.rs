@@ -798,3 +798,31 @@ fn a_retried_child_waits_for_a_parent_retried_before_it() {
     };
     assert_eq!(stats, (0, 0), "the kept counts follow the retries");
 }
+
+#[test]
+fn a_resubmit_of_an_existing_key_ignores_its_after() {
+    // An idempotent resubmit: the existing item is returned as it is, its
+    // edges unchanged, even when a parent named was purged since (no
+    // 23503); a new key with the same after is refused.
+    let cluster = common::shared_cluster();
+    let mut c = database(&cluster, "wf_resubmit");
+    let p = node(&mut c, "wf.p", "p", &[], "cancel");
+    let child = node(&mut c, "wf.c", "c", &[p], "cancel");
+    let token = claim_key(&mut c, "wf.p", "p", "w");
+    assert!(finish(&mut c, &token, &json!(null)));
+    let purged: i64 = scalar(
+        &mut c,
+        "SELECT workfence.work_purge('0 seconds', 'wf.p')",
+        &[],
+    );
+    assert_eq!(purged, 1);
+    let again = common::enqueued(&mut c, &Enqueue::new("wf.c").key("c").after(&[p]));
+    assert_eq!((again.id, again.inserted), (child, false));
+    let edges: i64 = scalar(&mut c, "SELECT count(*) FROM workfence.item_edges", &[]);
+    assert_eq!(edges, 0, "the purge took the edge with its parent");
+    common::server_error(
+        calls::enqueue(&mut c, &Enqueue::new("wf.c").key("new").after(&[p])),
+        "23503",
+        "a new key after a purged parent",
+    );
+}
