@@ -198,15 +198,6 @@ CREATE INDEX items_group_head_idx ON workfence.items (queue, group_key)
 COMMENT ON INDEX workfence.items_group_head_idx IS
     'A group''s pending items that are not behind: its head, and items that came before it since (src/verbs/flow.rs).';
 
--- From 0.12.0: a queue's waiting items (workflows), for work_items(queue,
--- 'waiting'). Named as the states after cancelled in the enum's order
--- (waiting is the one): an update to 0.12.0 makes this index in the
--- transaction that adds the value, which may not name it, and a cast to
--- text is not immutable.
-CREATE INDEX items_waiting_idx ON workfence.items (queue, id)
-    WHERE state > 'cancelled';
-COMMENT ON INDEX workfence.items_waiting_idx IS
-    'Waiting items (workflows) by queue and id: work_items(queue, ''waiting''), a page at a time.';
 
 -- Nobody writes the tables directly: the functions run as the extension's
 -- owner (SECURITY DEFINER, set at the end of finalize.sql), so a role that

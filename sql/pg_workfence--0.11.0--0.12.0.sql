@@ -655,15 +655,6 @@ COMMENT ON INDEX workfence.item_edges_child_idx IS
     'An item''s parents: work_parent_results, work_workflow and a purge.';
 
 REVOKE ALL ON TABLE workfence.item_edges FROM PUBLIC;
--- From 0.12.0: a queue's waiting items (workflows), for work_items(queue,
--- 'waiting'). Named as the states after cancelled in the enum's order
--- (waiting is the one): an update to 0.12.0 makes this index in the
--- transaction that adds the value, which may not name it, and a cast to
--- text is not immutable.
-CREATE INDEX items_waiting_idx ON workfence.items (queue, id)
-    WHERE state > 'cancelled';
-COMMENT ON INDEX workfence.items_waiting_idx IS
-    'Waiting items (workflows) by queue and id: work_items(queue, ''waiting''), a page at a time.';
 SELECT pg_catalog.pg_extension_config_dump('workfence.item_edges', '');
 
 -- ---- issue 33: anything due, and the next run_at, in one probe ----

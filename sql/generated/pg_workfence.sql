@@ -208,15 +208,6 @@ CREATE INDEX items_group_head_idx ON workfence.items (queue, group_key)
 COMMENT ON INDEX workfence.items_group_head_idx IS
     'A group''s pending items that are not behind: its head, and items that came before it since (src/verbs/flow.rs).';
 
--- From 0.12.0: a queue's waiting items (workflows), for work_items(queue,
--- 'waiting'). Named as the states after cancelled in the enum's order
--- (waiting is the one): an update to 0.12.0 makes this index in the
--- transaction that adds the value, which may not name it, and a cast to
--- text is not immutable.
-CREATE INDEX items_waiting_idx ON workfence.items (queue, id)
-    WHERE state > 'cancelled';
-COMMENT ON INDEX workfence.items_waiting_idx IS
-    'Waiting items (workflows) by queue and id: work_items(queue, ''waiting''), a page at a time.';
 
 -- Nobody writes the tables directly: the functions run as the extension's
 -- owner (SECURITY DEFINER, set at the end of finalize.sql), so a role that
@@ -1697,7 +1688,7 @@ COMMENT ON FUNCTION workfence.work_lease_status(bigint, text, bigint) IS
 'work_lease_status(id, owner, epoch) -> text: current, uncommitted, superseded, finished, cancelled, wrong_owner or missing. Why the token is (not) honoured, read with the statement''s snapshot (READ COMMITTED: the newest committed state; REPEATABLE READ: the transaction''s snapshot). A lapsed lease nobody claimed anew is current; uncommitted: the epoch is newer than the item''s committed one and a transaction still in progress is changing the item (the claim that handed the epoch out has not committed: only its own transaction can use the token until it commits); a lease handed back (work_release, retryable work_fail), a newer claim, or a claim that rolled back is superseded. Where queue grants are enforced, an item in a queue the role may not claim is missing. Changes nothing. Errors: 22004 NULL argument, 22023 bad owner.';
 
 COMMENT ON FUNCTION workfence.work_retry(text, text, timestamptz) IS
-'work_retry(queue, key, run_at DEFAULT NULL) -> boolean. A failed or cancelled item back to pending, due at run_at (NULL: now), with at least one more attempt (max_attempts raised to attempts + 1 when used up); its errors history is kept, its old tokens stay dead; wakes long polls at commit. From 0.12.0 (workflows) an item whose parents have not all ended goes back to waiting instead, and the children the item''s failure cancelled wait again (transitively). True if it changed the item; false for a missing item or any other state. Errors: 22004 NULL queue/key, 22023 bad queue/key/run_at, 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
+'work_retry(queue, key, run_at DEFAULT NULL) -> boolean. A failed or cancelled item back to pending, due at run_at (NULL: now), with at least one more attempt (max_attempts raised to attempts + 1 when used up); its errors history is kept, its old tokens stay dead; wakes long polls at commit. From 0.12.0 (workflows) an item some of whose parents have not settled now (pending, claimed or waiting) goes back to waiting for them instead, and the children the item''s failure cancelled wait again (transitively). True if it changed the item; false for a missing item or any other state. Errors: 22004 NULL queue/key, 22023 bad queue/key/run_at, 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 
 COMMENT ON FUNCTION workfence.work_reschedule(text, text, timestamptz) IS
 'work_reschedule(queue, key, run_at) -> boolean. Moves a pending item''s run_at (run it now: now()); wakes long polls at commit. True if it changed the item; false for a missing item or one that is not pending. Errors: 22004 NULL argument, 22023 bad queue/key/run_at, 25000 (from 0.12.0) for an item in a group under REPEATABLE READ or SERIALIZABLE (the call chooses the group''s next item after taking the group''s lock, waiting for a claim of the group in flight), 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
