@@ -54,9 +54,10 @@ mod tests {
         assert_eq!(
             dumped.as_deref(),
             Some(
-                "workfence.epoch_seq, workfence.generation, workfence.items, \
-                 workfence.items_id_seq, workfence.queue_grant_mode, workfence.queue_grants, \
-                 workfence.queue_slots, workfence.queues, workfence.schedules"
+                "workfence.epoch_seq, workfence.generation, workfence.item_edges, \
+                 workfence.items, workfence.items_id_seq, workfence.queue_grant_mode, \
+                 workfence.queue_grants, workfence.queue_slots, workfence.queues, \
+                 workfence.schedules"
             ),
             "the tables and sequences pg_dump must keep the rows and positions of"
         );
