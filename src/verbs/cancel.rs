@@ -111,7 +111,7 @@ fn cancel(queue: Option<String>, key: Option<String>) -> Result<bool> {
         // Its `work_await` callers learn of it at commit.
         crate::backend::xact::awaited_at_commit(id);
         // Its waiting children learn of it now (workflows).
-        if crate::pg::plans::schema_has_heads() {
+        if crate::verbs::life::schema_has_life() {
             Spi::connect_mut(|client| {
                 crate::verbs::workflow::settled(
                     client,

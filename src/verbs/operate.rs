@@ -24,15 +24,20 @@ use crate::store::sql::QueueKey;
 use crate::store::sql::QueueParams;
 use crate::verbs::workflow;
 
-// Put a failed or cancelled item back to pending, due at `$3` (NULL: now),
-// with at least one attempt left. The epoch, owner, attempts and errors
-// stay as they were (the history is kept; the old tokens stay dead). The
-// row is locked in a subquery first, which reads the state it was in (as
-// CANCEL does): the second column, for the state counts.
-static RETRY: Statement<QueueKeyAt> = Statement::new(
-    r#"
+// Put a failed or cancelled item back in its queue, in state `$state`,
+// due at `$3` (NULL: now), with at least one attempt left. The epoch,
+// owner, attempts and errors stay as they were (the history is kept; the
+// old tokens stay dead). The row is locked in a subquery first, which
+// reads the state it was in (as CANCEL does): the second column, for the
+// state counts; `$more` adds columns after it.
+macro_rules! retry_sql {
+    ($state:literal, $more:literal) => {
+        concat!(
+            r#"
 UPDATE workfence.items AS i
-   SET state = 'pending'::workfence.item_state,
+   SET state = "#,
+            $state,
+            r#",
        run_at = COALESCE($3, pg_catalog.clock_timestamp()),
        max_attempts = GREATEST(i.max_attempts, i.attempts OPERATOR(pg_catalog.+) 1),
        lease_until = NULL,
@@ -44,34 +49,27 @@ UPDATE workfence.items AS i
            AND o.state OPERATOR(pg_catalog.=) ANY ('{failed,cancelled}'::workfence.item_state[])
            FOR UPDATE) AS was
  WHERE i.id OPERATOR(pg_catalog.=) was.id
-RETURNING i.id, was.state::pg_catalog.text
-"#,
-);
+RETURNING i.id, was.state::pg_catalog.text"#,
+            $more,
+            "\n"
+        )
+    };
+}
+
+// Back to pending: a schema before 0.12.0.
+static RETRY: Statement<QueueKeyAt> =
+    Statement::new(retry_sql!("'pending'::workfence.item_state", ""));
 
 // RETRY from 0.12.0 (workflows, [`crate::verbs::workflow`]): an item with
 // parents not yet settled (`waiting_on` > 0) goes back to waiting, not
 // pending. Columns: id, the state before, the state after, whether it has
 // children, whether it has parents.
-static RETRY_LIFE: Statement<QueueKeyAt> = Statement::new(
-    r#"
-UPDATE workfence.items AS i
-   SET state = CASE WHEN i.waiting_on OPERATOR(pg_catalog.>) 0 THEN 'waiting'::workfence.item_state
-                    ELSE 'pending'::workfence.item_state END,
-       run_at = COALESCE($3, pg_catalog.clock_timestamp()),
-       max_attempts = GREATEST(i.max_attempts, i.attempts OPERATOR(pg_catalog.+) 1),
-       lease_until = NULL,
-       finished_at = NULL
-  FROM (SELECT o.id, o.state
-          FROM workfence.items AS o
-         WHERE o.queue OPERATOR(pg_catalog.=) $1
-           AND o.key OPERATOR(pg_catalog.=) $2
-           AND o.state OPERATOR(pg_catalog.=) ANY ('{failed,cancelled}'::workfence.item_state[])
-           FOR UPDATE) AS was
- WHERE i.id OPERATOR(pg_catalog.=) was.id
-RETURNING i.id, was.state::pg_catalog.text, i.state::pg_catalog.text, i.has_children,
-          i.on_parent_failure IS NOT NULL
-"#,
-);
+static RETRY_LIFE: Statement<QueueKeyAt> = Statement::new(retry_sql!(
+    "CASE WHEN i.waiting_on OPERATOR(pg_catalog.>) 0 THEN 'waiting'::workfence.item_state
+                    ELSE 'pending'::workfence.item_state END",
+    ", i.state::pg_catalog.text, i.has_children,
+          i.on_parent_failure IS NOT NULL"
+));
 
 // Move a pending item's run_at to `$3`.
 static RESCHEDULE: Statement<QueueKeyAt> = Statement::new(
