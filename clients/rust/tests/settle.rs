@@ -197,9 +197,10 @@ async fn a_finish_and_a_fail_whose_connections_are_killed_are_sent_again_and_run
 
 /// Makes every commit of a session whose `synchronous_commit` is `on` wait, once it is durable
 /// here, for a standby that never comes (`on`), or puts things back (`!on`); every other session
-/// gets `synchronous_commit = local` meanwhile, so that it commits as usual. Returns once this
-/// session sees the change: the postmaster has then signalled every backend, and each applies it
-/// before its next statement.
+/// gets `synchronous_commit = local` meanwhile, so that it commits as usual. Returns once a commit
+/// of such a session waits (`on`) or does not (`!on`): a backend seeing the new setting is not
+/// enough, as whether commits wait is the checkpointer's to publish (it does so when it reloads
+/// the configuration, in its own time: on a loaded machine a settle could commit before it had).
 async fn commits_wait_for_a_standby(c: &Client, on: bool) {
     let statements: &[&str] = if on {
         &[
@@ -218,16 +219,66 @@ async fn commits_wait_for_a_standby(c: &Client, on: bool) {
     c.batch_execute("SELECT pg_reload_conf()")
         .await
         .expect("reload");
-    let want = if on { "workfence_nobody" } else { "" };
-    common::wait_for("the configuration reloaded", || async {
-        let names: String = c
-            .query_one("SELECT current_setting('synchronous_standby_names')", &[])
-            .await
-            .expect("setting")
-            .get(0);
-        (names == want).then_some(())
+    let (probe, _) = tokio_postgres::connect(
+        &format!("{} options='-c synchronous_commit=on'", common::dsn()),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .map(|(client, connection)| (client, tokio::spawn(connection)))
+    .expect("the probe's connection");
+    let pid: i32 = probe
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("the probe's pid")
+        .get(0);
+    let want = if on {
+        "commits waiting"
+    } else {
+        "commits not waiting"
+    };
+    common::wait_for(&format!("{want} for the standby"), || async {
+        (commit_waits(c, &probe, pid).await == on).then_some(())
     })
     .await;
+}
+
+/// Whether a commit of `probe` (backend `pid`, `synchronous_commit = on`) waits for the standby:
+/// it commits a transaction that wrote WAL (a transactional logical message, which changes no
+/// table; a transaction with an xid and no other WAL does not wait), and if `c` sees it wait,
+/// cancels the wait (the commit has then happened here, with a warning).
+async fn commit_waits(c: &Client, probe: &Client, pid: i32) -> bool {
+    let commit = probe.query_one(
+        "SELECT pg_catalog.pg_logical_emit_message(true, 'workfence_probe', '')",
+        &[],
+    );
+    tokio::pin!(commit);
+    loop {
+        tokio::select! {
+            done = &mut commit => {
+                done.expect("the probe's commit");
+                return false;
+            }
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+        let waiting = c
+            .query_one(
+                "SELECT coalesce(wait_event = 'SyncRep', false) FROM pg_stat_activity
+                  WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .expect("pg_stat_activity")
+            .get::<_, bool>(0);
+        if waiting {
+            c.query_one("SELECT pg_cancel_backend($1)", &[&pid])
+                .await
+                .expect("cancel the probe's wait");
+            commit
+                .await
+                .expect("the probe's commit, its wait cancelled");
+            return true;
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
