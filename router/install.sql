@@ -251,6 +251,19 @@ COMMENT ON FUNCTION workfence.work_enqueue(text, jsonb, text, timestamptz, integ
     'one shard): an id of another of the router''s shards is refused on the router with 22023 '
     '(workfence_router.queue_shard_after), before any shard is called.';
 
+CREATE FUNCTION workfence.work_enqueue_many(queue text, payloads jsonb[], keys text[] DEFAULT NULL,
+    run_at timestamp with time zone[] DEFAULT NULL, priority integer DEFAULT 0,
+    max_attempts integer DEFAULT 25, group_keys text[] DEFAULT NULL,
+    on_conflict text DEFAULT 'keep')
+RETURNS TABLE(id bigint, key text, inserted boolean) LANGUAGE plproxy AS $$
+    CLUSTER workfence_router.cluster('workfence.work_enqueue_many');
+    RUN ON workfence_router.queue_shard(queue);
+$$;
+COMMENT ON FUNCTION workfence.work_enqueue_many(text, jsonb[], text[], timestamptz[], integer, integer, text[], text) IS
+    'Router: runs work_enqueue_many on the queue''s shard (hashtext(queue) & (N - 1)): every item '
+    'of the call goes to that one shard, as with work_enqueue; the ids carry the shard number (id '
+    '>> 48).';
+
 CREATE FUNCTION workfence.work_claim(queue text, owner text, lease interval,
     max_items integer DEFAULT 1, wait interval DEFAULT '00:00:00')
 RETURNS TABLE(id bigint, key text, payload jsonb, epoch bigint, attempt integer,

@@ -427,10 +427,30 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'work_workflow_wrapper';
 
+CREATE FUNCTION workfence."work_enqueue_many"(
+	"queue" TEXT,
+	"payloads" jsonb[],
+	"keys" TEXT[] DEFAULT NULL,
+	"run_at" timestamp with time zone[] DEFAULT NULL,
+	"priority" INT DEFAULT 0,
+	"max_attempts" INT DEFAULT 25,
+	"group_keys" TEXT[] DEFAULT NULL,
+	"on_conflict" TEXT DEFAULT 'keep'
+) RETURNS TABLE (
+	"id" bigint,
+	"key" TEXT,
+	"inserted" bool
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_enqueue_many_wrapper';
+
 COMMENT ON FUNCTION workfence.work_retry(text, text, timestamptz) IS
 'work_retry(queue, key, run_at DEFAULT NULL) -> boolean. A failed or cancelled item back to pending, due at run_at (NULL: now), with at least one more attempt (max_attempts raised to attempts + 1 when used up); its errors history is kept, its old tokens stay dead; wakes long polls at commit. From 0.12.0 (workflows) an item some of whose parents have not settled now (pending, claimed or waiting) goes back to waiting for them instead, and the children the item''s failure cancelled wait again (transitively). True if it changed the item; false for a missing item or any other state. Errors: 22004 NULL queue/key, 22023 bad queue/key/run_at, 42501 when queue grants are enforced and the role has no operate grant covering the queue.';
 COMMENT ON FUNCTION workfence.work_parent_results(bigint, text, bigint) IS
 'work_parent_results(id, owner, epoch) -> jsonb. From 0.12.0 (workflows): while the item is claimed under exactly this owner AND epoch (a lapsed lease nobody re-claimed still counts, as for work_renew), an object with a key per parent of the item (work_enqueue''s after; its id as text): the parent''s result if it ended done (JSON null without one), else {"state": its state, "error": its last_error} (what an on_parent_failure run child sees of a failed parent); {} for an item without parents; a purged parent is left out. NULL for any other token, or where queue grants are enforced an item in a queue the role may not claim. Reads only. Errors: 22004 NULL argument, 22023 bad owner.';
+COMMENT ON FUNCTION workfence.work_enqueue_many(text, jsonb[], text[], timestamptz[], integer, integer, text[], text) IS
+'work_enqueue_many(queue, payloads jsonb[], keys text[] DEFAULT NULL, run_at timestamptz[] DEFAULT NULL, priority DEFAULT 0, max_attempts DEFAULT 25, group_keys text[] DEFAULT NULL, on_conflict DEFAULT ''keep'') -> setof (id, key, inserted). From 0.12.0: a row per element of payloads, in their order, each judged as work_enqueue(queue, payloads[i], keys[i], run_at[i], priority, max_attempts, NULL, group_keys[i], on_conflict) would judge it: a NULL key (or keys NULL) gets a UUIDv7, a NULL run_at element is now, a NULL group key no group; an existing key, or one repeated in the arrays, returns its item with inserted = false (kept, or changed as on_conflict says). Items without a group under on_conflict keep are one INSERT ... SELECT; with a group or another on_conflict, each item is enqueued in turn. Wakes long polls at commit; one work_enqueued notification if an inserted item is due. Limits: at most 10000 payloads. Errors: 22004 NULL queue, payloads, priority, max_attempts or on_conflict, or a NULL element of payloads; 22023 keys, run_at or group_keys not as long as payloads, over 10000 payloads, bad queue/key/run_at/group_key, max_attempts out of 1..1000, on_conflict not keep, replace or preserve_run_at; 25000 on_conflict of a pending item of a group under REPEATABLE READ or SERIALIZABLE; 42501 when queue grants are enforced and the role has no enqueue grant covering the queue (with on_conflict running a cancelled item again: no operate grant); 40001 when an existing item of a key was deleted while this enqueue ran (retry the transaction).';
 COMMENT ON FUNCTION workfence.work_workflow(bigint) IS
 'work_workflow(id) -> setof (id, queue, key, state, depth, parents bigint[]). From 0.12.0 (workflows): the item (depth 0), its ancestors (depth -1 its parents, -2 theirs, ...) and its descendants (1, 2, ...), each once at its nearest depth, nearest first then by id, with the ids of its parents (every edge into it, so the rows draw the graph). At most 1000 rows and 1000 levels each way. Zero rows for an unknown id. Where queue grants are enforced: zero rows unless the role may read the item''s queue, and only the rows of queues it may read. Errors: 22004 NULL id.';
 
@@ -448,7 +468,8 @@ BEGIN
         'workfence.work_progress(bigint, text, bigint, jsonb)',
         'workfence.work_await(text, text, interval)',
         'workfence.work_parent_results(bigint, text, bigint)',
-        'workfence.work_workflow(bigint)'
+        'workfence.work_workflow(bigint)',
+        'workfence.work_enqueue_many(text, jsonb[], text[], timestamptz[], integer, integer, text[], text)'
     ] LOOP
         -- Function signatures written above, not user data.
         EXECUTE pg_catalog.format(
@@ -460,7 +481,8 @@ $life$;
 
 -- The new functions keep the grants of the ones they replace: a role that
 -- could enqueue, claim or run the fused calls before the update can after
--- it, with the grant option if it had it.
+-- it, with the grant option if it had it; a role that could enqueue can
+-- also call work_enqueue_many.
 DO $grants$
 DECLARE
     pair pg_catalog.text[];
@@ -469,6 +491,9 @@ BEGIN
     FOREACH pair SLICE 1 IN ARRAY ARRAY[
         ['workfence.work_enqueue_retired_0_11_0(text, jsonb, text, timestamptz, integer, integer, interval, text)',
          'workfence.work_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, text, bigint[], text)'],
+        -- A role that could enqueue can enqueue many at once (work_enqueue_many, 0.12.0).
+        ['workfence.work_enqueue_retired_0_11_0(text, jsonb, text, timestamptz, integer, integer, interval, text)',
+         'workfence.work_enqueue_many(text, jsonb[], text[], timestamptz[], integer, integer, text[], text)'],
         ['workfence.work_claim_retired_0_11_0(text, text, interval, integer, interval)',
          'workfence.work_claim(text, text, interval, integer, interval)'],
         ['workfence.work_claim_key_retired_0_11_0(text, text, text, interval)',

@@ -10,6 +10,8 @@ pub mod generation;
 pub mod workflow;
 // `work_enqueue`.
 pub mod enqueue;
+// `work_enqueue_many`: many items of one queue in one call.
+pub mod bulk;
 // `work_claim`, `work_claim_key`.
 pub mod claim;
 // `work_renew`, `work_finish`, `work_finish_many`, `work_release`, `work_fail`, `work_assert`,

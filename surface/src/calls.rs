@@ -14,6 +14,8 @@
 //! | `jsonb` | `&Value` | `Value` |
 //! | `bigint[]` | `&[i64]` | `Vec<i64>` |
 //! | `jsonb[]` | `&[Value]` | `Vec<Value>` |
+//! | `text[]` | `&[Option<&str>]` (`None`: a NULL element) | `Vec<String>` |
+//! | `timestamp with time zone[]` | `&[Option<&str>]`, timestamps as text, `$n::timestamptz[]` | `Vec<String>`, `::text` |
 //! | `interval` | `&str`, interval text bound as `text`, `$n::interval` | `String`, `::text` |
 //! | `timestamp with time zone` | `&RunAt`: `$n::timestamptz`, or `($n::interval OPERATOR(pg_catalog.+) pg_catalog.clock_timestamp())` | `String`, `::text` |
 //!
@@ -95,7 +97,7 @@ struct SqlType {
 }
 
 /// Every SQL type the generator knows (the module documentation's table).
-static SQL_TYPES: [SqlType; 11] = {
+static SQL_TYPES: [SqlType; 13] = {
     const fn value(rust: &'static str, ty: &'static str, cast: &'static str) -> Pass {
         Pass::Value { rust, ty, cast }
     }
@@ -131,6 +133,18 @@ static SQL_TYPES: [SqlType; 11] = {
             value("&[Value]", "JSONB_ARRAY", ""),
             "Vec<Value>",
             false,
+        ),
+        t(
+            "text[]",
+            value("&[Option<&str>]", "TEXT_ARRAY", ""),
+            "Vec<String>",
+            false,
+        ),
+        t(
+            "timestamp with time zone[]",
+            value("&[Option<&str>]", "TEXT_ARRAY", "::timestamptz[]"),
+            "Vec<String>",
+            true,
         ),
         t(
             "interval",

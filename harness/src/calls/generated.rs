@@ -32,8 +32,8 @@ use serde_json::Value;
 
 use super::{Call, CallResult, RunAt};
 
-/// A row of the result of [`work_enqueue`] (its `RETURNS TABLE`), every column an `Option`: the
-/// catalog does not say which are never NULL.
+/// A row of the result of [`work_enqueue`] and [`work_enqueue_many`] (its `RETURNS TABLE`), every
+/// column an `Option`: the catalog does not say which are never NULL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkEnqueueRow {
     /// `id bigint`.
@@ -101,6 +101,46 @@ pub fn work_enqueue(
     call.named("trace", &trace, Type::TEXT, "");
     call.named("after", &after, Type::INT8_ARRAY, "");
     call.named("on_parent_failure", &on_parent_failure, Type::TEXT, "");
+    call.rows(c, ") AS r", WorkEnqueueRow::read)
+}
+
+/// `workfence.work_enqueue_many`: adds many items of one queue in one statement (bulk enqueue),
+/// each judged as `work_enqueue` judges one.
+///
+/// ```sql
+/// workfence.work_enqueue_many(queue text, payloads jsonb[], keys text[] DEFAULT NULL,
+///     run_at timestamp with time zone[] DEFAULT NULL, priority integer DEFAULT 0,
+///     max_attempts integer DEFAULT 25, group_keys text[] DEFAULT NULL,
+///     on_conflict text DEFAULT 'keep')
+/// RETURNS TABLE(id bigint, key text, inserted boolean)
+/// ```
+///
+/// Errors: the server's, its SQLSTATE in the [`postgres::Error`] (the function's section of
+/// `docs/reference.md` lists them).
+#[allow(clippy::too_many_arguments)]
+pub fn work_enqueue_many(
+    c: &mut impl GenericClient,
+    queue: &str,
+    payloads: &[Value],
+    keys: Option<&[Option<&str>]>,
+    run_at: Option<&[Option<&str>]>,
+    priority: Option<i32>,
+    max_attempts: Option<i32>,
+    group_keys: Option<&[Option<&str>]>,
+    on_conflict: Option<&str>,
+) -> CallResult<Vec<WorkEnqueueRow>> {
+    let mut call = Call::new(
+        "SELECT r.id, r.key, r.inserted \
+         FROM workfence.work_enqueue_many(",
+    );
+    call.arg(&queue, Type::TEXT, "");
+    call.arg(&payloads, Type::JSONB_ARRAY, "");
+    call.named("keys", &keys, Type::TEXT_ARRAY, "");
+    call.named("run_at", &run_at, Type::TEXT_ARRAY, "::timestamptz[]");
+    call.named("priority", &priority, Type::INT4, "");
+    call.named("max_attempts", &max_attempts, Type::INT4, "");
+    call.named("group_keys", &group_keys, Type::TEXT_ARRAY, "");
+    call.named("on_conflict", &on_conflict, Type::TEXT, "");
     call.rows(c, ") AS r", WorkEnqueueRow::read)
 }
 
