@@ -316,10 +316,11 @@ fn at_once(items: Items, priority: i32, max_attempts: i32) -> Result<Vec<(i64, S
                     _ => rest.push(i),
                 }
             }
-            if rest.is_empty() {
+            todo = rest;
+            if todo.is_empty() {
                 break;
             }
-            let wanted: Vec<String> = rest.iter().map(|&i| keys[i].clone()).collect();
+            let wanted: Vec<String> = todo.iter().map(|&i| keys[i].clone()).collect();
             let found: HashMap<String, i64> = plans::run(
                 client,
                 &EXISTING_MANY,
@@ -341,16 +342,13 @@ fn at_once(items: Items, priority: i32, max_attempts: i32) -> Result<Vec<(i64, S
                     Ok(found)
                 },
             )?;
-            todo = rest
-                .into_iter()
-                .filter(|&i| match found.get(&keys[i]) {
-                    Some(&id) => {
-                        outcome[i] = Some((id, false));
-                        false
-                    }
-                    None => true,
-                })
-                .collect();
+            todo.retain(|&i| match found.get(&keys[i]) {
+                Some(&id) => {
+                    outcome[i] = Some((id, false));
+                    false
+                }
+                None => true,
+            });
             if todo.is_empty() {
                 break;
             }
