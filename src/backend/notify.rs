@@ -2,7 +2,8 @@
 //! them off.
 //!
 //! - `work_enqueued`, payload the queue's name: an enqueue inserted an item
-//!   that is due at once (a hint to claim, not a count).
+//!   that is due at once (a hint to claim, not a count). Only with
+//!   `workfence.notify_enqueued` on, off by default from 0.12.0.
 //! - `work_lease_lost`, payload JSON `{"id", "queue", "key", "owner",
 //!   "epoch"}`: a claim superseded that token, because its lease had lapsed
 //!   and the item was claimed anew, or dead-lettered on its final attempt
@@ -24,10 +25,16 @@ use crate::base::types::LostToken;
 use crate::pg::plans::{self, params, Statement};
 use crate::store::sql::QueueParams;
 
-/// `workfence.notify_enqueued` (boolean, default on, superuser-set): whether
-/// an enqueue of a due item runs `NOTIFY work_enqueued, '<queue>'`. Long
-/// polls (`work_claim(..., wait)`) do not need it.
-pub static NOTIFY_ENQUEUED: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// `workfence.notify_enqueued` (boolean, superuser-set): whether an enqueue
+/// of a due item runs `NOTIFY work_enqueued, '<queue>'`. Off by default from
+/// 0.12.0 (on before): PostgreSQL serialises the commits of every
+/// transaction that notified behind one cluster-wide lock held through the
+/// commit's WAL flush, which cut single-row enqueues from 8 connections to
+/// 0.24x a plain INSERT (0.67x with it off; `workfence-enqueue`, issue 38),
+/// and any role that can connect may LISTEN to the queue names. Long polls
+/// (`work_claim(..., wait)`) are woken by latches and do not need it; a
+/// worker that sleeps on `LISTEN work_enqueued` needs it on.
+pub static NOTIFY_ENQUEUED: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 /// `workfence.notify_lease_lost` (boolean, default on, superuser-set):
 /// whether a claim that supersedes a lapsed lease sends `work_lease_lost`.
@@ -38,8 +45,9 @@ pub fn init() {
     GucRegistry::define_bool_guc(
         c"workfence.notify_enqueued",
         c"pg_workfence: an enqueue of a due item sends NOTIFY work_enqueued with the queue name.",
-        c"Any role that can connect may LISTEN and so learn queue names; turn this off to keep \
-          them private (long polls do not need it).",
+        c"Off by default (from 0.12.0): notifying commits serialise on a cluster-wide lock, and \
+          any role that can connect may LISTEN and so learn queue names. Long polls do not need \
+          it; a worker that sleeps on LISTEN work_enqueued does.",
         &NOTIFY_ENQUEUED,
         GucContext::Suset,
         GucFlags::empty(),

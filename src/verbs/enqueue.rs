@@ -263,7 +263,8 @@ SELECT i.id
 ///   `on_parent_failure`: `cancel` (a parent ending failed or cancelled
 ///   cancels it, transitively) or `run` (the parent counts as ended). An
 ///   existing key's `after` is ignored.
-/// - An inserted item that is due (`run_at` NULL or not after
+/// - With `workfence.notify_enqueued` on (off by default from 0.12.0, see
+///   [`crate::backend::notify`]), an inserted item that is due (`run_at` NULL or not after
 ///   `clock_timestamp()`) runs `pg_notify('work_enqueued', queue)`: listeners
 ///   hear of it when the transaction commits (one notification per queue per
 ///   transaction, as PostgreSQL folds identical ones). A re-submit

@@ -95,10 +95,10 @@ const DEFAULT_RATE: f64 = 1000.0;
 /// used the default.
 const RATE_WHY: &str = "1,000 items/s, the default, is what this 2-core machine sustains with \
 room to spare. Every item is three transactions committed with fsync on (the enqueue, the claim, \
-the finish), and the enqueues commit one at a time: each sends `NOTIFY work_enqueued` \
-(`workfence.notify_enqueued` is on by default), and PostgreSQL serialises notifying commits with \
-a cluster-wide lock held until the commit's WAL flush, so no two enqueues share a flush, whatever \
-the number of producers. On this machine `work_enqueue` alone (pgbench) reached about 3,000 \
+the finish). It was chosen when the enqueues committed one at a time: each sent `NOTIFY \
+work_enqueued` (`workfence.notify_enqueued` was on by default before 0.12.0), and PostgreSQL \
+serialises notifying commits with a cluster-wide lock held until the commit's WAL flush, so no \
+two enqueues shared a flush, whatever the number of producers. On this machine `work_enqueue` alone (pgbench) reached about 3,000 \
 commits/s from one connection and about the same from four (5,000 from four with the \
 notification off), and this binary unpaced (`--rate 20000`, otherwise the defaults) finished \
 about 1,650 items/s while another job kept one of the two cores busy. 1,000 items/s leaves room \
@@ -1190,9 +1190,10 @@ fn meaning(plan: &Plan, minutes: &[Minute]) -> String {
             let _ = write!(
                 s,
                 "The workers meanwhile found the queue empty {empty:.0} times a second: the \
-                 enqueues were the bottleneck. They commit one at a time (each one's `NOTIFY \
-                 work_enqueued` holds PostgreSQL's cluster-wide notify lock through its commit's \
-                 WAL flush), so their ceiling is about one WAL flush per item. "
+                 enqueues were the bottleneck (each commits on its own; with \
+                 `workfence.notify_enqueued` on, off by default from 0.12.0, each one's `NOTIFY \
+                 work_enqueued` also holds PostgreSQL's cluster-wide notify lock through its \
+                 commit's WAL flush, one flush per item). "
             );
         }
     }

@@ -1,6 +1,8 @@
 //! NOTIFY `work_enqueued`, heard by a LISTENing client connection.
 //!
-//! What it proves, for a worker that sleeps on `LISTEN work_enqueued`:
+//! What it proves, for a worker that sleeps on `LISTEN work_enqueued` (whose
+//! operator turned `workfence.notify_enqueued` on: off by default from 0.12.0,
+//! and then nothing is sent):
 //! - every enqueue of a due item (run_at NULL, past or `-infinity`), committed
 //!   on its own, is heard exactly once, on channel `work_enqueued`, with the
 //!   queue name as payload, from the enqueuing backend;
@@ -58,9 +60,17 @@ struct Ear {
 }
 
 /// A fresh database (channels are per database, so tests running at once do
-/// not hear each other): the listening side and the enqueuer's connection.
+/// not hear each other) with `workfence.notify_enqueued` on, as an operator
+/// whose workers `LISTEN` sets it: the listening side and the enqueuer's
+/// connection.
 fn setup(cluster: &Cluster, database: &str) -> (Ear, Client) {
     ok(cluster.create_database(database), "creating the database");
+    ok(
+        ok(cluster.connect_to(database), "connecting").batch_execute(&format!(
+            "ALTER DATABASE {database} SET workfence.notify_enqueued = on"
+        )),
+        "turning the notification on",
+    );
     let connect = || ok(cluster.connect_to(database), "connecting");
     let mut listener = connect();
     ok(
@@ -183,7 +193,8 @@ fn nothing_is_heard_before_the_enqueue_commits() {
 fn an_operator_can_keep_queue_names_private() {
     let cluster = cluster();
     let (mut ear, mut enqueuer) = setup(&cluster, "notify_off");
-    // A role with no grants may LISTEN: the default tells it queue names.
+    // A role with no grants may LISTEN: with the notification on, it learns
+    // queue names.
     ok(
         enqueuer.batch_execute("CREATE ROLE nosy LOGIN"),
         "a role with no grants",
@@ -198,10 +209,10 @@ fn an_operator_can_keep_queue_names_private() {
     )
     .expect("nosy hears the queue's name");
     assert_eq!(told.payload(), "payroll");
-    // With it off (a superuser-only setting) nothing is sent, and enqueue
-    // and claim work as before.
+    // Back to the default, off (from 0.12.0; a superuser-only setting):
+    // nothing is sent, and enqueue and claim work as before.
     ok(
-        enqueuer.batch_execute("ALTER DATABASE notify_off SET workfence.notify_enqueued = off"),
+        enqueuer.batch_execute("ALTER DATABASE notify_off RESET workfence.notify_enqueued"),
         "ALTER DATABASE",
     );
     let mut quiet = ok(cluster.connect_to("notify_off"), "a new session");
