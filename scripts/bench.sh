@@ -12,7 +12,8 @@
 #                              .png: 10 minutes of load) and
 #                              docs/clients-bench.md (the worker libraries),
 #                              docs/dashboard-render.md (the dashboard's pages
-#                              on a million items)
+#                              on a million items), docs/enqueue.md (bulk and
+#                              single-row enqueues against a plain INSERT)
 #   scripts/bench.sh --quick   a smoke run (under 2 min once built) into
 #                              target/bench-quick/; scripts/test.sh runs it
 #   --no-clients-bench         leave out the worker libraries' overhead
@@ -116,12 +117,18 @@ if [ "$clients_bench" = 1 ]; then
     stage "worker libraries' overhead -> $out/clients-bench.md"
     bash scripts/client-bench.sh "${lp_args[@]}" --out "$out/clients-bench.md"
 fi
+# Enqueueing (issue 38): work_enqueue_many and work_enqueue per row against a
+# plain INSERT ... SELECT of the same rows, and single-row enqueues from 8
+# connections (NOTIFY on and off) against a plain INSERT, rounds alternating:
+# docs/enqueue.md, or target/bench-quick/enqueue.md.
+stage "enqueue: bulk and single rows -> $out/enqueue.md"
+WORKFENCE_SCRATCH="$scratch" target/release/workfence-enqueue "${lp_args[@]}" --out "$out/enqueue.md"
 # The dashboard (issue 18): every page of workfence-ui timed on a queue of a
 # million items (20,000 in --quick): docs/dashboard-render.md, or
 # target/bench-quick/dashboard-render.md.
 stage "dashboard render times -> $out/dashboard-render.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-ui-bench "${lp_args[@]}" --out "$out/dashboard-render.md"
-written="benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, flow-control.md, flow-control.csv, sustained.md, sustained.csv, sustained.png"
+written="benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, flow-control.md, flow-control.csv, sustained.md, sustained.csv, sustained.png, enqueue.md"
 if [ "$clients_bench" = 1 ]; then
     written+=", clients-bench.md"
 fi

@@ -287,6 +287,14 @@ bench_smoke() {
             exit 1
         fi
     done
+    # Bulk and single-row enqueue: rows/s and the ratio to a plain INSERT.
+    for contender in "plain INSERT ... SELECT" "work_enqueue_many" "work_enqueue per row" \
+        "plain INSERT" "work_enqueue, default settings" "work_enqueue, notify_enqueued on"; do
+        if ! grep -qE "^\| $contender \| [0-9]+ \| [0-9]+\.[0-9]{2} \|" target/bench-quick/enqueue.md; then
+            echo "the enqueue smoke run wrote no figures for $contender" >&2
+            exit 1
+        fi
+    done
     # A row per page: median and slowest ms, bytes.
     for page in "queues" "items, pending, deep" "item (failed, with history)"; do
         if ! grep -qF "| $page | " target/bench-quick/dashboard-render.md; then
@@ -348,7 +356,7 @@ stage "every binary answers --help"
 cargo build --release --bins -p workfence-harness -p workfence-bench -p workfence-example \
     -p workfence -p workfence-ui
 for binary in workfence-worker workfence-soak-worker workfence-bench \
-    workfence-long-poll workfence-router-bench workfence-flow workfence-sustained \
+    workfence-long-poll workfence-router-bench workfence-flow workfence-sustained workfence-enqueue \
     workfence-example-worker workfence-client-bench workfence-ui workfence-ui-bench; do
     # Read all of the output before matching: `grep -q` closing the pipe at
     # the first match must not turn into the binary's EPIPE.
