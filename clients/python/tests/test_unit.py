@@ -285,6 +285,42 @@ def test_after_must_be_a_list_of_int_ids(after: Any) -> None:
         enqueue_call("q", None, None, None, 0, 25, None, None, after=after)
 
 
+def test_enqueue_many_sends_one_element_per_item_and_null_for_unset_columns() -> None:
+    # One array per column, as long as the items; keys, run_at and group_keys NULL when no item
+    # sets one (the server's defaults); on_conflict by name only when set.
+    from psycopg.types.json import Jsonb
+
+    from workfence import EnqueueItem
+    from workfence.operations import enqueue_many_call
+
+    plain, params = enqueue_many_call("q", [EnqueueItem({"n": 1}), EnqueueItem()], 0, 25, None)
+    assert "work_enqueue_many(" in plain and "on_conflict" not in plain
+    queue, payloads, keys, run_at, priority, max_attempts, group_keys = params
+    assert (queue, priority, max_attempts) == ("q", 0, 25)
+    assert (keys, run_at, group_keys) == (None, None, None)
+    assert all(isinstance(p, Jsonb) for p in payloads)
+    assert [p.obj for p in payloads] == [{"n": 1}, {}]  # None: {} as in enqueue
+    query, params = enqueue_many_call(
+        "q",
+        iter([EnqueueItem(key="a", group_key="g"), EnqueueItem(payload=[1, 2])]),
+        1,
+        3,
+        "replace",
+    )
+    assert query.rstrip().endswith("on_conflict => %s::text)")
+    assert params[2] == ["a", None] and params[3] is None and params[6] == ["g", None]
+    assert params[4:6] == (1, 3) and params[-1] == "replace"
+    assert [p.obj for p in params[1]] == [{}, [1, 2]]
+
+
+@pytest.mark.parametrize("items", ["ab", b"ab", {"a": 1}, [{"payload": 1}], [None]])
+def test_enqueue_many_takes_only_enqueue_items(items: Any) -> None:
+    from workfence.operations import enqueue_many_call
+
+    with pytest.raises(errors.InvalidArgument):
+        enqueue_many_call("q", items, 0, 25, None)
+
+
 def _job(row: tuple[object, ...]) -> workfence.Job:
     return workfence.Job(workfence.Worker("dbname=x", "q", handler), row)
 

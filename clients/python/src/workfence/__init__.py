@@ -6,9 +6,10 @@ in a fenced transaction (`job.transaction()`), records failures, and releases wh
 shutdown, and sends a settle whose answer was lost again with the same token. A job can store
 a checkpoint (`job.progress(value)`, read back by the next attempt as `job.checkpoint`), guard an
 external side effect (`job.guard()`) and name its attempt to other systems
-(`job.fencing_token`). The enqueue and operator helpers (`enqueue`, `retry`, ..., from 0.12.0
-the schedules: `schedule`, `unschedule`, `pause_schedule`, `resume_schedule`, `fire_schedules`,
-`schedules`, and `await_result`) run on a connection the caller passes (asyncio here, synchronous twins in
+(`job.fencing_token`). The enqueue and operator helpers (`enqueue`, from 0.12.0 `enqueue_many`
+for many items in one statement, `retry`, ..., from 0.12.0 the schedules: `schedule`,
+`unschedule`, `pause_schedule`, `resume_schedule`, `fire_schedules`, `schedules`, and
+`await_result`) run on a connection the caller passes (asyncio here, synchronous twins in
 `workfence.sync`); `workfence.errors` maps every SQLSTATE the functions raise to a class. From
 0.12.0 an item carries the trace context it was enqueued in (`job.trace`), and the runner makes
 an OpenTelemetry span per job when an SDK is configured (`workfence.tracing`; optional), and
@@ -34,6 +35,7 @@ from .errors import (
 )
 from .operations import (
     CatchUp,
+    EnqueueItem,
     Enqueued,
     ItemInfo,
     OnConflict,
@@ -44,6 +46,7 @@ from .operations import (
     await_result,
     cancel,
     enqueue,
+    enqueue_many,
     fire_schedules,
     item,
     limit,
@@ -70,12 +73,14 @@ __all__ = [
     "RetryPolicy",
     "default_owner",
     "Enqueued",
+    "EnqueueItem",
     "ItemInfo",
     "OnConflict",
     "OnParentFailure",
     "Outcome",
     "WorkflowItem",
     "enqueue",
+    "enqueue_many",
     "await_result",
     "retry",
     "reschedule",

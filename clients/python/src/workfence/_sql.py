@@ -57,6 +57,22 @@ SELECT id, key, inserted
   FROM workfence.work_enqueue(%s::text, %s::jsonb, %s::text, %s::timestamptz, %s::integer,
                               %s::integer, %s::interval, {named})
 """
+# From 0.12.0 (issue 38): many items of one queue in one statement, a row per item in their
+# order. `keys`, `run_at` and `group_keys` are NULL when no item sets one (the server's defaults);
+# `on_conflict` is passed by name only when set (ENQUEUE_MANY_ON_CONFLICT), as in ENQUEUE.
+ENQUEUE_MANY = """
+SELECT id, key, inserted
+  FROM workfence.work_enqueue_many(%s::text, %s::jsonb[], keys => %s::text[],
+                                   run_at => %s::timestamptz[], priority => %s::integer,
+                                   max_attempts => %s::integer, group_keys => %s::text[])
+"""
+ENQUEUE_MANY_ON_CONFLICT = """
+SELECT id, key, inserted
+  FROM workfence.work_enqueue_many(%s::text, %s::jsonb[], keys => %s::text[],
+                                   run_at => %s::timestamptz[], priority => %s::integer,
+                                   max_attempts => %s::integer, group_keys => %s::text[],
+                                   on_conflict => %s::text)
+"""
 # From 0.12.0: the item's outcome, waiting in the server at most `wait` (capped by the server's
 # workfence.long_poll_max).
 AWAIT = """

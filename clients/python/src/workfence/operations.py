@@ -25,12 +25,14 @@ from .errors import InvalidArgument, translate
 
 __all__ = [
     "Enqueued",
+    "EnqueueItem",
     "ItemInfo",
     "OnConflict",
     "OnParentFailure",
     "Outcome",
     "WorkflowItem",
     "enqueue",
+    "enqueue_many",
     "await_result",
     "retry",
     "reschedule",
@@ -88,6 +90,23 @@ class Enqueued:
     id: int
     key: str
     inserted: bool
+
+
+@dataclass(frozen=True)
+class EnqueueItem:
+    """One item of `enqueue_many` (from 0.12.0): what differs from item to item of one call.
+
+    `payload` any JSON-serialisable value (None: `{}`, as `enqueue`'s); `key` unique in the
+    queue (None: a generated UUIDv7; an existing key, or one an earlier item of the same call
+    has: that item is returned, `inserted` false, as `on_conflict` says); `run_at` an aware
+    datetime before which it is not claimed (None: now, server time); `group_key` its serial
+    group (None: none; non-empty, at most 128 bytes, no control characters). The options shared
+    by every item of a call (`priority`, `max_attempts`, `on_conflict`) are `enqueue_many`'s."""
+
+    payload: Any = None
+    key: str | None = None
+    run_at: datetime | None = None
+    group_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -286,6 +305,43 @@ def parent_ids(after: Iterable[int] | None) -> list[int | None]:
     return ids
 
 
+def enqueue_many_call(
+    queue: str,
+    items: Iterable[EnqueueItem],
+    priority: int,
+    max_attempts: int,
+    on_conflict: str | None,
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement and parameters of `enqueue_many` (shared with `workfence.sync`). Internal.
+
+    One array per column of the items, one element per item in their order (so the arrays are
+    always as long as each other); `keys`, `run_at` and `group_keys` are sent as NULL when no
+    item sets one, and `on_conflict` by name only when it is set (None: the server's `keep`).
+    Raises `InvalidArgument` (22023) for `items` that is a str, bytes or a mapping, or holds
+    anything but `EnqueueItem`s, before anything is sent."""
+    if isinstance(items, str | bytes | dict):
+        raise InvalidArgument(f"items must be a list of EnqueueItem, not {items!r}")
+    listed = list(items)
+    for each in listed:
+        if not isinstance(each, EnqueueItem):
+            raise InvalidArgument(f"items must hold EnqueueItem values, not {each!r}")
+    keys = [each.key for each in listed]
+    run_at = [each.run_at for each in listed]
+    group_keys = [each.group_key for each in listed]
+    params: tuple[Any, ...] = (
+        queue,
+        [Jsonb({} if each.payload is None else each.payload) for each in listed],
+        keys if any(k is not None for k in keys) else None,
+        run_at if any(r is not None for r in run_at) else None,
+        priority,
+        max_attempts,
+        group_keys if any(g is not None for g in group_keys) else None,
+    )
+    if on_conflict is None:
+        return _sql.ENQUEUE_MANY, params
+    return _sql.ENQUEUE_MANY_ON_CONFLICT, (*params, on_conflict)
+
+
 #: Whether the database of a connection takes `trace` in `work_enqueue`
 #: (`_sql.ENQUEUE_TAKES_TRACE`), by connection, asked at its first enqueue inside a span and
 #: forgotten with the connection: (answer, `monotonic()` when asked). A "no" is asked again
@@ -391,6 +447,18 @@ async def _one(conn: psycopg.AsyncConnection[Any], query: str, params: tuple[Any
         raise  # unreachable: _raise always raises
 
 
+async def _all(
+    conn: psycopg.AsyncConnection[Any], query: str, params: tuple[Any, ...]
+) -> list[Any]:
+    """Every row of `query`, errors translated."""
+    try:
+        cur = await conn.execute(query, params)
+        return await cur.fetchall()
+    except psycopg.Error as error:
+        _raise(error)
+        raise  # unreachable: _raise always raises
+
+
 async def enqueue(
     conn: psycopg.AsyncConnection[Any],
     queue: str,
@@ -459,6 +527,46 @@ async def enqueue(
     )
     row = await _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])
+
+
+async def enqueue_many(
+    conn: psycopg.AsyncConnection[Any],
+    queue: str,
+    items: Iterable[EnqueueItem],
+    *,
+    priority: int = 0,
+    max_attempts: int = 25,
+    on_conflict: OnConflict | None = None,
+) -> list[Enqueued]:
+    """Add many items to `queue` in one statement with `workfence.work_enqueue_many` (from
+    0.12.0), in the caller's transaction: they commit (or roll back) together.
+
+    Arguments: `items` a list (any iterable) of `EnqueueItem(payload, key=, run_at=,
+    group_key=)`; `priority` (lower first), `max_attempts` (1..1000) and `on_conflict`
+    (`OnConflict`; None: the server's `"keep"`) apply to every item. Each item is judged as
+    `enqueue(conn, queue, item.payload, key=item.key, run_at=item.run_at, priority=...,
+    max_attempts=..., group_key=item.group_key, on_conflict=...)` would judge it, one after the
+    other: an existing key, or a key an earlier item of the same call has, returns that item with
+    `inserted` false (unchanged under `"keep"`, changed as `on_conflict` says). At most 10000
+    items per call: enqueue more in several calls (in one transaction if they must commit
+    together). No `max_run`, `after` or `trace` here (`work_enqueue_many` has none): the items
+    carry no trace context; enqueue those one by one with `enqueue`. An empty list enqueues
+    nothing and returns `[]`.
+
+    Result: a list of `Enqueued(id, key, inserted)`, one per item, in the items' order (`key`
+    the generated one for an item without a key). Errors: `InvalidArgument` (22023: over 10000
+    items, a bad queue, key, run_at or group_key, `max_attempts` out of 1..1000, an
+    `on_conflict` the server does not know; also, raised before anything is sent, `items` that
+    is not a list of `EnqueueItem`), `NullArgument` (22004: a None queue, priority or
+    max_attempts), `NotPermitted` (42501: no `enqueue` grant covering the queue, or, for an
+    `on_conflict` that runs a cancelled item again, no `operate` grant), `SerializationFailure`
+    (40001: a purge raced the call three times; retry), `WorkfenceError` 25000 (an
+    `on_conflict` changing a pending item of a group under REPEATABLE READ or SERIALIZABLE) and
+    42883 from a server older than 0.12.0.
+    """
+    query, params = enqueue_many_call(queue, items, priority, max_attempts, on_conflict)
+    rows = await _all(conn, query, params)
+    return [Enqueued(id=row[0], key=row[1], inserted=row[2]) for row in rows]
 
 
 async def retry(

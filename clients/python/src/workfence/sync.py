@@ -18,6 +18,7 @@ from .operations import (
     known_takes_trace,
     CatchUp,
     Enqueued,
+    EnqueueItem,
     ItemInfo,
     OnConflict,
     OnParentFailure,
@@ -27,6 +28,7 @@ from .operations import (
     await_call_wait,
     await_wait,
     enqueue_call,
+    enqueue_many_call,
     item_info,
     item_query,
     limit_call,
@@ -35,6 +37,7 @@ from .operations import (
 
 __all__ = [
     "enqueue",
+    "enqueue_many",
     "await_result",
     "retry",
     "reschedule",
@@ -101,6 +104,28 @@ def enqueue(
     )
     row = _one(conn, query, params)
     return Enqueued(id=row[0], key=row[1], inserted=row[2])
+
+
+def enqueue_many(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    items: Iterable[EnqueueItem],
+    *,
+    priority: int = 0,
+    max_attempts: int = 25,
+    on_conflict: OnConflict | None = None,
+) -> list[Enqueued]:
+    """`workfence.operations.enqueue_many` on a synchronous connection (see there): one
+    `work_enqueue_many` statement, a list of `Enqueued` in the items' order."""
+    query, params = enqueue_many_call(queue, items, priority, max_attempts, on_conflict)
+    try:
+        rows = conn.execute(query, params).fetchall()
+    except psycopg.Error as error:
+        translated = translate(error)
+        if translated is error:
+            raise
+        raise translated from error
+    return [Enqueued(id=row[0], key=row[1], inserted=row[2]) for row in rows]
 
 
 def _current_trace(conn: psycopg.Connection[Any]) -> str | None:
