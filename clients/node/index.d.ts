@@ -160,6 +160,46 @@ export function enqueue(
   client: Queryable, queue: string, payload?: unknown, options?: EnqueueOptions,
 ): Promise<{ id: string; key: string; inserted: boolean }>;
 
+/** One item of {@link enqueueMany} (from 0.12.0): what differs from item to item of one call. */
+export interface EnqueueManyItem {
+  /** Any JSON value; default `{}`. */
+  payload?: unknown;
+  /**
+   * Unique within the queue (at most 512 bytes); default a generated UUIDv7. A key the queue
+   * has, or one an earlier item of the same call has, returns that item (`inserted: false`).
+   */
+  key?: string | null;
+  /** Not claimable before this time; default now (server clock). */
+  runAt?: Date | string | null;
+  /** The item's serial group (non-empty, at most 128 bytes, no control characters); default none. */
+  groupKey?: string | null;
+}
+
+/** The options every item of one {@link enqueueMany} call shares (left out: the server's default). */
+export interface EnqueueManyOptions {
+  /** Lower is claimed first; default 0. */
+  priority?: number;
+  /** 1..1000; default 25. */
+  maxAttempts?: number;
+  /** What an existing item of a key becomes, as `EnqueueOptions.onConflict`; default 'keep'. */
+  onConflict?: OnConflict;
+}
+
+/**
+ * `workfence.work_enqueue_many` (from 0.12.0): many items of one queue in one statement, which
+ * commits (or rolls back) with the caller's transaction. One result per item, in the items'
+ * order, each item judged as `enqueue` would judge it, one after the other (an existing or
+ * repeated key: `inserted: false`). At most 10000 items per call. No maxRun, after or trace:
+ * the items carry no trace context.
+ * @throws InvalidArgument (22023: over 10000 items, a bad queue, key, runAt or groupKey,
+ *   maxAttempts out of range, an unknown onConflict; `items` not an array of objects, before
+ *   anything is sent), NullArgument (22004), NotPermitted (42501), SerializationFailure (40001:
+ *   retry)
+ */
+export function enqueueMany(
+  client: Queryable, queue: string, items: ReadonlyArray<EnqueueManyItem>, options?: EnqueueManyOptions,
+): Promise<Array<{ id: string; key: string; inserted: boolean }>>;
+
 /** `workfence.work_retry`: a failed or cancelled item pending again; true if it changed. */
 export function retry(client: Queryable, queue: string, key: string, runAt?: Date | string | null): Promise<boolean>;
 /** `workfence.work_reschedule`: a pending item's new `run_at`; true if it changed. */

@@ -9,8 +9,8 @@ export {
 export { connectionConfig } from './lib/dsn.js';
 export { leaseLostToken } from './lib/notify.js';
 export {
-  enqueue, retry, reschedule, cancel, pause, resume, limit, item, workflow, awaitResult, schedule,
-  unschedule, pauseSchedule, resumeSchedule, fireSchedules, schedules,
+  enqueue, enqueueMany, retry, reschedule, cancel, pause, resume, limit, item, workflow,
+  awaitResult, schedule, unschedule, pauseSchedule, resumeSchedule, fireSchedules, schedules,
 } from './lib/operations.js';
 export { Worker, Job, defaultOwner } from './lib/worker.js';
 export {

@@ -142,6 +142,86 @@ export async function enqueue(client, queue, payload = {}, options = {}) {
 }
 
 /**
+ * Adds many items to `queue` in one statement with `workfence.work_enqueue_many` (from 0.12.0,
+ * docs/contract.md): one row per item, in the items' order. Each item is judged as
+ * `enqueue(client, queue, item.payload, { key, runAt, groupKey, ...options })` would judge it,
+ * one after the other: an existing key, or one an earlier item of the same call has, returns
+ * that item with `inserted: false` (unchanged under 'keep', changed as `onConflict` says). The
+ * items commit (or roll back) together, with the caller's transaction. At most 10000 items per
+ * call: enqueue more in several calls (in one transaction if they must commit together). There is
+ * no `maxRun`, `after` or `trace` here (`work_enqueue_many` has none): the items carry no trace
+ * context; enqueue those one by one with {@link enqueue}. An empty array enqueues nothing.
+ *
+ * @param {{query: Function}} client a `pg.Client`, `pg.Pool` or pool client
+ * @param {string} queue the queue's name (at most 128 bytes)
+ * @param {Array<{payload?: unknown, key?: string|null, runAt?: Date|string|null,
+ *   groupKey?: string|null}>} items what differs from item to item: `payload` any JSON value
+ *   (default `{}`), `key` unique within the queue (default: a generated UUIDv7), `runAt` not
+ *   claimable before this time (default: now, server clock), `groupKey` the item's serial group
+ *   (default none)
+ * @param {object} [options] what every item of the call shares
+ * @param {number} [options.priority] lower is claimed first (default 0)
+ * @param {number} [options.maxAttempts] 1..1000 (default 25)
+ * @param {'keep'|'replace'|'preserve_run_at'} [options.onConflict] what an existing item of a
+ *   key becomes, as `enqueue`'s (default 'keep'). An option left out (or null) is not sent: the
+ *   server's default applies
+ * @returns {Promise<Array<{id: string, key: string, inserted: boolean}>>} one per item, in the
+ *   items' order: `id` the bigint as a decimal string, `key` the given or generated key,
+ *   `inserted` true only when this call made the item
+ * @throws {InvalidArgument} 22023 (over 10000 items, a bad queue, key, runAt or groupKey,
+ *   maxAttempts out of 1..1000, an unknown onConflict; raised before anything is sent: `items`
+ *   not an array, or an item that is not an object), {@link NullArgument} 22004 (a null queue),
+ *   {@link NotPermitted} 42501 (no `enqueue` grant covering the queue, or for an onConflict
+ *   running a cancelled item again no `operate` grant), {@link SerializationFailure} 40001
+ *   (raced a purge: retry); 25000 (an onConflict changing a pending item of a group under
+ *   REPEATABLE READ or SERIALIZABLE) and 42883 (a server before 0.12.0) as {@link WorkfenceError}
+ *   or the driver's error
+ */
+export async function enqueueMany(client, queue, items, options = {}) {
+  if (!Array.isArray(items)) {
+    throw new InvalidArgument(`items must be an array of items, got ${String(items)}`,
+      { code: '22023' });
+  }
+  for (const each of items) {
+    if (each === null || typeof each !== 'object' || Array.isArray(each)) {
+      throw new InvalidArgument(
+        `items must hold objects ({ payload, key, runAt, groupKey }), got ${String(each)}`,
+        { code: '22023' });
+    }
+  }
+  // One array per column, one element per item, so that the arrays are always as long as each
+  // other. Payloads go as JSON text, each one element of the jsonb[]. A column no item sets, and
+  // an option left out, is not sent: the server's default applies (as in `enqueue`).
+  const args = ['queue => $1::text', 'payloads => $2::jsonb[]'];
+  const values = [
+    queue, items.map((each) => JSON.stringify(each.payload === undefined ? {} : each.payload)),
+  ];
+  const add = (name, value, cast) => {
+    if (value === undefined || value === null) return;
+    values.push(value);
+    args.push(`${name} => $${values.length}::${cast}`);
+  };
+  const column = (pick) => {
+    const picked = items.map((each) => {
+      const value = pick(each);
+      if (value === undefined || value === null) return null;
+      return value instanceof Date ? value.toISOString() : value;
+    });
+    return picked.some((v) => v !== null) ? picked : null;
+  };
+  add('keys', column((each) => each.key), 'text[]');
+  add('run_at', column((each) => each.runAt), 'timestamptz[]');
+  add('priority', options.priority, 'integer');
+  add('max_attempts', options.maxAttempts, 'integer');
+  add('group_keys', column((each) => each.groupKey), 'text[]');
+  add('on_conflict', options.onConflict, 'text');
+  const { rows } = await query(client,
+    `SELECT id::text AS id, key, inserted FROM workfence.work_enqueue_many(${args.join(', ')})`,
+    values);
+  return rows;
+}
+
+/**
  * `after` as the array sent for `work_enqueue`'s `bigint[]`: each id as its decimal string (a
  * bigint or a number as well as the string `enqueue` returns), null kept for the server's 22004.
  * @param {unknown} after

@@ -10,7 +10,8 @@ import {
   Cancelled, ERRORS_BY_SQLSTATE, InvalidArgument, LeaseLost, NoTransaction, NotPermitted,
   NullArgument, ReadOnly, SerializationFailure, UndefinedObject, UnknownParent, Worker,
   WorkfenceError,
-  awaitResult, connectionConfig, defaultOwner, enqueue, fromPgError, leaseLostToken, limit,
+  awaitResult, connectionConfig, defaultOwner, enqueue, enqueueMany, fromPgError, leaseLostToken,
+  limit,
 } from '../index.js';
 import { ERROR_HEAD_MAX_BYTES, ERROR_TEXT_MAX_BYTES, failureText, heals } from '../lib/worker.js';
 
@@ -257,6 +258,28 @@ test('enqueue sends after and on_parent_failure (by name) only when set, so olde
   assert.deepEqual(client.calls[4].values, ['q', '{}', 'g', 'keep', ['1', null], 'run']);
   await assert.rejects(enqueue(client, 'q', {}, { after: '1' }), InvalidArgument);
   assert.equal(client.calls.length, 5, 'nothing sent for an after that is not an array');
+});
+
+test('enqueueMany sends one element per item, and a column or option only when set', async () => {
+  const client = recordingClient({ id: '1', key: 'k', inserted: true });
+  await enqueueMany(client, 'q', [{ payload: { n: 1 } }, {}, { payload: [1, 2] }, { payload: null }]);
+  assert.match(client.calls[0].text,
+    /work_enqueue_many\(queue => \$1::text, payloads => \$2::jsonb\[\]\)/);
+  // undefined: {} as in enqueue; null: the JSON null; an array stays one JSON value.
+  assert.deepEqual(client.calls[0].values, ['q', ['{"n":1}', '{}', '[1,2]', 'null']]);
+  const at = new Date('2026-12-07T10:00:00Z');
+  await enqueueMany(client, 'q', [{ key: 'a', groupKey: 'g' }, { runAt: at }, {}],
+    { priority: 1, maxAttempts: 3, onConflict: 'replace' });
+  assert.match(client.calls[1].text, new RegExp(['keys => \\$3::text\\[\\]',
+    'run_at => \\$4::timestamptz\\[\\]', 'priority => \\$5::integer',
+    'max_attempts => \\$6::integer', 'group_keys => \\$7::text\\[\\]',
+    'on_conflict => \\$8::text\\)'].join(', ')));
+  assert.deepEqual(client.calls[1].values, ['q', ['{}', '{}', '{}'], ['a', null, null],
+    [null, '2026-12-07T10:00:00.000Z', null], 1, 3, ['g', null, null], 'replace']);
+  for (const bad of [undefined, 'ab', { payload: 1 }, [null], ['x']]) {
+    await assert.rejects(enqueueMany(client, 'q', bad), InvalidArgument);
+  }
+  assert.equal(client.calls.length, 2, 'nothing sent for items that are not an array of objects');
 });
 
 /** A client answering each statement with the next of `answers` (rows), recording the calls. */

@@ -7,6 +7,7 @@ import {
   type Logger, type Schedule, awaitResult, type AwaitedResult, type Json, formatTraceparent,
   parseTraceparent, currentTraceparent, tracingAvailable, type TraceSpanContext,
   type TracerProviderLike, workflow, type WorkflowItem, type OnParentFailure, UnknownParent,
+  enqueueMany, type EnqueueManyItem, type EnqueueManyOptions,
 } from 'workfence';
 
 declare const client: Queryable;
@@ -94,6 +95,21 @@ async function usage(): Promise<void> {
     const waiting: boolean = step.state === 'waiting';
     void depth; void parents; void waiting;
   }
+  const many: Array<{ id: string; key: string; inserted: boolean }> = await enqueueMany(client, 'q', [
+    { payload: { n: 1 }, key: 'a', runAt: new Date(), groupKey: 'g' }, { payload: [1, 2] }, {},
+  ], { priority: 1, maxAttempts: 3, onConflict: 'replace' });
+  const items: EnqueueManyItem[] = [{ key: null, runAt: '2026-12-07T10:00:00Z' }];
+  const shared: EnqueueManyOptions = {};
+  await enqueueMany(client, 'q', items, shared);
+  void many;
+  // @ts-expect-error items is an array of items
+  await enqueueMany(client, 'q', { payload: 1 });
+  // @ts-expect-error maxRun is not an option of enqueueMany
+  await enqueueMany(client, 'q', [], { maxRun: 60 });
+  // @ts-expect-error a key is text
+  await enqueueMany(client, 'q', [{ key: 42 }]);
+  // @ts-expect-error onConflict is 'keep', 'replace' or 'preserve_run_at'
+  await enqueueMany(client, 'q', [], { onConflict: 'update' });
   const refused = fromPgError(new Error('x'));
   if (refused instanceof UnknownParent) { void refused.code; }
 
