@@ -6,10 +6,11 @@
 //! finish, release, fail or assert it.
 //!
 //! - [`enqueue`] (with [`EnqueueOptions::group_key`] for serial groups and, from 0.12.0,
-//!   [`EnqueueOptions::on_conflict`] for debounce and throttle: [`OnConflict`]), [`await_result`]
-//!   (from 0.12.0: wait for an item's [`Outcome`]) and the operator's calls ([`retry`],
-//!   [`reschedule`], [`reschedule_in`], [`cancel`], [`pause`], [`resume`], [`limit`], [`item`],
-//!   [`item_by_id`]) on a connection you pass;
+//!   [`EnqueueOptions::on_conflict`] for debounce and throttle: [`OnConflict`]), from 0.12.0
+//!   [`enqueue_many`] (many [`EnqueueItem`]s in one statement, with [`EnqueueManyOptions`]),
+//!   [`await_result`] (from 0.12.0: wait for an item's [`Outcome`]) and the operator's calls
+//!   ([`retry`], [`reschedule`], [`reschedule_in`], [`cancel`], [`pause`], [`resume`],
+//!   [`limit`], [`item`], [`item_by_id`]) on a connection you pass;
 //! - the schedules (from 0.12.0; cron in the server, one item per slot): [`schedule`] with
 //!   [`ScheduleOptions`], [`unschedule`], [`pause_schedule`], [`resume_schedule`],
 //!   [`fire_schedules`] and [`schedules`] (each a [`Schedule`]), on a connection you pass;
@@ -70,9 +71,9 @@ mod worker;
 pub use error::{Error, Result, ServerError};
 pub use job::{FencedTransaction, Job};
 pub use ops::{
-    await_result, cancel, enqueue, item, item_by_id, limit, pause, reschedule, reschedule_in,
-    resume, retry, workflow, EnqueueOptions, Enqueued, Item, Limits, OnConflict, OnParentFailure,
-    Outcome, WorkflowItem,
+    await_result, cancel, enqueue, enqueue_many, item, item_by_id, limit, pause, reschedule,
+    reschedule_in, resume, retry, workflow, EnqueueItem, EnqueueManyOptions, EnqueueOptions,
+    Enqueued, Item, Limits, OnConflict, OnParentFailure, Outcome, WorkflowItem,
 };
 pub use schedules::{
     fire_schedules, pause_schedule, resume_schedule, schedule, schedules, unschedule, CatchUp,

@@ -71,6 +71,22 @@ const LIMIT_SQL: &str = "SELECT workfence.work_limit($1, concurrency => $2, rate
 const LIMIT_PER_GROUP_SQL: &str = "SELECT workfence.work_limit($1, concurrency => $2, \
      rate => $3, per => make_interval(secs => $4), per_group => $5)";
 
+/// `work_enqueue_many` (from 0.12.0): one array per column of the items, one element per item;
+/// `keys`, `run_at` and `group_keys` NULL when no item sets one (the server's defaults).
+/// [`ENQUEUE_MANY_ON_CONFLICT_SQL`] adds `on_conflict`, sent only when set (as [`enqueue`]
+/// does).
+const ENQUEUE_MANY_SQL: &str = "SELECT id, key, inserted
+  FROM workfence.work_enqueue_many($1::text, $2::jsonb[], keys => $3::text[],
+                                   run_at => $4::timestamptz[], priority => $5::integer,
+                                   max_attempts => $6::integer, group_keys => $7::text[])";
+
+/// [`ENQUEUE_MANY_SQL`] with `on_conflict => $8`.
+const ENQUEUE_MANY_ON_CONFLICT_SQL: &str = "SELECT id, key, inserted
+  FROM workfence.work_enqueue_many($1::text, $2::jsonb[], keys => $3::text[],
+                                   run_at => $4::timestamptz[], priority => $5::integer,
+                                   max_attempts => $6::integer, group_keys => $7::text[],
+                                   on_conflict => $8::text)";
+
 /// The columns of `work_item`'s row `i`: all of them (read by name, so that a column a
 /// version added, such as 0.12.0's `progress`, is read where there is one), and `max_run` as
 /// seconds (tokio-postgres has no interval type).
@@ -344,6 +360,170 @@ pub async fn enqueue(
         key: row.try_get("key")?,
         inserted: row.try_get("inserted")?,
     })
+}
+
+/// One item of [`enqueue_many`] (from 0.12.0): what differs from item to item of one call.
+/// `EnqueueItem::new(payload)` gives the server's defaults for the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnqueueItem {
+    /// The item's payload, any JSON value.
+    pub payload: Value,
+    /// The item's key, unique within its queue (at most 512 bytes). `None`: the server generates
+    /// a UUIDv7. A key the queue already has, or one an earlier item of the same call has,
+    /// returns that item (`inserted = false`), kept or changed as
+    /// [`EnqueueManyOptions::on_conflict`] says.
+    pub key: Option<String>,
+    /// Not claimable before this time. `None`: now, by the server's clock.
+    pub run_at: Option<SystemTime>,
+    /// The item's serial group, as [`EnqueueOptions::group_key`] (non-empty, at most 128 bytes,
+    /// no control characters). `None`: no group.
+    pub group_key: Option<String>,
+}
+
+impl EnqueueItem {
+    /// An item with `payload`, no key (a generated UUIDv7), due now, in no group.
+    pub fn new(payload: Value) -> Self {
+        EnqueueItem {
+            payload,
+            key: None,
+            run_at: None,
+            group_key: None,
+        }
+    }
+
+    /// The item with `key` set.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// The item with `run_at` set.
+    pub fn run_at(mut self, run_at: SystemTime) -> Self {
+        self.run_at = Some(run_at);
+        self
+    }
+
+    /// The item with `group_key` set.
+    pub fn group_key(mut self, group_key: impl Into<String>) -> Self {
+        self.group_key = Some(group_key.into());
+        self
+    }
+}
+
+/// The options every item of one [`enqueue_many`] call shares;
+/// `EnqueueManyOptions::default()` gives the server's defaults (docs/contract.md,
+/// `work_enqueue_many`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnqueueManyOptions {
+    /// Lower is claimed first (default 0).
+    pub priority: i32,
+    /// How many claims each item may have, 1..1000 (default 25, the server's default).
+    pub max_attempts: i32,
+    /// What an item whose key the queue already has (or an earlier item of the call has) does,
+    /// as [`EnqueueOptions::on_conflict`]. `None`: the server's default, [`OnConflict::Keep`]
+    /// (and the argument is not sent).
+    pub on_conflict: Option<OnConflict>,
+}
+
+impl Default for EnqueueManyOptions {
+    fn default() -> Self {
+        EnqueueManyOptions {
+            priority: 0,
+            max_attempts: 25,
+            on_conflict: None,
+        }
+    }
+}
+
+impl EnqueueManyOptions {
+    /// The options with `priority` set.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The options with `max_attempts` set.
+    pub fn max_attempts(mut self, max_attempts: i32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// The options with `on_conflict` set (sent only when set).
+    pub fn on_conflict(mut self, on_conflict: OnConflict) -> Self {
+        self.on_conflict = Some(on_conflict);
+        self
+    }
+}
+
+/// Adds many `pending` items to `queue` in one statement (`work_enqueue_many`, from 0.12.0) and
+/// returns one [`Enqueued`] per item, **in the items' order** (`key` the generated one for an
+/// item without a key).
+///
+/// Each item is judged as [`enqueue`] with its `payload`, `key`, `run_at` and `group_key` and
+/// the shared `options` would judge it, one after the other: a key the queue already has, or one
+/// an earlier item of the same call has, returns that item with `inserted = false` (unchanged
+/// under [`OnConflict::Keep`], the default, or changed as [`EnqueueManyOptions::on_conflict`]
+/// says). `client` is any tokio-postgres client or transaction: the items commit (or roll back)
+/// together, with the caller's transaction. At most 10,000 items per call: enqueue more in
+/// several calls (in one transaction if they must commit together). No `max_run`, `after` or
+/// `trace` (`work_enqueue_many` has none): the items carry no trace context, even with the
+/// `otel` feature; enqueue those with [`enqueue`]. No items: nothing enqueued, an empty `Vec`.
+///
+/// Errors: [`crate::Error::InvalidArgument`] (22023: over 10,000 items, a bad queue, key,
+/// run_at or group_key, `max_attempts` out of 1..1000), [`crate::Error::NullArgument`] (22004),
+/// [`crate::Error::NotPermitted`] (42501: no `enqueue` grant covering the queue, or, for an
+/// `on_conflict` running a cancelled item again, no `operate` grant),
+/// [`crate::Error::SerializationFailure`] (40001: raced a purge three times; retry);
+/// [`crate::Error::Database`] 25000 (an `on_conflict` changing a pending item of a group under
+/// REPEATABLE READ or SERIALIZABLE) and 42883 (a database older than 0.12.0).
+pub async fn enqueue_many(
+    client: &impl GenericClient,
+    queue: &str,
+    items: &[EnqueueItem],
+    options: &EnqueueManyOptions,
+) -> Result<Vec<Enqueued>> {
+    // One element per item in every array, so that they are always as long as each other; a
+    // column no item sets is NULL (the server's default for every item).
+    fn column<'a, T>(
+        items: &'a [EnqueueItem],
+        pick: impl Fn(&'a EnqueueItem) -> Option<T>,
+    ) -> Option<Vec<Option<T>>> {
+        let values: Vec<Option<T>> = items.iter().map(pick).collect();
+        values.iter().any(Option::is_some).then_some(values)
+    }
+    let payloads: Vec<Json<&Value>> = items.iter().map(|i| Json(&i.payload)).collect();
+    let keys = column(items, |i| i.key.as_deref());
+    let run_at = column(items, |i| i.run_at);
+    let group_keys = column(items, |i| i.group_key.as_deref());
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+        &queue,
+        &payloads,
+        &keys,
+        &run_at,
+        &options.priority,
+        &options.max_attempts,
+        &group_keys,
+    ];
+    let on_conflict = options.on_conflict.map(OnConflict::as_str);
+    let sql = match &on_conflict {
+        Some(on_conflict) => {
+            params.push(on_conflict);
+            ENQUEUE_MANY_ON_CONFLICT_SQL
+        }
+        None => ENQUEUE_MANY_SQL,
+    };
+    client
+        .query(sql, &params)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(Enqueued {
+                id: row.try_get("id")?,
+                key: row.try_get("key")?,
+                inserted: row.try_get("inserted")?,
+            })
+        })
+        .collect()
 }
 
 /// Without the `otel` feature an enqueue without a trace sends none.
@@ -893,6 +1073,32 @@ mod tests {
             [OnParentFailure::Cancel, OnParentFailure::Run].map(OnParentFailure::as_str),
             ["cancel", "run"]
         );
+    }
+
+    #[test]
+    fn enqueue_many_defaults_are_the_servers_and_on_conflict_is_sent_only_when_set() {
+        let o = EnqueueManyOptions::default();
+        assert_eq!((o.priority, o.max_attempts, o.on_conflict), (0, 25, None));
+        let o = o
+            .priority(-2)
+            .max_attempts(3)
+            .on_conflict(OnConflict::PreserveRunAt);
+        assert_eq!(
+            (o.priority, o.max_attempts, o.on_conflict),
+            (-2, 3, Some(OnConflict::PreserveRunAt))
+        );
+        let item = EnqueueItem::new(serde_json::json!({"n": 1}));
+        assert!(item.key.is_none() && item.run_at.is_none() && item.group_key.is_none());
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(60);
+        let item = item.key("k").run_at(at).group_key("g");
+        assert_eq!(item.key.as_deref(), Some("k"));
+        assert_eq!(
+            (item.run_at, item.group_key.as_deref()),
+            (Some(at), Some("g"))
+        );
+        assert!(!ENQUEUE_MANY_SQL.contains("on_conflict"));
+        assert!(ENQUEUE_MANY_ON_CONFLICT_SQL.ends_with("on_conflict => $8::text)"));
+        assert!(ENQUEUE_MANY_SQL.ends_with("group_keys => $7::text[])"));
     }
 
     #[test]
