@@ -288,7 +288,7 @@ bench_smoke() {
         fi
     done
     # Bulk and single-row enqueue: rows/s and the ratio to a plain INSERT.
-    for contender in "plain INSERT ... SELECT" "work_enqueue_many" "work_enqueue per row" \
+    for contender in "plain INSERT ... SELECT" "work_enqueue_many" "work_enqueue per row" "work_enqueue_many, keys generated" \
         "plain INSERT" "work_enqueue, default settings" "work_enqueue, notify_enqueued on"; do
         if ! grep -qE "^\| $contender \| [0-9]+ \| [0-9]+\.[0-9]{2} \|" target/bench-quick/enqueue.md; then
             echo "the enqueue smoke run wrote no figures for $contender" >&2

@@ -8,7 +8,9 @@
 //!    autocommitted, keys and payloads sent as arrays: a plain `INSERT ... SELECT FROM unnest`
 //!    into a copy of `workfence.items` (`CREATE TABLE ... (LIKE workfence.items INCLUDING ALL)`:
 //!    the same columns, defaults, constraints and indexes, no trigger), `work_enqueue_many`, and
-//!    `work_enqueue` once per row of the same arrays (`LATERAL`, the only way before 0.12.0).
+//!    `work_enqueue` once per row of the same arrays (`LATERAL`, the only way before 0.12.0);
+//!    then the same without keys: the plain insert generating `gen_random_uuid()` keys, and
+//!    `work_enqueue_many` with `keys` NULL (UUIDv7s generated, no `ON CONFLICT`).
 //! 2. **Single rows.** 8 connections (`--connections`) each insert one row per autocommitted
 //!    statement for `--seconds`: a plain `INSERT` into the copy, `work_enqueue` with the
 //!    server's defaults, and `work_enqueue` with `workfence.notify_enqueued` on and off (set in
@@ -156,26 +158,44 @@ fn run() -> Result<()> {
          insert's round beside it (median, min-max). `workfence.notify_enqueued` defaults to \
          `{default_notify}`.\n\n\
          ## Bulk: {} rows per round, {} per statement\n\n\
-         | contender | rows/s | ratio to plain INSERT ... SELECT | min-max |\n|---|---:|---:|---|\n",
+         | contender | rows/s | ratio to plain INSERT ... SELECT (keys given, or generated) | min-max |\n|---|---:|---:|---|\n",
         args.rounds, args.rows, args.batch
     );
 
     // 1. Bulk.
-    let bulk: [(&str, &str); 3] = [
+    // (name, statement, the contender its ratio is taken against)
+    let bulk: [(&str, &str, usize); 5] = [
         (
             "plain INSERT ... SELECT",
             "INSERT INTO plain.items (queue, key, payload, priority, run_at, max_attempts) \
              SELECT 'bulk', u.k, u.p, 0, pg_catalog.clock_timestamp(), 25 \
                FROM unnest($1::text[], $2::jsonb[]) AS u(k, p)",
+            0,
         ),
         (
             "work_enqueue_many",
             "SELECT count(*) FROM workfence.work_enqueue_many('bulk', $2::jsonb[], $1::text[])",
+            0,
         ),
         (
             "work_enqueue per row",
             "SELECT count(e.id) FROM unnest($1::text[], $2::jsonb[]) AS u(k, p), \
                     LATERAL workfence.work_enqueue('bulk', u.p, u.k) AS e",
+            0,
+        ),
+        (
+            "plain INSERT ... SELECT, keys generated",
+            "INSERT INTO plain.items (queue, key, payload, priority, run_at, max_attempts) \
+             SELECT 'bulk', pg_catalog.gen_random_uuid()::text, u.p, 0, \
+                    pg_catalog.clock_timestamp(), 25 \
+               FROM unnest($1::text[], $2::jsonb[]) AS u(k, p)",
+            3,
+        ),
+        (
+            "work_enqueue_many, keys generated",
+            "SELECT count(*) FROM workfence.work_enqueue_many('bulk', $2::jsonb[]) \
+              WHERE pg_catalog.cardinality($1::text[]) >= 0",
+            3,
         ),
     ];
     let mut figures: Vec<Figures> = bulk.iter().map(|_| Figures::default()).collect();
@@ -202,19 +222,19 @@ fn run() -> Result<()> {
         }
         for (i, rate) in rates.iter().enumerate() {
             figures[i].rates.push(*rate);
-            figures[i].ratios.push(rate / rates[0]);
+            figures[i].ratios.push(rate / rates[bulk[i].2]);
         }
         println!(
             "enqueue bulk round {}: {}",
             round + 1,
             bulk.iter()
                 .zip(&rates)
-                .map(|((name, _), r)| format!("{name} {r:.0}/s"))
+                .map(|((name, _, _), r)| format!("{name} {r:.0}/s"))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
     }
-    for ((name, _), f) in bulk.iter().zip(&figures) {
+    for ((name, _, _), f) in bulk.iter().zip(&figures) {
         report.push_str(&row(name, f));
     }
 
