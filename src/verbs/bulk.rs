@@ -160,8 +160,9 @@ struct Items {
     queue: String,
     payloads: Vec<RawJsonb>,
     keys: Vec<String>,
-    /// Whether every key is one this call generated (none was given).
-    generated: bool,
+    /// Per element, whether its key is one this call generated (none was
+    /// given for it).
+    generated: Vec<bool>,
     /// `None`: every item due now.
     run_at: Option<Vec<Option<TimestampWithTimeZone>>>,
     group_keys: Vec<Option<String>>,
@@ -191,9 +192,10 @@ impl Items {
                 "Enqueue in several calls (in one transaction if they must commit together).",
             ));
         }
-        let generated = keys
-            .as_ref()
-            .is_none_or(|keys| keys.iter().all(Option::is_none));
+        let generated: Vec<bool> = match &keys {
+            None => vec![true; n],
+            Some(keys) => keys.iter().map(Option::is_none).collect(),
+        };
         let keys = match keys {
             None => (0..n).map(|_| uuid::Uuid::now_v7().to_string()).collect(),
             Some(keys) => same_length("keys", n, keys)?
@@ -259,6 +261,7 @@ fn one_by_one(
         keys,
         run_at,
         group_keys,
+        generated,
         ..
     } = items;
     let mut rows = Vec::with_capacity(payloads.len());
@@ -275,7 +278,11 @@ fn one_by_one(
             max_attempts,
             None,
             group_key.as_deref(),
-            (on_conflict, None),
+            crate::verbs::enqueue::How {
+                on_conflict,
+                trace: None,
+                generated_key: generated[i],
+            },
             None,
         )?;
         rows.push((id, key, inserted));
@@ -300,7 +307,7 @@ fn at_once(items: Items, priority: i32, max_attempts: i32) -> Result<Vec<(i64, S
         ..
     } = items;
     let n = keys.len();
-    let insert = if generated {
+    let insert = if generated.iter().all(|&g| g) {
         &INSERT_FRESH
     } else {
         &INSERT_MANY

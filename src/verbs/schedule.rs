@@ -700,7 +700,11 @@ fn fire_one(
             row.max_attempts,
             None,
             row.group_key.as_deref(),
-            (crate::verbs::life::OnConflict::Keep, None),
+            crate::verbs::enqueue::How {
+                on_conflict: crate::verbs::life::OnConflict::Keep,
+                trace: None,
+                generated_key: false,
+            },
             None,
         )?;
         enqueued += i64::from(inserted);
