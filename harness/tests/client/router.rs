@@ -1919,6 +1919,18 @@ fn long_poll_through_the_router_waits_on_the_shard_and_wakes_on_an_enqueue() {
 fn notifications_through_the_router_are_heard_on_the_shard_not_the_router() {
     let cluster = cluster();
     let router = common::router(&cluster, "router_notify");
+    // The shards send work_enqueued (off by default from 0.12.0), as an
+    // operator whose workers LISTEN turns it on; set before the router's
+    // session, whose shard connections start after it.
+    let mut admin = ok(cluster.connect(), "connecting as the superuser");
+    for shard in &router.shards {
+        ok(
+            admin.batch_execute(&format!(
+                "ALTER DATABASE {shard} SET workfence.notify_enqueued = on"
+            )),
+            "turning the notification on",
+        );
+    }
     let mut r = ok(
         cluster.connect_to(&router.database),
         "connecting to the router",
