@@ -1,5 +1,8 @@
 //! What the benchmark's binaries share (`workfence-bench`, `-flow`,
-//! `-router-bench`, `-ui-bench`, ...): the statistics their reports print.
+//! `-router-bench`, `-ui-bench`, ...): the statistics their reports print, and
+//! the paced load of `workfence-sustained` and `workfence-pressure` ([`load`]).
+
+pub mod load;
 
 /// The median of `v` (the mean of the two middle values for an even
 /// count); NaN for none. NaNs sort last (`f64::total_cmp`).

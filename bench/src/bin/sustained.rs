@@ -49,18 +49,15 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::sync::atomic::Ordering;
+use std::thread;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
-use postgres::{Client, Statement};
-use workfence_harness::calls::{self, prepared, Token};
+use workfence_bench::load::{
+    self, count, mb, opt, plural, ratio, ratio_text, server, spawn, Clock, Monitor, Producer,
+    Result, Server, Shared, Snapshot, Target, Worker, LEASE,
+};
 use workfence_harness::Cluster;
-
-/// Any failure of a run (sendable, as the threads return it).
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// What `workfence-sustained --help` prints.
 const USAGE: &str =
@@ -110,15 +107,8 @@ The point is stability over time, not the peak.";
 /// The queue every producer and worker uses.
 const QUEUE: &str = "sustained";
 
-/// The lease of every claim: far longer than any claim-to-finish, so no
-/// lease lapses and every finish must be current.
-const LEASE: &str = "5 minutes";
-
 /// The database the run creates (with the extension).
 const DB: &str = "sustained";
-
-/// How long the monitor sleeps at most between looks at the stop flag.
-const POLL: Duration = Duration::from_millis(100);
 
 /// The command line, as given.
 struct Args {
@@ -284,435 +274,6 @@ fn main() {
     }
 }
 
-/// The run's clock: when it starts, how long a reported minute is, when it
-/// ends.
-#[derive(Clone, Copy, Debug)]
-struct Clock {
-    /// The start: every thread begins its work at this instant.
-    t0: Instant,
-    /// One reported minute.
-    minute: Duration,
-    /// How many minutes.
-    minutes: usize,
-}
-
-impl Clock {
-    /// The end of the run.
-    fn end(&self) -> Instant {
-        self.t0 + self.minute * self.minutes as u32
-    }
-
-    /// The end of minute `m` (from 0).
-    fn minute_end(&self, m: usize) -> Instant {
-        self.t0 + self.minute * (m as u32 + 1)
-    }
-
-    /// The minute (from 0) instant `t` falls in; `None` after the end.
-    fn minute_of(&self, t: Instant) -> Option<usize> {
-        let since = t.saturating_duration_since(self.t0).as_nanos();
-        let m = (since / self.minute.as_nanos()) as usize;
-        (m < self.minutes).then_some(m)
-    }
-}
-
-/// Sleeps until `t` (at once if it has passed).
-fn sleep_until(t: Instant) {
-    let now = Instant::now();
-    if t > now {
-        thread::sleep(t - now);
-    }
-}
-
-/// A claim latency histogram: 1 µs to 10 minutes, 3 significant digits.
-fn new_histogram() -> Result<Histogram<u64>> {
-    Ok(Histogram::new_with_bounds(1, 600_000_000, 3)?)
-}
-
-/// What one thread counted, per minute of the run (index 0 is the first
-/// minute). Merged over the threads at the end.
-struct Tally {
-    /// Items enqueued.
-    enqueued: Vec<u64>,
-    /// The producers' largest lag behind their schedule, µs (the time from
-    /// an item's due instant to its enqueue's return).
-    lag_max_us: Vec<u64>,
-    /// Items finished (counted when `work_finish` returned).
-    finished: Vec<u64>,
-    /// Claims that returned no item.
-    empty: Vec<u64>,
-    /// Latency of the claims that returned an item, µs.
-    claim_us: Vec<Histogram<u64>>,
-    /// Items deleted by `work_purge`.
-    purged: Vec<i64>,
-}
-
-impl Tally {
-    /// All zero, for `minutes` minutes.
-    fn new(minutes: usize) -> Result<Tally> {
-        Ok(Tally {
-            enqueued: vec![0; minutes],
-            lag_max_us: vec![0; minutes],
-            finished: vec![0; minutes],
-            empty: vec![0; minutes],
-            claim_us: (0..minutes)
-                .map(|_| new_histogram())
-                .collect::<Result<_>>()?,
-            purged: vec![0; minutes],
-        })
-    }
-
-    /// Adds `other`'s counts to these.
-    fn merge(&mut self, other: Tally) -> Result<()> {
-        for m in 0..self.finished.len() {
-            self.enqueued[m] += other.enqueued[m];
-            self.lag_max_us[m] = self.lag_max_us[m].max(other.lag_max_us[m]);
-            self.finished[m] += other.finished[m];
-            self.empty[m] += other.empty[m];
-            self.claim_us[m].add(&other.claim_us[m])?;
-            self.purged[m] += other.purged[m];
-        }
-        Ok(())
-    }
-}
-
-/// Running totals, for the progress line printed at each minute's end.
-#[derive(Default)]
-struct Live {
-    /// Items enqueued so far.
-    enqueued: AtomicU64,
-    /// Items finished so far.
-    finished: AtomicU64,
-}
-
-/// What the threads share: the clock, the stop flag (set at the end, or by
-/// a thread that failed), the running totals.
-struct Shared {
-    /// The run's clock.
-    clock: Clock,
-    /// Set when the run ends or a thread fails: every thread stops.
-    stop: AtomicBool,
-    /// Running totals.
-    live: Live,
-}
-
-impl Shared {
-    /// True once the threads should stop.
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-}
-
-/// Runs `body` on a thread of its own; a failure sets the stop flag, so
-/// that the other threads and the monitor stop early.
-fn spawn(
-    shared: &Arc<Shared>,
-    body: impl FnOnce(&Shared) -> Result<Tally> + Send + 'static,
-) -> JoinHandle<Result<Tally>> {
-    let shared = shared.clone();
-    thread::spawn(move || {
-        let result = body(&shared);
-        if result.is_err() {
-            shared.stop.store(true, Ordering::Relaxed);
-        }
-        result
-    })
-}
-
-/// A producer's connection, its statement prepared.
-struct Producer {
-    /// The connection.
-    client: Client,
-    /// `work_enqueue(queue, payload)` → the id.
-    enqueue: Statement,
-}
-
-impl Producer {
-    /// Connects and prepares.
-    fn open(cluster: &Cluster) -> Result<Producer> {
-        let mut client = cluster.connect_to(DB)?;
-        let enqueue = client.prepare(
-            "SELECT e.id FROM workfence.work_enqueue($1::text, \
-             pg_catalog.jsonb_build_object('producer', $2::int4, 'n', $3::int8)) AS e",
-        )?;
-        Ok(Producer { client, enqueue })
-    }
-}
-
-/// A producer: enqueues one item every `producers / rate` seconds, its
-/// schedule offset by `p / rate` from the other producers', from the start
-/// to the end of the run.
-fn produce(mut c: Producer, p: usize, plan: &Plan, shared: &Shared) -> Result<Tally> {
-    let clock = shared.clock;
-    let mut tally = Tally::new(plan.total_minutes())?;
-    let every = plan.producers as f64 / plan.rate;
-    let offset = p as f64 / plan.rate;
-    let producer = i32::try_from(p)?;
-    let end = clock.end();
-    for n in 0i64.. {
-        let due = clock.t0 + Duration::from_secs_f64(offset + n as f64 * every);
-        if due >= end || shared.stopping() {
-            break;
-        }
-        sleep_until(due);
-        c.client.query_one(&c.enqueue, &[&QUEUE, &producer, &n])?;
-        let now = Instant::now();
-        shared.live.enqueued.fetch_add(1, Ordering::Relaxed);
-        if let Some(m) = clock.minute_of(now) {
-            tally.enqueued[m] += 1;
-            let lag = now.saturating_duration_since(due).as_micros() as u64;
-            tally.lag_max_us[m] = tally.lag_max_us[m].max(lag);
-        }
-    }
-    Ok(tally)
-}
-
-/// A worker's connection, its statements prepared.
-struct Worker {
-    /// The connection.
-    client: Client,
-    /// Its owner name.
-    owner: String,
-    /// `work_claim(queue, owner, lease, max_items)` → `(id, epoch)` rows.
-    claim: Statement,
-    /// `work_finish(id, owner, epoch)` → bool.
-    finish: Statement,
-}
-
-impl Worker {
-    /// Connects, prepares, and claims once from the queue, which must be
-    /// empty then (the first call of a connection plans, and is not
-    /// measured).
-    fn open(cluster: &Cluster, w: usize) -> Result<Worker> {
-        let mut client = cluster.connect_to(DB)?;
-        let claim = client.prepare(prepared::CLAIM_TOKENS)?;
-        let finish = client.prepare(prepared::FINISH)?;
-        let owner = format!("worker-{w}");
-        if !client
-            .query(&claim, &[&QUEUE, &owner, &LEASE, &1i32])?
-            .is_empty()
-        {
-            return Err("the queue was not empty before the start".into());
-        }
-        Ok(Worker {
-            client,
-            owner,
-            claim,
-            finish,
-        })
-    }
-}
-
-/// A worker: claims one item at a time and finishes it, until the end.
-fn work(mut wk: Worker, plan: &Plan, shared: &Shared) -> Result<Tally> {
-    let clock = shared.clock;
-    let mut tally = Tally::new(plan.total_minutes())?;
-    let (c, owner) = (&mut wk.client, wk.owner.as_str());
-    let (claim, finish) = (&wk.claim, &wk.finish);
-    sleep_until(clock.t0);
-    let end = clock.end();
-    while !shared.stopping() && Instant::now() < end {
-        let before = Instant::now();
-        let rows = c.query(claim, &[&QUEUE, &owner, &LEASE, &1i32])?;
-        let after = Instant::now();
-        let minute = clock.minute_of(after);
-        if rows.is_empty() {
-            if let Some(m) = minute {
-                tally.empty[m] += 1;
-            }
-            thread::sleep(plan.idle);
-            continue;
-        }
-        if let Some(m) = minute {
-            let us = after.duration_since(before).as_micros() as u64;
-            tally.claim_us[m].saturating_record(us.max(1));
-        }
-        for row in rows {
-            let (id, epoch): (i64, i64) = (row.get(0), row.get(1));
-            let finished: bool = c.query_one(finish, &[&id, &owner, &epoch])?.get(0);
-            if !finished {
-                let token = Token {
-                    id,
-                    owner: owner.to_string(),
-                    epoch,
-                };
-                let status = calls::lease_status(c, &token)?;
-                return Err(format!(
-                    "work_finish({id}, {owner}, {epoch}) was refused: the token is {status} \
-                     (no lease of {LEASE} should lapse in this run)"
-                )
-                .into());
-            }
-            shared.live.finished.fetch_add(1, Ordering::Relaxed);
-            if let Some(m) = clock.minute_of(Instant::now()) {
-                tally.finished[m] += 1;
-            }
-        }
-    }
-    Ok(tally)
-}
-
-/// The purger: `work_purge(retain)` every `purge_every`, the first half a
-/// period after the start (so that, with the default period of one minute,
-/// each minute has one purge in its middle, none on its edges), until the
-/// end.
-fn purge(mut c: Client, plan: &Plan, every: Duration, shared: &Shared) -> Result<Tally> {
-    let clock = shared.clock;
-    let mut tally = Tally::new(plan.total_minutes())?;
-    let older_than = format!("{} seconds", plan.retain);
-    let end = clock.end();
-    for k in 1u32.. {
-        let due = clock.t0 + every * k - every / 2;
-        // Wait for the next purge in short sleeps, so that a stop (a failed
-        // thread) is seen at once.
-        while Instant::now() < due.min(end) && !shared.stopping() {
-            thread::sleep(POLL.min(due.saturating_duration_since(Instant::now())));
-        }
-        if due >= end || shared.stopping() {
-            break;
-        }
-        let n = calls::purge(&mut c, Some(&older_than), Some(QUEUE))?;
-        if let Some(m) = clock.minute_of(Instant::now()) {
-            tally.purged[m] += n;
-        }
-    }
-    Ok(tally)
-}
-
-/// The table's state at a minute's end, read by the monitor's connection.
-#[derive(Clone, Debug)]
-struct Snapshot {
-    /// Pending items of the queue.
-    backlog: i64,
-    /// `pg_relation_size('workfence.items')`: the heap alone.
-    table_bytes: i64,
-    /// `pg_relation_size` of each index of `workfence.items`, by name.
-    index_bytes: Vec<(String, i64)>,
-    /// `pg_total_relation_size('workfence.items')`: heap, indexes, TOAST.
-    total_bytes: i64,
-    /// `pg_stat_user_tables.n_live_tup`.
-    n_live_tup: i64,
-    /// `pg_stat_user_tables.n_dead_tup`.
-    n_dead_tup: i64,
-    /// `pg_stat_user_tables.autovacuum_count`: autovacuums of the table
-    /// (in the per-minute snapshots, since the run started).
-    autovacuums: i64,
-    /// `pg_stat_user_tables.autoanalyze_count`.
-    autoanalyzes: i64,
-    /// Checkpoints begun (timed and requested): since the server started,
-    /// or, in the per-minute snapshots, since the run started.
-    checkpoints: i64,
-}
-
-/// The monitor's connection and what it asks the server.
-struct Monitor {
-    /// A connection of its own (autocommit: every statistics read is fresh).
-    client: Client,
-    /// The statement that counts checkpoints, which moved from
-    /// `pg_stat_bgwriter` to `pg_stat_checkpointer` in PostgreSQL 17.
-    checkpoints_sql: &'static str,
-}
-
-impl Monitor {
-    /// Connects to the run's database.
-    fn open(cluster: &Cluster) -> Result<Monitor> {
-        let mut client = cluster.connect_to(DB)?;
-        let version: i32 = client
-            .query_one(
-                "SELECT pg_catalog.current_setting('server_version_num')::int4",
-                &[],
-            )?
-            .get(0);
-        let checkpoints_sql = if version >= 170_000 {
-            "SELECT (num_timed + num_requested)::int8 FROM pg_catalog.pg_stat_checkpointer"
-        } else {
-            "SELECT (checkpoints_timed + checkpoints_req)::int8 FROM pg_catalog.pg_stat_bgwriter"
-        };
-        Ok(Monitor {
-            client,
-            checkpoints_sql,
-        })
-    }
-
-    /// The table's state now.
-    fn snapshot(&mut self) -> Result<Snapshot> {
-        let c = &mut self.client;
-        let backlog: i64 = c
-            .query_one(
-                "SELECT pg_catalog.count(*) FROM workfence.items \
-                  WHERE queue = $1 AND state = 'pending'",
-                &[&QUEUE],
-            )?
-            .get(0);
-        let row = c.query_one(
-            "SELECT pg_catalog.pg_relation_size(s.relid), \
-                    pg_catalog.pg_total_relation_size(s.relid), \
-                    s.n_live_tup, s.n_dead_tup, s.autovacuum_count, s.autoanalyze_count \
-               FROM pg_catalog.pg_stat_user_tables AS s \
-              WHERE s.relid = 'workfence.items'::pg_catalog.regclass",
-            &[],
-        )?;
-        let index_bytes = c
-            .query(
-                "SELECT c.relname::text, pg_catalog.pg_relation_size(c.oid) \
-                   FROM pg_catalog.pg_index AS i \
-                   JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid \
-                  WHERE i.indrelid = 'workfence.items'::pg_catalog.regclass \
-                  ORDER BY 1",
-                &[],
-            )?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let checkpoints: i64 = c.query_one(self.checkpoints_sql, &[])?.get(0);
-        Ok(Snapshot {
-            backlog,
-            table_bytes: row.get(0),
-            index_bytes,
-            total_bytes: row.get(1),
-            n_live_tup: row.get(2),
-            n_dead_tup: row.get(3),
-            autovacuums: row.get(4),
-            autoanalyzes: row.get(5),
-            checkpoints,
-        })
-    }
-}
-
-/// The server as the run found it, for the report's header.
-struct Server {
-    /// `SELECT version()`, up to the first comma.
-    version: String,
-    /// `SHOW shared_buffers`.
-    shared_buffers: String,
-    /// Every `autovacuum%` setting: (name, value with its unit, at its default).
-    autovacuum: Vec<(String, String, bool)>,
-}
-
-/// Reads what the report says about the server.
-fn server(c: &mut Client) -> Result<Server> {
-    let version: String = c.query_one("SELECT pg_catalog.version()", &[])?.get(0);
-    // "PostgreSQL 15.18 (Debian 15.18-0+deb12u1) on x86_64-pc-linux-gnu, ..."
-    let version = version.split(" on ").next().unwrap_or_default().to_string();
-    let shared_buffers: String = c
-        .query_one("SELECT pg_catalog.current_setting('shared_buffers')", &[])?
-        .get(0);
-    let autovacuum = c
-        .query(
-            "SELECT name, setting || coalesce(' ' || unit, ''), source = 'default' \
-               FROM pg_catalog.pg_settings \
-              WHERE name LIKE 'autovacuum%' ORDER BY name",
-            &[],
-        )?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    Ok(Server {
-        version,
-        shared_buffers,
-        autovacuum,
-    })
-}
-
 /// One reported minute: what the threads counted and the snapshot at its end.
 struct Minute {
     /// Items enqueued per second.
@@ -759,8 +320,11 @@ fn run() -> Result<()> {
         .setting("shared_buffers", "1GB")
         // Nothing else: autovacuum and checkpoints as a user has them.
         .start()?;
-    cluster.create_database(DB)?;
-    let mut monitor = Monitor::open(&cluster)?;
+    // The statements of 0.12.0 and before: no clock in the payload (workfence-pressure's
+    // end-to-end latency needs it; this bench reports claim latency only).
+    let target = Target::workfence(DB, false)?;
+    target.create(&cluster)?;
+    let mut monitor = Monitor::open(&cluster, &target, QUEUE)?;
     let server = server(&mut monitor.client)?;
     println!(
         "sustained: {} minutes of {} s, {} items/s, {}, {}{}",
@@ -774,55 +338,45 @@ fn run() -> Result<()> {
 
     // Every connection is open, its statements prepared, before the start.
     let workers = (0..plan.workers)
-        .map(|w| Worker::open(&cluster, w))
+        .map(|w| Worker::open(&cluster, &target, QUEUE, w))
         .collect::<Result<Vec<_>>>()?;
     let producers = (0..plan.producers)
-        .map(|_| Producer::open(&cluster))
+        .map(|_| Producer::open(&cluster, &target))
         .collect::<Result<Vec<_>>>()?;
     let purger = cluster.connect_to(DB)?;
     // The counters before the start: the report shows what happened since.
     let start = monitor.snapshot()?;
-    let clock = Clock {
-        // Time for the threads to start.
-        t0: Instant::now() + Duration::from_millis(200),
-        minute: plan.minute,
-        minutes: plan.total_minutes(),
-    };
-    let shared = Arc::new(Shared {
-        clock,
-        stop: AtomicBool::new(false),
-        live: Live::default(),
+    // Time for the threads to start.
+    let t0 = Instant::now() + Duration::from_millis(200);
+    let shared = Shared::new(Clock {
+        start: t0,
+        t0,
+        period: plan.minute,
+        periods: plan.total_minutes(),
     });
     let mut threads = Vec::new();
     for wk in workers {
-        let plan = plan.clone();
-        threads.push(spawn(&shared, move |s| work(wk, &plan, s)));
+        let idle = plan.idle;
+        threads.push(spawn(&shared, move |s| load::work(wk, idle, s)));
     }
     for (p, c) in producers.into_iter().enumerate() {
-        let plan = plan.clone();
-        threads.push(spawn(&shared, move |s| produce(c, p, &plan, s)));
+        let (producers, rate) = (plan.producers, plan.rate);
+        threads.push(spawn(&shared, move |s| {
+            load::produce(c, p, producers, rate, QUEUE, s)
+        }));
     }
     if let Some(every) = plan.purge_every {
-        let plan = plan.clone();
-        threads.push(spawn(&shared, move |s| purge(purger, &plan, every, s)));
+        let retain = Duration::from_secs(plan.retain);
+        threads.push(spawn(&shared, move |s| {
+            load::purge(purger, &target, QUEUE, every, retain, s)
+        }));
     } else {
         drop(purger);
     }
 
     let snaps = watch(&mut monitor, &shared, &start);
-    shared.stop.store(true, Ordering::Relaxed);
-    let mut tally = Tally::new(plan.total_minutes())?;
-    let mut failure = None;
-    for t in threads {
-        match t.join() {
-            Ok(Ok(t)) => tally.merge(t)?,
-            Ok(Err(e)) => failure = failure.or(Some(e)),
-            Err(_) => failure = failure.or(Some("a thread panicked".into())),
-        }
-    }
-    if let Some(e) = failure {
-        return Err(e);
-    }
+    shared.stop();
+    let tally = load::join(threads, plan.total_minutes())?;
     let snaps = snaps?;
 
     let secs = plan.minute.as_secs_f64();
@@ -866,18 +420,9 @@ fn run() -> Result<()> {
 /// from `start`'s) and a progress line; returns the snapshots (fewer than
 /// the minutes if a thread failed, which the caller then reports).
 fn watch(monitor: &mut Monitor, shared: &Shared, start: &Snapshot) -> Result<Vec<Snapshot>> {
-    let clock = shared.clock;
-    let mut snaps = Vec::with_capacity(clock.minutes);
+    let secs = shared.clock.period.as_secs_f64();
     let (mut enqueued, mut finished) = (0, 0);
-    for m in 0..clock.minutes {
-        let end = clock.minute_end(m);
-        while Instant::now() < end && !shared.stopping() {
-            thread::sleep(POLL.min(end.saturating_duration_since(Instant::now())));
-        }
-        if shared.stopping() {
-            break;
-        }
-        let mut snap = monitor.snapshot()?;
+    load::watch(monitor, shared, |m, snap| {
         snap.autovacuums -= start.autovacuums;
         snap.autoanalyzes -= start.autoanalyzes;
         snap.checkpoints -= start.checkpoints;
@@ -885,7 +430,6 @@ fn watch(monitor: &mut Monitor, shared: &Shared, start: &Snapshot) -> Result<Vec
             shared.live.enqueued.load(Ordering::Relaxed),
             shared.live.finished.load(Ordering::Relaxed),
         );
-        let secs = clock.minute.as_secs_f64();
         println!(
             "sustained: minute {}: about {:.0} enqueued/s, {:.0} finished/s, backlog {}, \
              items {:.1} MB (total {:.1} MB), {} dead tuples, {} autovacuums",
@@ -899,41 +443,8 @@ fn watch(monitor: &mut Monitor, shared: &Shared, start: &Snapshot) -> Result<Vec
             snap.autovacuums,
         );
         (enqueued, finished) = (e, f);
-        snaps.push(snap);
-    }
-    Ok(snaps)
-}
-
-/// `n thing` or `n things`.
-fn plural(n: usize, thing: &str) -> String {
-    if n == 1 {
-        format!("1 {thing}")
-    } else {
-        format!("{n} {thing}s")
-    }
-}
-
-/// A count from the server (never negative) as a `usize`.
-fn count(n: i64) -> usize {
-    usize::try_from(n).unwrap_or(0)
-}
-
-/// Bytes in MB (2^20).
-fn mb(bytes: i64) -> f64 {
-    bytes as f64 / 1_048_576.0
-}
-
-/// `Some(v)` as an integer, `None` as `-`.
-fn opt(v: Option<u64>) -> String {
-    v.map_or("-".to_string(), |v| v.to_string())
-}
-
-/// `value / first`, when both are known and `first` is not 0.
-fn ratio(value: Option<f64>, first: Option<f64>) -> Option<f64> {
-    match (value, first) {
-        (Some(v), Some(f)) if f > 0.0 => Some(v / f),
-        _ => None,
-    }
+        Ok(())
+    })
 }
 
 /// Whether a ratio is within 10% of 1.
@@ -944,11 +455,6 @@ fn within(r: Option<f64>) -> &'static str {
         Some(_) => "**no**",
         None => "-",
     }
-}
-
-/// The ratio with two decimals, or `-`.
-fn ratio_text(r: Option<f64>) -> String {
-    r.map_or("-".to_string(), |r| format!("{r:.2}"))
 }
 
 /// The markdown report.
@@ -1468,22 +974,6 @@ mod tests {
             bad(&mut a);
             assert!(Plan::new(&a).is_err());
         }
-    }
-
-    #[test]
-    fn events_fall_in_their_minute_and_none_after_the_end() {
-        let t0 = Instant::now();
-        let clock = Clock {
-            t0,
-            minute: Duration::from_secs(5),
-            minutes: 3,
-        };
-        assert_eq!(clock.minute_of(t0), Some(0));
-        assert_eq!(clock.minute_of(t0 + Duration::from_millis(4999)), Some(0));
-        assert_eq!(clock.minute_of(t0 + Duration::from_secs(5)), Some(1));
-        assert_eq!(clock.minute_of(t0 + Duration::from_millis(14999)), Some(2));
-        assert_eq!(clock.minute_of(clock.end()), None);
-        assert_eq!(clock.minute_end(0), t0 + Duration::from_secs(5));
     }
 
     #[test]
