@@ -13,7 +13,9 @@
 #                              docs/clients-bench.md (the worker libraries),
 #                              docs/dashboard-render.md (the dashboard's pages
 #                              on a million items), docs/enqueue.md (bulk and
-#                              single-row enqueues against a plain INSERT)
+#                              single-row enqueues against a plain INSERT),
+#                              docs/pressure.md (a long transaction and
+#                              REPEATABLE READ readers beside a steady load)
 #   scripts/bench.sh --quick   a smoke run (under 2 min once built) into
 #                              target/bench-quick/; scripts/test.sh runs it
 #   --no-clients-bench         leave out the worker libraries' overhead
@@ -110,6 +112,15 @@ WORKFENCE_SCRATCH="$scratch" target/release/workfence-flow "${lp_args[@]}" --out
 stage "sustained load -> $out/sustained.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-sustained "${lp_args[@]}" --out "$out/sustained.md"
 bench/peers/python/.venv/bin/python bench/plot_sustained.py "$out/sustained.csv" "$out/sustained.png"
+# Pressure (issue 38): at a fixed offered rate, phases clean -> idle in
+# transaction (one session holding an xid) -> recovery -> 4 REPEATABLE READ
+# readers holding snapshots -> recovery, pg_workfence then the hand-written
+# baseline on fresh databases (about 16 min: phases of 90 s); per phase
+# completions/s, end-to-end and claim p50/p99, backlog, dead tuples, heap and
+# index size, WAL per item: docs/pressure.md, or target/bench-quick/pressure.md
+# (phases of 4 s).
+stage "pressure: a long transaction and readers -> $out/pressure.md"
+WORKFENCE_SCRATCH="$scratch" target/release/workfence-pressure "${lp_args[@]}" --out "$out/pressure.md"
 # The worker libraries' overhead (issue 16): items/s through each library's
 # runner against the same loop in raw SQL calls: docs/clients-bench.md, or
 # target/bench-quick/clients-bench.md.
@@ -128,7 +139,7 @@ WORKFENCE_SCRATCH="$scratch" target/release/workfence-enqueue "${lp_args[@]}" --
 # target/bench-quick/dashboard-render.md.
 stage "dashboard render times -> $out/dashboard-render.md"
 WORKFENCE_SCRATCH="$scratch" target/release/workfence-ui-bench "${lp_args[@]}" --out "$out/dashboard-render.md"
-written="benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, flow-control.md, flow-control.csv, sustained.md, sustained.csv, sustained.png, enqueue.md"
+written="benchmarks.md, benchmarks.csv, benchmarks.png, long-poll.md, router.md, flow-control.md, flow-control.csv, sustained.md, sustained.csv, sustained.png, pressure.md, enqueue.md"
 if [ "$clients_bench" = 1 ]; then
     written+=", clients-bench.md"
 fi

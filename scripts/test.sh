@@ -287,6 +287,17 @@ bench_smoke() {
             exit 1
         fi
     done
+    # A row per phase and system: phase, system, completions/s and their ratio
+    # to the offered rate, end-to-end p50 and p99 (ms).
+    for phase in "1 clean" "2 idle in tx" "3 recovery" "4 readers" "5 recovery"; do
+        for system in pg_workfence "baseline SQL"; do
+            if ! grep -qE "^\| $phase \| $system \| [0-9]+ \| [0-9]+\.[0-9]{2} \| [0-9]+\.[0-9] \| [0-9]+\.[0-9] \|" \
+                target/bench-quick/pressure.md; then
+                echo "the pressure smoke run wrote no figures for $system in phase $phase" >&2
+                exit 1
+            fi
+        done
+    done
     # Bulk and single-row enqueue: rows/s and the ratio to a plain INSERT.
     for contender in "plain INSERT ... SELECT" "work_enqueue_many" "work_enqueue per row" "work_enqueue_many, keys generated" \
         "plain INSERT" "work_enqueue, default settings" "work_enqueue, notify_enqueued on"; do
@@ -356,7 +367,8 @@ stage "every binary answers --help"
 cargo build --release --bins -p workfence-harness -p workfence-bench -p workfence-example \
     -p workfence -p workfence-ui
 for binary in workfence-worker workfence-soak-worker workfence-bench \
-    workfence-long-poll workfence-router-bench workfence-flow workfence-sustained workfence-enqueue \
+    workfence-long-poll workfence-router-bench workfence-flow workfence-sustained workfence-pressure \
+    workfence-enqueue \
     workfence-example-worker workfence-client-bench workfence-ui workfence-ui-bench; do
     # Read all of the output before matching: `grep -q` closing the pipe at
     # the first match must not turn into the binary's EPIPE.
