@@ -163,7 +163,10 @@ fn a_restore_of_the_items_table_alone_lifts_both_sequences() {
 /// first error (issue 30's adversarial review: the update left the grants
 /// on the renamed `work_item_retired_0_11_0`, which a restore's `CREATE
 /// EXTENSION` does not make, so the restore failed on them). The restored
-/// monitor still reads an item through the new `work_item`.
+/// monitor still reads an item through the new `work_item`. Its submitting
+/// role, granted 0.11.0's `work_enqueue`, got `work_enqueue_many` (0.12.0)
+/// from the update, and keeps it in the restored database; the monitor,
+/// which could not enqueue, still cannot.
 #[test]
 fn a_dump_of_a_database_updated_from_0_11_0_restores_with_its_grants() {
     let (cluster, mut src) = common::own_cluster_with_database("prior");
@@ -172,12 +175,14 @@ fn a_dump_of_a_database_updated_from_0_11_0_restores_with_its_grants() {
             "DROP EXTENSION pg_workfence;
              CREATE EXTENSION pg_workfence VERSION '0.11.0';
              CREATE ROLE dump_monitor LOGIN;
-             GRANT USAGE ON SCHEMA workfence TO dump_monitor;
+             CREATE ROLE dump_submitter LOGIN;
+             GRANT USAGE ON SCHEMA workfence TO dump_monitor, dump_submitter;
              GRANT EXECUTE ON FUNCTION workfence.work_item(text, text), workfence.work_item(bigint)
                 TO dump_monitor;
+             GRANT EXECUTE ON FUNCTION workfence.work_enqueue TO dump_submitter;
              ALTER EXTENSION pg_workfence UPDATE;",
         ),
-        "0.11.0 with a monitor's grants, updated",
+        "0.11.0 with a monitor's and a submitter's grants, updated",
     );
     ok(
         calls::enqueue(&mut src, &Enqueue::new("q").key("k").group_key("g")),
@@ -205,6 +210,36 @@ fn a_dump_of_a_database_updated_from_0_11_0_restores_with_its_grants() {
     )
     .expect("the restored item");
     assert_eq!(item.group_key.as_deref(), Some("g"));
+
+    let enqueue_many = |c: &mut Client| {
+        calls::generated::work_enqueue_many(
+            c,
+            "q",
+            &[serde_json::json!({"n": 1}), serde_json::json!({"n": 2})],
+            Some(&[Some("k"), Some("k2")]),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+        .map(|rows| {
+            rows.into_iter()
+                .map(|r| (r.key.unwrap_or_default(), r.inserted == Some(true)))
+                .collect::<Vec<_>>()
+        })
+    };
+    let refused = enqueue_many(&mut monitor).expect_err("the monitor cannot enqueue");
+    assert_eq!(refused.code().map(|c| c.code()), Some("42501"), "{refused}");
+    let mut submitter = common::connect_as(&cluster, "after", "dump_submitter", "submitter");
+    assert_eq!(
+        ok(
+            enqueue_many(&mut submitter),
+            "work_enqueue_many as the submitter"
+        ),
+        [("k".to_owned(), false), ("k2".to_owned(), true)],
+        "the restored item kept, the new one added"
+    );
 }
 
 /// Schedules (0.12.0) are dumped with the database. An older copy of the

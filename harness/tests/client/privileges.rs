@@ -24,6 +24,8 @@
 //!   function of the extension, called the same way, returns correct results
 //!   and calls none, both with the functions' pinned `search_path` and with
 //!   it removed (the schema-qualified SQL alone holds);
+//! - the bulk enqueue (0.12.0) is the enqueuer's alone, and its statements
+//!   follow no hostile `search_path` either;
 //! - the grants survive `pg_dump` and a restore, and still work.
 //!
 //! Needs the extension installed (scripts/test.sh does that first). Runtime:
@@ -433,6 +435,69 @@ fn a_worker_changes_an_item_only_through_its_token() {
     ] {
         assert_denied(&mut monitor, MONITOR, sql);
     }
+}
+
+/// The bulk enqueue (0.12.0) under the guide's group roles: it is the
+/// enqueuer's, as `work_enqueue` is. The submitter adds two items in one
+/// call, which the worker then claims in their order; the worker, the
+/// monitor, the operator and a role granted nothing are refused the same
+/// call (42501), and it adds nothing.
+#[test]
+fn only_the_enqueuer_enqueues_many() {
+    let cluster = cluster();
+    let db = "privileges_bulk";
+    let mut admin = database(&cluster, db);
+    let enqueue_many = |client: &mut Client| {
+        generated::work_enqueue_many(
+            client,
+            "mail",
+            &[json!({"to": "ada"}), json!({"to": "bob"})],
+            Some(&[Some("ada"), Some("bob")]),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+    };
+    for who in [WORKER, MONITOR, OPERATOR, NOBODY] {
+        let mut client = connect_as(&cluster, db, who, SESSION_NAME);
+        let err = enqueue_many(&mut client).expect_err("only the enqueuer may enqueue many");
+        let db_err = err.as_db_error().expect("a server error");
+        assert_eq!(db_err.code().code(), "42501", "{who}: {}", db_err.message());
+    }
+    let items: i64 = common::scalar(&mut admin, "SELECT count(*) FROM workfence.items", &[]);
+    assert_eq!(items, 0, "a refused bulk enqueue added items");
+
+    let mut submitter = connect_as(&cluster, db, SUBMITTER, SESSION_NAME);
+    let rows = ok(
+        enqueue_many(&mut submitter),
+        "work_enqueue_many as the submitter",
+    );
+    let added: Vec<(Option<&str>, Option<bool>)> = rows
+        .iter()
+        .map(|r| (r.key.as_deref(), r.inserted))
+        .collect();
+    assert_eq!(
+        added,
+        [(Some("ada"), Some(true)), (Some("bob"), Some(true))]
+    );
+    let mut worker = connect_as(&cluster, db, WORKER, SESSION_NAME);
+    let claimed = ok(
+        calls::claim(&mut worker, "mail", "mailer", "1 minute", Some(10), None),
+        "claim",
+    );
+    let claimed: Vec<(i64, &str, &serde_json::Value)> = claimed
+        .iter()
+        .map(|c| (c.id, c.key.as_str(), &c.payload))
+        .collect();
+    assert_eq!(
+        claimed,
+        [
+            (rows[0].id.expect("id"), "ada", &json!({"to": "ada"})),
+            (rows[1].id.expect("id"), "bob", &json!({"to": "bob"})),
+        ]
+    );
 }
 
 /// Workflows (0.12.0) under the guide's group roles: the submitter
@@ -1182,6 +1247,83 @@ fn run_every_function(hostile: &mut Client, admin: &mut Client, queue: &str) {
     )
     .expect("x2 once x1 is done");
     epochs.extend(batch.iter().map(|item| item.epoch).chain([x2.epoch]));
+
+    // The bulk enqueue (0.12.0), in a queue of its own: the one INSERT of
+    // items without a group (a key that exists, one repeated in the call,
+    // a generated one due later, the look-up of the existing keys), then
+    // the item-by-item path of grouped items and of `on_conflict`.
+    let bulk = format!("{queue}-bulk");
+    let m1 = ok(
+        calls::enqueue(hostile, &Enqueue::new(&bulk).key("m1")),
+        "enqueue m1",
+    )
+    .id;
+    let rows = ok(
+        generated::work_enqueue_many(
+            hostile,
+            &bulk,
+            &[
+                json!({"m": 1}),
+                json!({"m": 2}),
+                json!({"m": 3}),
+                json!({"m": 4}),
+            ],
+            Some(&[Some("m1"), Some("m2"), Some("m2"), None]),
+            Some(&[None, None, None, Some("2100-01-01 00:00:00+00")]),
+            Some(5),
+            Some(3),
+            None,
+            None,
+        ),
+        "work_enqueue_many",
+    );
+    let got: Vec<(i64, bool)> = rows
+        .iter()
+        .map(|r| (r.id.expect("id"), r.inserted.expect("inserted")))
+        .collect();
+    let (m2, m4) = (got[1].0, got[3].0);
+    assert_eq!(got, [(m1, false), (m2, true), (m2, false), (m4, true)]);
+    assert_eq!(rows[3].key.as_ref().map(String::len), Some(36), "a UUID");
+    holds(
+        admin,
+        m2,
+        "state = 'pending' AND payload = '{\"m\": 2}' AND priority = 5 AND max_attempts = 3",
+    );
+    holds(admin, m4, "run_at = '2100-01-01 00:00:00+00'");
+    let grouped = ok(
+        generated::work_enqueue_many(
+            hostile,
+            &bulk,
+            &[json!({"g": 1}), json!({"g": 2})],
+            Some(&[Some("g1"), Some("g2")]),
+            None,
+            None,
+            None,
+            Some(&[Some("gg"), Some("gg")]),
+            None,
+        ),
+        "work_enqueue_many with groups",
+    );
+    for row in &grouped {
+        assert_eq!(row.inserted, Some(true), "{row:?}");
+        holds(admin, row.id.expect("id"), "group_key = 'gg'");
+    }
+    let replaced = ok(
+        generated::work_enqueue_many(
+            hostile,
+            &bulk,
+            &[json!({"m": 22})],
+            Some(&[Some("m2")]),
+            None,
+            None,
+            None,
+            None,
+            Some("replace"),
+        ),
+        "work_enqueue_many, replace",
+    );
+    assert_eq!(replaced[0].id, Some(m2));
+    holds(admin, m2, "payload = '{\"m\": 22}'");
 
     // Workflows (0.12.0), in a queue of their own: every statement of
     // src/verbs/workflow.rs runs (the parents' lock and the edges; a settle

@@ -30,6 +30,9 @@
 //!   enqueue to is 42501; `work_workflow` shows only the rows of queues the
 //!   role may read, none around an item it may not; `work_parent_results`
 //!   answers a token only to a role with `claim` on the child's queue.
+//! - The bulk enqueue (0.12.0): `work_enqueue_many` is in the matrix (both
+//!   of its paths); running a cancelled item again through it needs
+//!   `operate`, as through `work_enqueue`.
 
 use crate::common;
 
@@ -101,7 +104,8 @@ fn cluster() -> Arc<Cluster> {
                  CREATE ROLE qg_grafana LOGIN IN ROLE workfence_monitor;
                  CREATE ROLE qg_patterns LOGIN;
                  CREATE ROLE qg_gone LOGIN;
-                 CREATE ROLE qg_flow LOGIN;",
+                 CREATE ROLE qg_flow LOGIN;
+                 CREATE ROLE qg_bulk LOGIN;",
             ),
             "the other tests' roles",
         );
@@ -269,6 +273,27 @@ fn ops() -> Vec<Op> {
                 )
             },
             permitted: Some("true"),
+            every_queue: false,
+        },
+        // The bulk enqueue (0.12.0), both of its paths: items without a
+        // group in one INSERT, and items with one each as work_enqueue
+        // enqueues it. A refusal inserts neither item.
+        Op {
+            name: "work_enqueue_many",
+            capability: "enqueue",
+            fixture: Fixture::None,
+            refusal: Refusal::Raises,
+            call: |c, case| Outcome::of(enqueue_many(c, case, None)),
+            permitted: Some("[(true, true), (true, true)]"),
+            every_queue: false,
+        },
+        Op {
+            name: "work_enqueue_many with group keys",
+            capability: "enqueue",
+            fixture: Fixture::None,
+            refusal: Refusal::Raises,
+            call: |c, case| Outcome::of(enqueue_many(c, case, Some([Some("g"), None]))),
+            permitted: Some("[(true, true), (true, true)]"),
             every_queue: false,
         },
         Op {
@@ -602,6 +627,33 @@ fn ops() -> Vec<Op> {
     ]
 }
 
+/// `work_enqueue_many` of two items of `case.queue`, keys `<key>/1` and
+/// `<key>/2`, in `group_keys` if given: for each row, whether its key is
+/// the one asked for, in the order asked, and whether it was inserted.
+fn enqueue_many(
+    c: &mut Client,
+    case: &Case,
+    group_keys: Option<[Option<&str>; 2]>,
+) -> CallResult<Vec<(bool, bool)>> {
+    let keys = [format!("{}/1", case.key), format!("{}/2", case.key)];
+    let rows = calls::generated::work_enqueue_many(
+        c,
+        case.queue,
+        &[serde_json::json!({"n": 1}), serde_json::json!({"n": 2})],
+        Some(&[Some(keys[0].as_str()), Some(keys[1].as_str())]),
+        None,
+        None,
+        None,
+        group_keys.as_ref().map(|g| &g[..]),
+        None,
+    )?;
+    Ok(rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| (row.key.as_ref() == keys.get(i), row.inserted == Some(true)))
+        .collect())
+}
+
 /// The superuser's set-up of `fixture` for item `key` of `queue`.
 fn prepare(admin: &mut Client, fixture: Fixture, queue: &str, key: &str) -> Option<Token> {
     match fixture {
@@ -749,6 +801,98 @@ fn each_role_reaches_exactly_the_queues_and_functions_its_grant_covers() {
         MATRIX_ROLES.len()
     );
     assert!(cases >= 250, "only {cases} cases");
+}
+
+/// The bulk enqueue (0.12.0) judges each item as `work_enqueue` would: a
+/// role with `enqueue` on the queue adds items, and gets an existing
+/// cancelled one back as it is under `keep`; running that item again
+/// (`on_conflict => 'replace'`) needs `operate` as well: without it the
+/// call raises 42501 and inserts not even its new item (one statement);
+/// once granted, the same call inserts the new item and runs the
+/// cancelled one again with the new payload.
+#[test]
+fn a_bulk_enqueue_runs_a_cancelled_item_again_only_with_operate() {
+    let cluster = cluster();
+    let db = "bulk_operate";
+    let mut admin = database(&cluster, db, &["qg_bulk"]);
+    grant(&mut admin, "enqueue", "billing.*", "qg_bulk");
+    enforce(&mut admin);
+    prepare(&mut admin, Fixture::Cancelled, PERMITTED, "cancelled");
+    let mut bulk = connect_as(&cluster, db, "qg_bulk", SESSION);
+    let enqueue_many = |c: &mut Client, new: &str, on_conflict: &str| {
+        calls::generated::work_enqueue_many(
+            c,
+            PERMITTED,
+            &[serde_json::json!({"v": new}), serde_json::json!({"v": new})],
+            Some(&[Some(new), Some("cancelled")]),
+            None,
+            None,
+            None,
+            None,
+            Some(on_conflict),
+        )
+        .map(|rows| {
+            rows.into_iter()
+                .map(|r| (r.key.unwrap_or_default(), r.inserted == Some(true)))
+                .collect::<Vec<_>>()
+        })
+    };
+    let state = |admin: &mut Client| -> (String, String) {
+        let row = ok(
+            admin.query_one(
+                "SELECT state::text, payload::text FROM workfence.items
+                  WHERE queue = $1 AND key = 'cancelled'",
+                &[&PERMITTED],
+            ),
+            "the cancelled item",
+        );
+        (row.get(0), row.get(1))
+    };
+
+    // keep: the new item added, the cancelled one returned as it is.
+    assert_eq!(
+        ok(enqueue_many(&mut bulk, "kept", "keep"), "keep"),
+        [("kept".to_owned(), true), ("cancelled".to_owned(), false)]
+    );
+    assert_eq!(state(&mut admin).0, "cancelled");
+
+    // replace without operate: refused, nothing inserted. (The first item,
+    // inserted before the second was judged, drew an id from the sequence,
+    // which a rollback does not give back: the rows are compared.)
+    let rows = |admin: &mut Client| -> String {
+        scalar(
+            admin,
+            "SELECT string_agg(i::text, '|' ORDER BY i.id) FROM workfence.items AS i",
+            &[],
+        )
+    };
+    let before = rows(&mut admin);
+    match Outcome::of(enqueue_many(&mut bulk, "replaced", "replace")) {
+        Outcome::Error { code, message, .. } => {
+            assert_eq!(code, "42501", "{message}");
+            assert!(message.contains(PERMITTED), "{message}");
+        }
+        value => panic!("a cancelled item run again without operate: {value:?}"),
+    }
+    assert_eq!(
+        rows(&mut admin),
+        before,
+        "a refused bulk enqueue changed an item"
+    );
+
+    // With operate: the same call runs it again.
+    grant(&mut admin, "operate", "billing.*", "qg_bulk");
+    assert_eq!(
+        ok(enqueue_many(&mut bulk, "replaced", "replace"), "replace"),
+        [
+            ("replaced".to_owned(), true),
+            ("cancelled".to_owned(), false)
+        ]
+    );
+    assert_eq!(
+        state(&mut admin),
+        ("pending".to_owned(), r#"{"v": "replaced"}"#.to_owned())
+    );
 }
 
 #[test]

@@ -38,6 +38,8 @@
 //!   hands out (the shards' own, carrying their number); an `after` id of
 //!   another shard is refused (22023) on the router, a moved queue's too
 //!   after doubling;
+//! - a bulk enqueue (0.12.0) lands every item of the call on its queue's
+//!   shard, the rows in the arrays' order;
 //! - a soak through the router (worker threads under one owner name, stalls
 //!   past the lease, terminated router and shard backends, abandoned
 //!   workers): every item done, no token handed out twice, at most one
@@ -1262,6 +1264,133 @@ fn router_keeps_a_group_serial_on_its_queues_shard() {
         "the claim after a2's finish",
     );
     assert_eq!(keys(&last), ["a3"]);
+}
+
+/// The bulk enqueue through the router (0.12.0; `router/install.sql`'s
+/// `work_enqueue_many`): a call names one queue, so every item of it lands
+/// on that queue's shard, its id carrying the shard's number (`id >> 48`),
+/// and on no other shard; the rows come back in the arrays' order, each
+/// with its key, a key that exists on the shard (or that an earlier
+/// element has) returning its item with `inserted = false`. The shard's
+/// dedupe is the queue's: the same keys in another queue are new items on
+/// that queue's shard. Grouped items (the item-by-item path) land there
+/// too, serial on the shard; the router's claims take every item of the
+/// call, with the payload given for it.
+#[test]
+fn router_sends_a_bulk_enqueue_to_its_queues_shard() {
+    let cluster = cluster();
+    let router = common::router(&cluster, "router_bulk");
+    let mut r = ok(
+        cluster.connect_to(&router.database),
+        "connecting to the router",
+    );
+    let mut shards = common::shard_connections(&cluster, &router);
+    let on_shard = one_queue_per_shard(&router, &mut r);
+    let mut ids = BTreeSet::new();
+    for (queue, &shard) in QUEUES.iter().zip(&on_shard) {
+        // A key that exists before the call, on the queue's shard.
+        let k0 = common::enqueue_new(&mut r, &Enqueue::new(*queue).key("k0"));
+        let asked = ["k1", "k0", "k2", "k1"];
+        let payloads: Vec<serde_json::Value> = (0..asked.len())
+            .map(|n| serde_json::json!({ "queue": queue, "n": n }))
+            .collect();
+        let rows = ok(
+            generated::work_enqueue_many(
+                &mut r,
+                queue,
+                &payloads,
+                Some(&asked.map(Some)),
+                None,
+                None,
+                None,
+                None,
+                None,
+            ),
+            "work_enqueue_many through the router",
+        );
+        let got: Vec<(&str, bool)> = rows
+            .iter()
+            .map(|row| {
+                (
+                    row.key.as_deref().expect("key"),
+                    row.inserted.expect("inserted"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [("k1", true), ("k0", false), ("k2", true), ("k1", false)],
+            "{queue}: the rows in the arrays' order"
+        );
+        let id: Vec<i64> = rows.iter().map(|row| row.id.expect("id")).collect();
+        assert_eq!((id[1], id[3]), (k0, id[0]), "{queue}: {id:?}");
+        for &id in &id {
+            assert_eq!(Router::shard_of_id(id), shard, "{queue}: id {id}");
+        }
+        // Each inserted item is on the queue's shard alone, with its payload.
+        for (n, s) in shards.iter_mut().enumerate() {
+            let here: Vec<(i64, serde_json::Value)> = ok(
+                s.query(
+                    "SELECT id, payload FROM workfence.items
+                      WHERE queue = $1 AND key IN ('k1', 'k2') ORDER BY key",
+                    &[queue],
+                ),
+                "the bulk enqueue's items on a shard",
+            )
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+            let expected = if n == shard {
+                vec![(id[0], payloads[0].clone()), (id[2], payloads[2].clone())]
+            } else {
+                vec![]
+            };
+            assert_eq!(here, expected, "{queue}'s new items on shard {n}");
+        }
+        ids.extend([k0, id[0], id[2]]);
+
+        // Grouped items: each enqueued as work_enqueue enqueues one, on the
+        // same shard, in their group.
+        let grouped = ok(
+            generated::work_enqueue_many(
+                &mut r,
+                queue,
+                &[serde_json::json!({"g": 1}), serde_json::json!({"g": 2})],
+                Some(&[Some("g1"), Some("g2")]),
+                None,
+                None,
+                None,
+                Some(&[Some("g"), Some("g")]),
+                None,
+            ),
+            "work_enqueue_many with a group through the router",
+        );
+        for row in &grouped {
+            let id = row.id.expect("id");
+            assert_eq!(row.inserted, Some(true));
+            assert_eq!(Router::shard_of_id(id), shard, "{queue}: grouped id {id}");
+            let in_group: i64 = scalar(
+                &mut shards[shard],
+                "SELECT count(*) FROM workfence.items WHERE id = $1 AND group_key = 'g'",
+                &[&id],
+            );
+            assert_eq!(in_group, 1, "{queue}: item {id} in group g on its shard");
+            ids.insert(id);
+        }
+
+        // Claimed through the router: k0, k1, k2 and one of the group.
+        let claimed = ok(
+            calls::claim(&mut r, queue, "w", "1 minute", Some(10), None),
+            "claiming through the router",
+        );
+        assert_eq!(keys(&claimed), ["g1", "k0", "k1", "k2"], "{queue}");
+        for claim in &claimed {
+            if let Some(n) = asked.iter().position(|k| *k == claim.key && *k != "k0") {
+                assert_eq!(claim.payload, payloads[n], "{queue}/{}", claim.key);
+            }
+        }
+    }
+    assert_eq!(ids.len(), QUEUES.len() * 5, "ids unique across shards");
 }
 
 /// Limits through the router (from 0.10.0): `work_limit` runs on the

@@ -11,6 +11,8 @@
 //!   one may repeat its finish), and new claims take epochs above all of them;
 //! - a workflow (0.12.0) runs in the updated database, an item from before
 //!   the update among its parents;
+//! - a role granted `work_enqueue` before the update may call
+//!   `work_enqueue_many` (0.12.0) after it, and a role without it may not;
 //! - the updated extension is the same as a fresh install of the current
 //!   version, object by object (functions with their definitions, security
 //!   and settings, tables, columns, constraints, indexes, views, sequences,
@@ -24,6 +26,7 @@ use crate::common;
 use common::ok;
 use postgres::Client;
 use workfence_harness::calls::{self, Enqueue, SqlState, Token};
+use workfence_harness::Cluster;
 
 /// The released versions, whose frozen install scripts are in
 /// `tests/fixtures/released/`.
@@ -378,14 +381,33 @@ fn upgrade_from(previous: &str) {
     )
     .get(0);
     let states_before = states(&mut old);
+    // A role that may enqueue (EXECUTE on this version's work_enqueue),
+    // and one that may call nothing, both with USAGE on the schema.
+    ok(
+        old.batch_execute(&format!(
+            "CREATE ROLE {ENQUEUER} LOGIN;
+             CREATE ROLE {STRANGER} LOGIN;
+             GRANT USAGE ON SCHEMA workfence TO {ENQUEUER}, {STRANGER};
+             GRANT EXECUTE ON FUNCTION workfence.work_enqueue TO {ENQUEUER};"
+        )),
+        "an enqueuer and a stranger",
+    );
 
     ok(
         old.batch_execute("ALTER EXTENSION pg_workfence UPDATE"),
         "ALTER EXTENSION pg_workfence UPDATE",
     );
     let mut fresh = ok(cluster.connect_to("fresh"), "connecting");
+    // The fresh install, with what the update must have given the two
+    // roles: the enqueuer work_enqueue and work_enqueue_many (0.12.0), the
+    // stranger nothing (the fingerprints compare every ACL).
     ok(
-        fresh.batch_execute("CREATE EXTENSION pg_workfence"),
+        fresh.batch_execute(&format!(
+            "CREATE EXTENSION pg_workfence;
+             GRANT USAGE ON SCHEMA workfence TO {ENQUEUER}, {STRANGER};
+             GRANT EXECUTE ON FUNCTION workfence.work_enqueue, workfence.work_enqueue_many
+                TO {ENQUEUER};"
+        )),
         "fresh install",
     );
     let current = version(&mut fresh);
@@ -431,6 +453,7 @@ fn upgrade_from(previous: &str) {
     );
     assert!(cancelled);
     workflow_after_the_update(&mut old);
+    enqueue_many_after_the_update(&cluster);
 
     // The updated extension is object for object a fresh install, but for
     // the old signatures an update keeps under another name until the next
@@ -488,6 +511,57 @@ fn upgrade_from(previous: &str) {
          In a fresh install only:\n{missing:#?}\nAfter the update only:\n{extra:#?}"
     );
     assert!(updated.len() > 20, "the fingerprint lost its rows");
+}
+
+/// The role [`upgrade_from`] granted `work_enqueue` before the update.
+const ENQUEUER: &str = "upgrade_enqueuer";
+/// The role it granted nothing but `USAGE` on the schema.
+const STRANGER: &str = "upgrade_stranger";
+
+/// The bulk enqueue (0.12.0) in database `previous`, updated: the role that
+/// could enqueue before the update may call `work_enqueue_many` after it
+/// (the update gives it to whoever may execute the old `work_enqueue`),
+/// and its items are there; the role that could not gets 42501 and adds
+/// nothing.
+fn enqueue_many_after_the_update(cluster: &Cluster) {
+    let enqueue_many = |c: &mut Client| {
+        calls::generated::work_enqueue_many(
+            c,
+            "bulk",
+            &[serde_json::json!({"n": 1}), serde_json::json!({"n": 2})],
+            Some(&[Some("b1"), Some("b2")]),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+    };
+    let mut stranger = common::connect_as(cluster, "previous", STRANGER, "upgrade");
+    let refused = enqueue_many(&mut stranger).expect_err("no work_enqueue before, none after");
+    assert_eq!(refused.sqlstate(), Some("42501"), "{refused}");
+    let mut enqueuer = common::connect_as(cluster, "previous", ENQUEUER, "upgrade");
+    let rows = ok(
+        enqueue_many(&mut enqueuer),
+        "work_enqueue_many as the role granted work_enqueue before the update",
+    );
+    let added: Vec<(Option<&str>, Option<bool>)> = rows
+        .iter()
+        .map(|r| (r.key.as_deref(), r.inserted))
+        .collect();
+    assert_eq!(added, [(Some("b1"), Some(true)), (Some("b2"), Some(true))]);
+    let mut admin = ok(cluster.connect_to("previous"), "connecting");
+    let stored: Vec<(String, String)> = common::pairs(
+        &mut admin,
+        "SELECT key, payload::text FROM workfence.items WHERE queue = 'bulk' ORDER BY key",
+    );
+    assert_eq!(
+        stored,
+        [
+            ("b1".to_owned(), r#"{"n": 1}"#.to_owned()),
+            ("b2".to_owned(), r#"{"n": 2}"#.to_owned()),
+        ]
+    );
 }
 
 /// Workflows (0.12.0, issue 37) in a database updated to this version,
