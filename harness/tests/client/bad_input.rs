@@ -164,6 +164,46 @@ fn kind_of(name: &str, sql_type: &str, f: &Fixture) -> Option<Kind> {
             Some("a"),
             vec![invalid(""), invalid(&long('k', 513)), invalid("k\tk")],
         ),
+        // `work_enqueue_many` (0.12.0): at most 10000 payloads, none NULL.
+        // Two payloads are the valid value, which `keys`, `run_at` and
+        // `group_keys` must match in length.
+        "payloads" => kind(
+            Some(r#"{"{}","{\"n\": 2}"}"#),
+            vec![
+                bad(Some("{NULL}"), "22004"),
+                bad(Some(r#"{"{}",NULL}"#), "22004"),
+                // 10001 payloads: one over the cap.
+                invalid(&format!("{{{}}}", vec![r#""{}""#; 10_001].join(","))),
+            ],
+        ),
+        // `work_enqueue_many` (0.12.0): one key per payload, NULL (every
+        // key a new UUIDv7) valid; each element judged as `key`.
+        "keys" => kind(
+            None,
+            vec![
+                invalid(r#"{"",b}"#),
+                invalid(&format!("{{{},b}}", long('k', 513))),
+                invalid("{\"k\tk\",b}"),
+                // Not as long as payloads (two).
+                invalid("{}"),
+                invalid("{a}"),
+                invalid("{a,b,c}"),
+            ],
+        ),
+        // `work_enqueue_many` (0.12.0): one group key per payload, NULL (no
+        // group) valid; each element judged as `group_key`.
+        "group_keys" => kind(
+            None,
+            vec![
+                invalid(r#"{"",NULL}"#),
+                invalid(&format!("{{NULL,{}}}", long('g', 129))),
+                invalid("{\"g\ng\",NULL}"),
+                invalid("{\"tab\t\",NULL}"),
+                // Not as long as payloads (two).
+                invalid("{g}"),
+                invalid("{g,NULL,NULL}"),
+            ],
+        ),
         "lease" => kind(
             Some("1 minute"),
             vec![
@@ -230,6 +270,19 @@ fn kind_of(name: &str, sql_type: &str, f: &Fixture) -> Option<Kind> {
                 invalid("1 day -1 hour"),
             ],
         ),
+        // `work_enqueue_many`'s (0.12.0): one element per payload, NULL
+        // (every item due now) valid; each element judged as `run_at`.
+        "run_at" if sql_type.ends_with("[]") => kind(
+            None,
+            vec![
+                invalid("{2026-01-01 00:00:00+00,infinity}"),
+                invalid("{infinity,NULL}"),
+                // Not as long as payloads (two).
+                invalid("{NULL}"),
+                invalid("{}"),
+                invalid("{NULL,NULL,NULL}"),
+            ],
+        ),
         "run_at" => kind(Some("2026-01-01 00:00:00+00"), vec![invalid("infinity")]),
         "name" => kind(
             Some("s"),
@@ -258,6 +311,7 @@ fn kind_of(name: &str, sql_type: &str, f: &Fixture) -> Option<Kind> {
                 invalid("Replace"),
                 invalid("upsert"),
                 invalid("keep "),
+                invalid("x"),
             ],
         ),
         // `work_enqueue` (0.12.0): a W3C traceparent, or NULL.
@@ -655,6 +709,20 @@ fn every_bad_argument(
         ("work_parent_results", "owner", "22023"),
         ("work_parent_results", "epoch", "22004"),
         ("work_workflow", "id", "22004"),
+        // The bulk enqueue (0.12.0): every argument's NULL, a NULL payload,
+        // arrays of another length, too many payloads, bad elements.
+        ("work_enqueue_many", "queue", "22004"),
+        ("work_enqueue_many", "queue", "22023"),
+        ("work_enqueue_many", "payloads", "22004"),
+        ("work_enqueue_many", "payloads", "22023"),
+        ("work_enqueue_many", "keys", "22023"),
+        ("work_enqueue_many", "run_at", "22023"),
+        ("work_enqueue_many", "priority", "22004"),
+        ("work_enqueue_many", "max_attempts", "22004"),
+        ("work_enqueue_many", "max_attempts", "22023"),
+        ("work_enqueue_many", "group_keys", "22023"),
+        ("work_enqueue_many", "on_conflict", "22004"),
+        ("work_enqueue_many", "on_conflict", "22023"),
     ] {
         assert!(
             covered.contains(&expected),
