@@ -200,8 +200,9 @@ impl Items {
             None => (0..n).map(|_| uuid::Uuid::now_v7().to_string()).collect(),
             Some(keys) => same_length("keys", n, keys)?
                 .into_iter()
-                .map(|k| match k {
-                    Some(k) => validate::key(k),
+                .enumerate()
+                .map(|(i, k)| match k {
+                    Some(k) => element("keys", i, validate::key(k)),
                     None => Ok(uuid::Uuid::now_v7().to_string()),
                 })
                 .collect::<Result<Vec<_>>>()?,
@@ -210,8 +211,8 @@ impl Items {
             None => None,
             Some(run_at) => {
                 let run_at = same_length("run_at", n, run_at)?;
-                for at in &run_at {
-                    validate::finite_run_at(*at)?;
+                for (i, at) in run_at.iter().enumerate() {
+                    element("run_at", i, validate::finite_run_at(*at))?;
                 }
                 Some(run_at)
             }
@@ -220,7 +221,8 @@ impl Items {
             None => vec![None; n],
             Some(groups) => same_length("group_keys", n, groups)?
                 .into_iter()
-                .map(validate::group_key)
+                .enumerate()
+                .map(|(i, g)| element("group_keys", i, validate::group_key(g)))
                 .collect::<Result<Vec<_>>>()?,
         };
         Ok(Items {
@@ -232,6 +234,28 @@ impl Items {
             group_keys,
         })
     }
+}
+
+/// A check of element `i` (from 0) of array `arg`, as `work_enqueue` checks
+/// one item's argument: its refusal names the array (`argument "keys" ...`,
+/// where `work_enqueue`'s says `"key"`), and its DETAIL which element, in
+/// SQL's numbering (`keys[2]: The key is ''.`), since a call has up to
+/// 10,000.
+fn element<T>(arg: &'static str, i: usize, checked: Result<T>) -> Result<T> {
+    checked.map_err(|e| match e {
+        WorkfenceError::InvalidArgument {
+            problem,
+            detail,
+            hint,
+            ..
+        } => WorkfenceError::InvalidArgument {
+            arg,
+            problem,
+            detail: format!("{arg}[{}]: {}", i + 1, detail.render()).into(),
+            hint,
+        },
+        other => other,
+    })
 }
 
 /// `values`, if it has `n` elements (as many as `payloads`); 22023 if not.
