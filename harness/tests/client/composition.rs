@@ -32,6 +32,15 @@
 //!   final failure or dead letter) and `work_progress` with any token: each
 //!   item's checkpoint and `rerun_after` are compared with the model's too,
 //!   and only the current token stores a checkpoint;
+//! - (from 0.12.0, issue 38) `work_enqueue_many`: up to five elements whose
+//!   keys are the case's (existing keys, a key repeated in the call, now
+//!   and then a NULL key), each with its run_at (now, 2000, an hour ahead)
+//!   and in some calls a group, with any `on_conflict`, priority and
+//!   max_attempts; the model applies the call as the `work_enqueue` of
+//!   each element in turn, and its rows must be what those calls would have
+//!   returned (in input order, the new ids growing); refused (42501: no
+//!   `enqueue` grant, or an element running a cancelled item again without
+//!   `operate`), the whole call changes nothing, as every refused call;
 //! - (from 0.12.0, issue 36) the queue's row of `work_queue_counters`
 //!   equals the model's counts: items enqueued (a finished or claimed item
 //!   run again by `on_conflict` too), claimed, done, failed (final
@@ -200,6 +209,7 @@ const FUNCTIONS: &[(&str, Kind)] = &[
     ("work_claim_key", Kind::Verb),
     ("work_enforce_grants", Kind::Verb),
     ("work_enqueue", Kind::Verb),
+    ("work_enqueue_many", Kind::Verb),
     ("work_fail", Kind::Verb),
     ("work_fail_and_claim", Kind::Verb),
     ("work_finish", Kind::Verb),
@@ -444,6 +454,16 @@ enum Verb {
         /// cancel).
         run: bool,
     },
+    /// `work_enqueue_many` (from 0.12.0): its elements in order, and the
+    /// arguments common to them. The model applies it as the `work_enqueue`
+    /// of each element in turn (no trace, no `after`).
+    EnqueueMany {
+        elements: Vec<Element>,
+        priority: i32,
+        max_attempts: i32,
+        /// One of [`ON_CONFLICTS`].
+        on_conflict: u8,
+    },
     Claim {
         owner: Owner,
         lease: Lease,
@@ -539,6 +559,16 @@ enum Verb {
     FireSchedules,
 }
 
+/// One element of a `work_enqueue_many` call: its key (None: a NULL
+/// element, a new UUIDv7 key), group (None: a NULL element) and run_at
+/// (`Now`: a NULL element).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Element {
+    key: Option<u8>,
+    group: Option<u8>,
+    run_at: When,
+}
+
 /// The case schedule's expressions: yearly, so that no slot comes due
 /// while a case runs (a fire enqueues nothing the model does not know).
 const CRONS: [&str; 2] = ["0 0 1 1 *", "0 0 2 1 *"];
@@ -562,6 +592,7 @@ impl Verb {
     fn function(&self) -> &'static str {
         match self {
             Verb::Enqueue { .. } => "work_enqueue",
+            Verb::EnqueueMany { .. } => "work_enqueue_many",
             Verb::Claim { .. } => "work_claim",
             Verb::ClaimKey { .. } => "work_claim_key",
             Verb::Renew { .. } => "work_renew",
@@ -668,6 +699,39 @@ fn verb() -> impl Strategy<Value = Verb> {
                     }
                 },
             ),
+        // From 0.12.0: up to five elements, their keys from the case's
+        // (so an existing key, and a key repeated in the call, are common; a
+        // NULL key now and then); in groups in two calls of five; keep in
+        // two of three (with no group: the one INSERT ... SELECT).
+        3 => (
+            prop::collection::vec(
+                (
+                    prop::option::weighted(0.9, 0..KEYS),
+                    prop::option::weighted(0.7, 0..GROUPS),
+                    when(),
+                ),
+                1..=5,
+            ),
+            prop::bool::weighted(0.4),
+            prop_oneof![3 => Just(0), 1 => Just(-1), 1 => Just(1)],
+            prop_oneof![Just(1), Just(2), Just(25)],
+            prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
+        )
+            .prop_map(|(elements, grouped, priority, max_attempts, on_conflict)| {
+                Verb::EnqueueMany {
+                    elements: elements
+                        .into_iter()
+                        .map(|(key, group, run_at)| Element {
+                            key,
+                            group: group.filter(|_| grouped),
+                            run_at,
+                        })
+                        .collect(),
+                    priority,
+                    max_attempts,
+                    on_conflict,
+                }
+            }),
         6 => (claimer(), lease(), 1..=3i32)
             .prop_map(|(owner, lease, max_items)| Verb::Claim { owner, lease, max_items }),
         2 => (0..KEYS, claimer(), lease())
@@ -1554,8 +1618,8 @@ impl Model {
     }
 
     /// `on_conflict` replace (or, `preserve`, preserve_run_at) of item `i`
-    /// (from 0.12.0, src/verbs/life.rs).
-    fn conflict(&mut self, i: usize, run_at: When, preserve: bool) {
+    /// with `run_at` (from 0.12.0, src/verbs/life.rs).
+    fn conflict(&mut self, i: usize, run_at: At, preserve: bool) {
         if !matches!(self.items[i].state, State::Pending | State::Waiting) {
             // One more run asked for: an enqueue to the counters.
             self.counted(Counted::Enqueued, 1);
@@ -1564,7 +1628,7 @@ impl Model {
         match item.state {
             State::Pending => {
                 if !preserve {
-                    item.run_at = run_at.at();
+                    item.run_at = run_at;
                 }
                 item.progress = None;
                 item.rerun = None;
@@ -1573,7 +1637,7 @@ impl Model {
             // and run_at as a pending one does, and keeps waiting.
             State::Waiting => {
                 if !preserve {
-                    item.run_at = run_at.at();
+                    item.run_at = run_at;
                 }
                 item.progress = None;
                 item.rerun = None;
@@ -1581,7 +1645,7 @@ impl Model {
             State::Claimed => {
                 item.rerun = item.epoch;
                 item.progress = None;
-                let at = if preserve { At::Fresh } else { run_at.at() };
+                let at = if preserve { At::Fresh } else { run_at };
                 self.rerun_at.insert(item.id, at);
             }
             State::Done | State::Failed | State::Cancelled => {
@@ -1592,7 +1656,7 @@ impl Model {
                     State::Pending
                 };
                 item.attempts = 0;
-                item.run_at = run_at.at();
+                item.run_at = run_at;
                 item.lapsed = None;
                 item.progress = None;
                 item.rerun = None;
@@ -2642,6 +2706,8 @@ enum Outcome {
     Claims(Vec<Claim>),
     Cycle(Cycle),
     Many(Vec<(i64, bool)>),
+    /// `work_enqueue_many`'s rows.
+    Rows(Vec<generated::WorkEnqueueRow>),
 }
 
 /// The grant a verb needs (for a call naming the queue, which raises 42501
@@ -2649,7 +2715,7 @@ enum Outcome {
 /// token calls (answered as for no item instead).
 fn needs(verb: &Verb) -> Option<(Role, Cap)> {
     match verb {
-        Verb::Enqueue { .. } => Some((Role::Worker, Cap::Enqueue)),
+        Verb::Enqueue { .. } | Verb::EnqueueMany { .. } => Some((Role::Worker, Cap::Enqueue)),
         Verb::Claim { .. }
         | Verb::ClaimKey { .. }
         | Verb::FinishAndClaim { .. }
@@ -2710,6 +2776,55 @@ fn call(ctx: &mut Ctx, m: &Model, verb: &Verb) -> Result<Outcome, postgres::Erro
                 item = item.on_parent_failure("run");
             }
             Outcome::Enqueued(calls::enqueue(w, &item)?)
+        }
+        Verb::EnqueueMany {
+            elements,
+            priority,
+            max_attempts,
+            on_conflict,
+        } => {
+            let payloads: Vec<serde_json::Value> = (0..elements.len())
+                .map(|n| serde_json::json!({ "element": n }))
+                .collect();
+            let keys: Vec<Option<String>> = elements.iter().map(|e| e.key.map(key_name)).collect();
+            let groups: Vec<Option<String>> =
+                elements.iter().map(|e| e.group.map(group_name)).collect();
+            // An hour ahead on the server's clock, as a time (the array's
+            // elements are times, not intervals).
+            let later: String = if elements.iter().any(|e| e.run_at == When::Later) {
+                w.query_one(
+                    "SELECT (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) \
+                     interval '1 hour')::text",
+                    &[],
+                )?
+                .get(0)
+            } else {
+                String::new()
+            };
+            let run_at: Vec<Option<&str>> = elements
+                .iter()
+                .map(|e| match e.run_at {
+                    When::Now => None,
+                    When::Past => Some(PAST),
+                    When::Later => Some(later.as_str()),
+                })
+                .collect();
+            let keys: Vec<Option<&str>> = keys.iter().map(Option::as_deref).collect();
+            let groups: Vec<Option<&str>> = groups.iter().map(Option::as_deref).collect();
+            // An argument whose elements are all NULL is left out (its
+            // default, NULL, means the same).
+            let given = |v: &[Option<&str>]| v.iter().any(Option::is_some);
+            Outcome::Rows(generated::work_enqueue_many(
+                w,
+                q,
+                &payloads,
+                given(&keys).then_some(&keys[..]),
+                given(&run_at).then_some(&run_at[..]),
+                (*priority != 0).then_some(*priority),
+                (*max_attempts != 25).then_some(*max_attempts),
+                given(&groups).then_some(&groups[..]),
+                (*on_conflict != 0).then(|| ON_CONFLICTS[*on_conflict as usize]),
+            )?)
         }
         Verb::Claim {
             owner,
@@ -2925,6 +3040,170 @@ fn unexpected(outcome: &Outcome) -> String {
     format!("an unexpected result {outcome:?}")
 }
 
+/// One item as `work_enqueue` judges it: a `work_enqueue` call's, or an
+/// element of a `work_enqueue_many` call's (whose elements have no trace and
+/// no `after`).
+struct One {
+    key: String,
+    group: Option<u8>,
+    run_at: At,
+    priority: i32,
+    max_attempts: i32,
+    on_conflict: u8,
+    trace: u8,
+    /// [`Model::parents_for`] of its `after`.
+    parents: Option<(Vec<i64>, bool)>,
+    run: bool,
+}
+
+/// Checks what the server returned for the enqueue of `one` (`e`) and steps
+/// the model: an existing key is returned, not inserted, and changed as
+/// `on_conflict` says; a new one is inserted with the largest id yet.
+fn enqueued(ctx: &mut Ctx, m: &mut Model, one: One, e: &Enqueued) -> Result<(), String> {
+    if one.group.is_some() {
+        m.settings.grouped = true;
+    }
+    let parents = one.parents;
+    match m.by_key(&one.key) {
+        Some(i) => {
+            expect(
+                (e.id, e.inserted),
+                (m.items[i].id, false),
+                "an existing key is returned, not inserted",
+            )?;
+            if parents.is_some() {
+                ctx.count("enqueues of an existing key with after (ignored)", 1);
+            }
+            if one.on_conflict != 0 {
+                ctx.count(
+                    match m.items[i].state {
+                        State::Pending => "on_conflict: a pending item replaced",
+                        State::Waiting => "on_conflict: a waiting item replaced (it keeps waiting)",
+                        State::Claimed => "on_conflict: a claimed item to run once more",
+                        _ => "on_conflict: a finished item run again",
+                    },
+                    1,
+                );
+                m.conflict(i, one.run_at, one.on_conflict == 2);
+                // The run to come serves the request that sent the new
+                // payload: the item takes its trace too.
+                m.items[i].trace = one.trace;
+            }
+        }
+        None => {
+            expect(e.inserted, true, "a new key is inserted")?;
+            m.counted(Counted::Enqueued, 1);
+            if m.items.last().is_some_and(|last| last.id >= e.id) {
+                return Err(format!("the new item's id {} is not the largest", e.id));
+            }
+            // Its parents, each once, in after's order.
+            let mut distinct: Vec<i64> = Vec::new();
+            for id in parents.map(|p| p.0).unwrap_or_default() {
+                if !distinct.contains(&id) {
+                    distinct.push(id);
+                }
+            }
+            let parents = distinct;
+            let (state, waiting_on, on_parent_failure) = if parents.is_empty() {
+                (State::Pending, 0, None)
+            } else {
+                m.enter(e.id, &parents, one.run)
+            };
+            m.ids_ever.insert(e.id);
+            m.items.push(Item {
+                id: e.id,
+                key: one.key,
+                state: State::Pending,
+                attempts: 0,
+                max_attempts: one.max_attempts,
+                group: one.group.map(group_name),
+                priority: one.priority,
+                run_at: one.run_at,
+                epoch: None,
+                owner: None,
+                lapsed: None,
+                turn: None,
+                behind: false,
+                progress: None,
+                rerun: None,
+                trace: one.trace,
+                waiting_on,
+                on_parent_failure,
+            });
+            // Sorted by id: the new one is the largest.
+            let i = m.items.len() - 1;
+            m.items[i].state = state;
+        }
+    }
+    Ok(())
+}
+
+/// Checks the rows of a `work_enqueue_many` call and steps the model: a row
+/// per element, in their order, each what the `work_enqueue` of that
+/// element alone would have returned after the ones before it
+/// (docs/contract.md, `work_enqueue_many`), and applied as it.
+fn enqueued_many(
+    ctx: &mut Ctx,
+    m: &mut Model,
+    elements: &[Element],
+    (priority, max_attempts, on_conflict): (i32, i32, u8),
+    rows: &[generated::WorkEnqueueRow],
+) -> Result<(), String> {
+    expect(rows.len(), elements.len(), "one row per payload")?;
+    // The figures: which of the server's two paths the call took, and what
+    // its elements met.
+    let at_once = on_conflict == 0 && elements.iter().all(|e| e.group.is_none());
+    ctx.count(
+        if at_once {
+            "work_enqueue_many: calls of one INSERT (no group, keep)"
+        } else {
+            "work_enqueue_many: calls item by item (a group, or replace)"
+        },
+        1,
+    );
+    let mut keys_seen = BTreeSet::new();
+    for (n, (element, row)) in elements.iter().zip(rows).enumerate() {
+        let at = |what: String| format!("element {n} {element:?}: {what}");
+        let (Some(id), Some(key), Some(inserted)) = (row.id, row.key.clone(), row.inserted) else {
+            return Err(at(format!("a NULL in its row {row:?}")));
+        };
+        match element.key {
+            Some(k) => expect(
+                key.as_str(),
+                key_name(k).as_str(),
+                "the row's key is its element's",
+            )
+            .map_err(at)?,
+            // A NULL key: a new UUIDv7, of no item yet.
+            None if key.len() != 36 || m.by_key(&key).is_some() => {
+                return Err(at(format!("a NULL key came back as {key:?}")))
+            }
+            None => {}
+        }
+        if !keys_seen.insert(key.clone()) {
+            ctx.count(
+                "work_enqueue_many: elements of a key earlier in the call",
+                1,
+            );
+        } else if m.by_key(&key).is_some() {
+            ctx.count("work_enqueue_many: elements of an existing key", 1);
+        }
+        let one = One {
+            key: key.clone(),
+            group: element.group,
+            run_at: element.run_at.at(),
+            priority,
+            max_attempts,
+            on_conflict,
+            trace: 0,
+            parents: None,
+            run: false,
+        };
+        enqueued(ctx, m, one, &Enqueued { id, key, inserted }).map_err(at)?;
+    }
+    Ok(())
+}
+
 /// Runs `verb` against the server and steps the model; then compares
 /// everything and checks the promises.
 fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
@@ -2953,6 +3232,18 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 .is_some_and(|i| m.items[i].state == State::Cancelled)
                 && !m.may(Role::Worker, Cap::Operate)
         }
+        // An element of a key whose item is cancelled (a later one of the
+        // same key finds it pending again).
+        Verb::EnqueueMany {
+            elements,
+            on_conflict,
+            ..
+        } if *on_conflict != 0 => {
+            elements.iter().filter_map(|e| e.key).any(|key| {
+                m.by_key(&key_name(key))
+                    .is_some_and(|i| m.items[i].state == State::Cancelled)
+            }) && !m.may(Role::Worker, Cap::Operate)
+        }
         _ => false,
     };
     let refused = ((needs(verb).is_some_and(|(role, cap)| !m.may(role, cap))
@@ -2974,8 +3265,11 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
                 ))
             }
         }
-        if snapshot(&mut ctx.admin) != before {
-            return Err("a call refused with 42501 changed the database".into());
+        let after = snapshot(&mut ctx.admin);
+        if after != before {
+            return Err(format!(
+                "a call refused with 42501 changed the database:\n  before {before}\n  after  {after}"
+            ));
         }
         ctx.count("calls refused for want of a queue grant (42501)", 1);
         let seen = ctx.observe(m)?;
@@ -3024,85 +3318,34 @@ fn step(ctx: &mut Ctx, m: &mut Model, verb: &Verb) -> Result<(), String> {
             },
             Outcome::Enqueued(e),
         ) => {
-            if group.is_some() {
-                m.settings.grouped = true;
-            }
-            let parents = m.parents_for(after, *key);
-            let key = key_name(*key);
-            match m.by_key(&key) {
-                Some(i) => {
-                    expect(
-                        (e.id, e.inserted),
-                        (m.items[i].id, false),
-                        "an existing key is returned, not inserted",
-                    )?;
-                    if parents.is_some() {
-                        ctx.count("enqueues of an existing key with after (ignored)", 1);
-                    }
-                    if *on_conflict != 0 {
-                        ctx.count(
-                            match m.items[i].state {
-                                State::Pending => "on_conflict: a pending item replaced",
-                                State::Waiting => {
-                                    "on_conflict: a waiting item replaced (it keeps waiting)"
-                                }
-                                State::Claimed => "on_conflict: a claimed item to run once more",
-                                _ => "on_conflict: a finished item run again",
-                            },
-                            1,
-                        );
-                        m.conflict(i, *run_at, *on_conflict == 2);
-                        // The run to come serves the request that sent the
-                        // new payload: the item takes its trace too.
-                        m.items[i].trace = *trace;
-                    }
-                }
-                None => {
-                    expect(e.inserted, true, "a new key is inserted")?;
-                    m.counted(Counted::Enqueued, 1);
-                    if m.items.last().is_some_and(|last| last.id >= e.id) {
-                        return Err(format!("the new item's id {} is not the largest", e.id));
-                    }
-                    // Its parents, each once, in after's order.
-                    let mut distinct: Vec<i64> = Vec::new();
-                    for id in parents.map(|p| p.0).unwrap_or_default() {
-                        if !distinct.contains(&id) {
-                            distinct.push(id);
-                        }
-                    }
-                    let parents = distinct;
-                    let (state, waiting_on, on_parent_failure) = if parents.is_empty() {
-                        (State::Pending, 0, None)
-                    } else {
-                        m.enter(e.id, &parents, *run)
-                    };
-                    m.ids_ever.insert(e.id);
-                    m.items.push(Item {
-                        id: e.id,
-                        key,
-                        state: State::Pending,
-                        attempts: 0,
-                        max_attempts: *max_attempts,
-                        group: group.map(group_name),
-                        priority: *priority,
-                        run_at: run_at.at(),
-                        epoch: None,
-                        owner: None,
-                        lapsed: None,
-                        turn: None,
-                        behind: false,
-                        progress: None,
-                        rerun: None,
-                        trace: *trace,
-                        waiting_on,
-                        on_parent_failure,
-                    });
-                    // Sorted by id: the new one is the largest.
-                    let i = m.items.len() - 1;
-                    m.items[i].state = state;
-                }
-            }
+            let one = One {
+                key: key_name(*key),
+                group: *group,
+                run_at: run_at.at(),
+                priority: *priority,
+                max_attempts: *max_attempts,
+                on_conflict: *on_conflict,
+                trace: *trace,
+                parents: m.parents_for(after, *key),
+                run: *run,
+            };
+            enqueued(ctx, m, one, e)?;
         }
+        (
+            Verb::EnqueueMany {
+                elements,
+                priority,
+                max_attempts,
+                on_conflict,
+            },
+            Outcome::Rows(rows),
+        ) => enqueued_many(
+            ctx,
+            m,
+            elements,
+            (*priority, *max_attempts, *on_conflict),
+            rows,
+        )?,
         (
             Verb::Claim {
                 owner,
