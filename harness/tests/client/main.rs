@@ -9,6 +9,7 @@
 mod common;
 
 mod bad_input;
+mod bulk;
 mod calls;
 mod checklist;
 mod composition;
