@@ -88,6 +88,17 @@ SELECT i.key, i.id
 "#,
 );
 
+// Whether one of the keys is a cancelled item's: `on_conflict` would run it
+// again, which takes an operate grant (see `crate::verbs::life::conflict`).
+static ANY_CANCELLED: Statement<ExistingParams> = Statement::new(
+    r#"
+SELECT EXISTS (SELECT FROM workfence.items AS i
+                WHERE i.queue OPERATOR(pg_catalog.=) $1
+                  AND i.key OPERATOR(pg_catalog.=) ANY ($2)
+                  AND i.state OPERATOR(pg_catalog.=) 'cancelled'::workfence.item_state)
+"#,
+);
+
 params! {
     /// `$1` queue, `$2` keys.
     struct ExistingParams<'a> {
@@ -288,6 +299,34 @@ fn one_by_one(
         generated,
         ..
     } = items;
+    // A call that would run a cancelled item again without the operate
+    // grant is refused before its first element, as `work_enqueue` refuses
+    // it before drawing an id: a refused call changes nothing, the id
+    // sequence included. (An item cancelled while the call runs is still
+    // refused, at its element.)
+    if on_conflict != OnConflict::Keep && !grants::allows(Capability::Operate, &queue)? {
+        let given: Vec<String> = keys
+            .iter()
+            .zip(&generated)
+            .filter(|(_, &g)| !g)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let cancelled = !given.is_empty()
+            && Spi::connect_mut(|client| {
+                plans::run(
+                    client,
+                    &ANY_CANCELLED,
+                    ExistingParams {
+                        queue: &queue,
+                        keys: given,
+                    },
+                    |rows| Ok(rows.first().get_one::<bool>()?.unwrap_or(false)),
+                )
+            })?;
+        if cancelled {
+            grants::check(Capability::Operate, &queue)?;
+        }
+    }
     let mut rows = Vec::with_capacity(payloads.len());
     for (i, ((payload, key), group_key)) in
         payloads.into_iter().zip(keys).zip(group_keys).enumerate()
