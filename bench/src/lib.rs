@@ -4,6 +4,21 @@
 
 pub mod load;
 
+/// Parses the value after `flag` on a command line (`it` yields the
+/// arguments after it): 'FLAG needs a value' when there is none, the
+/// parse error with the flag and the text otherwise.
+pub fn value<T: std::str::FromStr>(
+    flag: &str,
+    it: &mut impl Iterator<Item = String>,
+) -> Result<T, Box<dyn std::error::Error + Send + Sync>>
+where
+    T::Err: std::fmt::Display,
+{
+    let text = it.next().ok_or(format!("{flag} needs a value"))?;
+    text.parse()
+        .map_err(|e| format!("{flag} {text:?}: {e}").into())
+}
+
 /// The median of `v` (the mean of the two middle values for an even
 /// count); NaN for none. NaNs sort last (`f64::total_cmp`).
 pub fn median(mut v: Vec<f64>) -> f64 {

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 use serde_json::{json, Value};
+use workfence_bench::median;
 use workfence_harness::Cluster;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -108,23 +109,13 @@ struct Figures {
     ratios: Vec<f64>,
 }
 
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 fn row(name: &str, f: &Figures) -> String {
     let lo = f.ratios.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = f.ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     format!(
         "| {name} | {:.0} | {:.2} | {lo:.2}-{hi:.2} |\n",
-        median(&f.rates),
-        median(&f.ratios)
+        median(f.rates.clone()),
+        median(f.ratios.clone())
     )
 }
 

@@ -112,6 +112,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
+use workfence_bench::value;
 
 use hdrhistogram::Histogram;
 use postgres::{Client, Statement};
@@ -437,16 +438,6 @@ impl Plan {
     fn runs(&self, part: Part) -> bool {
         self.parts.contains(&part)
     }
-}
-
-/// Parses the value of `flag`.
-fn value<T: std::str::FromStr>(flag: &str, it: &mut impl Iterator<Item = String>) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    let text = it.next().ok_or(format!("{flag} needs a value"))?;
-    text.parse()
-        .map_err(|e| format!("{flag} {text:?}: {e}").into())
 }
 
 /// A comma-separated list of counts from 1 to `max`, or `none`.

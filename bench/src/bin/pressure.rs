@@ -52,6 +52,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
+use workfence_bench::value;
 
 use postgres::Client;
 use workfence_bench::load::{
@@ -186,16 +187,6 @@ struct Plan {
     warm_up: Duration,
     /// The baseline runs too.
     baseline: bool,
-}
-
-/// Parses the value of `flag`.
-fn value<T: std::str::FromStr>(flag: &str, it: &mut impl Iterator<Item = String>) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    let text = it.next().ok_or(format!("{flag} needs a value"))?;
-    text.parse()
-        .map_err(|e| format!("{flag} {text:?}: {e}").into())
 }
 
 /// The command line, or `None` after `--help` printed the usage.

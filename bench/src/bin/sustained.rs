@@ -52,6 +52,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
+use workfence_bench::value;
 
 use workfence_bench::load::{
     self, count, mb, opt, plural, ratio, ratio_text, server, spawn, Clock, Monitor, Producer,
@@ -161,16 +162,6 @@ struct Plan {
     retain: u64,
     /// A worker's sleep after an empty claim.
     idle: Duration,
-}
-
-/// Parses the value of `flag`.
-fn value<T: std::str::FromStr>(flag: &str, it: &mut impl Iterator<Item = String>) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    let text = it.next().ok_or(format!("{flag} needs a value"))?;
-    text.parse()
-        .map_err(|e| format!("{flag} {text:?}: {e}").into())
 }
 
 /// The command line, or `None` after `--help` printed the usage.
