@@ -7,10 +7,12 @@
 //! exists (`on_conflict => 'keep'`), is one `INSERT ... SELECT FROM
 //! unnest(...) ON CONFLICT DO NOTHING` and, for the keys that existed, one
 //! look-up by `(queue, key)`: the work of the plain `INSERT` plus the
-//! arrays' copy. Items with a group, or with `on_conflict` `replace` or
-//! `preserve_run_at`, are each enqueued as `work_enqueue` enqueues one (a
-//! group's order, its heads and a replaced item's locks are judged item by
-//! item), in the same call. Oban's `insert_all` and River's `InsertMany`
+//! arrays' copy. A call in which any element has a group, or with
+//! `on_conflict` `replace` or `preserve_run_at`, enqueues every element as
+//! `work_enqueue` enqueues one (a group's order, its heads and a replaced
+//! item's locks are judged item by item), in the same call: splitting the
+//! call would break ids in array order and the rule that a repeated key
+//! finds its first element's item. Oban's `insert_all` and River's `InsertMany`
 //! are the same idea.
 
 use pgrx::prelude::*;
@@ -26,9 +28,10 @@ use crate::pg::plans::{self, params, Statement};
 use crate::verbs::life::OnConflict;
 
 /// The most items one `work_enqueue_many` call takes (22023 above): the
-/// arrays are held in memory twice (the arguments, the statement's
-/// parameters), so a call of 10,000 payloads of 1 MB holds 20 GB. Larger
-/// loads are several calls, in one transaction if they must commit together.
+/// arrays are held in memory a few times over (the argument, its Rust copy,
+/// the statement's parameter, the rows returned), each up to PostgreSQL's
+/// 1 GB limit on one value. Larger loads are several calls, in one
+/// transaction if they must commit together.
 pub const MAX_ITEMS: usize = 10_000;
 
 // Insert every (key, payload, run_at) of the arrays unless its (queue, key)
@@ -57,8 +60,8 @@ static INSERT_MANY: Statement<ManyParams> = Statement::new(insert_many_sql!(
 ));
 
 // INSERT_MANY when every key is one this call generated (`keys` NULL or all
-// its elements NULL): fresh UUIDv7s (a millisecond timestamp and 74 random
-// bits each) exist nowhere, so there is nothing to arbitrate, and the
+// its elements NULL): fresh UUIDv7s (a millisecond timestamp, a per-process
+// counter and random bits) exist nowhere, so there is nothing to arbitrate, and the
 // speculative insertion ON CONFLICT makes per row (a probe of the unique
 // index before the insert and a confirmation record after it; 18% of a
 // 10,000-row INSERT ... SELECT here) is left out.
@@ -134,7 +137,9 @@ params! {
 /// key, run_at, group key, max_attempts or on_conflict); 42501 without an
 /// enqueue grant covering the queue (where grants are enforced), or, for
 /// `on_conflict` running a cancelled item again, an operate grant; 25000 and
-/// 40001 as `work_enqueue`.
+/// 40001 as `work_enqueue`; 40P01 (deadlock_detected) when two calls insert
+/// overlapping keys in different orders, as two transactions of
+/// `work_enqueue` calls can (sort the keys, or retry).
 #[pg_extern(volatile, parallel_unsafe, requires = ["bootstrap"])]
 #[allow(clippy::too_many_arguments)]
 pub fn work_enqueue_many(
@@ -249,9 +254,10 @@ impl Items {
 
 /// A check of element `i` (from 0) of array `arg`, as `work_enqueue` checks
 /// one item's argument: its refusal names the array (`argument "keys" ...`,
-/// where `work_enqueue`'s says `"key"`), and its DETAIL which element, in
-/// SQL's numbering (`keys[2]: The key is ''.`), since a call has up to
-/// 10,000.
+/// where `work_enqueue`'s says `"key"`), and its DETAIL which element,
+/// counted from 1 in array order (`element 2 of keys: The key is ''.`;
+/// not a subscript, which an array with another lower bound would not
+/// match), since a call has up to 10,000.
 fn element<T>(arg: &'static str, i: usize, checked: Result<T>) -> Result<T> {
     checked.map_err(|e| match e {
         WorkfenceError::InvalidArgument {
@@ -262,7 +268,7 @@ fn element<T>(arg: &'static str, i: usize, checked: Result<T>) -> Result<T> {
         } => WorkfenceError::InvalidArgument {
             arg,
             problem,
-            detail: format!("{arg}[{}]: {}", i + 1, detail.render()).into(),
+            detail: format!("element {} of {arg}: {}", i + 1, detail.render()).into(),
             hint,
         },
         other => other,
@@ -354,7 +360,8 @@ fn one_by_one(
 }
 
 /// Items without a group, existing keys kept: one `INSERT ... SELECT FROM
-/// unnest` ([`INSERT_MANY`], or [`INSERT_FRESH`] when every key is generated), one look-up of the keys that were not inserted
+/// unnest` ([`INSERT_MANY`], or [`INSERT_FRESH`] when every key is
+/// generated), one look-up of the keys that were not inserted
 /// ([`EXISTING_MANY`]); a key whose existing row vanished between the two (a
 /// racing purge) is inserted again, up to three times (then 40001, as
 /// `work_enqueue`).

@@ -49,7 +49,7 @@ static INSERT: plans::Versioned<InsertParams> = plans::Versioned {
 };
 
 // INSERT of an item whose key this call generated (a UUIDv7: a millisecond
-// timestamp and 74 random bits, which no item has), without the speculative
+// timestamp, a per-process counter and random bits, which no item has), without the speculative
 // insertion of ON CONFLICT: its index probe before the insert and its
 // confirmation record after cost 43,700 of a plain insert's 237,000
 // instructions (callgrind, `postgres --single`; issue 38). A schema from
