@@ -197,7 +197,13 @@ impl Items {
         let queue = validate::queue(queue)?;
         let payloads = validate::required("payloads", payloads)?
             .into_iter()
-            .map(|p| p.ok_or(WorkfenceError::NullElement { arg: "payloads" }))
+            .enumerate()
+            .map(|(i, p)| {
+                p.ok_or(WorkfenceError::NullElement {
+                    arg: "payloads",
+                    element: i + 1,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         let n = payloads.len();
         if n > MAX_ITEMS {

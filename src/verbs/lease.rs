@@ -999,7 +999,13 @@ pub fn work_finish_many(
 fn no_null_elements(arg: &'static str, values: Vec<Option<i64>>) -> Result<Vec<i64>> {
     values
         .into_iter()
-        .map(|v| v.ok_or(WorkfenceError::NullElement { arg }))
+        .enumerate()
+        .map(|(i, v)| {
+            v.ok_or(WorkfenceError::NullElement {
+                arg,
+                element: i + 1,
+            })
+        })
         .collect()
 }
 

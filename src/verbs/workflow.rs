@@ -97,8 +97,11 @@ pub fn parent_ids(after: Option<Vec<Option<i64>>>) -> Result<Option<Vec<i64>>> {
         return Ok(None);
     };
     let mut ids: Vec<i64> = Vec::with_capacity(after.len());
-    for id in after {
-        let id = id.ok_or(WorkfenceError::NullElement { arg: "after" })?;
+    for (i, id) in after.into_iter().enumerate() {
+        let id = id.ok_or(WorkfenceError::NullElement {
+            arg: "after",
+            element: i + 1,
+        })?;
         if !ids.contains(&id) {
             ids.push(id);
         }

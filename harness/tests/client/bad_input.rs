@@ -691,6 +691,27 @@ fn every_bad_argument(
                 if bad.sqlstate == "22023" {
                     assert!(db.detail().is_some(), "{what}: no DETAIL");
                 }
+                if let (Some(array), "22004") = (&bad.value, bad.sqlstate) {
+                    // A NULL element: the DETAIL says which one (a call may
+                    // pass 10,000), counted from 1 (the table's arrays hold
+                    // no commas inside their elements).
+                    let place = array
+                        .trim_matches(|c| c == '{' || c == '}')
+                        .split(',')
+                        .position(|e| e == "NULL")
+                        .map(|i| i + 1);
+                    let want = format!(
+                        "Element {} of {} is NULL.",
+                        place.expect("a 22004 value holds a NULL element"),
+                        argument.name
+                    );
+                    // (Through the router, PL/Proxy prefixes "Remote detail: ".)
+                    assert!(
+                        db.detail().is_some_and(|d| d.ends_with(&want)),
+                        "{what}: the NULL element's DETAIL {:?}, not {want:?}",
+                        db.detail()
+                    );
+                }
                 assert_eq!(snapshot(), before, "{what} changed something");
             }
         }
