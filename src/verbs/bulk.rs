@@ -372,7 +372,7 @@ fn one_by_one(
 /// racing purge) is inserted again, up to three times (then 40001, as
 /// `work_enqueue`).
 fn at_once(items: Items, priority: i32, max_attempts: i32) -> Result<Vec<(i64, String, bool)>> {
-    use std::collections::{HashMap, HashSet};
+    use std::collections::HashMap;
 
     let Items {
         queue,
@@ -392,7 +392,6 @@ fn at_once(items: Items, priority: i32, max_attempts: i32) -> Result<Vec<(i64, S
     let mut outcome: Vec<Option<(i64, bool)>> = vec![None; n];
     let mut todo: Vec<usize> = (0..n).collect();
     let (mut inserted, mut due) = (0u32, false);
-    let mut first = HashSet::new();
     Spi::connect_mut(|client| {
         for _ in 0..3 {
             let params = ManyParams {
@@ -405,7 +404,7 @@ fn at_once(items: Items, priority: i32, max_attempts: i32) -> Result<Vec<(i64, S
                     .map(|r| todo.iter().map(|&i| r[i]).collect()),
                 max_attempts,
             };
-            let new: HashMap<String, i64> = plans::run(client, insert, params, |rows| {
+            let mut new: HashMap<String, i64> = plans::run(client, insert, params, |rows| {
                 let mut new = HashMap::with_capacity(rows.len());
                 for row in rows {
                     let id = row
@@ -420,13 +419,13 @@ fn at_once(items: Items, priority: i32, max_attempts: i32) -> Result<Vec<(i64, S
                 Ok(new)
             })?;
             inserted += new.len() as u32;
-            // The first element of each inserted key is the insert; a later
-            // one with the same key finds it.
+            // The first element of each inserted key is the insert (taken
+            // out of `new`); a later one with the same key finds it.
             let mut rest = Vec::new();
             for &i in &todo {
-                match new.get(&keys[i]) {
-                    Some(&id) if first.insert(id) => outcome[i] = Some((id, true)),
-                    _ => rest.push(i),
+                match new.remove(&keys[i]) {
+                    Some(id) => outcome[i] = Some((id, true)),
+                    None => rest.push(i),
                 }
             }
             todo = rest;
